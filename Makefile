@@ -1,0 +1,46 @@
+# The two commands: `make run` and `make test`. Everything else is what they need.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+# Debian's interpreter: its venv sees BCC's `bcc` module through --system-site-packages.
+SYSPY := /usr/bin/python3
+SOURCES := $(shell find profiler backends probes flamegraphs cpp_server cmake -type f -not -name '*.pyc' 2>/dev/null) pyproject.toml CMakeLists.txt
+
+RUN_ARGS ?= uvloop_sock -c 10,100 -d 5 -r 2
+
+.PHONY: setup system run test test-cpp test-py clean
+
+setup: system $(VENV)/.installed
+
+system:
+	@bash scripts/setup-system.sh
+
+$(VENV)/bin/python:
+	$(SYSPY) -m venv --system-site-packages $(VENV)
+
+$(VENV)/.deps: $(VENV)/bin/python pyproject.toml requirements-build.txt
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-build.txt
+	@touch $@
+
+# Non-editable install, no build isolation: CMake keeps its tree in build/, so a re-install after an
+# edit is incremental, and an unchanged tree skips the install entirely.
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES)
+	flock build.lock $(PY) -m pip install -q --no-build-isolation ".[test]"
+	@touch $@
+
+run: setup
+	$(VENV)/bin/netprof run $(RUN_ARGS)
+
+test-cpp: system
+	cmake -S . -B build/cpp-tests -G Ninja -DNETPROF_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/cpp-tests
+	ctest --test-dir build/cpp-tests --output-on-failure
+
+test-py: setup
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+test: setup test-cpp test-py
+
+clean:
+	rm -rf build $(VENV) runs

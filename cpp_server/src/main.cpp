@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("netprof-loader: under construction"); return 1; }

@@ -1,0 +1,203 @@
+"""The one way netprof starts an external process (backend, loader, perf, py-spy, bpftrace).
+
+Every child gets: optional CPU pinning, its own session (so the whole process tree can be signalled),
+stderr captured to a file (kept for failure reasons), and a guaranteed stop — on normal exit, on an
+exception and on Ctrl-C — through `ProcessGroup`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+
+class ProcessError(RuntimeError):
+    """A child did not start, did not become ready in time, or died."""
+
+
+def parse_cpus(spec: str | Iterable[int] | None) -> list[int] | None:
+    """'0', '1,2', '1-3' or a list → sorted CPU list; None/'' → no pinning."""
+    if spec is None or spec == "":
+        return None
+    if not isinstance(spec, str):
+        return sorted(set(int(c) for c in spec))
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        elif part:
+            cpus.add(int(part))
+    return sorted(cpus)
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    argv: list[str]
+    popen: subprocess.Popen
+    stderr_path: str
+    cpus: list[int] | None = None
+    _buf: bytes = field(default=b"", repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def readline(self, timeout: float) -> str | None:
+        """One stdout line (without newline), or None on EOF. Raises ProcessError on timeout."""
+        assert self.popen.stdout is not None, f"{self.name}: stdout was not captured"
+        fd = self.popen.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProcessError(f"{self.name}: no output line within {timeout:.1f}s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                if self._buf:
+                    line, self._buf = self._buf, b""
+                    return line.decode(errors="replace")
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode(errors="replace")
+
+    def wait_line(self, prefix: str, timeout: float) -> str:
+        """Read stdout until a line starting with `prefix`; ProcessError if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            line = self.readline(left)
+            if line is None:
+                self.popen.wait(timeout=5)
+                raise ProcessError(
+                    f"{self.name} exited with code {self.popen.returncode} before saying "
+                    f"'{prefix}': {self.stderr_tail() or 'no stderr'}"
+                )
+            if line.startswith(prefix):
+                return line
+
+    def stderr_tail(self, max_chars: int = 400) -> str:
+        """The last meaningful line(s) of stderr, for one-line failure reasons."""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return " | ".join(lines[-3:])[-max_chars:]
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, timeout: float = 3.0) -> int | None:
+        """SIGTERM the whole process group, then SIGKILL what is left. Returns the exit code."""
+        if self.alive():
+            self.signal_group(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        # Kill stragglers of the group (fork/prefork children) even when the leader exited.
+        self.signal_group(signal.SIGKILL)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.popen.stdout:
+            self.popen.stdout.close()
+        return self.popen.returncode
+
+
+def _preexec(cpus: list[int] | None):
+    def run() -> None:
+        # Children must not inherit the profiler's SIGINT handling: Ctrl-C is ours to handle.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return run
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    cpus: Iterable[int] | str | None = None,
+    env: dict[str, str] | None = None,
+    capture_stdout: bool = True,
+    stderr_dir: str | None = None,
+    cwd: str | None = None,
+) -> ManagedProcess:
+    """Start `argv` in its own session, pinned to `cpus`, stderr to a file."""
+    cpu_list = parse_cpus(cpus) if isinstance(cpus, (str, type(None))) else parse_cpus(list(cpus))
+    fd, stderr_path = tempfile.mkstemp(prefix=f"netprof-{name}-", suffix=".stderr", dir=stderr_dir)
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
+            stderr=fd,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_preexec(cpu_list),
+        )
+    except OSError as e:
+        os.close(fd)
+        raise ProcessError(f"cannot start {name} ({argv[0]}): {e.strerror}") from e
+    os.close(fd)
+    return ManagedProcess(name=name, argv=list(argv), popen=popen, stderr_path=stderr_path, cpus=cpu_list)
+
+
+class ProcessGroup:
+    """Owns every child of one scope; `with ProcessGroup() as pg:` stops them all on exit."""
+
+    def __init__(self, stderr_dir: str | None = None) -> None:
+        self.procs: list[ManagedProcess] = []
+        self.stderr_dir = stderr_dir
+
+    def spawn(self, name: str, argv: Sequence[str], **kw) -> ManagedProcess:
+        kw.setdefault("stderr_dir", self.stderr_dir)
+        proc = spawn(name, argv, **kw)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        # Reverse order: the loader (started last) goes before the backend it talks to.
+        for proc in reversed(self.procs):
+            proc.stop()
+        for proc in self.procs:
+            try:
+                os.unlink(proc.stderr_path)
+            except OSError:
+                pass
+        self.procs.clear()
+
+    def __enter__(self) -> "ProcessGroup":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
