@@ -6,7 +6,7 @@ PY    := $(VENV)/bin/python
 SYSPY := /usr/bin/python3
 SOURCES := $(shell find profiler backends probes flamegraphs cpp_server cmake -type f -not -name '*.pyc' 2>/dev/null) pyproject.toml CMakeLists.txt
 
-RUN_ARGS ?= uvloop_sock -c 10,100 -d 5 -r 2
+RUN_ARGS ?= uvloop_sock
 
 .PHONY: setup system run test test-cpp test-py clean
 

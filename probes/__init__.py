@@ -1,1 +1,21 @@
-"""netprof.probes"""
+"""netprof.probes — BPF probes on a backend process tree, plus /proc figures for the same window.
+
+    with CountingProbes() as probes:            # compiles probes/counting.bpf.c once
+        probes.target(backend_pid)
+        a = probes.snapshot(); ...; b = probes.snapshot()
+        d = delta(a, b)                          # ProbeDelta: syscalls, times, switches, on-CPU
+
+Nothing needs bcc until a probe set is created, so `check_available()`, `proc_cpu_times()` and
+`per_message_notation()` work everywhere.
+"""
+
+from .base import ProbeError, check_available, syscall_name, syscall_number
+from .counting import CountingProbes, ProbeDelta, Snapshot, delta, per_message_notation
+from .proc import proc_cpu_times, proc_delta
+from .stacks import DEFAULT_SYSCALLS, StackProbes
+
+__all__ = [
+    "ProbeError", "check_available", "syscall_name", "syscall_number",
+    "CountingProbes", "ProbeDelta", "Snapshot", "delta", "per_message_notation",
+    "proc_cpu_times", "proc_delta", "StackProbes", "DEFAULT_SYSCALLS",
+]

@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev googletest
   iproute2 procps util-linux
   libzmq3-dev nlohmann-json3-dev
+  chromium
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -48,4 +49,15 @@ if [ ! -e "$moddir/build/include" ] || [ ! -e "$moddir/source" ]; then
   echo "#   $moddir/source -> $common"
   echo "# so that BCC can compile tracepoint programs. 'netprof doctor' checks this."
   echo "################################################################################"
+fi
+
+# Flamegraph rendering: inferno (the maintained Rust port of FlameGraph). ~75 s to build, once.
+if ! command -v inferno-flamegraph >/dev/null 2>&1; then
+  cargo="$(command -v cargo || echo "$HOME/.cargo/bin/cargo")"
+  if [ -x "$cargo" ]; then
+    echo "setup-system: installing inferno into /usr/local (cargo install, ~75 s)"
+    "$cargo" install --quiet --root /usr/local inferno --locked
+  else
+    echo "setup-system: cargo not found; flamegraph SVGs need inferno (cargo install inferno)" >&2
+  fi
 fi

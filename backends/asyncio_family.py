@@ -1,0 +1,128 @@
+"""asyncio and uvloop: streams, Protocol and raw-socket styles, the same code on either loop.
+
+As in the seed: the uvloop variants are the asyncio code with `uvloop.new_event_loop` as the loop
+factory, nothing else changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from .common import BACKLOG, BUFSIZE, ConnTracker, announce_ready, nodelay
+
+
+# --- the three styles. Each starts serving and returns a function that stops accepting. ---
+
+
+async def start_streams(listener, work, tracker, on_closed):
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        nodelay(writer.get_extra_info("socket"))
+        tracker.opened()
+        try:
+            while data := await reader.read(BUFSIZE):
+                if work:
+                    work()
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            on_closed()
+
+    # backlog: with sock=, asyncio calls listen() again with this value (default 100).
+    server = await asyncio.start_server(handle, sock=listener, backlog=BACKLOG)
+    return server.close
+
+
+class EchoProtocol(asyncio.Protocol):
+    def __init__(self, work, tracker, on_closed):
+        self.work, self.tracker, self.on_closed = work, tracker, on_closed
+
+    def connection_made(self, transport):
+        nodelay(transport.get_extra_info("socket"))
+        self.tracker.opened()
+        self.transport = transport
+
+    def data_received(self, data):
+        if self.work:
+            self.work()
+        self.transport.write(data)
+
+    def connection_lost(self, exc):
+        self.on_closed()
+
+
+async def start_proto(listener, work, tracker, on_closed):
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: EchoProtocol(work, tracker, on_closed),
+                                      sock=listener, backlog=BACKLOG)
+    return server.close
+
+
+async def start_sock(listener, work, tracker, on_closed):
+    loop = asyncio.get_running_loop()
+    tasks = set()  # the loop keeps only weak references to tasks
+
+    async def echo(conn):
+        try:
+            while data := await loop.sock_recv(conn, BUFSIZE):
+                if work:
+                    work()
+                await loop.sock_sendall(conn, data)
+        except ConnectionError:
+            pass
+        finally:
+            conn.close()
+            on_closed()
+
+    async def accept_loop():
+        while True:
+            conn, _ = await loop.sock_accept(listener)
+            conn.setblocking(False)
+            nodelay(conn)
+            tracker.opened()
+            task = loop.create_task(echo(conn))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    listener.setblocking(False)
+    acceptor = loop.create_task(accept_loop())
+    return acceptor.cancel
+
+
+STYLES = {"": start_streams, "_proto": start_proto, "_sock": start_sock}
+
+
+async def main(style, listener, work):
+    loop = asyncio.get_running_loop()
+    finished = loop.create_future()
+
+    def finish():
+        if not finished.done():
+            finished.set_result(None)
+
+    def on_closed():
+        if tracker.closed():
+            finish()
+
+    tracker = ConnTracker()
+    loop.add_signal_handler(signal.SIGTERM, finish)
+    stop = await STYLES[style](listener, work, tracker, on_closed)
+    announce_ready(listener)
+    await finished
+    stop()
+
+
+def serve(name, listener, opts):
+    family, _, style = name.partition("_")
+    style = "_" + style if style else ""
+    loop_factory = None
+    if family == "uvloop":
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    # asyncio.Runner cancels whatever handler tasks are still pending (SIGTERM case) on exit.
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main(style, listener, opts.work.callable()))

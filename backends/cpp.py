@@ -1,0 +1,19 @@
+"""The C++ backends: cpp_epoll, cpp_poll, cpp_th (backends/cpp/*.cpp, a pybind11 module).
+
+Python makes the listen socket and prints the ready line; the C++ loop then serves without the
+GIL and returns on SIGTERM or once every connection is closed.
+"""
+
+from __future__ import annotations
+
+from . import _cpp_backends
+from .common import announce_ready, die
+
+
+def serve(name, listener, opts):
+    work = opts.work
+    announce_ready(listener)
+    try:
+        _cpp_backends.serve(name.removeprefix("cpp_"), listener.fileno(), work.kind, work.us, work.poisson)
+    except RuntimeError as e:  # a failed syscall (EMFILE, no more threads): one line, exit 1
+        die(f"{name}: {e}")

@@ -1,0 +1,118 @@
+#include "backends.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <random>
+#include <stdexcept>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
+
+namespace netprof {
+
+Work Work::parse(const std::string& kind, double us, bool poisson) {
+    Work w;
+    if (kind == "none") w.kind = None;
+    else if (kind == "sleep") w.kind = Sleep;
+    else if (kind == "spin") w.kind = Spin;
+    else throw std::invalid_argument("work kind must be none, sleep or spin, not " + kind);
+    w.us = us;
+    w.poisson = poisson;
+    return w;
+}
+
+void Work::operator()() const {
+    double d = us;
+    if (poisson && us > 0) {
+        thread_local std::mt19937_64 rng{std::random_device{}()};
+        d = std::exponential_distribution<double>(1.0 / us)(rng);
+    }
+    const auto dur = std::chrono::duration<double, std::micro>(d);
+    if (kind == Sleep) {
+        std::this_thread::sleep_for(dur);  // blocking on purpose: it stands for blocking code
+    } else if (kind == Spin) {
+        const auto end = std::chrono::steady_clock::now() + dur;
+        while (std::chrono::steady_clock::now() < end) {
+        }
+    }
+}
+
+namespace {
+int g_wake_fd = -1;
+volatile std::sig_atomic_t g_stop = 0;
+struct sigaction g_old_term, g_old_int;
+
+void on_stop_signal(int) {
+    g_stop = 1;
+    const std::uint64_t one = 1;
+    const int saved = errno;  // a handler must not clobber the interrupted code's errno
+    (void)!write(g_wake_fd, &one, sizeof one);
+    errno = saved;
+}
+}  // namespace
+
+StopSignal::StopSignal() {
+    g_stop = 0;
+    g_wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g_wake_fd < 0) throw_errno("eventfd");
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // blocking recv/send in worker threads just continue
+    sigaction(SIGTERM, &sa, &g_old_term);
+    sigaction(SIGINT, &sa, &g_old_int);
+}
+
+StopSignal::~StopSignal() {
+    sigaction(SIGTERM, &g_old_term, nullptr);
+    sigaction(SIGINT, &g_old_int, nullptr);
+    close(g_wake_fd);
+    g_wake_fd = -1;
+}
+
+int StopSignal::fd() const { return g_wake_fd; }
+bool StopSignal::requested() const { return g_stop != 0; }
+
+void StopSignal::wake() const {
+    const std::uint64_t one = 1;
+    (void)!write(g_wake_fd, &one, sizeof one);
+}
+
+void StopSignal::drain() const {
+    std::uint64_t n;
+    (void)!read(g_wake_fd, &n, sizeof n);
+}
+
+void set_nodelay(int fd) {
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+void set_nonblocking(int fd) {
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) throw_errno("fcntl(O_NONBLOCK)");
+}
+
+void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
+
+bool send_all(int fd, const char* data, std::size_t len) {
+    while (len > 0) {
+        const ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        data += n;
+        len -= static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+}  // namespace netprof

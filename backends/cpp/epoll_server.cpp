@@ -1,0 +1,90 @@
+// cpp_epoll: one thread, level-triggered epoll, non-blocking sockets.
+#include "backends.hpp"
+
+#include <cerrno>
+#include <string>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <unordered_map>
+#include <vector>
+
+namespace netprof {
+
+void serve_epoll(int listen_fd, const Work& work) {
+    StopSignal stop;
+    set_nonblocking(listen_fd);
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) throw_errno("epoll_create1");
+    auto watch = [ep](int op, int fd, std::uint32_t events) {
+        epoll_event ev{};
+        ev.events = events;
+        ev.data.fd = fd;
+        if (epoll_ctl(ep, op, fd, &ev) < 0) throw_errno("epoll_ctl");
+    };
+    watch(EPOLL_CTL_ADD, listen_fd, EPOLLIN);
+    watch(EPOLL_CTL_ADD, stop.fd(), EPOLLIN);
+
+    // fd -> bytes the socket did not take yet. While non-empty the fd waits for EPOLLOUT only,
+    // so a peer that does not read cannot make us buffer without bound.
+    std::unordered_map<int, std::string> conns;
+    std::size_t accepted = 0;
+    std::vector<char> buf(kBufSize);
+    std::vector<epoll_event> events(512);
+
+    auto close_conn = [&](int fd) {
+        epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+        close(fd);
+        conns.erase(fd);
+    };
+    auto send_or_queue = [&](int fd, const char* data, std::size_t len) {
+        const ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN) return close_conn(fd);
+        const std::size_t sent = n < 0 ? 0 : static_cast<std::size_t>(n);
+        if (sent < len) {
+            conns[fd].assign(data + sent, len - sent);
+            watch(EPOLL_CTL_MOD, fd, EPOLLOUT);
+        }
+    };
+
+    while (!stop.requested() && !(accepted > 0 && conns.empty())) {
+        const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), -1);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_errno("epoll_wait");
+        }
+        for (int i = 0; i < n; ++i) {
+            const int fd = events[i].data.fd;
+            if (fd == listen_fd) {
+                int c;
+                while ((c = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+                    set_nodelay(c);
+                    watch(EPOLL_CTL_ADD, c, EPOLLIN);
+                    conns.emplace(c, std::string());
+                    ++accepted;
+                }
+                if (errno != EAGAIN && errno != ECONNABORTED && errno != EINTR) throw_errno("accept4");
+            } else if (fd == stop.fd()) {
+                stop.drain();
+            } else if (auto it = conns.find(fd); it != conns.end() && !it->second.empty()) {
+                std::string rest = std::move(it->second);
+                it->second.clear();
+                watch(EPOLL_CTL_MOD, fd, EPOLLIN);
+                send_or_queue(fd, rest.data(), rest.size());
+            } else if (it != conns.end()) {
+                const ssize_t got = recv(fd, buf.data(), buf.size(), 0);
+                if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+                if (got <= 0) {
+                    close_conn(fd);
+                    continue;
+                }
+                if (work) work();
+                send_or_queue(fd, buf.data(), static_cast<std::size_t>(got));
+            }
+        }
+    }
+    for (auto& [fd, _] : conns) close(fd);
+    close(ep);
+}
+
+}  // namespace netprof

@@ -1,0 +1,48 @@
+"""gevent: a StreamServer spawning one greenlet per connection, plain blocking-style code.
+
+No monkey-patching: StreamServer hands the handler a gevent socket already, and the work model's
+`sleep` must stay a real blocking sleep (it stands for blocking handler code, see common.WorkModel)
+rather than silently becoming a cooperative one.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import gevent
+from gevent.event import Event
+from gevent.server import StreamServer
+
+from .common import BUFSIZE, ConnTracker, announce_ready, nodelay
+
+
+def serve(name, listener, opts):
+    work = opts.work.callable()
+    tracker = ConnTracker()
+    finished = Event()
+
+    def handle(sock, address):
+        nodelay(sock)
+        tracker.opened()
+        try:
+            while data := sock.recv(BUFSIZE):
+                if work:
+                    work()
+                sock.sendall(data)
+        except ConnectionError:
+            pass
+        finally:
+            sock.close()
+            if tracker.closed():
+                finished.set()
+
+    # A ready-made listening socket is used as it is, and gevent accepts on it directly when its
+    # watcher fires: it must be non-blocking (as gevent's own listeners are), or a wakeup without
+    # a pending connection would block the whole hub in accept().
+    listener.setblocking(False)
+    server = StreamServer(listener, handle)
+    server.start()
+    gevent.signal_handler(signal.SIGTERM, finished.set)
+    announce_ready(listener)
+    finished.wait()
+    server.stop(timeout=1)  # kills handler greenlets still running (SIGTERM case)

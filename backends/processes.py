@@ -1,0 +1,209 @@
+"""Process-based models from the socket-patterns seed: `fork` (a child per connection) and
+`prefork` (--workers children sharing the listen socket).
+
+The parent only supervises. It sleeps in a selector on the listen socket (fork) or on a pipe the
+workers report to (prefork), plus the signal wakeup fd, so SIGCHLD and SIGTERM are handled in the
+loop rather than inside signal handlers. It counts connections, and once every accepted connection
+is closed, or on SIGTERM, it terminates and reaps every child and exits 0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import socket
+
+from .common import BUFSIZE, ConnTracker, announce_ready, die, nodelay
+from .selector_family import SelectorServer
+
+PR_SET_PDEATHSIG = 1
+SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
+
+
+class Supervisor:
+    """Signal plumbing and child bookkeeping shared by fork and prefork."""
+
+    def __init__(self):
+        self.children: set[int] = set()
+        self.sel = selectors.DefaultSelector()
+        self._wake_r, wake_w = socket.socketpair()
+        for s in (self._wake_r, wake_w):
+            s.setblocking(False)
+        self._wake_w = wake_w  # keep it open: it is the wakeup fd
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        # A Python-level handler must exist for the wakeup fd to hear a signal.
+        for sig in SIGNALS:
+            signal.signal(sig, lambda *_: None)
+        self.sel.register(self._wake_r, selectors.EVENT_READ, self._on_signal)
+        self.terminated = False
+
+    def fork(self) -> int:
+        # Signals stay blocked across fork() until the child has its default handlers back, so a
+        # SIGTERM sent to a brand-new child is never swallowed by the parent's no-op handler.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        pid = os.fork()
+        if pid == 0:
+            # The child: default signal behaviour, no wakeup fd, and die with the parent even if
+            # the parent is SIGKILLed (no orphaned servers left holding the port).
+            signal.set_wakeup_fd(-1)
+            for sig in SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            self._wake_r.close()
+            self._wake_w.close()
+            self.sel.close()
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            except (OSError, AttributeError):
+                pass
+        else:
+            self.children.add(pid)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        return pid
+
+    def _on_signal(self, sock):
+        for signum in sock.recv(4096):
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                self.terminated = True
+
+    def reap(self) -> list[tuple[int, int]]:
+        """Collect every exited child: [(pid, exit code)]."""
+        done = []
+        while self.children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            self.children.discard(pid)
+            done.append((pid, os.waitstatus_to_exitcode(status)))
+        return done
+
+    def poll(self):
+        for key, _ in self.sel.select():
+            key.data(key.fileobj)
+
+    def shutdown(self) -> None:
+        for pid in self.children:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for pid in list(self.children):
+            os.waitpid(pid, 0)
+        self.children.clear()
+
+
+def child_exit(serve_fn, *args) -> None:
+    """Run a child's job and leave with os._exit: the child must not fall back into the parent's
+    code (its loop, finally blocks, atexit handlers)."""
+    code = 0
+    try:
+        serve_fn(*args)
+    except BaseException:
+        code = 1
+    os._exit(code)
+
+
+# --- fork: one process per connection ---
+
+
+def echo_blocking(conn, work):
+    with conn:
+        try:
+            while data := conn.recv(BUFSIZE):
+                if work:
+                    work()
+                conn.sendall(data)
+        except ConnectionError:
+            pass
+
+
+def serve_fork(listener, opts):
+    sup = Supervisor()
+    work = opts.work.callable()
+    tracker = ConnTracker()  # opened() per accepted connection, closed() per reaped child
+
+    def accept(listener):
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return
+        nodelay(conn)
+        conn.setblocking(True)
+        if sup.fork() == 0:
+            listener.close()
+            child_exit(echo_blocking, conn, work)
+        conn.close()  # the child has its own copy
+        tracker.opened()
+
+    listener.setblocking(False)
+    sup.sel.register(listener, selectors.EVENT_READ, accept)
+    announce_ready(listener)
+    while not sup.terminated and not tracker.done.is_set():
+        sup.poll()
+        for _ in sup.reap():
+            tracker.closed()
+    sup.shutdown()
+
+
+# --- prefork: N workers, each a selector loop on the shared listen socket ---
+
+
+class ReportingTracker(ConnTracker):
+    """A worker's tracker that also tells the parent, one byte per event on a shared pipe
+    (writes this small are atomic), so the parent can count connections across workers."""
+
+    def __init__(self, pipe_w: int):
+        super().__init__()
+        self.pipe_w = pipe_w
+
+    def opened(self):
+        super().opened()
+        os.write(self.pipe_w, b"+")
+
+    def closed(self):
+        os.write(self.pipe_w, b"-")
+        return super().closed()
+
+
+def serve_prefork(listener, opts):
+    """The seed's prefork has each worker accept one connection under a lock and serve it until
+    it closes, which cannot serve more persistent connections than there are workers. Here each
+    worker runs a selector loop over the connections it accepts from the shared listen socket, as
+    multi-process servers with persistent connections do (nginx and gunicorn's async workers)."""
+    sup = Supervisor()
+    pipe_r, pipe_w = os.pipe()
+    for _ in range(opts.workers):
+        if sup.fork() == 0:
+            os.close(pipe_r)
+            server = SelectorServer(listener, opts.work.callable(), ReportingTracker(pipe_w))
+            child_exit(server.serve_forever)
+    os.close(pipe_w)
+    accepted = open_ = 0
+    failed = None
+
+    def on_report(fd):
+        nonlocal accepted, open_
+        events = os.read(fd, 65536)
+        opened = events.count(b"+")
+        accepted += opened
+        open_ += opened - events.count(b"-")
+
+    sup.sel.register(pipe_r, selectors.EVENT_READ, on_report)
+    announce_ready(listener)
+    while not sup.terminated and not (accepted and not open_):
+        sup.poll()
+        for pid, code in sup.reap():  # a worker must never exit on its own
+            failed = f"prefork: worker {pid} exited with code {code}"
+        if failed:
+            break
+    sup.shutdown()
+    if failed:
+        die(failed)
+
+
+def serve(name, listener, opts):
+    if name == "fork":
+        serve_fork(listener, opts)
+    else:
+        serve_prefork(listener, opts)

@@ -1,0 +1,95 @@
+"""The backends under test: names, families, what each one is.
+
+Importing this module imports no backend (no uvloop, gevent or C++ module): each backend's module
+is imported only when that backend is served, so `netprof list` and argument validation work on a
+machine that lacks an optional dependency.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+_PKG = __name__.rpartition(".")[0]  # "netprof.backends" once installed
+CPP_MODULE = f"{_PKG}._cpp_backends"
+
+# How to get each optional import; the one-line error names this fix.
+FIXES = {
+    "uvloop": "pip install uvloop",
+    "gevent": "pip install gevent",
+    CPP_MODULE: "make setup (builds the C++ backends)",
+}
+
+
+class UnknownBackend(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    family: str
+    description: str
+    module: str  # dotted module with `serve(name, listener, opts) -> None`
+    requires: tuple[str, ...] = ()  # optional imports this backend needs
+    test_only: bool = False
+    multiprocess: bool = False  # children do the serving: probes must follow the process tree
+
+
+def _b(name, family, description, module, requires=(), **kw) -> BackendInfo:
+    return BackendInfo(name, family, description, f"{_PKG}.{module}", tuple(requires), **kw)
+
+
+_ALL = [
+    # The network_ping_test seed's twelve.
+    _b("asyncio", "asyncio", "asyncio streams: start_server, reader.read / writer.write + drain", "asyncio_family"),
+    _b("asyncio_proto", "asyncio", "asyncio Protocol: data_received -> transport.write", "asyncio_family"),
+    _b("asyncio_sock", "asyncio", "asyncio raw sockets: loop.sock_accept / sock_recv / sock_sendall", "asyncio_family"),
+    _b("uvloop", "uvloop", "streams (as asyncio) on uvloop.new_event_loop()", "asyncio_family", ["uvloop"]),
+    _b("uvloop_proto", "uvloop", "Protocol (as asyncio_proto) on uvloop", "asyncio_family", ["uvloop"]),
+    _b("uvloop_sock", "uvloop", "raw sockets (as asyncio_sock) on uvloop", "asyncio_family", ["uvloop"]),
+    _b("gevent", "gevent", "gevent StreamServer, one greenlet per connection", "gevent_backend", ["gevent"]),
+    _b("selector", "selector", "one thread, selectors.DefaultSelector (epoll), callbacks per socket", "selector_family"),
+    _b("thread", "threads", "one blocking thread per connection", "threads"),
+    _b("cpp_epoll", "cpp", "C++ epoll loop, one thread (pybind11, GIL released)", "cpp", [CPP_MODULE]),
+    _b("cpp_poll", "cpp", "C++ poll loop, one thread (pybind11, GIL released)", "cpp", [CPP_MODULE]),
+    _b("cpp_th", "cpp", "C++ std::thread per connection, blocking sockets (pybind11)", "cpp", [CPP_MODULE]),
+    # The socket-patterns seed.
+    _b("select", "selector", "one thread, select.select() (at most ~1000 connections: FD_SETSIZE)", "selector_family"),
+    _b("epoll", "selector", "one thread, select.epoll used directly, level-triggered", "selector_family"),
+    _b("fork", "processes", "a forked process per connection, blocking sockets", "processes", multiprocess=True),
+    _b("prefork", "processes", "--workers pre-forked processes sharing the listen socket, each a selector loop",
+       "processes", multiprocess=True),
+    _b("prethread", "threads", "--workers threads sharing the listen socket, each a selector loop", "threads"),
+    _b("select_prethread", "threads", "select.select() reads, a pool of --workers sender threads replies",
+       "threads"),
+    # For netprof's own tests.
+    _b("unfair", "selector", "TEST ONLY: selector loop that favours its oldest connection (starvation)",
+       "selector_family", test_only=True),
+]
+
+BACKENDS: dict[str, BackendInfo] = {b.name: b for b in _ALL}
+
+
+def names(include_test_only: bool = False) -> list[str]:
+    return [b.name for b in _ALL if include_test_only or not b.test_only]
+
+
+def get(name: str) -> BackendInfo:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise UnknownBackend(f"unknown backend {name!r}; known: {', '.join(names(True))}") from None
+
+
+def missing_requirement(info: BackendInfo) -> str | None:
+    """None if the backend's optional imports work, else a one-line message naming the fix.
+    (This imports them, so call it only when about to serve or when checking a machine.)"""
+    for mod in info.requires:
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            what = "the C++ backends module" if mod == CPP_MODULE else mod
+            return (f"backend {info.name!r} needs {what}, which cannot be imported ({e}); "
+                    f"fix: {FIXES.get(mod, 'pip install ' + mod)}")
+    return None

@@ -1,0 +1,258 @@
+"""Single-threaded readiness loops: `selector` (selectors module), `select` (select.select),
+`epoll` (select.epoll), and the test-only `unfair`.
+
+Each echoes with non-blocking sockets and handles what the textbook examples skip: a send() that
+takes only part of the data (a 64 KiB echo can hit a full socket buffer). The rest is kept, the
+socket waits for writability, and reading from it pauses until the rest is out (backpressure).
+"""
+
+from __future__ import annotations
+
+import select
+import selectors
+import time
+
+from .common import BUFSIZE, ConnTracker, announce_ready, die, exit_on_sigterm, nodelay
+
+
+class SelectorServer:
+    """The echo server from the `selectors` documentation, plus partial sends.
+
+    Also the per-worker loop of `prefork` and `prethread`, which share one listen socket: there a
+    woken accept() may find the connection already taken by another worker, which is fine.
+    """
+
+    def __init__(self, listener, work, tracker: ConnTracker):
+        self.listener, self.work, self.tracker = listener, work, tracker
+        self.sel = selectors.DefaultSelector()
+        self.pending: dict = {}  # conn -> bytes not yet sent
+        listener.setblocking(False)
+        self.sel.register(listener, selectors.EVENT_READ, self.accept)
+
+    def serve_forever(self, until=None):
+        while until is None or not until.is_set():
+            for key, _ in self.sel.select():
+                key.data(key.fileobj)
+
+    def accept(self, listener):
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:  # another worker sharing the listen socket took it
+            return None
+        conn.setblocking(False)
+        nodelay(conn)
+        self.tracker.opened()
+        self.sel.register(conn, selectors.EVENT_READ, self.read)
+        return conn
+
+    def read(self, conn):
+        try:
+            data = conn.recv(BUFSIZE)
+        except BlockingIOError:
+            return
+        except ConnectionError:
+            data = b""
+        if not data:
+            self.close(conn)
+            return
+        if self.work:
+            self.work()
+        self.send(conn, data)
+
+    def send(self, conn, data):
+        try:
+            sent = conn.send(data)
+        except BlockingIOError:
+            sent = 0
+        except ConnectionError:
+            self.close(conn)
+            return
+        if sent < len(data):
+            self.pending[conn] = data[sent:]
+            self.sel.modify(conn, selectors.EVENT_WRITE, self.write)
+
+    def write(self, conn):
+        data = self.pending.pop(conn)
+        self.sel.modify(conn, selectors.EVENT_READ, self.read)
+        self.send(conn, data)
+
+    def close(self, conn):
+        self.sel.unregister(conn)
+        self.pending.pop(conn, None)
+        conn.close()
+        self.tracker.closed()
+
+
+class UnfairServer(SelectorServer):
+    """TEST ONLY, deliberately unfair: the oldest open connection is the favourite. Once it has
+    data, the loop stays on it, echoing as long as its peer answers within STICK_QUIET, for up to
+    STICK_BUDGET, while every other connection waits. Everyone is still served (one message each
+    between the favourite's turns), so runs end and every echo stays correct."""
+
+    STICK_QUIET_MS = 1
+    STICK_BUDGET = 0.1  # seconds
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.conns: dict = {}  # insertion order = accept order
+
+    def accept(self, listener):
+        conn = super().accept(listener)
+        if conn is not None:
+            self.conns[conn] = None
+
+    def close(self, conn):
+        self.conns.pop(conn, None)
+        super().close(conn)
+
+    def read(self, conn):
+        super().read(conn)
+        if not self.conns or conn is not next(iter(self.conns)):
+            return
+        poller = select.poll()
+        poller.register(conn, select.POLLIN)
+        deadline = time.monotonic() + self.STICK_BUDGET
+        while conn in self.conns and conn not in self.pending and time.monotonic() < deadline:
+            if not poller.poll(self.STICK_QUIET_MS):
+                break
+            super().read(conn)
+
+
+def serve_selector(listener, work, server_cls=SelectorServer):
+    tracker = ConnTracker()
+    server = server_cls(listener, work, tracker)
+    announce_ready(listener)
+    server.serve_forever(until=tracker.done)
+
+
+# --- select.select, as in the socket-patterns seed ---
+
+FD_SETSIZE = 1024  # glibc's fd_set; select() cannot watch a higher fd number
+
+
+def check_select_fd(conn):
+    if conn.fileno() >= FD_SETSIZE:
+        die(f"select() cannot watch fd {conn.fileno()} (FD_SETSIZE is {FD_SETSIZE}): the select "
+            "backends serve at most about 1000 connections")
+
+
+def serve_select(listener, work):
+    tracker = ConnTracker()
+    readers, writers, pending = {listener}, set(), {}
+
+    def close(sock):
+        readers.discard(sock)
+        writers.discard(sock)
+        pending.pop(sock, None)
+        sock.close()
+        tracker.closed()
+
+    def send(sock, data):
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except ConnectionError:
+            return close(sock)
+        if sent < len(data):
+            pending[sock] = data[sent:]
+            readers.discard(sock)
+            writers.add(sock)
+
+    listener.setblocking(False)
+    announce_ready(listener)
+    while not tracker.done.is_set():
+        readable, writable, _ = select.select(readers, writers, [])
+        for sock in writable:
+            writers.discard(sock)
+            readers.add(sock)
+            send(sock, pending.pop(sock))
+        for sock in readable:
+            if sock is listener:
+                conn, _ = listener.accept()
+                check_select_fd(conn)
+                conn.setblocking(False)
+                nodelay(conn)
+                tracker.opened()
+                readers.add(conn)
+                continue
+            try:
+                data = sock.recv(BUFSIZE)
+            except ConnectionError:
+                data = b""
+            if not data:
+                close(sock)
+                continue
+            if work:
+                work()
+            send(sock, data)
+
+
+# --- select.epoll, used directly (level-triggered), as in the socket-patterns seed ---
+
+
+def serve_epoll(listener, work):
+    tracker = ConnTracker()
+    ep = select.epoll()
+    conns, pending = {}, {}  # fd -> socket, fd -> unsent bytes
+    lfd = listener.fileno()
+
+    def close(fd):
+        ep.unregister(fd)
+        pending.pop(fd, None)
+        conns.pop(fd).close()
+        tracker.closed()
+
+    def send(fd, data):
+        try:
+            sent = conns[fd].send(data)
+        except BlockingIOError:
+            sent = 0
+        except ConnectionError:
+            return close(fd)
+        if sent < len(data):
+            pending[fd] = data[sent:]
+            ep.modify(fd, select.EPOLLOUT)
+
+    listener.setblocking(False)
+    ep.register(lfd, select.EPOLLIN)
+    announce_ready(listener)
+    while not tracker.done.is_set():
+        for fd, events in ep.poll():
+            if fd == lfd:
+                conn, _ = listener.accept()
+                conn.setblocking(False)
+                nodelay(conn)
+                tracker.opened()
+                conns[conn.fileno()] = conn
+                ep.register(conn.fileno(), select.EPOLLIN)
+            elif fd in pending:
+                if events & (select.EPOLLERR | select.EPOLLHUP) and not events & select.EPOLLOUT:
+                    close(fd)
+                    continue
+                ep.modify(fd, select.EPOLLIN)
+                send(fd, pending.pop(fd))
+            else:
+                try:
+                    data = conns[fd].recv(BUFSIZE)
+                except ConnectionError:
+                    data = b""
+                if not data:
+                    close(fd)
+                    continue
+                if work:
+                    work()
+                send(fd, data)
+
+
+def serve(name, listener, opts):
+    exit_on_sigterm()
+    work = opts.work.callable()
+    if name == "select":
+        serve_select(listener, work)
+    elif name == "epoll":
+        serve_epoll(listener, work)
+    elif name == "unfair":
+        serve_selector(listener, work, UnfairServer)
+    else:
+        serve_selector(listener, work)

@@ -1,0 +1,122 @@
+"""Thread-based models: `thread` (one blocking thread per connection), `prethread` (a fixed pool
+of threads sharing the listen socket) and `select_prethread` (select() reads, a pool of threads
+replies), the last two from the socket-patterns seed.
+
+The main thread waits for "all connections closed" or SIGTERM (common.StopWakeup), then returns;
+the other threads are daemons, so nothing keeps the process alive after that.
+"""
+
+from __future__ import annotations
+
+import queue
+import select
+
+from .common import BUFSIZE, ConnTracker, StopWakeup, announce_ready, fatal, nodelay, start_thread
+from .selector_family import SelectorServer, check_select_fd
+
+
+def serve_thread_per_connection(listener, work, tracker):
+    def handle(conn):
+        with conn:
+            try:
+                while data := conn.recv(BUFSIZE):
+                    if work:
+                        work()
+                    conn.sendall(data)
+            except ConnectionError:
+                pass
+        tracker.closed()
+
+    def accept_loop():
+        try:
+            while True:
+                conn, _ = listener.accept()
+                nodelay(conn)
+                tracker.opened()
+                start_thread(handle, conn)
+        except (OSError, RuntimeError) as e:  # EMFILE, "can't start new thread"
+            fatal(f"thread: cannot accept and start a thread for connection {tracker.accepted}: {e}")
+
+    start_thread(accept_loop)
+
+
+def serve_prethread(listener, work, tracker, workers):
+    """The seed's prethread has each pool thread accept one connection and serve it until it
+    closes, so a pool smaller than the connection count leaves the rest unserved for the whole
+    (persistent-connection) run. Here each pool thread runs its own selector loop over the
+    connections it accepted from the shared listen socket: the same fixed pool, but it serves any
+    number of connections ("one loop per thread", as memcached or netty worker groups do)."""
+    def worker():
+        try:
+            SelectorServer(listener, work, tracker).serve_forever()
+        except OSError as e:  # EMFILE and the like: fail loudly rather than serve with one thread less
+            fatal(f"prethread: a worker thread failed: {e}")
+
+    for _ in range(workers):
+        start_thread(worker)
+
+
+def serve_select_prethread(listener, work, tracker, workers, stop):
+    """select() in the main loop thread reads; sender threads do the work and send the reply, so a
+    slow reply does not hold up reading. The seed feeds all senders from one queue; that can
+    reorder two chunks of the same connection, so here a connection always goes to the same
+    sender (queues[fd % workers]), which keeps its bytes in order. The sender also closes the
+    socket, after anything still queued for it, so an fd number is never reused under a sender."""
+    queues = [queue.SimpleQueue() for _ in range(workers)]
+
+    def sender(q):
+        while True:
+            conn, data = q.get()
+            if data is None:
+                conn.close()
+                continue
+            if work:
+                work()
+            try:
+                conn.sendall(data)
+            except OSError:  # reset by the peer: the reader sees EOF and queues the close
+                pass
+
+    for q in queues:
+        start_thread(sender, q)
+    readers = {listener, stop.sock}
+    while not tracker.done.is_set():
+        readable, _, _ = select.select(readers, [], [])
+        for sock in readable:
+            if sock is stop.sock:
+                if stop.woken():
+                    return
+                continue
+            if sock is listener:
+                conn, _ = listener.accept()
+                check_select_fd(conn)
+                nodelay(conn)
+                tracker.opened()
+                readers.add(conn)
+                continue
+            try:
+                data = sock.recv(BUFSIZE)
+            except ConnectionError:
+                data = b""
+            q = queues[sock.fileno() % workers]
+            if data:
+                q.put((sock, data))
+            else:
+                readers.discard(sock)
+                q.put((sock, None))
+                tracker.closed()
+
+
+def serve(name, listener, opts):
+    stop = StopWakeup()
+    work = opts.work.callable()
+    tracker = ConnTracker(on_done=stop.notify)
+    announce_ready(listener)  # listening already; connections queue until the threads accept
+    if name == "thread":
+        serve_thread_per_connection(listener, work, tracker)
+    elif name == "prethread":
+        serve_prethread(listener, work, tracker, opts.workers)
+    else:
+        serve_select_prethread(listener, work, tracker, opts.workers, stop)
+        return
+    stop.wait()  # SIGTERM, or the last connection closed

@@ -1,0 +1,211 @@
+#include "protocol.hpp"
+
+#include <arpa/inet.h>
+
+#include <climits>
+#include <cmath>
+#include <set>
+
+namespace netprof {
+
+bool parse_ipv4(const std::string& s, in_addr* out) { return inet_pton(AF_INET, s.c_str(), out) == 1; }
+
+bool parse_hostport(const std::string& s, sockaddr_in* out) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon + 1 == s.size() || s.size() - colon - 1 > 5) return false;
+  std::string host = s.substr(0, colon), port = s.substr(colon + 1);
+  for (char c : port)
+    if (c < '0' || c > '9') return false;
+  long p = std::stol(port);
+  in_addr a{};
+  if (p < 0 || p > 65535 || !parse_ipv4(host, &a)) return false;
+  *out = sockaddr_in{};
+  out->sin_family = AF_INET;
+  out->sin_port = htons(uint16_t(p));
+  out->sin_addr = a;
+  return true;
+}
+
+namespace {
+
+// Each field checker returns false with *why set; all messages name the field and the rule.
+bool get_int(const json& o, const char* key, long lo, long hi, int* out, std::string* why) {
+  auto it = o.find(key);
+  if (it == o.end()) return true;
+  if (!it->is_number_integer()) {
+    *why = std::string(key) + " must be an integer";
+    return false;
+  }
+  long v = it->is_number_unsigned() ? long(std::min<uint64_t>(it->get<uint64_t>(), uint64_t(LONG_MAX)))
+                                    : it->get<long>();
+  if (v < lo || v > hi) {
+    *why = std::string(key) + " must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
+           it->dump();
+    return false;
+  }
+  *out = int(v);
+  return true;
+}
+
+bool get_num(const json& o, const char* key, double lo, double hi, double* out, std::string* why) {
+  auto it = o.find(key);
+  if (it == o.end()) return true;
+  if (!it->is_number()) {
+    *why = std::string(key) + " must be a number";
+    return false;
+  }
+  double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    json lo_j = lo, hi_j = hi;
+    *why = std::string(key) + " must be in " + lo_j.dump() + ".." + hi_j.dump() + ", got " + it->dump();
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool get_str(const json& o, const char* key, std::string* out, std::string* why) {
+  auto it = o.find(key);
+  if (it == o.end()) return true;
+  if (!it->is_string()) {
+    *why = std::string(key) + " must be a string";
+    return false;
+  }
+  *out = it->get<std::string>();
+  return true;
+}
+
+}  // namespace
+
+bool parse_request(std::string_view line, Request* out, std::string* why) {
+  if (line.size() > kMaxLine) {
+    *why = "line too long (limit " + std::to_string(kMaxLine) + " bytes)";
+    return false;
+  }
+  json obj = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (obj.is_discarded()) {
+    *why = "malformed JSON";
+    return false;
+  }
+  return parse_request_obj(obj, out, why);
+}
+
+bool parse_request_obj(const json& o, Request* out, std::string* why) {
+  if (!o.is_object()) {
+    *why = "request must be a JSON object";
+    return false;
+  }
+  std::string cmd;
+  if (!o.contains("cmd")) {
+    *why = "missing field cmd (\"run\" or \"ping\")";
+    return false;
+  }
+  if (!get_str(o, "cmd", &cmd, why)) return false;
+  static const std::set<std::string> ping_fields{"cmd"};
+  static const std::set<std::string> run_fields{"cmd",      "target",   "connections", "msize",
+                                                "duration", "warmup",   "pipeline",    "think",
+                                                "connect_timeout", "sources"};
+  const std::set<std::string>* allowed;
+  if (cmd == "ping") {
+    out->cmd = Request::Ping;
+    allowed = &ping_fields;
+  } else if (cmd == "run") {
+    out->cmd = Request::Run;
+    allowed = &run_fields;
+  } else {
+    *why = "unknown cmd '" + cmd + "' (expected run or ping)";
+    return false;
+  }
+  for (auto& [k, v] : o.items()) {
+    (void)v;
+    if (!allowed->count(k)) {
+      *why = "unknown field '" + k + "' for cmd " + cmd;
+      return false;
+    }
+  }
+  if (out->cmd == Request::Ping) return true;
+
+  RunRequest r;
+  if (!o.contains("target") || !o.contains("connections")) {
+    *why = "run needs target and connections";
+    return false;
+  }
+  if (!get_str(o, "target", &r.target, why)) return false;
+  if (!parse_hostport(r.target, &r.target_addr) || ntohs(r.target_addr.sin_port) == 0) {
+    *why = "target must be IPv4:port with port 1..65535, got '" + r.target + "'";
+    return false;
+  }
+  if (!get_int(o, "connections", 1, 1'000'000, &r.connections, why) ||
+      !get_int(o, "msize", 1, 1 << 20, &r.msize, why) ||
+      !get_num(o, "duration", 0.1, 86400, &r.duration, why) ||
+      !get_num(o, "warmup", 0, 3600, &r.warmup, why) ||
+      !get_int(o, "pipeline", 1, 1024, &r.pipeline, why) ||
+      !get_str(o, "think", &r.think_spec, why) ||
+      !get_num(o, "connect_timeout", 0.1, 600, &r.connect_timeout, why))
+    return false;
+  auto think = Think::parse(r.think_spec, why);
+  if (!think) return false;
+  r.think = *think;
+  if (auto it = o.find("sources"); it != o.end()) {
+    if (!it->is_array() || it->empty() || it->size() > 256) {
+      *why = "sources must be a non-empty list (at most 256) of IPv4 addresses";
+      return false;
+    }
+    r.sources.clear();
+    for (auto& s : *it) {
+      in_addr a{};
+      if (!s.is_string() || !parse_ipv4(s.get<std::string>(), &a)) {
+        *why = "sources entry " + s.dump() + " is not an IPv4 address string";
+        return false;
+      }
+      r.sources.push_back(s.get<std::string>());
+    }
+  }
+  for (auto& s : r.sources) {
+    in_addr a{};
+    parse_ipv4(s, &a);
+    r.source_addrs.push_back(a);
+  }
+  out->run = std::move(r);
+  return true;
+}
+
+namespace {
+double us(double ns) { return std::round(ns) / 1000.0; }  // ns -> µs, 1 ns resolution
+double r6(double x) { return std::round(x * 1e6) / 1e6; }
+}  // namespace
+
+json stats_json(const Stats& s) {
+  const Histogram& h = s.latency;
+  json lat = {{"p50", us(h.quantile(0.50))}, {"p90", us(h.quantile(0.90))}, {"p95", us(h.quantile(0.95))},
+              {"p99", us(h.quantile(0.99))}, {"p999", us(h.quantile(0.999))}, {"max", us(double(h.max()))},
+              {"mean", us(h.mean())},        {"count", h.count()}};
+  return {{"connections", s.connections},
+          {"connected", s.connected},
+          {"messages", s.messages},
+          {"duration_s", r6(s.duration_s)},
+          {"msgs_per_sec", s.duration_s > 0 ? std::round(double(s.messages) / s.duration_s * 10) / 10 : 0.0},
+          {"msize", s.msize},
+          {"pipeline", s.pipeline},
+          {"per_conn_messages", s.per_conn_messages},
+          {"latency_us", lat},
+          {"errors",
+           {{"connect", s.errors.connect},
+            {"reset", s.errors.reset},
+            {"timeout", s.errors.timeout},
+            {"mismatch", s.errors.mismatch}}},
+          {"setup_s", r6(s.setup_s)},
+          {"warmup_s", r6(s.warmup_s)},
+          {"loader_cpu", {{"user_s", r6(s.user_s)}, {"sys_s", r6(s.sys_s)}, {"cpu_frac", r6(s.cpu_frac)}}},
+          {"t_start", r6(s.t_start)},
+          {"t_stop", r6(s.t_stop)},
+          {"aborted", s.aborted}};
+}
+
+json event(const char* name) { return {{"event", name}}; }
+json event_at(const char* name, double t) { return {{"event", name}, {"t", r6(t)}}; }
+json error_event(const char* kind, const std::string& message) {
+  return {{"event", "error"}, {"error", kind}, {"message", message}};
+}
+
+}  // namespace netprof

@@ -1,0 +1,83 @@
+// The control protocol, loader side: request parsing/validation and the JSON of events and stats.
+// The contract is cpp_server/PROTOCOL.md; netprof.profiler.loader_client is the other side.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "histogram.hpp"
+#include "think.hpp"
+
+namespace netprof {
+
+using json = nlohmann::ordered_json;  // keys in the order PROTOCOL.md shows them
+
+constexpr int kProtocolVersion = 1;
+constexpr size_t kMaxLine = 64 * 1024;  // client -> loader lines
+
+// Error kinds (PROTOCOL.md).
+namespace err {
+constexpr const char* kBadRequest = "bad_request";
+constexpr const char* kConnect = "connect";
+constexpr const char* kBackendGone = "backend_gone";
+constexpr const char* kInternal = "internal";
+}  // namespace err
+
+struct RunRequest {
+  std::string target;
+  sockaddr_in target_addr{};
+  int connections = 0;
+  int msize = 64;
+  double duration = 10.0;
+  double warmup = 1.0;
+  int pipeline = 1;
+  std::string think_spec = "none";
+  Think think;
+  double connect_timeout = 10.0;
+  std::vector<std::string> sources{"127.0.0.1"};
+  std::vector<in_addr> source_addrs;
+};
+
+struct Request {
+  enum Cmd { Ping, Run } cmd = Ping;
+  RunRequest run;
+};
+
+// Parses and validates one request line. On failure returns false and a one-line reason
+// (the error kind is always bad_request).
+bool parse_request(std::string_view line, Request* out, std::string* why);
+// Same, for an already-parsed object (the one-shot CLI builds one from its flags).
+bool parse_request_obj(const json& obj, Request* out, std::string* why);
+
+bool parse_ipv4(const std::string& s, in_addr* out);
+bool parse_hostport(const std::string& s, sockaddr_in* out);
+
+struct Errors {
+  uint64_t connect = 0, reset = 0, timeout = 0, mismatch = 0;
+};
+
+struct Stats {
+  int connections = 0, connected = 0;
+  uint64_t messages = 0;
+  double duration_s = 0;
+  int msize = 0, pipeline = 1;
+  std::vector<uint64_t> per_conn_messages;
+  Histogram latency;  // ns, messages completed inside the window
+  Errors errors;
+  double setup_s = 0, warmup_s = 0;
+  double user_s = 0, sys_s = 0, cpu_frac = 0;
+  double t_start = 0, t_stop = 0;
+  bool aborted = false;
+};
+
+json stats_json(const Stats& s);
+json event(const char* name);                        // {"event": name}
+json event_at(const char* name, double t);           // {"event": name, "t": t}
+json error_event(const char* kind, const std::string& message);
+
+}  // namespace netprof

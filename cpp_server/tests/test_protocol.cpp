@@ -1,0 +1,158 @@
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include "protocol.hpp"
+
+using namespace netprof;
+
+namespace {
+std::string why_of(const std::string& line) {
+  Request r;
+  std::string why;
+  EXPECT_FALSE(parse_request(line, &r, &why)) << line;
+  return why;
+}
+Request ok(const std::string& line) {
+  Request r;
+  std::string why;
+  EXPECT_TRUE(parse_request(line, &r, &why)) << line << ": " << why;
+  return r;
+}
+}  // namespace
+
+TEST(Protocol, PingAndDefaults) {
+  EXPECT_EQ(ok(R"({"cmd":"ping"})").cmd, Request::Ping);
+  Request r = ok(R"({"cmd":"run","target":"127.0.0.1:5000","connections":100})");
+  ASSERT_EQ(r.cmd, Request::Run);
+  EXPECT_EQ(r.run.connections, 100);
+  EXPECT_EQ(r.run.msize, 64);
+  EXPECT_EQ(r.run.duration, 10.0);
+  EXPECT_EQ(r.run.warmup, 1.0);
+  EXPECT_EQ(r.run.pipeline, 1);
+  EXPECT_EQ(r.run.think.kind, Think::None);
+  EXPECT_EQ(r.run.connect_timeout, 10.0);
+  ASSERT_EQ(r.run.source_addrs.size(), 1u);
+  EXPECT_EQ(ntohs(r.run.target_addr.sin_port), 5000);
+  EXPECT_EQ(ntohl(r.run.target_addr.sin_addr.s_addr), 0x7f000001u);
+}
+
+TEST(Protocol, FullRequest) {
+  Request r = ok(R"({"cmd":"run","target":"127.0.0.2:1","connections":1000000,"msize":1048576,
+    "duration":0.1,"warmup":0,"pipeline":1024,"think":"uniform:10-20.5","connect_timeout":600,
+    "sources":["127.0.0.1","127.0.0.3"]})");
+  EXPECT_EQ(r.run.msize, 1 << 20);
+  EXPECT_EQ(r.run.pipeline, 1024);
+  EXPECT_EQ(r.run.think.kind, Think::Uniform);
+  EXPECT_EQ(r.run.think.b_us, 20.5);
+  EXPECT_EQ(r.run.source_addrs.size(), 2u);
+  EXPECT_EQ(ok(R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"duration":3})").run.duration, 3.0);
+}
+
+TEST(Protocol, Malformed) {
+  EXPECT_EQ(why_of("{"), "malformed JSON");
+  EXPECT_EQ(why_of(""), "malformed JSON");
+  EXPECT_EQ(why_of("\xff\xfe"), "malformed JSON");
+  EXPECT_NE(why_of("[1,2]").find("object"), std::string::npos);
+  EXPECT_NE(why_of("42").find("object"), std::string::npos);
+  EXPECT_NE(why_of(R"({"target":"127.0.0.1:1"})").find("cmd"), std::string::npos);
+  EXPECT_NE(why_of(R"({"cmd":"jump"})").find("unknown cmd"), std::string::npos);
+  EXPECT_NE(why_of(R"({"cmd":5})").find("cmd must be a string"), std::string::npos);
+}
+
+TEST(Protocol, UnknownFields) {
+  EXPECT_NE(why_of(R"({"cmd":"ping","x":1})").find("unknown field 'x'"), std::string::npos);
+  EXPECT_NE(why_of(R"({"cmd":"run","target":"127.0.0.1:1","connections":1,"conections":2})").find("conections"),
+            std::string::npos);
+}
+
+TEST(Protocol, WrongTypes) {
+  const char* base = R"({"cmd":"run","target":"127.0.0.1:1","connections":1,)";
+  EXPECT_NE(why_of(std::string(base) + R"("msize":"64"})").find("msize must be an integer"), std::string::npos);
+  EXPECT_NE(why_of(std::string(base) + R"("msize":64.0})").find("msize must be an integer"), std::string::npos);
+  EXPECT_NE(why_of(std::string(base) + R"("pipeline":true})").find("pipeline must be an integer"), std::string::npos);
+  EXPECT_NE(why_of(std::string(base) + R"("duration":"10"})").find("duration must be a number"), std::string::npos);
+  EXPECT_NE(why_of(std::string(base) + R"("duration":null})").find("duration must be a number"), std::string::npos);
+  EXPECT_NE(why_of(std::string(base) + R"("think":1})").find("think must be a string"), std::string::npos);
+  EXPECT_NE(why_of(std::string(base) + R"("sources":"127.0.0.1"})").find("sources"), std::string::npos);
+  EXPECT_NE(why_of(std::string(base) + R"("sources":[1]})").find("sources"), std::string::npos);
+  EXPECT_NE(why_of(R"({"cmd":"run","target":5,"connections":1})").find("target must be a string"), std::string::npos);
+}
+
+TEST(Protocol, OutOfRange) {
+  const std::string base = R"({"cmd":"run","target":"127.0.0.1:1",)";
+  EXPECT_NE(why_of(base + R"("connections":0})").find("connections must be in 1..1000000"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1000001})").find("connections"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":-5})").find("connections"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":18446744073709551615})").find("connections"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"msize":0})").find("msize"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"msize":1048577})").find("msize"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"duration":0.05})").find("duration"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"duration":1e9})").find("duration"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"warmup":-1})").find("warmup"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"pipeline":1025})").find("pipeline"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"connect_timeout":0})").find("connect_timeout"), std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1,"sources":[]})").find("sources"), std::string::npos);
+}
+
+TEST(Protocol, Targets) {
+  for (const char* t : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536", "localhost:80", "127.0.0.1:-1",
+                        "127.0.0.1:80x", "::1:80", "127.0.0.1:0000080"})
+    EXPECT_NE(why_of(std::string(R"({"cmd":"run","connections":1,"target":")") + t + "\"}").find("target"),
+              std::string::npos)
+        << t;
+  EXPECT_EQ(ntohs(ok(R"({"cmd":"run","connections":1,"target":"10.1.2.3:65535"})").run.target_addr.sin_port), 65535);
+}
+
+TEST(Protocol, Think) {
+  std::string why;
+  EXPECT_EQ(Think::parse("none", &why)->kind, Think::None);
+  EXPECT_EQ(Think::parse("fixed:2000", &why)->a_us, 2000);
+  EXPECT_EQ(Think::parse("poisson:50", &why)->kind, Think::Poisson);
+  auto u = Think::parse("uniform:5-10", &why);
+  EXPECT_EQ(u->a_us, 5);
+  EXPECT_EQ(u->b_us, 10);
+  for (const char* bad : {"", "fixed", "fixed:", "fixed:-1", "fixed:abc", "uniform:10-5", "uniform:5", "poisson:1e9",
+                          "sometimes", "none:1", "fixed:1x"})
+    EXPECT_FALSE(Think::parse(bad, &why)) << bad;
+  EXPECT_FALSE(Think::parse("fixed:0", &why)->active());
+  std::mt19937_64 rng(1);
+  auto p = *Think::parse("poisson:100", &why);
+  double sum = 0;
+  for (int i = 0; i < 100000; i++) sum += double(p.sample_ns(rng));
+  EXPECT_NEAR(sum / 100000, 100e3, 2e3);  // mean 100 µs
+  auto f = *Think::parse("uniform:10-20", &why);
+  for (int i = 0; i < 1000; i++) {
+    uint64_t v = f.sample_ns(rng);
+    EXPECT_GE(v, 10000u);
+    EXPECT_LE(v, 20000u);
+  }
+}
+
+TEST(Protocol, LineTooLong) {
+  std::string line = R"({"cmd":"ping","pad":")" + std::string(kMaxLine, 'x') + "\"}";
+  EXPECT_NE(why_of(line).find("line too long"), std::string::npos);
+}
+
+TEST(Protocol, StatsJsonShape) {
+  Stats s;
+  s.connections = 3;
+  s.connected = 2;
+  s.messages = 30;
+  s.duration_s = 2;
+  s.per_conn_messages = {10, 20, 0};
+  for (int i = 1; i <= 30; i++) s.latency.record(uint64_t(i) * 1000);
+  json j = stats_json(s);
+  for (const char* k : {"connections", "connected", "messages", "duration_s", "msgs_per_sec", "msize", "pipeline",
+                        "per_conn_messages", "latency_us", "errors", "setup_s", "warmup_s", "loader_cpu", "t_start",
+                        "t_stop", "aborted"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["msgs_per_sec"], 15.0);
+  EXPECT_EQ(j["per_conn_messages"].size(), 3u);
+  for (const char* k : {"p50", "p90", "p95", "p99", "p999", "max", "mean", "count"})
+    EXPECT_TRUE(j["latency_us"].contains(k)) << k;
+  EXPECT_NEAR(j["latency_us"]["p50"].get<double>(), 15.0, 0.15);
+  EXPECT_EQ(j["latency_us"]["max"], 30.0);
+  EXPECT_EQ(j["latency_us"]["count"], 30);
+  for (const char* k : {"connect", "reset", "timeout", "mismatch"}) EXPECT_EQ(j["errors"][k], 0);
+  EXPECT_EQ(error_event(err::kBackendGone, "x")["error"], "backend_gone");
+}

@@ -1,0 +1,110 @@
+"""What every probe set shares: availability checks, errors, loading a `*.bpf.c` file, syscall names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TRACEFS = "/sys/kernel/tracing"
+# x86_64 syscall numbers are below 512; the last slot collects anything out of range.
+NR_SLOTS = 512
+OTHER_SLOT = NR_SLOTS - 1
+NO_PROBES = "or run with --no-probes"
+
+
+class ProbeError(RuntimeError):
+    """Probes cannot be loaded or attached; the message says how to fix it."""
+
+
+def _tracefs_ready() -> bool:
+    return os.path.isdir(os.path.join(TRACEFS, "events", "sched"))
+
+
+def _prerequisites() -> str | None:
+    if os.geteuid() != 0:
+        return f"BPF probes need root (or CAP_BPF+CAP_PERFMON): run as root, {NO_PROBES}"
+    try:
+        import bcc  # noqa: F401
+    except Exception as e:  # ImportError, or libbcc.so missing
+        return (f"BCC's `bcc` module is not importable ({e}): run `make setup` (Debian python3-bpfcc) "
+                f"and use .venv/bin/python, {NO_PROBES}")
+    build = f"/lib/modules/{os.uname().release}/build/include"
+    if not os.path.isdir(build):
+        return f"no kernel headers for BCC at {build}: run `make setup` (links Debian's headers), {NO_PROBES}"
+    return None
+
+
+_checked: list[str | None] = []
+
+
+def check_available() -> str | None:
+    """None if the probes can run here, else one line: what is missing and the fix.
+
+    Checks the prerequisites, mounts tracefs if needed, then really compiles and attaches the
+    counting set once per process (~0.5 s) so header or verifier trouble shows up here.
+    """
+    why = _prerequisites()
+    if why:
+        return why
+    if not _checked:
+        try:
+            from .counting import CountingProbes
+
+            CountingProbes(track_children=False).close()
+            _checked.append(None)
+        except ProbeError as e:
+            _checked.append(str(e))
+    return _checked[0]
+
+
+def ensure_tracefs() -> None:
+    """Mount tracefs when it is missing (BCC's tracepoints and perf's need it); root only."""
+    if _tracefs_ready() or os.path.isdir("/sys/kernel/debug/tracing/events/sched"):
+        return
+    r = subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], capture_output=True, text=True)
+    if r.returncode != 0 or not _tracefs_ready():
+        raise ProbeError(f"tracefs is not mounted and mounting it failed ({r.stderr.strip()}): "
+                         f"`mount -t tracefs nodev {TRACEFS}` as root, {NO_PROBES}")
+
+
+def load(src: str, cflags: list[str]):
+    """Compile and load probes/<src> (auto-attaches its *_PROBE programs). Raises ProbeError."""
+    why = _prerequisites()
+    if why:
+        raise ProbeError(why)
+    ensure_tracefs()
+    from bcc import BPF
+
+    try:
+        return BPF(src_file=str(HERE / src).encode(), cflags=[f"-DNR_SLOTS={NR_SLOTS}", *cflags])
+    except Exception as e:
+        raise ProbeError(f"cannot load {src}: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
+                         f"(kernel headers usable by BCC? run `make setup`; {NO_PROBES})") from e
+
+
+_NAMES: dict[int, str] = {}
+
+
+def syscall_name(nr: int) -> str:
+    """The one syscall table: BCC's bcc.syscall (x86_64). Unknown numbers read `syscall_<nr>`."""
+    if nr == OTHER_SLOT:
+        return "other"
+    name = _NAMES.get(nr)
+    if name is None:
+        from bcc.syscall import syscalls
+
+        raw = syscalls.get(nr)
+        name = raw.decode() if raw else f"syscall_{nr}"
+        _NAMES[nr] = name
+    return name
+
+
+def syscall_number(name: str) -> int:
+    from bcc.syscall import syscalls
+
+    for nr, raw in syscalls.items():
+        if raw.decode() == name:
+            return nr
+    raise ValueError(f"unknown syscall {name!r} (names come from bcc.syscall)")

@@ -1,0 +1,190 @@
+"""The counting set: every syscall of the target process tree (count, wall time, on-CPU time),
+context switches, migrations and on-CPU time, from probes/counting.bpf.c.
+
+Exact (event counts, every event seen): syscall counts, voluntary/involuntary switches (the kernel's
+own split), migrations of threads the probes have seen, forks/exits of the tree.
+Measured with bpf_ktime_get_ns (exact up to the probe placement): syscall wall time (enter→exit,
+blocking included), on-CPU time inside syscalls. Approximate: `oncpu_s` is accounted at each
+syscall exit and switch-out, so a window edge can miss the time since the tree's last syscall
+(microseconds for a busy server); time of a syscall in flight at a window edge lands in the window
+where it ends; interrupts/softirqs taken while the tree runs count as its time (as the kernel does).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .base import NR_SLOTS, ProbeError, load, syscall_name
+
+NS = 1e-9
+_CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits")
+
+
+@dataclass
+class Snapshot:
+    """Cumulative counters since the last target(); `t` is time.monotonic() when read."""
+
+    t: float
+    pid: int
+    syscalls: dict[int, tuple[int, int, int]]  # nr -> (count, wall ns, on-CPU ns)
+    cpu: dict[str, int]  # _CPU_FIELDS, summed over CPUs
+
+
+@dataclass
+class ProbeDelta:
+    """What the target tree did between two snapshots."""
+
+    window_s: float  # b.t - a.t
+    syscalls: dict[str, int]  # name -> count (non-zero only)
+    syscall_time_s: dict[str, float]  # name -> seconds between enter and exit (blocking included)
+    syscall_oncpu_s: dict[str, float]  # name -> seconds of that on a CPU (kernel time in the syscall)
+    ctx_voluntary: int  # switches out while blocking (prev_state != RUNNING and not preempted)
+    ctx_involuntary: int  # preempted (or yielded while runnable)
+    migrations: int  # sched_migrate_task events of the tree's threads
+    oncpu_s: float  # BPF-measured on-CPU time of the tree (user + kernel)
+    forks: int = 0  # processes that joined the tree (track_children)
+    exits: int = 0  # processes of the tree that exited
+
+    @property
+    def total_syscalls(self) -> int:
+        return sum(self.syscalls.values())
+
+    @property
+    def in_syscalls_s(self) -> float:
+        """On-CPU time inside syscalls (exact: enter→exit minus the time switched out)."""
+        return sum(self.syscall_oncpu_s.values())
+
+    @property
+    def outside_syscalls_s(self) -> float:
+        """On-CPU time outside syscalls: user code plus page faults and interrupts in user mode."""
+        return max(0.0, self.oncpu_s - self.in_syscalls_s)
+
+    def cpu_split(self, proc_sys_s: float | None = None) -> dict[str, float]:
+        """On-CPU time as {'syscall_s', 'other_kernel_s', 'user_s'}.
+
+        `syscall_s` is BPF-exact. Without `proc_sys_s`, everything outside syscalls is reported as
+        user (an upper bound). With the /proc system time of the same window (proc_cpu_times delta,
+        tick-sampled), other kernel time ≈ proc_sys_s − syscall_s, clamped to [0, outside].
+        """
+        outside = self.outside_syscalls_s
+        other = 0.0 if proc_sys_s is None else min(outside, max(0.0, proc_sys_s - self.in_syscalls_s))
+        return {"syscall_s": self.in_syscalls_s, "other_kernel_s": other, "user_s": outside - other}
+
+
+def delta(a: Snapshot, b: Snapshot) -> ProbeDelta:
+    if a.pid != b.pid:
+        raise ValueError(f"snapshots of different targets ({a.pid} vs {b.pid})")
+    calls: dict[str, int] = {}
+    wall: dict[str, float] = {}
+    oncpu: dict[str, float] = {}
+    for nr, (n1, w1, c1) in b.syscalls.items():
+        n0, w0, c0 = a.syscalls.get(nr, (0, 0, 0))
+        if n1 - n0 or w1 - w0:
+            name = syscall_name(nr)
+            calls[name] = n1 - n0
+            wall[name] = (w1 - w0) * NS
+            oncpu[name] = (c1 - c0) * NS
+    d = {k: b.cpu[k] - a.cpu[k] for k in _CPU_FIELDS}
+    return ProbeDelta(
+        window_s=b.t - a.t, syscalls={k: v for k, v in calls.items() if v}, syscall_time_s=wall,
+        syscall_oncpu_s=oncpu, ctx_voluntary=d["vol"], ctx_involuntary=d["invol"],
+        migrations=d["migrations"], oncpu_s=d["oncpu_ns"] * NS, forks=d["forks"], exits=d["exits"],
+    )
+
+
+class CountingProbes:
+    """Compile once (~1 s), then target() a backend tree and snapshot() around each window.
+
+    `with CountingProbes() as p:` detaches everything on exit, also on errors and Ctrl-C.
+    """
+
+    def __init__(self, track_children: bool = True) -> None:
+        self.track_children = track_children
+        self.pid = 0
+        self._gen = 0
+        self.bpf = load("counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}"])
+        try:
+            self._cfg, self._sc, self._cpu = self.bpf[b"cfg"], self.bpf[b"sc"], self.bpf[b"cpu"]
+            self._children, self._tids = self.bpf[b"children"], self.bpf[b"tids"]
+            self._keys = [self._sc.Key(i) for i in range(NR_SLOTS)]
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_cfg(self, tgid: int, nchildren: int) -> None:
+        v = self._cfg.Leaf()
+        v.tgid, v.nchildren, v.gen = tgid, nchildren, self._gen
+        self._cfg[self._cfg.Key(0)] = v
+
+    def target(self, pid: int) -> None:
+        """Watch `pid` and (track_children) its descendants, existing ones included; zeroes counters."""
+        if self.bpf is None:
+            raise ProbeError("probes are closed")
+        self._set_cfg(0, 0)  # stop counting while the maps are reset
+        self._children.clear()
+        self._tids.clear()
+        for k in self._keys:
+            self._sc[k] = self._sc.Leaf()
+        leaf = self._cpu.Leaf()
+        now = time.monotonic_ns()  # same clock as bpf_ktime_get_ns
+        for c in leaf:
+            c.mark_ns = now
+        self._cpu[self._cpu.Key(0)] = leaf
+        kids = _descendants(pid) if self.track_children else []
+        for k in kids:
+            self._children[self._children.Key(k)] = self._children.Leaf(1)
+        self._gen += 1
+        self.pid = pid
+        self._set_cfg(pid, len(kids))
+
+    def snapshot(self) -> Snapshot:
+        if self.bpf is None:
+            raise ProbeError("probes are closed")
+        calls: dict[int, tuple[int, int, int]] = {}
+        getvalue = self._sc.getvalue
+        for i, k in enumerate(self._keys):
+            vals = getvalue(k)
+            n = sum(v.count for v in vals)
+            if n:
+                calls[i] = (n, sum(v.ns for v in vals), sum(v.oncpu_ns for v in vals))
+        per_cpu = self._cpu.getvalue(self._cpu.Key(0))
+        cpu = {f: sum(getattr(v, f) for v in per_cpu) for f in _CPU_FIELDS}
+        return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu)
+
+    def close(self) -> None:
+        bpf, self.bpf = getattr(self, "bpf", None), None
+        if bpf is not None:
+            bpf.cleanup()
+
+    def __enter__(self) -> "CountingProbes":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def per_message_notation(per_msg: dict[str, float]) -> str:
+    """The seed's notation: {'sendto': 1.0, 'recvfrom': 1.0, 'epoll_wait': 0.01} →
+    "sendto + recvfrom + 0.01 × epoll_wait". Terms below 0.005 are dropped, coefficients that round
+    to 1 are printed bare, larger (rounded) values first, ties in the input order."""
+    def coef(v: float) -> float:
+        return round(v, 2) if v < 10 else round(v, 1) if v < 100 else float(round(v))
+
+    terms = []
+    for name, c in sorted(((n, coef(v)) for n, v in per_msg.items() if v >= 0.005), key=lambda t: -t[1]):
+        text = f"{c:.2f}".rstrip("0").rstrip(".")
+        terms.append(name if text == "1" else f"{text} × {name}")
+    return " + ".join(terms)

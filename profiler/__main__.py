@@ -1,0 +1,3 @@
+from netprof.profiler.cli import main
+
+main()

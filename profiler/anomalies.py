@@ -1,0 +1,725 @@
+"""Anomaly rules: each one looks at the measured cells and, when something is off, says what it is,
+why it happens and which numbers (and stacks, and source lines) prove it.
+
+A rule is a small function registered with `@rule(id)`; it receives a `Context` (the per-cell table,
+the raw rows, per-connection counts, meta, stacks) and returns `Anomaly` objects. Every threshold
+lives in `Thresholds` below, so tuning happens in one place. `detect()` runs them all and returns
+plain dicts (the JSON summary's `anomalies`), most severe first.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+import platform
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from netprof.profiler import stats
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # starvation: fair service gives Jain ≈ 1 and active_share ≈ 0.95
+    starvation_jain: float = 0.5
+    starvation_active_share: float = 0.5
+    starvation_min_connections: int = 4      # below this, shares are too coarse to judge
+    starvation_idle_share: float = 0.05      # connections that got no message at all in the window
+    # eager read: epoll_ctl/msg below this fraction of what register-per-read implies
+    eager_read_fraction: float = 0.25
+    sock_recv_model_epoll_ctl: float = 2.0   # add_reader + remove_reader around every waiting read
+    # readiness churn: register/unregister per read
+    readiness_churn_epoll_ctl: float = 1.5
+    # allocator churn: mmap + munmap + mremap + brk per message
+    mmap_churn: float = 0.5
+    # lock contention
+    futex_per_msg: float = 1.0
+    futex_critical: float = 5.0
+    involuntary_per_msg: float = 0.5
+    migrations_per_msg: float = 0.05
+    # CPU split (informational): share of backend CPU time spent in user space
+    kernel_dominated_user_frac: float = 0.4
+    user_dominated_user_frac: float = 0.7
+    # the loader (the instrument) is saturated
+    loader_saturated: float = 0.9
+    backend_idle_busy_frac: float = 0.8      # backend busy below this while the loader is saturated: critical
+    # latency tail
+    tail_ratio: float = 20.0                 # p999 / p50
+    # throughput collapse as connections grow
+    collapse_drop: float = 0.5               # msgs/s falls below (1 - drop) × peak
+    # noisy cells
+    noisy_cv: float = stats.NOISY_CV
+    noisy_cv_warning: float = 0.25
+
+
+THRESHOLDS = Thresholds()
+SEVERITIES = ("critical", "warning", "info")
+MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
+READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
+CELL = ["backend", "interpreter", "connections", "pipeline", "pinned"]
+
+
+@dataclass
+class Anomaly:
+    id: str
+    backend: str
+    connections: int | None  # None: about the backend as a whole (evidence lists the counts)
+    severity: str
+    title: str
+    explanation: str
+    evidence: dict = field(default_factory=dict)
+    pipeline: int | None = None
+    interpreter: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-cell table every rule reads.
+
+def cell_table(df: pd.DataFrame) -> pd.DataFrame:
+    """stats.aggregate() per cell, plus what the rules need beyond it: CPU µs per message split
+    user/kernel, loader CPU, faults; cells are also split by `pinned` when a run holds both."""
+    if df.empty:
+        return pd.DataFrame()
+    df = df.copy()
+    for col in ("interpreter", "pipeline", "pinned"):
+        if col not in df:
+            df[col] = {"pipeline": 1, "pinned": True}.get(col)
+    msgs = df["messages"].where(df["messages"] > 0) if "messages" in df else np.nan
+    for part, col in (("user", "cpu.user_s"), ("sys", "cpu.sys_s")):
+        df[f"cpu_us_per_msg.{part}"] = df[col] * 1e6 / msgs if col in df else np.nan
+    extra = [c for c in df.columns if c.startswith(("loader_cpu.", "faults.", "cpu_us_per_msg."))
+             and pd.api.types.is_numeric_dtype(df[c])]
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    keys = ["backend", "interpreter", "connections", "pipeline"]
+    parts = []
+    for pinned, g in ok.groupby("pinned", dropna=False):
+        agg = stats.aggregate(g)
+        if agg.empty:
+            continue
+        agg["pinned"] = pinned
+        if extra:
+            means = g.groupby(keys, dropna=False)[extra].mean().reset_index()
+            agg = agg.merge(means, on=keys, how="left")
+        if "family" in g:
+            agg = agg.merge(g.groupby(keys, dropna=False)["family"].first().reset_index(), on=keys, how="left")
+        parts.append(agg)
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["backend", "interpreter", "pipeline", "connections"]).reset_index(drop=True)
+
+
+def num(row, key: str) -> float | None:
+    """A finite number from a row, or None (missing column, NaN, None)."""
+    try:
+        v = row[key]
+    except (KeyError, IndexError):
+        return None
+    if v is None:
+        return None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def syscalls_of(row) -> dict[str, float] | None:
+    """{syscall: per-message count} of a cell, or None when it ran without probes."""
+    per = {k.split(".", 1)[1]: num(row, k) for k in row.index if k.startswith("syscalls_per_msg.")}
+    per = {k: v for k, v in per.items() if v is not None}
+    return per or None
+
+
+def r2(v: float | None, digits: int = 2):
+    return None if v is None else round(v, digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Context: everything a rule may look at.
+
+@dataclass
+class Context:
+    df: pd.DataFrame
+    cells: pd.DataFrame
+    per_conn: pd.DataFrame | None = None
+    meta: dict = field(default_factory=dict)
+    out_dir: Path | None = None
+    t: Thresholds = THRESHOLDS
+
+    def same_cell(self, row, **changes) -> pd.DataFrame:
+        """Cells of the table equal to `row` on CELL keys except `changes` (dropped keys: any value)."""
+        sel = pd.Series(True, index=self.cells.index)
+        for k in CELL:
+            if k in changes and changes[k] is None:
+                continue
+            want = changes.get(k, row.get(k))
+            col = self.cells[k]
+            sel &= col.isna() if want is None or (isinstance(want, float) and math.isnan(want)) else col == want
+        return self.cells[sel]
+
+    def stacks(self, row, syscalls: tuple[str, ...], top: int = 2) -> list[dict]:
+        """Top user stacks of these syscalls from stacks/<backend>-c<N>-p<K>.json, if collected."""
+        if self.out_dir is None:
+            return []
+        path = self.out_dir / "stacks" / f"{slug(row)}.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return []
+        found = []
+        for name in syscalls:
+            for s in (doc.get(name) or [])[:top]:
+                found.append({"syscall": name, "count": s.get("count"), "frames": list(s.get("frames", []))[:12]})
+        return found
+
+    def conn_counts(self, row) -> np.ndarray | None:
+        pc = self.per_conn
+        if pc is None or pc.empty:
+            return None
+        sel = (pc["backend"] == row["backend"]) & (pc["connections"] == row["connections"])
+        if "pipeline" in pc:
+            sel &= pc["pipeline"] == row.get("pipeline", 1)
+        if "interpreter" in pc and row.get("interpreter") is not None:
+            sel &= pc["interpreter"] == row["interpreter"]
+        counts = pc.loc[sel, "messages"].to_numpy(dtype=float)
+        return counts if counts.size else None
+
+
+def slug(row) -> str:
+    return f"{row['backend']}-c{int(row['connections'])}-p{int(row.get('pipeline', 1) or 1)}"
+
+
+def _anomaly(row, id: str, severity: str, title: str, explanation: str, evidence: dict) -> Anomaly:
+    return Anomaly(id=id, backend=str(row["backend"]), connections=int(row["connections"]), severity=severity,
+                   title=title, explanation=explanation, evidence={k: v for k, v in evidence.items() if v not in (None, [], {})},
+                   pipeline=int(row.get("pipeline", 1) or 1), interpreter=row.get("interpreter"))
+
+
+def where(row) -> str:
+    pipe = f", {int(row['pipeline'])} in flight" if (row.get("pipeline") or 1) > 1 else ""
+    return f"{row['backend']} at {int(row['connections'])} connections{pipe}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Source locations quoted as evidence (read from the stdlib of the interpreter running the report).
+
+@functools.lru_cache(maxsize=None)
+def source_line(obj_path: str, needle: str) -> str | None:
+    """'asyncio/selector_events.py:368' for the first line containing `needle` in `obj_path`
+    ('module:Class.attr'), from this interpreter's stdlib; None when it is not there."""
+    import importlib
+
+    mod_name, _, attr = obj_path.partition(":")
+    try:
+        obj = importlib.import_module(mod_name)
+        for part in filter(None, attr.split(".")):
+            obj = getattr(obj, part)
+        lines, start = inspect.getsourcelines(obj)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return None
+    start = max(start, 1)
+    for i, line in enumerate(lines):
+        if needle in line:
+            return f"{mod_name.replace('.', '/')}.py:{start + i} (CPython {platform.python_version()}): {line.strip()}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+Rule = Callable[[Context], list[Anomaly]]
+RULES: dict[str, Rule] = {}
+
+
+def rule(id: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES[id] = fn
+        return fn
+    return register
+
+
+# 1 -------------------------------------------------------------------------------------------
+@rule("starvation")
+def starvation(ctx: Context) -> list[Anomaly]:
+    """A few connections got most of the messages (Jain index or active share far below fair).
+
+    When epoll_ctl per message is far below what register-per-read implies, the reads took the
+    eager path: `sock_recv` returned data that was already there without yielding to the loop."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        jain, share = num(r, "per_conn.jain"), num(r, "per_conn.active_share")
+        idle = num(r, "per_conn.idle")
+        if r["connections"] < t.starvation_min_connections or (jain is None and share is None):
+            continue
+        skewed = (jain is not None and jain < t.starvation_jain) or (share is not None and share < t.starvation_active_share)
+        idle_share = (idle or 0) / r["connections"]
+        if not skewed and idle_share < t.starvation_idle_share:
+            continue
+        n = int(r["connections"])
+        ev = {"Jain index (1 = fair)": r2(jain), "share of connections that handled 95% of messages": r2(share),
+              "connections serving 95% of messages": None if share is None else f"{round(share * n)} of {n}",
+              "messages per connection min / p5 / p50 / p95 / max": " / ".join(
+                  f"{num(r, 'per_conn.' + k) or 0:.0f}" for k in ("min", "p5", "p50", "p95", "max")),
+              "idle connections": None if num(r, "per_conn.idle") is None else int(num(r, "per_conn.idle"))}
+        counts = ctx.conn_counts(r)
+        if counts is not None and counts.sum() > 0:
+            top = np.sort(counts)[::-1]
+            k = max(1, len(top) // 100)
+            ev["top 1% of connections got"] = f"{100 * top[:k].sum() / top.sum():.0f}% of messages"
+        p50, top = num(r, "per_conn.p50"), num(r, "per_conn.max")
+        if share is not None and share < t.starvation_active_share:
+            how = f"{ev['connections serving 95% of messages']} connections handled 95% of the messages"
+        elif not skewed:
+            how = (f"{int(idle)} of {n} connections ({100 * idle_share:.0f}%) exchanged no message at all in the "
+                   "measurement window while the others were served")
+        elif p50 and top:
+            how = f"its busiest connection exchanged {top / p50:.0f}× the messages of the median one ({top:.0f} vs {p50:.0f})"
+        else:
+            how = "a few connections got most of the service"
+        text = f"{where(r)} served its connections very unevenly: {how}"
+        text += f" (Jain {jain:.2f}; fair is ≈1). " if jain is not None else ". "
+        text += eager_read_explanation(ctx, r, ev)
+        text += ("Its throughput figure therefore measures the favoured connections, not fair service: "
+                 "judge this cell by its per-connection distribution, not its msgs/s.")
+        found.append(_anomaly(r, "starvation", "critical" if skewed else "warning",
+                              f"Connection starvation: {where(r)}", text, ev))
+    return found
+
+
+def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
+    """Why reads did not yield, when epoll_ctl/msg says they registered far less than the model implies."""
+    per = syscalls_of(r)
+    if per is None:
+        return "(No syscall counts for this cell: run with probes to see whether reads skipped the event loop.) "
+    ec = per.get("epoll_ctl", 0.0)
+    same_backend = ctx.cells[(ctx.cells["backend"] == r["backend"])]
+    elsewhere = [v for v in same_backend.get("syscalls_per_msg.epoll_ctl", pd.Series(dtype=float)).dropna()]
+    implied = max(elsewhere, default=0.0)
+    if implied < ctx.t.readiness_churn_epoll_ctl:
+        family = str(r.get("family", "") or "")
+        implied = ctx.t.sock_recv_model_epoll_ctl if "sock" in f"{r['backend']} {family}" else 0.0
+    ev["epoll_ctl per message"] = r2(ec, 3)
+    if not implied or ec >= implied * ctx.t.eager_read_fraction:
+        return ""
+    ev["epoll_ctl per message the register-per-read model implies"] = r2(implied, 1)
+    ev["source"] = source_line("asyncio.selector_events:BaseSelectorEventLoop.sock_recv", "return sock.recv(")
+    text = (f"Its reads almost never went through the event loop: {ec:.2f} epoll_ctl per message where registering "
+            f"for readiness around each read implies {implied:.1f}. This is the eager-read path of "
+            "asyncio's `sock_recv` (asyncio/selector_events.py): it first calls `sock.recv(n)` and, when data is "
+            "already there, returns it at once — the coroutine continues without yielding to the event loop, so the "
+            "connection that has data keeps the loop and the others wait. ")
+    if (r.get("pipeline") or 1) > 1:
+        text += (f"With {int(r['pipeline'])} messages in flight per connection the next message is almost always "
+                 "already waiting: that is the trigger. ")
+        fair = ctx.same_cell(r, pipeline=1)
+        if not fair.empty and (j := num(fair.iloc[0], "per_conn.jain")) is not None:
+            ev["Jain index of the same backend at pipeline 1"] = r2(j)
+            if j >= ctx.t.starvation_jain:
+                text += f"Under strict ping-pong (pipeline 1) the same backend was fair (Jain {j:.2f}). "
+    return text
+
+
+# 2 -------------------------------------------------------------------------------------------
+@rule("readiness_churn")
+def readiness_churn(ctx: Context) -> list[Anomaly]:
+    """epoll_ctl ≳ 1.5 per message: the socket is registered and unregistered around every read."""
+    found = []
+    for _, r in ctx.cells.iterrows():
+        per = syscalls_of(r)
+        ec = (per or {}).get("epoll_ctl", 0.0)
+        if ec < ctx.t.readiness_churn_epoll_ctl:
+            continue
+        total = sum(per.values())
+        reads = sum(per.get(k, 0.0) for k in READ_SYSCALLS)
+        ev = {"epoll_ctl per message": r2(ec), "epoll_ctl per read": r2(ec / reads) if reads else None,
+              "syscalls per message (all)": r2(total), "share of syscalls that are epoll_ctl": f"{100 * ec / total:.0f}%"}
+        per_read = f" ({ec / reads:.1f} per read)" if reads else ""
+        text = (f"{where(r)} calls epoll_ctl {ec:.1f} times per message{per_read}, {100 * ec / total:.0f}% of all its "
+                "syscalls: it changes the socket's epoll registration around reads — register before a read that "
+                "must wait, unregister after (`add_reader` → wait → `remove_reader`, the `sock_recv` model). "
+                "Backends that keep a socket registered for its whole life (transports/protocols) pay this once "
+                "per connection. ")
+        peers = ctx.same_cell(r, backend=None)
+        calm = [p for _, p in peers.iterrows() if p["backend"] != r["backend"] and syscalls_of(p) is not None
+                and syscalls_of(p).get("epoll_ctl", 0.0) < ctx.t.readiness_churn_epoll_ctl]
+        if calm:  # the fastest backend here that does not churn: what the registration costs
+            best = max(calm, key=lambda p: p["mps_mean"])
+            bec = syscalls_of(best).get("epoll_ctl", 0.0)
+            ev[f"{best['backend']} (fastest backend here without the churn)"] = (
+                f"{best['mps_mean']:.0f} msgs/s, {bec:.2f} epoll_ctl per message")
+            text += f"Here {best['backend']} makes {bec:.2f} epoll_ctl per message at {best['mps_mean']:.0f} msgs/s."
+        ev["stacks"] = ctx.stacks(r, ("epoll_ctl",))
+        found.append(_anomaly(r, "readiness_churn", "warning", f"epoll_ctl churn: {where(r)}", text, ev))
+    return found
+
+
+# 3 -------------------------------------------------------------------------------------------
+@rule("mmap_churn")
+def mmap_churn(ctx: Context) -> list[Anomaly]:
+    """mmap + munmap + mremap + brk ≳ 0.5 per message: the allocator goes to the kernel per message."""
+    found = []
+    for _, r in ctx.cells.iterrows():
+        per = syscalls_of(r) or {}
+        mem = {k: per.get(k, 0.0) for k in MEMORY_SYSCALLS}
+        total = sum(mem.values())
+        if total < ctx.t.mmap_churn:
+            continue
+        ev = {f"{k} per message": r2(v) for k, v in mem.items() if v}
+        ev["minor page faults per message"] = r2(num(r, "faults.minor_per_msg"))
+        stacks = ctx.stacks(r, MEMORY_SYSCALLS)
+        ev["stacks"] = stacks
+        text = (f"{where(r)} makes {total:.1f} memory-mapping syscalls per message "
+                f"({' + '.join(f'{v:.2f} {k}' for k, v in mem.items() if v)}): the allocator asks the kernel for "
+                "memory and gives it back for every message, and each fresh mapping costs page faults too. ")
+        triple = all(mem[k] >= 0.3 for k in ("mmap", "mremap", "munmap"))
+        if triple:
+            ev["source"] = "; ".join(filter(None, (
+                source_line("asyncio.selector_events:_SelectorTransport", "max_size ="),
+                source_line("asyncio.selector_events:_SelectorSocketTransport._read_ready__data_received",
+                            "recv(self.max_size)")))) or None
+            text += ("The mmap + mremap + munmap triple is the signature of a receive buffer larger than glibc's mmap "
+                     "threshold (128 KiB) that is shrunk and then freed: asyncio's socket transport reads with "
+                     "`sock.recv(self.max_size)` where `max_size = 256 * 1024`, so each read allocates a 256 KiB bytes "
+                     "object (mmap), shrinks it to the bytes actually received (mremap) and frees it (munmap). ")
+        if stacks:
+            frames = " → ".join(reversed(stacks[0]["frames"][:4]))
+            text += f"Top {stacks[0]['syscall']} stack: {frames}."
+        else:
+            text += "Run with --stacks to see which code path allocates."
+        found.append(_anomaly(r, "mmap_churn", "warning", f"Memory-mapping churn: {where(r)}", text, ev))
+    return found
+
+
+# 4 -------------------------------------------------------------------------------------------
+@rule("lock_contention")
+def lock_contention(ctx: Context) -> list[Anomaly]:
+    """futex ≳ 1 per message, or many involuntary switches / migrations: threads fight for a lock
+    (the GIL) or for the CPU. Compares pinned and unpinned cells when the data has both."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        fx = (syscalls_of(r) or {}).get("futex", 0.0)
+        inv, mig = num(r, "ctx.involuntary_per_msg"), num(r, "ctx.migrations_per_msg")
+        signs = []
+        if fx >= t.futex_per_msg:
+            signs.append(f"{fx:.1f} futex calls per message")
+        if inv is not None and inv >= t.involuntary_per_msg:
+            signs.append(f"{inv:.2f} involuntary context switches per message")
+        if mig is not None and mig >= t.migrations_per_msg:
+            signs.append(f"{mig:.2f} CPU migrations per message")
+        if not signs:
+            continue
+        ev = {"futex per message": r2(fx), "involuntary switches per message": r2(inv),
+              "voluntary switches per message": r2(num(r, "ctx.voluntary_per_msg")),
+              "migrations per message": r2(mig, 3), "pinned": bool(r.get("pinned"))}
+        text = (f"{where(r)} shows {', '.join(signs)}. Each futex call is a wait or a wake on a contended lock — for "
+                "Python threads, usually the GIL being handed between threads — and each involuntary switch or "
+                "migration throws away a warm cache. ")
+        other = ctx.same_cell(r, pinned=not bool(r.get("pinned")))
+        if not other.empty:
+            o = other.iloc[0]
+            ofx = (syscalls_of(o) or {}).get("futex", 0.0)
+            label = "not pinned" if r.get("pinned") else "pinned"
+            ev[f"same cell {label}"] = f"{o['mps_mean']:.0f} msgs/s, {ofx:.2f} futex per message"
+            ev["this cell"] = f"{r['mps_mean']:.0f} msgs/s"
+            text += (f"The same cell {label}: {ofx:.2f} futex per message at {o['mps_mean']:.0f} msgs/s "
+                     f"(here {fx:.2f} at {r['mps_mean']:.0f}). ")
+        elif not r.get("pinned"):
+            text += ("This run was not pinned to one CPU; the seed saw 15 futex per message drop to 0.01 once the "
+                     "backend was pinned (taskset). Re-run pinned (the default) to compare. ")
+        ev["stacks"] = ctx.stacks(r, ("futex",))
+        sev = "critical" if fx >= t.futex_critical else "warning"
+        found.append(_anomaly(r, "lock_contention", sev, f"Lock/CPU contention: {where(r)}", text, ev))
+    return found
+
+
+# 5 -------------------------------------------------------------------------------------------
+@rule("cpu_split")
+def cpu_split(ctx: Context) -> list[Anomaly]:
+    """Kernel- or user-dominated backend CPU (informational), one note per backend."""
+    t, found = ctx.t, []
+    if "cpu.user_frac" not in ctx.cells:
+        return found
+    for (backend, interp), g in ctx.cells.groupby(["backend", "interpreter"], dropna=False):
+        uf = g["cpu.user_frac"].dropna()
+        if uf.empty:
+            continue
+        u = float(uf.mean())
+        if t.kernel_dominated_user_frac <= u < t.user_dominated_user_frac:
+            continue
+        user_us = g.get("cpu_us_per_msg.user", pd.Series(dtype=float)).mean()
+        sys_us = g.get("cpu_us_per_msg.sys", pd.Series(dtype=float)).mean()
+        ev = {"user share of backend CPU": f"{100 * u:.0f}%",
+              "CPU per message, user / kernel (µs)": None if math.isnan(user_us) else f"{user_us:.1f} / {sys_us:.1f}",
+              "backend busy (share of one CPU)": r2(g["cpu.busy_frac"].mean()) if "cpu.busy_frac" in g else None}
+        per = [syscalls_of(r) for _, r in g.iterrows()]
+        totals = [sum(p.values()) for p in per if p]
+        if totals:
+            ev["syscalls per message"] = r2(float(np.mean(totals)))
+        if u < t.kernel_dominated_user_frac:
+            title = f"Kernel-dominated CPU: {backend}"
+            text = (f"{backend} spends {100 * (1 - u):.0f}% of its CPU in the kernel (TCP stack and syscalls). Its cost "
+                    "per message is set by how many syscalls it makes and how much the socket layer does per call, "
+                    "so fewer syscalls per message (batching, larger reads) help more than faster Python would.")
+        else:
+            title = f"User-dominated CPU: {backend}"
+            text = (f"{backend} spends {100 * u:.0f}% of its CPU in user space (interpreter, event loop, handler). "
+                    "The kernel is not its bottleneck: less Python per message — a leaner loop (uvloop, protocols "
+                    "instead of streams) or native code — is what would make it faster.")
+        first = g.iloc[0]
+        ev["connection counts"] = ", ".join(str(int(c)) for c in sorted(g["connections"].unique()))
+        found.append(Anomaly("cpu_split", str(backend), None, "info",
+                             title, text, {k: v for k, v in ev.items() if v is not None},
+                             pipeline=None, interpreter=first.get("interpreter")))
+    return found
+
+
+# 6 -------------------------------------------------------------------------------------------
+@rule("loader_bottleneck")
+def loader_bottleneck(ctx: Context) -> list[Anomaly]:
+    """The loader used ≳ 90% of its CPU: the figures are capped by the instrument, not the backend."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        lf = num(r, "loader_cpu.cpu_frac")
+        if lf is None or lf < t.loader_saturated:
+            continue
+        busy = num(r, "cpu.busy_frac")
+        ev = {"loader CPU (share of its CPUs)": r2(lf), "backend busy (share of one CPU)": r2(busy),
+              "loader CPUs": ",".join(map(str, ctx.meta.get("pinning", {}).get("loader_cpus", []) or [])) or None}
+        text = (f"The loader ran at {100 * lf:.0f}% of its CPU while measuring {where(r)}: the load generator, not "
+                "the backend, may have set the pace, so this msgs/s is a lower bound of what the backend can do. ")
+        sev = "warning"
+        if busy is not None and busy < t.backend_idle_busy_frac:
+            sev = "critical"
+            text += (f"The backend was busy only {100 * busy:.0f}% of one CPU, so it was waiting for the loader. ")
+        text += "Give the loader more CPUs or threads, or compare backends at a scale where it is not saturated."
+        found.append(_anomaly(r, "loader_bottleneck", sev, f"Loader saturated: {where(r)}", text, ev))
+    return found
+
+
+# 7 -------------------------------------------------------------------------------------------
+@rule("latency_tail")
+def latency_tail(ctx: Context) -> list[Anomaly]:
+    """p999 far above p50 (> 20×): some messages wait much longer than the typical one."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        p50, p999 = num(r, "lat_us.p50"), num(r, "lat_us.p999")
+        if not p50 or p999 is None or p999 / p50 <= t.tail_ratio:
+            continue
+        ratio = p999 / p50
+        ev = {f"latency {p} (µs)": r2(num(r, f"lat_us.{p}"), 0) for p in ("p50", "p90", "p99", "p999", "max")}
+        ev["p999 / p50"] = r2(ratio, 1)
+        text = f"For {where(r)}, one message in a thousand took {ratio:.0f}× the median ({p999:.0f} µs vs {p50:.0f} µs). "
+        causes = []
+        jain = num(r, "per_conn.jain")
+        idle = num(r, "per_conn.idle") or 0
+        if jain is not None and jain < t.starvation_jain:
+            causes.append(f"connections are starved (Jain {jain:.2f}): the waiting ones make the tail")
+        elif idle / r["connections"] >= t.starvation_idle_share:
+            causes.append(f"{int(idle)} connections got no service in the window: their messages make the tail")
+        inv = num(r, "ctx.involuntary_per_msg")
+        if inv is not None and inv >= t.involuntary_per_msg:
+            causes.append(f"the backend is preempted {inv:.2f}× per message")
+        if (r.get("pipeline") or 1) > 1:
+            causes.append("messages queue behind others in flight on the same connection")
+        text += ("Likely cause here: " + "; ".join(causes) + ". ") if causes else (
+            "Nothing else in this cell explains it: suspect pauses (GC, allocator, a slow handler) or the noisy machine; "
+            "compare with the flamegraph's off-CPU view. ")
+        sev = "warning" if ratio > 5 * t.tail_ratio or causes else "info"
+        found.append(_anomaly(r, "latency_tail", sev, f"Latency tail {ratio:.0f}× the median: {where(r)}", text, ev))
+    return found
+
+
+# 8 -------------------------------------------------------------------------------------------
+@rule("throughput_collapse")
+def throughput_collapse(ctx: Context) -> list[Anomaly]:
+    """msgs/s falls by more than half from the backend's peak as connections grow; says what grew per message."""
+    t, found = ctx.t, []
+    if ctx.cells.empty:
+        return found
+    for _, g in ctx.cells.groupby(["backend", "interpreter", "pipeline", "pinned"], dropna=False):
+        g = g.sort_values("connections")
+        if len(g) < 2:
+            continue
+        ipeak = g["mps_mean"].idxmax()
+        peak = g.loc[ipeak]
+        later = g[g["connections"] > peak["connections"]]
+        if later.empty:
+            continue
+        low = later.loc[later["mps_mean"].idxmin()]
+        if low["mps_mean"] >= (1 - t.collapse_drop) * peak["mps_mean"]:
+            continue
+        drop = 1 - low["mps_mean"] / peak["mps_mean"]
+        ev = {f"msgs/s at {int(c)} connections": round(float(m)) for c, m in zip(g["connections"], g["mps_mean"])}
+        text = (f"{low['backend']} falls from {peak['mps_mean']:.0f} msgs/s at {int(peak['connections'])} connections to "
+                f"{low['mps_mean']:.0f} at {int(low['connections'])} (−{100 * drop:.0f}%). ")
+        text += _what_grew(peak, low, ev)
+        found.append(_anomaly(low, "throughput_collapse", "warning",
+                              f"Throughput collapses with connections: {low['backend']} −{100 * drop:.0f}%", text, ev))
+    return found
+
+
+def _what_grew(a, b, ev: dict) -> str:
+    """Per-message costs at the peak cell `a` vs the collapsed cell `b`: the reasons in numbers."""
+    ca, cb = int(a["connections"]), int(b["connections"])
+    parts = []
+    ua, sa, ub, sb = (num(a, "cpu_us_per_msg.user"), num(a, "cpu_us_per_msg.sys"),
+                      num(b, "cpu_us_per_msg.user"), num(b, "cpu_us_per_msg.sys"))
+    if None not in (ua, sa, ub, sb):
+        ev[f"CPU µs per message user+kernel at {ca} / {cb}"] = f"{ua:.1f}+{sa:.1f} / {ub:.1f}+{sb:.1f}"
+        grew = "kernel" if (sb - sa) > (ub - ua) else "user space"
+        parts.append(f"each message costs {ua + sa:.1f} µs of CPU at {ca} and {ub + sb:.1f} µs at {cb}, "
+                     f"the growth mostly in {grew}")
+    pa, pb = syscalls_of(a), syscalls_of(b)
+    if pa and pb:
+        ta, tb = sum(pa.values()), sum(pb.values())
+        ev[f"syscalls per message at {ca} / {cb}"] = f"{ta:.2f} / {tb:.2f}"
+        if tb > ta * 1.2:
+            top = max(pb, key=lambda k: pb[k] - pa.get(k, 0.0))
+            parts.append(f"syscalls per message grow from {ta:.2f} to {tb:.2f} (most: {top})")
+    ba, bb = num(a, "cpu.busy_frac"), num(b, "cpu.busy_frac")
+    if ba is not None and bb is not None:
+        ev[f"backend busy at {ca} / {cb}"] = f"{ba:.2f} / {bb:.2f}"
+        if bb < 0.8 * ba:
+            parts.append(f"the backend is busy only {100 * bb:.0f}% of a CPU at {cb} (vs {100 * ba:.0f}%): it waits "
+                         "rather than works — look at the loader and the latency tail")
+    return ("Why: " + "; ".join(parts) + ". ") if parts else "No per-message cost figures to say why (run with probes). "
+
+
+# 9 -------------------------------------------------------------------------------------------
+@rule("noisy")
+def noisy(ctx: Context) -> list[Anomaly]:
+    """Rounds disagree: coefficient of variation of msgs/s across rounds above 10%."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        cv, n = num(r, "mps_cv"), num(r, "mps_n") or 0
+        if n < 2 or cv is None or cv <= t.noisy_cv:
+            continue
+        rounds = _rounds_of(ctx.df, r)
+        ev = {"coefficient of variation": f"{100 * cv:.0f}%", "rounds": int(n),
+              "msgs/s per round": ", ".join(f"{v:.0f}" for v in rounds) or None,
+              "95% interval": f"±{num(r, 'mps_ci_pct') or float('nan'):.0f}%"}
+        text = (f"The rounds of {where(r)} disagree by {100 * cv:.0f}% (CV): differences between backends smaller than "
+                "its interval are not findings. This machine is noisy; run more rounds, or compare interleaved runs.")
+        sev = "warning" if cv > t.noisy_cv_warning else "info"
+        found.append(_anomaly(r, "noisy", sev, f"Noisy measurement: {where(r)}", text, ev))
+    return found
+
+
+def _rounds_of(df: pd.DataFrame, r) -> list[float]:
+    sel = (df["backend"] == r["backend"]) & (df["connections"] == r["connections"])
+    for k in ("pipeline", "interpreter", "pinned"):
+        if k in df and r.get(k) is not None:
+            sel &= df[k] == r[k]
+    if "status" in df:
+        sel &= df["status"] == "ok"
+    return [float(v) for v in df.loc[sel, "msgs_per_sec"]]
+
+
+# 10 ------------------------------------------------------------------------------------------
+FAILURE_CAUSES = (  # (pattern in the error, cause, what it means)
+    (r"EMFILE|too many open files", "fd limit",
+     "ran out of file descriptors: backend and loader each hold one per connection. Lower -c or raise `ulimit -n`."),
+    (r"code -9\b|SIGKILL|killed", "killed",
+     "was killed (SIGKILL) — on a run that grows memory with connections, usually the OOM killer."),
+    (r"code -\d+|signal|segfault|SIGSEGV", "crash",
+     "died from a signal: a crash in native code (the error shows which signal)."),
+    (r"exited with code \d+", "exit",
+     "exited by itself, usually an uncaught exception; its stderr is quoted in the error."),
+    (r"stall", "stall",
+     "stopped answering during the measurement: a deadlock, or a loop that never yields (the seed's thread backend "
+     "sometimes hung at 100% CPU)."),
+    (r"connections could be opened|connect", "connection setup",
+     "could not accept all connections: listen backlog, local ports or fds ran out during setup."),
+    (r"timeout|timed out", "timeout", "did not finish in time."),
+)
+
+
+@rule("failed_cells")
+def failed_cells(ctx: Context) -> list[Anomaly]:
+    """Cells (the seed's FF) whose rounds failed, with the cause read from the error."""
+    df, found = ctx.df, []
+    if "status" not in df or df.empty:
+        return found
+    keys = [k for k in ("backend", "interpreter", "connections", "pipeline") if k in df]
+    for _, all_rounds in df.groupby(keys, dropna=False, sort=False):
+        g = all_rounds[all_rounds["status"] != "ok"]
+        if g.empty:
+            continue
+        r, total = g.iloc[0], len(all_rounds)
+        error = str(r.get("error") or "unknown error")
+        cause, meaning = "unknown", "failed; see the error."
+        for pattern, c, m in FAILURE_CAUSES:
+            if re.search(pattern, error, re.IGNORECASE):
+                cause, meaning = c, m
+                break
+        ev = {"cause": cause, "error": error[:400], "failed rounds": f"{len(g)} of {total}",
+              "errors": sorted({str(e)[:120] for e in g["error"].dropna()})[:3] if g["error"].nunique() > 1 else None}
+        text = f"{where(r)} failed (FF) in {len(g)} of {total} rounds: the backend {meaning}"
+        found.append(_anomaly(r, "failed_cells", "critical", f"Failed ({cause}): {where(r)}", text, ev))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+
+def detect(df: pd.DataFrame, per_conn: pd.DataFrame | None = None, meta: dict | None = None,
+           out_dir: str | Path | None = None, thresholds: Thresholds = THRESHOLDS,
+           cells: pd.DataFrame | None = None) -> list[dict]:
+    """Run every rule; anomalies as dicts, most severe first (then by rule order, backend, connections)."""
+    ctx = Context(df=df, cells=cell_table(df) if cells is None else cells, per_conn=per_conn, meta=meta or {},
+                  out_dir=Path(out_dir) if out_dir else None, t=thresholds)
+    found: list[Anomaly] = []
+    for fn in RULES.values():
+        if ctx.cells.empty and fn is not failed_cells:
+            continue
+        found.extend(fn(ctx))
+    found = consolidate(found)
+    order = list(RULES)
+    found.sort(key=lambda a: (SEVERITIES.index(a.severity), order.index(a.id), a.backend,
+                              a.connections if isinstance(a.connections, int) else 0))
+    return [_jsonable(a.to_dict()) for a in found]
+
+
+# Rules that describe how a backend behaves rather than one cell: one card per backend, not per scale.
+CONSOLIDATED = ("readiness_churn", "mmap_churn", "lock_contention", "loader_bottleneck", "latency_tail", "noisy")
+
+
+def consolidate(found: list[Anomaly]) -> list[Anomaly]:
+    """Merge a consolidated rule's anomalies per (rule, backend, interpreter): the most severe instance
+    (then one with stacks, then the largest scale) keeps its text; the other cells are listed."""
+    groups: dict = {}
+    for a in found:
+        key = (a.id, a.backend, a.interpreter) if a.id in CONSOLIDATED else id(a)
+        groups.setdefault(key, []).append(a)
+    out = []
+    for same in groups.values():
+        rep = min(same, key=lambda a: (SEVERITIES.index(a.severity), not a.evidence.get("stacks"),
+                                       -(a.connections or 0), a.pipeline or 1))
+        others = [a for a in same if a is not rep and a.connections is not None]
+        if others:
+            labels = ", ".join(f"{a.connections}" + (f" ×{a.pipeline}" if (a.pipeline or 1) > 1 else "")
+                               for a in sorted(others, key=lambda a: (a.pipeline or 1, a.connections)))
+            rep.evidence["also at connections (×in flight)"] = labels
+            rep.title += f" (also at {labels})"
+        out.append(rep)
+    return out
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        return v.item()
+    return v

@@ -1,0 +1,208 @@
+"""One cell: start the backend, let the loader play ping-pong, snapshot the probes and /proc on the
+loader's measure marks, stop everything, and turn what was measured into one row.
+
+A cell never raises for a backend's misbehaviour: crashes, stalls, refusals and EMFILE become a
+failed row with the reason (the seed's "FF"). Only Ctrl-C and netprof's own bugs propagate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from netprof.backends import registry
+from netprof.profiler import stats
+from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
+from netprof.profiler.plan import Cell, RunConfig
+from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
+from netprof.probes import proc_cpu_times
+
+READY_TIMEOUT = 20.0
+EXIT_GRACE = 5.0
+
+
+@dataclass
+class CellOutcome:
+    row: dict
+    per_conn_messages: list[int] = field(default_factory=list)
+    backend_pid: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.row.get("status") == "ok"
+
+
+def backend_argv(python: str, name: str, work: str) -> list[str]:
+    return [python, "-m", "netprof.backends", name, "--host", "127.0.0.1", "--port", "0", "--work", work]
+
+
+def start_backend(group: ProcessGroup, python: str, name: str, cfg: RunConfig) -> tuple[ManagedProcess, int]:
+    proc = group.spawn(f"backend-{name}", backend_argv(python, name, cfg.work),
+                       cpus=cfg.backend_cpu if cfg.pin else None)
+    line = proc.wait_line("ready", READY_TIMEOUT)
+    parts = line.split()
+    return proc, int(parts[2])
+
+
+class _Marks:
+    """Snapshots taken the moment the loader reports measure_start / measure_stop."""
+
+    def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None) -> None:
+        self.pid, self.probes, self.on_start = pid, probes, on_start
+        self.start = self.stop = None
+        self.connected: dict = {}
+
+    def __call__(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "connected":
+            self.connected = event
+        elif kind in ("measure_start", "measure_stop"):
+            snap = (self.probes.snapshot() if self.probes else None, proc_cpu_times(self.pid), time.monotonic())
+            if kind == "measure_start":
+                self.start = snap
+                if self.on_start:
+                    self.on_start(self.pid)
+            else:
+                self.stop = snap
+
+
+def _base_row(cell: Cell, cfg: RunConfig, interpreter: str) -> dict:
+    info = registry.get(cell.backend)
+    return {
+        "backend": cell.backend, "family": info.family, "interpreter": interpreter,
+        "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
+        "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin,
+        "status": "failed", "error": None,
+    }
+
+
+def _failure_reason(proc: ManagedProcess | None, default: str) -> str:
+    if proc is None:
+        return default
+    code = proc.returncode()
+    tail = proc.stderr_tail()
+    if "Too many open files" in tail or "EMFILE" in tail:
+        return f"EMFILE: backend hit the fd limit ({tail})"
+    if code is not None and code != 0:
+        return f"backend exited with code {code}" + (f": {tail}" if tail else "")
+    return default + (f" (backend stderr: {tail})" if tail else "")
+
+
+def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[str], delta_fn) -> None:
+    """Fill `row` from the loader's stats and the snapshots at its marks."""
+    messages = int(result.get("messages", 0))
+    row.update({
+        "messages": messages,
+        "duration_s": result.get("duration_s"),
+        "msgs_per_sec": result.get("msgs_per_sec"),
+        "connected": result.get("connected"),
+        "setup_s": result.get("setup_s"),
+        "lat_us": {k: result["latency_us"].get(k) for k in ("p50", "p90", "p95", "p99", "p999", "max", "mean")},
+        "per_conn": stats.fairness(result.get("per_conn_messages", [])),
+        "errors": result.get("errors", {}),
+        "loader_cpu": result.get("loader_cpu", {}),
+        "probes": probes_attached,
+    })
+    if marks.start and marks.stop:
+        cpu0, cpu1 = marks.start[1], marks.stop[1]
+        user = cpu1["user_s"] - cpu0["user_s"]
+        sys_ = cpu1["sys_s"] - cpu0["sys_s"]
+        dur = row["duration_s"] or (marks.stop[2] - marks.start[2])
+        row["cpu"] = {
+            "user_s": user, "sys_s": sys_,
+            "user_frac": user / (user + sys_) if user + sys_ > 0 else None,
+            "busy_frac": (user + sys_) / dur if dur else None,  # share of one CPU the backend used
+        }
+        row["faults"] = {
+            "minor_per_msg": (cpu1["minflt"] - cpu0["minflt"]) / messages if messages else None,
+            "major": cpu1["majflt"] - cpu0["majflt"],
+        }
+        if marks.start[0] is not None and marks.stop[0] is not None:
+            d = delta_fn(marks.start[0], marks.stop[0])
+            row["syscalls"] = dict(d.syscalls)
+            row["syscalls_per_msg"] = stats.per_message(d.syscalls, messages)
+            row["syscall_time_s"] = dict(d.syscall_time_s)
+            ctx = d.ctx_voluntary + d.ctx_involuntary
+            row["ctx_switches_per_msg"] = ctx / messages if messages else None
+            row["ctx"] = {
+                "voluntary_per_msg": d.ctx_voluntary / messages if messages else None,
+                "involuntary_per_msg": d.ctx_involuntary / messages if messages else None,
+                "migrations_per_msg": d.migrations / messages if messages else None,
+            }
+            in_sys = sum(d.syscall_time_s.values())
+            row["cpu_bpf"] = {
+                "oncpu_s": d.oncpu_s,
+                "syscall_s": in_sys,
+                # on-CPU time spent outside syscalls; includes IRQ/softirq work charged to the task
+                "other_s": max(0.0, d.oncpu_s - in_sys),
+            }
+        else:
+            # /proc context-switch counters still give a probe-free figure
+            ctx = (cpu1["vol_ctx"] - cpu0["vol_ctx"]) + (cpu1["invol_ctx"] - cpu0["invol_ctx"])
+            row["ctx_switches_per_msg"] = ctx / messages if messages else None
+            row["ctx"] = {
+                "voluntary_per_msg": (cpu1["vol_ctx"] - cpu0["vol_ctx"]) / messages if messages else None,
+                "involuntary_per_msg": (cpu1["invol_ctx"] - cpu0["invol_ctx"]) / messages if messages else None,
+            }
+
+
+@dataclass
+class CellHooks:
+    """Extra work of evidence rounds: `started(pid)` once the backend is ready (attach stack probes),
+    `measuring(pid)` at the loader's measure_start (start samplers). Both must return quickly."""
+
+    started: Callable[[int], None] | None = None
+    measuring: Callable[[int], None] | None = None
+
+
+def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, python: str, interpreter: str,
+             delta_fn=None, hooks: CellHooks | None = None) -> CellOutcome:
+    """Run one cell; `probes` is the counting set (or None), `hooks` the extras of evidence rounds."""
+    hooks = hooks or CellHooks()
+    row = _base_row(cell, cfg, interpreter)
+    proc = None
+    with ProcessGroup() as group:
+        try:
+            proc, port = start_backend(group, python, cell.backend, cfg)
+        except ProcessError as e:
+            row["error"] = f"backend did not start: {e}"
+            return CellOutcome(row)
+        if probes is not None:
+            probes.target(proc.pid)
+        if hooks.started:
+            hooks.started(proc.pid)
+        marks = _Marks(proc.pid, probes, hooks.measuring)
+        req = RunRequest(target=f"127.0.0.1:{port}", connections=cell.connections, msize=cfg.msize,
+                         duration=cfg.duration, warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think)
+        result = None
+        try:
+            result = loader.run(req, on_event=marks)
+        except LoaderError as e:
+            result = e.stats
+            row["error"] = _failure_reason(proc, f"loader: {e.kind}: {e.message}")
+        if result:
+            measure_row(row, result, marks, ["counting"] if probes is not None else [], delta_fn)
+            per_conn = list(result.get("per_conn_messages", []))
+        else:
+            per_conn = []
+        # The backend exits by itself once the loader has closed every connection.
+        try:
+            proc.popen.wait(timeout=EXIT_GRACE)
+        except Exception:
+            pass
+        if row["error"] is None:
+            if result is None:
+                row["error"] = _failure_reason(proc, "no result from the loader")
+            elif result.get("aborted"):
+                row["error"] = _failure_reason(proc, "run aborted")
+            elif not row.get("messages"):
+                row["error"] = _failure_reason(proc, "stalled: no message completed in the window")
+            elif result.get("connected", cell.connections) < cell.connections:
+                row["error"] = (f"only {result.get('connected')} of {cell.connections} connections "
+                                f"could be opened ({_failure_reason(proc, 'refused or timed out')})")
+            elif proc.returncode() not in (0, None):
+                row["error"] = _failure_reason(proc, "backend failed")
+        if row["error"] is None:
+            row["status"] = "ok"
+        return CellOutcome(row, per_conn, proc.pid)

@@ -1,0 +1,242 @@
+"""The `netprof` command line (typer). Thin: parses, validates, hands over, prints."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import netprof
+from netprof.profiler.plan import InputError, RunConfig, parse_int_list, validate
+
+EXAMPLES = """
+Examples:
+
+  netprof doctor                                   # can this machine do a profiled run?
+
+  netprof list                                     # the backends
+
+  netprof run uvloop_sock                          # 10/100/1000 connections, 3 rounds
+
+  netprof run selector asyncio_sock uvloop_sock -c 10,100,1000 -r 5
+
+  netprof run asyncio_sock uvloop_sock -c 100 --pipeline 1,4,8
+
+  netprof run thread --no-pin -c 100               # the seed's futex storm
+
+  netprof report runs/20261121-120000              # rebuild report.md / report.html
+"""
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="eBPF/perf syscall profiler for Python network backends.\n" + EXAMPLES,
+)
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line naming the fix, then exit (2 = bad input / missing capability)."""
+    err.print(f"[bold red]netprof:[/bold red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"netprof {netprof.__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    pass
+
+
+@app.command("list")
+def list_backends(all_: bool = typer.Option(False, "--all", help="Include test-only backends.")) -> None:
+    """The backends netprof can run, with family and description."""
+    from netprof.backends import registry
+
+    table = Table("backend", "family", "description", box=None, header_style="bold")
+    for name in registry.names(include_test_only=all_):
+        info = registry.get(name)
+        table.add_row(name, info.family, info.description)
+    Console().print(table)
+
+
+@app.command()
+def doctor() -> None:
+    """Check every capability a profiled run needs; exit 0 only when one can work."""
+    from netprof.profiler.doctor import all_ok, run_checks
+
+    checks = run_checks()
+    out = Console(highlight=False)
+    for c in checks:
+        mark = "[green]ok  [/green]" if c.ok else ("[red]FAIL[/red]" if c.required else "[yellow]note[/yellow]")
+        fix = f"  → fix: {c.fix}" if (not c.ok and c.fix) else ""
+        out.print(f"{mark} {c.name:<20} {c.detail}{fix}", soft_wrap=True)
+    ok = all_ok(checks)
+    out.print("ready for a profiled run" if ok else "[red]not ready[/red]: fix the FAIL lines above")
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def run(
+    backends: List[str] = typer.Argument(..., help="Backends to run (see `netprof list`)."),
+    connections: str = typer.Option("10,100,1000", "-c", "--connections", help="Comma list of connection counts."),
+    duration: float = typer.Option(5.0, "-d", "--duration", help="Measured seconds per cell."),
+    rounds: int = typer.Option(3, "-r", "--rounds", help="Rounds per cell (mean ± interval across them)."),
+    msize: int = typer.Option(64, "-s", "--msize", help="Message size in bytes."),
+    pipeline: str = typer.Option("1", "--pipeline", help="Messages in flight per connection (comma list)."),
+    warmup: float = typer.Option(1.0, "--warmup", help="Seconds of load before measuring."),
+    work: str = typer.Option("none", "--work", help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
+    think: str = typer.Option("none", "--think", help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
+    no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
+    stacks: bool = typer.Option(False, "--stacks", help="Also collect user stacks of selected syscalls (evidence set)."),
+    flamegraph: bool = typer.Option(False, "--flamegraph", help="Add a sampling round per cell with flamegraphs."),
+    no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
+    backend_cpu: str = typer.Option("0", "--backend-cpu", help="CPU(s) the backend is pinned to."),
+    loader_cpus: str = typer.Option("", "--loader-cpus", help="CPUs for the loader (default: all others)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default runs/<timestamp>/)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout, nothing else there."),
+) -> None:
+    """Run backends × connections × pipeline × rounds and report what each message costs."""
+    try:
+        cfg = validate(RunConfig(
+            backends=list(backends), connections=parse_int_list(connections, "--connections"),
+            pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
+            rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
+            flamegraph=flamegraph, pin=not no_pin, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
+            out_dir=str(out) if out else "",
+        ))
+        _check_spec("work", work)
+        _check_spec("think", think)
+    except InputError as e:
+        fail(str(e))
+    _execute(cfg, as_json)
+
+
+def _execute(cfg: RunConfig, as_json: bool) -> None:
+    """Shared tail of `run` and `flamegraph`: capability checks, the run, the report, the exit code."""
+    if cfg.probes or cfg.stacks:
+        from netprof.probes import check_available
+
+        why = check_available()
+        if why:
+            fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
+    if cfg.flamegraph:
+        from netprof.flamegraphs import check_available as flame_missing
+
+        why = flame_missing()
+        if why:
+            fail(f"flamegraphs cannot be sampled: {why}")
+
+    from netprof.profiler import report, runner
+
+    console = Console(stderr=True) if as_json else Console()
+    # SIGTERM behaves like Ctrl-C: clean up, keep finished cells.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    outcome = runner.execute(cfg, sys.argv, console)
+    if outcome.store.rows:
+        summary = report.finish(outcome.out_dir, console=None if as_json else console)
+        if as_json:
+            print(json.dumps(summary, default=str))
+    elif (outcome.out_dir / "flamegraphs" / "index.json").exists():
+        index = (outcome.out_dir / "flamegraphs" / "index.json").read_text()
+        print(index if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
+    if outcome.interrupted:
+        err.print(f"interrupted: {len(outcome.store.rows)} finished cells kept in {outcome.out_dir}")
+        raise typer.Exit(130)
+    if outcome.failed:
+        err.print(f"{outcome.failed} cell(s) failed (FF); see {outcome.out_dir}/report.md")
+        raise typer.Exit(1)
+
+
+@app.command()
+def flamegraph(
+    args: List[str] = typer.Argument(..., help="Backends to sample, or `diff A.folded B.folded`."),
+    connections: str = typer.Option("100", "-c", "--connections", help="Comma list of connection counts."),
+    duration: float = typer.Option(5.0, "-d", "--duration", help="Sampled seconds per cell."),
+    pipeline: str = typer.Option("1", "--pipeline", help="Messages in flight per connection (comma list)."),
+    msize: int = typer.Option(64, "-s", "--msize", help="Message size in bytes."),
+    warmup: float = typer.Option(1.0, "--warmup", help="Seconds of load before sampling."),
+    work: str = typer.Option("none", "--work", help="Handler work per message (as in `run`)."),
+    no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory, or the SVG for `diff`."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout."),
+) -> None:
+    """Sampling rounds only (on-CPU, Python, off-CPU flamegraphs), or a differential flamegraph:
+    `netprof flamegraph diff A.folded B.folded -o diff.svg` (red = grew in B, blue = shrank)."""
+    if args and args[0] == "diff":
+        if len(args) != 3:
+            fail("usage: netprof flamegraph diff A.folded B.folded [-o diff.svg]")
+        from netprof.flamegraphs import diff
+
+        for f in args[1:]:
+            if not Path(f).is_file():
+                fail(f"{f}: no such folded-stacks file (flamegraphs/<cell>/*.folded of a run)")
+        target = str(out or "diff.svg")
+        diff(args[1], args[2], target, title=f"{Path(args[2]).parent.name} vs {Path(args[1]).parent.name}")
+        print(target)
+        return
+    try:
+        cfg = validate(RunConfig(
+            backends=list(args), connections=parse_int_list(connections, "--connections"),
+            pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup, rounds=1,
+            msize=msize, work=work, probes=False, flamegraph=True, pin=not no_pin,
+            out_dir=str(out) if out else "", evidence_only=True,
+        ))
+        _check_spec("work", work)
+    except InputError as e:
+        fail(str(e))
+    _execute(cfg, as_json)
+
+
+SPECS = {  # kind -> (pattern, what to tell the user)
+    "work": (r"none|(sleep|spin|poisson-sleep|poisson-spin):\d+(\.\d+)?",
+             "none, sleep:US, spin:US, poisson-sleep:MEAN or poisson-spin:MEAN (microseconds)"),
+    "think": (r"none|fixed:\d+(\.\d+)?|uniform:\d+(\.\d+)?-\d+(\.\d+)?|poisson:\d+(\.\d+)?",
+              "none, fixed:US, uniform:MIN-MAX or poisson:MEAN (microseconds)"),
+}
+
+
+def _check_spec(kind: str, spec: str) -> None:
+    """Reject a malformed --work/--think before any process starts."""
+    import re
+
+    pattern, hint = SPECS[kind]
+    if not re.fullmatch(pattern, spec):
+        raise InputError(f"--{kind} '{spec}' is not understood; use {hint}")
+
+
+@app.command("report")
+def report_cmd(
+    directory: Path = typer.Argument(..., help="A results directory written by `netprof run`."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout."),
+) -> None:
+    """Rebuild report.md / report.html (and summary.json) from a results directory."""
+    from netprof.profiler import report
+
+    try:
+        summary = report.finish(directory, console=None if as_json else Console())
+    except FileNotFoundError as e:
+        fail(str(e))
+    if as_json:
+        print(json.dumps(summary, default=str))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Evidence rounds: extra, separately run cells whose instrumentation is too heavy for the
+throughput rounds (stack probes, flamegraph sampling). Their numbers never enter the results table;
+what they leave is stacks/*.json and flamegraphs/<cell>/, which the report links and quotes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from pathlib import Path
+
+from netprof.profiler.cell import CellHooks, run_cell
+from netprof.profiler.plan import Cell, RunConfig
+
+# Extra seconds of load in a sampling round: the off-CPU program compiles before sampling starts.
+SAMPLING_LEAD_S = 2.0
+
+
+def cell_slug(backend: str, connections: int, pipeline: int) -> str:
+    return f"{backend}-c{connections}-p{pipeline}"
+
+
+def evidence_cells(cfg: RunConfig) -> list[Cell]:
+    """One evidence cell per (backend, connections, pipeline); round 0 marks it as not a throughput round."""
+    return [Cell(b, c, p, 0) for c in cfg.connections for p in cfg.pipeline for b in cfg.backends]
+
+
+def stacks_round(cell: Cell, cfg: RunConfig, loader, stack_probes, python: str, interpreter: str, out: Path) -> dict:
+    """Run `cell` with the stack probes attached; write stacks/<cell>.json; return what it holds."""
+    outcome = run_cell(cell, cfg, loader, None, python, interpreter,
+                       hooks=CellHooks(started=stack_probes.target))
+    top = stack_probes.top_stacks(n=5) if outcome.ok else {}
+    doc = {name: [{"count": int(count), "frames": list(frames)} for count, frames in stacks]
+           for name, stacks in top.items()}
+    (out / "stacks").mkdir(exist_ok=True)
+    (out / "stacks" / f"{cell_slug(cell.backend, cell.connections, cell.pipeline)}.json").write_text(
+        json.dumps(doc, indent=1))
+    return doc
+
+
+def flamegraph_round(cell: Cell, cfg: RunConfig, loader, python: str, interpreter: str, out: Path) -> dict:
+    """Run `cell` once more while sampling it; write flamegraphs/<cell>/ and return its index entry."""
+    from netprof.flamegraphs import sample
+
+    out = out.resolve()
+    slug = cell_slug(cell.backend, cell.connections, cell.pipeline)
+    outdir = out / "flamegraphs" / slug
+    outdir.mkdir(parents=True, exist_ok=True)
+    done: dict = {}
+
+    def start_sampling(pid: int) -> None:
+        title = f"{cell.backend}, {cell.connections} connections, pipeline {cell.pipeline}"
+
+        def work() -> None:
+            try:
+                done["art"] = sample(pid, cfg.duration, str(outdir), title=title)
+            except Exception as e:  # a sampler failure must not lose the run; the note says why
+                done["error"] = f"{type(e).__name__}: {e}"
+
+        done["thread"] = threading.Thread(target=work, name=f"sample-{slug}", daemon=True)
+        done["thread"].start()
+
+    longer = dataclasses.replace(cfg, duration=cfg.duration + SAMPLING_LEAD_S)
+    outcome = run_cell(cell, longer, loader, None, python, interpreter, hooks=CellHooks(measuring=start_sampling))
+    if "thread" in done:
+        done["thread"].join(timeout=cfg.duration + 60)
+    entry = {"backend": cell.backend, "connections": cell.connections, "pipeline": cell.pipeline,
+             "dir": str(outdir.relative_to(out)), "load_ok": outcome.ok, "load_error": outcome.row.get("error"),
+             "msgs_per_sec": outcome.row.get("msgs_per_sec")}
+    art = done.get("art")
+    if art is not None:
+        entry.update({k: (str(Path(v).relative_to(out)) if isinstance(v, str) and v.startswith(str(out)) else v)
+                      for k, v in dataclasses.asdict(art).items()})
+    else:
+        entry["notes"] = [done.get("error", "sampling did not run (the load never reached measure_start)")]
+    return entry

@@ -1,0 +1,59 @@
+"""What a run ran on: enough to tell whether two results directories are comparable."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import sys
+from importlib import metadata
+
+import netprof
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def interpreter_label() -> str:
+    """How rows name the interpreter that ran the backend, e.g. 'cpython-3.11.2'."""
+    return f"{sys.implementation.name}-{platform.python_version()}"
+
+
+def collect(argv: list[str], config: dict) -> dict:
+    return {
+        "netprof_version": netprof.__version__,
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(argv),
+        "python": {
+            "version": platform.python_version(),
+            "implementation": sys.implementation.name,
+            "executable": sys.executable,
+            "build": " ".join(platform.python_build()),
+            "compiler": platform.python_compiler(),
+        },
+        "packages": {name: _version(name) for name in ("uvloop", "gevent", "pandas", "numpy")},
+        "kernel": platform.release(),
+        "cpu_model": cpu_model(),
+        "cpus": os.cpu_count(),
+        "pinning": {
+            "enabled": config.get("pin", True),
+            "backend_cpu": config.get("backend_cpu"),
+            "loader_cpus": config.get("loader_cpus_effective"),
+        },
+        "config": config,
+    }

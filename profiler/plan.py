@@ -1,0 +1,149 @@
+"""What a run will do: the validated configuration and the list of cells it expands to.
+
+All input checks live here, so that bad input is rejected — with one line naming the fix — before
+any process is started.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+from netprof.backends import registry
+
+# Each side (backend and loader) holds one fd per connection plus a few of its own.
+FD_RESERVE = 100
+LIMITS = {
+    "duration": (0.2, 3600.0),
+    "warmup": (0.0, 600.0),
+    "rounds": (1, 100),
+    "msize": (1, 1 << 20),
+    "pipeline": (1, 1024),
+}
+
+
+class InputError(ValueError):
+    """Bad input: the message is one line that names the fix. The CLI exits 2 on it."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    backend: str
+    connections: int
+    pipeline: int
+    round: int  # 1-based
+
+    @property
+    def key(self) -> tuple:
+        return (self.backend, self.connections, self.pipeline, self.round)
+
+    def label(self) -> str:
+        pipe = f" pipeline {self.pipeline}" if self.pipeline != 1 else ""
+        when = f"round {self.round}" if self.round else "evidence round"
+        return f"{self.backend} c={self.connections}{pipe} {when}"
+
+
+@dataclass
+class RunConfig:
+    backends: list[str]
+    connections: list[int] = field(default_factory=lambda: [10, 100, 1000])
+    pipeline: list[int] = field(default_factory=lambda: [1])
+    duration: float = 5.0
+    warmup: float = 1.0
+    rounds: int = 3
+    msize: int = 64
+    work: str = "none"
+    think: str = "none"
+    probes: bool = True
+    stacks: bool = False
+    flamegraph: bool = False
+    pin: bool = True
+    backend_cpu: str = "0"
+    loader_cpus: str = ""  # empty: every CPU but the backend's
+    loader_threads: int = 1
+    out_dir: str = ""
+    evidence_only: bool = False  # `netprof flamegraph`: sampling rounds only, no throughput rounds
+
+    def cells(self) -> Iterator[Cell]:
+        """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
+        for rnd in range(1, 0 if self.evidence_only else self.rounds + 1):
+            for conns in self.connections:
+                for pipe in self.pipeline:
+                    for backend in self.backends:
+                        yield Cell(backend, conns, pipe, rnd)
+
+    def n_cells(self) -> int:
+        rounds = 0 if self.evidence_only else self.rounds
+        return len(self.backends) * len(self.connections) * len(self.pipeline) * rounds
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise InputError(f"{what} must be a comma list of whole numbers, e.g. 10,100,1000 (got '{text}')")
+    if not values:
+        raise InputError(f"{what} is empty: give a comma list such as 10,100")
+    return values
+
+
+def fd_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def max_connections() -> int:
+    return fd_limit() - FD_RESERVE
+
+
+def _check_range(name: str, value) -> None:
+    lo, hi = LIMITS[name]
+    if not lo <= value <= hi:
+        raise InputError(f"--{name} {value} is out of range: use {lo} … {hi}")
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    known = registry.names(include_test_only=True)
+    for b in cfg.backends:
+        if b not in known:
+            raise InputError(
+                f"unknown backend '{b}'; known: {', '.join(registry.names())} (see `netprof list`)"
+            )
+    if not cfg.backends:
+        raise InputError("name at least one backend, e.g. `netprof run selector` (see `netprof list`)")
+    ceiling = max_connections()
+    for c in cfg.connections:
+        if c < 1:
+            raise InputError(f"--connections {c}: each count must be at least 1")
+        if c > ceiling:
+            raise InputError(
+                f"--connections {c} exceeds what `ulimit -n` ({fd_limit()}) allows: at most {ceiling}; "
+                f"raise the limit (`ulimit -n {c + FD_RESERVE}`, needs CAP_SYS_RESOURCE) or use fewer"
+            )
+    for p in cfg.pipeline:
+        _check_range("pipeline", p)
+    _check_range("duration", cfg.duration)
+    _check_range("warmup", cfg.warmup)
+    _check_range("rounds", cfg.rounds)
+    _check_range("msize", cfg.msize)
+    ncpu = os.cpu_count() or 1
+    if cfg.pin and ncpu < 2:
+        raise InputError("pinning needs at least 2 CPUs (backend and loader apart); pass --no-pin")
+    return cfg
+
+
+def loader_cpus(cfg: RunConfig) -> str | None:
+    """The loader's CPUs: as given, else every CPU except the backend's; None when not pinning."""
+    if not cfg.pin:
+        return None
+    if cfg.loader_cpus:
+        return cfg.loader_cpus
+    from netprof.profiler.procs import parse_cpus
+
+    backend = set(parse_cpus(cfg.backend_cpu) or [])
+    rest = [c for c in sorted(os.sched_getaffinity(0)) if c not in backend]
+    return ",".join(map(str, rest)) if rest else None

@@ -1,0 +1,296 @@
+"""Turn a results directory into what a person reads: a few sentences of findings, the anomalies with
+their evidence, the seed's tables and the plots — as terminal output, report.md, a self-contained
+report.html, and summary.json (the interface contract's JSON summary).
+
+This module only gathers and renders; the numbers come from `stats`/`anomalies.cell_table`, the
+judgements from `anomalies`, the figures from `plots`, the layout from `templates/`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+from markupsafe import Markup
+from rich.console import Console
+from rich.markup import escape
+
+from netprof.profiler import anomalies as anomalies_mod
+from netprof.profiler import plots as plots_mod
+from netprof.profiler import results, tables
+from netprof.profiler.anomalies import num, syscalls_of
+
+TABLES = (
+    ("Throughput, msgs/s ± 95% interval", tables.throughput_table),
+    ("Relative speed (slowest backend of each column = 1)", tables.relative_table),
+    ("Latency µs, p50 / p95 / p99 / p999", tables.latency_table),
+    ("Fairness across connections", tables.fairness_table),
+    ("Backend CPU", tables.cpu_table),
+    ("Syscalls per message", tables.syscalls_table),
+)
+FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu")
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+# ---------------------------------------------------------------------------------------------
+# Findings: the opening sentences, generated from the data.
+
+def _scale(r) -> str:
+    pipe = f", {int(r['pipeline'])} messages in flight" if (r.get("pipeline") or 1) > 1 else ""
+    interp = f" on {r['interpreter']}" if r.get("_multi_interp") else ""
+    return f"{int(r['connections'])} connections{pipe}{interp}"
+
+
+def _cost(r) -> str | None:
+    """'9.1 µs of CPU per message (5.0 user + 4.1 kernel) and 2.01 syscalls' or None."""
+    u, k = num(r, "cpu_us_per_msg.user"), num(r, "cpu_us_per_msg.sys")
+    per = syscalls_of(r)
+    parts = []
+    if u is not None and k is not None:
+        parts.append(f"{u + k:.1f} µs of CPU per message ({u:.1f} user + {k:.1f} kernel)")
+    if per:
+        parts.append(f"{sum(per.values()):.2f} syscalls per message")
+    return " and ".join(parts) or None
+
+
+def _why(best, other) -> str:
+    """One clause on why `best` beats `other`: where its per-message CPU is lower."""
+    ub, kb, uo, ko = (num(best, "cpu_us_per_msg.user"), num(best, "cpu_us_per_msg.sys"),
+                      num(other, "cpu_us_per_msg.user"), num(other, "cpu_us_per_msg.sys"))
+    cb, co = _cost(best), _cost(other)
+    if not cb or not co:
+        return ""
+    text = f" It needs {cb}; {other['backend']} needs {co}"
+    if None not in (ub, kb, uo, ko):
+        du, dk = uo - ub, ko - kb
+        text += (", the difference mostly in user space (interpreter and event loop)" if du >= dk
+                 else ", the difference mostly in the kernel (more or costlier syscalls)")
+    return text + "."
+
+
+def _span(values: list[float], fmt) -> str:
+    """'90k' when the values agree within 5%, else '60k–90k'."""
+    lo, hi = min(values), max(values)
+    return fmt(hi) if hi <= lo * 1.05 else f"{fmt(lo)}–{fmt(hi)}"
+
+
+def _counts(cs: list[int]) -> str:
+    cs = [str(c) for c in cs]
+    return cs[0] if len(cs) == 1 else ", ".join(cs[:-1]) + " and " + cs[-1]
+
+
+def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
+    """One sentence for consecutive scales that share the same winner and runner-up."""
+    best, last = runs[-1], groups[-1]
+    scales = [int(r["connections"]) for r in runs]
+    where = _scale(best).replace(f"{int(best['connections'])} connections", f"{_counts(scales)} connections")
+    rate = f"{_span([r['mps_mean'] for r in runs], tables.human)} msgs/s"
+    head = f"At {where}, **{best['backend']}** " + (f"is fastest with {rate}" if len(last) > 1 else f"handled {rate}")
+    ci = [num(r, "mps_ci_pct") for r in runs]
+    if all(c is not None for c in ci):
+        head += f" (±{max(ci):.0f}%)"
+    if len(last) == 1:
+        cost = _cost(best)
+        return head + (f", using {cost}." if cost else ".")
+    ratios = [g.iloc[0]["mps_mean"] / g.iloc[1]["mps_mean"] for g in groups]
+    nxt = last.iloc[1]
+    head += f", {_span(ratios, lambda v: f'{v:.2f}')}× the next, {nxt['backend']}"
+    if len(last) > 2:
+        slowest = [g.iloc[0]["mps_mean"] / g.iloc[-1]["mps_mean"] for g in groups]
+        head += f", and up to {max(slowest):.1f}× the slowest, {last.iloc[-1]['backend']}"
+    head += "."
+    close = [g for g in groups if g.iloc[0]["mps_mean"] - (num(g.iloc[0], "mps_ci") or 0)
+             <= g.iloc[1]["mps_mean"] + (num(g.iloc[1], "mps_ci") or 0)]
+    if close:
+        head += (" The lead is within the measurement intervals"
+                 + (f" at {_counts([int(g.iloc[0]['connections']) for g in close])} connections" if len(groups) > 1 else "")
+                 + ": not a clear win.")
+    why = _why(best, nxt)
+    if why and len(runs) > 1:
+        why = why.replace(" It needs", f" At {int(best['connections'])} connections it needs", 1)
+    return head + why
+
+
+def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[str]:
+    """A few plain sentences: who is fastest at each scale, by how much, and why; then the worst problems."""
+    out: list[str] = []
+    if cells.empty:
+        out.append("No cell produced a measurement: every cell failed (see the failed cells below).")
+    else:
+        cells = cells.copy()
+        cells["_multi_interp"] = cells["interpreter"].nunique(dropna=False) > 1
+        starved = {(a["backend"], a["connections"], a.get("pipeline")) for a in found if a["id"] == "starvation"}
+        for _, series in cells.groupby(["interpreter", "pipeline", "pinned"], dropna=False, sort=True):
+            runs: list[pd.Series] = []
+            groups: list[pd.DataFrame] = []
+            for _, g in series.groupby("connections", sort=True):
+                g = g.sort_values("mps_mean", ascending=False)
+                order = tuple(g["backend"].iloc[:2])
+                if groups and order != tuple(groups[-1]["backend"].iloc[:2]):
+                    out.append(_ranking_sentence(runs, groups))
+                    runs, groups = [], []
+                runs.append(g.iloc[0])
+                groups.append(g)
+            out.append(_ranking_sentence(runs, groups))
+            winners = {int(c): g.loc[g["mps_mean"].idxmax(), "backend"] for c, g in series.groupby("connections")}
+            pipe = int(series["pipeline"].iloc[0] or 1)
+            caught = sorted(c for (b, c, p) in starved if p == pipe and winners.get(c) == b)
+            if caught:
+                out[-1] += (f" Caution: at {_counts(caught)} connections the fastest backend starved part of its "
+                            "connections (see the anomalies), so its figure there is not fair service.")
+    if found:
+        by_sev = {s: sum(a["severity"] == s for a in found) for s in anomalies_mod.SEVERITIES}
+        counts = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
+        top = [a for a in found if a["severity"] == found[0]["severity"]][:3]
+        lead = "Most severe" if found[0]["severity"] != "info" else "Informational only"
+        out.append(f"The analysis flagged {counts}. {lead}: " + "; ".join(a["title"] for a in top) + ".")
+    else:
+        out.append("No anomaly rule fired: service was fair, costs per message were ordinary, and the loader had headroom.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Run summary, failed cells, flamegraphs.
+
+def run_facts(df: pd.DataFrame, meta: dict) -> dict:
+    cfg = meta.get("config", {}) or {}
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    facts = {
+        "command": meta.get("command", ""),
+        "started": meta.get("started", ""),
+        "backends": ", ".join(dict.fromkeys(map(str, df["backend"]))) if "backend" in df else "",
+        "connections": ", ".join(str(c) for c in sorted(df["connections"].unique())) if "connections" in df else "",
+        "pipeline": ", ".join(str(p) for p in sorted(df["pipeline"].unique())) if "pipeline" in df else "1",
+        "interpreters": ", ".join(dict.fromkeys(map(str, df["interpreter"].dropna()))) if "interpreter" in df else "",
+        "rounds": cfg.get("rounds", int(df["round"].max()) if "round" in df and len(df) else ""),
+        "duration": cfg.get("duration", ""),
+        "msize": cfg.get("msize", df["msize"].iloc[0] if "msize" in df and len(df) else ""),
+        "measured_s": float(ok["duration_s"].sum()) if "duration_s" in ok else None,
+        "cells_total": len(df), "cells_failed": int((df["status"] != "ok").sum()) if "status" in df else 0,
+        "probes": ", ".join(sorted({p for v in df.get("probes", pd.Series(dtype=str)).dropna()
+                                    for p in str(v).split(",") if p})) or "none",
+        "machine": f"{meta.get('cpu_model', '?')}, {meta.get('cpus', '?')} CPUs, kernel {meta.get('kernel', '?')}",
+        "python": (meta.get("python") or {}).get("version", ""),
+        "packages": ", ".join(f"{k} {v}" for k, v in (meta.get("packages") or {}).items() if v),
+        "pinning": _pinning(meta.get("pinning") or {}),
+        "netprof": meta.get("netprof_version", ""),
+    }
+    return facts
+
+
+def _pinning(p: dict) -> str:
+    if not p:
+        return "unknown"
+    if not p.get("enabled", True):
+        return "not pinned"
+    loader = p.get("loader_cpus")
+    loader = ",".join(map(str, loader)) if isinstance(loader, (list, tuple)) else loader
+    return f"backend on CPU {p.get('backend_cpu')}, loader on CPU(s) {loader}"
+
+
+def failed_rows(df: pd.DataFrame) -> list[dict]:
+    if "status" not in df:
+        return []
+    bad = df[df["status"] != "ok"]
+    return [{"backend": r["backend"], "connections": int(r["connections"]), "pipeline": int(r.get("pipeline", 1) or 1),
+             "round": int(r["round"]) if "round" in r and pd.notna(r["round"]) else None, "error": r.get("error") or "?"}
+            for _, r in bad.iterrows()]
+
+
+def find_flamegraphs(out: Path) -> list[dict]:
+    """flamegraphs/<backend>-c<N>-p<K>/{oncpu,python,offcpu}.svg that exist, with paths relative to `out`."""
+    root = out / "flamegraphs"
+    notes = {}
+    try:
+        for e in json.loads((root / "index.json").read_text()):
+            notes[Path(e.get("dir", "")).name] = e.get("notes") or []
+    except (OSError, ValueError, TypeError):
+        pass
+    found = []
+    for d in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
+        svgs = {k: f"flamegraphs/{d.name}/{k}.svg" for k in FLAMEGRAPH_KINDS if (d / f"{k}.svg").exists()}
+        if svgs or notes.get(d.name):
+            found.append({"cell": d.name, "svgs": svgs, "notes": notes.get(d.name, [])})
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+def _inline_md(text: str) -> Markup:
+    """Escape, then render the two bits of Markdown the explanations use: `code` and **bold**."""
+    s = html.escape(str(text))
+    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+    return Markup(s)
+
+
+def _md_cell(v) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _env(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=autoescape,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["inline_md"] = _inline_md
+    env.filters["md_cell"] = _md_cell
+    env.filters["md_table"] = lambda t: tables.to_markdown(t["header"], [[_md_cell(c) for c in r] for r in t["rows"]])
+    env.filters["ev_value"] = lambda v: ", ".join(map(str, v)) if isinstance(v, list) else v
+    return env
+
+
+def _stack_text(s: dict) -> str:
+    return f"{s['syscall']} × {s.get('count')}\n" + "\n".join(f"  {f}" for f in s.get("frames", []))
+
+
+def render(out: Path, context: dict) -> tuple[Path, Path]:
+    md = _env(False).get_template("report.md.j2").render(**context, stack_text=_stack_text)
+    page = _env(True).get_template("report.html.j2").render(**context, stack_text=_stack_text)
+    (out / "report.md").write_text(md)
+    (out / "report.html").write_text(page)
+    return out / "report.md", out / "report.html"
+
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def finish(out_dir: str | Path, console: Console | None = None) -> dict:
+    """Analyse a results directory and write report.md, report.html, plots/ and summary.json."""
+    out = Path(out_dir)
+    df, per_conn, meta = results.load(out)
+    cells = anomalies_mod.cell_table(df)
+    found = anomalies_mod.detect(df, per_conn, meta, out, cells=cells)
+    rendered = [{"title": t, "header": h, "rows": r} for t, fn in TABLES for h, r in [fn(cells)]] if not cells.empty else []
+    figures = plots_mod.render_all(cells, per_conn, out)
+    flames = find_flamegraphs(out)
+    context = {"facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
+               "tables": rendered, "plots": figures, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
+    md_path, html_path = render(out, context)
+    artifacts = {"dir": str(out), "report_md": str(md_path), "report_html": str(html_path),
+                 "summary_json": str(out / results.SUMMARY_JSON),
+                 "results_parquet": str(out / results.RESULTS_PARQUET), "results_csv": str(out / results.RESULTS_CSV),
+                 "plots": [str(out / p.path) for p in figures],
+                 "flamegraphs": [str(out / s) for f in flames for s in f["svgs"].values()],
+                 "stacks": sorted(str(p) for p in (out / "stacks").glob("*.json")) if (out / "stacks").is_dir() else []}
+    summary = {"runs": results.rows_of(df), "anomalies": found, "artifacts": artifacts}
+    (out / results.SUMMARY_JSON).write_text(json.dumps(summary, indent=1, default=str))
+    if console is not None:
+        _print(console, context, out)
+    return summary
+
+
+def _print(console: Console, context: dict, out: Path) -> None:
+    for t in context["tables"]:
+        console.print(tables.to_rich(t["title"], t["header"], t["rows"]))
+    console.print()
+    for line in context["findings"]:
+        console.print(line.replace("**", ""), markup=False, highlight=False)
+    for a in context["anomalies"][:8]:
+        console.print(f"[{SEVERITY_STYLE[a['severity']]}]{a['severity'].upper():8}[/] {escape(a['title'])}")
+    if len(context["anomalies"]) > 8:
+        console.print(f"… and {len(context['anomalies']) - 8} more in the report")
+    console.print(f"report: {out}/report.html (also report.md, summary.json, results.parquet)")

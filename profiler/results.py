@@ -1,0 +1,115 @@
+"""The results directory: one tidy row per (backend, connections, pipeline, round).
+
+Rows are nested dicts in memory and in JSON (the interface contract), flattened with dotted column
+names (`lat_us.p99`, `syscalls_per_msg.sendto`) in `results.parquet` / `results.csv`. Both files are
+rewritten atomically after every cell, so an interrupted run keeps every finished cell. The
+per-connection message counts go to `per_conn.parquet` (long format), since one row cannot hold 20k.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+RESULTS_PARQUET = "results.parquet"
+RESULTS_CSV = "results.csv"
+PER_CONN_PARQUET = "per_conn.parquet"
+META_JSON = "meta.json"
+SUMMARY_JSON = "summary.json"
+
+# Nested groups of a row; everything else is a scalar column.
+NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "syscall_time_s",
+          "ctx", "loader_cpu", "errors", "faults")
+
+
+def flatten(row: dict) -> dict:
+    flat = {}
+    for k, v in row.items():
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                flat[f"{k}.{kk}"] = vv
+        elif isinstance(v, (list, tuple)):
+            flat[k] = ",".join(map(str, v))
+        else:
+            flat[k] = v
+    return flat
+
+
+def _clean(v):
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "item"):  # numpy scalar
+        return _clean(v.item())
+    return v
+
+
+def unflatten(flat: dict) -> dict:
+    row: dict = {}
+    for k, v in flat.items():
+        v = _clean(v)
+        if "." in k and k.split(".", 1)[0] in NESTED:
+            group, name = k.split(".", 1)
+            if v is not None:
+                row.setdefault(group, {})[name] = v
+        else:
+            row[k] = v
+    if isinstance(row.get("probes"), str):
+        row["probes"] = [p for p in row["probes"].split(",") if p]
+    return row
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+class ResultsStore:
+    def __init__(self, out_dir: str | Path) -> None:
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict] = []
+        self.per_conn: list[pd.DataFrame] = []
+
+    def write_meta(self, meta: dict) -> None:
+        _atomic_write(self.dir / META_JSON, lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
+
+    def add(self, row: dict, per_conn_messages: list[int] | None = None) -> None:
+        self.rows.append(row)
+        if per_conn_messages:
+            self.per_conn.append(pd.DataFrame({
+                "backend": row["backend"], "interpreter": row.get("interpreter"),
+                "connections": row["connections"], "pipeline": row["pipeline"], "round": row["round"],
+                "conn": range(len(per_conn_messages)), "messages": per_conn_messages,
+            }))
+        self.flush()
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([flatten(r) for r in self.rows])
+
+    def flush(self) -> None:
+        df = self.frame()
+        _atomic_write(self.dir / RESULTS_PARQUET, lambda p: df.to_parquet(p, index=False))
+        _atomic_write(self.dir / RESULTS_CSV, lambda p: df.to_csv(p, index=False))
+        if self.per_conn:
+            pc = pd.concat(self.per_conn, ignore_index=True)
+            _atomic_write(self.dir / PER_CONN_PARQUET, lambda p: pc.to_parquet(p, index=False))
+
+
+def load(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
+    """(results, per-connection counts or None, meta) of a results directory."""
+    d = Path(out_dir)
+    if not (d / RESULTS_PARQUET).exists():
+        raise FileNotFoundError(f"{d} holds no {RESULTS_PARQUET}: is it a netprof results directory?")
+    df = pd.read_parquet(d / RESULTS_PARQUET)
+    pc = pd.read_parquet(d / PER_CONN_PARQUET) if (d / PER_CONN_PARQUET).exists() else None
+    meta = json.loads((d / META_JSON).read_text()) if (d / META_JSON).exists() else {}
+    return df, pc, meta
+
+
+def rows_of(df: pd.DataFrame) -> list[dict]:
+    return [unflatten(r) for r in df.to_dict(orient="records")]

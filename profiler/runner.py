@@ -1,0 +1,100 @@
+"""A whole run: every cell of the plan, in order, with results written as each cell finishes.
+
+pyperf's split, in spirit: this module drives; `cell.py` measures one cell; `results.py` keeps the
+raw rows; `stats.py`, `anomalies.py` and `report.py` only read what was kept.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from netprof.profiler import evidence
+from netprof.profiler import meta as meta_mod
+from netprof.profiler.cell import run_cell
+from netprof.profiler.loader_client import Loader
+from netprof.profiler.plan import RunConfig, loader_cpus
+from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.results import ResultsStore
+
+
+@dataclass
+class RunOutcome:
+    out_dir: Path
+    store: ResultsStore
+    failed: int
+    interrupted: bool = False
+
+
+def default_out_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def _open_probes(cfg: RunConfig):
+    """Compile the counting programs once per run; re-targeted per cell."""
+    if not cfg.probes:
+        return None, None
+    from netprof.probes import CountingProbes, delta
+
+    return CountingProbes(track_children=True), delta
+
+
+def execute(cfg: RunConfig, argv: list[str], console: Console) -> RunOutcome:
+    out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir()
+    store = ResultsStore(out)
+    lcpus = loader_cpus(cfg)
+    config = cfg.to_dict() | {"loader_cpus_effective": lcpus, "out_dir": str(out)}
+    store.write_meta(meta_mod.collect(argv, config))
+    python = sys.executable
+    interpreter = meta_mod.interpreter_label()
+    failed = 0
+    interrupted = False
+    probes, delta_fn = _open_probes(cfg)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
+    )
+    try:
+        with ProcessGroup() as group, progress:
+            loader = Loader.start(group, cpus=lcpus, threads=cfg.loader_threads)
+            extra = evidence.evidence_cells(cfg)
+            total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
+            task = progress.add_task("starting", total=total)
+            for cell in cfg.cells():
+                progress.update(task, description=cell.label())
+                outcome = run_cell(cell, cfg, loader, probes, python, interpreter, delta_fn)
+                store.add(outcome.row, outcome.per_conn_messages)
+                if not outcome.ok:
+                    failed += 1
+                    progress.console.print(f"[red]FF[/red] {cell.label()}: {outcome.row['error']}")
+                progress.advance(task)
+            if probes is not None:
+                probes.close()  # the evidence rounds run without the counting set
+                probes = None
+            if cfg.stacks:
+                from netprof.probes import StackProbes
+
+                with StackProbes() as stack_probes:
+                    for cell in extra:
+                        progress.update(task, description=f"stacks: {cell.label()}")
+                        evidence.stacks_round(cell, cfg, loader, stack_probes, python, interpreter, out)
+                        progress.advance(task)
+            if cfg.flamegraph:
+                index = []
+                for cell in extra:
+                    progress.update(task, description=f"flamegraph: {cell.label()}")
+                    index.append(evidence.flamegraph_round(cell, cfg, loader, python, interpreter, out))
+                    (out / "flamegraphs" / "index.json").write_text(json.dumps(index, indent=1))
+                    progress.advance(task)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if probes is not None:
+            probes.close()
+    return RunOutcome(out, store, failed, interrupted)

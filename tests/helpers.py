@@ -1,0 +1,28 @@
+"""Process checks shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+OUR_PROCESS_MARKERS = ("netprof.backends", "netprof-loader")
+
+
+def netprof_children() -> list[psutil.Process]:
+    """Backends and loaders still alive anywhere on the machine (they must all be gone after a run)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "name"]):
+        cmd = " ".join(p.info.get("cmdline") or [])
+        if any(m in cmd for m in OUR_PROCESS_MARKERS) or p.info.get("name") == "netprof-loader":
+            found.append(p)
+    return found
+
+
+def wait_no_children(timeout: float = 10.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    left = netprof_children()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = netprof_children()
+    return left

@@ -1,0 +1,319 @@
+"""Every anomaly rule on constructed rows: it fires when it should and stays silent when it should not.
+No processes: the rows have the shape the orchestrator writes (nested dicts, flattened by results)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pandas as pd
+import pytest
+
+from netprof.profiler import anomalies, results
+from netprof.profiler.anomalies import Thresholds, detect
+
+FAIR = {"min": 990, "p5": 995, "p50": 1000, "p95": 1005, "max": 1010, "jain": 0.999, "active_share": 0.95, "idle": 0}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return base
+
+
+def make_row(backend="selector", connections=100, pipeline=1, round=1, mps=50_000.0, **over) -> dict:
+    """A healthy ping-pong row: fair, ordinary syscalls, balanced CPU, modest tail, idle loader."""
+    duration = 2.0
+    messages = int(mps * duration)
+    row = {
+        "backend": backend, "family": "selectors", "interpreter": "cpython-3.11.2", "connections": connections,
+        "pipeline": pipeline, "round": round, "msize": 64, "work": "none", "think": "none", "pinned": True,
+        "status": "ok", "error": None, "messages": messages, "duration_s": duration, "msgs_per_sec": mps,
+        "connected": connections, "setup_s": 0.1,
+        "lat_us": {"p50": 100.0, "p90": 150.0, "p95": 180.0, "p99": 300.0, "p999": 600.0, "max": 900.0, "mean": 110.0},
+        "per_conn": dict(FAIR),
+        "errors": {"connect": 0, "reset": 0, "timeout": 0, "mismatch": 0},
+        "loader_cpu": {"user_s": 0.4, "sys_s": 0.6, "cpu_frac": 0.5},
+        "probes": ["counting"],
+        "cpu": {"user_s": 0.99, "sys_s": 0.81, "user_frac": 0.55, "busy_frac": 0.9},
+        "faults": {"minor_per_msg": 0.001, "major": 0},
+        "syscalls": {"sendto": messages, "recvfrom": messages, "epoll_wait": messages // 100},
+        "syscalls_per_msg": {"sendto": 1.0, "recvfrom": 1.0, "epoll_wait": 0.01},
+        "ctx_switches_per_msg": 0.01,
+        "ctx": {"voluntary_per_msg": 0.01, "involuntary_per_msg": 0.001, "migrations_per_msg": 0.0},
+    }
+    return _merge(row, copy.deepcopy(over))
+
+
+def frame(*rows: dict) -> pd.DataFrame:
+    return pd.DataFrame([results.flatten(r) for r in rows])
+
+
+def healthy_run() -> list[dict]:
+    """Two backends × three scales × three rounds, ±2% round to round: nothing to report."""
+    rows = []
+    for backend, base in (("selector", 60_000.0), ("uvloop", 45_000.0)):
+        for c in (10, 100, 1000):
+            for rnd, jitter in ((1, 0.98), (2, 1.0), (3, 1.02)):
+                rows.append(make_row(backend, c, round=rnd, mps=base * jitter))
+    return rows
+
+
+def ids(found: list[dict], id: str | None = None) -> list[dict]:
+    return [a for a in found if id is None or a["id"] == id]
+
+
+# --- no false alarms ---------------------------------------------------------------------------
+
+def test_healthy_run_fires_nothing():
+    assert detect(frame(*healthy_run())) == []
+
+
+def test_every_rule_is_registered_with_a_docstring():
+    expected = {"starvation", "readiness_churn", "mmap_churn", "lock_contention", "cpu_split", "loader_bottleneck",
+                "latency_tail", "throughput_collapse", "noisy", "failed_cells"}
+    assert expected <= set(anomalies.RULES)
+    assert all(fn.__doc__ for fn in anomalies.RULES.values())
+
+
+def test_anomaly_shape_is_the_contract():
+    found = detect(frame(make_row(lat_us={"p999": 5000.0})))
+    assert found
+    for a in found:
+        assert {"id", "backend", "connections", "severity", "title", "explanation", "evidence"} <= set(a)
+        json.dumps(a)  # JSON-ready: no numpy scalars
+
+
+# 1 starvation ------------------------------------------------------------------------------------
+
+STARVED = {"min": 0, "p5": 0, "p50": 2, "p95": 30, "max": 9000, "jain": 0.04, "active_share": 0.03, "idle": 400}
+
+
+def test_starvation_with_eager_read_and_pipeline_trigger():
+    rows = [make_row("asyncio_sock", 1000, pipeline=1, syscalls_per_msg={"epoll_ctl": 2.0}),
+            make_row("asyncio_sock", 1000, pipeline=4, per_conn=STARVED, syscalls_per_msg={"epoll_ctl": 0.04})]
+    found = ids(detect(frame(*rows)), "starvation")
+    assert len(found) == 1
+    a = found[0]
+    assert (a["backend"], a["connections"], a["pipeline"], a["severity"]) == ("asyncio_sock", 1000, 4, "critical")
+    assert "sock_recv" in a["explanation"] and "without yielding" in a["explanation"]
+    assert "already waiting" in a["explanation"] and "trigger" in a["explanation"]
+    assert "Under strict ping-pong" in a["explanation"]
+    assert a["evidence"]["Jain index (1 = fair)"] == 0.04
+    assert a["evidence"]["connections serving 95% of messages"] == "30 of 1000"
+    assert "selector_events.py" in a["evidence"]["source"]
+
+
+def test_starvation_without_eager_read_gives_no_sock_recv_story():
+    # epoll_ctl at what register-per-read implies: the reads did go through the loop
+    row = make_row("weird", 1000, per_conn=STARVED, syscalls_per_msg={"epoll_ctl": 2.0})
+    a = ids(detect(frame(row)), "starvation")[0]
+    assert "sock_recv" not in a["explanation"]
+    assert "epoll_ctl per message the register-per-read model implies" not in a["evidence"]
+
+
+def test_starvation_uses_per_connection_counts():
+    per_conn = pd.DataFrame({"backend": "b", "interpreter": "cpython-3.11.2", "connections": 100, "pipeline": 1,
+                             "round": 1, "conn": range(100), "messages": [10_000] + [1] * 99})
+    row = make_row("b", 100, per_conn={"jain": 0.01, "active_share": 0.01})
+    a = ids(detect(frame(row), per_conn=per_conn), "starvation")[0]
+    assert a["evidence"]["top 1% of connections got"] == "99% of messages"
+
+
+def test_starvation_on_idle_connections_alone_is_a_warning():
+    row = make_row("b", 1000, per_conn={"min": 0, "p5": 0, "idle": 224, "jain": 0.72, "active_share": 0.67})
+    a = ids(detect(frame(row)), "starvation")
+    assert a and a[0]["severity"] == "warning" and "224 of 1000 connections (22%)" in a[0]["explanation"]
+
+
+def test_starvation_silent_when_fair_or_too_few_connections():
+    assert not ids(detect(frame(make_row(connections=1000))), "starvation")
+    assert not ids(detect(frame(make_row(connections=2, per_conn=STARVED))), "starvation")
+
+
+# 2 readiness_churn -------------------------------------------------------------------------------
+
+def test_readiness_churn_fires_on_two_epoll_ctl_per_message():
+    rows = [make_row("uvloop_sock", 100, mps=40_000.0, syscalls_per_msg={"epoll_ctl": 2.0}),
+            make_row("selector", 100, mps=60_000.0)]
+    found = ids(detect(frame(*rows)), "readiness_churn")
+    assert [a["backend"] for a in found] == ["uvloop_sock"]
+    assert "register" in found[0]["explanation"] and "selector" in found[0]["explanation"]
+    assert found[0]["evidence"]["epoll_ctl per read"] == 2.0
+    assert found[0]["evidence"]["epoll_ctl per message"] == 2.0
+
+
+def test_readiness_churn_silent_below_threshold_and_without_probes():
+    assert not ids(detect(frame(make_row(syscalls_per_msg={"epoll_ctl": 0.5}))), "readiness_churn")
+    row = make_row()
+    del row["syscalls_per_msg"], row["syscalls"]
+    assert not ids(detect(frame(row)), "readiness_churn")
+
+
+# 3 mmap_churn ------------------------------------------------------------------------------------
+
+def test_mmap_churn_explains_the_big_receive_buffer_and_quotes_stacks(tmp_path):
+    row = make_row("asyncio", 100, syscalls_per_msg={"mmap": 1.0, "munmap": 1.0, "mremap": 1.0})
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "asyncio-c100-p1.json").write_text(json.dumps(
+        {"mmap": [{"count": 9000, "frames": ["mmap64 (libc.so.6)", "sysmalloc (libc.so.6)",
+                                             "_PyBytes_FromSize (python3.11)", "sock_recv_impl (_socket)"]}]}))
+    a = ids(detect(frame(row), out_dir=tmp_path), "mmap_churn")[0]
+    assert a["severity"] == "warning"
+    assert "max_size" in a["explanation"] and "mremap" in a["explanation"]
+    assert a["evidence"]["stacks"][0]["syscall"] == "mmap"
+    assert "max_size" in a["evidence"]["source"]
+    assert "sock_recv_impl" in a["explanation"]
+
+
+def test_mmap_churn_silent_on_rare_mappings():
+    assert not ids(detect(frame(make_row(syscalls_per_msg={"mmap": 0.1, "munmap": 0.1}))), "mmap_churn")
+
+
+# 4 lock_contention -------------------------------------------------------------------------------
+
+def test_lock_contention_compares_pinned_and_unpinned():
+    rows = [make_row("thread", 100, mps=20_000.0, pinned=False, syscalls_per_msg={"futex": 15.0},
+                     ctx={"involuntary_per_msg": 2.0, "migrations_per_msg": 0.3}),
+            make_row("thread", 100, mps=90_000.0, pinned=True, syscalls_per_msg={"futex": 0.01})]
+    found = ids(detect(frame(*rows)), "lock_contention")
+    assert len(found) == 1
+    a = found[0]
+    assert a["severity"] == "critical" and a["evidence"]["pinned"] is False
+    assert "90000 msgs/s" in a["evidence"]["same cell pinned"]
+    assert "GIL" in a["explanation"]
+
+
+def test_lock_contention_on_involuntary_switches_alone():
+    a = ids(detect(frame(make_row(ctx={"involuntary_per_msg": 1.0}))), "lock_contention")
+    assert a and a[0]["severity"] == "warning"
+
+
+def test_lock_contention_silent_when_calm():
+    assert not ids(detect(frame(make_row(syscalls_per_msg={"futex": 0.2}))), "lock_contention")
+
+
+# 5 cpu_split -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("user_frac, title", [(0.9, "User-dominated"), (0.2, "Kernel-dominated")])
+def test_cpu_split_is_informational(user_frac, title):
+    rows = [make_row("b", c, cpu={"user_frac": user_frac}) for c in (10, 100)]
+    found = ids(detect(frame(*rows)), "cpu_split")
+    assert len(found) == 1 and found[0]["severity"] == "info"
+    assert found[0]["title"].startswith(title) and found[0]["connections"] is None
+    assert found[0]["evidence"]["connection counts"] == "10, 100"
+
+
+def test_cpu_split_silent_when_balanced_or_unknown():
+    assert not ids(detect(frame(make_row(cpu={"user_frac": 0.55}))), "cpu_split")
+    row = make_row()
+    del row["cpu"]
+    assert not ids(detect(frame(row)), "cpu_split")
+
+
+# 6 loader_bottleneck -----------------------------------------------------------------------------
+
+def test_loader_bottleneck_critical_when_backend_waits():
+    a = ids(detect(frame(make_row(loader_cpu={"cpu_frac": 0.97}, cpu={"busy_frac": 0.5}))), "loader_bottleneck")
+    assert a and a[0]["severity"] == "critical" and "lower bound" in a[0]["explanation"]
+
+
+def test_loader_bottleneck_warning_when_both_busy_and_silent_with_headroom():
+    a = ids(detect(frame(make_row(loader_cpu={"cpu_frac": 0.95}, cpu={"busy_frac": 0.97}))), "loader_bottleneck")
+    assert a and a[0]["severity"] == "warning"
+    assert not ids(detect(frame(make_row(loader_cpu={"cpu_frac": 0.6}))), "loader_bottleneck")
+
+
+# 7 latency_tail ----------------------------------------------------------------------------------
+
+def test_latency_tail_fires_on_p999_far_above_p50():
+    a = ids(detect(frame(make_row(lat_us={"p50": 100.0, "p999": 5000.0}))), "latency_tail")
+    assert a and a[0]["evidence"]["p999 / p50"] == 50.0
+
+
+def test_latency_tail_names_starvation_as_cause():
+    a = ids(detect(frame(make_row(lat_us={"p999": 5000.0}, per_conn=STARVED))), "latency_tail")[0]
+    assert "starved" in a["explanation"] and a["severity"] == "warning"
+
+
+def test_latency_tail_silent_and_threshold_is_tunable():
+    row = make_row(lat_us={"p50": 100.0, "p999": 1000.0})
+    assert not ids(detect(frame(row)), "latency_tail")
+    assert ids(detect(frame(row), thresholds=Thresholds(tail_ratio=5)), "latency_tail")
+
+
+# 8 throughput_collapse ---------------------------------------------------------------------------
+
+def test_throughput_collapse_says_what_grew():
+    rows = [make_row("uvloop", 10, mps=100_000.0, cpu={"user_s": 1.0, "sys_s": 0.6}),
+            make_row("uvloop", 1000, mps=100_000.0),
+            make_row("uvloop", 10000, mps=30_000.0, cpu={"user_s": 1.0, "sys_s": 1.5},
+                     syscalls_per_msg={"epoll_wait": 0.9})]
+    a = ids(detect(frame(*rows)), "throughput_collapse")
+    assert len(a) == 1 and a[0]["connections"] == 10000
+    assert "−70%" in a[0]["title"]
+    assert "kernel" in a[0]["explanation"] and "epoll_wait" in a[0]["explanation"]
+
+
+def test_throughput_collapse_silent_on_mild_decline_or_growth():
+    rows = [make_row("b", 10, mps=100_000.0), make_row("b", 1000, mps=70_000.0), make_row("b", 5000, mps=120_000.0)]
+    assert not ids(detect(frame(*rows)), "throughput_collapse")
+
+
+# 9 noisy -----------------------------------------------------------------------------------------
+
+def test_noisy_fires_on_disagreeing_rounds():
+    rows = [make_row(round=i, mps=m) for i, m in enumerate((50_000.0, 75_000.0, 35_000.0), 1)]
+    a = ids(detect(frame(*rows)), "noisy")
+    assert a and a[0]["severity"] == "warning" and "50000, 75000, 35000" in a[0]["evidence"]["msgs/s per round"]
+
+
+def test_noisy_silent_on_agreeing_rounds_or_single_round():
+    rows = [make_row(round=i, mps=m) for i, m in enumerate((50_000.0, 51_000.0, 49_000.0), 1)]
+    assert not ids(detect(frame(*rows)), "noisy")
+    assert not ids(detect(frame(make_row())), "noisy")
+
+
+# 10 failed_cells ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("error, cause", [
+    ("EMFILE: accept: Too many open files", "fd limit"),
+    ("backend exited with code -9: ", "killed"),
+    ("backend exited with code -11: ", "crash"),
+    ("backend exited with code 1: Traceback ...", "exit"),
+    ("stalled: no message for 5 s", "stall"),
+    ("only 900 of 1000 connections could be opened (ECONNREFUSED)", "connection setup"),
+])
+def test_failed_cells_names_the_cause(error, cause):
+    rows = [make_row("thread", 20000, status="failed", error=error, messages=0, msgs_per_sec=0.0),
+            make_row("selector", 100)]
+    a = ids(detect(frame(*rows)), "failed_cells")
+    assert len(a) == 1 and a[0]["severity"] == "critical"
+    assert a[0]["evidence"]["cause"] == cause and a[0]["connections"] == 20000
+    assert a[0]["evidence"]["failed rounds"] == "1 of 1"
+
+
+def test_failed_cells_when_nothing_succeeded_and_silent_when_all_ok():
+    row = make_row(status="failed", error="stalled: x", messages=0, msgs_per_sec=0.0)
+    assert ids(detect(frame(row)), "failed_cells")
+    assert not ids(detect(frame(make_row())), "failed_cells")
+
+
+# ordering ----------------------------------------------------------------------------------------
+
+def test_most_severe_first():
+    rows = [make_row("a", 100, cpu={"user_frac": 0.9}),                                  # info
+            make_row("b", 100, lat_us={"p999": 5000.0}, per_conn=STARVED),              # critical + warning
+            make_row("c", 100, status="failed", error="EMFILE", msgs_per_sec=0.0)]      # critical
+    sev = [a["severity"] for a in detect(frame(*rows))]
+    assert sev == sorted(sev, key=anomalies.SEVERITIES.index) and sev[0] == "critical" and sev[-1] == "info"
+
+
+def test_behaviour_rules_give_one_card_per_backend():
+    rows = [make_row("uvloop_sock", c, syscalls_per_msg={"epoll_ctl": 2.0}) for c in (10, 100, 1000)]
+    a = ids(detect(frame(*rows)), "readiness_churn")
+    assert len(a) == 1 and a[0]["connections"] == 1000
+    assert a[0]["evidence"]["also at connections (×in flight)"] == "10, 100"

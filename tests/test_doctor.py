@@ -1,0 +1,30 @@
+"""`netprof doctor` exits 0 on a ready machine and names what is missing without privileges."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REQUIRE_BPF, netprof_cmd, require_bpf
+
+
+def test_doctor_ready_here():
+    require_bpf()
+    res = subprocess.run(netprof_cmd("doctor"), capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in ("privileges", "bcc module", "kernel headers", "raw_syscalls tracepoints", "sched tracepoints",
+                 "kprobes", "BPF compile+attach", "perf", "netprof-loader", "ulimit -n", "local port range", "CPUs"):
+        assert name in res.stdout
+
+
+def test_doctor_unprivileged_fails_and_names_fix():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to drop to an unprivileged user")
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", *netprof_cmd("doctor")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=os.environ | {"HOME": "/tmp"})
+    assert res.returncode != 0, res.stdout
+    priv = [ln for ln in res.stdout.splitlines() if "privileges" in ln]
+    assert priv and "FAIL" in priv[0] and "CAP_BPF" in priv[0] and "fix:" in priv[0], res.stdout

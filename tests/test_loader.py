@@ -1,0 +1,343 @@
+"""The loader (cpp_server) against real echo servers, in one-shot mode and through loader_client.
+
+The echo server below runs in its own process (so the test's GIL does not throttle it) and can
+misbehave on purpose: corrupt or replay echoes, delay them, stall, or be killed mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
+from netprof.profiler.paths import loader_binary
+from netprof.profiler.procs import ProcessGroup
+
+ECHO_SERVER = r"""
+import asyncio, sys, time
+try:
+    import uvloop
+    uvloop.install()
+except ImportError:
+    pass
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "echo"
+arg = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+log_peers = "--log-peers" in sys.argv
+t0 = None
+
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.t = transport
+        self.first = None
+        if log_peers:
+            print("peer", transport.get_extra_info("peername")[0], flush=True)
+
+    def data_received(self, data):
+        global t0
+        if t0 is None:
+            t0 = time.monotonic()
+        if mode == "corrupt":  # right length, one wrong byte per chunk
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        elif mode == "replay":  # echoes the first bytes it ever got: stale message, right length
+            self.first = self.first or data
+            data = (self.first * (len(data) // len(self.first) + 1))[: len(data)]
+        elif mode == "stall" and time.monotonic() - t0 > arg:
+            return  # stops answering, keeps the connections open
+        if mode == "delay":
+            asyncio.get_running_loop().call_later(arg, self.t.write, data)
+        else:
+            self.t.write(data)
+
+async def main():
+    srv = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0, backlog=4096)
+    print("ready", srv.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(600)  # bounded: a forgotten server does not live forever
+
+asyncio.run(main())
+"""
+
+
+def start_echo(group: ProcessGroup, mode: str = "echo", arg: float = 0.0, log_peers: bool = False):
+    argv = [sys.executable, "-c", ECHO_SERVER, mode, str(arg)] + (["--log-peers"] if log_peers else [])
+    proc = group.spawn(f"echo-{mode}", argv)
+    port = int(proc.wait_line("ready", 10).split()[1])
+    return proc, port
+
+
+def free_port() -> int:
+    """A port nobody listens on (bound and released; good enough on loopback for a refused connect)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_shot(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([loader_binary(), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def check_stats(s: dict, connections: int, duration: float) -> None:
+    """Invariants every complete stats object satisfies."""
+    assert s["connections"] == connections
+    assert len(s["per_conn_messages"]) == connections
+    assert sum(s["per_conn_messages"]) == s["messages"]
+    assert s["latency_us"]["count"] == s["messages"]
+    lat = s["latency_us"]
+    if s["messages"]:
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+        assert 0 < lat["mean"] <= lat["max"]
+        assert lat["max"] < 60e6
+    assert s["duration_s"] == pytest.approx(duration, abs=1e-3)
+    assert s["t_stop"] - s["t_start"] == pytest.approx(s["duration_s"], abs=1e-5)
+    assert s["msgs_per_sec"] == pytest.approx(s["messages"] / s["duration_s"], rel=1e-3, abs=0.1)
+    assert set(s["errors"]) == {"connect", "reset", "timeout", "mismatch"}
+    assert 0 <= s["loader_cpu"]["cpu_frac"] < 2.5  # per worker thread; a little over 1 = clock noise
+
+
+@pytest.fixture
+def group():
+    with ProcessGroup() as g:
+        yield g
+
+
+@pytest.fixture
+def loader(group):
+    ldr = Loader.start(group)
+    yield ldr
+    pid = ldr.pid
+    group.stop_all()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped and reaped: nothing left behind
+
+
+# ---- one-shot mode ----
+
+
+def test_one_shot_json(group):
+    _, port = start_echo(group)
+    r = one_shot("--target", f"127.0.0.1:{port}", "-c", "20", "-d", "1", "--warmup", "0.2", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    check_stats(s, 20, 1.0)
+    assert s["connected"] == 20 and not s["aborted"]
+    assert s["errors"] == {"connect": 0, "reset": 0, "timeout": 0, "mismatch": 0}
+    assert s["messages"] > 100
+    assert min(s["per_conn_messages"]) > 0
+    assert s["warmup_s"] == 0.2 and s["msize"] == 64 and s["pipeline"] == 1
+    assert 1 <= s["latency_us"]["p50"] < 1e6  # loopback echo: between 1 µs and 1 s
+
+
+def test_one_shot_bad_arguments_and_unreachable_target(group):
+    r = one_shot("--target", "127.0.0.1:9", "-c", "2", "--think", "sometimes")
+    assert r.returncode == 2 and "think" in r.stderr
+    r = one_shot("--target", "127.0.0.1:9", "-c", "100000")
+    assert r.returncode == 2 and "RLIMIT_NOFILE" in r.stderr and "ulimit -n" in r.stderr
+    r = one_shot("--target", "localhost:9", "-c", "1")
+    assert r.returncode == 2 and "target" in r.stderr
+    r = one_shot("-c", "1")
+    assert r.returncode == 2
+    t0 = time.monotonic()
+    r = one_shot("--target", f"127.0.0.1:{free_port()}", "-c", "3", "-d", "1", "--connect-timeout", "0.5", "--json")
+    assert r.returncode == 1 and "no connection" in r.stderr
+    assert time.monotonic() - t0 < 5
+    s = json.loads(r.stdout)
+    assert s["aborted"] and s["connected"] == 0 and s["errors"]["connect"] == 3
+
+
+def test_one_shot_sigterm_exits_promptly(group):
+    _, port = start_echo(group)
+    p = subprocess.Popen([loader_binary(), "--target", f"127.0.0.1:{port}", "-c", "50", "-d", "30", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=3)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode != 0
+
+
+# ---- control mode through loader_client ----
+
+
+def test_control_events_and_stats(group, loader):
+    assert loader.ping() == {"event": "pong", "version": 1}
+    _, port = start_echo(group)
+    events = []
+    t_before = time.monotonic()
+    stats = loader.run(
+        RunRequest(target=f"127.0.0.1:{port}", connections=30, duration=1.0, warmup=0.3),
+        on_event=lambda e: events.append((time.monotonic(), e)),
+    )
+    names = [e["event"] for _, e in events]
+    assert names == ["accepted", "connected", "measure_start", "measure_stop", "result"]
+    ev = {e["event"]: (seen, e) for seen, e in events}
+    assert ev["connected"][1]["connected"] == 30 and ev["connected"][1]["failed"] == 0
+    # `t` is CLOCK_MONOTONIC = time.monotonic(): each mark lies before we saw the line.
+    for name in ("connected", "measure_start", "measure_stop"):
+        seen, e = ev[name]
+        assert t_before <= e["t"] <= seen + 1e-3
+    assert ev["measure_start"][1]["t"] == pytest.approx(stats["t_start"], abs=1e-5)
+    assert ev["measure_stop"][1]["t"] == pytest.approx(stats["t_stop"], abs=1e-5)
+    assert ev["measure_start"][1]["t"] - ev["connected"][1]["t"] == pytest.approx(0.3, abs=1e-3)
+    check_stats(stats, 30, 1.0)
+    assert stats["connected"] == 30 and stats["messages"] > 100 and min(stats["per_conn_messages"]) > 0
+    assert ev["result"][1]["stats"] == stats
+    # The loader serves the next request on a fresh connection.
+    assert loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=0.2, warmup=0))["messages"] > 0
+
+
+def test_two_threads_and_large_messages(group):
+    _, port = start_echo(group)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    ldr = Loader.start(group, cpus=cpus, threads=2)
+    assert os.sched_getaffinity(ldr.pid) == set(cpus)
+    s = ldr.run(RunRequest(target=f"127.0.0.1:{port}", connections=9, duration=0.5, warmup=0.1))
+    check_stats(s, 9, 0.5)
+    assert min(s["per_conn_messages"]) > 0
+    s = ldr.run(RunRequest(target=f"127.0.0.1:{port}", connections=3, msize=200_000, pipeline=2,
+                           duration=0.5, warmup=0.1))
+    check_stats(s, 3, 0.5)
+    assert s["messages"] > 0 and s["errors"]["mismatch"] == 0
+
+
+def test_pipeline_keeps_more_messages_in_flight(group, loader):
+    # Each echo takes 20 ms, so a connection completes about K messages per 20 ms (Little's law).
+    _, port = start_echo(group, "delay", 0.02)
+    req = dict(target=f"127.0.0.1:{port}", connections=2, duration=1.0, warmup=0.2)
+    k1 = loader.run(RunRequest(**req, pipeline=1))
+    k8 = loader.run(RunRequest(**req, pipeline=8))
+    assert k1["pipeline"] == 1 and k8["pipeline"] == 8
+    assert k1["messages"] <= 2 * 1.0 / 0.02 + 4
+    assert k8["messages"] >= 4 * k1["messages"]
+    for s in (k1, k8):
+        check_stats(s, 2, 1.0)
+        assert s["latency_us"]["p50"] >= 20_000
+
+
+def test_think_time_caps_the_rate(group, loader):
+    _, port = start_echo(group)
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=1.5, warmup=0.2,
+                              think="fixed:2000"))
+    check_stats(s, 10, 1.5)
+    # 10 connections, each at most one message per 2 ms: at most 5000 msgs/s.
+    assert 1000 < s["msgs_per_sec"] <= 5000 * 1.02
+    for spec in ("uniform:500-1500", "poisson:1000"):
+        s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=0.5, warmup=0.1, think=spec))
+        assert 1000 < s["msgs_per_sec"] <= 10 / 0.001 * 1.3, spec
+
+
+@pytest.mark.parametrize("mode", ["corrupt", "replay"])
+def test_wrong_echo_bytes_are_counted(group, loader, mode):
+    _, port = start_echo(group, mode)
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=4, duration=0.5, warmup=0.1))
+    check_stats(s, 4, 0.5)
+    assert s["errors"]["mismatch"] > 0
+    assert s["messages"] == 0  # no echo is right, so none counts
+
+
+def test_sources_round_robin(group, loader):
+    proc, port = start_echo(group, log_peers=True)
+    srcs = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=9, duration=0.3, warmup=0, sources=srcs))
+    assert s["connected"] == 9 and s["messages"] > 0
+    peers = [proc.wait_line("peer", 5).split()[1] for _ in range(9)]
+    assert sorted(peers) == sorted(srcs * 3)
+
+
+def test_backend_killed_mid_run(group, loader):
+    echo, port = start_echo(group)
+    duration = 5.0
+
+    def on_event(e):
+        if e["event"] == "measure_start":
+            threading.Timer(0.5, echo.popen.kill).start()
+
+    t0 = time.monotonic()
+    with pytest.raises(LoaderError) as info:
+        loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=20, duration=duration, warmup=0.2),
+                   on_event=on_event)
+    elapsed = time.monotonic() - t0
+    err = info.value
+    assert err.kind == "backend_gone"
+    assert elapsed < 0.2 + 0.5 + 3.0  # ends when the backend goes, not at the end of the duration
+    s = err.stats
+    assert s["aborted"] and s["messages"] > 0 and s["errors"]["reset"] == 20
+    assert sum(s["per_conn_messages"]) == s["messages"]
+    assert 0.3 < s["duration_s"] < duration
+    assert loader.ping()["event"] == "pong"  # and it serves the next client
+
+
+def test_backend_stall_still_ends_at_duration(group, loader):
+    _, port = start_echo(group, "stall", 0.5)
+    t0 = time.monotonic()
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=1.5, warmup=0.2))
+    assert time.monotonic() - t0 < 0.2 + 1.5 + 2.0
+    check_stats(s, 10, 1.5)
+    assert not s["aborted"] and s["messages"] > 0
+
+
+def test_connect_refused_and_timeout_kinds(group, loader):
+    with pytest.raises(LoaderError) as info:
+        loader.run(RunRequest(target=f"127.0.0.1:{free_port()}", connections=5, duration=1, connect_timeout=0.3))
+    assert info.value.kind == "connect"
+    assert info.value.stats["connected"] == 0 and info.value.stats["aborted"]
+    with pytest.raises(LoaderError) as info:
+        loader.run(RunRequest(target="127.0.0.1:9", connections=30000, duration=1))
+    assert info.value.kind == "bad_request" and "RLIMIT_NOFILE" in info.value.message
+    assert info.value.stats is None
+    with pytest.raises(LoaderError) as info:
+        loader.run(RunRequest(target="127.0.0.1:9", connections=1, pipeline=0))
+    assert info.value.kind == "bad_request" and "pipeline" in info.value.message
+
+
+def test_client_disconnect_aborts_the_run(group, loader):
+    _, port = start_echo(group)
+    with socket.create_connection((loader.host, loader.port)) as s:
+        req = RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=60, warmup=0).to_json()
+        s.sendall(json.dumps(req).encode() + b"\n")
+        f = s.makefile("rb")
+        while json.loads(f.readline())["event"] != "measure_start":
+            pass
+        f.close()  # else the file object keeps the socket open
+    t0 = time.monotonic()
+    assert loader.ping(timeout=5)["event"] == "pong"  # only answered once the run is gone
+    assert time.monotonic() - t0 < 2
+
+
+def test_stall_timeout_in_client(group, loader):
+    _, port = start_echo(group)
+    with pytest.raises(LoaderError) as info:
+        loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=30, warmup=0), timeout=1.0)
+    assert info.value.kind == "stall"
+    assert loader.ping(timeout=5)["event"] == "pong"  # closing the connection aborted the run
+
+
+def test_sigterm_mid_run_stops_the_loader(group, loader):
+    _, port = start_echo(group)
+    result = {}
+
+    def run():
+        try:
+            loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=30, warmup=0))
+        except LoaderError as e:
+            result["err"] = e
+
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(0.8)
+    os.kill(loader.pid, signal.SIGTERM)
+    loader.proc.popen.wait(timeout=3)
+    th.join(timeout=5)
+    assert not th.is_alive()
+    assert result["err"].kind in ("internal", "loader_gone")
+    assert loader.proc.returncode() == 0

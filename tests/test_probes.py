@@ -1,0 +1,303 @@
+"""netprof.probes on real processes: a worker process makes a known number of syscalls on command,
+and the probes must count exactly that, in the window between two snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import require_tool
+
+from netprof.probes import (
+    CountingProbes, ProbeError, StackProbes, check_available, delta, per_message_notation,
+    proc_cpu_times, proc_delta,
+)
+
+# The target: waits for one command per line on stdin, runs it, answers "ok" on stdout.
+WORKER = r"""
+import os, sys, time, mmap
+fd = os.open("/dev/null", os.O_WRONLY)
+def run(cmd, n, arg):
+    if cmd == "getppid":
+        for _ in range(n): os.getppid()
+    elif cmd == "pwrite":
+        for _ in range(n): os.pwrite(fd, b"x", 0)
+    elif cmd == "sleep":
+        for _ in range(n): time.sleep(arg / 1000)
+    elif cmd == "fork":
+        pid = os.fork()
+        if pid == 0:
+            run("getppid", n, 0)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    elif cmd == "spawn":  # a long-lived child that obeys the same commands via a pipe: prefork style
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.close(w)
+            for line in os.fdopen(r):
+                c, k, a = line.split()
+                run(c, int(k), float(a))
+            os._exit(0)
+        os.close(r)
+        global child
+        child = os.fdopen(w, "w")
+    elif cmd == "child":
+        child.write(f"getppid {n} 0\n"); child.flush()
+    elif cmd == "burn":  # arg seconds of CPU time (not wall time: the machine is shared)
+        end = time.thread_time() + arg
+        while time.thread_time() < end:
+            sum(range(20000))
+    elif cmd == "mmap":
+        for _ in range(n):
+            m = mmap.mmap(-1, 1 << 20); m.close()
+    elif cmd == "migrate":
+        for i in range(n):
+            os.sched_setaffinity(0, {i % 2})
+            sum(range(2000))
+for line in sys.stdin:
+    cmd, n, arg = line.split()
+    run(cmd, int(n), float(arg))
+    sys.stdout.write("ok\n"); sys.stdout.flush()
+"""
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.p = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        self.pid = self.p.pid
+        self.do("getppid", 1)  # imports done, loop running
+
+    def do(self, cmd: str, n: int = 0, arg: float = 0) -> None:
+        self.p.stdin.write(f"{cmd} {n} {arg}\n")
+        self.p.stdin.flush()
+        assert self.p.stdout.readline() == "ok\n", f"worker failed on {cmd}"
+
+    def close(self) -> None:
+        self.p.kill()
+        self.p.wait(timeout=10)
+
+
+@pytest.fixture
+def worker():
+    w = Worker()
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def probes():
+    from conftest import require_bpf
+
+    require_bpf()
+    with CountingProbes() as p:
+        yield p
+
+
+def window(probes, worker, *cmds):
+    """Target the worker, run `cmds` inside one snapshot window, return the ProbeDelta."""
+    probes.target(worker.pid)
+    a = probes.snapshot()
+    for c in cmds:
+        worker.do(*c)
+    return delta(a, probes.snapshot())
+
+
+def bpf_prog_fds() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fdinfo"):
+        try:
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                n += "prog_type:" in f.read()
+        except OSError:
+            pass
+    return n
+
+
+# ---- no BPF needed ----------------------------------------------------------------------------
+
+def test_per_message_notation():
+    assert per_message_notation({"sendto": 1.0, "recvfrom": 1.004, "epoll_wait": 0.0104}) == \
+        "sendto + recvfrom + 0.01 × epoll_wait"
+    assert per_message_notation({"recvfrom": 1.0, "epoll_ctl": 2.0, "sendto": 0.999, "getpid": 0.004}) == \
+        "2 × epoll_ctl + recvfrom + sendto"
+    assert per_message_notation({"futex": 15.27, "mmap": 0.5}) == "15.3 × futex + 0.5 × mmap"
+    assert per_message_notation({}) == ""
+
+
+def test_proc_cpu_times_covers_children(worker):
+    worker.do("spawn")
+    a = proc_cpu_times(worker.pid)
+    worker.do("burn", 0, 0.3)
+    worker.do("sleep", 20, 1)
+    d = proc_delta(a, proc_cpu_times(worker.pid))
+    assert d["user_s"] + d["sys_s"] >= 0.2
+    assert 0.25 <= d["oncpu_s"] <= 0.5
+    assert d["vol_ctx"] >= 20
+    assert set(d) >= {"user_s", "sys_s", "minflt", "majflt", "vol_ctx", "invol_ctx"}
+
+
+def test_check_available_matches_fixture(bpf):
+    assert check_available() is None
+
+
+# ---- counting set -----------------------------------------------------------------------------
+
+def test_exact_syscall_counts(bpf, probes, worker):
+    d = window(probes, worker, ("getppid", 1000), ("pwrite", 500))
+    assert d.syscalls["getppid"] == 1000
+    assert d.syscalls["pwrite64"] == 500
+    assert d.syscall_time_s["getppid"] > 0
+    assert d.syscall_oncpu_s["getppid"] <= d.syscall_time_s["getppid"] + 1e-9
+    # A second window on the same target counts only its own calls.
+    a = probes.snapshot()
+    worker.do("getppid", 250)
+    assert delta(a, probes.snapshot()).syscalls["getppid"] == 250
+
+
+def test_other_processes_are_not_counted(bpf, probes, worker):
+    other = Worker()
+    try:
+        probes.target(worker.pid)
+        a = probes.snapshot()
+        other.do("getppid", 3000)
+        d = delta(a, probes.snapshot())
+    finally:
+        other.close()
+    assert "getppid" not in d.syscalls
+
+
+def test_forked_child_counted_only_when_tracking(bpf, probes, worker):
+    d = window(probes, worker, ("fork", 700))
+    assert d.syscalls["getppid"] == 700
+    assert d.forks == 1 and d.exits == 1
+    with CountingProbes(track_children=False) as flat:
+        d = window(flat, worker, ("fork", 700))
+    assert d.syscalls.get("getppid", 0) == 0
+
+
+def test_child_forked_before_targeting_is_counted(bpf, probes, worker):
+    worker.do("spawn")  # prefork: the child exists before target()
+    d = window(probes, worker, ("child", 400), ("sleep", 1, 200))
+    assert d.syscalls["getppid"] == 400
+
+
+def test_context_switches_of_a_sleeper(bpf, probes, worker):
+    before = proc_cpu_times(worker.pid)
+    d = window(probes, worker, ("sleep", 50, 2))
+    after = proc_cpu_times(worker.pid)
+    assert d.syscalls["clock_nanosleep"] == 50
+    # 50 sleeps + blocking reads of the command pipe; /proc counts the same events.
+    assert 50 <= d.ctx_voluntary <= 60
+    assert abs(d.ctx_voluntary - (after["vol_ctx"] - before["vol_ctx"])) <= 1
+    assert d.syscall_time_s["clock_nanosleep"] >= 0.1  # 50 × 2 ms, blocking included
+    assert d.syscall_oncpu_s["clock_nanosleep"] < 0.05  # but almost none of it on a CPU
+
+
+def test_oncpu_time_and_split(bpf, probes, worker):
+    before = proc_cpu_times(worker.pid)
+    d = window(probes, worker, ("burn", 0, 0.4), ("pwrite", 20000))
+    p = proc_delta(before, proc_cpu_times(worker.pid))
+    # BPF on-CPU time vs the scheduler's own (schedstat) for the same thread.
+    assert d.oncpu_s == pytest.approx(p["oncpu_s"], rel=0.05)
+    split = d.cpu_split(p["sys_s"])
+    assert split["user_s"] > 0.3  # the burn loop
+    assert 0 < split["syscall_s"] < d.oncpu_s
+    assert sum(split.values()) == pytest.approx(d.oncpu_s)
+
+
+def test_migrations_match_proc(bpf, probes, worker):
+    if os.cpu_count() < 2:
+        pytest.skip("needs 2 CPUs")
+    probes.target(worker.pid)
+    a, pa = probes.snapshot(), proc_cpu_times(worker.pid)
+    worker.do("migrate", 20)
+    d, pb = delta(a, probes.snapshot()), proc_cpu_times(worker.pid)
+    proc_migr = pb["migrations"] - pa["migrations"]
+    assert proc_migr >= 19
+    assert d.migrations == proc_migr
+
+
+def test_matches_perf_stat(bpf, probes, worker):
+    perf = require_tool("perf")
+    events = "syscalls:sys_enter_getppid,syscalls:sys_enter_pwrite64,syscalls:sys_enter_clock_nanosleep"
+    stat = subprocess.Popen([perf, "stat", "-x", ",", "-e", events, "-p", str(worker.pid)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # perf attaches asynchronously; the worker is idle meanwhile
+        d = window(probes, worker, ("getppid", 20000), ("pwrite", 5000), ("sleep", 30, 1))
+    finally:
+        stat.send_signal(signal.SIGINT)
+        _, err = stat.communicate(timeout=30)
+    perf_counts = {}
+    for line in err.splitlines():
+        m = re.match(r"^(\d+),,syscalls:sys_enter_(\w+)", line)
+        if m:
+            perf_counts[m.group(2)] = int(m.group(1))
+    assert perf_counts, f"no counts from perf stat: {err}"
+    for name in ("getppid", "pwrite64", "clock_nanosleep"):
+        assert d.syscalls[name] == pytest.approx(perf_counts[name], rel=0.02), name
+
+
+def test_nothing_stays_loaded(bpf, worker):
+    base = bpf_prog_fds()
+    with CountingProbes() as p:
+        assert bpf_prog_fds() > base
+        p.target(worker.pid)
+    assert bpf_prog_fds() == base
+    with pytest.raises(ZeroDivisionError):
+        with CountingProbes() as p:
+            p.target(worker.pid)
+            1 / 0
+    assert bpf_prog_fds() == base
+    with pytest.raises(ProbeError):
+        p.snapshot()
+
+
+# ---- evidence set -----------------------------------------------------------------------------
+
+def test_stacks_of_mmap(bpf, worker):
+    with StackProbes() as s:
+        s.target(worker.pid)
+        worker.do("mmap", 300)
+        top = s.top_stacks(5)
+    assert sum(c for c, _ in top["mmap"]) == 300
+    assert sum(c for c, _ in top["munmap"]) == 300
+    count, frames = top["mmap"][0]
+    assert frames and "mmap" in frames[0]  # the libc wrapper; deeper frames need frame pointers
+
+
+# ---- per message, against a real backend and the loader ----------------------------------------
+
+@pytest.mark.slow
+def test_selector_per_message(bpf, probes):
+    loader = require_tool("netprof-loader")
+    backend = subprocess.Popen([sys.executable, "-m", "netprof.backends", "selector", "--port", "0"],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = backend.stdout.readline().split()
+        if not line or line[0] != "ready":
+            pytest.fail(f"backend did not say ready: {line}")
+        pid, port = int(line[1]), int(line[2])
+        probes.target(pid)
+        a = probes.snapshot()
+        out = subprocess.run([loader, "--target", f"127.0.0.1:{port}", "-c", "100", "-d", "2",
+                              "--warmup", "0", "--json"], capture_output=True, text=True, timeout=60)
+        d = delta(a, probes.snapshot())
+    finally:
+        os.killpg(backend.pid, signal.SIGKILL)
+        backend.wait(timeout=10)
+    assert out.returncode == 0, out.stderr
+    messages = json.loads(out.stdout.strip().splitlines()[-1])["messages"]
+    assert messages > 1000
+    # With --warmup 0 every echo the backend did is inside [a, b]; connection setup adds a few calls.
+    assert d.syscalls["recvfrom"] / messages == pytest.approx(1.0, abs=0.02)
+    assert d.syscalls["sendto"] / messages == pytest.approx(1.0, abs=0.02)

@@ -1,0 +1,194 @@
+"""report.finish() on a results directory built from constructed rows (no processes): report.md,
+report.html and summary.json say what ran, what was found and why; headless Chromium renders the HTML."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REQUIRE_BPF
+from netprof.profiler import report, results
+from test_anomalies import STARVED, make_row
+
+META = {"netprof_version": "0.1.0", "started": "2026-11-21T12:00:00+00:00",
+        "command": "netprof run selector uvloop_sock asyncio -c 10,100,1000 -r 2 --pipeline 1,4",
+        "python": {"version": "3.11.2"}, "packages": {"uvloop": "0.23.0", "gevent": "26.9.0"},
+        "kernel": "6.18.0", "cpu_model": "Test CPU @ 2.0GHz", "cpus": 2,
+        "pinning": {"enabled": True, "backend_cpu": "0", "loader_cpus": [1]},
+        "config": {"rounds": 2, "duration": 2.0, "msize": 64}}
+
+
+def fair_counts(n: int, per: int) -> list[int]:
+    rng = np.random.default_rng(n)
+    return [int(v) for v in rng.integers(int(per * 0.97), int(per * 1.03) + 1, n)]
+
+
+def starved_counts(n: int, total: int) -> list[int]:
+    active = max(1, n // 30)
+    return [total // active] * active + [1] * (n - active)
+
+
+def build_results(d: Path) -> Path:
+    """selector (fast, fair), uvloop_sock (epoll_ctl churn; starves at pipeline 4 with the eager read),
+    asyncio (mmap churn, user-dominated), one EMFILE failure, a stack file and a flamegraph."""
+    store = results.ResultsStore(d)
+    store.write_meta(META)
+    speeds = {"selector": 90_000.0, "uvloop_sock": 60_000.0, "asyncio": 30_000.0}
+    extra = {"uvloop_sock": {"syscalls_per_msg": {"epoll_ctl": 2.0}, "cpu": {"user_frac": 0.6, "user_s": 1.2, "sys_s": 0.8}},
+             "asyncio": {"syscalls_per_msg": {"mmap": 1.0, "munmap": 1.0, "mremap": 1.0},
+                         "cpu": {"user_frac": 0.85, "user_s": 1.6, "sys_s": 0.3}}}
+    for c in (10, 100, 1000):
+        for backend, mps in speeds.items():
+            for rnd, jitter in ((1, 0.98), (2, 1.02)):
+                m = mps * jitter * (0.6 if c == 1000 and backend == "asyncio" else 1.0)
+                row = make_row(backend, c, round=rnd, mps=m, **extra.get(backend, {}))
+                store.add(row, fair_counts(c, int(row["messages"] / c)))
+    for rnd in (1, 2):  # pipeline 4: uvloop_sock-like backend with the eager read starves
+        row = make_row("uvloop_sock", 1000, pipeline=4, round=rnd, mps=120_000.0, per_conn=STARVED,
+                       syscalls_per_msg={"epoll_ctl": 0.04}, lat_us={"p50": 50.0, "p999": 20_000.0})
+        store.add(row, starved_counts(1000, row["messages"]))
+        store.add(make_row("selector", 1000, pipeline=4, round=rnd, mps=150_000.0), fair_counts(1000, 300))
+    store.add(make_row("asyncio", 10000, status="failed", error="EMFILE: accept: Too many open files",
+                       messages=0, msgs_per_sec=0.0))
+    (d / "stacks").mkdir()
+    (d / "stacks" / "asyncio-c100-p1.json").write_text(json.dumps(
+        {"mmap": [{"count": 5000, "frames": ["__mmap (libc.so.6)", "sysmalloc (libc.so.6)",
+                                             "PyBytes_FromStringAndSize (python3.11)", "sock_recv (_socket)"]}]}))
+    fg = d / "flamegraphs" / "selector-c100-p1"
+    fg.mkdir(parents=True)
+    (fg / "oncpu.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="100" height="20">'
+                                  '<rect width="100" height="20" fill="#e66"/></svg>')
+    return d
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory):
+    d = build_results(tmp_path_factory.mktemp("run"))
+    return d, report.finish(d)
+
+
+def test_summary_has_contract_shape(reported):
+    d, summary = reported
+    assert set(summary) == {"runs", "anomalies", "artifacts"}
+    on_disk = json.loads((d / "summary.json").read_text())
+    assert on_disk["anomalies"] == summary["anomalies"]
+    run = summary["runs"][0]
+    for key in ("backend", "connections", "pipeline", "round", "messages", "duration_s", "msgs_per_sec",
+                "lat_us", "per_conn", "cpu", "syscalls_per_msg", "ctx_switches_per_msg", "probes"):
+        assert key in run
+    for a in summary["anomalies"]:
+        assert {"id", "backend", "connections", "severity", "title", "explanation", "evidence"} <= set(a)
+    for key in ("report_md", "report_html", "summary_json"):
+        assert Path(summary["artifacts"][key]).exists()
+    assert summary["artifacts"]["flamegraphs"] and summary["artifacts"]["stacks"]
+
+
+def test_expected_anomalies_most_severe_first(reported):
+    _, summary = reported
+    found = {(a["id"], a["backend"], a["connections"], a.get("pipeline")) for a in summary["anomalies"]}
+    assert ("starvation", "uvloop_sock", 1000, 4) in found
+    assert ("readiness_churn", "uvloop_sock", 1000, 1) in found      # one card for all scales: the largest
+    assert ("mmap_churn", "asyncio", 100, 1) in found                # the scale that has stacks
+    assert sum(a["id"] == "readiness_churn" for a in summary["anomalies"]) == 1
+    assert ("failed_cells", "asyncio", 10000, 1) in found
+    assert any(a["id"] == "cpu_split" and a["backend"] == "asyncio" for a in summary["anomalies"])
+    assert not any(a["backend"] == "selector" for a in summary["anomalies"])  # the healthy one stays clean
+    sev = [a["severity"] for a in summary["anomalies"]]
+    assert sev == sorted(sev, key=["critical", "warning", "info"].index)
+
+
+def test_markdown_reads_as_a_finding(reported):
+    d, _ = reported
+    md = (d / "report.md").read_text()
+    first = md.split("## What ran")[0]
+    assert "At 10, 100 and 1000 connections, **selector** is fastest with 90k msgs/s" in first
+    assert "the next, uvloop_sock" in first and "µs of CPU per message" in first
+    assert "Most severe:" in first
+    for heading in ("## What ran", "## Anomalies", "Throughput, msgs/s", "Relative speed", "Latency µs",
+                    "Syscalls per message", "## Plots", "## Flamegraphs"):
+        assert heading in md
+    assert "EMFILE" in md and "fd limit" in md
+    assert "sendto + recvfrom" in md                      # compact syscall notation
+    assert "(plots/throughput.png)" in md and "flamegraphs/selector-c100-p1/oncpu.svg" in md
+    assert "already waiting" in md and "selector_events.py" in md and "sock_recv (_socket)" in md
+    assert md.index("[CRITICAL]") < md.index("[WARNING]") < md.index("[INFO]")
+
+
+def test_plots_written_and_html_self_contained(reported):
+    d, summary = reported
+    names = {Path(p).stem for p in summary["artifacts"]["plots"]}
+    assert names == {"throughput", "latency", "syscalls", "cpu", "fairness"}
+    page = (d / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 5
+    assert "http://" not in page.replace('xmlns="http://www.w3.org', "") and "https://" not in page
+    assert "<strong>selector</strong> is fastest" in page and "<code>sock_recv</code>" in page
+    assert 'class="anomaly critical"' in page
+
+
+def test_report_without_probes_or_per_conn(tmp_path):
+    store = results.ResultsStore(tmp_path)
+    row = make_row()
+    for k in ("syscalls_per_msg", "syscalls", "ctx", "per_conn"):
+        row.pop(k)
+    row["probes"] = []
+    store.add(row)
+    summary = report.finish(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "selector** handled" in md and "No anomaly rule fired" in md
+    assert summary["anomalies"] == []
+
+
+def test_report_when_every_cell_failed(tmp_path):
+    store = results.ResultsStore(tmp_path)
+    store.add(make_row(status="failed", error="backend exited with code -9: ", messages=0, msgs_per_sec=0.0))
+    summary = report.finish(tmp_path)
+    assert [a["id"] for a in summary["anomalies"]] == ["failed_cells"]
+    assert "every cell failed" in (tmp_path / "report.md").read_text()
+
+
+# --- the HTML as a browser shows it -------------------------------------------------------------
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        if REQUIRE_BPF:
+            pytest.fail("NETPROF_REQUIRE_BPF=1 but chromium is not installed (scripts/setup-system.sh installs it)")
+        pytest.skip("chromium not installed")
+    return path
+
+
+def test_html_renders_in_headless_chromium(reported, tmp_path):
+    d, _ = reported
+    png = tmp_path / "report.png"
+    subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1200,3000",
+                    (d / "report.html").resolve().as_uri()],
+                   capture_output=True, timeout=120, check=False)
+    assert png.exists() and png.stat().st_size > 10_000, "chromium wrote no screenshot"
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(png)[..., :3]
+    non_white = float((img.mean(axis=2) < 0.95).mean())
+    distinct = len(np.unique((img * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+    assert non_white > 0.05, f"screenshot is nearly blank ({non_white:.1%} non-white)"
+    assert distinct > 200, f"screenshot has only {distinct} colours: text and plots did not render"
+    if os.environ.get("NETPROF_KEEP_SCREENSHOT"):
+        shutil.copy(png, os.environ["NETPROF_KEEP_SCREENSHOT"])
+
+
+def test_pinned_and_unpinned_cells_are_told_apart(tmp_path):
+    store = results.ResultsStore(tmp_path)
+    store.add(make_row("thread", 100, mps=20_000.0, pinned=False, syscalls_per_msg={"futex": 15.0}))
+    store.add(make_row("thread", 100, mps=90_000.0, pinned=True, syscalls_per_msg={"futex": 0.01}))
+    summary = report.finish(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| thread (not pinned) |" in md and "| thread |" in md
+    (a,) = [a for a in summary["anomalies"] if a["id"] == "lock_contention"]
+    assert "same cell pinned" in a["evidence"] and "15" in a["explanation"]

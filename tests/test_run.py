@@ -1,0 +1,102 @@
+"""`netprof run` end to end: real backends, the real loader, real probes; results on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import psutil
+import pytest
+
+from conftest import netprof_cmd, require_bpf, run_netprof
+from helpers import netprof_children, wait_no_children
+
+
+def test_run_json_summary_rows_and_files(tmp_path):
+    """The issue's acceptance run: 2 backends × 2 connection counts × 2 rounds = 8 rows."""
+    require_bpf()
+    out = tmp_path / "run"
+    res = run_netprof("run", "selector", "asyncio_sock", "-c", "10,100", "-d", "2", "-r", "2",
+                      "--warmup", "0.5", "--json", "--out", str(out), timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout)  # stdout is the JSON summary and nothing else
+    assert set(summary) >= {"runs", "anomalies", "artifacts"}
+    runs = summary["runs"]
+    assert len(runs) == 8
+    for r in runs:
+        assert r["status"] == "ok", r
+        assert r["messages"] > 0
+        assert r["messages"] == pytest.approx(r["msgs_per_sec"] * r["duration_s"], rel=0.01)
+        for key in ("backend", "connections", "pipeline", "round", "lat_us", "per_conn", "cpu",
+                    "syscalls_per_msg", "ctx_switches_per_msg", "probes"):
+            assert key in r, key
+        assert set(r["lat_us"]) >= {"p50", "p95", "p99", "p999", "max"}
+        assert set(r["per_conn"]) >= {"min", "p5", "p50", "p95", "max", "jain", "active_share"}
+        assert set(r["cpu"]) >= {"user_s", "sys_s", "user_frac"}
+        assert r["probes"] == ["counting"]
+        assert r["syscalls_per_msg"].get("recvfrom", 0) > 0.5
+    parquet = pd.read_parquet(out / "results.parquet")
+    csv = pd.read_csv(out / "results.csv")
+    assert len(parquet) == len(csv) == 8
+    assert list(parquet["messages"]) == list(csv["messages"]) == [r["messages"] for r in runs]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["kernel"] and meta["python"]["version"] and "uvloop" in meta["packages"]
+    # `netprof report DIR` rebuilds the report from the stored rows without re-running
+    (out / "report.md").unlink()
+    rep = run_netprof("report", str(out), "--json", timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert (out / "report.md").exists()
+    assert json.loads(rep.stdout)["runs"] == runs
+    assert not wait_no_children()
+
+
+def _find_backend(timeout: float = 20.0) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in netprof_children():
+            if "netprof.backends" in " ".join(p.cmdline()):
+                return p
+        time.sleep(0.1)
+    raise AssertionError("backend never started")
+
+
+def test_killed_backend_is_a_failed_row_and_the_run_goes_on(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "3", "-r", "2", "--warmup", "0.3",
+                                        "--no-probes", "--out", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    backend = _find_backend()
+    time.sleep(1.5)  # mid-run: after warm-up, inside the window
+    backend.kill()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 2
+    first, second = df.iloc[0], df.iloc[1]
+    assert first["status"] == "failed" and "code -9" in first["error"], first["error"]
+    assert second["status"] == "ok"
+    assert not wait_no_children()
+
+
+def test_sigint_keeps_finished_cells_and_leaves_nothing(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "1", "-r", "6", "--warmup", "0.2",
+                                        "--no-probes", "--out", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) >= 1:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    df = pd.read_parquet(out / "results.parquet")
+    assert 1 <= len(df) < 6
+    assert (df["status"] == "ok").all()
+    assert not wait_no_children()
