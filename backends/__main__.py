@@ -1,6 +1,6 @@
 """`python -m netprof.backends NAME --port P [--work MODEL] [--workers N]` and `--list`.
 
-Exit codes: 0 served and done (peer closed everything, or SIGTERM); 1 runtime failure;
+Exit codes: 0 served and done (peer closed everything, or SIGTERM/SIGINT); 1 runtime failure;
 2 bad arguments; 3 a missing optional dependency (the message names the fix).
 """
 

@@ -7,9 +7,8 @@ factory, nothing else changes.
 from __future__ import annotations
 
 import asyncio
-import signal
 
-from .common import BACKLOG, BUFSIZE, ConnTracker, announce_ready, nodelay
+from .common import BACKLOG, BUFSIZE, STOP_SIGNALS, ConnTracker, announce_ready, nodelay
 
 
 # --- the three styles. Each starts serving and returns a function that stops accepting. ---
@@ -108,7 +107,8 @@ async def main(style, listener, work):
             finish()
 
     tracker = ConnTracker()
-    loop.add_signal_handler(signal.SIGTERM, finish)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, finish)
     stop = await STYLES[style](listener, work, tracker, on_closed)
     announce_ready(listener)
     await finished

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m netprof.backends",
         description="Run one echo backend under test. Prints `ready <pid> <port>` once it accepts "
                     "connections, echoes every byte, exits 0 when the peer has closed every "
-                    "connection (after at least one) or on SIGTERM.")
+                    "connection (after at least one) or on SIGTERM/SIGINT.")
     p.add_argument("name", nargs="?", help="backend name (see --list)")
     p.add_argument("--list", action="store_true", help="print the backends and exit")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -151,19 +151,24 @@ def nodelay(sock) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # both mean "stop now, exit 0"
+
+
 def announce_ready(listener) -> None:
     """The one line the orchestrator waits for. Printed after listen(), so connects succeed."""
     print(f"ready {os.getpid()} {listener.getsockname()[1]}", flush=True)
 
 
-def exit_on_sigterm() -> None:
-    """For plain blocking/selector loops: SIGTERM unwinds the main thread like Ctrl-C would, and
-    the process exits 0 (sockets are closed by the kernel; worker threads are daemons)."""
+def exit_on_stop_signals() -> None:
+    """For single-threaded loops: SIGTERM (and SIGINT, which a Ctrl-C in the orchestrator's
+    terminal sends to the backend too) unwinds the loop and the process exits 0; the kernel closes
+    the sockets. (Multi-threaded backends use StopWakeup instead.)"""
 
     def handler(signum, frame):
         raise SystemExit(0)
 
-    signal.signal(signal.SIGTERM, handler)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
 
 
 class StopWakeup:
@@ -199,9 +204,6 @@ class StopWakeup:
             select.select([self.sock], [], [])
             if self.woken():
                 return
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def start_thread(target, *args) -> threading.Thread:

@@ -7,13 +7,12 @@ rather than silently becoming a cooperative one.
 
 from __future__ import annotations
 
-import signal
 
 import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from .common import BUFSIZE, ConnTracker, announce_ready, nodelay
+from .common import BUFSIZE, STOP_SIGNALS, ConnTracker, announce_ready, nodelay
 
 
 def serve(name, listener, opts):
@@ -42,7 +41,8 @@ def serve(name, listener, opts):
     listener.setblocking(False)
     server = StreamServer(listener, handle)
     server.start()
-    gevent.signal_handler(signal.SIGTERM, finished.set)
+    for sig in STOP_SIGNALS:
+        gevent.signal_handler(sig, finished.set)
     announce_ready(listener)
     finished.wait()
     server.stop(timeout=1)  # kills handler greenlets still running (SIGTERM case)

@@ -14,12 +14,14 @@ import os
 import selectors
 import signal
 import socket
+import sys
+import traceback
 
-from .common import BUFSIZE, ConnTracker, announce_ready, die, nodelay
+from .common import BUFSIZE, STOP_SIGNALS, ConnTracker, announce_ready, die, nodelay
 from .selector_family import SelectorServer
 
 PR_SET_PDEATHSIG = 1
-SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGCHLD, *STOP_SIGNALS)
 
 
 class Supervisor:
@@ -38,6 +40,10 @@ class Supervisor:
             signal.signal(sig, lambda *_: None)
         self.sel.register(self._wake_r, selectors.EVENT_READ, self._on_signal)
         self.terminated = False
+        try:
+            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):  # not Linux/glibc: children just lack the safety net
+            self._prctl = None
 
     def fork(self) -> int:
         # Signals stay blocked across fork() until the child has its default handlers back, so a
@@ -53,10 +59,8 @@ class Supervisor:
             self._wake_r.close()
             self._wake_w.close()
             self.sel.close()
-            try:
-                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            except (OSError, AttributeError):
-                pass
+            if self._prctl:
+                self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         else:
             self.children.add(pid)
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -64,7 +68,7 @@ class Supervisor:
 
     def _on_signal(self, sock):
         for signum in sock.recv(4096):
-            if signum in (signal.SIGTERM, signal.SIGINT):
+            if signum in STOP_SIGNALS:
                 self.terminated = True
 
     def reap(self) -> list[tuple[int, int]]:
@@ -100,7 +104,10 @@ def child_exit(serve_fn, *args) -> None:
     try:
         serve_fn(*args)
     except BaseException:
+        traceback.print_exc()
         code = 1
+    finally:
+        sys.stderr.flush()
     os._exit(code)
 
 
@@ -193,8 +200,11 @@ def serve_prefork(listener, opts):
     announce_ready(listener)
     while not sup.terminated and not (accepted and not open_):
         sup.poll()
-        for pid, code in sup.reap():  # a worker must never exit on its own
-            failed = f"prefork: worker {pid} exited with code {code}"
+        for pid, code in sup.reap():
+            if -code in STOP_SIGNALS:  # Ctrl-C to the whole group, or someone stopping workers
+                sup.terminated = True
+            elif not sup.terminated:  # a worker never exits on its own: it crashed
+                failed = f"prefork: worker {pid} exited with code {code}"
         if failed:
             break
     sup.shutdown()

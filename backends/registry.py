@@ -18,6 +18,9 @@ FIXES = {
     "uvloop": "pip install uvloop",
     "gevent": "pip install gevent",
     CPP_MODULE: "make setup (builds the C++ backends)",
+    "zmq": "pip install pyzmq",
+    "aiozmq": "pip install 'aiozmq[rpc]'",
+    "aiozmq.rpc": "pip install 'aiozmq[rpc]' (aiozmq.rpc needs msgpack)",
 }
 
 
@@ -34,6 +37,7 @@ class BackendInfo:
     requires: tuple[str, ...] = ()  # optional imports this backend needs
     test_only: bool = False
     multiprocess: bool = False  # children do the serving: probes must follow the process tree
+    transport: str = "tcp"  # how the loader talks to it: "tcp" (byte echo) or "zmq" (ROUTER echoing frames)
 
 
 def _b(name, family, description, module, requires=(), **kw) -> BackendInfo:
@@ -63,6 +67,17 @@ _ALL = [
     _b("prethread", "threads", "--workers threads sharing the listen socket, each a selector loop", "threads"),
     _b("select_prethread", "threads", "select.select() reads, a pool of --workers sender threads replies",
        "threads"),
+    # The aiozmq seed: ZeroMQ ROUTER backends, driven by the loader's ZeroMQ mode (DEALER sockets).
+    _b("zmq_raw", "zeromq", "pyzmq ROUTER, one thread, blocking recv_multipart/send_multipart", "zmq_family",
+       ["zmq"], transport="zmq"),
+    _b("zmq_poller", "zeromq", "pyzmq ROUTER, one thread, zmq.Poller + non-blocking recv", "zmq_family",
+       ["zmq"], transport="zmq"),
+    _b("zmq_threads", "zeromq", "zmq.proxy ROUTER <-> inproc DEALER, --workers DEALER worker threads",
+       "zmq_family", ["zmq"], transport="zmq"),
+    _b("aiozmq_core", "zeromq", "aiozmq ROUTER transport + ZmqProtocol on asyncio (msg_received -> write)",
+       "zmq_family", ["zmq", "aiozmq"], transport="zmq"),
+    _b("aiozmq_rpc", "zeromq", "aiozmq.rpc server with an echo method (raw frames adapted to RPC calls)",
+       "zmq_family", ["zmq", "aiozmq", "aiozmq.rpc"], transport="zmq"),
     # For netprof's own tests.
     _b("unfair", "selector", "TEST ONLY: selector loop that favours its oldest connection (starvation)",
        "selector_family", test_only=True),

@@ -12,7 +12,7 @@ import select
 import selectors
 import time
 
-from .common import BUFSIZE, ConnTracker, announce_ready, die, exit_on_sigterm, nodelay
+from .common import BUFSIZE, ConnTracker, announce_ready, die, exit_on_stop_signals, nodelay
 
 
 class SelectorServer:
@@ -246,7 +246,7 @@ def serve_epoll(listener, work):
 
 
 def serve(name, listener, opts):
-    exit_on_sigterm()
+    exit_on_stop_signals()
     work = opts.work.callable()
     if name == "select":
         serve_select(listener, work)

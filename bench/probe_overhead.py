@@ -4,11 +4,18 @@ instrumentation attached, relative to none, interleaved, several rounds.
 
     sudo .venv/bin/python bench/probe_overhead.py [--backends selector,cpp_epoll] [-c 100] [-d 5]
         [--rounds 5] [--variants none,counting,evidence,perf,bpftrace] [--write]
+    sudo .venv/bin/python bench/probe_overhead.py --micro [--write]
 
 Every measurement starts a fresh backend pinned to CPU 0 and runs the loader one-shot
-(`netprof-loader --target ... -c N -d D --json`) on the other CPUs. In each round, every variant
-runs once per backend, in a shuffled order. A variant's figure is the mean of its per-round ratios
-to that round's `none` run, with a 95% t-interval. --write puts the table into bench/RESULTS.md.
+(`netprof-loader --target ... -c N -d D --json`) on CPU 1. In each round, every variant runs once
+per backend, in a shuffled order. A variant's figure is the mean of its per-round ratios to that
+round's `none` run, with a 95% t-interval: for throughput, and for CPU time per message of the
+backend (/proc schedstat over the loader's run) and of the loader (its own report). On a shared,
+noisy machine the CPU-per-message ratios are the steadier measure of what a probe costs.
+
+--micro measures the probes' cost per syscall directly: CPU time (rusage) of `perf bench syscall
+basic` (a getppid loop) pinned to CPU 0, as the probes' target and as a bystander (the loader's
+case), median of 3 × (6M − 1M calls). --write puts the tables into bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -25,15 +32,18 @@ import sys
 import time
 from pathlib import Path
 
-from netprof.probes import CountingProbes, StackProbes
+from netprof.probes import CountingProbes, StackProbes, proc_cpu_times
 from netprof.profiler.procs import ProcessGroup
 
 VENV_BIN = Path(sys.executable).parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+WARMUP_S = 1.0
 SETTLE_S = 1.0  # after attaching, before the load starts (perf attaches asynchronously)
 VARIANTS = {
     "none": "no instrumentation",
-    "counting": "netprof counting set (CountingProbes, track_children)",
+    "counting": "netprof counting set, default (CountingProbes(): track_children, 1-in-16 syscall timing)",
+    "counting-exact": "counting set timing every syscall (CountingProbes(time_every=1))",
+    "counting-notime": "counting set without syscall timing (CountingProbes(time_every=0): no sys_exit program)",
     "evidence": "netprof evidence set (StackProbes: user stacks of mmap/munmap/mremap/brk/futex/epoll_ctl)",
     "perf": "perf stat -e 'syscalls:sys_enter_*' -p PID",
     "bpftrace": "bpftrace -e 'tracepoint:raw_syscalls:sys_enter /pid == N/ { @[args->id] = count(); }'",
@@ -49,8 +59,9 @@ class Attached:
 
     def __enter__(self) -> "Attached":
         v, pid = self.variant, self.pid
-        if v == "counting":
-            self.probes = CountingProbes()
+        if v.startswith("counting"):
+            every = {"counting": 16, "counting-exact": 1, "counting-notime": 0}[v]
+            self.probes = CountingProbes(time_every=every)
             self.probes.target(pid)
         elif v == "evidence":
             self.probes = StackProbes()
@@ -77,20 +88,27 @@ class Attached:
             self.proc.stop()
 
 
-def one_run(backend: str, variant: str, args) -> float:
+def one_run(backend: str, variant: str, args) -> dict:
     loader = shutil.which("netprof-loader") or str(VENV_BIN / "netprof-loader")
     with ProcessGroup() as group:
         be = group.spawn(f"backend-{backend}", [sys.executable, "-m", "netprof.backends", backend,
                                                 "--host", "127.0.0.1", "--port", "0"], cpus="0")
         _, pid, port = be.wait_line("ready", 30).split()[:3]
         with Attached(variant, int(pid), group):
+            cpu0 = proc_cpu_times(int(pid))["oncpu_s"]
             out = subprocess.run([loader, "--target", f"127.0.0.1:{port}", "-c", str(args.connections),
-                                  "-d", str(args.duration), "--warmup", "1", "--cpus", args.loader_cpus,
+                                  "-d", str(args.duration), "--warmup", str(WARMUP_S), "--cpus", args.loader_cpus,
                                   "--json"], capture_output=True, text=True, timeout=args.duration + 120)
+            cpu1 = proc_cpu_times(int(pid))["oncpu_s"]
         if out.returncode != 0:
             raise RuntimeError(f"loader failed ({out.returncode}): {out.stderr.strip()[-300:]}")
         stats = json.loads(out.stdout.strip().splitlines()[-1])
-        return float(stats["msgs_per_sec"])
+        msgs = max(1, int(stats["messages"]))
+        lcpu = stats.get("loader_cpu", {})
+        return {"rate": float(stats["msgs_per_sec"]),
+                # the backend's CPU covers warm-up + window; the ratio to `none` cancels that bias
+                "backend_us": (cpu1 - cpu0) / msgs * 1e6 * args.duration / (args.duration + WARMUP_S),
+                "loader_us": (lcpu.get("user_s", 0) + lcpu.get("sys_s", 0)) / msgs * 1e6}
 
 
 def interval(ratios: list[float]) -> tuple[float, float]:
@@ -113,7 +131,19 @@ def main() -> int:
     ap.add_argument("--loader-cpus", default="1")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
+    ap.add_argument("--micro", action="store_true", help="per-syscall cost of each probe set instead")
     args = ap.parse_args()
+    if args.micro:
+        table = micro(args)
+        print(table)
+        if args.write:
+            cmd = "sudo .venv/bin/python bench/probe_overhead.py " + " ".join(sys.argv[1:])
+            write_section("Probe overhead: per syscall (bench/probe_overhead.py --micro)",
+                          f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}. CPU time per getppid call (rusage, "
+                          f"median of 3 × (6M − 1M calls)), `perf bench syscall basic` pinned to CPU 0; *target*: the "
+                          f"probes watch that process; *bystander*: they watch another one (what the loader pays)."
+                          f"\n\n{table}\n")
+        return 0
     backends = args.backends.split(",")
     variants = args.variants.split(",")
     if "none" not in variants:
@@ -122,47 +152,96 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
     rng = random.Random(args.seed)
-    raw: dict[tuple[str, str], list[float]] = {(b, v): [] for b in backends for v in variants}
+    raw: dict[tuple[str, str], list[dict]] = {(b, v): [] for b in backends for v in variants}
     for r in range(args.rounds):
         for b in backends:
             order = variants[:]
             rng.shuffle(order)
             for v in order:
-                rate = one_run(b, v, args)
-                raw[(b, v)].append(rate)
-                print(f"round {r + 1}/{args.rounds} {b:<10} {v:<9} {rate:10.0f} msg/s", file=sys.stderr, flush=True)
-    lines = ["| backend | instrumentation | msgs/s (mean) | ratio vs none | 95% CI |", "|---|---|---|---|---|"]
+                m = one_run(b, v, args)
+                raw[(b, v)].append(m)
+                print(f"round {r + 1}/{args.rounds} {b:<10} {v:<15} {m['rate']:8.0f} msg/s  backend "
+                      f"{m['backend_us']:.2f} µs/msg  loader {m['loader_us']:.2f} µs/msg", file=sys.stderr, flush=True)
+    lines = ["| backend | instrumentation | msgs/s (mean) | throughput vs none | backend CPU/msg vs none "
+             "| loader CPU/msg vs none |", "|---|---|---|---|---|---|"]
     for b in backends:
         base = raw[(b, "none")]
         for v in variants:
-            ratios = [x / n for x, n in zip(raw[(b, v)], base)]
-            m, hw = interval(ratios)
-            lines.append(f"| {b} | {v} | {statistics.fmean(raw[(b, v)]):.0f} | {m:.3f} | ±{hw:.3f} |")
+            cells = []
+            for key in ("rate", "backend_us", "loader_us"):
+                m, hw = interval([x[key] / n[key] for x, n in zip(raw[(b, v)], base) if n[key]])
+                cells.append(f"{m:.3f} ± {hw:.3f}")
+            lines.append(f"| {b} | {v} | {statistics.fmean(x['rate'] for x in raw[(b, v)]):.0f} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     cmd = "sudo .venv/bin/python bench/probe_overhead.py " + " ".join(sys.argv[1:])
     print(table)
-    print("\nraw msgs/s:", json.dumps({f"{b}/{v}": [round(x) for x in xs] for (b, v), xs in raw.items()}))
+    raw = {k: [{kk: round(vv, 2) for kk, vv in x.items()} for x in xs] for k, xs in raw.items()}
     if args.write:
-        write_section(table, cmd, args, raw)
+        legend = "\n".join(f"- `{v}`: {d}" for v, d in VARIANTS.items() if v in variants)
+        body = (f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, {args.connections} connections, "
+                f"{args.duration:g} s per run (+{WARMUP_S:g} s warm-up), {args.rounds} interleaved rounds, backend pinned "
+                f"to CPU 0, loader on CPU {args.loader_cpus}. Each cell: mean of per-round ratios to the same round's "
+                f"uninstrumented run ± half-width of the 95% t-interval.\n\n{legend}\n\n{table}\n\n"
+                f"<details><summary>raw per-run figures</summary>\n\n```\n"
+                + "\n".join(f"{b}/{v}: {xs}" for (b, v), xs in raw.items()) + "\n```\n</details>\n")
+        write_section("Probe overhead: throughput (bench/probe_overhead.py)", body)
     return 0
 
 
-def write_section(table: str, cmd: str, args, raw) -> None:
-    legend = "\n".join(f"- `{v}`: {d}" for v, d in VARIANTS.items())
-    body = (f"## Probe overhead (bench/probe_overhead.py)\n\n`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, "
-            f"{args.connections} connections, {args.duration:g} s per run (+1 s warm-up), {args.rounds} interleaved "
-            f"rounds, backend pinned to CPU 0, loader on CPU {args.loader_cpus}. Ratio = mean of per-round "
-            f"throughput ratios to the same round's uninstrumented run.\n\n{legend}\n\n{table}\n\n"
-            f"<details><summary>raw msgs/s</summary>\n\n```\n"
-            + "\n".join(f"{b}/{v}: {[round(x) for x in xs]}" for (b, v), xs in raw.items())
-            + "\n```\n</details>\n")
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nMeasured figures; each section names the script and command that produced it.\n"
-    start = text.find("## Probe overhead")
+def micro_cost(probe, pid_for, n: int) -> float:
+    """CPU seconds of `perf bench syscall basic --loop n` pinned to CPU 0; `pid_for(pid)` targets."""
+    p = subprocess.Popen(["sh", "-c", f"read go; exec taskset -c 0 perf bench syscall basic --loop {n}"],
+                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    if probe is not None:
+        probe.target(pid_for(p.pid))
+    p.stdin.write("go\n")
+    p.stdin.close()
+    _, status, ru = os.wait4(p.pid, 0)
+    if status:
+        raise RuntimeError("perf bench syscall basic failed")
+    return ru.ru_utime + ru.ru_stime
+
+
+def micro(args) -> str:
+    variants = {"none": None, "counting": lambda: CountingProbes(), "counting-exact": lambda: CountingProbes(time_every=1),
+                "counting-notime": lambda: CountingProbes(time_every=0), "evidence": lambda: StackProbes()}
+    bystander = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
+    rows = ["| instrumentation | bystander ns/syscall | target ns/syscall | added, bystander | added, target |",
+            "|---|---|---|---|---|"]
+    try:
+        base = None
+        for name, make in variants.items():
+            probe = make() if make else None
+            try:
+                cost = {}
+                for who, pid_for in (("bystander", lambda pid: bystander.pid), ("target", lambda pid: pid)):
+                    xs = sorted((micro_cost(probe, pid_for, 6_000_000) - micro_cost(probe, pid_for, 1_000_000)) / 5e6 * 1e9
+                                for _ in range(3))
+                    cost[who] = xs[1]
+            finally:
+                if probe is not None:
+                    probe.close()
+            base = base or cost
+            rows.append(f"| {name} | {cost['bystander']:.1f} | {cost['target']:.1f} | "
+                        f"{cost['bystander'] - base['bystander']:+.1f} | {cost['target'] - base['target']:+.1f} |")
+            print(rows[-1], file=sys.stderr, flush=True)
+    finally:
+        bystander.kill()
+        bystander.wait()
+    return "\n".join(rows)
+
+
+def write_section(heading: str, body: str) -> None:
+    """Replace (or append) the `## heading` section of bench/RESULTS.md."""
+    text = RESULTS.read_text() if RESULTS.exists() else (
+        "# Benchmark results\n\nMeasured figures; each section names the script and command that produced it.\n")
+    section = f"## {heading}\n\n{body.strip()}\n"
+    start = text.find(f"## {heading}\n")
     if start >= 0:
         end = text.find("\n## ", start + 1)
-        text = text[:start] + body + (text[end + 1:] if end >= 0 else "")
+        text = text[:start] + section + (text[end:] if end >= 0 else "")
     else:
-        text = text.rstrip("\n") + "\n\n" + body
+        text = text.rstrip("\n") + "\n\n" + section
     RESULTS.write_text(text)
     print(f"wrote {RESULTS}", file=sys.stderr)
 

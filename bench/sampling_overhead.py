@@ -76,6 +76,8 @@ class Sampler:
                 # +3 s: the window opens after the ~2 s compile below, and must still cover the whole load.
                 art = sample(pid, secs + 3, self.work, title="bench", rate_hz=self.rate, cpus=SAMPLER_CPUS)
                 self.samples = "/".join(str(art.samples.get(k, 0)) for k in ("oncpu", "python", "offcpu"))
+                if art.notes:
+                    print(f"  all: {art.notes}", file=sys.stderr)
             self._thread = threading.Thread(target=run)
             self._thread.start()
             time.sleep(2.0)  # sample() compiles the off-CPU program before its window opens
@@ -178,11 +180,19 @@ def main() -> int:
 
 def write_section(table: str, cmd: str, args, raw) -> None:
     legend = "\n".join(f"- `{v}`: {d}" for v, d in VARIANTS.items())
+    paired = ""
+    for b in sorted({b for b, _ in raw}):
+        if raw.get((b, "python")) and raw.get((b, "python_blocking")):
+            r = [x / y for x, y in zip(raw[(b, "python_blocking")], raw[(b, "python")])]
+            paired += (f"\n\n{b}: py-spy blocking / non-blocking throughput, same round: "
+                       f"{', '.join(f'{x:.2f}' for x in r)} (median {statistics.median(r):.2f}).")
     body = (f"## Sampling overhead (bench/sampling_overhead.py)\n\n`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, "
             f"{args.connections} connections, {args.duration:g} s per run (+{WARMUP_S:g} s warm-up), {args.rounds} "
             f"interleaved rounds, {args.rate} Hz, backend pinned to CPU 0, loader and samplers on CPU 1. Ratio = "
             f"mean of per-round throughput ratios to the same round's unsampled run. Samples per run: stacks "
-            f"sampled (off-CPU: switch-outs recorded; `all`: oncpu/python/offcpu).\n\n{legend}\n\n{table}\n\n"
+            f"sampled (off-CPU: switch-outs recorded; `all`: oncpu/python/offcpu). The machine is shared and "
+            f"noisy (±10% on a quiet day, far more while other load runs): trust ratios whose interval "
+            f"excludes 1, and paired same-round comparisons.\n\n{legend}\n\n{table}{paired}\n\n"
             f"<details><summary>raw msgs/s</summary>\n\n```\n"
             + "\n".join(f"{b}/{v}: {[round(x) for x in xs]}" for (b, v), xs in raw.items())
             + "\n```\n</details>\n")

@@ -68,8 +68,13 @@ class PerfRecorder:
                           cpus=self.cpus, capture_stdout=False)
 
     def stop(self) -> None:
+        """Idempotent cleanup, also on error paths: the process and its stderr file."""
         if self.proc is not None:
             self.proc.stop()
+            try:
+                os.unlink(self.proc.stderr_path)
+            except OSError:
+                pass
 
     def finish(self, folded_path: str, notes: list[str]) -> int:
         """Wait for perf, fold its samples into `folded_path`; returns the sample count (0 = failed)."""

@@ -60,8 +60,13 @@ class PySpyRecorder:
         self.proc = spawn("py-spy", self.argv(), cpus=self.cpus, capture_stdout=False)
 
     def stop(self) -> None:
+        """Idempotent cleanup, also on error paths: the process and its stderr file."""
         if self.proc is not None:
             self.proc.stop()
+            try:
+                os.unlink(self.proc.stderr_path)
+            except OSError:
+                pass
 
     def finish(self, notes: list[str]) -> int:
         """Wait for py-spy; returns the number of samples in the folded file (0 = failed/empty)."""

@@ -87,24 +87,37 @@ def load(src: str, cflags: list[str]):
 _NAMES: dict[int, str] = {}
 
 
-def syscall_name(nr: int) -> str:
-    """The one syscall table: BCC's bcc.syscall (x86_64). Unknown numbers read `syscall_<nr>`."""
-    if nr == OTHER_SLOT:
-        return "other"
-    name = _NAMES.get(nr)
-    if name is None:
+UNISTD = "/usr/include/x86_64-linux-gnu/asm/unistd_64.h"
+
+
+def _table() -> dict[int, str]:
+    """The one syscall table: BCC's bcc.syscall (x86_64). Its table stops around Linux 5.x, so
+    numbers it lacks (epoll_pwait2 = 441, io_uring_*, …) are filled from the system's
+    asm/unistd_64.h (Debian linux-libc-dev) when that file is there."""
+    if not _NAMES:
         from bcc.syscall import syscalls
 
-        raw = syscalls.get(nr)
-        name = raw.decode() if raw else f"syscall_{nr}"
-        _NAMES[nr] = name
-    return name
+        try:
+            with open(UNISTD) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 3 and parts[0] == "#define" and parts[1].startswith("__NR_"):
+                        _NAMES[int(parts[2])] = parts[1][5:]
+        except (OSError, ValueError):
+            pass
+        _NAMES.update({nr: raw.decode() for nr, raw in syscalls.items()})
+    return _NAMES
+
+
+def syscall_name(nr: int) -> str:
+    """Name of an x86_64 syscall number; `other` for the overflow slot, `syscall_<nr>` if unknown."""
+    if nr == OTHER_SLOT:
+        return "other"
+    return _table().get(nr, f"syscall_{nr}")
 
 
 def syscall_number(name: str) -> int:
-    from bcc.syscall import syscalls
-
-    for nr, raw in syscalls.items():
-        if raw.decode() == name:
+    for nr, n in _table().items():
+        if n == name:
             return nr
     raise ValueError(f"unknown syscall {name!r} (names come from bcc.syscall)")

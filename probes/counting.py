@@ -1,13 +1,17 @@
 """The counting set: every syscall of the target process tree (count, wall time, on-CPU time),
 context switches, migrations and on-CPU time, from probes/counting.bpf.c.
 
-Exact (event counts, every event seen): syscall counts, voluntary/involuntary switches (the kernel's
-own split), migrations of threads the probes have seen, forks/exits of the tree.
-Measured with bpf_ktime_get_ns (exact up to the probe placement): syscall wall time (enter→exit,
-blocking included), on-CPU time inside syscalls. Approximate: `oncpu_s` is accounted at each
-syscall exit and switch-out, so a window edge can miss the time since the tree's last syscall
-(microseconds for a busy server); time of a syscall in flight at a window edge lands in the window
-where it ends; interrupts/softirqs taken while the tree runs count as its time (as the kernel does).
+Exact (every event seen): syscall counts, voluntary/involuntary switches (the kernel's own split),
+forks/exits of the tree, migrations of the tree's threads once they have been switched out or timed
+(a brand-new thread's placement before it first runs is missed).
+Sampled: syscall wall time (enter→exit, blocking included) and its on-CPU part are measured for a
+random 1 in `time_every` syscalls (default 16; 1 = every syscall) and scaled by count/timed per
+syscall name (an unbiased ratio estimate; names never timed in the window get no time entry).
+Approximate: `oncpu_s` is accounted at each switch-out and each timed syscall exit, so a window edge
+can miss the time since the tree's last such point (tens of µs for a busy server; /proc schedstat,
+see proc_cpu_times()['oncpu_s'], is the exact total for live threads); time of a syscall in flight
+at a window edge lands in the window where it ends; interrupts/softirqs taken while the tree runs
+count as its time (as the kernel does).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ class Snapshot:
 
     t: float
     pid: int
-    syscalls: dict[int, tuple[int, int, int]]  # nr -> (count, wall ns, on-CPU ns)
+    syscalls: dict[int, tuple[int, int, int, int]]  # nr -> (count, timed, wall ns, on-CPU ns of the timed)
     cpu: dict[str, int]  # _CPU_FIELDS, summed over CPUs
 
 
@@ -37,8 +41,8 @@ class ProbeDelta:
 
     window_s: float  # b.t - a.t
     syscalls: dict[str, int]  # name -> count (non-zero only)
-    syscall_time_s: dict[str, float]  # name -> seconds between enter and exit (blocking included)
-    syscall_oncpu_s: dict[str, float]  # name -> seconds of that on a CPU (kernel time in the syscall)
+    syscall_time_s: dict[str, float]  # name -> seconds between enter and exit (blocking included), estimated
+    syscall_oncpu_s: dict[str, float]  # name -> seconds of that on a CPU (kernel time in the syscall), estimated
     ctx_voluntary: int  # switches out while blocking (prev_state != RUNNING and not preempted)
     ctx_involuntary: int  # preempted (or yielded while runnable)
     migrations: int  # sched_migrate_task events of the tree's threads
@@ -52,7 +56,7 @@ class ProbeDelta:
 
     @property
     def in_syscalls_s(self) -> float:
-        """On-CPU time inside syscalls (exact: enter→exit minus the time switched out)."""
+        """On-CPU time inside syscalls (enter→exit minus the time switched out; sampled, see module doc)."""
         return sum(self.syscall_oncpu_s.values())
 
     @property
@@ -63,7 +67,7 @@ class ProbeDelta:
     def cpu_split(self, proc_sys_s: float | None = None) -> dict[str, float]:
         """On-CPU time as {'syscall_s', 'other_kernel_s', 'user_s'}.
 
-        `syscall_s` is BPF-exact. Without `proc_sys_s`, everything outside syscalls is reported as
+        `syscall_s` comes from the probes. Without `proc_sys_s`, everything outside syscalls is reported as
         user (an upper bound). With the /proc system time of the same window (proc_cpu_times delta,
         tick-sampled), other kernel time ≈ proc_sys_s − syscall_s, clamped to [0, outside].
         """
@@ -78,16 +82,18 @@ def delta(a: Snapshot, b: Snapshot) -> ProbeDelta:
     calls: dict[str, int] = {}
     wall: dict[str, float] = {}
     oncpu: dict[str, float] = {}
-    for nr, (n1, w1, c1) in b.syscalls.items():
-        n0, w0, c0 = a.syscalls.get(nr, (0, 0, 0))
-        if n1 - n0 or w1 - w0:
-            name = syscall_name(nr)
+    for nr, (n1, t1, w1, c1) in b.syscalls.items():
+        n0, t0, w0, c0 = a.syscalls.get(nr, (0, 0, 0, 0))
+        name = syscall_name(nr)
+        if n1 - n0:
             calls[name] = n1 - n0
-            wall[name] = (w1 - w0) * NS
-            oncpu[name] = (c1 - c0) * NS
+        if t1 - t0:  # scale the timed sample up to every call of this name in the window
+            scale = max(n1 - n0, t1 - t0) / (t1 - t0) * NS
+            wall[name] = (w1 - w0) * scale
+            oncpu[name] = (c1 - c0) * scale
     d = {k: b.cpu[k] - a.cpu[k] for k in _CPU_FIELDS}
     return ProbeDelta(
-        window_s=b.t - a.t, syscalls={k: v for k, v in calls.items() if v}, syscall_time_s=wall,
+        window_s=b.t - a.t, syscalls=calls, syscall_time_s=wall,
         syscall_oncpu_s=oncpu, ctx_voluntary=d["vol"], ctx_involuntary=d["invol"],
         migrations=d["migrations"], oncpu_s=d["oncpu_ns"] * NS, forks=d["forks"], exits=d["exits"],
     )
@@ -97,13 +103,18 @@ class CountingProbes:
     """Compile once (~1 s), then target() a backend tree and snapshot() around each window.
 
     `with CountingProbes() as p:` detaches everything on exit, also on errors and Ctrl-C.
+    `time_every`: time 1 in N syscalls (a power of two; 1 = all, exact but ~2x the cost; 0 = no
+    syscall timing at all, cheapest: no sys_exit program).
     """
 
-    def __init__(self, track_children: bool = True) -> None:
+    def __init__(self, track_children: bool = True, time_every: int = 16) -> None:
+        if time_every < 0 or time_every & (time_every - 1):
+            raise ValueError("time_every must be 0 or a power of two")
         self.track_children = track_children
+        self.time_every = time_every
         self.pid = 0
         self._gen = 0
-        self.bpf = load("counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}"])
+        self.bpf = load("counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}", f"-DTIME_EVERY={time_every}"])
         try:
             self._cfg, self._sc, self._cpu = self.bpf[b"cfg"], self.bpf[b"sc"], self.bpf[b"cpu"]
             self._children, self._tids = self.bpf[b"children"], self.bpf[b"tids"]
@@ -141,13 +152,13 @@ class CountingProbes:
     def snapshot(self) -> Snapshot:
         if self.bpf is None:
             raise ProbeError("probes are closed")
-        calls: dict[int, tuple[int, int, int]] = {}
+        calls: dict[int, tuple[int, int, int, int]] = {}
         getvalue = self._sc.getvalue
         for i, k in enumerate(self._keys):
             vals = getvalue(k)
             n = sum(v.count for v in vals)
             if n:
-                calls[i] = (n, sum(v.ns for v in vals), sum(v.oncpu_ns for v in vals))
+                calls[i] = (n, sum(v.timed for v in vals), sum(v.ns for v in vals), sum(v.oncpu_ns for v in vals))
         per_cpu = self._cpu.getvalue(self._cpu.Key(0))
         cpu = {f: sum(getattr(v, f) for v in per_cpu) for f in _CPU_FIELDS}
         return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu)
@@ -164,7 +175,10 @@ class CountingProbes:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: BCC's own atexit cleanup has run
+            pass
 
 
 def _descendants(pid: int) -> list[int]:

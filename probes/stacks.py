@@ -80,4 +80,7 @@ class StackProbes:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: BCC's own atexit cleanup has run
+            pass

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+import psutil
 from typing import Callable
 
 from netprof.backends import registry
@@ -33,16 +35,38 @@ class CellOutcome:
         return self.row.get("status") == "ok"
 
 
-def backend_argv(python: str, name: str, work: str) -> list[str]:
-    return [python, "-m", "netprof.backends", name, "--host", "127.0.0.1", "--port", "0", "--work", work]
+def backend_argv(python: str, name: str, work: str, host: str = "127.0.0.1",
+                 prefix: list[str] | None = None) -> list[str]:
+    """`prefix` (e.g. `ip netns exec NS`, which execs: the pid stays the backend's) goes first."""
+    return [*(prefix or []), python, "-m", "netprof.backends", name, "--host", host, "--port", "0",
+            "--work", work]
 
 
-def start_backend(group: ProcessGroup, python: str, name: str, cfg: RunConfig) -> tuple[ManagedProcess, int]:
-    proc = group.spawn(f"backend-{name}", backend_argv(python, name, cfg.work),
+def start_backend(group: ProcessGroup, python: str, name: str, cfg: RunConfig,
+                  link=None) -> tuple[ManagedProcess, int]:
+    """Start the backend (inside `link`'s backend namespace when given) and wait for its ready line."""
+    host, prefix = (link.backend_host, link.backend_prefix) if link is not None else ("127.0.0.1", None)
+    proc = group.spawn(f"backend-{name}", backend_argv(python, name, cfg.work, host, prefix),
                        cpus=cfg.backend_cpu if cfg.pin else None)
     line = proc.wait_line("ready", READY_TIMEOUT)
     parts = line.split()
     return proc, int(parts[2])
+
+
+def tree_rss(pid: int) -> int | None:
+    """Resident bytes of `pid` and all its descendants (prefork/fork backends), None if it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
 
 
 class _Marks:
@@ -52,6 +76,8 @@ class _Marks:
         self.pid, self.probes, self.on_start = pid, probes, on_start
         self.start = self.stop = None
         self.connected: dict = {}
+        self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
+        self.rss_start: int | None = None  # ... and at measure_start
 
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
@@ -61,6 +87,7 @@ class _Marks:
             snap = (self.probes.snapshot() if self.probes else None, proc_cpu_times(self.pid), time.monotonic())
             if kind == "measure_start":
                 self.start = snap
+                self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
                 if self.on_start:
                     self.on_start(self.pid)
             else:
@@ -104,6 +131,10 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
         "loader_cpu": result.get("loader_cpu", {}),
         "probes": probes_attached,
     })
+    conns = result.get("connected") or 0
+    if marks.rss_ready is not None and marks.rss_start is not None and conns:
+        # backend memory per open connection: (RSS at measure_start − RSS after ready) / connections
+        row["rss_per_conn_kb"] = (marks.rss_start - marks.rss_ready) / 1024 / conns
     if marks.start and marks.stop:
         cpu0, cpu1 = marks.start[1], marks.stop[1]
         user = cpu1["user_s"] - cpu0["user_s"]
@@ -130,13 +161,9 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
                 "involuntary_per_msg": d.ctx_involuntary / messages if messages else None,
                 "migrations_per_msg": d.migrations / messages if messages else None,
             }
-            in_sys = sum(d.syscall_time_s.values())
-            row["cpu_bpf"] = {
-                "oncpu_s": d.oncpu_s,
-                "syscall_s": in_sys,
-                # on-CPU time spent outside syscalls; includes IRQ/softirq work charged to the task
-                "other_s": max(0.0, d.oncpu_s - in_sys),
-            }
+            # BPF-side split of the on-CPU time: inside syscalls (probes), other kernel (/proc sys
+            # time minus that), user (the rest); see netprof.probes.counting for what is sampled.
+            row["cpu_bpf"] = {"oncpu_s": d.oncpu_s, **d.cpu_split(proc_sys_s=sys_)}
         else:
             # /proc context-switch counters still give a probe-free figure
             ctx = (cpu1["vol_ctx"] - cpu0["vol_ctx"]) + (cpu1["invol_ctx"] - cpu0["invol_ctx"])
@@ -162,9 +189,10 @@ def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, python: str, in
     hooks = hooks or CellHooks()
     row = _base_row(cell, cfg, interpreter)
     proc = None
+    link = getattr(loader, "link", None)  # RemoteLink with --remote netns, None on loopback
     with ProcessGroup() as group:
         try:
-            proc, port = start_backend(group, python, cell.backend, cfg)
+            proc, port = start_backend(group, python, cell.backend, cfg, link)
         except ProcessError as e:
             row["error"] = f"backend did not start: {e}"
             return CellOutcome(row)
@@ -173,8 +201,12 @@ def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, python: str, in
         if hooks.started:
             hooks.started(proc.pid)
         marks = _Marks(proc.pid, probes, hooks.measuring)
-        req = RunRequest(target=f"127.0.0.1:{port}", connections=cell.connections, msize=cfg.msize,
-                         duration=cfg.duration, warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think)
+        marks.rss_ready = tree_rss(proc.pid)
+        req = RunRequest(target=f"{link.backend_host if link else '127.0.0.1'}:{port}",
+                         connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
+                         warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
+                         sources=[link.loader_host] if link else list(cfg.sources),
+                         transport=registry.get(cell.backend).transport)
         result = None
         try:
             result = loader.run(req, on_event=marks)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 import netprof
-from netprof.profiler.plan import InputError, RunConfig, parse_int_list, validate
+from netprof.profiler.plan import InputError, RunConfig, parse_int_list, parse_sources, validate
 
 EXAMPLES = """
 Examples:
@@ -29,6 +29,8 @@ Examples:
   netprof run asyncio_sock uvloop_sock -c 100 --pipeline 1,4,8
 
   netprof run thread --no-pin -c 100               # the seed's futex storm
+
+  netprof run selector -c 100 --remote netns --netem delay=500us   # over a link with 1 ms RTT
 
   netprof report runs/20261121-120000              # rebuild report.md / report.html
 """
@@ -108,6 +110,9 @@ def run(
     loader_cpus: str = typer.Option("", "--loader-cpus", help="CPUs for the loader (default: all others)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default runs/<timestamp>/)."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout, nothing else there."),
+    remote: str = typer.Option("", "--remote", help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
+    netem: str = typer.Option("", "--netem", help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
+    sources: str = typer.Option("127.0.0.1", "--sources", help="Loader source addresses (127.x, round-robin), or auto: one per 28,000 connections."),
 ) -> None:
     """Run backends × connections × pipeline × rounds and report what each message costs."""
     try:
@@ -116,7 +121,8 @@ def run(
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             flamegraph=flamegraph, pin=not no_pin, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
-            out_dir=str(out) if out else "",
+            out_dir=str(out) if out else "", remote=remote, netem=netem,
+            sources=parse_sources(sources),
         ))
         _check_spec("work", work)
         _check_spec("think", think)
@@ -145,7 +151,12 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
     console = Console(stderr=True) if as_json else Console()
     # SIGTERM behaves like Ctrl-C: clean up, keep finished cells.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    outcome = runner.execute(cfg, sys.argv, console)
+    from netprof.profiler.netns import LinkError
+
+    try:
+        outcome = runner.execute(cfg, sys.argv, console)
+    except LinkError as e:
+        fail(str(e), 1)
     if outcome.store.rows:
         summary = report.finish(outcome.out_dir, console=None if as_json else console)
         if as_json:

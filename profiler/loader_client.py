@@ -43,6 +43,7 @@ class RunRequest:
     think: str = "none"
     connect_timeout: float = 10.0
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])
+    transport: str = "tcp"  # "zmq": DEALER sockets against a ZeroMQ ROUTER backend (PROTOCOL.md, "ZeroMQ mode")
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -104,10 +105,12 @@ class _LineReader:
 class Loader:
     """A running `netprof-loader --control` process."""
 
-    def __init__(self, proc: ManagedProcess, host: str, port: int) -> None:
+    def __init__(self, proc: ManagedProcess, host: str, port: int, netns: str | None = None) -> None:
         self.proc = proc
         self.host = host
         self.port = port
+        self.netns = netns  # the network namespace the control port lives in (None: ours)
+        self.link = None  # the RemoteLink the loader runs in (set by the runner), None on loopback
 
     @classmethod
     def start(
@@ -116,8 +119,12 @@ class Loader:
         cpus: Iterable[int] | str | None = None,
         threads: int = 1,
         startup_timeout: float = 10.0,
+        prefix: list[str] | None = None,
+        netns: str | None = None,
     ) -> "Loader":
-        argv = [loader_binary(), "--control", "127.0.0.1:0", "--threads", str(int(threads))]
+        """`prefix` goes before the loader's argv (e.g. `ip netns exec NS`, which execs, so the pid is
+        the loader's); `netns` names the namespace it then runs in, where its control port is."""
+        argv = [*(prefix or []), loader_binary(), "--control", "127.0.0.1:0", "--threads", str(int(threads))]
         # The loader pins each worker thread itself; spawn() pins the whole process to the same set.
         cpu_list = None
         if cpus is not None and cpus != "":
@@ -128,7 +135,7 @@ class Loader:
         proc = group.spawn("loader", argv, cpus=cpu_list)
         line = proc.wait_line("control ", startup_timeout)
         host, _, port = line.split(" ", 1)[1].strip().rpartition(":")
-        return cls(proc, host, int(port))
+        return cls(proc, host, int(port), netns=netns)
 
     @property
     def pid(self) -> int:
@@ -149,7 +156,18 @@ class Loader:
 
     def _connect(self, timeout: float) -> socket.socket:
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=timeout)
+            if self.netns:
+                from netprof.profiler.netns import socket_in_netns
+
+                sock = socket_in_netns(self.netns)
+                try:
+                    sock.settimeout(timeout)
+                    sock.connect((self.host, self.port))
+                except OSError:
+                    sock.close()
+                    raise
+            else:
+                sock = socket.create_connection((self.host, self.port), timeout=timeout)
         except OSError as e:
             raise self._gone(f"cannot reach the control port {self.address} ({e})") from e
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -6,8 +6,11 @@ any process is started.
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
 import resource
+import shutil
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
@@ -22,6 +25,10 @@ LIMITS = {
     "msize": (1, 1 << 20),
     "pipeline": (1, 1024),
 }
+# The local port range (32768–60999) gives ~28k ports per source address; `--sources auto` uses as
+# many 127.0.0.x addresses as keep each under this.
+CONNECTIONS_PER_SOURCE = 28_000
+REMOTE_MODES = ("", "netns")
 
 
 class InputError(ValueError):
@@ -65,6 +72,9 @@ class RunConfig:
     loader_threads: int = 1
     out_dir: str = ""
     evidence_only: bool = False  # `netprof flamegraph`: sampling rounds only, no throughput rounds
+    remote: str = ""  # "" (loopback) or "netns" (two namespaces of our own, see profiler/netns.py)
+    netem: str = ""  # netem spec for --remote netns, e.g. "delay=500us,jitter=50us"
+    sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # loader source addresses
 
     def cells(self) -> Iterator[Cell]:
         """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
@@ -100,6 +110,32 @@ def max_connections() -> int:
     return fd_limit() - FD_RESERVE
 
 
+def parse_sources(text: str) -> list[str]:
+    """`--sources 127.0.0.1,127.0.0.2` or `auto` (resolved by validate()); only loopback addresses."""
+    text = text.replace(" ", "")
+    if text == "auto":
+        return ["auto"]
+    values = [v for v in text.split(",") if v]
+    if not values:
+        raise InputError("--sources is empty: give 127.0.0.1,127.0.0.2 or auto")
+    for v in values:
+        try:
+            addr = ipaddress.IPv4Address(v)
+        except ValueError:
+            raise InputError(f"--sources: '{v}' is not an IPv4 address; use e.g. 127.0.0.1,127.0.0.2 or auto")
+        if not addr.is_loopback:
+            raise InputError(f"--sources: {v} is not a loopback address (127.0.0.0/8); only loopback may carry load")
+    if len(set(values)) != len(values):
+        raise InputError("--sources: an address is listed twice")
+    return values
+
+
+def auto_sources(connections: int) -> list[str]:
+    """As many 127.0.0.x addresses as keep each under CONNECTIONS_PER_SOURCE connections."""
+    n = max(1, math.ceil(connections / CONNECTIONS_PER_SOURCE))
+    return [f"127.0.0.{i}" for i in range(1, n + 1)]
+
+
 def _check_range(name: str, value) -> None:
     lo, hi = LIMITS[name]
     if not lo <= value <= hi:
@@ -130,6 +166,33 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check_range("warmup", cfg.warmup)
     _check_range("rounds", cfg.rounds)
     _check_range("msize", cfg.msize)
+    if cfg.remote not in REMOTE_MODES:
+        raise InputError(f"--remote '{cfg.remote}' is not known; use --remote netns (or leave it out for loopback)")
+    if cfg.netem and cfg.remote != "netns":
+        raise InputError("--netem needs --remote netns (netem shapes the link between our own namespaces)")
+    if cfg.netem:
+        from netprof.profiler.netns import Netem
+
+        try:
+            Netem.parse(cfg.netem)
+        except ValueError as e:
+            raise InputError(str(e))
+    if cfg.remote == "netns":
+        if os.geteuid() != 0:
+            raise InputError("--remote netns needs root (it creates network namespaces); run as root or drop --remote")
+        if not shutil.which("ip") or (cfg.netem and not shutil.which("tc")):
+            raise InputError("--remote netns needs iproute2 (`ip`, `tc`): run `make setup`")
+        if cfg.sources not in (["127.0.0.1"], ["auto"]):
+            raise InputError("--sources is for loopback runs; with --remote netns the loader connects from 198.18.0.2")
+        from netprof.profiler.netns import LOADER_ADDR
+
+        cfg.sources = [LOADER_ADDR]  # the loader's end of the link
+    elif cfg.sources == ["auto"]:
+        cfg.sources = auto_sources(max(cfg.connections))
+    elif len(cfg.sources) * CONNECTIONS_PER_SOURCE < max(cfg.connections):
+        need = math.ceil(max(cfg.connections) / CONNECTIONS_PER_SOURCE)
+        raise InputError(f"--connections {max(cfg.connections)} needs at least {need} source addresses "
+                         f"(~{CONNECTIONS_PER_SOURCE} ports each): use --sources auto")
     ncpu = os.cpu_count() or 1
     if cfg.pin and ncpu < 2:
         raise InputError("pinning needs at least 2 CPUs (backend and loader apart); pass --no-pin")

@@ -6,6 +6,7 @@ raw rows; `stats.py`, `anomalies.py` and `report.py` only read what was kept.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -45,12 +46,32 @@ def _open_probes(cfg: RunConfig):
     return CountingProbes(track_children=True), delta
 
 
+def _link(cfg: RunConfig, console: Console):
+    """`--remote netns`: the two namespaces and their link (profiler/netns.py); else nothing."""
+    if cfg.remote != "netns":
+        return contextlib.nullcontext(None)
+    from netprof.profiler.netns import RemoteLink, cleanup_leftovers
+
+    removed = cleanup_leftovers()  # namespaces of a netprof that was killed with SIGKILL
+    if removed:
+        console.print(f"removed leftover namespaces of dead netprof runs: {', '.join(removed)}")
+    return RemoteLink(cfg.netem or None)
+
+
 def execute(cfg: RunConfig, argv: list[str], console: Console) -> RunOutcome:
+    with _link(cfg, console) as link:
+        return _execute(cfg, argv, console, link)
+
+
+def _execute(cfg: RunConfig, argv: list[str], console: Console, link) -> RunOutcome:
     out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir()
     store = ResultsStore(out)
     lcpus = loader_cpus(cfg)
     config = cfg.to_dict() | {"loader_cpus_effective": lcpus, "out_dir": str(out)}
-    store.write_meta(meta_mod.collect(argv, config))
+    meta = meta_mod.collect(argv, config)
+    if link is not None:
+        meta["link"] = link.describe()
+    store.write_meta(meta)
     python = sys.executable
     interpreter = meta_mod.interpreter_label()
     failed = 0
@@ -62,7 +83,10 @@ def execute(cfg: RunConfig, argv: list[str], console: Console) -> RunOutcome:
     )
     try:
         with ProcessGroup() as group, progress:
-            loader = Loader.start(group, cpus=lcpus, threads=cfg.loader_threads)
+            loader = Loader.start(group, cpus=lcpus, threads=cfg.loader_threads,
+                                  prefix=link.loader_prefix if link else None,
+                                  netns=link.ns_loader if link else None)
+            loader.link = link
             extra = evidence.evidence_cells(cfg)
             total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
             task = progress.add_task("starting", total=total)

@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   python3 python3-venv python3-dev
-  bpfcc-tools python3-bpfcc bpftrace linux-perf linux-headers-amd64
+  bpfcc-tools python3-bpfcc bpftrace bpftool linux-perf linux-headers-amd64
   libgtest-dev googletest
   iproute2 procps util-linux
   libzmq3-dev nlohmann-json3-dev
@@ -56,8 +56,13 @@ if ! command -v inferno-flamegraph >/dev/null 2>&1; then
   cargo="$(command -v cargo || echo "$HOME/.cargo/bin/cargo")"
   if [ -x "$cargo" ]; then
     echo "setup-system: installing inferno into /usr/local (cargo install, ~75 s)"
-    "$cargo" install --quiet --root /usr/local inferno --locked
+    "$cargo" install --quiet --root /usr/local inferno --version 0.12.8 --locked
   else
     echo "setup-system: cargo not found; flamegraph SVGs need inferno (cargo install inferno)" >&2
   fi
+fi
+
+# The probes read tracepoints through tracefs; some boots leave it unmounted.
+if [ ! -d /sys/kernel/tracing/events ]; then
+  mount -t tracefs nodev /sys/kernel/tracing && echo "setup-system: mounted tracefs on /sys/kernel/tracing"
 fi

@@ -15,6 +15,10 @@ import sys
 import pytest
 
 REQUIRE_BPF = os.environ.get("NETPROF_REQUIRE_BPF") == "1"
+# Every process this test session starts inherits this tag, so leftover checks see only our own
+# processes (not those of another session running on the same machine).
+TEST_TAG = f"pytest-{os.getpid()}"
+os.environ["NETPROF_TEST_TAG"] = TEST_TAG
 VENV_BIN = os.path.dirname(sys.executable)
 
 

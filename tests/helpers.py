@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -9,12 +10,19 @@ import psutil
 OUR_PROCESS_MARKERS = ("netprof.backends", "netprof-loader")
 
 
+def _ours(p: psutil.Process) -> bool:
+    try:
+        return p.environ().get("NETPROF_TEST_TAG") == os.environ.get("NETPROF_TEST_TAG")
+    except psutil.Error:
+        return False
+
+
 def netprof_children() -> list[psutil.Process]:
-    """Backends and loaders still alive anywhere on the machine (they must all be gone after a run)."""
+    """Backends and loaders started by this test session that are still alive (must be none after a run)."""
     found = []
     for p in psutil.process_iter(["cmdline", "name"]):
         cmd = " ".join(p.info.get("cmdline") or [])
-        if any(m in cmd for m in OUR_PROCESS_MARKERS) or p.info.get("name") == "netprof-loader":
+        if (any(m in cmd for m in OUR_PROCESS_MARKERS) or p.info.get("name") == "netprof-loader") and _ours(p):
             found.append(p)
     return found
 

@@ -27,7 +27,7 @@ import pytest
 from netprof.backends import registry
 from netprof.backends.common import BadWorkSpec, WorkModel
 
-BACKENDS = registry.names()
+BACKENDS = [n for n in registry.names() if registry.get(n).transport == "tcp"]  # ZeroMQ: test_zmq.py
 SIZES = (1, 64, 1000, 65536)
 
 
@@ -233,6 +233,21 @@ def test_sigterm_exits_0(name):
             s.close()
 
 
+@pytest.mark.parametrize("name", ["selector", "thread", "asyncio", "gevent", "prefork", "cpp_epoll"])
+def test_sigint_exits_0_too(name):
+    # A Ctrl-C in the orchestrator's terminal reaches the backend's process group as well.
+    with Backend(name) as b:
+        b.wait_ready()
+        s = b.connect()
+        s.sendall(b"ping")
+        assert recv_exact(s, 4) == b"ping"
+        os.killpg(b.pid, signal.SIGINT)
+        assert b.wait_exit(5) == 0, b.err()
+        assert "Traceback" not in b.err()
+        b.assert_nothing_left()
+        s.close()
+
+
 def test_sigterm_before_any_connection():
     with Backend("fork") as b:
         b.wait_ready()
@@ -280,7 +295,8 @@ def test_unfair_backend_starves_but_serves_everyone():
 @pytest.mark.parametrize("name, module, fix", [("uvloop_sock", "uvloop", "pip install uvloop"),
                                                ("gevent", "gevent", "pip install gevent")])
 def test_missing_dependency_is_one_line_exit_3(name, module, fix, tmp_path):
-    (tmp_path / f"{module}.py").write_text(f"raise ImportError('No module named {module!r}')\n")
+    # A module of that name that fails to import shadows the installed one.
+    (tmp_path / f"{module}.py").write_text(f"raise ImportError('No module named {module}')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     with Backend(name, env=env) as b:
         assert b.wait_exit(30) == 3

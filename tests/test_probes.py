@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -95,10 +94,21 @@ def worker():
 
 @pytest.fixture(scope="module")
 def probes():
+    """The default counting set (1-in-16 syscall timing)."""
     from conftest import require_bpf
 
     require_bpf()
     with CountingProbes() as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def exact():
+    """The counting set timing every syscall."""
+    from conftest import require_bpf
+
+    require_bpf()
+    with CountingProbes(time_every=1) as p:
         yield p
 
 
@@ -155,7 +165,7 @@ def test_exact_syscall_counts(bpf, probes, worker):
     d = window(probes, worker, ("getppid", 1000), ("pwrite", 500))
     assert d.syscalls["getppid"] == 1000
     assert d.syscalls["pwrite64"] == 500
-    assert d.syscall_time_s["getppid"] > 0
+    assert d.syscall_time_s["getppid"] > 0  # estimated from ~1000/16 timed calls
     assert d.syscall_oncpu_s["getppid"] <= d.syscall_time_s["getppid"] + 1e-9
     # A second window on the same target counts only its own calls.
     a = probes.snapshot()
@@ -190,9 +200,9 @@ def test_child_forked_before_targeting_is_counted(bpf, probes, worker):
     assert d.syscalls["getppid"] == 400
 
 
-def test_context_switches_of_a_sleeper(bpf, probes, worker):
+def test_context_switches_of_a_sleeper(bpf, exact, worker):
     before = proc_cpu_times(worker.pid)
-    d = window(probes, worker, ("sleep", 50, 2))
+    d = window(exact, worker, ("sleep", 50, 2))
     after = proc_cpu_times(worker.pid)
     assert d.syscalls["clock_nanosleep"] == 50
     # 50 sleeps + blocking reads of the command pipe; /proc counts the same events.
@@ -200,6 +210,24 @@ def test_context_switches_of_a_sleeper(bpf, probes, worker):
     assert abs(d.ctx_voluntary - (after["vol_ctx"] - before["vol_ctx"])) <= 1
     assert d.syscall_time_s["clock_nanosleep"] >= 0.1  # 50 × 2 ms, blocking included
     assert d.syscall_oncpu_s["clock_nanosleep"] < 0.05  # but almost none of it on a CPU
+
+
+def test_sampled_timing_estimates_exact(bpf, probes, exact, worker):
+    """1-in-16 timing, scaled up, agrees with timing every call (many calls of a steady syscall)."""
+    t = {}
+    for name, p in (("sampled", probes), ("exact", exact)):
+        d = window(p, worker, ("sleep", 400, 1))
+        assert d.syscalls["clock_nanosleep"] == 400
+        t[name] = d.syscall_time_s["clock_nanosleep"]
+    assert t["exact"] >= 0.4
+    assert t["sampled"] == pytest.approx(t["exact"], rel=0.25)
+
+
+def test_untimed_counting(bpf, worker):
+    with CountingProbes(time_every=0) as p:
+        d = window(p, worker, ("getppid", 1000), ("sleep", 10, 1))
+    assert d.syscalls["getppid"] == 1000 and d.syscall_time_s == {}
+    assert d.ctx_voluntary >= 10 and d.oncpu_s > 0
 
 
 def test_oncpu_time_and_split(bpf, probes, worker):

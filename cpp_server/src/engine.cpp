@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "clock.hpp"
+#include "zmq_engine.hpp"
 
 namespace netprof {
 
@@ -717,6 +718,7 @@ class Coordinator {
 
 RunOutcome run_load(const RunRequest& req, const EngineConfig& cfg, const std::function<bool(const json&)>& emit,
                     const Watch& watch) {
+  if (req.transport == Transport::Zmq) return run_zmq_load(req, cfg, emit, watch);
   return Coordinator(req, cfg, emit, watch).run();
 }
 

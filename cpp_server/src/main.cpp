@@ -20,9 +20,11 @@ namespace {
 const char* kUsage = R"(usage:
   netprof-loader --control 127.0.0.1:PORT [--threads T] [--cpus LIST] [--allow-remote-control]
   netprof-loader --target IP:PORT -c N [-d SECONDS] [-s MSIZE] [--warmup S] [--pipeline K]
-                 [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--threads T] [--cpus LIST] [--json]
+                 [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq]
+                 [--threads T] [--cpus LIST] [--json]
 Control mode serves JSON-lines requests (PROTOCOL.md); one-shot mode runs once and prints the stats.
 think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
+--transport zmq: N ZeroMQ DEALER sockets instead of TCP connections (the backend is a ROUTER).
 )";
 
 [[noreturn]] void bad_args(const std::string& msg, bool usage = false) {
@@ -109,7 +111,7 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
 }  // namespace
 
 int main(int argc, char** argv) {
-  enum { kControl = 1000, kAllowRemote, kTarget, kWarmup, kPipeline, kThink, kThreads, kCpus, kSources, kCtimeout, kJson };
+  enum { kControl = 1000, kAllowRemote, kTarget, kWarmup, kPipeline, kThink, kThreads, kCpus, kSources, kCtimeout, kJson, kTransport };
   static const option opts[] = {
       {"control", required_argument, nullptr, kControl},
       {"allow-remote-control", no_argument, nullptr, kAllowRemote},
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
       {"sources", required_argument, nullptr, kSources},
       {"connect-timeout", required_argument, nullptr, kCtimeout},
       {"json", no_argument, nullptr, kJson},
+      {"transport", required_argument, nullptr, kTransport},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
 
@@ -164,6 +167,7 @@ int main(int argc, char** argv) {
         if (!parse_cpus(optarg, &cfg.cpus)) bad_args(std::string("--cpus: bad CPU list '") + optarg + "'");
         break;
       case kJson: as_json = true; break;
+      case kTransport: request["transport"] = optarg; break;
       case 'h': fputs(kUsage, stdout); return 0;
       default: bad_args("unknown option", true);
     }

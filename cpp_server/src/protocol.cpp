@@ -104,7 +104,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   static const std::set<std::string> ping_fields{"cmd"};
   static const std::set<std::string> run_fields{"cmd",      "target",   "connections", "msize",
                                                 "duration", "warmup",   "pipeline",    "think",
-                                                "connect_timeout", "sources"};
+                                                "connect_timeout", "sources", "transport"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -143,6 +143,14 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       !get_str(o, "think", &r.think_spec, why) ||
       !get_num(o, "connect_timeout", 0.1, 600, &r.connect_timeout, why))
     return false;
+  std::string transport = "tcp";
+  if (!get_str(o, "transport", &transport, why)) return false;
+  if (transport == "zmq") {
+    r.transport = Transport::Zmq;
+  } else if (transport != "tcp") {
+    *why = "transport must be \"tcp\" or \"zmq\", got '" + transport + "'";
+    return false;
+  }
   auto think = Think::parse(r.think_spec, why);
   if (!think) return false;
   r.think = *think;

@@ -28,7 +28,12 @@ constexpr const char* kBackendGone = "backend_gone";
 constexpr const char* kInternal = "internal";
 }  // namespace err
 
+// How the loader talks to the backend: raw TCP ping-pong (the default) or ZeroMQ DEALER sockets
+// (one message = one frame; the backend is a ROUTER that echoes each request to its sender).
+enum class Transport { Tcp, Zmq };
+
 struct RunRequest {
+  Transport transport = Transport::Tcp;
   std::string target;
   sockaddr_in target_addr{};
   int connections = 0;

@@ -156,3 +156,22 @@ TEST(Protocol, StatsJsonShape) {
   for (const char* k : {"connect", "reset", "timeout", "mismatch"}) EXPECT_EQ(j["errors"][k], 0);
   EXPECT_EQ(error_event(err::kBackendGone, "x")["error"], "backend_gone");
 }
+
+TEST(Protocol, Transport) {
+  const std::string base = R"({"cmd":"run","target":"127.0.0.1:5000","connections":2)";
+  EXPECT_EQ(ok(base + "}").run.transport, Transport::Tcp);  // default
+  EXPECT_EQ(ok(base + R"(,"transport":"tcp"})").run.transport, Transport::Tcp);
+  EXPECT_EQ(ok(base + R"(,"transport":"zmq"})").run.transport, Transport::Zmq);
+  Request r = ok(base + R"(,"transport":"zmq","pipeline":8,"think":"fixed:5","sources":["127.0.0.2"]})");
+  EXPECT_EQ(r.run.transport, Transport::Zmq);
+  EXPECT_EQ(r.run.pipeline, 8);
+  for (const char* bad : {R"("ZMQ")", R"("udp")", R"("")", R"("zmq ")"})
+    EXPECT_NE(why_of(base + R"(,"transport":)" + bad + "}").find("transport must be \"tcp\" or \"zmq\""),
+              std::string::npos)
+        << bad;
+  for (const char* bad : {"1", "null", "true", R"(["zmq"])"})
+    EXPECT_NE(why_of(base + R"(,"transport":)" + bad + "}").find("transport must be a string"), std::string::npos)
+        << bad;
+  // Only run requests take it.
+  EXPECT_NE(why_of(R"({"cmd":"ping","transport":"zmq"})").find("unknown field 'transport'"), std::string::npos);
+}
