@@ -205,7 +205,7 @@ def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, python: str, in
         req = RunRequest(target=f"{link.backend_host if link else '127.0.0.1'}:{port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
-                         sources=[link.loader_host] if link else list(cfg.sources),
+                         sources=list(link.loader_hosts) if link else list(cfg.sources),
                          transport=registry.get(cell.backend).transport)
         result = None
         try:

@@ -112,7 +112,7 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout, nothing else there."),
     remote: str = typer.Option("", "--remote", help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
     netem: str = typer.Option("", "--netem", help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
-    sources: str = typer.Option("127.0.0.1", "--sources", help="Loader source addresses (127.x, round-robin), or auto: one per 28,000 connections."),
+    sources: str = typer.Option("auto", "--sources", help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
 ) -> None:
     """Run backends × connections × pipeline × rounds and report what each message costs."""
     try:

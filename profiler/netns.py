@@ -2,7 +2,7 @@
 
     with RemoteLink("delay=500us,jitter=50us") as link:
         backend argv = link.backend_prefix + [...] (listens on link.backend_host)
-        loader argv  = link.loader_prefix + [...] (connects from link.loader_host)
+        loader argv  = link.loader_prefix + [...] (connects from link.loader_hosts, round-robin)
 
 Layout (nothing is ever configured in the root namespace, and only RFC 2544 benchmarking
 addresses are used — never a private or public range):
@@ -10,13 +10,18 @@ addresses are used — never a private or public range):
     netprof-<pid>-b  (backend)                        netprof-<pid>-l  (loader)
       lo up, 198.18.0.1/30 on npb<pid>  <──link──>  198.18.0.2/30 on npl<pid>, lo up
 
+`RemoteLink(netem, sources=k)` gives the loader's end k addresses 198.18.0.2 … (1+k) (then /29, k ≤ 5):
+one source address serves ~12k connections with a quick connect phase (see profiler/plan.py).
+
 The link is a veth pair. With `netem`, both ends get `tc qdisc … root netem …` (so the delay is paid
 once per direction: a ping-pong round trip costs at least 2 × delay). Kernels without the netem qdisc
 (CONFIG_NET_SCH_NETEM unset — the case on this project's machines) get the same emulation in user
 space instead: the link is then a pair of TUN devices, one in each namespace, and a small forwarder
 process (this module's `forward` entry point, living in the loader's namespace) moves every IP packet
 from one to the other after the delay (± uniform jitter, random loss, a rate's serialisation time),
-as netem would. `describe()` says which one a run got.
+as netem would. `describe()` says which one a run got. The forwarder is Python: measured here it
+carries ~40–60k ping-pong messages/s (selector, 10–100 connections, delay=0us) where the veth carries
+~125k, so with the user-space netem a backend faster than that measures the forwarder.
 
 In the backend's namespace `net.core.somaxconn` and `net.ipv4.tcp_max_syn_backlog` are raised to
 65535 so a 20k-connection connect burst is not throttled by the accept queue; these sysctls are per
@@ -48,10 +53,10 @@ from dataclasses import asdict, dataclass
 
 NS_PREFIX = "netprof-"
 _NS_RE = re.compile(r"^netprof-(\d+)-[bl]$")
-NET = "198.18.0.0/30"  # RFC 2544 benchmarking range 198.18.0.0/15
+NET = "198.18.0.0/29"  # inside the RFC 2544 benchmarking range 198.18.0.0/15
 BACKEND_ADDR = "198.18.0.1"
-LOADER_ADDR = "198.18.0.2"
-PREFIXLEN = 30
+LOADER_ADDR = "198.18.0.2"  # the first of the loader's addresses
+MAX_LOADER_ADDRS = 5  # 198.18.0.2 … 198.18.0.6 in the /29
 BACKLOG_SYSCTLS = {"net.core.somaxconn": "65535", "net.ipv4.tcp_max_syn_backlog": "65535"}
 IP_TIMEOUT = 15.0
 NETEM_SYNTAX = "delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]"
@@ -261,15 +266,19 @@ def kernel_has_netem() -> bool | None:
 class RemoteLink:
     """Context manager: two namespaces of our own, a link between them, netem on both ends."""
 
-    def __init__(self, netem: str | None = None) -> None:
+    def __init__(self, netem: str | None = None, sources: int = 1) -> None:
         self.netem = Netem.parse(netem) if netem else None  # ValueError before anything is created
+        if not 1 <= sources <= MAX_LOADER_ADDRS:
+            raise ValueError(f"sources={sources}: the loader's end has 1 … {MAX_LOADER_ADDRS} addresses")
+        self.prefixlen = 30 if sources == 1 else 29
         pid = os.getpid()
         self.ns_backend = f"{NS_PREFIX}{pid}-b"
         self.ns_loader = f"{NS_PREFIX}{pid}-l"
         self.dev_backend = f"npb{pid}"[:15]
         self.dev_loader = f"npl{pid}"[:15]
         self.backend_host = BACKEND_ADDR
-        self.loader_host = LOADER_ADDR
+        self.loader_hosts = [f"198.18.0.{2 + i}" for i in range(sources)]
+        self.loader_host = self.loader_hosts[0]
         self.backend_prefix = ["ip", "netns", "exec", self.ns_backend]
         self.loader_prefix = ["ip", "netns", "exec", self.ns_loader]
         self.kind = "veth"
@@ -333,13 +342,18 @@ class RemoteLink:
         b, l_ = self.dev_backend, self.dev_loader
         _ip("ip", "link", "add", "name", b, "netns", self.ns_backend, "type", "veth",
             "peer", "name", l_, "netns", self.ns_loader)
-        self._address(self.ns_backend, b, f"{BACKEND_ADDR}/{PREFIXLEN}")
-        self._address(self.ns_loader, l_, f"{LOADER_ADDR}/{PREFIXLEN}")
+        self._address(self.ns_backend, b, [BACKEND_ADDR], self.prefixlen)
+        self._address(self.ns_loader, l_, self.loader_hosts, self.prefixlen)
         self.kind = "veth"
 
-    def _address(self, ns: str, dev: str, *addr: str) -> None:
-        _ip("ip", "-n", ns, "addr", "add", *addr, "dev", dev)
+    def _address(self, ns: str, dev: str, addrs: list[str], prefixlen: int, route: bool = False) -> None:
+        """Addresses on `dev` in `ns`, the device up; `route`: /32 addresses and a route to the /prefix
+        through the device (a TUN device is point-to-point: no neighbour discovery)."""
+        for addr in addrs:
+            _ip("ip", "-n", ns, "addr", "add", f"{addr}/{32 if route else prefixlen}", "dev", dev)
         _ip("ip", "-n", ns, "link", "set", dev, "up")
+        if route:
+            _ip("ip", "-n", ns, "route", "add", f"{BACKEND_ADDR[:-1]}0/{prefixlen}", "dev", dev)
 
     def _make_tun_pair(self) -> None:
         from netprof.profiler.procs import spawn
@@ -352,11 +366,11 @@ class RemoteLink:
             self._forwarder.wait_line("ready", 10.0)
         except Exception as e:
             raise LinkError(f"the user-space netem forwarder did not start: {e}") from None
-        self._address(self.ns_backend, self.dev_backend, BACKEND_ADDR, "peer", f"{LOADER_ADDR}/32")
-        self._address(self.ns_loader, self.dev_loader, LOADER_ADDR, "peer", f"{BACKEND_ADDR}/32")
+        self._address(self.ns_backend, self.dev_backend, [BACKEND_ADDR], self.prefixlen, route=True)
+        self._address(self.ns_loader, self.dev_loader, self.loader_hosts, self.prefixlen, route=True)
         self.kind = "tun"
-        self.netem_impl = ("user space (TUN forwarder; this kernel has no netem qdisc: "
-                           "CONFIG_NET_SCH_NETEM unset)")
+        self.netem_impl = ("user space (TUN forwarder, ceiling ~40-60k msgs/s; this kernel has no "
+                           "netem qdisc: CONFIG_NET_SCH_NETEM unset)")
 
     def _wait_reachable(self, timeout: float = 5.0) -> None:
         """A TCP connect from the loader's side to a listener on the backend's side (bounded)."""
@@ -375,7 +389,7 @@ class RemoteLink:
                     except OSError as e:
                         last = e
                 time.sleep(0.05)
-        raise LinkError(f"the link {LOADER_ADDR} → {BACKEND_ADDR} does not carry TCP ({last})")
+        raise LinkError(f"the link {self.loader_host} → {BACKEND_ADDR} does not carry TCP ({last})")
 
     def close(self) -> None:
         if self._forwarder is not None:
@@ -395,7 +409,8 @@ class RemoteLink:
         return {
             "mode": "netns",
             "namespaces": {"backend": self.ns_backend, "loader": self.ns_loader},
-            "addresses": {"backend": f"{BACKEND_ADDR}/{PREFIXLEN}", "loader": f"{LOADER_ADDR}/{PREFIXLEN}"},
+            "addresses": {"backend": f"{BACKEND_ADDR}/{self.prefixlen}",
+                          "loader": [f"{a}/{self.prefixlen}" for a in self.loader_hosts]},
             "link": self.kind,
             "devices": {"backend": self.dev_backend, "loader": self.dev_loader},
             "netem": ({**asdict(self.netem), "spec": self.netem.spec(), "both_ends": True,

@@ -55,7 +55,7 @@ def _link(cfg: RunConfig, console: Console):
     removed = cleanup_leftovers()  # namespaces of a netprof that was killed with SIGKILL
     if removed:
         console.print(f"removed leftover namespaces of dead netprof runs: {', '.join(removed)}")
-    return RemoteLink(cfg.netem or None)
+    return RemoteLink(cfg.netem or None, sources=len(cfg.sources))  # validate() sized cfg.sources
 
 
 def execute(cfg: RunConfig, argv: list[str], console: Console) -> RunOutcome:

@@ -234,8 +234,9 @@ def test_oncpu_time_and_split(bpf, probes, worker):
     before = proc_cpu_times(worker.pid)
     d = window(probes, worker, ("burn", 0, 0.4), ("pwrite", 20000))
     p = proc_delta(before, proc_cpu_times(worker.pid))
-    # BPF on-CPU time vs the scheduler's own (schedstat) for the same thread.
-    assert d.oncpu_s == pytest.approx(p["oncpu_s"], rel=0.05)
+    # BPF on-CPU time vs the scheduler's own (schedstat) for the same thread. 10%: on a busy VM the
+    # scheduler's clock leaves out time stolen by the hypervisor, which the BPF wall clock includes.
+    assert d.oncpu_s == pytest.approx(p["oncpu_s"], rel=0.10)
     split = d.cpu_split(p["sys_s"])
     assert split["user_s"] > 0.3  # the burn loop
     assert 0 < split["syscall_s"] < d.oncpu_s

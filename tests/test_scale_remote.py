@@ -3,7 +3,7 @@
 test itself carry traffic.
 
 Namespaces need root: those tests skip when not root, and fail instead when NETPROF_REQUIRE_BPF=1
-(CI runs as root). None needs BPF (every run is --no-probes). Whole file: ~40 s on the 2-core machine.
+(CI runs as root). None needs BPF (every run is --no-probes). Whole file: ~25 s on the 2-core machine.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REQUIRE_BPF, netprof_cmd, run_netprof
 from netprof.profiler import plan
-from netprof.profiler.netns import LinkError, Netem, RemoteLink, cleanup_leftovers, list_namespaces
+from netprof.profiler.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
 
 def require_root() -> None:
@@ -112,7 +112,7 @@ def test_plan_validation_of_remote_netem_and_sources():
         plan.parse_sources("localhost")
     assert plan.parse_sources("127.0.0.1, 127.0.0.2") == ["127.0.0.1", "127.0.0.2"]
     assert plan.auto_sources(10) == ["127.0.0.1"]
-    assert plan.auto_sources(60_000) == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert plan.auto_sources(19_500) == ["127.0.0.1", "127.0.0.2"]  # ~12k per address: quick connects
     cfg = plan.validate(plan.RunConfig(backends=["selector"], connections=[10], sources=["auto"]))
     assert cfg.sources == ["127.0.0.1"]
     res = run_netprof("run", "selector", "--netem", "delay=1", "--remote", "netns", timeout=60)
@@ -134,9 +134,25 @@ def test_remote_link_builds_two_namespaces_and_always_removes_them():
                                capture_output=True, text=True, timeout=10).stdout.strip()
         assert somax == "65535"
         d = link.describe()
-        assert d["addresses"] == {"backend": "198.18.0.1/30", "loader": "198.18.0.2/30"}
+        assert d["addresses"] == {"backend": "198.18.0.1/30", "loader": ["198.18.0.2/30"]}
         assert d["netem"] is None
     assert not ours(os.getpid())
+    # several loader addresses (for > 12k connections), over both link kinds: each one reaches the backend
+    for netem in (None, "delay=50us"):
+        with RemoteLink(netem, sources=2) as link:
+            assert link.loader_hosts == ["198.18.0.2", "198.18.0.3"]
+            with socket_in_netns(link.ns_backend) as ls:
+                ls.bind((link.backend_host, 0))
+                ls.listen(4)
+                for src in link.loader_hosts:
+                    with socket_in_netns(link.ns_loader) as c:
+                        c.settimeout(5)
+                        c.bind((src, 0))
+                        c.connect((link.backend_host, ls.getsockname()[1]))
+                        peer = ls.accept()[0]
+                        assert peer.getpeername()[0] == src
+                        peer.close()
+        assert not ours(os.getpid())
     # torn down on an exception and on Ctrl-C as well
     for exc in (RuntimeError, KeyboardInterrupt):
         with pytest.raises(exc):

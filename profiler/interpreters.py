@@ -1,0 +1,195 @@
+"""Backends on any CPython: resolve `--python` specs, prepare a cached environment per interpreter,
+and say what each one supports (mixed Python+kernel stacks need 3.13's -X perf_jit, or 3.12's
+-X perf on a frame-pointer build).
+
+An environment is a venv of that interpreter with the backends' third-party deps (uvloop, gevent,
+pyzmq, aiozmq) and a copy of netprof's pure-Python backends package; it is built once and cached
+under $NETPROF_CACHE (default ~/.cache/netprof/interpreters), keyed by interpreter and netprof
+version. The C++ backends are compiled for netprof's own interpreter only.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import netprof
+
+# What the backends import beyond the standard library (pinned like pyproject's dependencies).
+BACKEND_DEPS = ["uvloop==0.23.*", "gevent>=24"]
+OPTIONAL_DEPS = ["pyzmq>=26,<28", "aiozmq>=1.0,<2"]
+
+_PROBE = r"""
+import json, platform, sys, sysconfig
+cflags = (sysconfig.get_config_var("CFLAGS") or "") + " " + (sysconfig.get_config_var("PY_CFLAGS") or "")
+print(json.dumps({
+    "version": platform.python_version(),
+    "implementation": sys.implementation.name,
+    "executable": sys.executable,
+    "config_args": sysconfig.get_config_var("CONFIG_ARGS") or "",
+    "frame_pointers": "-fno-omit-frame-pointer" in cflags,
+    "perf_trampoline": bool(sysconfig.get_config_var("PY_HAVE_PERF_TRAMPOLINE")),
+    "debug": bool(sysconfig.get_config_var("Py_DEBUG")),
+    "gil_disabled": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+}))
+"""
+
+
+class InterpreterError(RuntimeError):
+    """One line naming the fix."""
+
+
+@dataclass
+class Interpreter:
+    spec: str
+    base: str  # the interpreter the user named
+    python: str  # the interpreter that runs backends (in its prepared environment)
+    version: str
+    implementation: str
+    frame_pointers: bool
+    perf_trampoline: bool
+    config_args: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.implementation}-{self.version}"
+
+    def mixed_stack_flag(self) -> tuple[str | None, str]:
+        """(-X option for mixed Python+kernel stacks or None, the reason)."""
+        major_minor = tuple(int(p) for p in self.version.split(".")[:2])
+        if self.implementation != "cpython":
+            return None, f"{self.label}: only CPython writes perf maps"
+        if major_minor >= (3, 13) and self.perf_trampoline:
+            return "perf_jit", "-X perf_jit (jitdump + DWARF unwinding): Python frames above the kernel's"
+        if major_minor >= (3, 12) and self.perf_trampoline and self.frame_pointers:
+            return "perf", "-X perf on a frame-pointer build"
+        if major_minor >= (3, 12) and self.perf_trampoline:
+            return None, (f"{self.label}: -X perf needs frame pointers, which this build lacks "
+                          "(use CPython 3.13+ for -X perf_jit)")
+        return None, f"{self.label}: perf trampolines arrived in CPython 3.12 (3.13 for -X perf_jit)"
+
+    def describe(self) -> dict:
+        flag, why = self.mixed_stack_flag()
+        return asdict(self) | {"label": self.label, "mixed_stacks": flag, "mixed_stacks_note": why}
+
+
+def pyenv_versions() -> list[str]:
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    return sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python3")))
+
+
+def resolve(spec: str) -> str:
+    """'3.13' → pyenv's newest 3.13.x; a path → itself; 'python3.12' → PATH; '' → netprof's own."""
+    if not spec:
+        return sys.executable
+    if os.sep in spec:
+        if os.access(spec, os.X_OK):
+            return spec
+        raise InterpreterError(f"--python {spec}: not an executable file")
+    if spec.replace(".", "").isdigit():
+        matches = [p for p in pyenv_versions()
+                   if Path(p).parents[1].name == spec or Path(p).parents[1].name.startswith(spec + ".")]
+        if matches:
+            return max(matches, key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".") if x.isdigit()])
+        found = shutil.which(f"python{spec}")
+        if found:
+            return found
+        raise InterpreterError(f"--python {spec}: no such interpreter (pyenv has "
+                               f"{', '.join(Path(p).parents[1].name for p in pyenv_versions()) or 'none'}); "
+                               f"install it (`pyenv install {spec}`) or give a path")
+    found = shutil.which(spec)
+    if found:
+        return found
+    raise InterpreterError(f"--python {spec}: not found on PATH; give a version (3.13) or a path")
+
+
+def inspect(python: str) -> dict:
+    try:
+        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        raise InterpreterError(f"{python}: cannot run it ({e.strerror})") from e
+    if out.returncode != 0:
+        raise InterpreterError(f"{python}: does not run ({out.stderr.strip().splitlines()[-1:]})")
+    return json.loads(out.stdout)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("NETPROF_CACHE") or os.path.expanduser("~/.cache/netprof")) / "interpreters"
+
+
+def _backends_source() -> Path:
+    import netprof.backends
+
+    return Path(netprof.backends.__file__).parent
+
+
+def _fingerprint(info: dict) -> str:
+    h = hashlib.sha256(json.dumps([info["executable"], info["version"], netprof.__version__,
+                                   BACKEND_DEPS, OPTIONAL_DEPS]).encode())
+    for f in sorted(_backends_source().glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _run(cmd: list[str], what: str, fix: str) -> None:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        last = (out.stderr.strip() or out.stdout.strip()).splitlines()[-1:] or ["no output"]
+        raise InterpreterError(f"{what} failed ({last[0][:160]}); {fix}")
+
+
+def prepare(spec: str) -> Interpreter:
+    """Resolve `spec` and return an Interpreter whose `python` can run every Python backend."""
+    base = resolve(spec)
+    info = inspect(base)
+    if os.path.realpath(base) == os.path.realpath(sys.executable):
+        return _make(spec, base, sys.executable, info)  # netprof's own environment has everything
+    env = cache_root() / f"{info['implementation']}-{info['version']}-{_fingerprint(info)}"
+    python = env / "bin" / "python"
+    if not (env / ".ready").exists():
+        shutil.rmtree(env, ignore_errors=True)
+        env.parent.mkdir(parents=True, exist_ok=True)
+        label = f"{info['implementation']}-{info['version']}"
+        _run([base, "-m", "venv", str(env)], f"creating a venv for {label}",
+             f"install its venv module (Debian: python3-venv) or pick another --python")
+        _run([str(python), "-m", "pip", "install", "-q", *BACKEND_DEPS], f"installing uvloop/gevent for {label}",
+             "check that this Python has wheels for them on PyPI, or pick another --python")
+        # ZeroMQ backends are optional: their absence gives those cells a clear failure, not a dead run.
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *OPTIONAL_DEPS], capture_output=True, timeout=900)
+        site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        pkg = site / "netprof"
+        (pkg / "backends").mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(netprof.__file__), pkg / "__init__.py")
+        for f in _backends_source().glob("*.py"):
+            shutil.copy(f, pkg / "backends" / f.name)
+        (env / ".ready").write_text(json.dumps(info))
+    return _make(spec, base, str(python), info)
+
+
+def _make(spec: str, base: str, python: str, info: dict) -> Interpreter:
+    return Interpreter(spec=spec, base=base, python=python, version=info["version"],
+                       implementation=info["implementation"], frame_pointers=info["frame_pointers"],
+                       perf_trampoline=info["perf_trampoline"], config_args=info["config_args"])
+
+
+def available() -> list[Interpreter]:
+    """Interpreters this machine offers (netprof's own, pyenv's), inspected but not prepared."""
+    seen, found = set(), []
+    for path in [sys.executable, *pyenv_versions()]:
+        try:
+            info = inspect(path)
+        except InterpreterError:
+            continue
+        if info["version"] in seen or info["version"].startswith("2."):
+            continue
+        seen.add(info["version"])
+        found.append(_make(path, path, path, info))
+    return found
