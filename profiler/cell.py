@@ -15,6 +15,7 @@ from typing import Callable
 
 from netprof.backends import registry
 from netprof.profiler import stats
+from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.plan import Cell, RunConfig
 from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
@@ -35,14 +36,16 @@ class CellOutcome:
         return self.row.get("status") == "ok"
 
 
-def backend_argv(python: str, name: str, work: str, host: str = "127.0.0.1",
+def backend_argv(python: str | list[str], name: str, work: str, host: str = "127.0.0.1",
                  prefix: list[str] | None = None) -> list[str]:
-    """`prefix` (e.g. `ip netns exec NS`, which execs: the pid stays the backend's) goes first."""
-    return [*(prefix or []), python, "-m", "netprof.backends", name, "--host", host, "--port", "0",
+    """`python` is the interpreter (or it with options, e.g. `-X perf_jit`); `prefix` (e.g. `ip netns
+    exec NS`, which execs: the pid stays the backend's) goes first."""
+    python = [python] if isinstance(python, str) else list(python)
+    return [*(prefix or []), *python, "-m", "netprof.backends", name, "--host", host, "--port", "0",
             "--work", work]
 
 
-def start_backend(group: ProcessGroup, python: str, name: str, cfg: RunConfig,
+def start_backend(group: ProcessGroup, python: str | list[str], name: str, cfg: RunConfig,
                   link=None) -> tuple[ManagedProcess, int]:
     """Start the backend (inside `link`'s backend namespace when given) and wait for its ready line."""
     host, prefix = (link.backend_host, link.backend_prefix) if link is not None else ("127.0.0.1", None)
@@ -94,10 +97,11 @@ class _Marks:
                 self.stop = snap
 
 
-def _base_row(cell: Cell, cfg: RunConfig, interpreter: str) -> dict:
+def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
     info = registry.get(cell.backend)
     return {
-        "backend": cell.backend, "family": info.family, "interpreter": interpreter,
+        "backend": cell.backend, "family": info.family, "interpreter": interp.label,
+        "python_version": interp.version, "python_build": interp.build_flags,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin,
         "status": "failed", "error": None,
@@ -183,11 +187,13 @@ class CellHooks:
     measuring: Callable[[int], None] | None = None
 
 
-def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, python: str, interpreter: str,
-             delta_fn=None, hooks: CellHooks | None = None) -> CellOutcome:
-    """Run one cell; `probes` is the counting set (or None), `hooks` the extras of evidence rounds."""
+def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, interp: Interpreter,
+             delta_fn=None, hooks: CellHooks | None = None, python_options: tuple[str, ...] = ()) -> CellOutcome:
+    """Run one cell with the backend under `interp` (plus `python_options`, e.g. -X perf_jit);
+    `probes` is the counting set (or None), `hooks` the extras of evidence rounds."""
     hooks = hooks or CellHooks()
-    row = _base_row(cell, cfg, interpreter)
+    python = [interp.python, *python_options]
+    row = _base_row(cell, cfg, interp)
     proc = None
     link = getattr(loader, "link", None)  # RemoteLink with --remote netns, None on loopback
     with ProcessGroup() as group:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 import netprof
-from netprof.profiler.plan import InputError, RunConfig, parse_int_list, parse_sources, validate
+from netprof.profiler.plan import InputError, RunConfig, parse_int_list, parse_pythons, parse_sources, validate
 
 EXAMPLES = """
 Examples:
@@ -113,6 +113,7 @@ def run(
     remote: str = typer.Option("", "--remote", help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
     netem: str = typer.Option("", "--netem", help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
     sources: str = typer.Option("auto", "--sources", help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
+    python: str = typer.Option("", "--python", help="Interpreter(s) for the backends: comma list of versions (3.11,3.13, via pyenv) or paths; default: netprof's own."),
 ) -> None:
     """Run backends × connections × pipeline × rounds and report what each message costs."""
     try:
@@ -122,7 +123,7 @@ def run(
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             flamegraph=flamegraph, pin=not no_pin, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
             out_dir=str(out) if out else "", remote=remote, netem=netem,
-            sources=parse_sources(sources),
+            sources=parse_sources(sources), pythons=parse_pythons(python),
         ))
         _check_spec("work", work)
         _check_spec("think", think)
@@ -146,15 +147,22 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
         if why:
             fail(f"flamegraphs cannot be sampled: {why}")
 
-    from netprof.profiler import report, runner
+    from netprof.profiler import interpreters, report, runner
 
     console = Console(stderr=True) if as_json else Console()
+    interps = {}
+    for spec in cfg.pythons:
+        try:
+            with console.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
+                interps[spec] = interpreters.prepare(spec)
+        except interpreters.InterpreterError as e:
+            fail(str(e))
     # SIGTERM behaves like Ctrl-C: clean up, keep finished cells.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     from netprof.profiler.netns import LinkError
 
     try:
-        outcome = runner.execute(cfg, sys.argv, console)
+        outcome = runner.execute(cfg, sys.argv, console, interps)
     except LinkError as e:
         fail(str(e), 1)
     if outcome.store.rows:
@@ -181,6 +189,7 @@ def flamegraph(
     msize: int = typer.Option(64, "-s", "--msize", help="Message size in bytes."),
     warmup: float = typer.Option(1.0, "--warmup", help="Seconds of load before sampling."),
     work: str = typer.Option("none", "--work", help="Handler work per message (as in `run`)."),
+    python: str = typer.Option("", "--python", help="Interpreter(s) for the backends (as in `run`); 3.13 adds the mixed Python+kernel view."),
     no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory, or the SVG for `diff`."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout."),
@@ -204,7 +213,7 @@ def flamegraph(
             backends=list(args), connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup, rounds=1,
             msize=msize, work=work, probes=False, flamegraph=True, pin=not no_pin,
-            out_dir=str(out) if out else "", evidence_only=True,
+            out_dir=str(out) if out else "", evidence_only=True, pythons=parse_pythons(python),
         ))
         _check_spec("work", work)
     except InputError as e:

@@ -149,12 +149,35 @@ def check_pyspy() -> Check:
     return Check("py-spy", ok, spy if ok else "not found", "" if ok else "`make setup`", required=False)
 
 
+def check_interpreters() -> list[Check]:
+    """Informational: which interpreters can run backends, and which give mixed Python+kernel stacks."""
+    from netprof.profiler.interpreters import available
+
+    checks = []
+    for it in available():
+        flag, note = it.mixed_stack_flag()
+        detail = f"{it.base}: probes yes; mixed stacks " + (f"yes ({note})" if flag else f"no ({note.split(': ', 1)[-1]})")
+        checks.append(Check(f"python {it.version}", True, detail, required=False))
+    return checks
+
+
+def check_netns_leftovers() -> Check:
+    """Namespaces of a netprof killed during a --remote netns run are removed here (and by the next run)."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        return Check("netns leftovers", True, "not checked (needs root and iproute2)", required=False)
+    from netprof.profiler.netns import cleanup_leftovers
+
+    removed = cleanup_leftovers()
+    return Check("netns leftovers", True, f"removed {', '.join(removed)}" if removed else "none", required=False)
+
+
 def run_checks() -> list[Check]:
     priv, bcc, headers = check_privileges(), check_bcc(), check_headers()
     tps = check_tracepoints()
     checks = [priv, bcc, headers, *tps]
     checks.append(check_compile(priv.ok and bcc.ok and headers.ok and all(c.ok for c in tps if c.required)))
-    checks += [check_perf(), check_loader(), check_fd_limit(), check_port_range(), check_cpus(), check_pyspy()]
+    checks += [check_perf(), check_loader(), check_fd_limit(), check_port_range(), check_cpus(), check_pyspy(),
+               check_netns_leftovers(), *check_interpreters()]
     return checks
 
 

@@ -13,38 +13,47 @@ from pathlib import Path
 from netprof.profiler.cell import CellHooks, run_cell
 from netprof.profiler.plan import Cell, RunConfig
 
-# Extra seconds of load in a sampling round: the off-CPU program compiles before sampling starts.
-SAMPLING_LEAD_S = 2.0
+# Extra seconds of load in a sampling round: the off-CPU program compiles before sampling starts
+# (~1-2 s), and the backend must outlive the samplers' last reads (the mixed view reads its memory).
+SAMPLING_EXTRA_S = 5.0
 
 
-def cell_slug(backend: str, connections: int, pipeline: int) -> str:
-    return f"{backend}-c{connections}-p{pipeline}"
+def cell_slug(cell: Cell, interpreter: str = "") -> str:
+    py = f"-{interpreter}" if interpreter and cell.python else ""
+    return f"{cell.backend}{py}-c{cell.connections}-p{cell.pipeline}"
 
 
 def evidence_cells(cfg: RunConfig) -> list[Cell]:
     """One evidence cell per (backend, connections, pipeline); round 0 marks it as not a throughput round."""
-    return [Cell(b, c, p, 0) for c in cfg.connections for p in cfg.pipeline for b in cfg.backends]
+    return [Cell(b, c, p, 0, py) for c in cfg.connections for p in cfg.pipeline for py in cfg.pythons
+            for b in cfg.backends]
 
 
-def stacks_round(cell: Cell, cfg: RunConfig, loader, stack_probes, python: str, interpreter: str, out: Path) -> dict:
+def stacks_round(cell: Cell, cfg: RunConfig, loader, stack_probes, interp, out: Path) -> dict:
     """Run `cell` with the stack probes attached; write stacks/<cell>.json; return what it holds."""
-    outcome = run_cell(cell, cfg, loader, None, python, interpreter,
-                       hooks=CellHooks(started=stack_probes.target))
+    outcome = run_cell(cell, cfg, loader, None, interp, hooks=CellHooks(started=stack_probes.target))
     top = stack_probes.top_stacks(n=5) if outcome.ok else {}
     doc = {name: [{"count": int(count), "frames": list(frames)} for count, frames in stacks]
            for name, stacks in top.items()}
     (out / "stacks").mkdir(exist_ok=True)
-    (out / "stacks" / f"{cell_slug(cell.backend, cell.connections, cell.pipeline)}.json").write_text(
+    (out / "stacks" / f"{cell_slug(cell, interp.label)}.json").write_text(
         json.dumps(doc, indent=1))
     return doc
 
 
-def flamegraph_round(cell: Cell, cfg: RunConfig, loader, python: str, interpreter: str, out: Path) -> dict:
-    """Run `cell` once more while sampling it; write flamegraphs/<cell>/ and return its index entry."""
-    from netprof.flamegraphs import sample
+def flamegraph_round(cell: Cell, cfg: RunConfig, loader, interp, out: Path) -> dict:
+    """Run `cell` once more while sampling it; write flamegraphs/<cell>/ and return its index entry.
+
+    When the backend's interpreter can describe its Python frames to perf (3.13's -X perf_jit, or
+    -X perf on a frame-pointer build), the backend starts with that option and the round adds the
+    mixed Python+kernel view; otherwise the index says why there is none.
+    """
+    from netprof.flamegraphs import DEFAULT_VIEWS, sample
 
     out = out.resolve()
-    slug = cell_slug(cell.backend, cell.connections, cell.pipeline)
+    mixed_flag, mixed_note = interp.mixed_stack_flag()
+    slug = cell_slug(cell, interp.label)
+    views = DEFAULT_VIEWS + (("mixed",) if mixed_flag else ())
     outdir = out / "flamegraphs" / slug
     outdir.mkdir(parents=True, exist_ok=True)
     done: dict = {}
@@ -54,18 +63,24 @@ def flamegraph_round(cell: Cell, cfg: RunConfig, loader, python: str, interprete
 
         def work() -> None:
             try:
-                done["art"] = sample(pid, cfg.duration, str(outdir), title=title)
+                done["art"] = sample(pid, cfg.duration, str(outdir), title=title, views=views)
             except Exception as e:  # a sampler failure must not lose the run; the note says why
                 done["error"] = f"{type(e).__name__}: {e}"
 
         done["thread"] = threading.Thread(target=work, name=f"sample-{slug}", daemon=True)
         done["thread"].start()
 
-    longer = dataclasses.replace(cfg, duration=cfg.duration + SAMPLING_LEAD_S)
-    outcome = run_cell(cell, longer, loader, None, python, interpreter, hooks=CellHooks(measuring=start_sampling))
+    longer = dataclasses.replace(cfg, duration=cfg.duration + SAMPLING_EXTRA_S)
+    options = ("-X", mixed_flag) if mixed_flag else ()
+    outcome = run_cell(cell, longer, loader, None, interp, hooks=CellHooks(measuring=start_sampling),
+                       python_options=options)
     if "thread" in done:
         done["thread"].join(timeout=cfg.duration + 60)
-    entry = {"backend": cell.backend, "connections": cell.connections, "pipeline": cell.pipeline,
+    if outcome.backend_pid:  # what -X perf/perf_jit leaves behind in /tmp
+        for leftover in (f"/tmp/jit-{outcome.backend_pid}.dump", f"/tmp/perf-{outcome.backend_pid}.map"):
+            Path(leftover).unlink(missing_ok=True)
+    entry = {"backend": cell.backend, "interpreter": interp.label, "connections": cell.connections,
+             "pipeline": cell.pipeline, "mixed_stacks": mixed_note,
              "dir": str(outdir.relative_to(out)), "load_ok": outcome.ok, "load_error": outcome.row.get("error"),
              "msgs_per_sec": outcome.row.get("msgs_per_sec")}
     art = done.get("art")

@@ -61,6 +61,13 @@ class Interpreter:
     def label(self) -> str:
         return f"{self.implementation}-{self.version}"
 
+    @property
+    def build_flags(self) -> str:
+        """The build properties that change what netprof can see, e.g. 'perf-trampoline'."""
+        flags = [name for name, on in (("perf-trampoline", self.perf_trampoline),
+                                       ("frame-pointers", self.frame_pointers)) if on]
+        return "+".join(flags) or "plain"
+
     def mixed_stack_flag(self) -> tuple[str | None, str]:
         """(-X option for mixed Python+kernel stacks or None, the reason)."""
         major_minor = tuple(int(p) for p in self.version.split(".")[:2])
@@ -192,4 +199,4 @@ def available() -> list[Interpreter]:
             continue
         seen.add(info["version"])
         found.append(_make(path, path, path, info))
-    return found
+    return sorted(found, key=lambda it: [int(p) for p in it.version.split(".") if p.isdigit()])

@@ -44,16 +44,18 @@ class Cell:
     backend: str
     connections: int
     pipeline: int
-    round: int  # 1-based
+    round: int  # 1-based; 0 = an evidence round (stacks, flamegraphs)
+    python: str = ""  # --python spec the backend runs under; "" = netprof's own interpreter
 
     @property
     def key(self) -> tuple:
-        return (self.backend, self.connections, self.pipeline, self.round)
+        return (self.backend, self.python, self.connections, self.pipeline, self.round)
 
     def label(self) -> str:
         pipe = f" pipeline {self.pipeline}" if self.pipeline != 1 else ""
         when = f"round {self.round}" if self.round else "evidence round"
-        return f"{self.backend} c={self.connections}{pipe} {when}"
+        py = f" python {self.python}" if self.python else ""
+        return f"{self.backend}{py} c={self.connections}{pipe} {when}"
 
 
 @dataclass
@@ -79,21 +81,31 @@ class RunConfig:
     remote: str = ""  # "" (loopback) or "netns" (two namespaces of our own, see profiler/netns.py)
     netem: str = ""  # netem spec for --remote netns, e.g. "delay=500us,jitter=50us"
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # loader source addresses
+    pythons: list[str] = field(default_factory=lambda: [""])  # --python specs; "" = netprof's own
 
     def cells(self) -> Iterator[Cell]:
         """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
         for rnd in range(1, 0 if self.evidence_only else self.rounds + 1):
             for conns in self.connections:
                 for pipe in self.pipeline:
-                    for backend in self.backends:
-                        yield Cell(backend, conns, pipe, rnd)
+                    for python in self.pythons:
+                        for backend in self.backends:
+                            yield Cell(backend, conns, pipe, rnd, python)
 
     def n_cells(self) -> int:
         rounds = 0 if self.evidence_only else self.rounds
-        return len(self.backends) * len(self.connections) * len(self.pipeline) * rounds
+        return len(self.backends) * len(self.connections) * len(self.pipeline) * len(self.pythons) * rounds
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def parse_pythons(text: str) -> list[str]:
+    """`--python 3.11,3.13` or paths → specs; empty → [""] (netprof's own interpreter)."""
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    if len(set(specs)) != len(specs):
+        raise InputError("--python: an interpreter is listed twice")
+    return specs or [""]
 
 
 def parse_int_list(text: str, what: str) -> list[int]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,12 +57,13 @@ def _link(cfg: RunConfig, console: Console):
     return RemoteLink(cfg.netem or None, sources=len(cfg.sources))  # validate() sized cfg.sources
 
 
-def execute(cfg: RunConfig, argv: list[str], console: Console) -> RunOutcome:
+def execute(cfg: RunConfig, argv: list[str], console: Console, interps: dict) -> RunOutcome:
+    """`interps` maps each --python spec of cfg.pythons to its prepared Interpreter."""
     with _link(cfg, console) as link:
-        return _execute(cfg, argv, console, link)
+        return _execute(cfg, argv, console, link, interps)
 
 
-def _execute(cfg: RunConfig, argv: list[str], console: Console, link) -> RunOutcome:
+def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: dict) -> RunOutcome:
     out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir()
     store = ResultsStore(out)
     lcpus = loader_cpus(cfg)
@@ -71,9 +71,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link) -> RunOutc
     meta = meta_mod.collect(argv, config)
     if link is not None:
         meta["link"] = link.describe()
+    meta["interpreters"] = [interps[spec].describe() for spec in cfg.pythons]
     store.write_meta(meta)
-    python = sys.executable
-    interpreter = meta_mod.interpreter_label()
     failed = 0
     interrupted = False
     probes, delta_fn = _open_probes(cfg)
@@ -92,7 +91,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link) -> RunOutc
             task = progress.add_task("starting", total=total)
             for cell in cfg.cells():
                 progress.update(task, description=cell.label())
-                outcome = run_cell(cell, cfg, loader, probes, python, interpreter, delta_fn)
+                outcome = run_cell(cell, cfg, loader, probes, interps[cell.python], delta_fn)
                 store.add(outcome.row, outcome.per_conn_messages)
                 if not outcome.ok:
                     failed += 1
@@ -107,13 +106,13 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link) -> RunOutc
                 with StackProbes() as stack_probes:
                     for cell in extra:
                         progress.update(task, description=f"stacks: {cell.label()}")
-                        evidence.stacks_round(cell, cfg, loader, stack_probes, python, interpreter, out)
+                        evidence.stacks_round(cell, cfg, loader, stack_probes, interps[cell.python], out)
                         progress.advance(task)
             if cfg.flamegraph:
                 index = []
                 for cell in extra:
                     progress.update(task, description=f"flamegraph: {cell.label()}")
-                    index.append(evidence.flamegraph_round(cell, cfg, loader, python, interpreter, out))
+                    index.append(evidence.flamegraph_round(cell, cfg, loader, interps[cell.python], out))
                     (out / "flamegraphs" / "index.json").write_text(json.dumps(index, indent=1))
                     progress.advance(task)
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -177,6 +178,16 @@ def test_loader_zmq_mode_against_zmq_poller():
         with pytest.raises(LoaderError) as e:
             loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=1, transport="0mq"))
         assert e.value.kind == "bad_request" and "transport" in e.value.message
+        # Each DEALER needs 2 descriptors: refused before the run (no `accepted`), naming the limit.
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        n = (soft - 64) // 2 + 1
+        if soft != resource.RLIM_INFINITY and n + 64 <= soft:
+            events.clear()
+            with pytest.raises(LoaderError) as e:
+                loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=n, transport="zmq"),
+                           on_event=events.append)
+            assert e.value.kind == "bad_request" and "2 descriptors" in e.value.message
+            assert [ev["event"] for ev in events] == ["error"]
 
 
 WRONG_ROUTER = r"""

@@ -86,6 +86,7 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
   if (!check_fd_limit(req.run.connections, &why)) bad_args(why);
   std::function<bool(const json&)> emit = [](const json&) { return true; };
   RunOutcome out = run_load(req.run, cfg, emit, Watch{-1, nullptr, signal_fd});
+  if (out.error_kind && std::string(out.error_kind) == err::kBadRequest) bad_args(out.error_message);  // refused
   const Stats& s = out.stats;
   if (as_json) {
     printf("%s\n", stats_json(s).dump().c_str());
