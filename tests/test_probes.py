@@ -252,7 +252,10 @@ def test_migrations_match_proc(bpf, probes, worker):
     d, pb = delta(a, probes.snapshot()), proc_cpu_times(worker.pid)
     proc_migr = pb["migrations"] - pa["migrations"]
     assert proc_migr >= 19
-    assert d.migrations == proc_migr
+    # The probes count a thread's migrations once they have seen it switch out or time a syscall
+    # (counting.bpf.c): a migration before that first sighting (the kernel balancing the idle worker
+    # right after target()) is the one they may miss.
+    assert proc_migr - 1 <= d.migrations <= proc_migr
 
 
 def test_matches_perf_stat(bpf, probes, worker):
