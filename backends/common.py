@@ -264,3 +264,15 @@ def fatal(msg: str) -> None:
     no more threads) must not leave a half-dead server the orchestrator would see as a stall."""
     print(f"netprof.backends: {msg}", file=sys.stderr, flush=True)
     os._exit(1)
+
+
+def echo_blocking(conn, work) -> None:
+    """Blocking echo loop of one connection until the peer closes (thread and fork backends)."""
+    with conn:
+        try:
+            while data := conn.recv(BUFSIZE):
+                if work:
+                    work()
+                conn.sendall(data)
+        except ConnectionError:
+            pass

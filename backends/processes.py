@@ -17,7 +17,7 @@ import socket
 import sys
 import traceback
 
-from .common import BUFSIZE, STOP_SIGNALS, ConnTracker, announce_ready, die, nodelay
+from .common import STOP_SIGNALS, ConnTracker, announce_ready, die, echo_blocking, nodelay
 from .selector_family import SelectorServer
 
 PR_SET_PDEATHSIG = 1
@@ -112,17 +112,6 @@ def child_exit(serve_fn, *args) -> None:
 
 
 # --- fork: one process per connection ---
-
-
-def echo_blocking(conn, work):
-    with conn:
-        try:
-            while data := conn.recv(BUFSIZE):
-                if work:
-                    work()
-                conn.sendall(data)
-        except ConnectionError:
-            pass
 
 
 def serve_fork(listener, opts):

@@ -11,20 +11,13 @@ from __future__ import annotations
 import queue
 import select
 
-from .common import BUFSIZE, ConnTracker, StopWakeup, announce_ready, fatal, nodelay, start_thread
+from .common import BUFSIZE, ConnTracker, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
 from .selector_family import SelectorServer, check_select_fd
 
 
 def serve_thread_per_connection(listener, work, tracker):
     def handle(conn):
-        with conn:
-            try:
-                while data := conn.recv(BUFSIZE):
-                    if work:
-                        work()
-                    conn.sendall(data)
-            except ConnectionError:
-                pass
+        echo_blocking(conn, work)
         tracker.closed()
 
     def accept_loop():

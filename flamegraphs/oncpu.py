@@ -70,11 +70,7 @@ class PerfRecorder:
     def stop(self) -> None:
         """Idempotent cleanup, also on error paths: the process and its stderr file."""
         if self.proc is not None:
-            self.proc.stop()
-            try:
-                os.unlink(self.proc.stderr_path)
-            except OSError:
-                pass
+            self.proc.discard()
 
     def finish(self, folded_path: str, notes: list[str]) -> int:
         """Wait for perf, fold its samples into `folded_path`; returns the sample count (0 = failed)."""
@@ -84,9 +80,7 @@ class PerfRecorder:
             self.proc.popen.wait(timeout=self.duration + 60)
         except subprocess.TimeoutExpired:
             notes.append(f"{view}: perf record did not finish in time; killed")
-        rc = self.proc.stop()
-        err = self.proc.stderr_tail()
-        _unlink(self.proc.stderr_path)
+        rc, err = self.proc.discard()
         # perf re-raises its workload's fate: when the backend exits early, perf stops `sleep` and dies by
         # the same SIGTERM, yet its perf.data is complete. So judge by the data, not the exit code.
         if not os.path.exists(self.data) or os.path.getsize(self.data) == 0:

@@ -62,11 +62,7 @@ class PySpyRecorder:
     def stop(self) -> None:
         """Idempotent cleanup, also on error paths: the process and its stderr file."""
         if self.proc is not None:
-            self.proc.stop()
-            try:
-                os.unlink(self.proc.stderr_path)
-            except OSError:
-                pass
+            self.proc.discard()
 
     def finish(self, notes: list[str]) -> int:
         """Wait for py-spy; returns the number of samples in the folded file (0 = failed/empty)."""
@@ -75,12 +71,7 @@ class PySpyRecorder:
             self.proc.popen.wait(timeout=self.duration + 30)
         except subprocess.TimeoutExpired:
             notes.append("python: py-spy did not finish in time; killed")
-        rc = self.proc.stop()
-        err = self.proc.stderr_tail()
-        try:
-            os.unlink(self.proc.stderr_path)
-        except OSError:
-            pass
+        rc, err = self.proc.discard()
         if rc != 0 or not os.path.exists(self.folded_path):
             notes.append(f"python: py-spy failed (exit {rc}): {err or 'no stderr'}")
             return 0

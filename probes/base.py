@@ -69,6 +69,30 @@ def ensure_tracefs() -> None:
                          f"`mount -t tracefs nodev {TRACEFS}` as root, {NO_PROBES}")
 
 
+class LoadedProgram:
+    """Lifecycle shared by the probe sets: `self.bpf` is detached on close(), on leaving a `with`
+    block (also on errors and Ctrl-C) and, last resort, when the object is collected."""
+
+    bpf = None
+
+    def close(self) -> None:
+        bpf, self.bpf = self.bpf, None
+        if bpf is not None:
+            bpf.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: BCC's own atexit cleanup has run
+            pass
+
+
 def load(src: str, cflags: list[str]):
     """Compile and load probes/<src> (auto-attaches its *_PROBE programs). Raises ProbeError."""
     why = _prerequisites()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .base import NR_SLOTS, ProbeError, load, syscall_name
+from .base import NR_SLOTS, LoadedProgram, ProbeError, load, syscall_name
 
 NS = 1e-9
 _CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits")
@@ -99,7 +99,7 @@ def delta(a: Snapshot, b: Snapshot) -> ProbeDelta:
     )
 
 
-class CountingProbes:
+class CountingProbes(LoadedProgram):
     """Compile once (~1 s), then target() a backend tree and snapshot() around each window.
 
     `with CountingProbes() as p:` detaches everything on exit, also on errors and Ctrl-C.
@@ -162,23 +162,6 @@ class CountingProbes:
         per_cpu = self._cpu.getvalue(self._cpu.Key(0))
         cpu = {f: sum(getattr(v, f) for v in per_cpu) for f in _CPU_FIELDS}
         return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu)
-
-    def close(self) -> None:
-        bpf, self.bpf = getattr(self, "bpf", None), None
-        if bpf is not None:
-            bpf.cleanup()
-
-    def __enter__(self) -> "CountingProbes":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: BCC's own atexit cleanup has run
-            pass
 
 
 def _descendants(pid: int) -> list[int]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .base import NR_SLOTS, ProbeError, load, syscall_name, syscall_number
+from .base import NR_SLOTS, LoadedProgram, ProbeError, load, syscall_name, syscall_number
 from .counting import _descendants
 
 DEFAULT_SYSCALLS = ("mmap", "munmap", "mremap", "brk", "futex", "epoll_ctl")
 STACK_ENTRIES = 16384
 
 
-class StackProbes:
+class StackProbes(LoadedProgram):
     """`with StackProbes() as s: s.target(pid); ...; s.top_stacks(5)` (the target must still run)."""
 
     def __init__(self, syscalls=DEFAULT_SYSCALLS, track_children: bool = True) -> None:
@@ -67,20 +67,3 @@ class StackProbes:
                 frames = frames or ["[stack lost]"]
             by_call[syscall_name(k.nr if k.nr < NR_SLOTS else NR_SLOTS - 1)].append((v.value, frames))
         return {name: sorted(rows, key=lambda r: -r[0])[:n] for name, rows in by_call.items()}
-
-    def close(self) -> None:
-        bpf, self.bpf = getattr(self, "bpf", None), None
-        if bpf is not None:
-            bpf.cleanup()
-
-    def __enter__(self) -> "StackProbes":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: BCC's own atexit cleanup has run
-            pass

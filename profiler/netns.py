@@ -393,11 +393,7 @@ class RemoteLink:
 
     def close(self) -> None:
         if self._forwarder is not None:
-            self._forwarder.stop()
-            try:
-                os.unlink(self._forwarder.stderr_path)
-            except OSError:
-                pass
+            self._forwarder.discard()
             self._forwarder = None
         for ns in reversed(self._created):
             _kill_and_delete(ns)

@@ -130,6 +130,16 @@ class ManagedProcess:
             self.popen.stdout.close()
         return self.popen.returncode
 
+    def discard(self) -> tuple[int | None, str]:
+        """stop(), then remove the stderr file; returns (exit code, last stderr lines) for messages."""
+        rc = self.stop()
+        tail = self.stderr_tail()
+        try:
+            os.unlink(self.stderr_path)
+        except OSError:
+            pass
+        return rc, tail
+
 
 def _preexec(cpus: list[int] | None):
     def run() -> None:
@@ -188,12 +198,7 @@ class ProcessGroup:
     def stop_all(self) -> None:
         # Reverse order: the loader (started last) goes before the backend it talks to.
         for proc in reversed(self.procs):
-            proc.stop()
-        for proc in self.procs:
-            try:
-                os.unlink(proc.stderr_path)
-            except OSError:
-                pass
+            proc.discard()
         self.procs.clear()
 
     def __enter__(self) -> "ProcessGroup":

@@ -21,45 +21,13 @@
 #include <random>
 
 #include "clock.hpp"
+#include "payload.hpp"
 
 namespace netprof {
 namespace {
 
 constexpr int kIoThreads = 1;                      // libzmq I/O threads (besides ours)
 constexpr uint64_t kHelloSeq = uint64_t(1) << 63;  // the hello's sequence number: never a real one
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Frame `seq` of connection `conn`: a shared random template XOR an 8-byte key of (conn, seq), as in
-// the TCP engine, so an echo of another message or of another DEALER's message mismatches.
-struct Frames {
-  std::vector<uint8_t> tmpl;
-  explicit Frames(int msize) : tmpl(size_t(msize)) {
-    uint64_t s = 0x6e657470726f66ULL;
-    for (auto& b : tmpl) b = uint8_t(s = splitmix64(s));
-  }
-  static uint64_t key(uint32_t conn, uint64_t seq) { return splitmix64((uint64_t(conn) << 40) ^ seq); }
-  void fill(uint32_t conn, uint64_t seq, uint8_t* out) const {
-    uint8_t k[8];
-    uint64_t kv = key(conn, seq);
-    memcpy(k, &kv, 8);
-    for (size_t i = 0; i < tmpl.size(); i++) out[i] = tmpl[i] ^ k[i & 7];
-  }
-  // Wrong bytes in an echo of (conn, seq): differing bytes plus the length difference.
-  size_t diff(uint32_t conn, uint64_t seq, const uint8_t* data, size_t len) const {
-    uint8_t k[8];
-    uint64_t kv = key(conn, seq);
-    memcpy(k, &kv, 8);
-    size_t n = std::min(len, tmpl.size()), bad = std::max(len, tmpl.size()) - n;
-    for (size_t i = 0; i < n; i++) bad += data[i] != (tmpl[i] ^ k[i & 7]);
-    return bad;
-  }
-};
 
 struct ZConn {
   void* sock = nullptr;
@@ -264,7 +232,7 @@ class ZmqRun {
     std::string endpoint = "tcp://" + (req_.sources.size() == 1 && src == "127.0.0.1" ? "" : src + ":0;") + req_.target;
     if (zmq_connect(c.sock, endpoint.c_str()) < 0) return hard_fail(i);
     items_[i].socket = c.sock;
-    frames_.fill(i, kHelloSeq, sbuf_.data());
+    frames_.fill(i, kHelloSeq, 0, frames_.size(), sbuf_.data());
     if (zmq_send(c.sock, sbuf_.data(), sbuf_.size(), ZMQ_DONTWAIT) < 0) hard_fail(i);
   }
 
@@ -321,7 +289,7 @@ class ZmqRun {
   void on_message(uint32_t i, const uint8_t* data, size_t len, int64_t now) {
     ZConn& c = conns_[i];
     if (c.state == ZConn::Connecting) {
-      errors_.mismatch += frames_.diff(i, kHelloSeq, data, len);  // a wrong hello still proves the path
+      errors_.mismatch += frames_.diff_whole(i, kHelloSeq, data, len);  // a wrong hello still proves the path
       c.state = ZConn::Up;
       resolved_++;
       return;
@@ -331,7 +299,7 @@ class ZmqRun {
       errors_.mismatch += len;
       return;
     }
-    size_t bad = frames_.diff(i, c.recvd, data, len);
+    size_t bad = frames_.diff_whole(i, c.recvd, data, len);
     errors_.mismatch += bad;
     const size_t K = size_t(req_.pipeline);
     if (!bad && now >= t_start_ && now < t_stop_) {
@@ -351,7 +319,7 @@ class ZmqRun {
     ZConn& c = conns_[i];
     const size_t K = size_t(req_.pipeline);
     while (c.credits > 0 && c.state == ZConn::Up) {
-      frames_.fill(i, c.sent, sbuf_.data());
+      frames_.fill(i, c.sent, 0, frames_.size(), sbuf_.data());
       ring_[size_t(i) * K + c.sent % K] = now_ns();
       if (zmq_send(c.sock, sbuf_.data(), sbuf_.size(), ZMQ_DONTWAIT) < 0) {
         if (zmq_errno() == EINTR) continue;
@@ -391,7 +359,7 @@ class ZmqRun {
   const RunRequest& req_;
   const std::function<bool(const json&)>& emit_;
   Watch watch_;
-  Frames frames_;
+  Payload frames_;  // as in the TCP engine
   std::mt19937_64 rng_;
   void* ctx_ = nullptr;
   std::vector<ZConn> conns_;
