@@ -132,6 +132,11 @@ def run(
     _execute(cfg, as_json)
 
 
+def _terminate_like_ctrl_c(signum, frame) -> None:
+    """SIGTERM behaves like Ctrl-C: clean up, keep finished cells."""
+    raise KeyboardInterrupt
+
+
 def _execute(cfg: RunConfig, as_json: bool) -> None:
     """Shared tail of `run` and `flamegraph`: capability checks, the run, the report, the exit code."""
     if cfg.probes or cfg.stacks:
@@ -157,8 +162,7 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
                 interps[spec] = interpreters.prepare(spec)
         except interpreters.InterpreterError as e:
             fail(str(e))
-    # SIGTERM behaves like Ctrl-C: clean up, keep finished cells.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     from netprof.profiler.netns import LinkError
 
     try:
@@ -221,21 +225,26 @@ def flamegraph(
     _execute(cfg, as_json)
 
 
-SPECS = {  # kind -> (pattern, what to tell the user)
-    "work": (r"none|(sleep|spin|poisson-sleep|poisson-spin):\d+(\.\d+)?",
-             "none, sleep:US, spin:US, poisson-sleep:MEAN or poisson-spin:MEAN (microseconds)"),
-    "think": (r"none|fixed:\d+(\.\d+)?|uniform:\d+(\.\d+)?-\d+(\.\d+)?|poisson:\d+(\.\d+)?",
-              "none, fixed:US, uniform:MIN-MAX or poisson:MEAN (microseconds)"),
-}
+# The loader owns think-time parsing (cpp_server/src/think.hpp); this pattern only lets a bad spec
+# fail before any process starts, and the loader re-validates whatever passes.
+THINK = (r"none|fixed:\d+(\.\d+)?|uniform:\d+(\.\d+)?-\d+(\.\d+)?|poisson:\d+(\.\d+)?",
+         "none, fixed:US, uniform:MIN-MAX or poisson:MEAN (microseconds)")
 
 
 def _check_spec(kind: str, spec: str) -> None:
     """Reject a malformed --work/--think before any process starts."""
+    if kind == "work":
+        from netprof.backends.common import BadWorkSpec, WorkModel
+
+        try:
+            WorkModel.parse(spec)  # the backends' own parser: one place for the work model
+        except BadWorkSpec as e:
+            raise InputError(str(e)) from None
+        return
     import re
 
-    pattern, hint = SPECS[kind]
-    if not re.fullmatch(pattern, spec):
-        raise InputError(f"--{kind} '{spec}' is not understood; use {hint}")
+    if not re.fullmatch(THINK[0], spec):
+        raise InputError(f"--think '{spec}' is not understood; use {THINK[1]}")
 
 
 @app.command("report")

@@ -32,7 +32,7 @@ TABLES = (
     ("Backend CPU", tables.cpu_table),
     ("Syscalls per message", tables.syscalls_table),
 )
-FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu")
+FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu", "mixed")
 TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -201,20 +201,43 @@ def failed_rows(df: pd.DataFrame) -> list[dict]:
             for _, r in bad.iterrows()]
 
 
-def find_flamegraphs(out: Path) -> list[dict]:
-    """flamegraphs/<backend>-c<N>-p<K>/{oncpu,python,offcpu}.svg that exist, with paths relative to `out`."""
+def sampling_cost(entry: dict, df: pd.DataFrame) -> str | None:
+    """What sampling cost this cell: the sampling round's msgs/s against the same cell's throughput
+    rounds (measured in this run; bench/RESULTS.md has the interleaved benchmark)."""
+    sampled = entry.get("msgs_per_sec")
+    if not sampled or df.empty or "msgs_per_sec" not in df:
+        return None
+    same = df[(df.get("status") == "ok") & (df["backend"] == entry.get("backend"))
+              & (df["connections"] == entry.get("connections")) & (df["pipeline"] == entry.get("pipeline", 1))]
+    if entry.get("interpreter") and "interpreter" in same:
+        same = same[same["interpreter"] == entry["interpreter"]]
+    if same.empty:
+        return f"sampling round: {sampled:,.0f} msgs/s (no throughput round of this cell to compare)"
+    base = float(same["msgs_per_sec"].mean())
+    return (f"sampling round ran at {sampled:,.0f} msgs/s vs {base:,.0f} in the throughput rounds "
+            f"(×{sampled / base:.2f}: what the samplers cost; one run, and this machine varies ±10%)")
+
+
+def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
+    """flamegraphs/<cell>/{oncpu,python,offcpu,mixed}.svg that exist (paths relative to `out`), with the
+    sampler's notes and what sampling cost."""
     root = out / "flamegraphs"
-    notes = {}
+    index = {}
     try:
         for e in json.loads((root / "index.json").read_text()):
-            notes[Path(e.get("dir", "")).name] = e.get("notes") or []
+            index[Path(e.get("dir", "")).name] = e
     except (OSError, ValueError, TypeError):
         pass
     found = []
     for d in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
         svgs = {k: f"flamegraphs/{d.name}/{k}.svg" for k in FLAMEGRAPH_KINDS if (d / f"{k}.svg").exists()}
-        if svgs or notes.get(d.name):
-            found.append({"cell": d.name, "svgs": svgs, "notes": notes.get(d.name, [])})
+        entry = index.get(d.name, {})
+        notes = list(entry.get("notes") or [])
+        if entry.get("mixed_stacks") and "mixed" not in svgs:
+            notes.append(f"no mixed Python+kernel view: {entry['mixed_stacks']}")
+        cost = sampling_cost(entry, df if df is not None else pd.DataFrame())
+        if svgs or notes:
+            found.append({"cell": d.name, "svgs": svgs, "notes": notes, "cost": cost})
     return found
 
 
@@ -266,7 +289,7 @@ def finish(out_dir: str | Path, console: Console | None = None) -> dict:
     found = anomalies_mod.detect(df, per_conn, meta, out, cells=cells)
     rendered = [{"title": t, "header": h, "rows": r} for t, fn in TABLES for h, r in [fn(cells)]] if not cells.empty else []
     figures = plots_mod.render_all(cells, per_conn, out)
-    flames = find_flamegraphs(out)
+    flames = find_flamegraphs(out, df)
     context = {"facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
                "tables": rendered, "plots": figures, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
     md_path, html_path = render(out, context)

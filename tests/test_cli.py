@@ -15,7 +15,7 @@ BAD = [
     (["run", "selector", "-d", "0", "--no-probes"], "--duration 0.0 is out of range"),
     (["run", "selector", "-r", "0", "--no-probes"], "--rounds 0 is out of range"),
     (["run", "selector", "--pipeline", "5000", "--no-probes"], "--pipeline 5000 is out of range"),
-    (["run", "selector", "--work", "nap:5", "--no-probes"], "--work 'nap:5' is not understood"),
+    (["run", "selector", "--work", "nap:5", "--no-probes"], "bad --work 'nap:5'"),
     (["run", "selector", "--think", "poisson", "--no-probes"], "--think 'poisson' is not understood"),
 ]
 
