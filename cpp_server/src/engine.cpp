@@ -653,22 +653,11 @@ class Coordinator {
           (void)!read(fd, &si, sizeof si);
           out.signalled = true;
           return false;
-        } else if (fd == watch_.client_fd && !client_still_there()) {
+        } else if (fd == watch_.client_fd && !client_still_there(watch_)) {
           out.client_gone = true;
           return false;
         }
       }
-    }
-  }
-
-  // Reads whatever the client sent mid-run (kept for after the run); false on EOF/error.
-  bool client_still_there() {
-    char tmp[4096];
-    while (true) {
-      ssize_t n = recv(watch_.client_fd, tmp, sizeof tmp, MSG_DONTWAIT);
-      if (n == 0) return false;
-      if (n < 0) return errno == EAGAIN || errno == EINTR;
-      if (watch_.client_input && watch_.client_input->size() < 2 * kMaxLine) watch_.client_input->append(tmp, size_t(n));
     }
   }
 
@@ -688,6 +677,16 @@ RunOutcome run_load(const RunRequest& req, const EngineConfig& cfg, const std::f
                     const Watch& watch) {
   if (req.transport == Transport::Zmq) return run_zmq_load(req, cfg, emit, watch);
   return Coordinator(req, cfg, emit, watch).run();
+}
+
+bool client_still_there(const Watch& w) {
+  char tmp[4096];
+  while (true) {
+    ssize_t n = recv(w.client_fd, tmp, sizeof tmp, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    if (w.client_input && w.client_input->size() < 2 * kMaxLine) w.client_input->append(tmp, size_t(n));
+  }
 }
 
 }  // namespace netprof

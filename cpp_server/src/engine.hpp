@@ -21,6 +21,10 @@ struct Watch {
   int signal_fd = -1;
 };
 
+// Reads whatever the control client sent mid-run (kept in w.client_input for after the run);
+// false when it hung up (EOF or error): the run is then aborted. Both engines use it.
+bool client_still_there(const Watch& w);
+
 struct RunOutcome {
   Stats stats;
   const char* error_kind = nullptr;  // null when the run completed

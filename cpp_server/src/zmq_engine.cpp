@@ -172,7 +172,7 @@ class ZmqRun {
       if (rc == 0) continue;
       for (uint32_t i = 0; i < uint32_t(N); i++)
         if (items_[i].revents & ZMQ_POLLIN) drain(i);
-      if (client_item < items_.size() && items_[client_item].revents && !client_still_there()) {
+      if (client_item < items_.size() && items_[client_item].revents && !client_still_there(watch_)) {
         out.client_gone = true;
         break;
       }
@@ -342,17 +342,6 @@ class ZmqRun {
       think_.pop();
       conns_[i].credits++;
       try_send(i);
-    }
-  }
-
-  // Reads whatever the control client sent mid-run (kept for after the run); false on EOF/error.
-  bool client_still_there() {
-    char tmp[4096];
-    while (true) {
-      ssize_t n = recv(watch_.client_fd, tmp, sizeof tmp, MSG_DONTWAIT);
-      if (n == 0) return false;
-      if (n < 0) return errno == EAGAIN || errno == EINTR;
-      if (watch_.client_input && watch_.client_input->size() < 2 * kMaxLine) watch_.client_input->append(tmp, size_t(n));
     }
   }
 
