@@ -115,6 +115,25 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     return head + why
 
 
+def _fairness_sentence(cells: pd.DataFrame, starved: set) -> str | None:
+    """Whether service was fair, stated plainly either way (the seed's starvation question)."""
+    if "per_conn.jain" not in cells or cells["per_conn.jain"].dropna().empty:
+        return None
+    piped = sorted(int(p) for p in cells["pipeline"].dropna().unique() if p > 1)
+    if not starved:
+        jain = cells["per_conn.jain"].dropna()
+        text = f"Every cell served its connections evenly (Jain index {jain.min():.2f}–{jain.max():.2f})"
+        if piped:
+            text += (f", also with {_counts(piped)} messages in flight per connection: the seed's `sock_recv` "
+                     "starvation (data already waiting lets one coroutine keep reading without yielding) "
+                     "did not appear in this run")
+        return text + "."
+    where = "; ".join(f"{b} at {c} connections" + (f", {p} in flight" if p and p > 1 else "")
+                      for b, c, p in sorted(starved, key=lambda k: (k[0], k[1], k[2] or 1)))
+    return (f"Fairness broke in {len(starved)} cell(s): {where} (see the starvation anomalies and the "
+            "per-connection plot); the other cells served their connections evenly.")
+
+
 def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[str]:
     """A few plain sentences: who is fastest at each scale, by how much, and why; then the worst problems."""
     out: list[str] = []
@@ -142,6 +161,9 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
             if caught:
                 out[-1] += (f" Caution: at {_counts(caught)} connections the fastest backend starved part of its "
                             "connections (see the anomalies), so its figure there is not fair service.")
+        fair = _fairness_sentence(cells, starved)
+        if fair:
+            out.append(fair)
     if found:
         by_sev = {s: sum(a["severity"] == s for a in found) for s in anomalies_mod.SEVERITIES}
         counts = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)

@@ -192,3 +192,17 @@ def test_pinned_and_unpinned_cells_are_told_apart(tmp_path):
     assert "| thread (not pinned) |" in md and "| thread |" in md
     (a,) = [a for a in summary["anomalies"] if a["id"] == "lock_contention"]
     assert "same cell pinned" in a["evidence"] and "15" in a["explanation"]
+
+
+def test_fairness_is_stated_plainly_either_way():
+    """The seed's starvation question gets an answer in the findings, whether or not it happened."""
+    import pandas as pd
+
+    from netprof.profiler.report import _fairness_sentence
+
+    cells = pd.DataFrame({"backend": ["asyncio_sock"] * 2, "connections": [100, 100], "pipeline": [1, 4],
+                          "per_conn.jain": [1.0, 0.99]})
+    fair = _fairness_sentence(cells, set())
+    assert "evenly" in fair and "4 messages in flight" in fair and "did not appear" in fair
+    broke = _fairness_sentence(cells, {("asyncio_sock", 100, 4)})
+    assert broke.startswith("Fairness broke in 1 cell") and "asyncio_sock at 100 connections, 4 in flight" in broke
