@@ -136,6 +136,16 @@ def check_select_fd(conn):
             "backends serve at most about 1000 connections")
 
 
+def accept_for_select(listener, tracker, blocking: bool):
+    """A new connection for a select()-driven loop: within FD_SETSIZE, TCP_NODELAY, counted."""
+    conn, _ = listener.accept()
+    check_select_fd(conn)
+    conn.setblocking(blocking)
+    nodelay(conn)
+    tracker.opened()
+    return conn
+
+
 def serve_select(listener, work):
     tracker = ConnTracker()
     readers, writers, pending = {listener}, set(), {}
@@ -169,12 +179,7 @@ def serve_select(listener, work):
             send(sock, pending.pop(sock))
         for sock in readable:
             if sock is listener:
-                conn, _ = listener.accept()
-                check_select_fd(conn)
-                conn.setblocking(False)
-                nodelay(conn)
-                tracker.opened()
-                readers.add(conn)
+                readers.add(accept_for_select(listener, tracker, blocking=False))
                 continue
             try:
                 data = sock.recv(BUFSIZE)

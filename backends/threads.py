@@ -12,7 +12,7 @@ import queue
 import select
 
 from .common import BUFSIZE, ConnTracker, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
-from .selector_family import SelectorServer, check_select_fd
+from .selector_family import SelectorServer, accept_for_select
 
 
 def serve_thread_per_connection(listener, work, tracker):
@@ -81,11 +81,8 @@ def serve_select_prethread(listener, work, tracker, workers, stop):
                     return
                 continue
             if sock is listener:
-                conn, _ = listener.accept()
-                check_select_fd(conn)
-                nodelay(conn)
-                tracker.opened()
-                readers.add(conn)
+                # blocking: the sender threads use sendall()
+                readers.add(accept_for_select(listener, tracker, blocking=True))
                 continue
             try:
                 data = sock.recv(BUFSIZE)

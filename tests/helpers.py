@@ -27,10 +27,15 @@ def netprof_children() -> list[psutil.Process]:
     return found
 
 
-def wait_no_children(timeout: float = 10.0) -> list[psutil.Process]:
+def wait_until_empty(probe, timeout: float = 10.0) -> list:
+    """Call `probe()` until it returns nothing or `timeout` passes; returns what is still left."""
     deadline = time.monotonic() + timeout
-    left = netprof_children()
+    left = probe()
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = netprof_children()
+        left = probe()
     return left
+
+
+def wait_no_children(timeout: float = 10.0) -> list[psutil.Process]:
+    return wait_until_empty(netprof_children, timeout)

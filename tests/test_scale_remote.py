@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from conftest import REQUIRE_BPF, netprof_cmd, run_netprof
+from helpers import wait_until_empty
 from netprof.profiler import plan
 from netprof.profiler.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
@@ -58,12 +59,7 @@ def gone(pids, timeout: float = 10.0) -> list[int]:
                 pass
         return left
 
-    deadline = time.monotonic() + timeout
-    left = alive()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = alive()
-    return left
+    return wait_until_empty(alive, timeout)
 
 
 def _backend_of(pid: int) -> psutil.Process | None:
