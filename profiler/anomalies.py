@@ -22,13 +22,14 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from netprof.profiler import stats
+from netprof.profiler import schema, stats
+from netprof.profiler.stats import num, syscalls_of
 
 
 @dataclass(frozen=True)
 class Thresholds:
     # starvation: fair service gives Jain ≈ 1 and active_share ≈ 0.95
-    starvation_jain: float = 0.5
+    starvation_jain: float = 0.8            # fair service measures 0.97–1.00 here, starved 0.5 and below
     starvation_active_share: float = 0.5
     starvation_min_connections: int = 4      # below this, shares are too coarse to judge
     starvation_idle_share: float = 0.05      # connections that got no message at all in the window
@@ -63,7 +64,6 @@ THRESHOLDS = Thresholds()
 SEVERITIES = ("critical", "warning", "info")
 MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
 READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
-CELL = ["backend", "interpreter", "connections", "pipeline", "pinned"]
 
 
 @dataclass
@@ -77,68 +77,10 @@ class Anomaly:
     evidence: dict = field(default_factory=dict)
     pipeline: int | None = None
     interpreter: str | None = None
+    framing: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# ---------------------------------------------------------------------------------------------
-# The per-cell table every rule reads.
-
-def cell_table(df: pd.DataFrame) -> pd.DataFrame:
-    """stats.aggregate() per cell, plus what the rules need beyond it: CPU µs per message split
-    user/kernel, loader CPU, faults; cells are also split by `pinned` when a run holds both."""
-    if df.empty:
-        return pd.DataFrame()
-    df = df.copy()
-    for col in ("interpreter", "pipeline", "pinned"):
-        if col not in df:
-            df[col] = {"pipeline": 1, "pinned": True}.get(col)
-    msgs = df["messages"].where(df["messages"] > 0) if "messages" in df else np.nan
-    for part, col in (("user", "cpu.user_s"), ("sys", "cpu.sys_s")):
-        df[f"cpu_us_per_msg.{part}"] = df[col] * 1e6 / msgs if col in df else np.nan
-    extra = [c for c in df.columns if c.startswith(("loader_cpu.", "faults.", "cpu_us_per_msg."))
-             and pd.api.types.is_numeric_dtype(df[c])]
-    ok = df[df["status"] == "ok"] if "status" in df else df
-    keys = ["backend", "interpreter", "connections", "pipeline"]
-    parts = []
-    for pinned, g in ok.groupby("pinned", dropna=False):
-        agg = stats.aggregate(g)
-        if agg.empty:
-            continue
-        agg["pinned"] = pinned
-        if extra:
-            means = g.groupby(keys, dropna=False)[extra].mean().reset_index()
-            agg = agg.merge(means, on=keys, how="left")
-        if "family" in g:
-            agg = agg.merge(g.groupby(keys, dropna=False)["family"].first().reset_index(), on=keys, how="left")
-        parts.append(agg)
-    if not parts:
-        return pd.DataFrame()
-    out = pd.concat(parts, ignore_index=True)
-    return out.sort_values(["backend", "interpreter", "pipeline", "connections"]).reset_index(drop=True)
-
-
-def num(row, key: str) -> float | None:
-    """A finite number from a row, or None (missing column, NaN, None)."""
-    try:
-        v = row[key]
-    except (KeyError, IndexError):
-        return None
-    if v is None:
-        return None
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
-
-
-def syscalls_of(row) -> dict[str, float] | None:
-    """{syscall: per-message count} of a cell, or None when it ran without probes."""
-    per = {k.split(".", 1)[1]: num(row, k) for k in row.index if k.startswith("syscalls_per_msg.")}
-    per = {k: v for k, v in per.items() if v is not None}
-    return per or None
 
 
 def r2(v: float | None, digits: int = 2):
@@ -158,21 +100,14 @@ class Context:
     t: Thresholds = THRESHOLDS
 
     def same_cell(self, row, **changes) -> pd.DataFrame:
-        """Cells of the table equal to `row` on CELL keys except `changes` (dropped keys: any value)."""
-        sel = pd.Series(True, index=self.cells.index)
-        for k in CELL:
-            if k in changes and changes[k] is None:
-                continue
-            want = changes.get(k, row.get(k))
-            col = self.cells[k]
-            sel &= col.isna() if want is None or (isinstance(want, float) and math.isnan(want)) else col == want
-        return self.cells[sel]
+        """Cells of the table equal to `row` on every dimension except `changes` (None: any value)."""
+        return schema.select(self.cells, row, **changes)
 
     def stacks(self, row, syscalls: tuple[str, ...], top: int = 2) -> list[dict]:
-        """Top user stacks of these syscalls from stacks/<backend>-c<N>-p<K>.json, if collected."""
+        """Top user stacks of these syscalls from stacks/<cell slug>.json, if collected."""
         if self.out_dir is None:
             return []
-        path = self.out_dir / "stacks" / f"{slug(row)}.json"
+        path = self.out_dir / "stacks" / f"{schema.cell_slug(row)}.json"
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -187,28 +122,23 @@ class Context:
         pc = self.per_conn
         if pc is None or pc.empty:
             return None
-        sel = (pc["backend"] == row["backend"]) & (pc["connections"] == row["connections"])
-        if "pipeline" in pc:
-            sel &= pc["pipeline"] == row.get("pipeline", 1)
-        if "interpreter" in pc and row.get("interpreter") is not None:
-            sel &= pc["interpreter"] == row["interpreter"]
-        counts = pc.loc[sel, "messages"].to_numpy(dtype=float)
+        counts = schema.select(schema.normalize(pc), row)["messages"].to_numpy(dtype=float)
         return counts if counts.size else None
-
-
-def slug(row) -> str:
-    return f"{row['backend']}-c{int(row['connections'])}-p{int(row.get('pipeline', 1) or 1)}"
 
 
 def _anomaly(row, id: str, severity: str, title: str, explanation: str, evidence: dict) -> Anomaly:
     return Anomaly(id=id, backend=str(row["backend"]), connections=int(row["connections"]), severity=severity,
                    title=title, explanation=explanation, evidence={k: v for k, v in evidence.items() if v not in (None, [], {})},
-                   pipeline=int(row.get("pipeline", 1) or 1), interpreter=row.get("interpreter"))
+                   pipeline=int(row.get("pipeline", 1) or 1), interpreter=row.get("interpreter"),
+                   framing=row.get("framing"))
 
 
 def where(row) -> str:
+    """'asyncio_sock at 100 connections, 8 in flight (message framing)'."""
     pipe = f", {int(row['pipeline'])} in flight" if (row.get("pipeline") or 1) > 1 else ""
-    return f"{row['backend']} at {int(row['connections'])} connections{pipe}"
+    framing = row.get("framing")
+    framing = f" ({framing} framing)" if framing else ""
+    return f"{row['backend']} at {int(row['connections'])} connections{pipe}{framing}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,11 +228,14 @@ def starvation(ctx: Context) -> list[Anomaly]:
 
 
 def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
-    """Why reads did not yield, when epoll_ctl/msg says they registered far less than the model implies."""
+    """Why reads did not yield, when epoll_ctl/msg says they registered far less than the model implies:
+    the numbers, the code path, the contrast with the same backend under strict ping-pong and under
+    stream framing, and the stacks (or which view would show them)."""
     per = syscalls_of(r)
     if per is None:
         return "(No syscall counts for this cell: run with probes to see whether reads skipped the event loop.) "
     ec = per.get("epoll_ctl", 0.0)
+    reads = sum(per.get(name, 0.0) for name in READ_SYSCALLS)
     same_backend = ctx.cells[(ctx.cells["backend"] == r["backend"])]
     elsewhere = [v for v in same_backend.get("syscalls_per_msg.epoll_ctl", pd.Series(dtype=float)).dropna()]
     implied = max(elsewhere, default=0.0)
@@ -310,15 +243,19 @@ def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
         family = str(r.get("family", "") or "")
         implied = ctx.t.sock_recv_model_epoll_ctl if "sock" in f"{r['backend']} {family}" else 0.0
     ev["epoll_ctl per message"] = r2(ec, 3)
+    ev["read syscalls per message"] = r2(reads, 2)
     if not implied or ec >= implied * ctx.t.eager_read_fraction:
         return ""
     ev["epoll_ctl per message the register-per-read model implies"] = r2(implied, 1)
     ev["source"] = source_line("asyncio.selector_events:BaseSelectorEventLoop.sock_recv", "return sock.recv(")
-    text = (f"Its reads almost never went through the event loop: {ec:.2f} epoll_ctl per message where registering "
-            f"for readiness around each read implies {implied:.1f}. This is the eager-read path of "
-            "asyncio's `sock_recv` (asyncio/selector_events.py): it first calls `sock.recv(n)` and, when data is "
-            "already there, returns it at once — the coroutine continues without yielding to the event loop, so the "
-            "connection that has data keeps the loop and the others wait. ")
+    ev["mechanism"] = (f"{r['backend']}'s reads found their data already waiting and returned without yielding to the "
+                       "event loop (asyncio's `sock_recv` tries `sock.recv()` first), so the coroutine that has data "
+                       "keeps the loop while the other connections wait.")
+    text = (f"Its reads almost never went through the event loop: {reads:.2f} read calls and {ec:.2f} epoll_ctl per "
+            f"message, where registering for readiness around each read implies {implied:.1f} epoll_ctl. This is the "
+            "eager-read path of asyncio's `sock_recv` (asyncio/selector_events.py): it first calls `sock.recv(n)` and, "
+            "when data is already there, returns it at once — the coroutine continues without yielding to the event "
+            "loop, so the connection that has data keeps the loop and the others wait. ")
     if (r.get("pipeline") or 1) > 1:
         text += (f"With {int(r['pipeline'])} messages in flight per connection the next message is almost always "
                  "already waiting: that is the trigger. ")
@@ -327,6 +264,23 @@ def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
             ev["Jain index of the same backend at pipeline 1"] = r2(j)
             if j >= ctx.t.starvation_jain:
                 text += f"Under strict ping-pong (pipeline 1) the same backend was fair (Jain {j:.2f}). "
+    if r.get("framing") == "message":
+        text += ("Each receive asks for one message (`--framing message`, as network_ping_test does), so a "
+                 "connection with several queued messages stays readable after every read. ")
+        stream = ctx.same_cell(r, framing="stream")
+        if not stream.empty and (j := num(stream.iloc[0], "per_conn.jain")) is not None:
+            ev["Jain index of the same cell with stream framing"] = r2(j)
+            text += (f"With `--framing stream` (one 64 KiB read drains every queued message) the same cell had "
+                     f"Jain {j:.2f}. ")
+    stacks = ctx.stacks(r, READ_SYSCALLS + ("epoll_ctl",))
+    if stacks and any(f not in ("[unknown]", "") for s in stacks for f in s["frames"]):
+        ev["stacks"] = stacks
+    else:
+        ev["where to see the Python frames"] = (
+            "this interpreter's stacks have no frame pointers, so the evidence set cannot name Python callers"
+            if stacks else "no stacks were collected (`--stacks`)") + (
+            "; `--python 3.13 --flamegraph` adds the mixed Python→kernel view, which shows "
+            "`sock_recv` → `__libc_recv` → `__x64_sys_recvfrom`")
     return text
 
 
@@ -547,7 +501,7 @@ def throughput_collapse(ctx: Context) -> list[Anomaly]:
     t, found = ctx.t, []
     if ctx.cells.empty:
         return found
-    for _, g in ctx.cells.groupby(["backend", "interpreter", "pipeline", "pinned"], dropna=False):
+    for _, g in ctx.cells.groupby(schema.SERIES_KEYS, dropna=False):
         g = g.sort_values("connections")
         if len(g) < 2:
             continue
@@ -617,13 +571,10 @@ def noisy(ctx: Context) -> list[Anomaly]:
 
 
 def _rounds_of(df: pd.DataFrame, r) -> list[float]:
-    sel = (df["backend"] == r["backend"]) & (df["connections"] == r["connections"])
-    for k in ("pipeline", "interpreter", "pinned"):
-        if k in df and r.get(k) is not None:
-            sel &= df[k] == r[k]
-    if "status" in df:
-        sel &= df["status"] == "ok"
-    return [float(v) for v in df.loc[sel, "msgs_per_sec"]]
+    g = schema.select(schema.normalize(df), r)
+    if "status" in g:
+        g = g[g["status"] == "ok"]
+    return [float(v) for v in g["msgs_per_sec"]]
 
 
 # 10 ------------------------------------------------------------------------------------------
@@ -651,8 +602,8 @@ def failed_cells(ctx: Context) -> list[Anomaly]:
     df, found = ctx.df, []
     if "status" not in df or df.empty:
         return found
-    keys = [k for k in ("backend", "interpreter", "connections", "pipeline") if k in df]
-    for _, all_rounds in df.groupby(keys, dropna=False, sort=False):
+    df = schema.normalize(df)
+    for _, all_rounds in df.groupby(schema.CELL_KEYS, dropna=False, sort=False):
         g = all_rounds[all_rounds["status"] != "ok"]
         if g.empty:
             continue
@@ -676,7 +627,7 @@ def detect(df: pd.DataFrame, per_conn: pd.DataFrame | None = None, meta: dict | 
            out_dir: str | Path | None = None, thresholds: Thresholds = THRESHOLDS,
            cells: pd.DataFrame | None = None) -> list[dict]:
     """Run every rule; anomalies as dicts, most severe first (then by rule order, backend, connections)."""
-    ctx = Context(df=df, cells=cell_table(df) if cells is None else cells, per_conn=per_conn, meta=meta or {},
+    ctx = Context(df=df, cells=stats.aggregate(df) if cells is None else cells, per_conn=per_conn, meta=meta or {},
                   out_dir=Path(out_dir) if out_dir else None, t=thresholds)
     found: list[Anomaly] = []
     for fn in RULES.values():

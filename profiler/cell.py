@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import psutil
 
@@ -37,21 +37,48 @@ class CellOutcome:
         return self.row.get("status") == "ok"
 
 
-def backend_argv(python: str | list[str], name: str, work: str, host: str = "127.0.0.1",
+def backend_argv(python: str | list[str], name: str, cfg: RunConfig, framing: str, host: str = "127.0.0.1",
                  prefix: list[str] | None = None) -> list[str]:
     """`python` is the interpreter (or it with options, e.g. `-X perf_jit`); `prefix` (e.g. `ip netns
-    exec NS`, which execs: the pid stays the backend's) goes first."""
+    exec NS`, which execs: the pid stays the backend's) goes first. Every option the backend must
+    know (message size, framing, work) comes from the run's configuration and this cell."""
     python = [python] if isinstance(python, str) else list(python)
     return [*(prefix or []), *python, "-m", "netprof.backends", name, "--host", host, "--port", "0",
-            "--work", work]
+            "--msize", str(cfg.msize), "--framing", framing, "--work", cfg.work]
 
 
-def start_backend(group: ProcessGroup, python: str | list[str], name: str, cfg: RunConfig,
-                  link=None) -> tuple[ManagedProcess, int]:
-    """Start the backend (inside `link`'s backend namespace when given) and wait for its ready line."""
+@dataclass
+class CellHooks:
+    """Extra work of evidence rounds: `started(pid)` once the backend is ready (attach stack probes),
+    `measuring(pid)` at the loader's measure_start (start samplers). Both must return quickly."""
+
+    started: Callable[[int], None] | None = None
+    measuring: Callable[[int], None] | None = None
+
+
+@dataclass
+class CellEnv:
+    """What a cell runs with, passed explicitly: the run's configuration, the loader, the backend's
+    interpreter (plus options such as `-X perf_jit`), the counting probes (None: no probes), the
+    remote link (None: loopback) and the evidence rounds' hooks."""
+
+    cfg: RunConfig
+    loader: Loader
+    interp: Interpreter
+    probes: Any = None  # netprof.probes.CountingProbes
+    link: Any = None  # netprof.profiler.netns.RemoteLink
+    hooks: CellHooks = field(default_factory=CellHooks)
+    python_options: tuple[str, ...] = ()
+
+
+def start_backend(group: ProcessGroup, cell: Cell, env: CellEnv) -> tuple[ManagedProcess, int]:
+    """Start the backend (inside the link's backend namespace when given) and wait for its ready line."""
+    link = env.link
     host, prefix = (link.backend_host, link.backend_prefix) if link is not None else ("127.0.0.1", None)
-    proc = group.spawn(f"backend-{name}", backend_argv(python, name, cfg.work, host, prefix),
-                       cpus=cfg.backend_cpu if cfg.pin else None)
+    python = [env.interp.python, *env.python_options]
+    proc = group.spawn(f"backend-{cell.backend}",
+                       backend_argv(python, cell.backend, env.cfg, cell.framing, host, prefix),
+                       cpus=env.cfg.backend_cpu if env.cfg.pin else None)
     line = proc.wait_line("ready", READY_TIMEOUT)
     parts = line.split()
     return proc, int(parts[2])
@@ -103,6 +130,7 @@ def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
     return {
         "backend": cell.backend, "family": info.family, "interpreter": interp.label,
         "python_version": interp.version, "python_build": interp.build_flags,
+        "framing": cell.framing, "reads": info.reads,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin,
         "status": "failed", "error": None,
@@ -121,7 +149,7 @@ def _failure_reason(proc: ManagedProcess | None, default: str) -> str:
     return default + (f" (backend stderr: {tail})" if tail else "")
 
 
-def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[str], delta_fn) -> None:
+def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[str]) -> None:
     """Fill `row` from the loader's stats and the snapshots at its marks."""
     messages = int(result.get("messages", 0))
     row.update({
@@ -155,7 +183,9 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
             "major": cpu1["majflt"] - cpu0["majflt"],
         }
         if marks.start[0] is not None and marks.stop[0] is not None:
-            d = delta_fn(marks.start[0], marks.stop[0])
+            from netprof.probes import delta
+
+            d = delta(marks.start[0], marks.stop[0])
             row["syscalls"] = dict(d.syscalls)
             row["syscalls_per_msg"] = stats.per_message(d.syscalls, messages)
             row["syscall_time_s"] = dict(d.syscall_time_s)
@@ -179,26 +209,14 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
             }
 
 
-@dataclass
-class CellHooks:
-    """Extra work of evidence rounds: `started(pid)` once the backend is ready (attach stack probes),
-    `measuring(pid)` at the loader's measure_start (start samplers). Both must return quickly."""
-
-    started: Callable[[int], None] | None = None
-    measuring: Callable[[int], None] | None = None
-
-
-def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, interp: Interpreter,
-             delta_fn=None, hooks: CellHooks | None = None, python_options: tuple[str, ...] = ()) -> CellOutcome:
-    """Run one cell with the backend under `interp` (plus `python_options`, e.g. -X perf_jit);
-    `probes` is the counting set (or None), `hooks` the extras of evidence rounds."""
-    hooks = hooks or CellHooks()
-    python = [interp.python, *python_options]
-    row = _base_row(cell, cfg, interp)
-    link = getattr(loader, "link", None)  # RemoteLink with --remote netns, None on loopback
+def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
+    """Run one cell: the backend under env.interp, the load from env.loader, the counting set
+    (env.probes) on the backend's process tree, env.hooks for evidence rounds."""
+    cfg, loader, probes, hooks, link = env.cfg, env.loader, env.probes, env.hooks, env.link
+    row = _base_row(cell, cfg, env.interp)
     with ProcessGroup() as group:
         try:
-            proc, port = start_backend(group, python, cell.backend, cfg, link)
+            proc, port = start_backend(group, cell, env)
         except ProcessError as e:
             row["error"] = f"backend did not start: {e}"
             return CellOutcome(row)
@@ -220,7 +238,7 @@ def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, interp: Interpr
             result = e.stats
             row["error"] = _failure_reason(proc, f"loader: {e.kind}: {e.message}")
         if result:
-            measure_row(row, result, marks, ["counting"] if probes is not None else [], delta_fn)
+            measure_row(row, result, marks, ["counting"] if probes is not None else [])
             per_conn = list(result.get("per_conn_messages", []))
         else:
             per_conn = []
@@ -240,6 +258,9 @@ def run_cell(cell: Cell, cfg: RunConfig, loader: Loader, probes, interp: Interpr
             elif result.get("connected", cell.connections) < cell.connections:
                 row["error"] = (f"only {result.get('connected')} of {cell.connections} connections "
                                 f"could be opened ({_failure_reason(proc, 'refused or timed out')})")
+            elif mismatched := (result.get("errors") or {}).get("mismatch"):
+                row["error"] = (f"echo corrupted: {mismatched} replies differed from what was sent "
+                                f"({_failure_reason(proc, 'wrong bytes')})")
             elif proc.returncode() not in (0, None):
                 row["error"] = _failure_reason(proc, "backend failed")
         if row["error"] is None:

@@ -10,7 +10,8 @@ import json
 import threading
 from pathlib import Path
 
-from netprof.profiler.cell import CellHooks, run_cell
+from netprof.profiler import schema
+from netprof.profiler.cell import CellEnv, CellHooks, run_cell
 from netprof.profiler.plan import Cell, RunConfig
 
 # Extra seconds of load in a sampling round: the off-CPU program compiles before sampling starts
@@ -18,30 +19,24 @@ from netprof.profiler.plan import Cell, RunConfig
 SAMPLING_EXTRA_S = 5.0
 
 
-def cell_slug(cell: Cell, interpreter: str = "") -> str:
-    py = f"-{interpreter}" if interpreter and cell.python else ""
-    return f"{cell.backend}{py}-c{cell.connections}-p{cell.pipeline}"
-
-
 def evidence_cells(cfg: RunConfig) -> list[Cell]:
-    """One evidence cell per (backend, connections, pipeline); round 0 marks it as not a throughput round."""
-    return [Cell(b, c, p, 0, py) for c in cfg.connections for p in cfg.pipeline for py in cfg.pythons
-            for b in cfg.backends]
+    """One evidence cell per combination of the run dimensions; round 0 marks it as not a throughput round."""
+    return list(cfg.combinations(0))
 
 
-def stacks_round(cell: Cell, cfg: RunConfig, loader, stack_probes, interp, out: Path) -> dict:
-    """Run `cell` with the stack probes attached; write stacks/<cell>.json; return what it holds."""
-    outcome = run_cell(cell, cfg, loader, None, interp, hooks=CellHooks(started=stack_probes.target))
+def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
+    """Run `cell` with the stack probes attached; write stacks/<cell slug>.json; return what it holds."""
+    env = dataclasses.replace(env, probes=None, hooks=CellHooks(started=stack_probes.target))
+    outcome = run_cell(cell, env)
     top = stack_probes.top_stacks(n=5) if outcome.ok else {}
     doc = {name: [{"count": int(count), "frames": list(frames)} for count, frames in stacks]
            for name, stacks in top.items()}
     (out / "stacks").mkdir(exist_ok=True)
-    (out / "stacks" / f"{cell_slug(cell, interp.label)}.json").write_text(
-        json.dumps(doc, indent=1))
+    (out / "stacks" / f"{schema.cell_slug(outcome.row)}.json").write_text(json.dumps(doc, indent=1))
     return doc
 
 
-def flamegraph_round(cell: Cell, cfg: RunConfig, loader, interp, out: Path) -> dict:
+def flamegraph_round(cell: Cell, env: CellEnv, out: Path) -> dict:
     """Run `cell` once more while sampling it; write flamegraphs/<cell>/ and return its index entry.
 
     When the backend's interpreter can describe its Python frames to perf (3.13's -X perf_jit, or
@@ -51,15 +46,17 @@ def flamegraph_round(cell: Cell, cfg: RunConfig, loader, interp, out: Path) -> d
     from netprof.flamegraphs import DEFAULT_VIEWS, sample
 
     out = out.resolve()
+    cfg, interp = env.cfg, env.interp
     mixed_flag, mixed_note = interp.mixed_stack_flag()
-    slug = cell_slug(cell, interp.label)
+    slug = schema.cell_slug({"backend": cell.backend, "interpreter": interp.label, "framing": cell.framing,
+                             "connections": cell.connections, "pipeline": cell.pipeline, "pinned": cfg.pin})
     views = DEFAULT_VIEWS + (("mixed",) if mixed_flag else ())
     outdir = out / "flamegraphs" / slug
     outdir.mkdir(parents=True, exist_ok=True)
     done: dict = {}
 
     def start_sampling(pid: int) -> None:
-        title = f"{cell.backend}, {cell.connections} connections, pipeline {cell.pipeline}"
+        title = f"{cell.backend}, {cell.connections} connections, pipeline {cell.pipeline}, {cell.framing} framing"
 
         def work() -> None:
             try:
@@ -72,15 +69,14 @@ def flamegraph_round(cell: Cell, cfg: RunConfig, loader, interp, out: Path) -> d
 
     longer = dataclasses.replace(cfg, duration=cfg.duration + SAMPLING_EXTRA_S)
     options = ("-X", mixed_flag) if mixed_flag else ()
-    outcome = run_cell(cell, longer, loader, None, interp, hooks=CellHooks(measuring=start_sampling),
-                       python_options=options)
+    outcome = run_cell(cell, dataclasses.replace(env, cfg=longer, probes=None, python_options=options,
+                                                 hooks=CellHooks(measuring=start_sampling)))
     if "thread" in done:
         done["thread"].join(timeout=cfg.duration + 60)
     if outcome.backend_pid:  # what -X perf/perf_jit leaves behind in /tmp
         for leftover in (f"/tmp/jit-{outcome.backend_pid}.dump", f"/tmp/perf-{outcome.backend_pid}.map"):
             Path(leftover).unlink(missing_ok=True)
-    entry = {"backend": cell.backend, "interpreter": interp.label, "connections": cell.connections,
-             "pipeline": cell.pipeline, "mixed_stacks": mixed_note,
+    entry = {**{k: outcome.row.get(k) for k in schema.CELL_KEYS}, "mixed_stacks": mixed_note,
              "dir": str(outdir.relative_to(out)), "load_ok": outcome.ok, "load_error": outcome.row.get("error"),
              "msgs_per_sec": outcome.row.get("msgs_per_sec")}
     art = done.get("art")

@@ -9,12 +9,14 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 import resource
 import shutil
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from netprof.backends import registry
+from netprof.profiler import schema
 
 # Each side (backend and loader) holds one fd per connection plus a few of its own.
 FD_RESERVE = 100
@@ -41,21 +43,19 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class Cell:
+    """One cell of the plan and one round of it (its dimensions: profiler/schema.py)."""
+
     backend: str
     connections: int
     pipeline: int
     round: int  # 1-based; 0 = an evidence round (stacks, flamegraphs)
     python: str = ""  # --python spec the backend runs under; "" = netprof's own interpreter
-
-    @property
-    def key(self) -> tuple:
-        return (self.backend, self.python, self.connections, self.pipeline, self.round)
+    framing: str = "message"
 
     def label(self) -> str:
-        pipe = f" pipeline {self.pipeline}" if self.pipeline != 1 else ""
-        when = f"round {self.round}" if self.round else "evidence round"
-        py = f" python {self.python}" if self.python else ""
-        return f"{self.backend}{py} c={self.connections}{pipe} {when}"
+        row = {"backend": self.backend, "interpreter": self.python, "framing": self.framing,
+               "connections": self.connections, "pipeline": self.pipeline, "round": self.round}
+        return schema.cell_label(row, with_round=True)
 
 
 @dataclass
@@ -82,19 +82,27 @@ class RunConfig:
     netem: str = ""  # netem spec for --remote netns, e.g. "delay=500us,jitter=50us"
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # loader source addresses
     pythons: list[str] = field(default_factory=lambda: [""])  # --python specs; "" = netprof's own
+    # message: each receive asks for the rest of one message (the reference harness's way);
+    # stream: read up to 64 KiB and echo what came. A run dimension (comma list on the CLI).
+    framings: list[str] = field(default_factory=lambda: ["message"])
 
     def cells(self) -> Iterator[Cell]:
         """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
         for rnd in range(1, 0 if self.evidence_only else self.rounds + 1):
-            for conns in self.connections:
-                for pipe in self.pipeline:
+            yield from self.combinations(rnd)
+
+    def combinations(self, rnd: int) -> Iterator[Cell]:
+        """Every combination of the run dimensions, for round `rnd` (0: an evidence round)."""
+        for conns in self.connections:
+            for pipe in self.pipeline:
+                for framing in self.framings:
                     for python in self.pythons:
                         for backend in self.backends:
-                            yield Cell(backend, conns, pipe, rnd, python)
+                            yield Cell(backend, conns, pipe, rnd, python, framing)
 
     def n_cells(self) -> int:
         rounds = 0 if self.evidence_only else self.rounds
-        return len(self.backends) * len(self.connections) * len(self.pipeline) * len(self.pythons) * rounds
+        return len(list(self.combinations(0))) * rounds
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,6 +114,21 @@ def parse_pythons(text: str) -> list[str]:
     if len(set(specs)) != len(specs):
         raise InputError("--python: an interpreter is listed twice")
     return specs or [""]
+
+
+FRAMINGS = ("message", "stream")
+
+
+def parse_framings(text: str) -> list[str]:
+    """`--framing message,stream` → ["message", "stream"]."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in FRAMINGS]
+    if bad or not values:
+        raise InputError(f"--framing '{text}' is not understood: use message (one message per receive, the "
+                         "default), stream (64 KiB per receive), or both: message,stream")
+    if len(set(values)) != len(values):
+        raise InputError("--framing: a framing is listed twice")
+    return values
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
@@ -186,6 +209,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check_range("warmup", cfg.warmup)
     _check_range("rounds", cfg.rounds)
     _check_range("msize", cfg.msize)
+    for framing in cfg.framings:
+        if framing not in FRAMINGS:
+            raise InputError(f"--framing '{framing}' is not known; use {' or '.join(FRAMINGS)}")
+    check_work(cfg.work)
+    check_think(cfg.think)
     if cfg.remote not in REMOTE_MODES:
         raise InputError(f"--remote '{cfg.remote}' is not known; use --remote netns (or leave it out for loopback)")
     if cfg.netem and cfg.remote != "netns":
@@ -219,6 +247,27 @@ def validate(cfg: RunConfig) -> RunConfig:
     if cfg.pin and ncpu < 2:
         raise InputError("pinning needs at least 2 CPUs (backend and loader apart); pass --no-pin")
     return cfg
+
+
+def check_work(spec: str) -> None:
+    """A malformed --work fails before any process starts, by the backends' own parser."""
+    from netprof.backends.common import BadWorkSpec, WorkModel
+
+    try:
+        WorkModel.parse(spec)
+    except BadWorkSpec as e:
+        raise InputError(str(e)) from None
+
+
+# The loader owns think-time parsing (cpp_server/src/think.hpp); this pattern only lets a bad spec
+# fail before any process starts, and the loader re-validates whatever passes.
+THINK = (r"none|fixed:\d+(\.\d+)?|uniform:\d+(\.\d+)?-\d+(\.\d+)?|poisson:\d+(\.\d+)?",
+         "none, fixed:US, uniform:MIN-MAX or poisson:MEAN (microseconds)")
+
+
+def check_think(spec: str) -> None:
+    if not re.fullmatch(THINK[0], spec):
+        raise InputError(f"--think '{spec}' is not understood; use {THINK[1]}")
 
 
 def loader_cpus(cfg: RunConfig) -> str | None:

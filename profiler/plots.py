@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from netprof.profiler import schema  # noqa: E402
+
 MAX_STACKED_SYSCALLS = 7  # the rest are summed as "other" so the legend stays readable
 plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 
@@ -30,30 +32,16 @@ class Plot:
     png_b64: str
 
 
-def _series_label(row, multi_interp: bool, multi_pipe: bool, multi_pin: bool) -> str:
-    label = str(row["backend"])
-    if multi_interp:
-        label += f" ({row['interpreter']})"
-    if multi_pipe:
-        label += f" ×{int(row['pipeline'])}"
-    if multi_pin and not row.get("pinned", True):
-        label += " unpinned"
-    return label
-
-
 def _series(cells: pd.DataFrame):
-    """(label, sub-frame sorted by connections) per backend × interpreter × pipeline × pinned."""
-    multi = {k: k in cells and cells[k].nunique(dropna=False) > 1 for k in ("interpreter", "pipeline", "pinned")}
-    keys = [k for k in ("backend", "interpreter", "pipeline", "pinned") if k in cells]
+    """(label, sub-frame sorted by connections) per series: every dimension but connections."""
+    keys = [k for k in schema.SERIES_KEYS if k in cells]
     for _, g in cells.groupby(keys, dropna=False, sort=True):
         g = g.sort_values("connections")
-        yield _series_label(g.iloc[0], multi["interpreter"], multi["pipeline"], multi["pinned"]), g
+        yield schema.series_label(g.iloc[0], cells), g
 
 
 def _cell_labels(cells: pd.DataFrame) -> list[str]:
-    multi_pipe = "pipeline" in cells and cells["pipeline"].nunique() > 1
-    return [f"{r['backend']}\nc={int(r['connections'])}" + (f" ×{int(r['pipeline'])}" if multi_pipe else "")
-            for _, r in cells.iterrows()]
+    return [f"{schema.series_label(r, cells)}\n{schema.column_label(r, cells)}" for _, r in cells.iterrows()]
 
 
 def throughput(cells: pd.DataFrame):
@@ -145,16 +133,12 @@ def fairness(per_conn: pd.DataFrame | None):
     cols = min(n, 3)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.5, 3.2 * rows), squeeze=False)
-    keys = [k for k in ("backend", "interpreter", "pipeline") if k in per_conn]
-    multi_pipe = "pipeline" in per_conn and per_conn["pipeline"].nunique() > 1
-    multi_interp = "interpreter" in per_conn and per_conn["interpreter"].nunique() > 1
+    per_conn = schema.normalize(per_conn)
+    keys = [k for k in schema.SERIES_KEYS if k in per_conn]
     for ax, c in zip(axes.flat, scales):
         sub = per_conn[per_conn["connections"] == c]
-        for i, (key, g) in enumerate(sub.groupby(keys, dropna=False, sort=True)):
-            key = key if isinstance(key, tuple) else (key,)
-            d = dict(zip(keys, key))
-            label = str(d["backend"]) + (f" ({d['interpreter']})" if multi_interp else "") + (
-                f" ×{int(d['pipeline'])}" if multi_pipe else "")
+        for i, (_, g) in enumerate(sub.groupby(keys, dropna=False, sort=True)):
+            label = schema.series_label(g.iloc[0], per_conn)
             # pool the rounds: each round's connections ranked on their own, then averaged per rank
             curves = []
             for _, rg in g.groupby("round"):

@@ -2,7 +2,7 @@
 their evidence, the seed's tables and the plots — as terminal output, report.md, a self-contained
 report.html, and summary.json (the interface contract's JSON summary).
 
-This module only gathers and renders; the numbers come from `stats`/`anomalies.cell_table`, the
+This module only gathers and renders; the numbers come from `stats.aggregate`, the
 judgements from `anomalies`, the figures from `plots`, the layout from `templates/`.
 """
 
@@ -21,8 +21,8 @@ from rich.markup import escape
 
 from netprof.profiler import anomalies as anomalies_mod
 from netprof.profiler import plots as plots_mod
-from netprof.profiler import results, tables
-from netprof.profiler.anomalies import num, syscalls_of
+from netprof.profiler import results, schema, stats, tables
+from netprof.profiler.stats import num, syscalls_of
 
 TABLES = (
     ("Throughput, msgs/s ± 95% interval", tables.throughput_table),
@@ -40,9 +40,13 @@ TEMPLATES = Path(__file__).parent / "templates"
 # Findings: the opening sentences, generated from the data.
 
 def _scale(r) -> str:
+    """'100 connections, 8 messages in flight, message framing' (what varies in this run, in words)."""
     pipe = f", {int(r['pipeline'])} messages in flight" if (r.get("pipeline") or 1) > 1 else ""
-    interp = f" on {r['interpreter']}" if r.get("_multi_interp") else ""
-    return f"{int(r['connections'])} connections{pipe}{interp}"
+    vary = r.get("_vary") or ()
+    interp = f" on {r['interpreter']}" if "interpreter" in vary else ""
+    framing = f", {r['framing']} framing" if "framing" in vary else ""
+    pinned = ", not pinned" if "pinned" in vary and not r.get("pinned") else ""
+    return f"{int(r['connections'])} connections{pipe}{framing}{interp}{pinned}"
 
 
 def _cost(r) -> str | None:
@@ -115,23 +119,36 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     return head + why
 
 
-def _fairness_sentence(cells: pd.DataFrame, starved: set) -> str | None:
-    """Whether service was fair, stated plainly either way (the seed's starvation question)."""
+def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
+    """Whether service was fair, stated plainly either way (network_ping_test's starvation question),
+    and, when it was not, the mechanism the starvation rule found."""
     if "per_conn.jain" not in cells or cells["per_conn.jain"].dropna().empty:
         return None
+    starving = [a for a in found if a["id"] == "starvation"]
     piped = sorted(int(p) for p in cells["pipeline"].dropna().unique() if p > 1)
-    if not starved:
+    if not starving:
         jain = cells["per_conn.jain"].dropna()
         text = f"Every cell served its connections evenly (Jain index {jain.min():.2f}–{jain.max():.2f})"
         if piped:
-            text += (f", also with {_counts(piped)} messages in flight per connection: the seed's `sock_recv` "
-                     "starvation (data already waiting lets one coroutine keep reading without yielding) "
-                     "did not appear in this run")
+            framings = set(cells["framing"].dropna()) if "framing" in cells else set()
+            text += (f", also with {_counts(piped)} messages in flight per connection: the `sock_recv` "
+                     "starvation of network_ping_test (data already waiting lets one coroutine keep reading "
+                     "without yielding) did not appear in this run")
+            if framings == {"stream"}:
+                text += (" — with stream framing each receive drains every queued message, so no connection "
+                         "can run ahead; `--framing message` reads one message per receive, as the reference does")
         return text + "."
-    where = "; ".join(f"{b} at {c} connections" + (f", {p} in flight" if p and p > 1 else "")
-                      for b, c, p in sorted(starved, key=lambda k: (k[0], k[1], k[2] or 1)))
-    return (f"Fairness broke in {len(starved)} cell(s): {where} (see the starvation anomalies and the "
+    where = "; ".join(f"{a['backend']} at {a['connections']} connections"
+                      + (f", {a['pipeline']} in flight" if (a.get("pipeline") or 1) > 1 else "")
+                      + (f", {a['framing']} framing" if a.get("framing") else "")
+                      + (f" (Jain {j:.2f})" if (j := a["evidence"].get("Jain index (1 = fair)")) is not None else "")
+                      for a in sorted(starving, key=lambda a: (a["backend"], a["connections"], a.get("pipeline") or 1)))
+    text = (f"Fairness broke in {len(starving)} cell(s): {where} (see the starvation anomalies and the "
             "per-connection plot); the other cells served their connections evenly.")
+    mechanisms = list(dict.fromkeys(a["evidence"]["mechanism"] for a in starving if a["evidence"].get("mechanism")))
+    if mechanisms:
+        text += " Why: " + " ".join(mechanisms)
+    return text
 
 
 def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[str]:
@@ -141,9 +158,12 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
         out.append("No cell produced a measurement: every cell failed (see the failed cells below).")
     else:
         cells = cells.copy()
-        cells["_multi_interp"] = cells["interpreter"].nunique(dropna=False) > 1
-        starved = {(a["backend"], a["connections"], a.get("pipeline")) for a in found if a["id"] == "starvation"}
-        for _, series in cells.groupby(["interpreter", "pipeline", "pinned"], dropna=False, sort=True):
+        vary = tuple(schema.varying(cells))
+        cells["_vary"] = [vary] * len(cells)
+        starved = {(a["backend"], a["connections"], a.get("pipeline"), a.get("framing"))
+                   for a in found if a["id"] == "starvation"}
+        others = [k for k in schema.SERIES_KEYS if k != "backend" and k in cells]
+        for _, series in cells.groupby(others, dropna=False, sort=True):
             runs: list[pd.Series] = []
             groups: list[pd.DataFrame] = []
             for _, g in series.groupby("connections", sort=True):
@@ -156,12 +176,12 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
                 groups.append(g)
             out.append(_ranking_sentence(runs, groups))
             winners = {int(c): g.loc[g["mps_mean"].idxmax(), "backend"] for c, g in series.groupby("connections")}
-            pipe = int(series["pipeline"].iloc[0] or 1)
-            caught = sorted(c for (b, c, p) in starved if p == pipe and winners.get(c) == b)
+            pipe, framing = int(series["pipeline"].iloc[0] or 1), series["framing"].iloc[0]
+            caught = sorted(c for (b, c, p, f) in starved if p == pipe and f == framing and winners.get(c) == b)
             if caught:
                 out[-1] += (f" Caution: at {_counts(caught)} connections the fastest backend starved part of its "
                             "connections (see the anomalies), so its figure there is not fair service.")
-        fair = _fairness_sentence(cells, starved)
+        fair = _fairness_sentence(cells, found)
         if fair:
             out.append(fair)
     if found:
@@ -229,10 +249,8 @@ def sampling_cost(entry: dict, df: pd.DataFrame) -> str | None:
     sampled = entry.get("msgs_per_sec")
     if not sampled or df.empty or "msgs_per_sec" not in df:
         return None
-    same = df[(df.get("status") == "ok") & (df["backend"] == entry.get("backend"))
-              & (df["connections"] == entry.get("connections")) & (df["pipeline"] == entry.get("pipeline", 1))]
-    if entry.get("interpreter") and "interpreter" in same:
-        same = same[same["interpreter"] == entry["interpreter"]]
+    same = schema.select(schema.normalize(df), entry)
+    same = same[same["status"] == "ok"] if "status" in same else same
     if same.empty:
         return f"sampling round: {sampled:,.0f} msgs/s (no throughput round of this cell to compare)"
     base = float(same["msgs_per_sec"].mean())
@@ -307,7 +325,7 @@ def finish(out_dir: str | Path, console: Console | None = None) -> dict:
     """Analyse a results directory and write report.md, report.html, plots/ and summary.json."""
     out = Path(out_dir)
     df, per_conn, meta = results.load(out)
-    cells = anomalies_mod.cell_table(df)
+    cells = stats.aggregate(df)
     found = anomalies_mod.detect(df, per_conn, meta, out, cells=cells)
     rendered = [{"title": t, "header": h, "rows": r} for t, fn in TABLES for h, r in [fn(cells)]] if not cells.empty else []
     figures = plots_mod.render_all(cells, per_conn, out)

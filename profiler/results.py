@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from netprof.profiler import schema
+
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
 PER_CONN_PARQUET = "per_conn.parquet"
@@ -82,8 +84,7 @@ class ResultsStore:
         self.rows.append(row)
         if per_conn_messages:
             self.per_conn.append(pd.DataFrame({
-                "backend": row["backend"], "interpreter": row.get("interpreter"),
-                "connections": row["connections"], "pipeline": row["pipeline"], "round": row["round"],
+                **{k: row.get(k) for k in schema.ROW_KEYS},
                 "conn": range(len(per_conn_messages)), "messages": per_conn_messages,
             }))
         self.flush()

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from netprof.profiler import evidence
 from netprof.profiler import meta as meta_mod
-from netprof.profiler.cell import run_cell
+from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.loader_client import Loader
 from netprof.profiler.plan import RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
@@ -39,10 +39,10 @@ def default_out_dir() -> Path:
 def _open_probes(cfg: RunConfig):
     """Compile the counting programs once per run; re-targeted per cell."""
     if not cfg.probes:
-        return None, None
-    from netprof.probes import CountingProbes, delta
+        return None
+    from netprof.probes import CountingProbes
 
-    return CountingProbes(track_children=True), delta
+    return CountingProbes(track_children=True)
 
 
 def _link(cfg: RunConfig, console: Console):
@@ -75,7 +75,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
     store.write_meta(meta)
     failed = 0
     interrupted = False
-    probes, delta_fn = _open_probes(cfg)
+    probes = _open_probes(cfg)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
@@ -85,13 +85,13 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             loader = Loader.start(group, cpus=lcpus, threads=cfg.loader_threads,
                                   prefix=link.loader_prefix if link else None,
                                   netns=link.ns_loader if link else None)
-            loader.link = link
             extra = evidence.evidence_cells(cfg)
             total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
             task = progress.add_task("starting", total=total)
             for cell in cfg.cells():
                 progress.update(task, description=cell.label())
-                outcome = run_cell(cell, cfg, loader, probes, interps[cell.python], delta_fn)
+                env = CellEnv(cfg, loader, interps[cell.python], probes=probes, link=link)
+                outcome = run_cell(cell, env)
                 store.add(outcome.row, outcome.per_conn_messages)
                 if not outcome.ok:
                     failed += 1
@@ -106,13 +106,15 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 with StackProbes() as stack_probes:
                     for cell in extra:
                         progress.update(task, description=f"stacks: {cell.label()}")
-                        evidence.stacks_round(cell, cfg, loader, stack_probes, interps[cell.python], out)
+                        evidence.stacks_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link),
+                                              stack_probes, out)
                         progress.advance(task)
             if cfg.flamegraph:
                 index = []
                 for cell in extra:
                     progress.update(task, description=f"flamegraph: {cell.label()}")
-                    index.append(evidence.flamegraph_round(cell, cfg, loader, interps[cell.python], out))
+                    index.append(evidence.flamegraph_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link),
+                                                           out))
                     (out / "flamegraphs" / "index.json").write_text(json.dumps(index, indent=1))
                     progress.advance(task)
     except KeyboardInterrupt:

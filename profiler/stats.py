@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from netprof.profiler import schema
+
 NOISY_CV = 0.10  # a cell whose coefficient of variation across rounds exceeds this is "noisy"
 ACTIVE_SHARE_OF_MESSAGES = 0.95
 
@@ -76,30 +78,65 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> dict:
     }
 
 
-CELL_KEYS = ["backend", "interpreter", "connections", "pipeline"]
+def num(row, key: str) -> float | None:
+    """A finite number from a row, or None (missing column, NaN, None)."""
+    try:
+        v = row[key]
+    except (KeyError, IndexError):
+        return None
+    if v is None:
+        return None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def syscalls_of(row) -> dict[str, float] | None:
+    """{syscall: per-message count} of a cell, or None when it ran without probes."""
+    per = {k.split(".", 1)[1]: num(row, k) for k in row.index if k.startswith("syscalls_per_msg.")}
+    per = {k: v for k, v in per.items() if v is not None}
+    return per or None
+
+
+def derive(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-row metrics derived from the raw columns: CPU µs per message, user and kernel (/proc)."""
+    df = schema.normalize(df).copy()
+    msgs = df["messages"].where(df["messages"] > 0) if "messages" in df else np.nan
+    for part, col in (("user", "cpu.user_s"), ("sys", "cpu.sys_s")):
+        df[f"cpu_us_per_msg.{part}"] = df[col] * 1e6 / msgs if col in df else np.nan
+    return df
+
+
+# Columns averaged over a cell's rounds.
+MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "loader_cpu.", "faults.",
+                 "cpu_us_per_msg.", "errors.")
+MEAN_COLUMNS = ("ctx_switches_per_msg",)
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:
-    """One line per cell (backend × interpreter × connections × pipeline) over its successful rounds."""
+    """One line per cell (schema.CELL_KEYS) over its successful rounds: msgs/s mean ± interval,
+    the mean of every per-message metric, and the speed relative to the slowest backend."""
+    df = derive(df)
     ok = df[df["status"] == "ok"] if "status" in df else df
-    keys = [k for k in CELL_KEYS if k in df.columns]
+    keys = [k for k in schema.CELL_KEYS if k in df.columns]
     rows = []
     for key, g in ok.groupby(keys, sort=False, dropna=False):
         s = summarize(g["msgs_per_sec"])
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update({f"mps_{k}": v for k, v in s.items()})
         row["noisy"] = bool(s["n"] > 1 and s["cv"] > NOISY_CV)
+        if "family" in g:
+            row["family"] = g["family"].iloc[0]
         for col in g.columns:
-            if col.startswith(("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.")) or col in (
-                "ctx_switches_per_msg",
-            ):
-                if pd.api.types.is_numeric_dtype(g[col]):
-                    row[col] = float(g[col].mean())
+            if (col.startswith(MEAN_PREFIXES) or col in MEAN_COLUMNS) and pd.api.types.is_numeric_dtype(g[col]):
+                row[col] = float(g[col].mean())
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    # Relative speed within each (interpreter, connections, pipeline): slowest = 1, as in the seed.
+    # Relative speed among the backends of the same other dimensions: slowest = 1, as in the seed.
     group = [k for k in keys if k != "backend"]
     out["relative"] = out["mps_mean"] / out.groupby(group, dropna=False)["mps_mean"].transform("min")
-    return out
+    return out.sort_values([k for k in keys if k != "connections"] + ["connections"]).reset_index(drop=True)

@@ -7,6 +7,8 @@ import math
 import pandas as pd
 from rich.table import Table
 
+from netprof.profiler import schema
+
 
 def _fmt(v, spec: str = ".0f") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -19,11 +21,6 @@ def _get(row, key, scale: float = 1.0):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
     return v * scale
-
-
-def _cell_label(row) -> str:
-    pipe = f" ×{int(row['pipeline'])}" if row.get("pipeline", 1) != 1 else ""
-    return f"{int(row['connections'])}{pipe}"
 
 
 def human(v) -> str:
@@ -66,18 +63,17 @@ def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def _pivot(agg: pd.DataFrame, fmt) -> tuple[list[str], list[list[str]]]:
+    """Rows: backend plus every other varying dimension; columns: connections (× pipeline)."""
     if agg.empty:
         return ["backend"], []
-    agg = agg.sort_values(["connections", "pipeline"])
-    cols = list(dict.fromkeys(_cell_label(r) for _, r in agg.iterrows()))
-    has_interp = "interpreter" in agg and agg["interpreter"].nunique() > 1
-    has_pin = "pinned" in agg and agg["pinned"].nunique() > 1
+    agg = agg.sort_values(["connections", "pipeline"] if "pipeline" in agg else ["connections"])
+    cols = list(dict.fromkeys(schema.column_label(r, agg) for _, r in agg.iterrows()))
     rows: dict[str, dict[str, str]] = {}
-    for _, r in agg.iterrows():
-        name = f"{r['backend']} ({r['interpreter']})" if has_interp else r["backend"]
-        name += " (not pinned)" if has_pin and not r["pinned"] else ""
-        rows.setdefault(name, {})[_cell_label(r)] = fmt(r)
-    header = ["backend"] + [f"c={c}" for c in cols]
+    for _, r in agg.sort_values([k for k in schema.SERIES_KEYS if k in agg and k != "pipeline"],
+                                kind="stable").iterrows():
+        rows.setdefault(schema.series_label(r, agg.drop(columns="pipeline", errors="ignore")), {})[
+            schema.column_label(r, agg)] = fmt(r)
+    header = ["backend"] + cols
     return header, [[name] + [cells.get(c, "FF") for c in cols] for name, cells in rows.items()]
 
 

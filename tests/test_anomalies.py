@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from netprof.profiler import anomalies, results
+from netprof.profiler import anomalies, results, schema
 from netprof.profiler.anomalies import Thresholds, detect
 
 FAIR = {"min": 990, "p5": 995, "p50": 1000, "p95": 1005, "max": 1010, "jain": 0.999, "active_share": 0.95, "idle": 0}
@@ -124,7 +124,7 @@ def test_starvation_uses_per_connection_counts():
 
 
 def test_starvation_on_idle_connections_alone_is_a_warning():
-    row = make_row("b", 1000, per_conn={"min": 0, "p5": 0, "idle": 224, "jain": 0.72, "active_share": 0.67})
+    row = make_row("b", 1000, per_conn={"min": 0, "p5": 0, "idle": 224, "jain": 0.86, "active_share": 0.67})
     a = ids(detect(frame(row)), "starvation")
     assert a and a[0]["severity"] == "warning" and "224 of 1000 connections (22%)" in a[0]["explanation"]
 
@@ -158,7 +158,7 @@ def test_readiness_churn_silent_below_threshold_and_without_probes():
 def test_mmap_churn_explains_the_big_receive_buffer_and_quotes_stacks(tmp_path):
     row = make_row("asyncio", 100, syscalls_per_msg={"mmap": 1.0, "munmap": 1.0, "mremap": 1.0})
     (tmp_path / "stacks").mkdir()
-    (tmp_path / "stacks" / "asyncio-c100-p1.json").write_text(json.dumps(
+    (tmp_path / "stacks" / f"{schema.cell_slug(row)}.json").write_text(json.dumps(
         {"mmap": [{"count": 9000, "frames": ["mmap64 (libc.so.6)", "sysmalloc (libc.so.6)",
                                              "_PyBytes_FromSize (python3.11)", "sock_recv_impl (_socket)"]}]}))
     a = ids(detect(frame(row), out_dir=tmp_path), "mmap_churn")[0]

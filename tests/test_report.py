@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import REQUIRE_BPF
-from netprof.profiler import report, results
+from netprof.profiler import report, results, schema
 from test_anomalies import STARVED, make_row
 
 META = {"netprof_version": "0.1.0", "started": "2026-11-21T12:00:00+00:00",
@@ -57,10 +57,10 @@ def build_results(d: Path) -> Path:
     store.add(make_row("asyncio", 10000, status="failed", error="EMFILE: accept: Too many open files",
                        messages=0, msgs_per_sec=0.0))
     (d / "stacks").mkdir()
-    (d / "stacks" / "asyncio-c100-p1.json").write_text(json.dumps(
+    (d / "stacks" / f"{schema.cell_slug(make_row('asyncio', 100))}.json").write_text(json.dumps(
         {"mmap": [{"count": 5000, "frames": ["__mmap (libc.so.6)", "sysmalloc (libc.so.6)",
                                              "PyBytes_FromStringAndSize (python3.11)", "sock_recv (_socket)"]}]}))
-    fg = d / "flamegraphs" / "selector-c100-p1"
+    fg = d / "flamegraphs" / schema.cell_slug(make_row("selector", 100))
     fg.mkdir(parents=True)
     (fg / "oncpu.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="100" height="20">'
                                   '<rect width="100" height="20" fill="#e66"/></svg>')
@@ -115,7 +115,7 @@ def test_markdown_reads_as_a_finding(reported):
         assert heading in md
     assert "EMFILE" in md and "fd limit" in md
     assert "sendto + recvfrom" in md                      # compact syscall notation
-    assert "(plots/throughput.png)" in md and "flamegraphs/selector-c100-p1/oncpu.svg" in md
+    assert "(plots/throughput.png)" in md and f"flamegraphs/{schema.cell_slug(make_row('selector', 100))}/oncpu.svg" in md
     assert "already waiting" in md and "selector_events.py" in md and "sock_recv (_socket)" in md
     assert md.index("[CRITICAL]") < md.index("[WARNING]") < md.index("[INFO]")
 
@@ -202,7 +202,9 @@ def test_fairness_is_stated_plainly_either_way():
 
     cells = pd.DataFrame({"backend": ["asyncio_sock"] * 2, "connections": [100, 100], "pipeline": [1, 4],
                           "per_conn.jain": [1.0, 0.99]})
-    fair = _fairness_sentence(cells, set())
+    fair = _fairness_sentence(cells, [])
     assert "evenly" in fair and "4 messages in flight" in fair and "did not appear" in fair
-    broke = _fairness_sentence(cells, {("asyncio_sock", 100, 4)})
+    starved = {"id": "starvation", "backend": "asyncio_sock", "connections": 100, "pipeline": 4,
+               "evidence": {"Jain index (1 = fair)": 0.4, "mechanism": "reads did not yield."}}
+    broke = _fairness_sentence(cells, [starved])
     assert broke.startswith("Fairness broke in 1 cell") and "asyncio_sock at 100 connections, 4 in flight" in broke

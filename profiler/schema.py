@@ -1,0 +1,134 @@
+"""What identifies a measurement cell: its key columns (every run dimension), its label and its
+file-name slug. Everything else imports these; a new run dimension is added here (and as a CLI
+option that fills it), nowhere else.
+
+A *cell* is one combination of run dimensions; a *row* is one round of one cell. Results written
+before a dimension existed lack its column: `normalize` fills it with the value those runs had
+(e.g. `framing` "stream": netprof read 64 KiB per receive before the framing option existed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Dimension:
+    name: str
+    legacy: Any  # the value of result files written before this dimension existed
+    # How the value reads in a label, and in a file name. Labels leave out a dimension whose value
+    # is the same in every cell of the table being labelled (`varying`); slugs always hold it all.
+    text: Callable[[Any], str]
+    slug: Callable[[Any], str]
+
+
+def _pipeline_text(v) -> str:
+    return f"pipeline {int(v)}"
+
+
+def _pinned_text(v) -> str:
+    return "pinned" if bool(v) else "not pinned"
+
+
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("backend", None, str, str),
+    Dimension("interpreter", "", str, lambda v: str(v) or "default"),
+    Dimension("framing", "stream", lambda v: f"{v} framing", str),
+    Dimension("connections", None, lambda v: f"c={int(v)}", lambda v: f"c{int(v)}"),
+    Dimension("pipeline", 1, _pipeline_text, lambda v: f"p{int(v)}"),
+    Dimension("pinned", True, _pinned_text, lambda v: "" if bool(v) else "nopin"),
+)
+BY_NAME = {d.name: d for d in DIMENSIONS}
+CELL_KEYS: list[str] = [d.name for d in DIMENSIONS]
+ROW_KEYS: list[str] = CELL_KEYS + ["round"]
+# Dimensions that are one value per run today but still part of a cell's identity in tables when
+# a results frame mixes runs (compare): they are not split into separate cells.
+SERIES_KEYS: list[str] = [k for k in CELL_KEYS if k != "connections"]  # one plotted line per these
+
+
+def normalize(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame with every key column present (older result files get their legacy values)."""
+    missing = [d for d in DIMENSIONS if d.name not in df.columns and d.legacy is not None]
+    if not missing:
+        return df
+    df = df.copy()
+    for d in missing:
+        df[d.name] = d.legacy
+    return df
+
+
+def key_of(row: Mapping) -> tuple:
+    """The cell key of a row (dimension values in CELL_KEYS order)."""
+    return tuple(_value(row, d) for d in DIMENSIONS)
+
+
+def _value(row: Mapping, d: Dimension):
+    try:
+        v = row[d.name]
+    except (KeyError, IndexError):
+        return d.legacy
+    return d.legacy if v is None or (isinstance(v, float) and v != v) else v
+
+
+def varying(frame: pd.DataFrame, among: list[str] | None = None) -> list[str]:
+    """Dimensions (of `among`, default all) that take more than one value in `frame`."""
+    names = among if among is not None else CELL_KEYS
+    return [k for k in names if k in frame.columns and frame[k].nunique(dropna=False) > 1]
+
+
+def cell_label(row: Mapping, dims: list[str] | None = None, with_round: bool = False) -> str:
+    """'asyncio_sock message framing c=100 pipeline 8': the named dimensions (default: all that
+    differ from a plain run: non-default interpreter, pipeline ≠ 1, unpinned)."""
+    if dims is None:
+        dims = [d.name for d in DIMENSIONS if not _plain(d, _value(row, d))]
+    parts = [BY_NAME[k].text(_value(row, BY_NAME[k])) for k in dims]
+    if with_round:
+        rnd = row.get("round") if hasattr(row, "get") else None
+        parts.append(f"round {int(rnd)}" if rnd else "evidence round")
+    return " ".join(p for p in parts if p)
+
+
+def _plain(d: Dimension, v) -> bool:
+    """True when a label may leave `d` out because `v` is what a plain run has."""
+    return d.name in ("interpreter",) and not v or d.name == "pipeline" and int(v) == 1 \
+        or d.name == "pinned" and bool(v)
+
+
+def series_label(row: Mapping, frame: pd.DataFrame) -> str:
+    """Label of one plotted line / table row: 'thread (message framing, not pinned)', the backend
+    and, in parentheses, the other series dimensions that vary in `frame`."""
+    others = [k for k in varying(frame, SERIES_KEYS) if k != "backend"]
+    extra = ", ".join(BY_NAME[k].text(_value(row, BY_NAME[k])) for k in others)
+    return f"{row['backend']} ({extra})" if extra else str(row["backend"])
+
+
+def column_label(row: Mapping, frame: pd.DataFrame) -> str:
+    """Label of a table column: connections, plus pipeline when it varies ('100 ×8')."""
+    text = f"c={int(row['connections'])}"
+    if "pipeline" in varying(frame):
+        text += f" ×{int(_value(row, BY_NAME['pipeline']))}"
+    return text
+
+
+def cell_slug(row: Mapping) -> str:
+    """File-name stem of a cell's artefacts (stacks/<slug>.json, flamegraphs/<slug>/): every
+    dimension, so two cells never share a file and writer and reader always agree."""
+    parts = [d.slug(_value(row, d)) for d in DIMENSIONS]
+    return "-".join(p.replace("/", "_") for p in parts if p)
+
+
+def select(frame: pd.DataFrame, row: Mapping, **changes) -> pd.DataFrame:
+    """Rows of `frame` in the same cell as `row`, except the dimensions in `changes` (a value, or
+    None for any value)."""
+    sel = pd.Series(True, index=frame.index)
+    for d in DIMENSIONS:
+        if d.name not in frame.columns:
+            continue
+        if d.name in changes and changes[d.name] is None:
+            continue
+        want = changes.get(d.name, _value(row, d))
+        sel &= frame[d.name] == want
+    return frame[sel]
