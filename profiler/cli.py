@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from pyarrow.lib import ArrowException
 from rich.console import Console
 from rich.table import Table
 
 import netprof
-from netprof.profiler.plan import (InputError, RunConfig, parse_framings, parse_int_list, parse_pythons, parse_sources,
+from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
+from netprof.profiler.plan import (RunConfig, parse_framings, parse_int_list, parse_pythons, parse_sources,
                                    validate)
 
 EXAMPLES = """
@@ -36,18 +38,29 @@ Examples:
   netprof report runs/20261121-120000              # rebuild report.md / report.html
 """
 
+EXIT_CODES = """
+Exit codes: 0 every cell ran; 1 some cells failed (FF) or a --fail-if regression; 2 bad input or a
+missing capability; 3 netprof's own error (the report of finished cells is still written);
+130 interrupted.
+"""
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="eBPF/perf syscall profiler for Python network backends.\n" + EXAMPLES,
+    pretty_exceptions_enable=False,
+    help="eBPF/perf syscall profiler for Python network backends.\n" + EXAMPLES + EXIT_CODES,
 )
 err = Console(stderr=True)
 
 
+def say_error(message: str) -> None:
+    err.print(f"[bold red]netprof:[/bold red] {message}", highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: int = 2) -> None:
     """One line naming the fix, then exit (2 = bad input / missing capability)."""
-    err.print(f"[bold red]netprof:[/bold red] {message}", highlight=False, soft_wrap=True)
+    say_error(message)
     raise typer.Exit(code)
 
 
@@ -110,7 +123,9 @@ def run(
     no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
     backend_cpu: str = typer.Option("0", "--backend-cpu", help="CPU(s) the backend is pinned to."),
     loader_cpus: str = typer.Option("", "--loader-cpus", help="CPUs for the loader (default: all others)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Results directory (default runs/<timestamp>/)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory (default runs/<timestamp>/)."),
+    force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before a run planned to take over an hour."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout, nothing else there."),
     remote: str = typer.Option("", "--remote", help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
     netem: str = typer.Option("", "--netem", help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
@@ -118,18 +133,32 @@ def run(
     python: str = typer.Option("", "--python", help="Interpreter(s) for the backends: comma list of versions (3.11,3.13, via pyenv) or paths; default: netprof's own."),
 ) -> None:
     """Run backends × connections × pipeline × rounds and report what each message costs."""
-    try:
-        cfg = validate(RunConfig(
+    cfg = validate(RunConfig(
             backends=list(backends), connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             flamegraph=flamegraph, pin=not no_pin, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
-            out_dir=str(out) if out else "", remote=remote, netem=netem,
+            out_dir=str(out) if out else "", force=force, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
         ))
-    except InputError as e:
-        fail(str(e))
+    _confirm_long_plan(cfg, yes)
     _execute(cfg, as_json)
+
+
+LONG_PLAN_S = 3600.0
+
+
+def _confirm_long_plan(cfg: RunConfig, yes: bool) -> None:
+    """A plan over an hour says so and asks (or needs --yes when nobody can answer)."""
+    total = cfg.estimate_s()
+    if total <= LONG_PLAN_S or yes:
+        return
+    text = (f"{cfg.n_cells()} cells × ({cfg.warmup:g} s warm-up + {cfg.duration:g} s) ≈ "
+            f"{total / 3600:.1f} h")
+    if not sys.stdin.isatty():
+        raise InputError(f"this plan takes {text}; pass --yes to run it, or fewer cells/rounds")
+    if not typer.confirm(f"This plan takes {text}. Run it?", default=False, err=True):
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def _terminate_like_ctrl_c(signum, frame) -> None:
@@ -157,18 +186,10 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
     console = Console(stderr=True) if as_json else Console()
     interps = {}
     for spec in cfg.pythons:
-        try:
-            with console.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
-                interps[spec] = interpreters.prepare(spec)
-        except interpreters.InterpreterError as e:
-            fail(str(e))
+        with console.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
+            interps[spec] = interpreters.prepare(spec)
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
-    from netprof.profiler.netns import LinkError
-
-    try:
-        outcome = runner.execute(cfg, sys.argv, console, interps)
-    except LinkError as e:
-        fail(str(e), 1)
+    outcome = runner.execute(cfg, sys.argv, console, interps)
     if outcome.store.rows:
         summary = report.finish(outcome.out_dir, console=None if as_json else console)
         if as_json:
@@ -176,6 +197,10 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
     elif (outcome.out_dir / "flamegraphs" / "index.json").exists():
         index = (outcome.out_dir / "flamegraphs" / "index.json").read_text()
         print(index if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
+    if outcome.error:
+        fail(f"netprof's own error: {outcome.error} (traceback in {outcome.out_dir}/{runner.ERROR_LOG}); "
+             f"{len(outcome.store.rows)} finished cells and their report are kept in {outcome.out_dir}",
+             EXIT_INTERNAL)
     if outcome.interrupted:
         err.print(f"interrupted: {len(outcome.store.rows)} finished cells kept in {outcome.out_dir}")
         raise typer.Exit(130)
@@ -213,16 +238,13 @@ def flamegraph(
         diff(args[1], args[2], target, title=f"{Path(args[2]).parent.name} vs {Path(args[1]).parent.name}")
         print(target)
         return
-    try:
-        cfg = validate(RunConfig(
+    cfg = validate(RunConfig(
             backends=list(args), connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup, rounds=1,
             msize=msize, work=work, probes=False, flamegraph=True, pin=not no_pin,
             out_dir=str(out) if out else "", evidence_only=True, pythons=parse_pythons(python),
             framings=parse_framings(framing),
         ))
-    except InputError as e:
-        fail(str(e))
     _execute(cfg, as_json)
 
 
@@ -234,16 +256,29 @@ def report_cmd(
     """Rebuild report.md / report.html (and summary.json) from a results directory."""
     from netprof.profiler import report
 
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such directory; give a results directory written by `netprof run`")
     try:
         summary = report.finish(directory, console=None if as_json else Console())
     except FileNotFoundError as e:
-        fail(str(e))
+        raise InputError(str(e)) from None
+    except (OSError, ValueError, ArrowException) as e:  # a corrupt or truncated results file
+        raise InputError(f"{directory}: its results cannot be read ({type(e).__name__}: {e}); "
+                         "the run that wrote it was cut off or the file was changed: re-run it") from None
     if as_json:
         print(json.dumps(summary, default=str))
 
 
 def main() -> None:
-    app()
+    """The one handler: netprof's own errors are one line and their exit code, never a traceback."""
+    try:
+        app()
+    except NetprofError as e:
+        say_error(str(e))
+        sys.exit(e.exit_code)
+    except Exception as e:  # a bug: still one line, and the exit code that says so
+        say_error(f"internal error: {type(e).__name__}: {e}")
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import netprof
+from netprof.profiler.errors import CapabilityError
 
 # What the backends import beyond the standard library (pinned like pyproject's dependencies).
 BACKEND_DEPS = ["uvloop==0.23.*", "gevent>=24"]
@@ -42,7 +43,7 @@ print(json.dumps({
 """
 
 
-class InterpreterError(RuntimeError):
+class InterpreterError(CapabilityError):
     """One line naming the fix."""
 
 

@@ -51,6 +51,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
+from netprof.profiler.errors import NetprofError
+
 NS_PREFIX = "netprof-"
 _NS_RE = re.compile(r"^netprof-(\d+)-[bl]$")
 NET = "198.18.0.0/29"  # inside the RFC 2544 benchmarking range 198.18.0.0/15
@@ -62,7 +64,7 @@ IP_TIMEOUT = 15.0
 NETEM_SYNTAX = "delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]"
 
 
-class LinkError(RuntimeError):
+class LinkError(NetprofError):
     """The link could not be set up (one line naming the cause and the fix)."""
 
 

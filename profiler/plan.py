@@ -17,6 +17,7 @@ from typing import Iterator
 
 from netprof.backends import registry
 from netprof.profiler import schema
+from netprof.profiler.errors import InputError
 
 # Each side (backend and loader) holds one fd per connection plus a few of its own.
 FD_RESERVE = 100
@@ -35,10 +36,6 @@ LIMITS = {
 CONNECTIONS_PER_SOURCE = 28_000
 AUTO_CONNECTIONS_PER_SOURCE = 12_000
 REMOTE_MODES = ("", "netns")
-
-
-class InputError(ValueError):
-    """Bad input: the message is one line that names the fix. The CLI exits 2 on it."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +82,7 @@ class RunConfig:
     # message: each receive asks for the rest of one message (the reference harness's way);
     # stream: read up to 64 KiB and echo what came. A run dimension (comma list on the CLI).
     framings: list[str] = field(default_factory=lambda: ["message"])
+    force: bool = False  # --force: replace the run already in out_dir
 
     def cells(self) -> Iterator[Cell]:
         """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
@@ -103,6 +101,10 @@ class RunConfig:
     def n_cells(self) -> int:
         rounds = 0 if self.evidence_only else self.rounds
         return len(list(self.combinations(0))) * rounds
+
+    def estimate_s(self) -> float:
+        """Seconds the throughput rounds take at least (warm-up + window per cell, plus ~1 s of start-up)."""
+        return self.n_cells() * (self.warmup + self.duration + 1.0)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -246,7 +248,57 @@ def validate(cfg: RunConfig) -> RunConfig:
     ncpu = os.cpu_count() or 1
     if cfg.pin and ncpu < 2:
         raise InputError("pinning needs at least 2 CPUs (backend and loader apart); pass --no-pin")
+    if cfg.pin:
+        check_cpus(cfg)
+    check_out(cfg)
     return cfg
+
+
+def _cpu_list(spec: str, option: str) -> list[int]:
+    from netprof.profiler.procs import parse_cpus
+
+    usable = sorted(os.sched_getaffinity(0))
+    try:
+        cpus = parse_cpus(spec) or []
+    except ValueError:
+        raise InputError(f"{option} '{spec}' is not a CPU list; use e.g. 0, 1,2 or 1-3 (this machine: "
+                         f"{','.join(map(str, usable))})") from None
+    if not cpus:
+        raise InputError(f"{option} is empty; give a CPU list such as 0 or 1,2")
+    bad = [c for c in cpus if c not in usable]
+    if bad:
+        raise InputError(f"{option} {spec}: CPU {bad[0]} is not available to this process; "
+                         f"use {','.join(map(str, usable))}")
+    return cpus
+
+
+def check_cpus(cfg: RunConfig) -> None:
+    """Backend and loader CPUs exist, and do not overlap (the loader would steal the backend's CPU)."""
+    backend = set(_cpu_list(cfg.backend_cpu, "--backend-cpu"))
+    if cfg.loader_cpus:
+        shared = backend & set(_cpu_list(cfg.loader_cpus, "--loader-cpus"))
+        if shared:
+            raise InputError(f"--backend-cpu and --loader-cpus share CPU {min(shared)}: the loader would compete "
+                             "with the backend it measures; give them different CPUs, or --no-pin")
+    elif not set(os.sched_getaffinity(0)) - backend:
+        raise InputError(f"--backend-cpu {cfg.backend_cpu} leaves no CPU for the loader; pin the backend to fewer CPUs")
+
+
+def check_out(cfg: RunConfig) -> None:
+    """--out is a directory netprof may write: not under /proc or /sys, not a file, not a finished
+    run's directory unless --force (its rows would be replaced)."""
+    if not cfg.out_dir:
+        return
+    out = os.path.abspath(cfg.out_dir)
+    if out.split(os.sep)[1:2] in (["proc"], ["sys"], ["dev"]):
+        raise InputError(f"--out {cfg.out_dir}: netprof cannot write results under /{out.split(os.sep)[1]}; "
+                         "give a directory such as runs/mine")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise InputError(f"--out {cfg.out_dir} is an existing file, not a directory; give a new directory name")
+    from netprof.profiler.results import RESULTS_PARQUET
+
+    if os.path.exists(os.path.join(out, RESULTS_PARQUET)) and not cfg.force:
+        raise InputError(f"--out {cfg.out_dir} already holds a run; give a new directory, or --force to replace it")
 
 
 def check_work(spec: str) -> None:

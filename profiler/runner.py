@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +19,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from netprof.profiler import evidence
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
+from netprof.profiler.errors import NetprofError
 from netprof.profiler.loader_client import Loader
 from netprof.profiler.plan import RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
 from netprof.profiler.results import ResultsStore
+
+
+ERROR_LOG = "netprof-error.log"
 
 
 @dataclass
@@ -30,6 +35,7 @@ class RunOutcome:
     store: ResultsStore
     failed: int
     interrupted: bool = False
+    error: str | None = None  # netprof's own error that ended the run early (traceback in ERROR_LOG)
 
 
 def default_out_dir() -> Path:
@@ -75,6 +81,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
     store.write_meta(meta)
     failed = 0
     interrupted = False
+    error = None
     probes = _open_probes(cfg)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
@@ -119,7 +126,12 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                     progress.advance(task)
     except KeyboardInterrupt:
         interrupted = True
+    except NetprofError:
+        raise
+    except Exception as e:  # a bug must not lose the finished cells: the caller still writes the report
+        error = f"{type(e).__name__}: {e}"
+        (out / ERROR_LOG).write_text(traceback.format_exc())
     finally:
         if probes is not None:
             probes.close()
-    return RunOutcome(out, store, failed, interrupted)
+    return RunOutcome(out, store, failed, interrupted, error)
