@@ -389,7 +389,7 @@ def lock_contention(ctx: Context) -> list[Anomaly]:
             text += (f"The same cell {label}: {ofx:.2f} futex per message at {o['mps_mean']:.0f} msgs/s "
                      f"(here {fx:.2f} at {r['mps_mean']:.0f}). ")
         elif not r.get("pinned"):
-            text += ("This run was not pinned to one CPU; the seed saw 15 futex per message drop to 0.01 once the "
+            text += ("This run was not pinned to one CPU; network_ping_test saw 15 futex per message drop to 0.01 once the "
                      "backend was pinned (taskset). Re-run pinned (the default) to compare. ")
         ev["stacks"] = ctx.stacks(r, ("futex",))
         sev = "critical" if fx >= t.futex_critical else "warning"
@@ -588,7 +588,7 @@ FAILURE_CAUSES = (  # (pattern in the error, cause, what it means)
     (r"exited with code \d+", "exit",
      "exited by itself, usually an uncaught exception; its stderr is quoted in the error."),
     (r"stall", "stall",
-     "stopped answering during the measurement: a deadlock, or a loop that never yields (the seed's thread backend "
+     "stopped answering during the measurement: a deadlock, or a loop that never yields (network_ping_test's thread backend "
      "sometimes hung at 100% CPU)."),
     (r"connections could be opened|connect", "connection setup",
      "could not accept all connections: listen backlog, local ports or fds ran out during setup."),
@@ -598,7 +598,7 @@ FAILURE_CAUSES = (  # (pattern in the error, cause, what it means)
 
 @rule("failed_cells")
 def failed_cells(ctx: Context) -> list[Anomaly]:
-    """Cells (the seed's FF) whose rounds failed, with the cause read from the error."""
+    """Cells (network_ping_test's FF) whose rounds failed, with the cause read from the error."""
     df, found = ctx.df, []
     if "status" not in df or df.empty:
         return found

@@ -2,7 +2,7 @@
 loader's measure marks, stop everything, and turn what was measured into one row.
 
 A cell never raises for a backend's misbehaviour: crashes, stalls, refusals and EMFILE become a
-failed row with the reason (the seed's "FF"). Only Ctrl-C and netprof's own bugs propagate.
+failed row with the reason (network_ping_test's "FF"). Only Ctrl-C and netprof's own bugs propagate.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ Examples:
 
   netprof run asyncio_sock uvloop_sock -c 100 --pipeline 1,4,8
 
-  netprof run thread --no-pin -c 100               # the seed's futex storm
+  netprof run thread --no-pin -c 100               # network_ping_test's futex storm
 
   netprof run selector -c 100 --remote netns --netem delay=500us   # over a link with 1 ms RTT
 
@@ -79,13 +80,15 @@ def main_options(
 
 @app.command("list")
 def list_backends(all_: bool = typer.Option(False, "--all", help="Include test-only backends.")) -> None:
-    """The backends netprof can run, with family and description."""
+    """The backends netprof can run: family, how each reads under --framing message (exact: asks the
+    kernel for the rest of one message; split: a callback gets what arrived and splits it into
+    messages; frames: ZeroMQ messages are already framed), and a description."""
     from netprof.backends import registry
 
-    table = Table("backend", "family", "description", box=None, header_style="bold")
+    table = Table("backend", "family", "reads", "description", box=None, header_style="bold")
     for name in registry.names(include_test_only=all_):
         info = registry.get(name)
-        table.add_row(name, info.family, info.description)
+        table.add_row(name, info.family, info.reads, info.description)
     Console().print(table)
 
 
@@ -233,9 +236,16 @@ def flamegraph(
 
         for f in args[1:]:
             if not Path(f).is_file():
-                fail(f"{f}: no such folded-stacks file (flamegraphs/<cell>/*.folded of a run)")
-        target = str(out or "diff.svg")
-        diff(args[1], args[2], target, title=f"{Path(args[2]).parent.name} vs {Path(args[1]).parent.name}")
+                raise InputError(f"{f}: no such folded-stacks file (flamegraphs/<cell>/*.folded of a run)")
+            if not Path(f).read_text(errors="replace").strip():
+                raise InputError(f"{f} holds no stacks (the sampler saw nothing): diff two non-empty .folded files")
+        target = Path(out or "diff.svg")
+        if not target.parent.is_dir() or not os.access(target.parent, os.W_OK):
+            raise InputError(f"-o {target}: cannot write into {target.parent or '.'}; give a writable path")
+        try:
+            diff(args[1], args[2], str(target), title=f"{Path(args[2]).parent.name} vs {Path(args[1]).parent.name}")
+        except (OSError, RuntimeError) as e:
+            raise NetprofError(f"flamegraph diff failed: {e}") from None
         print(target)
         return
     cfg = validate(RunConfig(

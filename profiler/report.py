@@ -1,5 +1,5 @@
 """Turn a results directory into what a person reads: a few sentences of findings, the anomalies with
-their evidence, the seed's tables and the plots — as terminal output, report.md, a self-contained
+their evidence, network_ping_test's tables and the plots — as terminal output, report.md, a self-contained
 report.html, and summary.json (the interface contract's JSON summary).
 
 This module only gathers and renders; the numbers come from `stats.aggregate`, the
@@ -207,6 +207,7 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "backends": ", ".join(dict.fromkeys(map(str, df["backend"]))) if "backend" in df else "",
         "connections": ", ".join(str(c) for c in sorted(df["connections"].unique())) if "connections" in df else "",
         "pipeline": ", ".join(str(p) for p in sorted(df["pipeline"].unique())) if "pipeline" in df else "1",
+        "framing": ", ".join(sorted(schema.normalize(df)["framing"].dropna().unique())) if len(df) else "",
         "interpreters": ", ".join(dict.fromkeys(map(str, df["interpreter"].dropna()))) if "interpreter" in df else "",
         "rounds": cfg.get("rounds", int(df["round"].max()) if "round" in df and len(df) else ""),
         "duration": cfg.get("duration", ""),
@@ -237,10 +238,8 @@ def _pinning(p: dict) -> str:
 def failed_rows(df: pd.DataFrame) -> list[dict]:
     if "status" not in df:
         return []
-    bad = df[df["status"] != "ok"]
-    return [{"backend": r["backend"], "connections": int(r["connections"]), "pipeline": int(r.get("pipeline", 1) or 1),
-             "round": int(r["round"]) if "round" in r and pd.notna(r["round"]) else None, "error": r.get("error") or "?"}
-            for _, r in bad.iterrows()]
+    bad = schema.normalize(df[df["status"] != "ok"])
+    return [{"label": schema.cell_label(r, with_round=True), "error": r.get("error") or "?"} for _, r in bad.iterrows()]
 
 
 def sampling_cost(entry: dict, df: pd.DataFrame) -> str | None:

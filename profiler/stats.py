@@ -26,7 +26,7 @@ def jain_index(counts: Sequence[float]) -> float:
 def active_share(counts: Sequence[float], of_messages: float = ACTIVE_SHARE_OF_MESSAGES) -> float:
     """Smallest share of connections that together handled `of_messages` of all messages.
 
-    Fair service gives ≈ of_messages (0.95); the seed's "active vs stagnant" split gives a tiny value.
+    Fair service gives ≈ of_messages (0.95); network_ping_test's "active vs stagnant" split gives a tiny value.
     """
     x = np.sort(np.asarray(counts, dtype=float))[::-1]
     total = x.sum()
@@ -136,7 +136,7 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    # Relative speed among the backends of the same other dimensions: slowest = 1, as in the seed.
+    # Relative speed among the backends of the same other dimensions: slowest = 1, as in network_ping_test.
     group = [k for k in keys if k != "backend"]
     out["relative"] = out["mps_mean"] / out.groupby(group, dropna=False)["mps_mean"].transform("min")
     return out.sort_values([k for k in keys if k != "connections"] + ["connections"]).reset_index(drop=True)

@@ -1,4 +1,4 @@
-"""The seed's tables, built once from the per-cell aggregate, rendered for the terminal and Markdown."""
+"""network_ping_test's tables, built once from the per-cell aggregate, rendered for the terminal and Markdown."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _get(row, key, scale: float = 1.0):
 
 
 def human(v) -> str:
-    """92345 → '92.3k', as the seed writes throughput."""
+    """92345 → '92.3k', as network_ping_test writes throughput."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     for unit, scale in (("M", 1e6), ("k", 1e3)):
@@ -40,7 +40,7 @@ def throughput_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def relative_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Speed relative to the slowest backend of the same cell (slowest = 1), as in the seed."""
+    """Speed relative to the slowest backend of the same cell (slowest = 1), as in network_ping_test."""
     return _pivot(agg, lambda r: f"×{_fmt(r['relative'], '.2f')}")
 
 
@@ -91,7 +91,7 @@ def to_markdown(header: list[str], rows: list[list[str]]) -> str:
 
 
 def syscalls_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Syscalls per message in the seed's compact notation (`sendto + recvfrom + 0.01 × epoll_wait`)."""
+    """Syscalls per message in network_ping_test's compact notation (`sendto + recvfrom + 0.01 × epoll_wait`)."""
     try:
         from netprof.probes import per_message_notation
     except ImportError:  # the probes package's notation has not landed: a local stand-in
