@@ -1,4 +1,5 @@
-"""`python -m netprof.backends NAME --port P [--work MODEL] [--workers N]` and `--list`.
+"""`python -m netprof.backends NAME --port P [--work MODEL] [--workers N] [--msize N]
+[--framing message|stream]` and `--list`.
 
 Exit codes: 0 served and done (peer closed everything, or SIGTERM/SIGINT); 1 runtime failure;
 2 bad arguments; 3 a missing optional dependency (the message names the fix).
@@ -10,13 +11,13 @@ import importlib
 import sys
 
 from . import registry
-from .common import BadWorkSpec, Options, WorkModel, build_parser, die, listen_socket
+from .common import BadWorkSpec, Options, WorkModel, build_parser, check_msize, die, listen_socket
 
 
 def print_list() -> None:
     width = max(map(len, registry.BACKENDS))
     for b in registry.BACKENDS.values():
-        print(f"{b.name:<{width}}  {b.family:<9}  {b.description}")
+        print(f"{b.name:<{width}}  {b.family:<9}  {b.reads:<6}  {b.description}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     if args.workers < 1:
         parser.error("--workers must be >= 1")
+    check_msize(parser, args.msize)
 
     missing = registry.missing_requirement(info)
     if missing:
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         die(f"backend {info.name!r} cannot be loaded ({e}); fix: make setup", 3)
 
-    opts = Options(args.host, args.port, work, args.workers)
+    opts = Options(args.host, args.port, work, args.workers, args.msize, args.framing)
     try:
         listener = listen_socket(opts.host, opts.port)
     except OSError as e:

@@ -2,24 +2,33 @@
 
 As in the seed: the uvloop variants are the asyncio code with `uvloop.new_event_loop` as the loop
 factory, nothing else changes.
+
+Framing (common.Framer): streams and sock styles pull, `reader.read(msize - have)` and
+`loop.sock_recv(conn, msize - have)`, as the reference harness does; a whole message waiting in the
+buffer / socket is then returned without yielding to the loop (the starvation effect). The Protocol
+style cannot choose its read size: `data_received` gets what arrived and splits it into messages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 
-from .common import BACKLOG, BUFSIZE, STOP_SIGNALS, ConnTracker, announce_ready, nodelay
-
+from .common import BACKLOG, STOP_SIGNALS, ConnTracker, Framer, announce_ready, nodelay
 
 # --- the three styles. Each starts serving and returns a function that stops accepting. ---
 
 
-async def start_streams(listener, work, tracker, on_closed):
+async def start_streams(listener, work, tracker, on_closed, framer: Framer):
+    first, whole = framer.first, framer.whole
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         nodelay(writer.get_extra_info("socket"))
         tracker.opened()
         try:
-            while data := await reader.read(BUFSIZE):
+            while data := await reader.read(first):
+                if len(data) < whole and not (data := await framer.finish_async(reader.read, data)):
+                    break
                 if work:
                     work()
                 writer.write(data)
@@ -36,8 +45,10 @@ async def start_streams(listener, work, tracker, on_closed):
 
 
 class EchoProtocol(asyncio.Protocol):
-    def __init__(self, work, tracker, on_closed):
+    def __init__(self, work, tracker, on_closed, framer: Framer):
         self.work, self.tracker, self.on_closed = work, tracker, on_closed
+        self.whole = framer.whole  # msize under message framing, 0 under stream framing
+        self.rest = None  # bytearray: the start of a message still incomplete
 
     def connection_made(self, transport):
         nodelay(transport.get_extra_info("socket"))
@@ -45,28 +56,47 @@ class EchoProtocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data):
-        if self.work:
-            self.work()
-        self.transport.write(data)
+        """Stream framing: echo what came. Message framing: work() and write() once per whole
+        message; a trailing partial message waits for more data."""
+        if self.rest is not None:
+            self.rest += data
+            data, self.rest = self.rest, None
+        whole, work, write = self.whole, self.work, self.transport.write
+        if len(data) == whole or not whole:  # one message (the common case), or stream framing
+            if work:
+                work()
+            write(data)
+            return
+        end = len(data) - len(data) % whole
+        for start in range(0, end, whole):
+            if work:
+                work()
+            write(data[start:start + whole])
+        if end < len(data):
+            self.rest = bytearray(memoryview(data)[end:])
 
     def connection_lost(self, exc):
         self.on_closed()
 
 
-async def start_proto(listener, work, tracker, on_closed):
+async def start_proto(listener, work, tracker, on_closed, framer: Framer):
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: EchoProtocol(work, tracker, on_closed),
+    server = await loop.create_server(lambda: EchoProtocol(work, tracker, on_closed, framer),
                                       sock=listener, backlog=BACKLOG)
     return server.close
 
 
-async def start_sock(listener, work, tracker, on_closed):
+async def start_sock(listener, work, tracker, on_closed, framer: Framer):
     loop = asyncio.get_running_loop()
     tasks = set()  # the loop keeps only weak references to tasks
+    first, whole = framer.first, framer.whole
 
     async def echo(conn):
+        recv = functools.partial(loop.sock_recv, conn)
         try:
-            while data := await loop.sock_recv(conn, BUFSIZE):
+            while data := await recv(first):
+                if len(data) < whole and not (data := await framer.finish_async(recv, data)):
+                    break
                 if work:
                     work()
                 await loop.sock_sendall(conn, data)
@@ -94,7 +124,7 @@ async def start_sock(listener, work, tracker, on_closed):
 STYLES = {"": start_streams, "_proto": start_proto, "_sock": start_sock}
 
 
-async def main(style, listener, work):
+async def main(style, listener, work, framer):
     loop = asyncio.get_running_loop()
     finished = loop.create_future()
 
@@ -109,7 +139,7 @@ async def main(style, listener, work):
     tracker = ConnTracker()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, finish)
-    stop = await STYLES[style](listener, work, tracker, on_closed)
+    stop = await STYLES[style](listener, work, tracker, on_closed, framer)
     announce_ready(listener)
     await finished
     stop()
@@ -125,4 +155,4 @@ def serve(name, listener, opts):
         loop_factory = uvloop.new_event_loop
     # asyncio.Runner cancels whatever handler tasks are still pending (SIGTERM case) on exit.
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main(style, listener, opts.work.callable()))
+        runner.run(main(style, listener, opts.work.callable(), opts.framer()))

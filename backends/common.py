@@ -19,8 +19,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-# One recv reads at most this much; also the C++ backends' buffer size.
+# One recv reads at most this much under stream framing; also the C++ backends' buffer size.
 BUFSIZE = 65536
+DEFAULT_MSIZE = 64
+MAX_MSIZE = 1 << 20
+FRAMINGS = ("message", "stream")  # the first is the default
 # listen() backlog: the loader opens up to ~19k connections at once. The kernel caps it at
 # net.core.somaxconn (4096 here), which is still far above what an accept loop falls behind by.
 BACKLOG = 65535
@@ -37,10 +40,10 @@ class BadWorkSpec(ValueError):
 
 @dataclass(frozen=True)
 class WorkModel:
-    """Simulated handler work, applied once per recv() that returned data, before echoing.
-
-    A backend cannot see message boundaries (TCP merges and splits), so "per message" means "per
-    recv that returned data"; with pipeline 1 and small messages the two coincide in practice.
+    """Simulated handler work, applied before echoing: once per whole message under message
+    framing (the default: the backend knows --msize, so it sees message boundaries), once per recv
+    that returned data under stream framing (TCP merges and splits, so a recv may hold part of a
+    message or several; with pipeline 1 and small messages the two coincide in practice).
 
     `sleep` is a *blocking* sleep (time.sleep / usleep), on purpose: it stands for a handler that
     blocks (a synchronous DB call, a slow library), which is what shows which serving models stall
@@ -113,6 +116,12 @@ class Options:
     port: int = 0
     work: WorkModel = WorkModel()
     workers: int = DEFAULT_WORKERS
+    msize: int = DEFAULT_MSIZE
+    framing: str = FRAMINGS[0]
+
+    def framer(self) -> Framer:
+        """A fresh Framer for these options (one per serving loop: it holds per-socket state)."""
+        return Framer(self.msize, self.framing)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,10 +136,93 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default)")
     p.add_argument("--work", default="none",
                    help="per-message handler work: none | sleep:US | spin:US | poisson-sleep:MEAN "
-                        "| poisson-spin:MEAN (applied once per recv that returned data)")
+                        "| poisson-spin:MEAN (applied once per message under message framing, once "
+                        "per recv that returned data under stream framing)")
     p.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
                    help=f"processes/threads for prefork, prethread, select_prethread (default {DEFAULT_WORKERS})")
+    p.add_argument("--msize", type=int, default=DEFAULT_MSIZE, metavar="N",
+                   help=f"message size in bytes, 1..{MAX_MSIZE} (default {DEFAULT_MSIZE}); used by message framing")
+    p.add_argument("--framing", default=FRAMINGS[0], choices=FRAMINGS,
+                   help="message (default): each receive asks for the bytes that complete one message "
+                        "(recv(msize - have)) and whole messages are echoed, as the reference harness "
+                        "does; stream: read up to 64 KiB and echo what came")
     return p
+
+
+def check_msize(parser: argparse.ArgumentParser, msize: int) -> None:
+    """parser.error (exit 2) on an --msize out of range (argparse's `choices` checks --framing)."""
+    if not 1 <= msize <= MAX_MSIZE:
+        parser.error(f"--msize must be 1..{MAX_MSIZE} bytes, not {msize}")
+
+
+# --------------------------------------------------------------------------------------------
+# Framing: the message accumulator of the pull-style backends
+
+
+class Framer:
+    """How a pull-style backend (one that chooses its read size) reads under --framing.
+
+    - message: ask for exactly the bytes that complete the current message (`recv(msize - have)`),
+      as the reference harness's `sock.recv(msize)` does; once a message is whole, work() once and
+      echo it whole. A message that arrives in one recv costs what stream framing costs: no copy.
+    - stream: ask for up to BUFSIZE and echo what came.
+
+    Blocking loops (threads, greenlets, coroutines) read `first` bytes and, if what came is
+    shorter than `whole`, complete it with `finish` / `finish_async`. Readiness loops (one recv per
+    readiness event, level-triggered: the next wait reports the rest) call `recv(sock)`, which
+    keeps each socket's partial message here; `forget(sock)` when it closes.
+    """
+
+    def __init__(self, msize: int = DEFAULT_MSIZE, framing: str = FRAMINGS[0]):
+        self.msize = msize
+        self.stream = framing == "stream"
+        self.first = BUFSIZE if self.stream else msize  # the recv size when no message is under way
+        self.whole = 0 if self.stream else msize  # less than this is part of a message
+        self._partial: dict = {}  # sock -> bytearray: the message under way (readiness loops)
+
+    def _missing(self, buf: bytearray) -> int:
+        return self.msize - len(buf)
+
+    def finish(self, recv, head) -> bytes | bytearray:
+        """Blocking: `head` is the start of a message; recv(n) the rest. The whole message, or b""
+        if the peer closed first."""
+        buf = bytearray(head)
+        while missing := self._missing(buf):
+            if not (more := recv(missing)):
+                return b""
+            buf += more
+        return buf
+
+    async def finish_async(self, recv, head) -> bytes | bytearray:
+        """`finish` for a coroutine `recv(n)` (asyncio streams and sock_recv)."""
+        buf = bytearray(head)
+        while missing := self._missing(buf):
+            if not (more := await recv(missing)):
+                return b""
+            buf += more
+        return buf
+
+    def recv(self, sock) -> bytes | bytearray | None:
+        """Readiness loops: one recv() on a readable socket. b"" at EOF, None while the message is
+        still incomplete, else what to echo (and work() for). Raises what sock.recv raises."""
+        buf = self._partial.get(sock)
+        if buf is None:
+            data = sock.recv(self.first)
+            if len(data) >= self.whole or not data:
+                return data
+            self._partial[sock] = bytearray(data)
+            return None
+        data = sock.recv(self._missing(buf))
+        if not data:
+            return data
+        buf += data
+        if self._missing(buf):
+            return None
+        del self._partial[sock]
+        return buf
+
+    def forget(self, sock) -> None:
+        self._partial.pop(sock, None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,11 +358,14 @@ def fatal(msg: str) -> None:
     os._exit(1)
 
 
-def echo_blocking(conn, work) -> None:
-    """Blocking echo loop of one connection until the peer closes (thread and fork backends)."""
+def echo_blocking(conn, work, framer: Framer) -> None:
+    """Blocking echo loop of one connection until the peer closes (thread, fork and gevent)."""
+    first, whole = framer.first, framer.whole
     with conn:
         try:
-            while data := conn.recv(BUFSIZE):
+            while data := conn.recv(first):
+                if len(data) < whole and not (data := framer.finish(conn.recv, data)):
+                    break  # closed in the middle of a message: nothing to echo
                 if work:
                     work()
                 conn.sendall(data)

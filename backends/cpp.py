@@ -1,7 +1,9 @@
 """The C++ backends: cpp_epoll, cpp_poll, cpp_th (backends/cpp/*.cpp, a pybind11 module).
 
 Python makes the listen socket and prints the ready line; the C++ loop then serves without the
-GIL and returns on SIGTERM or once every connection is closed.
+GIL, under --msize/--framing (Framing and Receiver in backends.hpp: recv(msize - have) per
+connection, as the Python pull-style backends do), and returns on SIGTERM or once every connection
+is closed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ def serve(name, listener, opts):
     work = opts.work
     announce_ready(listener)
     try:
-        _cpp_backends.serve(name.removeprefix("cpp_"), listener.fileno(), work.kind, work.us, work.poisson)
+        _cpp_backends.serve(name.removeprefix("cpp_"), listener.fileno(), work.kind, work.us, work.poisson,
+                            opts.msize, opts.framing)
     except RuntimeError as e:  # a failed syscall (EMFILE, no more threads): one line, exit 1
         die(f"{name}: {e}")

@@ -7,16 +7,15 @@ rather than silently becoming a cooperative one.
 
 from __future__ import annotations
 
-
 import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from .common import BUFSIZE, STOP_SIGNALS, ConnTracker, announce_ready, nodelay
+from .common import STOP_SIGNALS, ConnTracker, announce_ready, echo_blocking, nodelay
 
 
 def serve(name, listener, opts):
-    work = opts.work.callable()
+    work, framer = opts.work.callable(), opts.framer()
     tracker = ConnTracker()
     finished = Event()
 
@@ -24,14 +23,8 @@ def serve(name, listener, opts):
         nodelay(sock)
         tracker.opened()
         try:
-            while data := sock.recv(BUFSIZE):
-                if work:
-                    work()
-                sock.sendall(data)
-        except ConnectionError:
-            pass
+            echo_blocking(sock, work, framer)  # sock.recv(msize - have) under message framing
         finally:
-            sock.close()
             if tracker.closed():
                 finished.set()
 

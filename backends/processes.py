@@ -116,7 +116,7 @@ def child_exit(serve_fn, *args) -> None:
 
 def serve_fork(listener, opts):
     sup = Supervisor()
-    work = opts.work.callable()
+    work, framer = opts.work.callable(), opts.framer()
     tracker = ConnTracker()  # opened() per accepted connection, closed() per reaped child
 
     def accept(listener):
@@ -128,7 +128,7 @@ def serve_fork(listener, opts):
         conn.setblocking(True)
         if sup.fork() == 0:
             listener.close()
-            child_exit(echo_blocking, conn, work)
+            child_exit(echo_blocking, conn, work, framer)
         conn.close()  # the child has its own copy
         tracker.opened()
 
@@ -172,7 +172,7 @@ def serve_prefork(listener, opts):
     for _ in range(opts.workers):
         if sup.fork() == 0:
             os.close(pipe_r)
-            server = SelectorServer(listener, opts.work.callable(), ReportingTracker(pipe_w))
+            server = SelectorServer(listener, opts.work.callable(), ReportingTracker(pipe_w), opts.framer())
             child_exit(server.serve_forever)
     os.close(pipe_w)
     accepted = open_ = 0

@@ -24,6 +24,13 @@ FIXES = {
 }
 
 
+READS = {
+    "exact": "asks each receive for the bytes that complete the current message (recv(msize - have))",
+    "split": "a callback gets whatever arrived and splits it into whole messages",
+    "frames": "ZeroMQ frames: each receive is one whole message already",
+}
+
+
 class UnknownBackend(LookupError):
     pass
 
@@ -38,22 +45,30 @@ class BackendInfo:
     test_only: bool = False
     multiprocess: bool = False  # children do the serving: probes must follow the process tree
     transport: str = "tcp"  # how the loader talks to it: "tcp" (byte echo) or "zmq" (ROUTER echoing frames)
+    # How it reads under message framing (READS): "exact" asks the kernel for msize - have,
+    # "split" gets what arrived (a data_received callback) and splits it into messages, "frames"
+    # receives ZeroMQ messages (already whole; --msize/--framing change nothing).
+    reads: str = "exact"
 
 
 def _b(name, family, description, module, requires=(), **kw) -> BackendInfo:
+    kw.setdefault("reads", "frames" if kw.get("transport") == "zmq" else "exact")
     return BackendInfo(name, family, description, f"{_PKG}.{module}", tuple(requires), **kw)
 
 
 _ALL = [
     # The network_ping_test seed's twelve.
     _b("asyncio", "asyncio", "asyncio streams: start_server, reader.read / writer.write + drain", "asyncio_family"),
-    _b("asyncio_proto", "asyncio", "asyncio Protocol: data_received -> transport.write", "asyncio_family"),
+    _b("asyncio_proto", "asyncio", "asyncio Protocol: data_received -> transport.write", "asyncio_family",
+       reads="split"),
     _b("asyncio_sock", "asyncio", "asyncio raw sockets: loop.sock_accept / sock_recv / sock_sendall", "asyncio_family"),
     _b("uvloop", "uvloop", "streams (as asyncio) on uvloop.new_event_loop()", "asyncio_family", ["uvloop"]),
-    _b("uvloop_proto", "uvloop", "Protocol (as asyncio_proto) on uvloop", "asyncio_family", ["uvloop"]),
+    _b("uvloop_proto", "uvloop", "Protocol (as asyncio_proto) on uvloop", "asyncio_family", ["uvloop"],
+       reads="split"),
     _b("uvloop_sock", "uvloop", "raw sockets (as asyncio_sock) on uvloop", "asyncio_family", ["uvloop"]),
     _b("gevent", "gevent", "gevent StreamServer, one greenlet per connection", "gevent_backend", ["gevent"]),
-    _b("selector", "selector", "one thread, selectors.DefaultSelector (epoll), callbacks per socket", "selector_family"),
+    _b("selector", "selector", "one thread, selectors.DefaultSelector (epoll), callbacks per socket",
+       "selector_family"),
     _b("thread", "threads", "one blocking thread per connection", "threads"),
     _b("cpp_epoll", "cpp", "C++ epoll loop, one thread (pybind11, GIL released)", "cpp", [CPP_MODULE]),
     _b("cpp_poll", "cpp", "C++ poll loop, one thread (pybind11, GIL released)", "cpp", [CPP_MODULE]),

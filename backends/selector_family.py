@@ -4,6 +4,9 @@
 Each echoes with non-blocking sockets and handles what the textbook examples skip: a send() that
 takes only part of the data (a 64 KiB echo can hit a full socket buffer). The rest is kept, the
 socket waits for writability, and reading from it pauses until the rest is out (backpressure).
+
+Reads go through common.Framer: one recv per readiness event (level-triggered, so the next wait
+reports what is left), asking under message framing for the bytes that complete the message.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import select
 import selectors
 import time
 
-from .common import BUFSIZE, ConnTracker, announce_ready, die, exit_on_stop_signals, nodelay
+from .common import ConnTracker, Framer, announce_ready, die, exit_on_stop_signals, nodelay
 
 
 class SelectorServer:
@@ -22,8 +25,8 @@ class SelectorServer:
     woken accept() may find the connection already taken by another worker, which is fine.
     """
 
-    def __init__(self, listener, work, tracker: ConnTracker):
-        self.listener, self.work, self.tracker = listener, work, tracker
+    def __init__(self, listener, work, tracker: ConnTracker, framer: Framer):
+        self.listener, self.work, self.tracker, self.framer = listener, work, tracker, framer
         self.sel = selectors.DefaultSelector()
         self.pending: dict = {}  # conn -> bytes not yet sent
         listener.setblocking(False)
@@ -47,11 +50,13 @@ class SelectorServer:
 
     def read(self, conn):
         try:
-            data = conn.recv(BUFSIZE)
+            data = self.framer.recv(conn)
         except BlockingIOError:
             return
         except ConnectionError:
             data = b""
+        if data is None:  # part of a message: the rest comes with a later readiness event
+            return
         if not data:
             self.close(conn)
             return
@@ -79,6 +84,7 @@ class SelectorServer:
     def close(self, conn):
         self.sel.unregister(conn)
         self.pending.pop(conn, None)
+        self.framer.forget(conn)
         conn.close()
         self.tracker.closed()
 
@@ -118,9 +124,9 @@ class UnfairServer(SelectorServer):
             super().read(conn)
 
 
-def serve_selector(listener, work, server_cls=SelectorServer):
+def serve_selector(listener, work, framer, server_cls=SelectorServer):
     tracker = ConnTracker()
-    server = server_cls(listener, work, tracker)
+    server = server_cls(listener, work, tracker, framer)
     announce_ready(listener)
     server.serve_forever(until=tracker.done)
 
@@ -146,7 +152,7 @@ def accept_for_select(listener, tracker, blocking: bool):
     return conn
 
 
-def serve_select(listener, work):
+def serve_select(listener, work, framer):
     tracker = ConnTracker()
     readers, writers, pending = {listener}, set(), {}
 
@@ -154,6 +160,7 @@ def serve_select(listener, work):
         readers.discard(sock)
         writers.discard(sock)
         pending.pop(sock, None)
+        framer.forget(sock)
         sock.close()
         tracker.closed()
 
@@ -182,9 +189,11 @@ def serve_select(listener, work):
                 readers.add(accept_for_select(listener, tracker, blocking=False))
                 continue
             try:
-                data = sock.recv(BUFSIZE)
+                data = framer.recv(sock)
             except ConnectionError:
                 data = b""
+            if data is None:
+                continue
             if not data:
                 close(sock)
                 continue
@@ -196,7 +205,7 @@ def serve_select(listener, work):
 # --- select.epoll, used directly (level-triggered), as in the socket-patterns seed ---
 
 
-def serve_epoll(listener, work):
+def serve_epoll(listener, work, framer):
     tracker = ConnTracker()
     ep = select.epoll()
     conns, pending = {}, {}  # fd -> socket, fd -> unsent bytes
@@ -205,7 +214,9 @@ def serve_epoll(listener, work):
     def close(fd):
         ep.unregister(fd)
         pending.pop(fd, None)
-        conns.pop(fd).close()
+        conn = conns.pop(fd)
+        framer.forget(conn)
+        conn.close()
         tracker.closed()
 
     def send(fd, data):
@@ -239,9 +250,11 @@ def serve_epoll(listener, work):
                 send(fd, pending.pop(fd))
             else:
                 try:
-                    data = conns[fd].recv(BUFSIZE)
+                    data = framer.recv(conns[fd])
                 except ConnectionError:
                     data = b""
+                if data is None:
+                    continue
                 if not data:
                     close(fd)
                     continue
@@ -252,12 +265,12 @@ def serve_epoll(listener, work):
 
 def serve(name, listener, opts):
     exit_on_stop_signals()
-    work = opts.work.callable()
+    work, framer = opts.work.callable(), opts.framer()
     if name == "select":
-        serve_select(listener, work)
+        serve_select(listener, work, framer)
     elif name == "epoll":
-        serve_epoll(listener, work)
+        serve_epoll(listener, work, framer)
     elif name == "unfair":
-        serve_selector(listener, work, UnfairServer)
+        serve_selector(listener, work, framer, UnfairServer)
     else:
-        serve_selector(listener, work)
+        serve_selector(listener, work, framer)

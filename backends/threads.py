@@ -11,13 +11,13 @@ from __future__ import annotations
 import queue
 import select
 
-from .common import BUFSIZE, ConnTracker, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
+from .common import ConnTracker, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
 from .selector_family import SelectorServer, accept_for_select
 
 
-def serve_thread_per_connection(listener, work, tracker):
+def serve_thread_per_connection(listener, work, tracker, framer):
     def handle(conn):
-        echo_blocking(conn, work)
+        echo_blocking(conn, work, framer)
         tracker.closed()
 
     def accept_loop():
@@ -33,7 +33,7 @@ def serve_thread_per_connection(listener, work, tracker):
     start_thread(accept_loop)
 
 
-def serve_prethread(listener, work, tracker, workers):
+def serve_prethread(listener, work, tracker, opts):
     """The seed's prethread has each pool thread accept one connection and serve it until it
     closes, so a pool smaller than the connection count leaves the rest unserved for the whole
     (persistent-connection) run. Here each pool thread runs its own selector loop over the
@@ -41,20 +41,22 @@ def serve_prethread(listener, work, tracker, workers):
     number of connections ("one loop per thread", as memcached or netty worker groups do)."""
     def worker():
         try:
-            SelectorServer(listener, work, tracker).serve_forever()
+            SelectorServer(listener, work, tracker, opts.framer()).serve_forever()
         except OSError as e:  # EMFILE and the like: fail loudly rather than serve with one thread less
             fatal(f"prethread: a worker thread failed: {e}")
 
-    for _ in range(workers):
+    for _ in range(opts.workers):
         start_thread(worker)
 
 
-def serve_select_prethread(listener, work, tracker, workers, stop):
+def serve_select_prethread(listener, work, tracker, workers, stop, framer):
     """select() in the main loop thread reads; sender threads do the work and send the reply, so a
-    slow reply does not hold up reading. The seed feeds all senders from one queue; that can
-    reorder two chunks of the same connection, so here a connection always goes to the same
-    sender (queues[fd % workers]), which keeps its bytes in order. The sender also closes the
-    socket, after anything still queued for it, so an fd number is never reused under a sender."""
+    slow reply does not hold up reading. The reader assembles whole messages (message framing) and
+    queues each one; a sender calls work() once per queued item. The seed feeds all senders from
+    one queue; that can reorder two chunks of the same connection, so here a connection always
+    goes to the same sender (queues[fd % workers]), which keeps its bytes in order. The sender also
+    closes the socket, after anything still queued for it, so an fd number is never reused under a
+    sender."""
     queues = [queue.SimpleQueue() for _ in range(workers)]
 
     def sender(q):
@@ -85,14 +87,17 @@ def serve_select_prethread(listener, work, tracker, workers, stop):
                 readers.add(accept_for_select(listener, tracker, blocking=True))
                 continue
             try:
-                data = sock.recv(BUFSIZE)
+                data = framer.recv(sock)
             except ConnectionError:
                 data = b""
+            if data is None:  # part of a message so far
+                continue
             q = queues[sock.fileno() % workers]
             if data:
                 q.put((sock, data))
             else:
                 readers.discard(sock)
+                framer.forget(sock)
                 q.put((sock, None))
                 tracker.closed()
 
@@ -103,10 +108,10 @@ def serve(name, listener, opts):
     tracker = ConnTracker(on_done=stop.notify)
     announce_ready(listener)  # listening already; connections queue until the threads accept
     if name == "thread":
-        serve_thread_per_connection(listener, work, tracker)
+        serve_thread_per_connection(listener, work, tracker, opts.framer())
     elif name == "prethread":
-        serve_prethread(listener, work, tracker, opts.workers)
+        serve_prethread(listener, work, tracker, opts)
     else:
-        serve_select_prethread(listener, work, tracker, opts.workers, stop)
+        serve_select_prethread(listener, work, tracker, opts.workers, stop, opts.framer())
         return
     stop.wait()  # SIGTERM, or the last connection closed

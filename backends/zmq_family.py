@@ -11,6 +11,10 @@ back to the DEALER they came from. The loader drives them in its ZeroMQ mode (PR
 - `aiozmq_rpc`: the aiozmq.rpc server path with an `echo` method, behind an adapter that turns each
   raw request into the call a real aiozmq.rpc client would send (see `_RawCallServer`).
 
+`--msize` and `--framing` are accepted and recorded (common.Options) but change nothing here: a
+ZeroMQ message is already a whole message (registry `reads="frames"`), so every receive yields one
+request, `--work` runs once per request and its frames go back as they came.
+
 "All connections closed" is detected with a socket monitor on the ROUTER: a thread counts
 ZMQ_EVENT_ACCEPTED / ZMQ_EVENT_DISCONNECTED and, once at least one peer came and none is left, sends
 this process SIGTERM, the same way out as the orchestrator's SIGTERM (exit 0). A library that fails
@@ -293,6 +297,7 @@ async def _rpc_server(router: zmq.Socket, work, stopper: _Stopper):
 
 
 def serve(name: str, listener, opts) -> None:
+    # opts.msize / opts.framing: nothing to do, a ZeroMQ message is already a message (see above).
     work = opts.work.callable()
     ctx = _context()
     try:
@@ -309,7 +314,7 @@ def serve(name: str, listener, opts) -> None:
             else:
                 {"zmq_raw": serve_raw, "zmq_poller": serve_poller}[name](router, port, work)
     except (SystemExit, KeyboardInterrupt):
-        raise SystemExit(0)
+        raise SystemExit(0) from None
     except zmq.ZMQError as e:
         die(f"{name}: ZeroMQ error: {e}")
     except Exception as e:  # a library that no longer works here: one line, exit 1

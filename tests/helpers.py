@@ -1,11 +1,67 @@
-"""Process checks shared by the end-to-end tests."""
+"""Plumbing shared by the tests: BPF/tool requirements, the installed CLI, process checks."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import time
 
 import psutil
+import pytest
+
+REQUIRE_BPF = os.environ.get("NETPROF_REQUIRE_BPF") == "1"
+# CI (CI=true) runs after `make setup`, which installs every tool and interpreter the tests use:
+# there a missing one is a failure, elsewhere a skip with the reason.
+REQUIRE_TOOLS = os.environ.get("CI") == "true"
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+def _missing_bpf() -> str | None:
+    if os.geteuid() != 0:
+        return "not root (BPF needs root or CAP_BPF+CAP_PERFMON)"
+    try:
+        import bcc  # noqa: F401
+    except Exception as e:  # ImportError, or libbcc missing
+        return f"bcc not importable: {e}"
+    if not os.path.exists("/sys/kernel/tracing/events/raw_syscalls") and not os.path.exists(
+        "/sys/kernel/debug/tracing/events/raw_syscalls"
+    ):
+        return "raw_syscalls tracepoints not available"
+    return None
+
+
+def require_bpf() -> None:
+    why = _missing_bpf()
+    if why:
+        if REQUIRE_BPF:
+            pytest.fail(f"NETPROF_REQUIRE_BPF=1 but BPF is unavailable: {why}")
+        pytest.skip(f"BPF unavailable: {why}")
+
+
+def require(ok: bool, what: str) -> None:
+    """Skip without `what` (a tool, root, an interpreter), or fail in CI, whose setup provides it."""
+    if not ok:
+        if REQUIRE_TOOLS:
+            pytest.fail(f"CI=true but {what} (make setup / scripts/setup-system.sh provides it)")
+        pytest.skip(what)
+
+
+def require_tool(name: str) -> str:
+    path = shutil.which(name) or (os.path.join(VENV_BIN, name) if os.access(os.path.join(VENV_BIN, name), os.X_OK) else None)
+    require(path is not None, f"`{name}` is not installed")
+    return path
+
+
+def netprof_cmd(*args: str) -> list[str]:
+    """argv for the installed CLI (the same entry point a user types)."""
+    return [os.path.join(VENV_BIN, "netprof"), *args]
+
+
+def run_netprof(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(netprof_cmd(*args), capture_output=True, text=True, timeout=timeout, **kw)
+
 
 OUR_PROCESS_MARKERS = ("netprof.backends", "netprof-loader")
 

@@ -1,7 +1,8 @@
 """The backends under test, as real processes on real sockets (issue 3).
 
 Every backend: `ready` line, byte-exact echo over 50 concurrent connections with split and merged
-sends, exit 0 on its own once the peer closed everything, exit 0 on SIGTERM, no process left
+sends (any sizes under --framing stream; whole 64-byte messages cut at random points under the
+default message framing), exit 0 on its own once the peer closed everything, exit 0 on SIGTERM, no process left
 behind (fork/prefork included). Plus the work model, the unfair test backend, the missing-
 dependency error, and (once the loader works) a 2 s loader run with zero mismatches.
 """
@@ -121,6 +122,42 @@ def exercise(sock: socket.socket, idx: int) -> None:
         assert recv_exact(sock, 2 * size) == a + b, f"conn {idx}: merged {size} B echo differs"
 
 
+def send_messages(sock: socket.socket, stream: bytes, lengths, msize: int = 64, after=None) -> None:
+    """Send `stream` (whole `msize`-byte messages) in sends of the sizes `lengths` yields; after
+    each, exactly the messages completed so far must come back, byte-exact. `after(sent)` runs
+    after each send (and its echo)."""
+    sent = echoed = 0
+    for n in lengths:
+        sock.sendall(stream[sent:sent + n])
+        sent = min(sent + n, len(stream))
+        complete = sent - sent % msize
+        if complete > echoed:
+            assert recv_exact(sock, complete - echoed) == stream[echoed:complete], \
+                f"echo of bytes {echoed}..{complete} differs ({msize}-byte messages)"
+            echoed = complete
+        if after:
+            after(sent)
+        if sent == len(stream):
+            return
+
+
+def exercise_messages(sock: socket.socket, idx: int, msize: int = 64, messages: int = 60) -> None:
+    """Message framing: whole messages, their concatenation cut at random points (so one send
+    holds part of a message, or the end of one and the start of the next, or several), with random
+    short pauses."""
+    rng = random.Random(1000 + idx)
+
+    def lengths():
+        while True:
+            yield rng.choice((1, rng.randint(1, msize - 1), msize, rng.randint(msize, 5 * msize)))
+
+    def pause(_):
+        if rng.random() < 0.3:
+            time.sleep(rng.choice((0.0005, 0.002)))
+
+    send_messages(sock, rng.randbytes(msize * messages), lengths(), msize, pause)
+
+
 def ping_pong(backend: Backend, conns: int, seconds: float) -> list[int]:
     """Strict ping-pong (one 64 B message in flight per connection); messages per connection."""
     socks = [backend.connect() for _ in range(conns)]
@@ -154,6 +191,10 @@ def test_registry():
         "prethread", "select_prethread"}
     assert "unfair" in registry.names(include_test_only=True) and registry.get("unfair").test_only
     assert registry.get("prefork").multiprocess and not registry.get("thread").multiprocess
+    assert {b.reads for b in registry.BACKENDS.values()} <= set(registry.READS)
+    assert [n for n, b in registry.BACKENDS.items() if b.reads == "split"] == ["asyncio_proto", "uvloop_proto"]
+    assert {n for n, b in registry.BACKENDS.items() if b.reads == "frames"} == {
+        n for n, b in registry.BACKENDS.items() if b.transport == "zmq"}
     with pytest.raises(registry.UnknownBackend, match="known: asyncio, asyncio_proto"):
         registry.get("nope")
 
@@ -170,14 +211,18 @@ def test_list():
     out = subprocess.run([sys.executable, "-m", "netprof.backends", "--list"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0
-    listed = {line.split()[0]: line.split()[1] for line in out.stdout.splitlines()}
-    assert listed == {n: b.family for n, b in registry.BACKENDS.items()}
+    listed = {line.split()[0]: tuple(line.split()[1:3]) for line in out.stdout.splitlines()}
+    assert listed == {n: (b.family, b.reads) for n, b in registry.BACKENDS.items()}
 
 
 @pytest.mark.parametrize("argv, message", [
     (["nope"], "unknown backend 'nope'"),
     (["selector", "--work", "sleep"], "bad --work"),
     (["selector", "--work", "spin:-3"], "bad --work"),
+    (["selector", "--msize", "0"], "--msize must be 1..1048576"),
+    (["selector", "--msize", "1048577"], "--msize must be 1..1048576"),
+    (["selector", "--msize", "x"], "argument --msize"),
+    (["selector", "--framing", "bytes"], "argument --framing: invalid choice"),
 ])
 def test_bad_arguments(argv, message):
     out = subprocess.run([sys.executable, "-m", "netprof.backends", *argv],
@@ -203,13 +248,15 @@ def test_work_model_parse():
 # Every backend, as a process
 
 
+@pytest.mark.parametrize("framing, exercise_fn", [("stream", exercise), ("message", exercise_messages)],
+                         ids=["stream", "message"])
 @pytest.mark.parametrize("name", BACKENDS + ["unfair"])
-def test_echo_and_exit_when_all_closed(name):
-    with Backend(name) as b:
+def test_echo_and_exit_when_all_closed(name, framing, exercise_fn):
+    with Backend(name, "--framing", framing) as b:
         b.wait_ready()
         socks = [b.connect() for _ in range(50)]  # all open at once before any traffic
         with ThreadPoolExecutor(len(socks)) as pool:
-            list(pool.map(exercise, socks, range(len(socks))))
+            list(pool.map(exercise_fn, socks, range(len(socks))))
         assert b.proc.poll() is None, "exited while connections were open"
         for s in socks:
             s.close()
@@ -223,9 +270,9 @@ def test_sigterm_exits_0(name):
         b.wait_ready()
         socks = [b.connect() for _ in range(3)]
         for i, s in enumerate(socks):
-            exercise_one = bytes([i]) * 100
+            exercise_one = bytes([i]) * 64  # one message of the default --msize
             s.sendall(exercise_one)
-            assert recv_exact(s, 100) == exercise_one
+            assert recv_exact(s, 64) == exercise_one
         os.kill(b.pid, signal.SIGTERM)
         assert b.wait_exit(5) == 0, b.err()
         b.assert_nothing_left()
@@ -239,8 +286,8 @@ def test_sigint_exits_0_too(name):
     with Backend(name) as b:
         b.wait_ready()
         s = b.connect()
-        s.sendall(b"ping")
-        assert recv_exact(s, 4) == b"ping"
+        s.sendall(b"ping" * 16)  # one message of the default --msize
+        assert recv_exact(s, 64) == b"ping" * 16
         os.killpg(b.pid, signal.SIGINT)
         assert b.wait_exit(5) == 0, b.err()
         assert "Traceback" not in b.err()

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import require_bpf, require_tool, run_netprof
+from helpers import require_bpf, require_tool, run_netprof
 
 
 @pytest.fixture(scope="module")

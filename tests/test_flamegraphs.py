@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import require_bpf, require_tool
+from helpers import require_bpf, require_tool
 from netprof.flamegraphs import check_available, diff, sample
 from netprof.flamegraphs.fold import fold_perf_script, read_folded, write_folded
 from netprof.flamegraphs.offcpu import state_frame

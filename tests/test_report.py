@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from conftest import REQUIRE_BPF
-from netprof.profiler import report, results, schema
 from test_anomalies import STARVED, make_row
+
+from helpers import REQUIRE_TOOLS
+from netprof.profiler import report, results, schema
 
 META = {"netprof_version": "0.1.0", "started": "2026-11-21T12:00:00+00:00",
         "command": "netprof run selector uvloop_sock asyncio -c 10,100,1000 -r 2 --pipeline 1,4",
@@ -157,8 +157,8 @@ def test_report_when_every_cell_failed(tmp_path):
 def _chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if not path:
-        if REQUIRE_BPF:
-            pytest.fail("NETPROF_REQUIRE_BPF=1 but chromium is not installed (scripts/setup-system.sh installs it)")
+        if REQUIRE_TOOLS:
+            pytest.fail("CI=true but chromium is not installed (scripts/setup-system.sh installs it)")
         pytest.skip("chromium not installed")
     return path
 

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from conftest import require_bpf, run_netprof
+from helpers import require_bpf, run_netprof
 
 pytestmark = [pytest.mark.bpf, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 10,000 connections. Everything here runs real processes; only loopback and namespaces created by the
 test itself carry traffic.
 
-Namespaces need root: those tests skip when not root, and fail instead when NETPROF_REQUIRE_BPF=1
+Namespaces need root: those tests skip when not root, and fail instead in CI (CI=true)
 (CI runs as root). None needs BPF (every run is --no-probes). Whole file: ~25 s on the 2-core machine.
 """
 
@@ -17,16 +17,15 @@ import time
 import psutil
 import pytest
 
-from conftest import REQUIRE_BPF, netprof_cmd, run_netprof
-from helpers import wait_until_empty
+from helpers import REQUIRE_TOOLS, netprof_cmd, run_netprof, wait_until_empty
 from netprof.profiler import plan
 from netprof.profiler.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
 
 def require_root() -> None:
     if os.geteuid() != 0:
-        if REQUIRE_BPF:
-            pytest.fail("NETPROF_REQUIRE_BPF=1 but not root: network namespaces need root")
+        if REQUIRE_TOOLS:
+            pytest.fail("CI=true but not root: network namespaces need root")
         pytest.skip("network namespaces need root")
 
 

@@ -16,8 +16,7 @@ import time
 
 import pytest
 
-from conftest import require_bpf, run_netprof
-from helpers import wait_no_children
+from helpers import require_bpf, run_netprof, wait_no_children
 from netprof.backends import registry
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.paths import loader_binary

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -42,6 +43,41 @@ void Work::operator()() const {
         while (std::chrono::steady_clock::now() < end) {
         }
     }
+}
+
+Framing Framing::parse(const std::string& framing, long long msize) {
+    if (framing != "message" && framing != "stream")
+        throw std::invalid_argument("framing must be message or stream, not " + framing);
+    if (msize < 1 || msize > (1 << 20)) throw std::invalid_argument("msize must be 1..1048576");
+    Framing f;
+    f.msize = static_cast<std::size_t>(msize);
+    f.stream = framing == "stream";
+    return f;
+}
+
+Receiver::Status Receiver::receive(int fd, const Framing& framing, std::vector<char>& scratch) {
+    if (have_ == 0 && partial_.capacity() > kBufSize) std::string().swap(partial_);  // big: give back
+    char* into = have_ ? partial_.data() + have_ : scratch.data();
+    const std::size_t want = have_ ? framing.msize - have_ : scratch.size();
+    const ssize_t got = recv(fd, into, want, 0);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Again;
+    if (got <= 0) return Closed;
+    const auto n = static_cast<std::size_t>(got);
+    if (have_ == 0 && (framing.stream || n == framing.msize)) {  // the common case: no copy
+        data_ = into;
+        size_ = n;
+        return Ready;
+    }
+    if (have_ == 0) {
+        partial_.resize(framing.msize);
+        std::memcpy(partial_.data(), into, n);
+    }
+    have_ += n;
+    if (have_ < framing.msize) return Partial;
+    have_ = 0;
+    data_ = partial_.data();
+    size_ = framing.msize;
+    return Ready;
 }
 
 namespace {

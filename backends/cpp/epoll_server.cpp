@@ -11,7 +11,7 @@
 
 namespace netprof {
 
-void serve_epoll(int listen_fd, const Work& work) {
+void serve_epoll(int listen_fd, const Work& work, const Framing& framing) {
     StopSignal stop;
     set_nonblocking(listen_fd);
     const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -25,11 +25,16 @@ void serve_epoll(int listen_fd, const Work& work) {
     watch(EPOLL_CTL_ADD, listen_fd, EPOLLIN);
     watch(EPOLL_CTL_ADD, stop.fd(), EPOLLIN);
 
-    // fd -> bytes the socket did not take yet. While non-empty the fd waits for EPOLLOUT only,
-    // so a peer that does not read cannot make us buffer without bound.
-    std::unordered_map<int, std::string> conns;
+    // fd -> its receive side and the bytes the socket did not take yet. While `pending` is
+    // non-empty the fd waits for EPOLLOUT only, so a peer that does not read cannot make us buffer
+    // without bound.
+    struct Conn {
+        Receiver rx;
+        std::string pending;
+    };
+    std::unordered_map<int, Conn> conns;
     std::size_t accepted = 0;
-    std::vector<char> buf(kBufSize);
+    std::vector<char> buf = framing.scratch();
     std::vector<epoll_event> events(512);
 
     auto close_conn = [&](int fd) {
@@ -42,7 +47,7 @@ void serve_epoll(int listen_fd, const Work& work) {
         if (n < 0 && errno != EAGAIN) return close_conn(fd);
         const std::size_t sent = n < 0 ? 0 : static_cast<std::size_t>(n);
         if (sent < len) {
-            conns[fd].assign(data + sent, len - sent);
+            conns[fd].pending.assign(data + sent, len - sent);
             watch(EPOLL_CTL_MOD, fd, EPOLLOUT);
         }
     };
@@ -60,26 +65,26 @@ void serve_epoll(int listen_fd, const Work& work) {
                 while ((c = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
                     set_nodelay(c);
                     watch(EPOLL_CTL_ADD, c, EPOLLIN);
-                    conns.emplace(c, std::string());
+                    conns.emplace(c, Conn());
                     ++accepted;
                 }
                 if (errno != EAGAIN && errno != ECONNABORTED && errno != EINTR) throw_errno("accept4");
             } else if (fd == stop.fd()) {
                 stop.drain();
-            } else if (auto it = conns.find(fd); it != conns.end() && !it->second.empty()) {
-                std::string rest = std::move(it->second);
-                it->second.clear();
+            } else if (auto it = conns.find(fd); it != conns.end() && !it->second.pending.empty()) {
+                std::string rest = std::move(it->second.pending);
+                it->second.pending.clear();
                 watch(EPOLL_CTL_MOD, fd, EPOLLIN);
                 send_or_queue(fd, rest.data(), rest.size());
             } else if (it != conns.end()) {
-                const ssize_t got = recv(fd, buf.data(), buf.size(), 0);
-                if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-                if (got <= 0) {
+                Receiver& rx = it->second.rx;
+                const auto got = rx.receive(fd, framing, buf);
+                if (got == Receiver::Closed) {
                     close_conn(fd);
-                    continue;
+                } else if (got == Receiver::Ready) {
+                    if (work) work();
+                    send_or_queue(fd, rx.data(), rx.size());
                 }
-                if (work) work();
-                send_or_queue(fd, buf.data(), static_cast<std::size_t>(got));
             }
         }
     }

@@ -10,16 +10,18 @@
 
 namespace netprof {
 
-void serve_poll(int listen_fd, const Work& work) {
+void serve_poll(int listen_fd, const Work& work, const Framing& framing) {
     StopSignal stop;
     set_nonblocking(listen_fd);
     // fds[0] the listener, fds[1] the stop eventfd, then one entry per connection; pending[i] is
-    // what connection fds[i] did not take yet (it then waits for POLLOUT instead of POLLIN).
+    // what connection fds[i] did not take yet (it then waits for POLLOUT instead of POLLIN), rx[i]
+    // its receive side.
     std::vector<pollfd> fds{{listen_fd, POLLIN, 0}, {stop.fd(), POLLIN, 0}};
     std::vector<std::string> pending(2);
+    std::vector<Receiver> rx(2);
     constexpr std::size_t kFirstConn = 2;
     std::size_t accepted = 0;
-    std::vector<char> buf(kBufSize);
+    std::vector<char> buf = framing.scratch();
 
     auto send_or_queue = [&](std::size_t i, const char* data, std::size_t len) {
         const ssize_t n = send(fds[i].fd, data, len, MSG_NOSIGNAL);
@@ -51,15 +53,14 @@ void serve_poll(int listen_fd, const Work& work) {
                 send_or_queue(i, rest.data(), rest.size());
                 continue;
             }
-            const ssize_t got = recv(fds[i].fd, buf.data(), buf.size(), 0);
-            if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-            if (got <= 0) {
+            const auto got = rx[i].receive(fds[i].fd, framing, buf);
+            if (got == Receiver::Closed) {
                 close(fds[i].fd);
                 fds[i].fd = -1;
-                continue;
+            } else if (got == Receiver::Ready) {
+                if (work) work();
+                send_or_queue(i, rx[i].data(), rx[i].size());
             }
-            if (work) work();
-            send_or_queue(i, buf.data(), static_cast<std::size_t>(got));
         }
         // Drop closed connections: move the last entry into each hole.
         for (std::size_t i = kFirstConn; i < fds.size();) {
@@ -69,8 +70,10 @@ void serve_poll(int listen_fd, const Work& work) {
             }
             fds[i] = fds.back();
             pending[i] = std::move(pending.back());
+            rx[i] = std::move(rx.back());
             fds.pop_back();
             pending.pop_back();
+            rx.pop_back();
         }
         if (fds[1].revents) stop.drain();
         if (fds[0].revents & POLLIN) {
@@ -79,6 +82,7 @@ void serve_poll(int listen_fd, const Work& work) {
                 set_nodelay(c);
                 fds.push_back({c, POLLIN, 0});
                 pending.emplace_back();
+                rx.emplace_back();
                 ++accepted;
             }
             if (errno != EAGAIN && errno != ECONNABORTED && errno != EINTR) throw_errno("accept4");

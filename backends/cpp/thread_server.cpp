@@ -11,6 +11,7 @@
 #include <thread>
 #include <unistd.h>
 #include <unordered_set>
+#include <vector>
 
 namespace netprof {
 
@@ -25,20 +26,21 @@ struct Shared {
     std::unordered_set<int> live;
 };
 
-void echo_connection(int fd, const Work& work) {
-    std::unique_ptr<char[]> buf(new char[kBufSize]);
+void echo_connection(int fd, const Work& work, const Framing& framing) {
+    std::vector<char> buf = framing.scratch();
+    Receiver rx;
     for (;;) {
-        const ssize_t got = recv(fd, buf.get(), kBufSize, 0);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return;
+        const auto got = rx.receive(fd, framing, buf);  // blocking: Again only on EINTR
+        if (got == Receiver::Closed) return;
+        if (got != Receiver::Ready) continue;
         if (work) work();
-        if (!send_all(fd, buf.get(), static_cast<std::size_t>(got))) return;
+        if (!send_all(fd, rx.data(), rx.size())) return;
     }
 }
 
 }  // namespace
 
-void serve_threads(int listen_fd, const Work& work) {
+void serve_threads(int listen_fd, const Work& work, const Framing& framing) {
     StopSignal stop;
     set_nonblocking(listen_fd);  // accept only after poll says so, then until EAGAIN
     auto shared = std::make_shared<Shared>();
@@ -61,8 +63,8 @@ void serve_threads(int listen_fd, const Work& work) {
             set_nodelay(c);
             std::lock_guard<std::mutex> lock(shared->m);
             try {
-                std::thread([shared, c, work, &stop_fd = stop] {
-                    echo_connection(c, work);
+                std::thread([shared, c, work, framing, &stop_fd = stop] {
+                    echo_connection(c, work, framing);
                     std::lock_guard<std::mutex> lock(shared->m);
                     shared->live.erase(c);
                     close(c);

@@ -1,0 +1,506 @@
+"""netprof runs as root: nothing a local user plants (modules in the cwd, links in /tmp, an out
+directory, environment variables) may make it run code or write through a link; two runs do not
+collide; a killed run's leftovers are removed (issue 16, items 1, 3-8, 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from helpers import netprof_cmd, require, run_netprof, wait_no_children
+from netprof.flamegraphs import jitdump, oncpu
+from netprof.flamegraphs import session as flame_session
+from netprof.profiler import atomic, interpreters, paths, procs, runlock
+from netprof.profiler.errors import InputError
+from netprof.profiler.results import ResultsStore
+
+NOBODY = 65534
+PLANTED = ("random", "socket", "selectors", "argparse")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e)
+    assert text and "\n" not in text, repr(text)
+    return text
+
+
+def _plant_modules(where: Path, marker: Path) -> None:
+    """Modules that, if imported, leave `marker` behind (and then break the importer)."""
+    for name in PLANTED:
+        (where / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name} ' + str(__import__('os').getuid()))\n"
+                                          "raise SystemExit('planted module imported')\n")
+
+
+def _nobody(path: Path) -> Path:
+    os.chown(path, NOBODY, NOBODY)
+    return path
+
+
+@pytest.fixture
+def root_only():
+    require(os.geteuid() == 0, "root (the checks are about files of other users)")
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 1: every child runs in a fixed cwd, with no cwd or PYTHONPATH on its sys.path
+
+
+def test_planted_modules_in_cwd_are_not_imported_by_a_run(tmp_path):
+    """A real run started from a directory holding random.py/socket.py/selectors.py (the modules a
+    backend imports first): none of them runs, and the run succeeds."""
+    planted, marker = tmp_path / "cwd", tmp_path / "imported"
+    planted.mkdir()
+    _plant_modules(planted, marker)
+    res = subprocess.run(netprof_cmd("run", "selector", "-c", "2", "-d", "0.5", "-r", "1", "--warmup", "0",
+                                     "--no-probes", "--out", str(tmp_path / "out")),
+                         cwd=planted, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not marker.exists(), f"a planted module ran: {marker.read_text()}"
+    assert len(pd.read_parquet(tmp_path / "out" / "results.parquet")) == 1
+    assert not wait_no_children()
+
+
+def test_python_children_ignore_cwd_and_pythonpath(tmp_path, monkeypatch):
+    """`python -c` and `python -m` (the TUN forwarder's form) children of spawn(): neither the caller's
+    cwd nor PYTHONPATH/PYTHONSTARTUP reach their sys.path."""
+    planted, marker = tmp_path / "cwd", tmp_path / "imported"
+    planted.mkdir()
+    _plant_modules(planted, marker)
+    monkeypatch.chdir(planted)
+    monkeypatch.setenv("PYTHONPATH", str(planted))
+    monkeypatch.setenv("PYTHONSTARTUP", str(planted / "random.py"))
+    probe = "import json, os, random, sys; print(json.dumps([os.getcwd(), sys.path]))"
+    with procs.ProcessGroup() as group:
+        child = group.spawn("probe", [sys.executable, "-c", probe])
+        cwd, path = json.loads(child.readline(30))
+        forwarder = group.spawn("netem-forwarder", [sys.executable, "-m", "netprof.profiler.netns", "forward", "--help"])
+        assert forwarder.readline(30) is not None
+        assert forwarder.popen.wait(30) == 0, forwarder.stderr_tail()
+    assert cwd == procs.SAFE_CWD
+    assert str(planted) not in path and "" not in path, path
+    assert not marker.exists(), marker.read_text()
+
+
+def test_run_helper_uses_the_same_rules(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    out = procs.run([sys.executable, "-c", "import os, sys; print(os.getcwd(), os.environ.get('PYTHONPATH'))"],
+                    timeout=30)
+    assert out.stdout.split() == [procs.SAFE_CWD, "None"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 3: /tmp/perf-PID.map, /tmp/jit-PID.dump, jitted-*.so
+
+
+FAKE_PID = 3_999_999  # above any pid in use here; the functions take the pid as a name only
+
+
+@pytest.fixture
+def victim(tmp_path):
+    path = tmp_path / "victim"
+    path.write_text("precious\n")
+    yield path
+    for template in (jitdump.PERF_MAP, jitdump.JIT_DUMP):
+        Path(template.format(pid=FAKE_PID)).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("template", [jitdump.PERF_MAP, jitdump.JIT_DUMP])
+def test_reserving_a_perf_file_refuses_a_planted_link(victim, template):
+    """Called directly with a fake pid (a real mixed flamegraph is too heavy to race a link into):
+    what procs.spawn does for a `-X perf`/`-X perf_jit` child between fork and exec."""
+    planted = Path(template.format(pid=FAKE_PID))
+    planted.symlink_to(victim)
+    with pytest.raises(jitdump.UnsafeFileError) as e:
+        jitdump.reserve(str(planted))
+    assert "symlink" in _one_line(e.value) and str(planted) in str(e.value)
+    assert victim.read_text() == "precious\n"
+    jitdump.remove_reserved(FAKE_PID)  # leaves what it did not create alone
+    assert planted.is_symlink()
+
+
+def test_reserving_refuses_another_users_file_and_reuses_our_own(victim, root_only):
+    planted = Path(jitdump.PERF_MAP.format(pid=FAKE_PID))
+    planted.write_text("someone else's\n")
+    _nobody(planted)
+    with pytest.raises(jitdump.UnsafeFileError) as e:
+        jitdump.reserve(str(planted))
+    assert f"uid {NOBODY}" in _one_line(e.value)
+    os.chown(planted, 0, 0)  # a leftover of ours (a killed run): truncated and reused
+    jitdump.reserve(str(planted))
+    assert planted.read_text() == "" and planted.stat().st_mode & 0o077 == 0
+
+
+def test_spawn_refuses_to_start_a_perf_child_over_a_planted_link(victim, tmp_path, monkeypatch):
+    """spawn() itself: the child is not started and the reason is one line (the template is moved to
+    a fixed name so the link can be planted before the pid is known)."""
+    planted = tmp_path / "perf-child.map"
+    planted.symlink_to(victim)
+    monkeypatch.setattr(jitdump, "perf_files", lambda argv, env: (str(planted),))
+    with pytest.raises(procs.ProcessError) as e:
+        procs.spawn("backend-x", [sys.executable, "-X", "perf", "-c", "pass"])
+    assert "symlink" in _one_line(e.value) and "backend-x" in str(e.value)
+    assert victim.read_text() == "precious\n"
+
+
+def test_spawn_creates_the_perf_files_of_a_perf_child():
+    assert jitdump.perf_files(["python3.13", "-X", "perf_jit", "-m", "x"], {}) == (jitdump.PERF_MAP, jitdump.JIT_DUMP)
+    assert jitdump.perf_files(["python3", "-m", "x"], {"PYTHONPERFSUPPORT": "1"})
+    assert jitdump.perf_files(["python3", "-m", "x"], {}) == ()
+    proc = procs.spawn("perf-child", [sys.executable, "-X", "perf", "-c", "import time; time.sleep(0.5)"])
+    try:
+        made = [Path(t.format(pid=proc.pid)) for t in (jitdump.PERF_MAP, jitdump.JIT_DUMP)]
+        for path in made:
+            st = path.lstat()
+            assert path.is_file() and not path.is_symlink() and st.st_uid == os.geteuid(), path
+    finally:
+        proc.discard()
+        jitdump.remove_reserved(proc.pid)
+    assert not any(p.exists() for p in made)
+
+
+def test_copying_a_jitdump_refuses_a_planted_link(victim):
+    planted = Path(jitdump.dump_path(FAKE_PID))
+    planted.symlink_to(victim)
+    with pytest.raises(jitdump.UnsafeFileError) as e:
+        jitdump.copy_dump(FAKE_PID, str(victim.parent))
+    _one_line(e.value)
+    assert victim.read_text() == "precious\n"
+
+
+def test_perf_inject_writes_into_a_private_tmp(tmp_path, root_only):
+    """`perf inject --jit` writes jitted-PID-N.so beside the jitdump in /tmp: in the namespace it runs
+    in, /tmp is the round's private work dir, so nothing lands in (or through a link in) the real /tmp."""
+    private = tmp_path / "work"
+    private.mkdir(mode=0o700)
+    name = f"jitted-{FAKE_PID}-1.so"
+    argv = oncpu.private_tmp_argv(str(private), ["/bin/sh", "-c", f"echo elf > /tmp/{name}"])
+    require(argv is not None, "util-linux unshare and mount")
+    res = procs.run(argv, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert (private / name).read_text() == "elf\n"
+    assert not os.path.lexists(f"/tmp/{name}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 4: one atomic writer; out directories others control are refused
+
+
+def test_atomic_write_is_not_redirected_by_links(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    # The old writer's predictable temp name, and the final name itself, both as planted links.
+    (out / ".summary.json.tmp").symlink_to(victim)
+    (out / "summary.json").symlink_to(victim)
+    atomic.write_text(out / "summary.json", '{"ok": 1}')
+    assert victim.read_text() == "precious\n"
+    assert not (out / "summary.json").is_symlink() and (out / "summary.json").read_text() == '{"ok": 1}'
+    assert (out / "summary.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert sorted(p.name for p in out.iterdir()) == [".summary.json.tmp", "summary.json"]
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path):
+    target = tmp_path / "results.csv"
+    atomic.write_text(target, "old\n")
+    with pytest.raises(RuntimeError):
+        with atomic.open_atomic(target) as f:
+            f.write("half")
+            raise RuntimeError("writer died")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("make, expect", [
+    (lambda d: Path("/proc/nope"), "/proc"),
+    (lambda d: (d / "file").write_text("x") and d / "file", "existing file"),
+    (lambda d: _nobody(_mkdir(d / "theirs")), f"owned by uid {NOBODY}"),
+    (lambda d: _nobody(_mkdir(d / "theirs")) / "run", f"owned by uid {NOBODY}"),
+    (lambda d: _chmod(_mkdir(d / "open"), 0o777), "writable by group or others"),
+    (lambda d: _chmod(_mkdir(d / "shared"), 0o1777), "writable by group or others"),
+    (lambda d: _link(d / "link", _mkdir(d / "mine")), f"symlink owned by uid {NOBODY}"),
+])
+def test_out_dir_checker_refuses_with_one_line(tmp_path, root_only, make, expect):
+    with pytest.raises(InputError) as e:
+        atomic.check_out_dir(make(tmp_path))
+    assert expect in _one_line(e.value) and str(e.value).startswith("--out ")
+
+
+def test_out_dir_checker_accepts_own_dirs_and_new_ones_under_tmp(tmp_path):
+    atomic.check_out_dir(tmp_path)
+    atomic.check_out_dir(tmp_path / "new" / "run")
+    atomic.check_out_dir(Path("/tmp") / f"netprof-test-{os.getpid()}-not-created")  # sticky /tmp above it
+    assert atomic.ensure_out_dir(tmp_path / "a" / "b").is_dir()
+
+
+def test_results_store_refuses_a_dir_of_another_user(tmp_path, root_only):
+    theirs = _nobody(_mkdir(tmp_path / "theirs"))
+    with pytest.raises(InputError):
+        ResultsStore(theirs)
+    assert not list(theirs.iterdir())
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _chmod(path: Path, mode: int) -> Path:
+    path.chmod(mode)
+    return path
+
+
+def _link(link: Path, target: Path) -> Path:
+    link.symlink_to(target)
+    os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    return link
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 5: environment variables that redirect what root executes
+
+
+@pytest.fixture
+def loader_copy(tmp_path):
+    src = paths.loader_binary()
+    d = _mkdir(tmp_path / "bin")
+    copy = d / "netprof-loader"
+    copy.write_bytes(Path(src).read_bytes())
+    copy.chmod(0o755)
+    return copy
+
+
+def test_netprof_loader_must_be_trusted(loader_copy, monkeypatch, root_only):
+    monkeypatch.setenv("NETPROF_LOADER", str(loader_copy))
+    assert paths.loader_binary() == str(loader_copy)
+    _nobody(loader_copy)
+    with pytest.raises(paths.UntrustedPathError) as e:
+        paths.loader_binary()
+    assert f"owned by uid {NOBODY}" in _one_line(e.value) and "NETPROF_LOADER" in str(e.value)
+    os.chown(loader_copy, 0, 0)
+    _nobody(loader_copy.parent)  # root's file in someone else's directory can be swapped
+    with pytest.raises(paths.UntrustedPathError):
+        paths.loader_binary()
+    os.chown(loader_copy.parent, 0, 0)
+    loader_copy.chmod(0o777)
+    with pytest.raises(paths.UntrustedPathError) as e:
+        paths.loader_binary()
+    assert "writable by group or others" in str(e.value)
+
+
+def test_netprof_cache_and_pyenv_root_must_be_trusted(tmp_path, monkeypatch, root_only):
+    theirs = _nobody(_mkdir(tmp_path / "theirs"))
+    monkeypatch.setenv("NETPROF_CACHE", str(theirs))
+    with pytest.raises(interpreters.InterpreterError) as e:
+        interpreters.cache_root()
+    assert "NETPROF_CACHE" in _one_line(e.value)
+    monkeypatch.setenv("PYENV_ROOT", str(theirs))
+    with pytest.raises(interpreters.InterpreterError) as e:
+        interpreters.pyenv_versions()
+    assert "PYENV_ROOT" in _one_line(e.value)
+    assert interpreters.available(), "netprof's own interpreter is still offered"
+
+
+def test_bad_netprof_loader_is_one_line_exit_2(loader_copy, tmp_path, root_only):
+    _nobody(loader_copy)
+    res = run_netprof("run", "selector", "-c", "2", "-d", "0.5", "-r", "1", "--warmup", "0", "--no-probes",
+                      "--out", str(tmp_path / "out"), env=os.environ | {"NETPROF_LOADER": str(loader_copy)},
+                      timeout=120)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and "NETPROF_LOADER" in lines[0], res.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 6: interpreter environments from a hashed lock
+
+
+def test_interpreter_lock_pins_and_hashes_everything():
+    from importlib.metadata import version
+
+    reqs = interpreters.locked_requirements()
+    names = {name for name, _, _ in reqs}
+    assert {"uvloop", "gevent", "greenlet", "zope.event", "zope.interface", "pyzmq", "aiozmq", "msgpack"} <= names
+    for name, pinned, hashes in reqs:
+        assert hashes and all(len(h) == 64 and int(h, 16) >= 0 for h in hashes), name
+        assert pinned == version(name), f"{name}: lock has {pinned}, netprof's own env {version(name)}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 8: two runs at once
+
+
+HOLD_LOCK = textwrap.dedent("""
+    import sys, time
+    from netprof.profiler.runlock import run_lock
+    with run_lock(wait=False, path=sys.argv[1]):
+        print("locked", flush=True)
+        time.sleep(float(sys.argv[2]))
+""")
+
+
+def test_run_lock_refuses_or_waits(tmp_path):
+    lock = str(tmp_path / "run" / "run.lock")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, lock, "1.5"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(runlock.RunLockError) as e:
+            with runlock.run_lock(wait=False, path=lock):
+                pass
+        assert f"pid {holder.pid}" in _one_line(e.value) and "another netprof run" in str(e.value)
+        t0 = time.monotonic()
+        with runlock.run_lock(wait=True, path=lock):
+            assert holder.poll() is not None or time.monotonic() - t0 > 0.5
+            assert Path(lock).read_text().strip() == str(os.getpid())
+    finally:
+        holder.wait(timeout=10)
+    with runlock.run_lock(wait=False, path=lock):  # released: free again
+        pass
+
+
+def test_run_lock_file_is_not_followed(tmp_path, victim):
+    lock = tmp_path / "run" / "run.lock"
+    lock.parent.mkdir(mode=0o700)
+    lock.symlink_to(victim)
+    with pytest.raises(runlock.RunLockError) as e:
+        with runlock.run_lock(wait=False, path=str(lock)):
+            pass
+    assert "symlink" in _one_line(e.value)
+    assert victim.read_text() == "precious\n"
+
+
+MAKE_DIRS = textwrap.dedent("""
+    import sys
+    from netprof.profiler.runlock import unique_out_dir
+    print("\\n".join(str(unique_out_dir(sys.argv[1])) for _ in range(20)))
+""")
+
+
+def test_unique_out_dirs_of_runs_started_together_differ(tmp_path):
+    base = tmp_path / "runs"
+    procs_ = [subprocess.Popen([sys.executable, "-c", MAKE_DIRS, str(base)], stdout=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    made = [line for p in procs_ for line in p.communicate(timeout=60)[0].split()]
+    assert len(made) == 40 and len(set(made)) == 40
+    assert all(Path(m).is_dir() and Path(m).parent == base for m in made)
+
+
+BUILD_ENV = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from netprof.profiler import interpreters
+
+    def fake_build(base, info, env):  # the real one takes minutes; the locking around it is the point
+        (env / "bin").mkdir(parents=True)
+        (env / "bin" / "python").symlink_to(base)
+        time.sleep(1.0)
+        with open(sys.argv[1], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        (env / ".ready").write_text("{}")
+
+    interpreters._build = fake_build
+    print(interpreters.prepare(sys.argv[2]).python)
+""")
+
+
+def test_two_runs_preparing_one_interpreter_build_it_once(tmp_path):
+    other = next((p for p in interpreters.pyenv_versions()
+                  if os.path.realpath(p) != os.path.realpath(sys.executable)), None)
+    require(other is not None, "a pyenv interpreter other than netprof's own")
+    cache, builds = _mkdir(tmp_path / "cache"), tmp_path / "builds"
+    env = os.environ | {"NETPROF_CACHE": str(cache)}
+    runs = [subprocess.Popen([sys.executable, "-c", BUILD_ENV, str(builds), other], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    results = [p.communicate(timeout=120) for p in runs]
+    assert all(p.returncode == 0 for p in runs), [err for _, err in results]
+    pythons = {out.strip() for out, _ in results}
+    assert len(pythons) == 1 and len(builds.read_text().split()) == 1
+    entries = sorted(p.name for p in (cache / "interpreters").iterdir())
+    assert len(entries) == 2 and entries[0] == ".lock" and not entries[1].startswith("."), entries
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 7 (part): leftovers of a killed run
+
+
+def test_stale_stderr_files_and_flame_dirs_of_dead_runs_are_removed(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale_err = tmp_path / f"netprof-{dead.pid}-backend-selector-abc.stderr"
+    live_err = tmp_path / f"netprof-{os.getpid()}-loader-def.stderr"
+    other = tmp_path / "netprof-backend-old-naming.stderr"
+    stale_dir = tmp_path / f"{flame_session.WORK_PREFIX}{dead.pid}-xyz"
+    live_dir = tmp_path / f"{flame_session.WORK_PREFIX}{os.getpid()}-uvw"
+    for f in (stale_err, live_err, other):
+        f.write_text("x")
+    for d in (stale_dir, live_dir):
+        d.mkdir()
+        (d / "oncpu.perf.data").write_text("x")
+    assert procs.cleanup_stale(str(tmp_path)) == [str(stale_err)]
+    assert flame_session.cleanup_stale(str(tmp_path)) == [str(stale_dir)]
+    assert live_err.exists() and other.exists() and live_dir.exists()
+
+
+def test_stderr_files_carry_the_owning_pid():
+    proc = procs.spawn("named", ["true"])
+    try:
+        assert os.path.basename(proc.stderr_path).startswith(f"netprof-{os.getpid()}-named-")
+    finally:
+        proc.discard()
+
+
+# ------------------------------------------------------------------------------------------------
+# Item 13: netprof started with SIGINT ignored (nohup, a background job)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _rows(out: Path) -> int:
+    try:
+        return len(pd.read_parquet(out / "results.parquet"))
+    except (OSError, ValueError):
+        return 0
+
+
+def test_run_started_with_sigint_ignored_keeps_ignoring_it_and_stops_on_sigterm(tmp_path):
+    """Like a job started by `nohup` or from a script's background: Ctrl-C is not meant for it, so it
+    neither dies nor loses a child to SIGINT; SIGTERM still stops it cleanly (exit 130)."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "1", "-r", "8", "--warmup", "0.2",
+                                        "--no-probes", "--out", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while _rows(out) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        while _rows(out) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1]
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    df = pd.read_parquet(out / "results.parquet")
+    assert 3 <= len(df) < 8 and (df["status"] == "ok").all(), df[["status", "error"]]
+    assert not wait_no_children()
