@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
+
+from netprof.profiler import atomic
 
 KERNEL = "_[k]"
 JIT = "_[j]"
@@ -84,12 +86,10 @@ def fold_perf_script(lines: Iterable[str]) -> Counter:
 
 
 def write_folded(stacks: Counter, path: str) -> int:
-    """Write sorted folded stacks; returns the total count (samples, or µs for off-CPU)."""
-    with open(path, "w") as f:
-        for stack, n in sorted(stacks.items()):
-            if n > 0:
-                f.write(f"{stack} {n}\n")
-    return sum(n for n in stacks.values() if n > 0)
+    """Write sorted folded stacks (atomically); returns the total count (samples, or µs for off-CPU)."""
+    kept = sorted((stack, n) for stack, n in stacks.items() if n > 0)
+    atomic.write_text(path, "".join(f"{stack} {n}\n" for stack, n in kept))
+    return sum(n for _, n in kept)
 
 
 def read_folded(path: str) -> Iterator[tuple[str, int]]:

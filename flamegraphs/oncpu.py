@@ -13,6 +13,11 @@ Two modes:
   with `-X perf_jit`, the jitdump turns interpreter frames into `py::function` frames, so one stack
   goes from Python code through libc into the kernel. DWARF copies 16 KiB of user stack per sample,
   so this mode runs at a lower rate (MIXED_MAX_HZ).
+
+`perf inject --jit` writes one jitted-PID-N.so per Python function beside the jitdump it reads, and
+CPython's jitdump lives in /tmp, where a link planted at such a name would be followed by root. So
+the mixed view copies the dump into its private work directory and runs `perf inject` and `perf
+script` in a mount namespace of their own in which that directory is /tmp (`private_tmp_argv`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import subprocess
 
 from netprof.flamegraphs import jitdump
 from netprof.flamegraphs.fold import fold_perf_script, write_folded
+from netprof.profiler import procs
 from netprof.profiler.procs import ManagedProcess, spawn
 
 MIXED_MAX_HZ = 99          # DWARF samples are ~16 KiB each; 99 Hz keeps perf.data and unwinding small
@@ -33,6 +39,20 @@ SCRIPT_TIMEOUT = 120.0
 
 def perf_binary() -> str | None:
     return shutil.which("perf")
+
+
+def private_tmp_argv(private: str, argv: list[str]) -> list[str] | None:
+    """`argv` run in a new mount namespace where the directory `private` is mounted on /tmp; None
+    when util-linux's `unshare`/`mount` are missing.
+
+    Also a new pid namespace (with its own /proc): perf opens a live target's jitdump inside the
+    target's mount namespace (/proc/PID/ns/mnt), i.e. in the real /tmp; when the pid is not visible
+    perf stays in ours."""
+    unshare, mount = shutil.which("unshare"), shutil.which("mount")
+    if not unshare or not mount:
+        return None
+    return [unshare, "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--mount-proc",
+            "--", "/bin/sh", "-c", f'{mount} --bind "$0" /tmp && exec "$@"', private, *argv]
 
 
 class PerfRecorder:
@@ -45,6 +65,7 @@ class PerfRecorder:
         self.mixed = mixed
         self.rate_hz = min(rate_hz, MIXED_MAX_HZ) if mixed else rate_hz
         self.cpus = cpus
+        self.workdir = workdir
         self.data = os.path.join(workdir, ("mixed" if mixed else "oncpu") + ".perf.data")
         self.proc: ManagedProcess | None = None
 
@@ -86,14 +107,14 @@ class PerfRecorder:
         if not os.path.exists(self.data) or os.path.getsize(self.data) == 0:
             notes.append(f"{view}: perf record failed (exit {rc}): {err or 'no stderr'}")
             return 0
-        data = self.data
+        data, private = self.data, False
         try:
             if self.mixed:
-                data = self._inject_jit(notes)
-            script = subprocess.run(
-                [perf_binary() or "perf", "script", "-i", data, "--no-inline", "-F", "comm,tid,period,ip,sym,dso"],
-                capture_output=True, text=True, errors="replace", timeout=SCRIPT_TIMEOUT,
-            )
+                data, private = self._inject_jit(notes)
+            argv = [perf_binary() or "perf", "script", "-i", self._seen_as(data, private), "--no-inline",
+                    "-F", "comm,tid,period,ip,sym,dso"]
+            script = procs.run(private_tmp_argv(self.workdir, argv) if private else argv, timeout=SCRIPT_TIMEOUT,
+                               errors="replace")
             if script.returncode != 0:
                 notes.append(f"{view}: perf script failed: {script.stderr.strip()[-300:]}")
                 return 0
@@ -103,9 +124,9 @@ class PerfRecorder:
             return 0
         finally:
             # perf.data files are scratch (DWARF ones reach tens of MiB); the folded file is the artifact.
-            # `perf inject --jit` writes one ELF per Python function next to the jitdump, in /tmp.
-            jitted = [p for pid in self.pids for p in glob.glob(f"/tmp/jitted-{pid}-*.so")] if self.mixed else []
-            for path in {self.data, data, *jitted}:
+            # The mixed view's jitdump copies and the ELF files `perf inject --jit` wrote are scratch too.
+            scratch = glob.glob(os.path.join(self.workdir, "jit*-*.*")) if self.mixed else []
+            for path in {self.data, data, *scratch}:
                 _unlink(path)
         n = write_folded(stacks, folded_path)
         if self.mixed and not any("_[j]" in s for s in stacks):
@@ -115,21 +136,34 @@ class PerfRecorder:
             notes.append(f"{view}: perf recorded no samples of pids {self.pids} (idle backend?)")
         return n
 
-    def _inject_jit(self, notes: list[str]) -> str:
+    def _seen_as(self, path: str, private: bool) -> str:
+        """How a file of the work dir is named inside the private-/tmp namespace (or outside it)."""
+        return os.path.join("/tmp", os.path.relpath(path, self.workdir)) if private else path
+
+    def _inject_jit(self, notes: list[str]) -> tuple[str, bool]:
+        """(perf data to read, whether to read it inside the private /tmp): the jit-injected data when
+        `perf inject --jit` worked, else the plain recording."""
         for pid in self.pids:
             try:
-                jitdump.flush_pending(pid)
+                jitdump.copy_dump(pid, self.workdir)
+            except jitdump.UnsafeFileError as e:
+                notes.append(f"mixed: {e}; stacks without Python frames")
+                return self.data, False
             except (OSError, ValueError, subprocess.SubprocessError) as e:
                 notes.append(f"mixed: could not complete {jitdump.dump_path(pid)} ({e}); recently compiled "
                              "Python functions may show as [perf-PID.map]")
         out = self.data + ".jit"
-        inj = subprocess.run([perf_binary() or "perf", "inject", "--jit", "-i", self.data, "-o", out],
-                             capture_output=True, text=True, timeout=SCRIPT_TIMEOUT,
-                             cwd=os.path.dirname(self.data))
+        argv = private_tmp_argv(self.workdir, [perf_binary() or "perf", "inject", "--jit",
+                                               "-i", self._seen_as(self.data, True), "-o", self._seen_as(out, True)])
+        if argv is None:
+            notes.append("mixed: util-linux `unshare`/`mount` are needed to run perf inject with a private /tmp; "
+                         "stacks without jit symbols")
+            return self.data, False
+        inj = procs.run(argv, timeout=SCRIPT_TIMEOUT)
         if inj.returncode != 0:
             notes.append(f"mixed: perf inject --jit failed ({inj.stderr.strip()[-200:]}); stacks without jit symbols")
-            return self.data
-        return out
+            return self.data, False
+        return out, True
 
 
 def _unlink(path: str) -> None:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 
 from netprof.flamegraphs.fold import read_folded, write_folded
 from netprof.profiler.procs import ManagedProcess, spawn
@@ -38,11 +38,15 @@ def pyspy_binary() -> str | None:
 
 
 class PySpyRecorder:
+    """py-spy writes its raw output into `workdir` (private scratch; default: beside `folded_path`);
+    `finish` turns it into `folded_path`."""
+
     def __init__(self, pid: int, duration: float, folded_path: str, *, rate_hz: int,
-                 nonblocking: bool = NONBLOCKING, cpus=None) -> None:
+                 nonblocking: bool = NONBLOCKING, cpus=None, workdir: str | None = None) -> None:
         self.pid = pid
         self.duration = duration
         self.folded_path = folded_path
+        self.raw_path = os.path.join(workdir, "python.raw") if workdir else folded_path + ".raw"
         self.rate_hz = rate_hz
         self.nonblocking = nonblocking
         self.cpus = cpus
@@ -52,7 +56,7 @@ class PySpyRecorder:
         # py-spy takes whole seconds; round up so the window covers at least `duration`.
         secs = max(1, int(-(-self.duration // 1)))
         argv = [pyspy_binary() or "py-spy", "record", "--pid", str(self.pid), "--duration", str(secs),
-                "--rate", str(self.rate_hz), "--format", "raw", "--output", self.folded_path,
+                "--rate", str(self.rate_hz), "--format", "raw", "--output", self.raw_path,
                 "--nolineno", "--full-filenames", "--subprocesses"]
         return argv + (["--nonblocking"] if self.nonblocking else [])
 
@@ -72,20 +76,23 @@ class PySpyRecorder:
         except subprocess.TimeoutExpired:
             notes.append("python: py-spy did not finish in time; killed")
         rc, err = self.proc.discard()
-        if rc != 0 or not os.path.exists(self.folded_path):
+        if rc != 0 or not os.path.exists(self.raw_path):
             notes.append(f"python: py-spy failed (exit {rc}): {err or 'no stderr'}")
             return 0
-        n = _drop_process_root(self.folded_path)
+        try:
+            n = _drop_process_root(self.raw_path, self.folded_path)
+        finally:
+            os.unlink(self.raw_path)
         if n == 0:
             # py-spy drops idle samples (threads waiting in epoll/recv hold no Python frame on CPU).
             notes.append("python: py-spy saw no active Python stacks (idle, or not a Python process)")
         return n
 
 
-def _drop_process_root(path: str) -> int:
-    """Remove py-spy's per-pid root frame, so graphs of two runs (different pids) diff cleanly and
-    a prefork backend's workers merge into one picture. Returns the sample count."""
+def _drop_process_root(raw: str, folded: str) -> int:
+    """`raw` without py-spy's per-pid root frame → `folded`, so graphs of two runs (different pids)
+    diff cleanly and a prefork backend's workers merge into one picture. Returns the sample count."""
     stacks: Counter = Counter()
-    for stack, n in read_folded(path):
+    for stack, n in read_folded(raw):
         stacks[_PROCESS_ROOT.sub("", stack)] += n
-    return write_folded(stacks, path)
+    return write_folded(stacks, folded)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
+
+from netprof.profiler import atomic, procs
 
 RENDER_TIMEOUT = 60.0
 
@@ -44,7 +45,7 @@ def render(folded: str, out_svg: str, *, view: str, title: str, subtitle: str | 
         raise RuntimeError("inferno-flamegraph not installed (make setup, or: cargo install inferno --locked)")
     style = VIEW_STYLE.get(view, VIEW_STYLE["oncpu"])
     argv = [exe, "--title", title, "--colors", style["colors"], "--bgcolors", style["bgcolors"],
-            "--countname", style["countname"], "--hash", "--minwidth", "0.05", folded]
+            "--countname", style["countname"], "--hash", "--minwidth", "0.05", os.path.abspath(folded)]
     if subtitle:
         argv[1:1] = ["--subtitle", subtitle]
     _run_to_file(argv, out_svg)
@@ -60,19 +61,19 @@ def diff(folded_a: str, folded_b: str, out_svg: str, *, title: str) -> str:
     fg_exe = inferno_binary("inferno-flamegraph")
     if diff_exe is None or fg_exe is None:
         raise RuntimeError("inferno not installed (make setup, or: cargo install inferno --locked)")
-    d = subprocess.run([diff_exe, "--normalize", folded_a, folded_b], capture_output=True, text=True,
-                       timeout=RENDER_TIMEOUT)
+    d = procs.run([diff_exe, "--normalize", os.path.abspath(folded_a), os.path.abspath(folded_b)],
+                  timeout=RENDER_TIMEOUT)
     if d.returncode != 0:
         raise RuntimeError(f"inferno-diff-folded failed: {d.stderr.strip()[-300:]}")
-    sub = f"B = {os.path.basename(folded_b)} vs A = {os.path.basename(folded_a)}; red grew, blue shrank (A normalised to B)"
+    sub = (f"B = {os.path.basename(folded_b)} vs A = {os.path.basename(folded_a)}; "
+           "red grew, blue shrank (A normalised to B)")
     argv = [fg_exe, "--title", title, "--subtitle", sub, "--hash", "--minwidth", "0.05"]
     _run_to_file(argv, out_svg, stdin=d.stdout)
     return out_svg
 
 
 def _run_to_file(argv: list[str], out_svg: str, stdin: str | None = None) -> None:
-    r = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=RENDER_TIMEOUT)
+    r = procs.run(argv, input=stdin, timeout=RENDER_TIMEOUT)
     if r.returncode != 0:
         raise RuntimeError(f"{os.path.basename(argv[0])} failed: {r.stderr.strip()[-300:]}")
-    with open(out_svg, "w") as f:
-        f.write(r.stdout)
+    atomic.write_text(out_svg, r.stdout)

@@ -9,6 +9,8 @@ and the other views still come out.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -19,9 +21,15 @@ from netprof.flamegraphs import render
 from netprof.flamegraphs.fold import write_folded
 from netprof.flamegraphs.oncpu import MIXED_MAX_HZ, PerfRecorder, perf_binary
 from netprof.flamegraphs.pyspy import PySpyRecorder, pyspy_binary
+from netprof.profiler import procs
 
 VIEWS = ("oncpu", "python", "offcpu", "mixed")
 DEFAULT_VIEWS = ("oncpu", "python", "offcpu")
+# Scratch of one sampling round (perf.data, py-spy's raw output, jitdump copies): a private directory
+# (mkdtemp: 0700) in the temp dir, named for the netprof process, so a later run can remove the
+# scratch of one that was killed (`cleanup_stale`).
+WORK_PREFIX = "netprof-flame-"
+_WORK_NAME = re.compile(rf"^{WORK_PREFIX}(\d+)-")
 VIEW_LABEL = {
     "oncpu": "on-CPU, kernel + native (perf cpu-clock, frame pointers)",
     "python": "Python (py-spy)",
@@ -54,6 +62,11 @@ def process_tree(pid: int) -> list[int]:
         return [pid] + [c.pid for c in proc.children(recursive=True)]
     except psutil.NoSuchProcess:
         raise ValueError(f"no process {pid} to sample") from None
+
+
+def cleanup_stale(directory: str | None = None) -> list[str]:
+    """Remove the sampling scratch directories of netprof runs that died without cleaning up."""
+    return procs.remove_stale(_WORK_NAME, directory)
 
 
 def _bpf_missing() -> str | None:
@@ -111,7 +124,7 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
         else:
             wanted.append(v)
 
-    work = tempfile.mkdtemp(prefix="netprof-flame-", dir=outdir)
+    work = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-")
     offcpu = None
     recorders: dict[str, object] = {}
     try:
@@ -127,7 +140,7 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
                 recorders[v] = PerfRecorder(pids, duration, work, rate_hz=rate_hz, mixed=(v == "mixed"), cpus=cpus)
             elif v == "python":
                 recorders[v] = PySpyRecorder(pid, duration, os.path.join(outdir, "python.folded"),
-                                             rate_hz=rate_hz, cpus=cpus)
+                                             rate_hz=rate_hz, cpus=cpus, workdir=work)
         for r in recorders.values():
             r.start()
         if offcpu is not None:
@@ -158,7 +171,7 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
             r.stop()
         if offcpu is not None:
             offcpu.close()
-        _rmtree(work)
+        shutil.rmtree(work, ignore_errors=True)
 
     for v in wanted:
         folded = getattr(art, f"{v}_folded")
@@ -180,9 +193,3 @@ def _subtitle(view: str, samples: dict[str, int], rate_hz: int, duration: float)
                 f"in a {duration:g} s window; widths = microseconds off CPU")
     rate = min(rate_hz, MIXED_MAX_HZ) if view == "mixed" else rate_hz
     return f"{samples.get(view, 0)} samples at {rate} Hz over {duration:g} s"
-
-
-def _rmtree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)

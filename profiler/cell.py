@@ -15,12 +15,12 @@ from typing import Any, Callable
 import psutil
 
 from netprof.backends import registry
+from netprof.probes import proc_cpu_times
 from netprof.profiler import stats
 from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.plan import Cell, RunConfig
 from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
-from netprof.probes import proc_cpu_times
 
 READY_TIMEOUT = 20.0
 EXIT_GRACE = 5.0
@@ -100,29 +100,52 @@ def tree_rss(pid: int) -> int | None:
     return total
 
 
+@dataclass
+class Snap:
+    """Counters at one of the loader's marks: probes (None when not counting), /proc CPU, time."""
+
+    probes: Any
+    proc: dict
+    t: float
+
+
 class _Marks:
-    """Snapshots taken the moment the loader reports measure_start / measure_stop."""
+    """Snapshots taken the moment the loader reports a mark, and the probes' attach/detach at the
+    probed sub-window's marks (probe_start / probe_stop): outside it no probe runs, so the
+    headline numbers (the unprobed phase) carry no probe cost."""
 
     def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None) -> None:
         self.pid, self.probes, self.on_start = pid, probes, on_start
-        self.start = self.stop = None
+        self.snaps: dict[str, Snap] = {}
         self.connected: dict = {}
         self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
         self.rss_start: int | None = None  # ... and at measure_start
+
+    def _snap(self, kind: str) -> None:
+        counting = self.probes is not None and self.probes.attached
+        self.snaps[kind] = Snap(self.probes.snapshot() if counting or kind.startswith("probe") else None,
+                                proc_cpu_times(self.pid), time.monotonic())
 
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
         if kind == "connected":
             self.connected = event
+        elif kind == "probe_start" and self.probes is not None:
+            self._snap(kind)  # detached until now, so the counters stand still: an exact baseline
+            self.probes.attach()
+        elif kind == "probe_stop" and self.probes is not None:
+            self.probes.detach()  # first stop counting, then read: an exact end
+            self._snap(kind)
         elif kind in ("measure_start", "measure_stop"):
-            snap = (self.probes.snapshot() if self.probes else None, proc_cpu_times(self.pid), time.monotonic())
+            self._snap(kind)
             if kind == "measure_start":
-                self.start = snap
                 self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
                 if self.on_start:
                     self.on_start(self.pid)
-            else:
-                self.stop = snap
+
+    def pair(self, first: str, last: str) -> tuple[Snap, Snap] | None:
+        a, b = self.snaps.get(first), self.snaps.get(last)
+        return (a, b) if a and b else None
 
 
 def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
@@ -149,64 +172,85 @@ def _failure_reason(proc: ManagedProcess | None, default: str) -> str:
     return default + (f" (backend stderr: {tail})" if tail else "")
 
 
+def _proc_delta(a: Snap, b: Snap) -> dict:
+    return {k: b.proc[k] - a.proc[k] for k in ("user_s", "sys_s", "minflt", "majflt", "vol_ctx", "invol_ctx")}
+
+
+def _unprobed_proc(marks: _Marks) -> dict | None:
+    """/proc counters of the unprobed phase: the window minus the probed sub-window (the probes
+    inflate system time while attached)."""
+    window = marks.pair("measure_start", "measure_stop")
+    if window is None:
+        return None
+    whole = _proc_delta(*window)
+    probed = marks.pair("probe_start", "probe_stop")
+    if probed is None:
+        return whole
+    sub = _proc_delta(*probed)
+    return {k: whole[k] - sub[k] for k in whole}
+
+
 def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[str]) -> None:
-    """Fill `row` from the loader's stats and the snapshots at its marks."""
-    messages = int(result.get("messages", 0))
+    """Fill `row` from the loader's stats and the snapshots at its marks.
+
+    With a probed sub-window (stats["phases"]), the headline figures (msgs/s, latency, fairness,
+    /proc CPU) come from the unprobed phase and the probe counters are divided by the probed
+    phase's own message count; `probe_cost` is the probes' cost measured in this very cell."""
+    phases = result.get("phases")
+    head = phases["unprobed"] if phases else result
+    probed = phases["probed"] if phases else result
+    messages = int(head.get("messages", 0))
     row.update({
         "messages": messages,
-        "duration_s": result.get("duration_s"),
-        "msgs_per_sec": result.get("msgs_per_sec"),
+        "duration_s": head.get("duration_s"),
+        "msgs_per_sec": head.get("msgs_per_sec"),
         "connected": result.get("connected"),
         "setup_s": result.get("setup_s"),
-        "lat_us": {k: result["latency_us"].get(k) for k in ("p50", "p90", "p95", "p99", "p999", "max", "mean")},
-        "per_conn": stats.fairness(result.get("per_conn_messages", [])),
+        "lat_us": {k: head["latency_us"].get(k) for k in ("p50", "p90", "p95", "p99", "p999", "max", "mean")},
+        "per_conn": stats.fairness(head.get("per_conn_messages", [])),
         "errors": result.get("errors", {}),
         "loader_cpu": result.get("loader_cpu", {}),
         "probes": probes_attached,
     })
+    if phases:
+        row["probed"] = {"messages": probed.get("messages"), "duration_s": probed.get("duration_s"),
+                         "msgs_per_sec": probed.get("msgs_per_sec"), "share": result.get("probe_share")}
+        row["probe_cost"] = stats.probe_cost(head.get("msgs_per_sec"), probed.get("msgs_per_sec"))
     conns = result.get("connected") or 0
     if marks.rss_ready is not None and marks.rss_start is not None and conns:
         # backend memory per open connection: (RSS at measure_start − RSS after ready) / connections
         row["rss_per_conn_kb"] = (marks.rss_start - marks.rss_ready) / 1024 / conns
-    if marks.start and marks.stop:
-        cpu0, cpu1 = marks.start[1], marks.stop[1]
-        user = cpu1["user_s"] - cpu0["user_s"]
-        sys_ = cpu1["sys_s"] - cpu0["sys_s"]
-        dur = row["duration_s"] or (marks.stop[2] - marks.start[2])
+    proc = _unprobed_proc(marks)
+    if proc is not None:
+        user, sys_ = proc["user_s"], proc["sys_s"]
+        dur = row["duration_s"]
         row["cpu"] = {
             "user_s": user, "sys_s": sys_,
             "user_frac": user / (user + sys_) if user + sys_ > 0 else None,
             "busy_frac": (user + sys_) / dur if dur else None,  # share of one CPU the backend used
         }
-        row["faults"] = {
-            "minor_per_msg": (cpu1["minflt"] - cpu0["minflt"]) / messages if messages else None,
-            "major": cpu1["majflt"] - cpu0["majflt"],
-        }
-        if marks.start[0] is not None and marks.stop[0] is not None:
-            from netprof.probes import delta
+        row["faults"] = {"minor_per_msg": stats.ratio(proc["minflt"], messages), "major": proc["majflt"]}
+    counted = marks.pair("probe_start", "probe_stop") if phases else marks.pair("measure_start", "measure_stop")
+    if counted and counted[0].probes is not None and counted[1].probes is not None:
+        from netprof.probes import delta
 
-            d = delta(marks.start[0], marks.stop[0])
-            row["syscalls"] = dict(d.syscalls)
-            row["syscalls_per_msg"] = stats.per_message(d.syscalls, messages)
+        d = delta(counted[0].probes, counted[1].probes)
+        n = int(probed.get("messages", 0))
+        row["syscalls"] = dict(d.syscalls)
+        row["syscalls_per_msg"] = stats.per_message(d.syscalls, n)
+        row["ctx_switches_per_msg"] = stats.ratio(d.ctx_voluntary + d.ctx_involuntary, n)
+        row["ctx"] = {"voluntary_per_msg": stats.ratio(d.ctx_voluntary, n),
+                      "involuntary_per_msg": stats.ratio(d.ctx_involuntary, n),
+                      "migrations_per_msg": stats.ratio(d.migrations, n)}
+        if d.syscall_time:  # --syscall-time: the BPF-side split of on-CPU time
+            probed_proc = _proc_delta(*counted)
             row["syscall_time_s"] = dict(d.syscall_time_s)
-            ctx = d.ctx_voluntary + d.ctx_involuntary
-            row["ctx_switches_per_msg"] = ctx / messages if messages else None
-            row["ctx"] = {
-                "voluntary_per_msg": d.ctx_voluntary / messages if messages else None,
-                "involuntary_per_msg": d.ctx_involuntary / messages if messages else None,
-                "migrations_per_msg": d.migrations / messages if messages else None,
-            }
-            # BPF-side split of the on-CPU time: inside syscalls (probes), other kernel (/proc sys
-            # time minus that), user (the rest); see netprof.probes.counting for what is sampled.
-            row["cpu_bpf"] = {"oncpu_s": d.oncpu_s, **d.cpu_split(proc_sys_s=sys_)}
-        else:
-            # /proc context-switch counters still give a probe-free figure
-            ctx = (cpu1["vol_ctx"] - cpu0["vol_ctx"]) + (cpu1["invol_ctx"] - cpu0["invol_ctx"])
-            row["ctx_switches_per_msg"] = ctx / messages if messages else None
-            row["ctx"] = {
-                "voluntary_per_msg": (cpu1["vol_ctx"] - cpu0["vol_ctx"]) / messages if messages else None,
-                "involuntary_per_msg": (cpu1["invol_ctx"] - cpu0["invol_ctx"]) / messages if messages else None,
-            }
+            row["cpu_bpf"] = {"oncpu_s": d.oncpu_s, **d.cpu_split(proc_sys_s=probed_proc["sys_s"])}
+    elif proc is not None:
+        # /proc context-switch counters still give a probe-free figure
+        row["ctx_switches_per_msg"] = stats.ratio(proc["vol_ctx"] + proc["invol_ctx"], messages)
+        row["ctx"] = {"voluntary_per_msg": stats.ratio(proc["vol_ctx"], messages),
+                      "involuntary_per_msg": stats.ratio(proc["invol_ctx"], messages)}
 
 
 def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
@@ -230,7 +274,8 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
                          sources=list(link.loader_hosts) if link else list(cfg.sources),
-                         transport=registry.get(cell.backend).transport)
+                         transport=registry.get(cell.backend).transport,
+                         probe_share=cfg.probe_share if probes is not None and cfg.probe_share < 1 else None)
         result = None
         try:
             result = loader.run(req, on_event=marks)

@@ -16,8 +16,7 @@ from rich.table import Table
 
 import netprof
 from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
-from netprof.profiler.plan import (RunConfig, parse_framings, parse_int_list, parse_pythons, parse_sources,
-                                   validate)
+from netprof.profiler.plan import RunConfig, parse_framings, parse_int_list, parse_pythons, parse_sources, validate
 
 EXAMPLES = """
 Examples:
@@ -121,6 +120,8 @@ def run(
     work: str = typer.Option("none", "--work", help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
     think: str = typer.Option("none", "--think", help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
+    probe_share: float = typer.Option(0.3, "--probe-share", help="Share of each cell's window (its middle) with the counting probes attached; headline msgs/s, latency and fairness come from the rest. 1 = probes throughout, 0 = none."),
+    syscall_time: bool = typer.Option(False, "--syscall-time", help="Also time every syscall (costs about as much again as counting)."),
     stacks: bool = typer.Option(False, "--stacks", help="Also collect user stacks of selected syscalls (evidence set)."),
     flamegraph: bool = typer.Option(False, "--flamegraph", help="Add a sampling round per cell with flamegraphs."),
     no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
@@ -128,6 +129,7 @@ def run(
     loader_cpus: str = typer.Option("", "--loader-cpus", help="CPUs for the loader (default: all others)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory (default runs/<timestamp>/)."),
     force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
+    wait: bool = typer.Option(False, "--wait", help="If another netprof run is measuring, wait for it (default: refuse: two runs would disturb each other's numbers)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before a run planned to take over an hour."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout, nothing else there."),
     remote: str = typer.Option("", "--remote", help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
@@ -140,8 +142,9 @@ def run(
             backends=list(backends), connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
+            probe_share=probe_share, syscall_time=syscall_time,
             flamegraph=flamegraph, pin=not no_pin, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
-            out_dir=str(out) if out else "", force=force, remote=remote, netem=netem,
+            out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
         ))
     _confirm_long_plan(cfg, yes)
@@ -277,6 +280,21 @@ def report_cmd(
                          "the run that wrote it was cut off or the file was changed: re-run it") from None
     if as_json:
         print(json.dumps(summary, default=str))
+
+
+@app.command("compare")
+def compare_cmd(
+    runs: List[Path] = typer.Argument(..., help="BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout, nothing else there."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write compare.md, compare.html, compare.json (and differential flamegraphs) here."),
+    fail_if: str = typer.Option("", "--fail-if", help="Exit 1 on a significant regression beyond a threshold, e.g. slower:5%,p99:+10%,syscalls:+0.5 (also p50, cpu, ctx, jain)."),
+) -> None:
+    """Did it get faster, and is that real? Matched cells of NEW against BASE: ratios with 95% intervals,
+    Welch's t-test verdicts, and the syscall and CPU deltas that explain each change."""
+    from netprof.profiler import compare
+
+    raise typer.Exit(compare.main([str(r) for r in runs], as_json=as_json, out=str(out) if out else None,
+                                  fail_if=fail_if))
 
 
 def main() -> None:

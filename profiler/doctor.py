@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from netprof.profiler import paths, plan
+from netprof.profiler import paths, plan, procs
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 # Capability bits (linux/capability.h)
@@ -102,7 +102,7 @@ def check_perf() -> Check:
     if not perf:
         return Check("perf", False, "not found", "`make setup` (installs linux-perf)")
     try:
-        out = subprocess.run([perf, "--version"], capture_output=True, text=True, timeout=10)
+        out = procs.run([perf, "--version"], timeout=10)
     except (OSError, subprocess.TimeoutExpired) as e:
         return Check("perf", False, f"{perf} does not run: {e}", "`make setup` (installs linux-perf)")
     if out.returncode != 0:
@@ -115,6 +115,9 @@ def check_loader() -> Check:
         return Check("netprof-loader", True, paths.loader_binary())
     except FileNotFoundError as e:
         return Check("netprof-loader", False, "not found", str(e).split(": ", 1)[-1])
+    except paths.UntrustedPathError as e:
+        return Check("netprof-loader", False, str(e).split("; ", 1)[0], "make NETPROF_LOADER root's and not "
+                     "writable by others, or unset it")
 
 
 def check_fd_limit() -> Check:
@@ -151,12 +154,18 @@ def check_pyspy() -> Check:
 
 def check_interpreters() -> list[Check]:
     """Informational: which interpreters can run backends, and which give mixed Python+kernel stacks."""
-    from netprof.profiler.interpreters import available
+    from netprof.profiler.interpreters import InterpreterError, available, pyenv_versions
 
     checks = []
+    try:
+        pyenv_versions()
+    except InterpreterError as e:
+        checks.append(Check("pyenv", False, str(e).split("; ", 1)[0], "make PYENV_ROOT root's and not writable "
+                            "by others, or unset it", required=False))
     for it in available():
         flag, note = it.mixed_stack_flag()
-        detail = f"{it.base}: probes yes; mixed stacks " + (f"yes ({note})" if flag else f"no ({note.split(': ', 1)[-1]})")
+        why = note if flag else note.split(": ", 1)[-1]
+        detail = f"{it.base}: probes yes; mixed stacks {'yes' if flag else 'no'} ({why})"
         checks.append(Check(f"python {it.version}", True, detail, required=False))
     return checks
 
@@ -171,13 +180,40 @@ def check_netns_leftovers() -> Check:
     return Check("netns leftovers", True, f"removed {', '.join(removed)}" if removed else "none", required=False)
 
 
+def check_symlink_protection() -> Check:
+    """Informational: with fs.protected_symlinks=0, root follows links others plant in /tmp (the
+    backends' perf maps, py-spy and perf scratch). netprof creates those files itself, but a backend's
+    forked children write their own maps."""
+    try:
+        with open("/proc/sys/fs/protected_symlinks") as f:
+            value = f.read().strip()
+    except OSError:
+        return Check("symlink protection", True, "fs.protected_symlinks unknown", required=False)
+    if value == "0":
+        return Check("symlink protection", False, "fs.protected_symlinks=0: root follows links other users "
+                     "plant in /tmp", "`sysctl -w fs.protected_symlinks=1` (the kernel's default on most "
+                     "distributions)", required=False)
+    return Check("symlink protection", True, f"fs.protected_symlinks={value}", required=False)
+
+
+def check_stale_files() -> Check:
+    """stderr files and sampling scratch of netprof runs that died without cleaning up: removed here
+    (and by the next run)."""
+    from netprof.flamegraphs.session import cleanup_stale as flame_cleanup
+    from netprof.profiler.procs import cleanup_stale
+
+    removed = cleanup_stale() + flame_cleanup()
+    return Check("stale temp files", True, f"removed {len(removed)} of dead runs" if removed else "none",
+                 required=False)
+
+
 def run_checks() -> list[Check]:
     priv, bcc, headers = check_privileges(), check_bcc(), check_headers()
     tps = check_tracepoints()
     checks = [priv, bcc, headers, *tps]
     checks.append(check_compile(priv.ok and bcc.ok and headers.ok and all(c.ok for c in tps if c.required)))
     checks += [check_perf(), check_loader(), check_fd_limit(), check_port_range(), check_cpus(), check_pyspy(),
-               check_netns_leftovers(), *check_interpreters()]
+               check_netns_leftovers(), check_symlink_protection(), check_stale_files(), *check_interpreters()]
     return checks
 
 

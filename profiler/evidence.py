@@ -10,7 +10,7 @@ import json
 import threading
 from pathlib import Path
 
-from netprof.profiler import schema
+from netprof.profiler import atomic, schema
 from netprof.profiler.cell import CellEnv, CellHooks, run_cell
 from netprof.profiler.plan import Cell, RunConfig
 
@@ -32,7 +32,7 @@ def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
     doc = {name: [{"count": int(count), "frames": list(frames)} for count, frames in stacks]
            for name, stacks in top.items()}
     (out / "stacks").mkdir(exist_ok=True)
-    (out / "stacks" / f"{schema.cell_slug(outcome.row)}.json").write_text(json.dumps(doc, indent=1))
+    atomic.write_text(out / "stacks" / f"{schema.cell_slug(outcome.row)}.json", json.dumps(doc, indent=1))
     return doc
 
 
@@ -43,7 +43,7 @@ def flamegraph_round(cell: Cell, env: CellEnv, out: Path) -> dict:
     -X perf on a frame-pointer build), the backend starts with that option and the round adds the
     mixed Python+kernel view; otherwise the index says why there is none.
     """
-    from netprof.flamegraphs import DEFAULT_VIEWS, sample
+    from netprof.flamegraphs import DEFAULT_VIEWS, jitdump, sample
 
     out = out.resolve()
     cfg, interp = env.cfg, env.interp
@@ -74,8 +74,7 @@ def flamegraph_round(cell: Cell, env: CellEnv, out: Path) -> dict:
     if "thread" in done:
         done["thread"].join(timeout=cfg.duration + 60)
     if outcome.backend_pid:  # what -X perf/perf_jit leaves behind in /tmp
-        for leftover in (f"/tmp/jit-{outcome.backend_pid}.dump", f"/tmp/perf-{outcome.backend_pid}.map"):
-            Path(leftover).unlink(missing_ok=True)
+        jitdump.remove_reserved(outcome.backend_pid)
     entry = {**{k: outcome.row.get(k) for k in schema.CELL_KEYS}, "mixed_stacks": mixed_note,
              "dir": str(outdir.relative_to(out)), "load_ok": outcome.ok, "load_error": outcome.row.get("error"),
              "msgs_per_sec": outcome.row.get("msgs_per_sec")}

@@ -3,29 +3,35 @@ and say what each one supports (mixed Python+kernel stacks need 3.13's -X perf_j
 -X perf on a frame-pointer build).
 
 An environment is a venv of that interpreter with the backends' third-party deps (uvloop, gevent,
-pyzmq, aiozmq) and a copy of netprof's pure-Python backends package; it is built once and cached
-under $NETPROF_CACHE (default ~/.cache/netprof/interpreters), keyed by interpreter and netprof
-version. The C++ backends are compiled for netprof's own interpreter only.
+pyzmq, aiozmq), installed from the lock file LOCK (exact versions, hash-checked wheels), and a copy of
+netprof's pure-Python backends package; it is built once and cached under $NETPROF_CACHE (default
+~/.cache/netprof/interpreters), keyed by interpreter, netprof version and lock. Builds hold a lock on
+the cache and happen in a temp directory renamed into place, so two runs never see a half-built env.
+The C++ backends are compiled for netprof's own interpreter only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import netprof
+from netprof.profiler import paths, procs
 from netprof.profiler.errors import CapabilityError
 
-# What the backends import beyond the standard library (pinned like pyproject's dependencies).
-BACKEND_DEPS = ["uvloop==0.23.*", "gevent>=24"]
-OPTIONAL_DEPS = ["pyzmq>=26,<28", "aiozmq>=1.0,<2"]
+# What the backends import beyond the standard library: exact versions and wheel hashes.
+LOCK = Path(__file__).with_name("interp-requirements.txt")
+LOCKED_PYTHONS = "CPython 3.11-3.13"
 
 _PROBE = r"""
 import json, platform, sys, sysconfig
@@ -89,7 +95,11 @@ class Interpreter:
 
 
 def pyenv_versions() -> list[str]:
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    """pyenv's interpreters; $PYENV_ROOT only when it is trusted (InterpreterError otherwise)."""
+    try:
+        root = paths.env_path("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    except paths.UntrustedPathError as e:
+        raise InterpreterError(str(e)) from None
     return sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python3")))
 
 
@@ -120,7 +130,7 @@ def resolve(spec: str) -> str:
 
 def inspect(python: str) -> dict:
     try:
-        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        out = procs.run([python, "-c", _PROBE], timeout=60)
     except OSError as e:
         raise InterpreterError(f"{python}: cannot run it ({e.strerror})") from e
     if out.returncode != 0:
@@ -129,7 +139,13 @@ def inspect(python: str) -> dict:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("NETPROF_CACHE") or os.path.expanduser("~/.cache/netprof")) / "interpreters"
+    """Where prepared environments live; $NETPROF_CACHE only when it is trusted (root executes what
+    is in there): InterpreterError otherwise."""
+    try:
+        base = paths.env_path("NETPROF_CACHE") or os.path.expanduser("~/.cache/netprof")
+    except paths.UntrustedPathError as e:
+        raise InterpreterError(str(e)) from None
+    return Path(base) / "interpreters"
 
 
 def _backends_source() -> Path:
@@ -138,19 +154,54 @@ def _backends_source() -> Path:
     return Path(netprof.backends.__file__).parent
 
 
+def locked_requirements() -> list[tuple[str, str, list[str]]]:
+    """(name, version, [sha256 hashes]) of every requirement in LOCK."""
+    text = LOCK.read_text().replace("\\\n", " ")
+    reqs = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        spec, *opts = line.split()
+        name, sep, version = spec.partition("==")
+        hashes = [o.split(":", 1)[1] for o in opts if o.startswith("--hash=sha256:")]
+        if not sep or not version or not hashes:
+            raise ValueError(f"{LOCK.name}: {spec} is not pinned with == and hashed")
+        reqs.append((name, version, hashes))
+    return reqs
+
+
 def _fingerprint(info: dict) -> str:
-    h = hashlib.sha256(json.dumps([info["executable"], info["version"], netprof.__version__,
-                                   BACKEND_DEPS, OPTIONAL_DEPS]).encode())
+    h = hashlib.sha256(json.dumps([info["executable"], info["version"], netprof.__version__]).encode())
+    h.update(LOCK.read_bytes())
     for f in sorted(_backends_source().glob("*.py")):
         h.update(f.read_bytes())
     return h.hexdigest()[:12]
 
 
 def _run(cmd: list[str], what: str, fix: str) -> None:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    out = procs.run(cmd, timeout=900)
     if out.returncode != 0:
         last = (out.stderr.strip() or out.stdout.strip()).splitlines()[-1:] or ["no output"]
         raise InterpreterError(f"{what} failed ({last[0][:160]}); {fix}")
+
+
+@contextlib.contextmanager
+def _cache_lock(root: Path) -> Iterator[None]:
+    """Exclusive hold on the interpreter cache (an flock; released when the process dies)."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    why = paths.untrusted_reason(root)
+    if why:
+        raise InterpreterError(f"interpreter cache {root}: {why}; make it root's or set NETPROF_CACHE elsewhere")
+    try:
+        fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise InterpreterError(f"interpreter cache lock {root / '.lock'}: {e.strerror}; remove it") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def prepare(spec: str) -> Interpreter:
@@ -159,27 +210,40 @@ def prepare(spec: str) -> Interpreter:
     info = inspect(base)
     if os.path.realpath(base) == os.path.realpath(sys.executable):
         return _make(spec, base, sys.executable, info)  # netprof's own environment has everything
-    env = cache_root() / f"{info['implementation']}-{info['version']}-{_fingerprint(info)}"
-    python = env / "bin" / "python"
+    root = cache_root()
+    env = root / f"{info['implementation']}-{info['version']}-{_fingerprint(info)}"
     if not (env / ".ready").exists():
-        shutil.rmtree(env, ignore_errors=True)
-        env.parent.mkdir(parents=True, exist_ok=True)
-        label = f"{info['implementation']}-{info['version']}"
-        _run([base, "-m", "venv", str(env)], f"creating a venv for {label}",
-             f"install its venv module (Debian: python3-venv) or pick another --python")
-        _run([str(python), "-m", "pip", "install", "-q", *BACKEND_DEPS], f"installing uvloop/gevent for {label}",
-             "check that this Python has wheels for them on PyPI, or pick another --python")
-        # ZeroMQ backends are optional: their absence gives those cells a clear failure, not a dead run.
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *OPTIONAL_DEPS], capture_output=True, timeout=900)
-        site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
-        pkg = site / "netprof"
-        (pkg / "backends").mkdir(parents=True, exist_ok=True)
-        shutil.copy(Path(netprof.__file__), pkg / "__init__.py")
-        for f in _backends_source().glob("*.py"):
-            shutil.copy(f, pkg / "backends" / f.name)
-        (env / ".ready").write_text(json.dumps(info))
-    return _make(spec, base, str(python), info)
+        with _cache_lock(root):
+            if not (env / ".ready").exists():  # another run may have built it while we waited
+                for stale in [*root.glob(".build-*"), env]:  # builds of dead runs (we hold the lock)
+                    shutil.rmtree(stale, ignore_errors=True)
+                build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+                try:
+                    _build(base, info, build)
+                    build.rename(env)
+                except BaseException:
+                    shutil.rmtree(build, ignore_errors=True)
+                    raise
+    return _make(spec, base, str(env / "bin" / "python"), info)
+
+
+def _build(base: str, info: dict, env: Path) -> None:
+    """A venv of `base` at `env` with the locked deps and netprof's backends, marked `.ready`."""
+    python = env / "bin" / "python"
+    label = f"{info['implementation']}-{info['version']}"
+    _run([base, "-m", "venv", str(env)], f"creating a venv for {label}",
+         "install its venv module (Debian: python3-venv) or pick another --python")
+    _run([str(python), "-m", "pip", "install", "-q", "--require-hashes", "--only-binary=:all:", "--no-deps",
+          "-r", str(LOCK)], f"installing the backends' locked dependencies for {label}",
+         f"{LOCK.name} holds wheels for {LOCKED_PYTHONS}: pick one of those with --python")
+    site = Path(procs.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          timeout=60, check=True).stdout.strip())
+    pkg = site / "netprof"
+    (pkg / "backends").mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path(netprof.__file__), pkg / "__init__.py")
+    for f in _backends_source().glob("*.py"):
+        shutil.copy(f, pkg / "backends" / f.name)
+    (env / ".ready").write_text(json.dumps(info))
 
 
 def _make(spec: str, base: str, python: str, info: dict) -> Interpreter:
@@ -191,7 +255,11 @@ def _make(spec: str, base: str, python: str, info: dict) -> Interpreter:
 def available() -> list[Interpreter]:
     """Interpreters this machine offers (netprof's own, pyenv's), inspected but not prepared."""
     seen, found = set(), []
-    for path in [sys.executable, *pyenv_versions()]:
+    try:
+        pyenv = pyenv_versions()
+    except InterpreterError:
+        pyenv = []  # an untrusted PYENV_ROOT: doctor says so (check_interpreters)
+    for path in [sys.executable, *pyenv]:
         try:
             info = inspect(path)
         except InterpreterError:

@@ -34,6 +34,28 @@ def interpreter_label() -> str:
     return f"{sys.implementation.name}-{platform.python_version()}"
 
 
+def host_load() -> dict:
+    """How busy the machine is now: load averages and the CPU time counters of /proc/stat (steal is
+    time a hypervisor gave this VM's CPUs to someone else). Taken before and after a run, the
+    difference says whether the run shared the machine (compare warns when the runs differ)."""
+    out: dict = {"time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+    try:
+        out["loadavg"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        hz = os.sysconf("SC_CLK_TCK")
+        ticks = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+        out["cpu_total_s"] = sum(ticks) / hz
+        out["steal_s"] = ticks[7] / hz
+        out["idle_s"] = (ticks[3] + ticks[4]) / hz
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def collect(argv: list[str], config: dict) -> dict:
     return {
         "netprof_version": netprof.__version__,
@@ -56,4 +78,5 @@ def collect(argv: list[str], config: dict) -> dict:
             "loader_cpus": config.get("loader_cpus_effective"),
         },
         "config": config,
+        "host_before": host_load(),  # the runner adds "host_after" when the run ends
     }

@@ -149,7 +149,9 @@ class Netem:
 
 
 def _ip(*args: str, check: bool = True, timeout: float = IP_TIMEOUT) -> subprocess.CompletedProcess:
-    res = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+    from netprof.profiler.procs import run
+
+    res = run(args, timeout=timeout)
     if check and res.returncode != 0:
         msg = (res.stderr or res.stdout).strip().splitlines()
         raise LinkError(f"`{' '.join(args)}` failed: {msg[-1] if msg else f'exit {res.returncode}'}")

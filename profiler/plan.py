@@ -27,6 +27,7 @@ LIMITS = {
     "rounds": (1, 100),
     "msize": (1, 1 << 20),
     "pipeline": (1, 1024),
+    "probe_share": (0.0, 1.0),
 }
 # The local port range (32768–60999) gives ~28k ports per source address: a hard ceiling. But connect()
 # picks its port from one half of the range first (Linux ≥ 6.2 prefers odd ports for connect, even for
@@ -83,6 +84,11 @@ class RunConfig:
     # stream: read up to 64 KiB and echo what came. A run dimension (comma list on the CLI).
     framings: list[str] = field(default_factory=lambda: ["message"])
     force: bool = False  # --force: replace the run already in out_dir
+    wait: bool = False  # --wait: queue behind another netprof run instead of refusing
+    # Share of each cell's window, in its middle, with the counting probes attached; the rest is
+    # unprobed and gives the headline figures (1 = probes throughout, 0 = no probes).
+    probe_share: float = 0.3
+    syscall_time: bool = False  # --syscall-time: also time syscalls (the sys_exit program)
 
     def cells(self) -> Iterator[Cell]:
         """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
@@ -211,6 +217,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check_range("warmup", cfg.warmup)
     _check_range("rounds", cfg.rounds)
     _check_range("msize", cfg.msize)
+    _check_range("probe_share", cfg.probe_share)
+    if cfg.probe_share == 0:
+        cfg.probes = False  # `--probe-share 0`: no probes, as --no-probes
     for framing in cfg.framings:
         if framing not in FRAMINGS:
             raise InputError(f"--framing '{framing}' is not known; use {' or '.join(FRAMINGS)}")
@@ -285,21 +294,16 @@ def check_cpus(cfg: RunConfig) -> None:
 
 
 def check_out(cfg: RunConfig) -> None:
-    """--out is a directory netprof may write: not under /proc or /sys, not a file, not a finished
-    run's directory unless --force (its rows would be replaced)."""
+    """--out is a directory netprof may write as root (profiler/atomic.py: not under /proc, not a
+    file, nobody else's), and not a finished run's directory unless --force (its rows would go)."""
     if not cfg.out_dir:
         return
-    out = os.path.abspath(cfg.out_dir)
-    if out.split(os.sep)[1:2] in (["proc"], ["sys"], ["dev"]):
-        raise InputError(f"--out {cfg.out_dir}: netprof cannot write results under /{out.split(os.sep)[1]}; "
-                         "give a directory such as runs/mine")
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise InputError(f"--out {cfg.out_dir} is an existing file, not a directory; give a new directory name")
+    from netprof.profiler.atomic import check_out_dir
     from netprof.profiler.results import RESULTS_PARQUET
 
-    if os.path.exists(os.path.join(out, RESULTS_PARQUET)) and not cfg.force:
+    check_out_dir(cfg.out_dir)
+    if os.path.exists(os.path.join(cfg.out_dir, RESULTS_PARQUET)) and not cfg.force:
         raise InputError(f"--out {cfg.out_dir} already holds a run; give a new directory, or --force to replace it")
-
 
 def check_work(spec: str) -> None:
     """A malformed --work fails before any process starts, by the backends' own parser."""

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from netprof.profiler import schema  # noqa: E402
+from netprof.profiler import atomic, schema  # noqa: E402
 
 MAX_STACKED_SYSCALLS = 7  # the rest are summed as "other" so the legend stays readable
 plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
@@ -187,6 +187,6 @@ def render_all(cells: pd.DataFrame, per_conn: pd.DataFrame | None, out_dir: Path
         fig.savefig(buf, format="png", bbox_inches="tight")
         plt.close(fig)
         rel = f"plots/{name}.png"
-        (out_dir / rel).write_bytes(buf.getvalue())
+        atomic.write_bytes(out_dir / rel, buf.getvalue())
         made.append(Plot(name, title, caption, rel, base64.b64encode(buf.getvalue()).decode()))
     return made

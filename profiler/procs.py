@@ -2,19 +2,24 @@
 
 Every child gets: optional CPU pinning, its own session (so the whole process tree can be signalled),
 stderr captured to a file (kept for failure reasons), and a guaranteed stop — on normal exit, on an
-exception and on Ctrl-C — through `ProcessGroup`.
+exception and on Ctrl-C — through `ProcessGroup`. Short tools (perf script, ip, nm, pip) run through
+`run()`. Both give every child a fixed working directory and an environment in which a Python child
+imports nothing from the caller's directory or PYTHONPATH: netprof runs as root.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import select
+import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 
 class ProcessError(RuntimeError):
@@ -141,14 +146,97 @@ class ManagedProcess:
         return rc, tail
 
 
-def _preexec(cpus: list[int] | None):
+# A child's working directory: nothing there is importable or writable by other users.
+SAFE_CWD = "/"
+# Variables that make a Python child import or run code from somewhere the caller chose.
+UNSAFE_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
+# stderr files are named for the netprof process that owns them, so a later run can tell stale ones.
+STDERR_PREFIX = "netprof-"
+_STDERR_NAME = re.compile(r"^netprof-(\d+)-.*\.stderr$")
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` when the caller gives one; else ours without UNSAFE_PYTHON_ENV and with PYTHONSAFEPATH=1
+    (Python >= 3.11 then puts neither the cwd nor a script's directory on sys.path)."""
+    if env is not None:
+        return env
+    clean = {k: v for k, v in os.environ.items() if k not in UNSAFE_PYTHON_ENV}
+    clean["PYTHONSAFEPATH"] = "1"
+    return clean
+
+
+def run(argv: Sequence[str], *, timeout: float, cwd: str | None = None, env: dict[str, str] | None = None,
+        **kw) -> subprocess.CompletedProcess:
+    """subprocess.run for short tools, output captured as text unless `kw` says otherwise, with the same
+    working directory and environment rules as `spawn`."""
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    return subprocess.run(list(argv), timeout=timeout, cwd=cwd or SAFE_CWD, env=child_env(env), **kw)
+
+
+def _preexec(cpus: list[int] | None, reserve):
+    """`reserve`: (function, paths) creating the files a child writes under its own pid, before exec."""
+
     def run() -> None:
         # Children must not inherit the profiler's SIGINT handling: Ctrl-C is ours to handle.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if reserve:
+            create, templates = reserve
+            pid = os.getpid()  # exec keeps it: the files are the child's own
+            try:
+                for template in templates:
+                    create(template.format(pid=pid))
+            except OSError as e:
+                os.write(2, f"{e}\n".encode(errors="replace"))
+                raise
 
     return run
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(pattern: re.Pattern, directory: str | None = None) -> list[str]:
+    """Remove entries of `directory` (the temp dir by default) whose name matches `pattern`, whose
+    first group is the pid of a netprof process that is gone, and which are ours (not links).
+    Returns the removed paths."""
+    directory = directory or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.match(name)
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+            if st.st_uid != os.geteuid() or stat.S_ISLNK(st.st_mode):
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def cleanup_stale(directory: str | None = None) -> list[str]:
+    """stderr files of netprof runs that died without cleaning up (e.g. SIGKILL)."""
+    return remove_stale(_STDERR_NAME, directory)
 
 
 def spawn(
@@ -160,10 +248,19 @@ def spawn(
     capture_stdout: bool = True,
     stderr_dir: str | None = None,
     cwd: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ManagedProcess:
-    """Start `argv` in its own session, pinned to `cpus`, stderr to a file."""
+    """Start `argv` in its own session, pinned to `cpus`, stderr to a file, in SAFE_CWD (or `cwd`) with
+    `child_env(env)`, inheriting no descriptor but `pass_fds`. A CPython child asked to write perf maps
+    (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it first, so no
+    planted link is followed."""
+    from netprof.flamegraphs import jitdump
+
     cpu_list = parse_cpus(cpus) if isinstance(cpus, (str, type(None))) else parse_cpus(list(cpus))
-    fd, stderr_path = tempfile.mkstemp(prefix=f"netprof-{name}-", suffix=".stderr", dir=stderr_dir)
+    env = child_env(env)
+    perf_files = jitdump.perf_files(argv, env)
+    fd, stderr_path = tempfile.mkstemp(prefix=f"{STDERR_PREFIX}{os.getpid()}-{name}-", suffix=".stderr",
+                                       dir=stderr_dir)
     try:
         popen = subprocess.Popen(
             list(argv),
@@ -171,13 +268,20 @@ def spawn(
             stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
             stderr=fd,
             env=env,
-            cwd=cwd,
+            cwd=cwd or SAFE_CWD,
             start_new_session=True,
-            preexec_fn=_preexec(cpu_list),
+            pass_fds=tuple(pass_fds),
+            preexec_fn=_preexec(cpu_list, (jitdump.reserve, perf_files) if perf_files else None),
         )
     except OSError as e:
         os.close(fd)
         raise ProcessError(f"cannot start {name} ({argv[0]}): {e.strerror}") from e
+    except subprocess.SubprocessError as e:  # _preexec refused (its line is in the stderr file)
+        os.close(fd)
+        with open(stderr_path, errors="replace") as f:
+            why = f.read().strip().splitlines()[-1:] or [str(e)]
+        os.unlink(stderr_path)
+        raise ProcessError(f"cannot start {name}: {why[0]}") from None
     os.close(fd)
     return ManagedProcess(name=name, argv=list(argv), popen=popen, stderr_path=stderr_path, cpus=cpu_list)
 
@@ -201,7 +305,7 @@ class ProcessGroup:
             proc.discard()
         self.procs.clear()
 
-    def __enter__(self) -> "ProcessGroup":
+    def __enter__(self) -> ProcessGroup:
         return self
 
     def __exit__(self, *exc) -> None:

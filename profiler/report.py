@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from netprof.profiler import anomalies as anomalies_mod
+from netprof.profiler import atomic, results, schema, stats, tables
 from netprof.profiler import plots as plots_mod
-from netprof.profiler import results, schema, stats, tables
 from netprof.profiler.stats import num, syscalls_of
 
 TABLES = (
@@ -31,6 +31,8 @@ TABLES = (
     ("Fairness across connections", tables.fairness_table),
     ("Backend CPU", tables.cpu_table),
     ("Syscalls per message", tables.syscalls_table),
+    ("Probe cost in each cell: probed sub-window msgs/s vs the unprobed rest (headline numbers exclude it)",
+     tables.probe_cost_table),
 )
 FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu", "mixed")
 TEMPLATES = Path(__file__).parent / "templates"
@@ -312,8 +314,8 @@ def _stack_text(s: dict) -> str:
 def render(out: Path, context: dict) -> tuple[Path, Path]:
     md = _env(False).get_template("report.md.j2").render(**context, stack_text=_stack_text)
     page = _env(True).get_template("report.html.j2").render(**context, stack_text=_stack_text)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(page)
+    atomic.write_text(out / "report.md", md)
+    atomic.write_text(out / "report.html", page)
     return out / "report.md", out / "report.html"
 
 
@@ -339,7 +341,7 @@ def finish(out_dir: str | Path, console: Console | None = None) -> dict:
                  "flamegraphs": [str(out / s) for f in flames for s in f["svgs"].values()],
                  "stacks": sorted(str(p) for p in (out / "stacks").glob("*.json")) if (out / "stacks").is_dir() else []}
     summary = {"runs": results.rows_of(df), "anomalies": found, "artifacts": artifacts}
-    (out / results.SUMMARY_JSON).write_text(json.dumps(summary, indent=1, default=str))
+    atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
     if console is not None:
         _print(console, context, out)
     return summary

@@ -2,7 +2,7 @@
 
 Rows are nested dicts in memory and in JSON (the interface contract), flattened with dotted column
 names (`lat_us.p99`, `syscalls_per_msg.sendto`) in `results.parquet` / `results.csv`. Both files are
-rewritten atomically after every cell, so an interrupted run keeps every finished cell. The
+rewritten atomically (atomic.py) after every cell, so an interrupted run keeps every finished cell. The
 per-connection message counts go to `per_conn.parquet` (long format), since one row cannot hold 20k.
 """
 
@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
 
-from netprof.profiler import schema
+from netprof.profiler import atomic, schema
 
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
@@ -25,7 +24,7 @@ SUMMARY_JSON = "summary.json"
 
 # Nested groups of a row; everything else is a scalar column.
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "syscall_time_s",
-          "ctx", "loader_cpu", "errors", "faults")
+          "ctx", "loader_cpu", "errors", "faults", "probed")
 
 
 def flatten(row: dict) -> dict:
@@ -64,21 +63,14 @@ def unflatten(flat: dict) -> dict:
     return row
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 class ResultsStore:
     def __init__(self, out_dir: str | Path) -> None:
-        self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = atomic.ensure_out_dir(out_dir)
         self.rows: list[dict] = []
         self.per_conn: list[pd.DataFrame] = []
 
     def write_meta(self, meta: dict) -> None:
-        _atomic_write(self.dir / META_JSON, lambda p: p.write_text(json.dumps(meta, indent=2, default=str)))
+        atomic.write_text(self.dir / META_JSON, json.dumps(meta, indent=2, default=str))
 
     def add(self, row: dict, per_conn_messages: list[int] | None = None) -> None:
         self.rows.append(row)
@@ -94,11 +86,14 @@ class ResultsStore:
 
     def flush(self) -> None:
         df = self.frame()
-        _atomic_write(self.dir / RESULTS_PARQUET, lambda p: df.to_parquet(p, index=False))
-        _atomic_write(self.dir / RESULTS_CSV, lambda p: df.to_csv(p, index=False))
+        with atomic.open_atomic(self.dir / RESULTS_PARQUET, "wb") as f:
+            df.to_parquet(f, index=False)
+        with atomic.open_atomic(self.dir / RESULTS_CSV, "w", newline="") as f:
+            df.to_csv(f, index=False)
         if self.per_conn:
             pc = pd.concat(self.per_conn, ignore_index=True)
-            _atomic_write(self.dir / PER_CONN_PARQUET, lambda p: pc.to_parquet(p, index=False))
+            with atomic.open_atomic(self.dir / PER_CONN_PARQUET, "wb") as f:
+                pc.to_parquet(f, index=False)
 
 
 def load(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from netprof.profiler import evidence
+from netprof.flamegraphs.session import cleanup_stale as cleanup_stale_flame
+from netprof.profiler import atomic, evidence, procs, runlock
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import NetprofError
@@ -24,7 +24,6 @@ from netprof.profiler.loader_client import Loader
 from netprof.profiler.plan import RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
 from netprof.profiler.results import ResultsStore
-
 
 ERROR_LOG = "netprof-error.log"
 
@@ -38,17 +37,14 @@ class RunOutcome:
     error: str | None = None  # netprof's own error that ended the run early (traceback in ERROR_LOG)
 
 
-def default_out_dir() -> Path:
-    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-
-
 def _open_probes(cfg: RunConfig):
     """Compile the counting programs once per run; re-targeted per cell."""
     if not cfg.probes:
         return None
     from netprof.probes import CountingProbes
 
-    return CountingProbes(track_children=True)
+    # Compiled once; attached only inside each cell's probed sub-window unless --probe-share 1.
+    return CountingProbes(track_children=True, syscall_time=cfg.syscall_time, attached=cfg.probe_share >= 1)
 
 
 def _link(cfg: RunConfig, console: Console):
@@ -65,12 +61,14 @@ def _link(cfg: RunConfig, console: Console):
 
 def execute(cfg: RunConfig, argv: list[str], console: Console, interps: dict) -> RunOutcome:
     """`interps` maps each --python spec of cfg.pythons to its prepared Interpreter."""
-    with _link(cfg, console) as link:
+    with runlock.run_lock(wait=cfg.wait), _link(cfg, console) as link:
         return _execute(cfg, argv, console, link, interps)
 
 
 def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: dict) -> RunOutcome:
-    out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir()
+    procs.cleanup_stale()  # what runs killed with SIGKILL left behind
+    cleanup_stale_flame()
+    out = Path(cfg.out_dir) if cfg.out_dir else runlock.unique_out_dir()
     store = ResultsStore(out)
     lcpus = loader_cpus(cfg)
     config = cfg.to_dict() | {"loader_cpus_effective": lcpus, "out_dir": str(out)}
@@ -122,7 +120,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                     progress.update(task, description=f"flamegraph: {cell.label()}")
                     index.append(evidence.flamegraph_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link),
                                                            out))
-                    (out / "flamegraphs" / "index.json").write_text(json.dumps(index, indent=1))
+                    atomic.write_text(out / "flamegraphs" / "index.json", json.dumps(index, indent=1))
                     progress.advance(task)
     except KeyboardInterrupt:
         interrupted = True
@@ -130,7 +128,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
         raise
     except Exception as e:  # a bug must not lose the finished cells: the caller still writes the report
         error = f"{type(e).__name__}: {e}"
-        (out / ERROR_LOG).write_text(traceback.format_exc())
+        atomic.write_text(out / ERROR_LOG, traceback.format_exc())
     finally:
         if probes is not None:
             probes.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -51,6 +52,18 @@ def fairness(counts: Sequence[int]) -> dict:
         "active_share": active_share(x),
         "idle": int((x == 0).sum()),  # connections that exchanged no message in the window
     }
+
+
+def ratio(count: float, messages: int) -> float | None:
+    """count per message, None without messages."""
+    return count / messages if messages else None
+
+
+def probe_cost(unprobed_rate: float | None, probed_rate: float | None) -> float | None:
+    """The probes' cost in one cell: 1 − probed/unprobed msgs/s (negative = within noise, faster)."""
+    if not unprobed_rate or probed_rate is None:
+        return None
+    return 1.0 - probed_rate / unprobed_rate
 
 
 def per_message(counts: dict[str, float], messages: int) -> dict[str, float]:
@@ -111,8 +124,8 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
 
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "loader_cpu.", "faults.",
-                 "cpu_us_per_msg.", "errors.")
-MEAN_COLUMNS = ("ctx_switches_per_msg",)
+                 "cpu_us_per_msg.", "errors.", "probed.")
+MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost")
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:
@@ -140,3 +153,148 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     group = [k for k in keys if k != "backend"]
     out["relative"] = out["mps_mean"] / out.groupby(group, dropna=False)["mps_mean"].transform("min")
     return out.sort_values([k for k in keys if k != "connections"] + ["connections"]).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The figures a cell is judged by, round by round: summary.json's per-cell aggregates and
+# `netprof compare` read these columns (see docs/results-format.md).
+
+CPU_TOTAL = "cpu_us_per_msg_total"  # user + kernel CPU µs per message
+SYSCALLS_TOTAL = "syscalls_per_msg_total"  # every counted syscall per message (NaN without probes)
+
+# column → (label, unit, higher is better)
+CELL_METRICS: dict[str, tuple[str, str, bool]] = {
+    "msgs_per_sec": ("msgs/s", "", True),
+    "lat_us.p50": ("latency p50", "µs", False),
+    "lat_us.p95": ("latency p95", "µs", False),
+    "lat_us.p99": ("latency p99", "µs", False),
+    "lat_us.p999": ("latency p999", "µs", False),
+    "cpu_us_per_msg.user": ("user CPU per message", "µs", False),
+    "cpu_us_per_msg.sys": ("kernel CPU per message", "µs", False),
+    CPU_TOTAL: ("CPU per message", "µs", False),
+    SYSCALLS_TOTAL: ("syscalls per message", "", False),
+    "ctx_switches_per_msg": ("context switches per message", "", False),
+    "per_conn.jain": ("Jain index", "", True),
+    "per_conn.active_share": ("share of connections that handled 95% of messages", "", True),
+}
+SYSCALL_PREFIX = "syscalls_per_msg."
+
+
+def metric_info(col: str) -> tuple[str, str, bool]:
+    """(label, unit, higher is better) of a judged column; a syscall column reads
+    'epoll_ctl per message'."""
+    if col.startswith(SYSCALL_PREFIX):
+        return f"{col[len(SYSCALL_PREFIX):]} per message", "", False
+    return CELL_METRICS[col]
+
+
+def per_round(df: pd.DataFrame) -> pd.DataFrame:
+    """`derive` plus the totals a comparison judges: CPU µs per message (user + kernel) and
+    syscalls per message (every counted syscall). In a row measured with probes a syscall it never
+    made reads 0 (the row leaves it out); without probes every syscall figure is NaN."""
+    df = derive(df)
+    df[CPU_TOTAL] = df["cpu_us_per_msg.user"] + df["cpu_us_per_msg.sys"]
+    sc = [c for c in df.columns if c.startswith(SYSCALL_PREFIX)]
+    probed = (df["probes"].fillna("").astype(str).str.len() > 0 if "probes" in df
+              else pd.Series(bool(sc), index=df.index))
+    for c in sc:
+        df[c] = df[c].astype(float).fillna(0.0).where(probed)
+    df[SYSCALLS_TOTAL] = (df[sc].sum(axis=1) if sc else pd.Series(np.nan, index=df.index)).where(probed)
+    return df
+
+
+def metric_columns(df: pd.DataFrame) -> list[str]:
+    """The judged columns `df` has data for: CELL_METRICS in their order, then each syscall."""
+    have = [c for c in CELL_METRICS if c in df.columns and df[c].notna().any()]
+    return have + sorted(c for c in df.columns if c.startswith(SYSCALL_PREFIX) and df[c].notna().any())
+
+
+def cell_summaries(df: pd.DataFrame, confidence: float = 0.95) -> list[dict]:
+    """summary.json's per-cell aggregates: for each cell (schema.CELL_KEYS) its key values, label,
+    successful and failed rounds, and for every judged column over the successful rounds
+    {mean, std, interval: [lo, hi] (Student t, `confidence`; null below 2 rounds), n}."""
+    if df.empty:
+        return []
+    df = per_round(df)
+    keys = [k for k in schema.CELL_KEYS if k in df.columns]
+    ok_mask = df["status"] == "ok" if "status" in df else pd.Series(True, df.index)
+    cols = metric_columns(df[ok_mask])
+    out = []
+    for key, g in df.groupby(keys, sort=False, dropna=False):
+        ok = g[ok_mask.loc[g.index]]
+        cell = {k: _plain(v) for k, v in zip(keys, key if isinstance(key, tuple) else (key,))}
+        cell["label"] = schema.cell_label(g.iloc[0])
+        cell["rounds"], cell["failed_rounds"] = int(len(ok)), int(len(g) - len(ok))
+        metrics = {}
+        for col in cols:
+            s = summarize(ok[col].tolist() if col in ok else [], confidence)
+            if s["n"] == 0 or (col.startswith(SYSCALL_PREFIX) and s["mean"] == 0):
+                continue
+            half = s["ci"]
+            metrics[col] = {"mean": s["mean"], "std": s["std"],
+                            "interval": None if math.isnan(half) else [s["mean"] - half, s["mean"] + half],
+                            "n": s["n"]}
+        cell["metrics"] = metrics
+        out.append(cell)
+    return out
+
+
+def _plain(v):
+    """A JSON-ready scalar (numpy → Python)."""
+    return v.item() if hasattr(v, "item") else v
+
+
+def compare_samples(base: Sequence[float], new: Sequence[float], alpha: float = 0.05,
+                    confidence: float = 0.95) -> dict:
+    """NEW against BASE from per-round values.
+
+    ratio = mean(NEW) / mean(BASE) with its `confidence` interval by Fieller's theorem for two
+    independent samples, with Welch's degrees of freedom, so that the interval excludes 1 exactly
+    when Welch's t-test (scipy.stats.ttest_ind, equal_var=False) gives p < 1 − confidence; it is
+    unbounded (None) when BASE's mean is not clearly away from 0. Significant when p < alpha. Rounds
+    with identical values on both sides (a deterministic count) give p = 1 when the means agree, else 0.
+    """
+    b = np.asarray([v for v in base if v is not None and not math.isnan(v)], dtype=float)
+    n = np.asarray([v for v in new if v is not None and not math.isnan(v)], dtype=float)
+    out = {"n_base": int(b.size), "n_new": int(n.size),
+           "mean_base": float(b.mean()) if b.size else float("nan"),
+           "mean_new": float(n.mean()) if n.size else float("nan"),
+           "delta": float("nan"), "ratio": float("nan"), "ratio_lo": None, "ratio_hi": None,
+           "p": float("nan"), "significant": False}
+    if b.size == 0 or n.size == 0:
+        return out
+    mb, mn = out["mean_base"], out["mean_new"]
+    out["delta"] = mn - mb
+    out["ratio"] = mn / mb if mb else float("nan")
+    if b.size < 2 or n.size < 2:
+        return out
+    vb, vn = b.var(ddof=1) / b.size, n.var(ddof=1) / n.size  # squared standard errors of the means
+    if vb == 0 and vn == 0:
+        out["p"] = 1.0 if mn == mb else 0.0
+    else:
+        with warnings.catch_warnings():  # nearly identical rounds: scipy warns, the p is still right
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out["p"] = float(sps.ttest_ind(n, b, equal_var=False).pvalue)
+    out["significant"] = bool(out["p"] < alpha)
+    if mb:
+        out["ratio_lo"], out["ratio_hi"] = _fieller(mb, vb, b.size, mn, vn, n.size, confidence)
+    return out
+
+
+def _fieller(mb: float, vb: float, nb: int, mn: float, vn: float, nn: int,
+             confidence: float) -> tuple[float | None, float | None]:
+    """Fieller interval of mn/mb: the ρ with (mn − ρ·mb)² ≤ t²·(vn + ρ²·vb), t at Welch's degrees
+    of freedom (those of the t-test, so both agree at ρ = 1)."""
+    if vb == 0 and vn == 0:
+        return mn / mb, mn / mb
+    dof = (vn + vb) ** 2 / (vn * vn / (nn - 1) + vb * vb / (nb - 1))
+    t2 = float(sps.t.ppf(0.5 + confidence / 2, dof)) ** 2
+    a = mb * mb - t2 * vb
+    if a <= 0:  # BASE's mean is within its own interval of 0: the ratio is unbounded
+        return None, None
+    bq, c = -2 * mn * mb, mn * mn - t2 * vn
+    disc = bq * bq - 4 * a * c
+    if disc < 0:
+        return None, None
+    root = math.sqrt(disc)
+    return float((-bq - root) / (2 * a)), float((-bq + root) / (2 * a))

@@ -62,6 +62,17 @@ def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return _pivot(agg, fmt)
 
 
+def probe_cost_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """What the counting probes cost in each cell, measured there: the probed sub-window's msgs/s
+    against the unprobed rest (which gives every headline number)."""
+    def fmt(r) -> str:
+        cost = _get(r, "probe_cost")
+        if cost is None:  # --no-probes, or --probe-share 1 (no unprobed part to compare with)
+            return "–"
+        return f"{-100 * cost:+.0f}% ({human(_get(r, 'probed.msgs_per_sec'))} probed)"
+    return _pivot(agg, fmt)
+
+
 def _pivot(agg: pd.DataFrame, fmt) -> tuple[list[str], list[list[str]]]:
     """Rows: backend plus every other varying dimension; columns: connections (× pipeline)."""
     if agg.empty:

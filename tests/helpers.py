@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +53,12 @@ def require_tool(name: str) -> str:
     path = shutil.which(name) or (os.path.join(VENV_BIN, name) if os.access(os.path.join(VENV_BIN, name), os.X_OK) else None)
     require(path is not None, f"`{name}` is not installed")
     return path
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that is sent SIGINT: under a parent that ignores it (nohup, a background
+    job) the child would inherit SIG_IGN and CPython would install no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def netprof_cmd(*args: str) -> list[str]:

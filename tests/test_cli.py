@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_netprof
-from helpers import wait_no_children
+from helpers import run_netprof, wait_no_children
 
 BAD = [
     (["run", "no_such_backend", "--no-probes"], "unknown backend 'no_such_backend'"),

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import REQUIRE_BPF, netprof_cmd, require_bpf
+from helpers import netprof_cmd, require_bpf
 
 
 def test_doctor_ready_here():
@@ -28,3 +28,28 @@ def test_doctor_unprivileged_fails_and_names_fix():
     assert res.returncode != 0, res.stdout
     priv = [ln for ln in res.stdout.splitlines() if "privileges" in ln]
     assert priv and "FAIL" in priv[0] and "CAP_BPF" in priv[0] and "fix:" in priv[0], res.stdout
+
+
+def test_doctor_notes_symlink_protection_and_removes_stale_files():
+    """A note (not a failure) when root would follow links planted in /tmp; stderr files and sampling
+    scratch of a dead netprof are removed."""
+    import tempfile
+
+    from netprof.flamegraphs.session import WORK_PREFIX
+    from netprof.profiler import doctor
+
+    with open("/proc/sys/fs/protected_symlinks") as f:
+        value = f.read().strip()
+    check = doctor.check_symlink_protection()
+    assert not check.required and check.ok == (value != "0")
+    if value == "0":
+        assert "fs.protected_symlinks=0" in check.detail and "sysctl -w fs.protected_symlinks=1" in check.fix
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale_err = os.path.join(tempfile.gettempdir(), f"netprof-{dead.pid}-backend-x-test.stderr")
+    stale_dir = os.path.join(tempfile.gettempdir(), f"{WORK_PREFIX}{dead.pid}-test")
+    open(stale_err, "w").close()
+    os.mkdir(stale_dir)
+    check = doctor.check_stale_files()
+    assert not os.path.exists(stale_err) and not os.path.exists(stale_dir)
+    assert check.ok and "removed" in check.detail

@@ -36,8 +36,9 @@ def _one_line(e: BaseException) -> str:
 def _plant_modules(where: Path, marker: Path) -> None:
     """Modules that, if imported, leave `marker` behind (and then break the importer)."""
     for name in PLANTED:
-        (where / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write('{name} ' + str(__import__('os').getuid()))\n"
-                                          "raise SystemExit('planted module imported')\n")
+        (where / f"{name}.py").write_text(
+            f"import os\nopen({str(marker)!r}, 'a').write('{name} as uid %d ' % os.getuid())\n"
+            "raise SystemExit('planted module imported')\n")
 
 
 def _nobody(path: Path) -> Path:
@@ -82,7 +83,8 @@ def test_python_children_ignore_cwd_and_pythonpath(tmp_path, monkeypatch):
     with procs.ProcessGroup() as group:
         child = group.spawn("probe", [sys.executable, "-c", probe])
         cwd, path = json.loads(child.readline(30))
-        forwarder = group.spawn("netem-forwarder", [sys.executable, "-m", "netprof.profiler.netns", "forward", "--help"])
+        forwarder = group.spawn("netem-forwarder",
+                                [sys.executable, "-m", "netprof.profiler.netns", "forward", "--help"])
         assert forwarder.readline(30) is not None
         assert forwarder.popen.wait(30) == 0, forwarder.stderr_tail()
     assert cwd == procs.SAFE_CWD
@@ -179,11 +181,14 @@ def test_copying_a_jitdump_refuses_a_planted_link(victim):
 
 def test_perf_inject_writes_into_a_private_tmp(tmp_path, root_only):
     """`perf inject --jit` writes jitted-PID-N.so beside the jitdump in /tmp: in the namespace it runs
-    in, /tmp is the round's private work dir, so nothing lands in (or through a link in) the real /tmp."""
+    in, /tmp is the round's private work dir, so nothing lands in (or through a link in) the real /tmp.
+    Live processes are not visible there either: perf would otherwise open a live backend's jitdump
+    through /proc/PID/ns/mnt, i.e. in the real /tmp."""
     private = tmp_path / "work"
     private.mkdir(mode=0o700)
     name = f"jitted-{FAKE_PID}-1.so"
-    argv = oncpu.private_tmp_argv(str(private), ["/bin/sh", "-c", f"echo elf > /tmp/{name}"])
+    argv = oncpu.private_tmp_argv(str(private), ["/bin/sh", "-c", f"echo elf > /tmp/{name}; "
+                                                 f"test ! -e /proc/{os.getpid()}/ns/mnt"])
     require(argv is not None, "util-linux unshare and mount")
     res = procs.run(argv, timeout=30)
     assert res.returncode == 0, res.stderr

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from conftest import REQUIRE_BPF, require_bpf, run_netprof
-from helpers import wait_no_children
+from helpers import REQUIRE_TOOLS, require_bpf, run_netprof, wait_no_children
 from netprof.profiler import interpreters
 
 
@@ -15,8 +14,8 @@ def _need(version: str) -> None:
     try:
         interpreters.resolve(version)
     except interpreters.InterpreterError as e:
-        if REQUIRE_BPF:  # this machine kind has pyenv's 3.11 and 3.13: their absence is a failure
-            pytest.fail(f"NETPROF_REQUIRE_BPF=1 but {e}")
+        if REQUIRE_TOOLS:  # this machine kind has pyenv's 3.11 and 3.13: their absence is a failure
+            pytest.fail(f"CI=true but {e}")
         pytest.skip(str(e))
 
 

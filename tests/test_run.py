@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -12,8 +11,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from conftest import netprof_cmd, require_bpf, run_netprof
-from helpers import netprof_children, wait_no_children
+from helpers import default_sigint, netprof_children, netprof_cmd, require_bpf, run_netprof, wait_no_children
 
 
 def test_run_json_summary_rows_and_files(tmp_path):
@@ -86,7 +84,7 @@ def test_sigint_keeps_finished_cells_and_leaves_nothing(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "1", "-r", "6", "--warmup", "0.2",
                                         "--no-probes", "--out", str(out)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) >= 1:

@@ -1,0 +1,634 @@
+"""`netprof compare BASE NEW [NEW…]`: did it get faster, is that real, and why.
+
+pyperf's `compare_to`, for a profiler: cells of two runs are matched on every dimension, every
+judged figure (stats.CELL_METRICS and each syscall per message) becomes a ratio NEW/BASE with a 95%
+interval from the per-round values and a verdict, and a significant change gets one sentence saying
+which syscall and CPU deltas explain it. This module loads, matches, judges and renders; the
+numbers come from `stats` (per_round, compare_samples), a cell's identity from `schema`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from pyarrow.lib import ArrowException
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from netprof.profiler import atomic, results, schema, stats
+from netprof.profiler.errors import InputError
+from netprof.profiler.tables import human
+
+ALPHA = 0.05
+CONFIDENCE = 0.95
+MIN_ROUNDS = 3
+SCHEMA = 1  # of the JSON document `compare --json` prints (and compare.json)
+METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful rounds; its "
+          f"{CONFIDENCE:.0%} interval is Fieller's (two independent samples, Welch's degrees of freedom, so "
+          f"it agrees with the test). The verdict is Welch's t-test (scipy.stats.ttest_ind, equal_var=False): a change "
+          f"is significant when p < {ALPHA}; a cell with fewer than {MIN_ROUNDS} successful rounds on "
+          f"either side gets \"not enough rounds\". Rounds of one run share that run's machine state, so a "
+          f"small significant change can still be run-to-run drift: confirm it by running both again.")
+
+# Run-wide settings that are columns of newer rows but not (yet) cell dimensions in schema: matched
+# too when a run has them. A run without the column ran with the value here (what netprof did then).
+RUN_SETTINGS = {"msize": 64, "work": "none", "think": "none", "protocol": "echo"}
+# The load shape is always matched; any other dimension with one value in each run that differs
+# between them is what the comparison is about (`--work spin:20`, `--framing stream`, a backend).
+LOAD_KEYS = ("connections", "pipeline")
+# Shown for every cell; syscalls per message are shown when they changed.
+HEADLINE = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys",
+            stats.CPU_TOTAL, stats.SYSCALLS_TOTAL, "ctx_switches_per_msg", "per_conn.jain")
+# A cell "changed" when one of these changed significantly; its why-sentence opens with them.
+CHANGE_METRICS = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "per_conn.jain", stats.CPU_TOTAL)
+# ... and continues with these (what explains it), largest first.
+EXPLAIN_METRICS = ("cpu_us_per_msg.user", "cpu_us_per_msg.sys", "ctx_switches_per_msg")
+SYSCALL_MIN_DELTA = 0.01  # per message: a smaller change of one syscall is not worth a line
+FLAME_KINDS = ("oncpu",)
+MINUS = "\u2212"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+@dataclass
+class Run:
+    given: str  # what the user typed
+    dir: Path  # the results directory (flamegraphs/ lives there)
+    name: str
+    df: pd.DataFrame  # stats.per_round rows, schema-normalized, every round (failed ones too)
+    meta: dict
+    filled: list[str] = field(default_factory=list)  # RUN_SETTINGS this run's rows lack
+
+
+def _not_a_run(path: str, why: str) -> InputError:
+    return InputError(f"{path}: {why}; give a results directory written by `netprof run --out DIR` "
+                      "(or its summary.json)")
+
+
+def load_run(path: str | Path) -> Run:
+    """A results directory (results.parquet, else summary.json) or a summary.json file."""
+    p = Path(path)
+    if not p.exists():
+        raise _not_a_run(str(path), "no such file or directory")
+    d = p if p.is_dir() else p.parent
+    try:
+        if p.is_dir() and (p / results.RESULTS_PARQUET).exists():
+            df, _, meta = results.load(p)
+        else:
+            summary_path = p / results.SUMMARY_JSON if p.is_dir() else p
+            if not summary_path.is_file():
+                raise _not_a_run(str(path), f"not a netprof run (it holds no {results.RESULTS_PARQUET} "
+                                            f"or {results.SUMMARY_JSON})")
+            doc = json.loads(summary_path.read_text())
+            if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+                raise _not_a_run(str(path), 'not a netprof summary (no "runs" list)')
+            df = pd.DataFrame([results.flatten(r) for r in doc["runs"]])
+            meta = doc.get("meta") or (json.loads((d / results.META_JSON).read_text())
+                                       if (d / results.META_JSON).is_file() else {})
+    except InputError:
+        raise
+    except (OSError, ValueError, ArrowException) as e:
+        raise InputError(f"{path}: its results cannot be read ({type(e).__name__}: {e}); the run that wrote "
+                         "them was cut off or a file was changed: re-run it") from None
+    if df.empty or "msgs_per_sec" not in df:
+        raise _not_a_run(str(path), "it holds no measured row")
+    return Run(str(path), d, d.name or str(path), stats.per_round(df), meta)
+
+
+def _settings(base: Run, new: Run) -> list[str]:
+    """RUN_SETTINGS that are columns of either run; a run without one gets the value from its
+    meta.json config, else the value netprof used before the column existed."""
+    present = [s for s in RUN_SETTINGS if s in base.df or s in new.df]
+    for run in (base, new):
+        cfg = run.meta.get("config") or {}
+        for col in present:
+            if col not in run.df:
+                value = cfg.get(col, RUN_SETTINGS[col])
+                run.df[col] = value if isinstance(value, (str, int, float)) else RUN_SETTINGS[col]
+                run.filled.append(col)
+    return present
+
+
+# ---------------------------------------------------------------------------------------------
+# Matching
+
+def _scalar(v):
+    """A hashable, comparable plain value (numpy → Python, 100.0 → 100, NaN → None)."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float):
+        if math.isnan(v):
+            return None
+        if v.is_integer():
+            return int(v)
+    return v
+
+
+def _values(df: pd.DataFrame, key: str) -> list:
+    return list(dict.fromkeys(_scalar(v) for v in df[key]))
+
+
+def _keys_of(df: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Each row's match key (schema.key_of for the cell dimensions, then the run settings)."""
+    cells = [dict(zip(schema.CELL_KEYS, schema.key_of(r))) | {s: r.get(s) for s in RUN_SETTINGS if s in keys}
+             for _, r in df.iterrows()]
+    return pd.Series([tuple(_scalar(c[k]) for k in keys) for c in cells], index=df.index)
+
+
+@dataclass
+class Match:
+    keys: list[str]  # matched on
+    across: dict[str, tuple]  # dimension → (BASE value, NEW value): what the comparison is about
+    pairs: list[tuple[tuple, pd.DataFrame, pd.DataFrame]]  # (key, BASE rows, NEW rows)
+    base_only: list[str]
+    new_only: list[str]
+
+
+def match(base: Run, new: Run) -> Match:
+    settings = _settings(base, new)
+    candidates = schema.CELL_KEYS + settings
+    across = {}
+    for k in candidates:
+        if k in LOAD_KEYS:
+            continue
+        bv, nv = _values(base.df, k), _values(new.df, k)
+        if len(bv) == 1 and len(nv) == 1 and bv != nv:
+            across[k] = (bv[0], nv[0])
+    keys = [k for k in candidates if k not in across]
+    bk, nk = _keys_of(base.df, keys), _keys_of(new.df, keys)
+    bgroups = {k: base.df.loc[idx] for k, idx in bk.groupby(bk, sort=False).groups.items()}
+    ngroups = {k: new.df.loc[idx] for k, idx in nk.groupby(nk, sort=False).groups.items()}
+    pairs = [(k, g, ngroups[k]) for k, g in bgroups.items() if k in ngroups]
+    if not pairs:
+        differ = [f"{k} {', '.join(map(str, _values(base.df, k)))} vs {', '.join(map(str, _values(new.df, k)))}"
+                  for k in keys if not set(_values(base.df, k)) & set(_values(new.df, k))]
+        raise InputError(
+            f"{base.given} and {new.given} share no cell ({'; '.join(differ) or 'no combination in common'}): "
+            f"compare runs made with the same -c/--pipeline; they may differ in one run-wide setting "
+            f"(backend, --framing, --work, --python, ...)")
+    label = _labeller(base, new, keys, across)
+    return Match(keys, across, pairs,
+                 [label(g.iloc[0], "base") for k, g in bgroups.items() if k not in ngroups],
+                 [label(g.iloc[0], "new") for k, g in ngroups.items() if k not in bgroups])
+
+
+def _labeller(base: Run, new: Run, keys: list[str], across: dict):
+    """Cell labels naming the backend and the dimensions that vary within the runs."""
+    both = pd.concat([base.df, new.df], ignore_index=True)
+    dims = [k for k in schema.CELL_KEYS if k in keys and (k == "backend" or k in schema.varying(both, keys))]
+    if "connections" not in dims:
+        dims.append("connections")
+    pipe = "pipeline" in keys and "pipeline" not in dims and _values(both, "pipeline") != [1]
+
+    def label(row, side: str = "base") -> str:
+        text = schema.cell_label(row, dims + (["pipeline"] if pipe else []))
+        settings = [f"{k}={_scalar(row[k])}" for k in RUN_SETTINGS
+                    if k in keys and k in schema.varying(both, keys)]
+        if "backend" in across:
+            text = f"{across['backend'][0]} → {across['backend'][1]} {text}"
+        return " ".join([text, *settings])
+    return label
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging
+
+def _verdict(col: str, c: dict) -> tuple[str, bool | None]:
+    """(verdict, better?) of one metric of one cell."""
+    if c["n_base"] < MIN_ROUNDS or c["n_new"] < MIN_ROUNDS:
+        return "not enough rounds", None
+    if not c["significant"]:
+        return "no significant change", None
+    up = c["delta"] > 0
+    better = up == stats.metric_info(col)[2]
+    if col == "msgs_per_sec":
+        return ("faster" if up else "slower"), better
+    return ("higher" if up else "lower"), better
+
+
+def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
+    """Every judged metric of one matched cell: stats.compare_samples plus label, verdict, shown."""
+    bok = b[b["status"] == "ok"] if "status" in b else b
+    nok = n[n["status"] == "ok"] if "status" in n else n
+    metrics = {}
+    for col in stats.metric_columns(pd.concat([bok, nok])):
+        c = stats.compare_samples(bok[col].tolist() if col in bok else [],
+                                  nok[col].tolist() if col in nok else [], alpha, CONFIDENCE)
+        if c["n_base"] == 0 and c["n_new"] == 0:
+            continue
+        label, unit, higher_better = stats.metric_info(col)
+        c["label"], c["unit"], c["higher_is_better"] = label, unit, higher_better
+        c["verdict"], c["better"] = _verdict(col, c)
+        syscall = col.startswith(stats.SYSCALL_PREFIX)
+        c["shown"] = not syscall or (c["verdict"] in ("higher", "lower") and abs(c["delta"]) >= SYSCALL_MIN_DELTA)
+        metrics[col] = c
+    return {"rounds": {"base": int(len(bok)), "new": int(len(nok)),
+                       "base_failed": int(len(b) - len(bok)), "new_failed": int(len(n) - len(nok))},
+            "metrics": metrics}
+
+
+def _judged(c: dict | None) -> bool:
+    return c is not None and c["verdict"] not in ("no significant change", "not enough rounds")
+
+
+def why(label: str, metrics: dict) -> str | None:
+    """One sentence for a significant change: what changed, then the syscall and CPU deltas that
+    explain it ('uvloop_sock c=100: +18% msgs/s; epoll_ctl per message 6.00 → 2.00, kernel CPU per
+    message −3.1 µs'); None when nothing in CHANGE_METRICS changed significantly."""
+    head = []
+    for col in CHANGE_METRICS:
+        c = metrics.get(col)
+        if not _judged(c):
+            continue
+        if col == "msgs_per_sec":
+            head.append(f"{_pct(c['ratio'])} msgs/s")
+        else:
+            head.append(f"{c['label']} {_fmt(col, c['mean_base'])} → {_fmt(col, c['mean_new'])}"
+                        + (f" ({_pct(c['ratio'])})" if col.startswith("lat_us.") else ""))
+    if not head:
+        return None
+    explain = sorted((c for col, c in metrics.items() if col.startswith(stats.SYSCALL_PREFIX)
+                      and c["shown"] and _judged(c)), key=lambda c: -abs(c["delta"]))[:3]
+    parts = [f"{c['label']} {_fmt(stats.SYSCALL_PREFIX, c['mean_base'])} → {_fmt(stats.SYSCALL_PREFIX, c['mean_new'])}"
+             for c in explain]
+    for col in EXPLAIN_METRICS:
+        c = metrics.get(col)
+        if _judged(c):
+            parts.append(f"{c['label']} {_signed(c['delta'])}{' ' + c['unit'] if c['unit'] else ''}"
+                         if c["unit"] else f"{c['label']} {_fmt(col, c['mean_base'])} → {_fmt(col, c['mean_new'])}")
+    if not parts:
+        parts.append("no syscall, CPU or context-switch figure per message changed significantly"
+                     + ("" if stats.SYSCALLS_TOTAL in metrics else " (syscalls not counted: the runs had no probes)"))
+    return f"{label}: {', '.join(head)}; {', '.join(parts)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparability of the runs (meta.json)
+
+def _get(meta: dict, path: str):
+    v = meta
+    for part in path.split("."):
+        if not isinstance(v, dict):
+            return None
+        v = v.get(part)
+    return v
+
+
+COMPARABLE = (("netprof_version", "netprof version"), ("kernel", "kernel"), ("cpu_model", "CPU model"),
+              ("cpus", "CPU count"), ("python.version", "netprof's Python"), ("packages.uvloop", "uvloop"),
+              ("packages.gevent", "gevent"), ("pinning.enabled", "pinning"),
+              ("pinning.backend_cpu", "backend CPU"), ("pinning.loader_cpus", "loader CPUs"),
+              ("config.duration", "measured seconds per cell"), ("config.warmup", "warm-up seconds"),
+              ("config.remote", "remote mode"), ("config.netem", "link impairment"))
+LOAD_DIFF = 1.0  # 1-minute load averages further apart than this (before the runs) get a warning
+STEAL_SHARE = 0.02  # a run during which more CPU time than this was stolen gets a warning
+
+
+def _steal_share(meta: dict) -> float | None:
+    before, after = meta.get("host_before") or {}, meta.get("host_after") or {}
+    try:
+        total = after["cpu_total_s"] - before["cpu_total_s"]
+        return (after["steal_s"] - before["steal_s"]) / total if total > 0 else None
+    except (KeyError, TypeError):
+        return None
+
+
+def warnings_for(base: Run, new: Run) -> list[str]:
+    """What differs between the runs besides the cells: machine, versions, pinning, probes, load."""
+    out = []
+    for run in (base, new):
+        if not run.meta:
+            out.append(f"{run.given} has no meta.json: cannot check that the runs are comparable")
+    if base.meta and new.meta:
+        for path, what in COMPARABLE:
+            a, b = _get(base.meta, path), _get(new.meta, path)
+            if a != b and not (a is None and b is None):
+                out.append(f"{what} differs: {a} vs {b}")
+        la, lb = (_get(m, "host_before.loadavg") for m in (base.meta, new.meta))
+        if la and lb and abs(la[0] - lb[0]) > LOAD_DIFF:
+            out.append(f"load average before the run differs: {la[0]} vs {lb[0]} ({base.meta.get('cpus')} CPUs): "
+                       "the runs did not share the machine alike")
+    for run in (base, new):
+        share = _steal_share(run.meta)
+        if share is not None and share > STEAL_SHARE:
+            out.append(f"{run.given}: the hypervisor stole {share:.1%} of CPU time during the run")
+    probes = [sorted({p for v in r.df.get("probes", pd.Series(dtype=str)).dropna() for p in str(v).split(",") if p})
+              for r in (base, new)]
+    if probes[0] != probes[1]:
+        out.append(f"probes differ: {', '.join(probes[0]) or 'none'} vs {', '.join(probes[1]) or 'none'} "
+                   "(probes cost throughput: compare runs made alike, both with or both without --no-probes)")
+    for run in (base, new):
+        if run.filled:
+            out.append(f"{run.given}: rows lack {', '.join(run.filled)} (an older run): taken from its meta.json "
+                       "or netprof's default then")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# --fail-if
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    column: str
+    bad_up: bool  # an increase is the regression
+    threshold: float
+    relative: bool
+    text: str
+
+    def breached(self, c: dict) -> bool:
+        if not _judged(c) or (c["delta"] > 0) != self.bad_up:
+            return False
+        size = abs(c["ratio"] - 1) if self.relative else abs(c["delta"])
+        return size > self.threshold
+
+
+CHECKS = {"slower": ("msgs_per_sec", False), "p50": ("lat_us.p50", True), "p99": ("lat_us.p99", True),
+          "cpu": (stats.CPU_TOTAL, True), "syscalls": (stats.SYSCALLS_TOTAL, True),
+          "ctx": ("ctx_switches_per_msg", True), "jain": ("per_conn.jain", False)}
+FAIL_IF_EXAMPLE = "--fail-if slower:5%,p99:+10%,syscalls:+0.5"
+_CHECK_RE = re.compile(r"^(?P<name>[a-z0-9]+):(?P<sign>[+-]?)(?P<value>\d+(?:\.\d+)?)(?P<pct>%?)$")
+
+
+def parse_fail_if(text: str) -> list[Check]:
+    """'slower:5%,p99:+10%,syscalls:+0.5' → checks; InputError naming the fix when malformed."""
+    checks = []
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        m = _CHECK_RE.match(part)
+        if not m or m["name"] not in CHECKS:
+            raise InputError(f"--fail-if '{part}' is not understood: use NAME:THRESHOLD with NAME one of "
+                             f"{', '.join(CHECKS)} and THRESHOLD a percentage or an amount, e.g. {FAIL_IF_EXAMPLE}")
+        column, bad_up = CHECKS[m["name"]]
+        if m["sign"] and (m["sign"] == "+") != bad_up:
+            raise InputError(f"--fail-if '{part}': {m['name']} regresses by going "
+                             f"{'up' if bad_up else 'down'}, so its threshold is "
+                             f"{'+' if bad_up else '-'}{m['value']}{m['pct']} (or unsigned), e.g. {FAIL_IF_EXAMPLE}")
+        value = float(m["value"]) / (100 if m["pct"] else 1)
+        checks.append(Check(m["name"], column, bad_up, value, bool(m["pct"]), part))
+    return checks
+
+
+def breaches(doc: dict, checks: list[Check]) -> list[str]:
+    """One line per cell and check whose regression is significant and beyond the threshold."""
+    out = []
+    for comp in doc["comparisons"]:
+        for cell in comp["cells"]:
+            for ch in checks:
+                c = cell["metrics"].get(ch.column)
+                if c is not None and ch.breached(c):
+                    size = _pct(c["ratio"]) if ch.relative else _signed(c["delta"])
+                    out.append(f"{ch.text}: {comp['new']['name']} {cell['label']}: {c['label']} "
+                               f"{_fmt(ch.column, c['mean_base'])} → {_fmt(ch.column, c['mean_new'])} "
+                               f"({size}, p={c['p']:.3g})")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison document
+
+def compare(paths: list[str | Path], out: str | Path | None = None, fail_if: str = "") -> dict:
+    """Compare NEW… against BASE (paths[0]); with `out`, write compare.md/.html/.json and the
+    differential flamegraphs there. Returns the JSON document (see docs/results-format.md)."""
+    checks = parse_fail_if(fail_if)
+    if len(paths) < 2:
+        raise InputError("netprof compare needs BASE and at least one NEW: netprof compare runs/A runs/B")
+    runs = [load_run(p) for p in paths]
+    out_dir = atomic.ensure_out_dir(out) if out else None
+    base = runs[0]
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):  # two runs in directories of the same name
+        for i, r in enumerate(runs):
+            r.name = f"{'BASE' if i == 0 else 'NEW' + (str(i) if len(runs) > 2 else '')} ({r.name})"
+    comparisons = []
+    for i, new in enumerate(runs[1:], 1):
+        m = match(base, new)
+        label = _labeller(base, new, m.keys, m.across)
+        cells = []
+        for key, b, n in m.pairs:
+            cell = {**dict(zip(m.keys, key)), "label": label(b.iloc[0]), **judge_cell(b, n)}
+            cell["verdict"] = cell["metrics"].get("msgs_per_sec", {}).get("verdict", "not measured")
+            cell["why"] = why(cell["label"], cell["metrics"])
+            cell["flamegraph_diff"] = _flame_diff(base, new, b.iloc[0], n.iloc[0], cell, out_dir, i)
+            cells.append(cell)
+        comparisons.append({
+            "new": {"path": new.given, "name": new.name},
+            "matched_on": m.keys, "compared_across": {k: list(v) for k, v in m.across.items()},
+            "warnings": warnings_for(base, new),
+            "unmatched": {"base_only": m.base_only, "new_only": m.new_only},
+            "cells": cells,
+        })
+    doc = {"schema": SCHEMA,
+           "method": {"text": METHOD, "alpha": ALPHA, "confidence": CONFIDENCE, "min_rounds": MIN_ROUNDS,
+                      "test": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
+                      "interval": "Fieller (Welch's degrees of freedom)"},
+           "base": {"path": base.given, "name": base.name},
+           "comparisons": comparisons,
+           "fail_if": {"checks": [c.text for c in checks], "breaches": []},
+           "artifacts": {}}
+    doc["fail_if"]["breaches"] = breaches(doc, checks)
+    doc = _json_ready(doc)
+    if out_dir is not None:
+        doc["artifacts"] = render(doc, out_dir)
+    return doc
+
+
+def _flame_diff(base: Run, new: Run, brow, nrow, cell: dict, out_dir: Path | None, i: int) -> dict | None:
+    """The differential flamegraph of a changed cell when both runs sampled it (needs --out)."""
+    if not any(_judged(cell["metrics"].get(c)) for c in CHANGE_METRICS):
+        return None
+    found = {}
+    for kind in FLAME_KINDS:
+        a = base.dir / "flamegraphs" / schema.cell_slug(brow) / f"{kind}.folded"
+        b = new.dir / "flamegraphs" / schema.cell_slug(nrow) / f"{kind}.folded"
+        if not (a.is_file() and b.is_file() and a.stat().st_size and b.stat().st_size):
+            continue
+        if out_dir is None:
+            found[kind] = {"note": "both runs have flamegraphs: pass --out DIR to write the differential one"}
+            continue
+        rel = f"flamegraphs/{i}-{schema.cell_slug(nrow)}-{kind}-diff.svg"
+        (out_dir / "flamegraphs").mkdir(exist_ok=True)
+        try:
+            from netprof.flamegraphs import diff
+
+            diff(str(a), str(b), str(out_dir / rel), title=f"{cell['label']}: {new.name} vs {base.name} ({kind})")
+            found[kind] = {"svg": rel}
+        except (OSError, RuntimeError) as e:
+            found[kind] = {"note": f"differential flamegraph failed: {e}"}
+    return found or None
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting (one path for the terminal, compare.md and compare.html)
+
+def _fmt(col: str, v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if col == "msgs_per_sec":
+        return human(v)
+    if col == "per_conn.active_share":
+        return f"{v:.0%}"
+    if col.startswith("lat_us."):
+        return f"{v:.0f} µs" if v >= 100 else f"{v:.1f} µs"
+    if col.startswith("cpu_us_per_msg"):
+        return f"{v:.2f} µs" if v < 1 else f"{v:.1f} µs"
+    return f"{v:.2f}" if abs(v) >= 0.01 or v == 0 else f"{v:.3f}"
+
+
+def _signed(v: float) -> str:
+    text = f"{v:+.1f}" if abs(v) >= 0.1 else f"{v:+.2f}"
+    return text.replace("-", MINUS)
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:+.0f}%".replace("-", MINUS) if ratio == ratio else "–"
+
+
+def _ratio(c: dict) -> str:
+    if c["ratio"] != c["ratio"]:
+        return "–"
+    if c["ratio_lo"] is None:
+        return f"{c['ratio']:.2f}× [{'unbounded' if c['n_base'] >= 2 and c['n_new'] >= 2 else 'n < 2'}]"
+    return f"{c['ratio']:.2f}× [{c['ratio_lo']:.2f}–{c['ratio_hi']:.2f}]"
+
+
+def _p(c: dict) -> str:
+    return "–" if c["p"] != c["p"] else f"{c['p']:.3f}" if c["p"] >= 0.001 else "<0.001"
+
+
+def view(doc: dict) -> dict:
+    """The document as table rows of strings: what the terminal, compare.md and compare.html show."""
+    comps = []
+    for comp in doc["comparisons"]:
+        summary = [[cell["label"], _fmt("msgs_per_sec", m.get("mean_base")), _fmt("msgs_per_sec", m.get("mean_new")),
+                    _ratio(m) if m else "–", cell["verdict"]]
+                   for cell in comp["cells"] for m in [cell["metrics"].get("msgs_per_sec") or {}]]
+        details = []
+        for cell in comp["cells"]:
+            ms = cell["metrics"]
+            order = [c for c in HEADLINE if c in ms] + [c for c in ms
+                                                        if c.startswith(stats.SYSCALL_PREFIX) and ms[c]["shown"]]
+            rows = [[ms[c]["label"], _fmt(c, ms[c]["mean_base"]), _fmt(c, ms[c]["mean_new"]), _ratio(ms[c]), _p(ms[c]),
+                     ms[c]["verdict"], {True: "better", False: "worse"}.get(ms[c]["better"], "")] for c in order]
+            r = cell["rounds"]
+            rounds = f"rounds: {r['base']} vs {r['new']}" + (
+                f" (failed: {r['base_failed']} vs {r['new_failed']})" if r["base_failed"] or r["new_failed"] else "")
+            flames = [{"kind": k, **v} for k, v in (cell.get("flamegraph_diff") or {}).items()]
+            details.append({"label": cell["label"], "rounds": rounds, "rows": rows, "why": cell["why"],
+                            "flames": flames})
+        across = ", ".join(f"{k} {b} → {n}" for k, (b, n) in comp["compared_across"].items())
+        comps.append({"name": comp["new"]["name"], "path": comp["new"]["path"],
+                      "matched_on": ", ".join(comp["matched_on"]), "across": across,
+                      "warnings": comp["warnings"], "unmatched": comp["unmatched"],
+                      "summary": summary, "details": details,
+                      "whys": [c["why"] for c in comp["cells"] if c["why"]]})
+    return {"base": doc["base"], "comparisons": comps, "method": doc["method"]["text"],
+            "fail_if": doc["fail_if"],
+            "summary_header": ["cell", "BASE msgs/s", "NEW msgs/s", "NEW/BASE [95%]", "verdict"],
+            "detail_header": ["metric", "BASE", "NEW", "NEW/BASE [95%]", "p", "verdict", ""]}
+
+
+def _report_style() -> str:
+    """The run report's stylesheet, so compare.html looks the same."""
+    from netprof.profiler import report
+
+    text = (report.TEMPLATES / "report.html.j2").read_text()
+    m = re.search(r"<style>(.*?)</style>", text, re.S)
+    return m.group(1) if m else ""
+
+
+def render(doc: dict, out_dir: Path) -> dict:
+    """compare.md, compare.html and compare.json in `out_dir`; returns their paths."""
+    from markupsafe import Markup
+
+    from netprof.profiler import report
+
+    context = view(doc)
+    md = report._env(False).get_template("compare.md.j2").render(**context)
+    page = report._env(True).get_template("compare.html.j2").render(**context, style=Markup(_report_style()))
+    paths = {"compare_md": out_dir / "compare.md", "compare_html": out_dir / "compare.html",
+             "compare_json": out_dir / "compare.json"}
+    atomic.write_text(paths["compare_md"], md)
+    atomic.write_text(paths["compare_html"], page)
+    artifacts = {k: str(v) for k, v in paths.items()}
+    atomic.write_text(paths["compare_json"], json.dumps({**doc, "artifacts": artifacts}, indent=1, default=str))
+    return artifacts
+
+
+STYLE = {"better": "green", "worse": "red"}
+
+
+def print_doc(doc: dict, console: Console) -> None:
+    """The rich terminal rendering."""
+    v = view(doc)
+    console.print(f"[bold]BASE[/bold] {escape(doc['base']['path'])}")
+    for comp in v["comparisons"]:
+        console.print(f"[bold]NEW[/bold]  {escape(comp['path'])}")
+        console.print(f"matched on: {comp['matched_on']}"
+                      + (f"; compared across: [bold]{escape(comp['across'])}[/bold]" if comp["across"] else ""))
+        for w in comp["warnings"]:
+            console.print(f"[yellow]warning:[/yellow] {escape(w)}")
+        t = Table(*v["summary_header"], title=f"{comp['name']} vs {doc['base']['name']}", title_justify="left",
+                  header_style="bold")
+        for row in comp["summary"]:
+            style = {"faster": "green", "slower": "red"}.get(row[-1])
+            t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
+        console.print(t)
+        for d in comp["details"]:
+            t = Table(*v["detail_header"], title=f"{d['label']} ({d['rounds']})", title_justify="left",
+                      header_style="bold", box=None)
+            for row in d["rows"]:
+                style = STYLE.get(row[-1])
+                t.add_row(*[f"[{style}]{escape(c)}[/{style}]" if style and j >= 5 else escape(c)
+                            for j, c in enumerate(row)])
+            console.print(t)
+            for f in d["flames"]:
+                console.print(f"  {f['kind']} differential flamegraph: {f.get('svg') or f.get('note')}")
+        if comp["whys"]:
+            console.print("[bold]Why[/bold]")
+            for line in comp["whys"]:
+                console.print(f"  {escape(line)}", highlight=False)
+        for side, cells in (("only in BASE", comp["unmatched"]["base_only"]),
+                            ("only in NEW", comp["unmatched"]["new_only"])):
+            if cells:
+                console.print(f"unmatched, {side}: {escape(', '.join(cells))}")
+    console.print(f"[dim]{escape(v['method'])}[/dim]")
+    if doc["fail_if"]["checks"]:
+        for line in doc["fail_if"]["breaches"]:
+            console.print(f"[red]FAIL[/red] {escape(line)}")
+        if not doc["fail_if"]["breaches"]:
+            console.print(f"--fail-if {','.join(doc['fail_if']['checks'])}: "
+                          "no significant regression beyond the thresholds")
+    if doc["artifacts"]:
+        console.print(f"compare: {doc['artifacts']['compare_html']} (also compare.md, compare.json)")
+
+
+def _json_ready(obj):
+    """NaN → null (strict JSON), numpy scalars → Python, recursively."""
+    if isinstance(obj, dict):
+        return {k: _json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_ready(v) for v in obj]
+    return results._clean(obj)
+
+
+def main(paths: list[str], as_json: bool = False, out: str | None = None, fail_if: str = "",
+         console: Console | None = None) -> int:
+    """The CLI's body: compare, print (rich, or only JSON), return the exit code (1 = --fail-if breached)."""
+    doc = compare(paths, out=out, fail_if=fail_if)
+    if as_json:
+        print(json.dumps(doc, default=str))
+        if doc["fail_if"]["breaches"]:
+            Console(stderr=True).print("\n".join(f"FAIL {b}" for b in doc["fail_if"]["breaches"]),
+                                       markup=False, highlight=False)
+    else:
+        print_doc(doc, console or Console())
+    return 1 if doc["fail_if"]["breaches"] else 0
