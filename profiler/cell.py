@@ -117,28 +117,33 @@ class _Marks:
     def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None) -> None:
         self.pid, self.probes, self.on_start = pid, probes, on_start
         self.snaps: dict[str, Snap] = {}
+        self.baseline = None  # detached counters, read at measure_start for the probed sub-window
         self.connected: dict = {}
         self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
         self.rss_start: int | None = None  # ... and at measure_start
 
-    def _snap(self, kind: str) -> None:
-        counting = self.probes is not None and self.probes.attached
-        self.snaps[kind] = Snap(self.probes.snapshot() if counting or kind.startswith("probe") else None,
-                                proc_cpu_times(self.pid), time.monotonic())
+    def _snap(self, kind: str, counters=None) -> None:
+        if counters is None and self.probes is not None and self.probes.attached:
+            counters = self.probes.snapshot()
+        self.snaps[kind] = Snap(counters, proc_cpu_times(self.pid), time.monotonic())
 
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
         if kind == "connected":
             self.connected = event
         elif kind == "probe_start" and self.probes is not None:
-            self._snap(kind)  # detached until now, so the counters stand still: an exact baseline
+            # Reading the counters takes milliseconds; while detached they stand still, so the
+            # baseline was read at measure_start and attaching is the first thing done here.
             self.probes.attach()
+            self._snap(kind, self.baseline)
         elif kind == "probe_stop" and self.probes is not None:
             self.probes.detach()  # first stop counting, then read: an exact end
-            self._snap(kind)
+            self._snap(kind, self.probes.snapshot())
         elif kind in ("measure_start", "measure_stop"):
             self._snap(kind)
             if kind == "measure_start":
+                if self.probes is not None and not self.probes.attached:
+                    self.baseline = self.probes.snapshot()
                 self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
                 if self.on_start:
                     self.on_start(self.pid)

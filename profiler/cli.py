@@ -159,8 +159,9 @@ def _confirm_long_plan(cfg: RunConfig, yes: bool) -> None:
     total = cfg.estimate_s()
     if total <= LONG_PLAN_S or yes:
         return
-    text = (f"{cfg.n_cells()} cells × ({cfg.warmup:g} s warm-up + {cfg.duration:g} s) ≈ "
-            f"{total / 3600:.1f} h")
+    from netprof.profiler.runner import plan_line
+
+    text = plan_line(cfg)
     if not sys.stdin.isatty():
         raise InputError(f"this plan takes {text}; pass --yes to run it, or fewer cells/rounds")
     if not typer.confirm(f"This plan takes {text}. Run it?", default=False, err=True):
@@ -192,6 +193,9 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
     console = Console(stderr=True) if as_json else Console()
     interps = {}
     for spec in cfg.pythons:
+        if not spec:  # netprof's own interpreter: nothing to prepare, nothing to say
+            interps[spec] = interpreters.prepare(spec)
+            continue
         with console.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
             interps[spec] = interpreters.prepare(spec)
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)

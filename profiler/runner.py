@@ -37,6 +37,24 @@ class RunOutcome:
     error: str | None = None  # netprof's own error that ended the run early (traceback in ERROR_LOG)
 
 
+def plan_line(cfg: RunConfig) -> str:
+    """'12 cells × (1 s warm-up + 5 s) ≈ 1.4 min' — said before the first cell starts."""
+    total = cfg.estimate_s()
+    when = (f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min" if total >= 90
+            else f"{total:.0f} s")
+    return f"{cfg.n_cells()} cells × ({cfg.warmup:g} s warm-up + {cfg.duration:g} s) ≈ {when}"
+
+
+def cell_line(cell, row: dict) -> str:
+    """One finished cell, for logs: label, msgs/s, p99, syscalls per message."""
+    from netprof.probes import per_message_notation
+
+    per = row.get("syscalls_per_msg") or {}
+    p99 = (row.get("lat_us") or {}).get("p99")
+    return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} msgs/s, p99 "
+            f"{'–' if p99 is None else f'{p99:,.0f} µs'}, {per_message_notation(per) if per else 'no probes'}")
+
+
 def _open_probes(cfg: RunConfig):
     """Compile the counting programs once per run; re-targeted per cell."""
     if not cfg.probes:
@@ -93,6 +111,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             extra = evidence.evidence_cells(cfg)
             total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
             task = progress.add_task("starting", total=total)
+            if not console.is_terminal:
+                console.print(plan_line(cfg), highlight=False, soft_wrap=True)
             for cell in cfg.cells():
                 progress.update(task, description=cell.label())
                 env = CellEnv(cfg, loader, interps[cell.python], probes=probes, link=link)
@@ -101,6 +121,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 if not outcome.ok:
                     failed += 1
                     progress.console.print(f"[red]FF[/red] {cell.label()}: {outcome.row['error']}")
+                elif not console.is_terminal:  # no progress bar off a terminal: one line per cell
+                    console.print(cell_line(cell, outcome.row), highlight=False, soft_wrap=True)
                 progress.advance(task)
             if probes is not None:
                 probes.close()  # the evidence rounds run without the counting set
