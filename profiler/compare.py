@@ -29,11 +29,13 @@ ALPHA = 0.05
 CONFIDENCE = 0.95
 MIN_ROUNDS = 3
 SCHEMA = 1  # of the JSON document `compare --json` prints (and compare.json)
-METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful rounds; its "
-          f"{CONFIDENCE:.0%} interval is Fieller's (two independent samples, Welch's degrees of freedom, so "
-          f"it agrees with the test). The verdict is Welch's t-test (scipy.stats.ttest_ind, equal_var=False): a change "
-          f"is significant when p < {ALPHA}; a cell with fewer than {MIN_ROUNDS} successful rounds on "
-          f"either side gets \"not enough rounds\". Rounds of one run share that run's machine state, so a "
+METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful rounds, with its "
+          f"{CONFIDENCE:.0%} interval by Fieller's theorem (two independent samples, Welch's degrees of "
+          f"freedom, so it agrees with the test). The verdict is Welch's t-test (scipy.stats.ttest_ind, "
+          f"equal_var=False): significant when p < {ALPHA}. Fairness is judged through the spread of "
+          f"messages across connections (CV = √(1/Jain − 1)) on a log scale, because Jain saturates near "
+          f"1: its ratio is that of geometric means. A cell with fewer than {MIN_ROUNDS} successful rounds "
+          f"on either side gets \"not enough rounds\". Rounds of one run share its machine state, so a "
           f"small significant change can still be run-to-run drift: confirm it by running both again.")
 
 # Run-wide settings that are columns of newer rows but not (yet) cell dimensions in schema: matched
@@ -204,27 +206,26 @@ def _verdict(col: str, c: dict) -> tuple[str, bool | None]:
     """(verdict, better?) of one metric of one cell."""
     if c["n_base"] < MIN_ROUNDS or c["n_new"] < MIN_ROUNDS:
         return "not enough rounds", None
-    if not c["significant"]:
+    if not c["significant"] or not c["direction"]:
         return "no significant change", None
-    up = c["delta"] > 0
-    better = up == stats.metric_info(col)[2]
+    up = c["direction"] > 0
+    better = up == stats.metric_info(col).higher_is_better
     if col == "msgs_per_sec":
         return ("faster" if up else "slower"), better
     return ("higher" if up else "lower"), better
 
 
 def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
-    """Every judged metric of one matched cell: stats.compare_samples plus label, verdict, shown."""
+    """Every judged metric of one matched cell: stats.compare_metric plus label, verdict, shown."""
     bok = b[b["status"] == "ok"] if "status" in b else b
     nok = n[n["status"] == "ok"] if "status" in n else n
     metrics = {}
     for col in stats.metric_columns(pd.concat([bok, nok])):
-        c = stats.compare_samples(bok[col].tolist() if col in bok else [],
-                                  nok[col].tolist() if col in nok else [], alpha, CONFIDENCE)
+        c = stats.compare_metric(col, bok, nok, alpha, CONFIDENCE)
         if c["n_base"] == 0 and c["n_new"] == 0:
             continue
-        label, unit, higher_better = stats.metric_info(col)
-        c["label"], c["unit"], c["higher_is_better"] = label, unit, higher_better
+        info = stats.metric_info(col)
+        c["label"], c["unit"], c["higher_is_better"] = info.label, info.unit, info.higher_is_better
         c["verdict"], c["better"] = _verdict(col, c)
         syscall = col.startswith(stats.SYSCALL_PREFIX)
         c["shown"] = not syscall or (c["verdict"] in ("higher", "lower") and abs(c["delta"]) >= SYSCALL_MIN_DELTA)
@@ -238,6 +239,14 @@ def _judged(c: dict | None) -> bool:
     return c is not None and c["verdict"] not in ("no significant change", "not enough rounds")
 
 
+# Significant changes smaller than this are not worth a why-sentence (Jain 1.00 → 0.99 is still fair).
+MIN_NOTABLE = {"per_conn.jain": 0.02}
+
+
+def _notable(col: str, c: dict | None) -> bool:
+    return _judged(c) and abs(c["delta"]) >= MIN_NOTABLE.get(col, 0.0)
+
+
 def why(label: str, metrics: dict) -> str | None:
     """One sentence for a significant change: what changed, then the syscall and CPU deltas that
     explain it ('uvloop_sock c=100: +18% msgs/s; epoll_ctl per message 6.00 → 2.00, kernel CPU per
@@ -245,7 +254,7 @@ def why(label: str, metrics: dict) -> str | None:
     head = []
     for col in CHANGE_METRICS:
         c = metrics.get(col)
-        if not _judged(c):
+        if not _notable(col, c):
             continue
         if col == "msgs_per_sec":
             head.append(f"{_pct(c['ratio'])} msgs/s")
@@ -287,8 +296,16 @@ COMPARABLE = (("netprof_version", "netprof version"), ("kernel", "kernel"), ("cp
               ("pinning.backend_cpu", "backend CPU"), ("pinning.loader_cpus", "loader CPUs"),
               ("config.duration", "measured seconds per cell"), ("config.warmup", "warm-up seconds"),
               ("config.remote", "remote mode"), ("config.netem", "link impairment"))
-LOAD_DIFF = 1.0  # 1-minute load averages further apart than this (before the runs) get a warning
+# A run keeps about one CPU busy per side (backend, loader): a 1-minute load average above the CPU
+# count plus this says something else ran too.
+BUSY_EXTRA = 1.0
 STEAL_SHARE = 0.02  # a run during which more CPU time than this was stolen gets a warning
+
+
+def _load(meta: dict) -> float | None:
+    """The higher 1-minute load average of the run's start and end (meta.json host_before/after)."""
+    values = [v[0] for v in (_get(meta, "host_before.loadavg"), _get(meta, "host_after.loadavg")) if v]
+    return max(values) if values else None
 
 
 def _steal_share(meta: dict) -> float | None:
@@ -311,10 +328,14 @@ def warnings_for(base: Run, new: Run) -> list[str]:
             a, b = _get(base.meta, path), _get(new.meta, path)
             if a != b and not (a is None and b is None):
                 out.append(f"{what} differs: {a} vs {b}")
-        la, lb = (_get(m, "host_before.loadavg") for m in (base.meta, new.meta))
-        if la and lb and abs(la[0] - lb[0]) > LOAD_DIFF:
-            out.append(f"load average before the run differs: {la[0]} vs {lb[0]} ({base.meta.get('cpus')} CPUs): "
-                       "the runs did not share the machine alike")
+        loads = [_load(m) for m in (base.meta, new.meta)]
+        cpus = base.meta.get("cpus") or 1
+        for run, load in zip((base, new), loads):
+            if load is not None and load > cpus + BUSY_EXTRA:
+                out.append(f"{run.given} ran on a busy machine: load average {load:.1f} on {cpus} CPUs "
+                           "(other work competed with the measurement)")
+        if None not in loads and abs(loads[0] - loads[1]) > cpus / 2:
+            out.append(f"the machine's load differed: load average {loads[0]:.1f} vs {loads[1]:.1f} on {cpus} CPUs")
     for run in (base, new):
         share = _steal_share(run.meta)
         if share is not None and share > STEAL_SHARE:
@@ -344,7 +365,7 @@ class Check:
     text: str
 
     def breached(self, c: dict) -> bool:
-        if not _judged(c) or (c["delta"] > 0) != self.bad_up:
+        if not _judged(c) or (c["direction"] > 0) != self.bad_up:
             return False
         size = abs(c["ratio"] - 1) if self.relative else abs(c["delta"])
         return size > self.threshold
@@ -429,7 +450,8 @@ def compare(paths: list[str | Path], out: str | Path | None = None, fail_if: str
     doc = {"schema": SCHEMA,
            "method": {"text": METHOD, "alpha": ALPHA, "confidence": CONFIDENCE, "min_rounds": MIN_ROUNDS,
                       "test": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
-                      "interval": "Fieller (Welch's degrees of freedom)"},
+                      "interval": "Fieller (Welch's degrees of freedom); log-scale metrics: "
+                                  "exp of Welch's interval of the difference of mean logs"},
            "base": {"path": base.given, "name": base.name},
            "comparisons": comparisons,
            "fail_if": {"checks": [c.text for c in checks], "breaches": []},
@@ -443,7 +465,7 @@ def compare(paths: list[str | Path], out: str | Path | None = None, fail_if: str
 
 def _flame_diff(base: Run, new: Run, brow, nrow, cell: dict, out_dir: Path | None, i: int) -> dict | None:
     """The differential flamegraph of a changed cell when both runs sampled it (needs --out)."""
-    if not any(_judged(cell["metrics"].get(c)) for c in CHANGE_METRICS):
+    if not any(_notable(c, cell["metrics"].get(c)) for c in CHANGE_METRICS):
         return None
     found = {}
     for kind in FLAME_KINDS:
@@ -493,15 +515,31 @@ def _pct(ratio: float) -> str:
 
 
 def _ratio(c: dict) -> str:
+    if c.get("judged_by"):  # Jain: the ratio is that of the spread across connections (CV)
+        short = re.search(r"\((.+)\)", stats.metric_info(c["judged_by"]).label)
+        return f"{short.group(1) if short else c['judged_by']} {_ratio({**c, 'judged_by': None})}"
     if c["ratio"] != c["ratio"]:
         return "–"
     if c["ratio_lo"] is None:
-        return f"{c['ratio']:.2f}× [{'unbounded' if c['n_base'] >= 2 and c['n_new'] >= 2 else 'n < 2'}]"
-    return f"{c['ratio']:.2f}× [{c['ratio_lo']:.2f}–{c['ratio_hi']:.2f}]"
+        return f"{_r(c['ratio'])}× [{'unbounded' if c['n_base'] >= 2 and c['n_new'] >= 2 else 'n < 2'}]"
+    return f"{_r(c['ratio'])}× [{_r(c['ratio_lo'])}, {_r(c['ratio_hi'])}]".replace("-", MINUS)
+
+
+def _r(x: float) -> str:
+    return f"{x:.2f}" if abs(x) >= 0.1 else f"{x:.2g}"
 
 
 def _p(c: dict) -> str:
     return "–" if c["p"] != c["p"] else f"{c['p']:.3f}" if c["p"] >= 0.001 else "<0.001"
+
+
+def _verdict_text(col: str, c: dict) -> str:
+    """'lower (better)', 'slower', 'no significant change'."""
+    if c["better"] is None or col == "msgs_per_sec":
+        return c["verdict"]
+    if not _notable(col, c):
+        return f"{c['verdict']} (negligible)"
+    return f"{c['verdict']} ({'better' if c['better'] else 'worse'})"
 
 
 def view(doc: dict) -> dict:
@@ -517,7 +555,7 @@ def view(doc: dict) -> dict:
             order = [c for c in HEADLINE if c in ms] + [c for c in ms
                                                         if c.startswith(stats.SYSCALL_PREFIX) and ms[c]["shown"]]
             rows = [[ms[c]["label"], _fmt(c, ms[c]["mean_base"]), _fmt(c, ms[c]["mean_new"]), _ratio(ms[c]), _p(ms[c]),
-                     ms[c]["verdict"], {True: "better", False: "worse"}.get(ms[c]["better"], "")] for c in order]
+                     _verdict_text(c, ms[c])] for c in order]
             r = cell["rounds"]
             rounds = f"rounds: {r['base']} vs {r['new']}" + (
                 f" (failed: {r['base_failed']} vs {r['new_failed']})" if r["base_failed"] or r["new_failed"] else "")
@@ -533,7 +571,7 @@ def view(doc: dict) -> dict:
     return {"base": doc["base"], "comparisons": comps, "method": doc["method"]["text"],
             "fail_if": doc["fail_if"],
             "summary_header": ["cell", "BASE msgs/s", "NEW msgs/s", "NEW/BASE [95%]", "verdict"],
-            "detail_header": ["metric", "BASE", "NEW", "NEW/BASE [95%]", "p", "verdict", ""]}
+            "detail_header": ["metric", "BASE", "NEW", "NEW/BASE [95%]", "p", "verdict"]}
 
 
 def _report_style() -> str:
@@ -553,7 +591,9 @@ def render(doc: dict, out_dir: Path) -> dict:
 
     context = view(doc)
     md = report._env(False).get_template("compare.md.j2").render(**context)
-    page = report._env(True).get_template("compare.html.j2").render(**context, style=Markup(_report_style()))
+    env = report._env(True)
+    env.filters["quality"] = _quality
+    page = env.get_template("compare.html.j2").render(**context, style=Markup(_report_style()))
     paths = {"compare_md": out_dir / "compare.md", "compare_html": out_dir / "compare.html",
              "compare_json": out_dir / "compare.json"}
     atomic.write_text(paths["compare_md"], md)
@@ -563,7 +603,14 @@ def render(doc: dict, out_dir: Path) -> dict:
     return artifacts
 
 
-STYLE = {"better": "green", "worse": "red"}
+def _quality(verdict: str) -> str:
+    """'better', 'worse' or '' for a verdict text (the colour of its cell)."""
+    return "better" if verdict == "faster" or "(better)" in verdict else \
+        "worse" if verdict == "slower" or "(worse)" in verdict else ""
+
+
+def _style(verdict: str) -> str | None:
+    return {"better": "green", "worse": "red"}.get(_quality(verdict))
 
 
 def print_doc(doc: dict, console: Console) -> None:
@@ -579,16 +626,15 @@ def print_doc(doc: dict, console: Console) -> None:
         t = Table(*v["summary_header"], title=f"{comp['name']} vs {doc['base']['name']}", title_justify="left",
                   header_style="bold")
         for row in comp["summary"]:
-            style = {"faster": "green", "slower": "red"}.get(row[-1])
+            style = _style(row[-1])
             t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
         console.print(t)
         for d in comp["details"]:
             t = Table(*v["detail_header"], title=f"{d['label']} ({d['rounds']})", title_justify="left",
                       header_style="bold", box=None)
             for row in d["rows"]:
-                style = STYLE.get(row[-1])
-                t.add_row(*[f"[{style}]{escape(c)}[/{style}]" if style and j >= 5 else escape(c)
-                            for j, c in enumerate(row)])
+                style = _style(row[-1])
+                t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
             console.print(t)
             for f in d["flames"]:
                 console.print(f"  {f['kind']} differential flamegraph: {f.get('svg') or f.get('note')}")

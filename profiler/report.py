@@ -340,7 +340,8 @@ def finish(out_dir: str | Path, console: Console | None = None) -> dict:
                  "plots": [str(out / p.path) for p in figures],
                  "flamegraphs": [str(out / s) for f in flames for s in f["svgs"].values()],
                  "stacks": sorted(str(p) for p in (out / "stacks").glob("*.json")) if (out / "stacks").is_dir() else []}
-    summary = {"runs": results.rows_of(df), "anomalies": found, "artifacts": artifacts}
+    summary = {"schema": 1, "runs": results.rows_of(df), "cells": stats.cell_summaries(df),
+               "anomalies": found, "artifacts": artifacts, "meta": meta}
     atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
     if console is not None:
         _print(console, context, out)

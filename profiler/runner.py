@@ -154,4 +154,5 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
     finally:
         if probes is not None:
             probes.close()
+        store.write_meta({**meta, "host_after": meta_mod.host_load()})
     return RunOutcome(out, store, failed, interrupted, error)

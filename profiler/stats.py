@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -161,39 +162,55 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
 
 CPU_TOTAL = "cpu_us_per_msg_total"  # user + kernel CPU µs per message
 SYSCALLS_TOTAL = "syscalls_per_msg_total"  # every counted syscall per message (NaN without probes)
+CONN_CV = "per_conn_cv"  # spread of messages across connections: CV = √(1/Jain − 1)
+CV_FLOOR = 1e-4  # a spread below this is perfect fairness (keeps the log scale finite)
 
-# column → (label, unit, higher is better)
-CELL_METRICS: dict[str, tuple[str, str, bool]] = {
-    "msgs_per_sec": ("msgs/s", "", True),
-    "lat_us.p50": ("latency p50", "µs", False),
-    "lat_us.p95": ("latency p95", "µs", False),
-    "lat_us.p99": ("latency p99", "µs", False),
-    "lat_us.p999": ("latency p999", "µs", False),
-    "cpu_us_per_msg.user": ("user CPU per message", "µs", False),
-    "cpu_us_per_msg.sys": ("kernel CPU per message", "µs", False),
-    CPU_TOTAL: ("CPU per message", "µs", False),
-    SYSCALLS_TOTAL: ("syscalls per message", "", False),
-    "ctx_switches_per_msg": ("context switches per message", "", False),
-    "per_conn.jain": ("Jain index", "", True),
-    "per_conn.active_share": ("share of connections that handled 95% of messages", "", True),
+
+@dataclass(frozen=True)
+class Metric:
+    label: str
+    unit: str = ""
+    higher_is_better: bool = False
+    log: bool = False  # judged on a log scale (ratio of geometric means)
+    judged_by: str | None = None  # judged through another column (a monotone function of this one)
+
+
+CELL_METRICS: dict[str, Metric] = {
+    "msgs_per_sec": Metric("msgs/s", higher_is_better=True),
+    "lat_us.p50": Metric("latency p50", "µs"),
+    "lat_us.p95": Metric("latency p95", "µs"),
+    "lat_us.p99": Metric("latency p99", "µs"),
+    "lat_us.p999": Metric("latency p999", "µs"),
+    "cpu_us_per_msg.user": Metric("user CPU per message", "µs"),
+    "cpu_us_per_msg.sys": Metric("kernel CPU per message", "µs"),
+    CPU_TOTAL: Metric("CPU per message", "µs"),
+    SYSCALLS_TOTAL: Metric("syscalls per message"),
+    "ctx_switches_per_msg": Metric("context switches per message"),
+    # Jain saturates near 1 (0.86 and 0.9999 look close, yet are a spread of 0.40 vs 0.01): it is
+    # judged through J = 1/(1 + CV²), the per-connection coefficient of variation, on a log scale.
+    "per_conn.jain": Metric("Jain index", higher_is_better=True, judged_by=CONN_CV),
+    CONN_CV: Metric("spread across connections (CV)", log=True),
+    "per_conn.active_share": Metric("share of connections that handled 95% of messages", higher_is_better=True),
 }
 SYSCALL_PREFIX = "syscalls_per_msg."
 
 
-def metric_info(col: str) -> tuple[str, str, bool]:
-    """(label, unit, higher is better) of a judged column; a syscall column reads
-    'epoll_ctl per message'."""
+def metric_info(col: str) -> Metric:
+    """How a judged column reads and is judged; a syscall column reads 'epoll_ctl per message'."""
     if col.startswith(SYSCALL_PREFIX):
-        return f"{col[len(SYSCALL_PREFIX):]} per message", "", False
+        return Metric(f"{col[len(SYSCALL_PREFIX):]} per message")
     return CELL_METRICS[col]
 
 
 def per_round(df: pd.DataFrame) -> pd.DataFrame:
-    """`derive` plus the totals a comparison judges: CPU µs per message (user + kernel) and
-    syscalls per message (every counted syscall). In a row measured with probes a syscall it never
-    made reads 0 (the row leaves it out); without probes every syscall figure is NaN."""
+    """`derive` plus the figures a comparison judges: CPU µs per message (user + kernel), syscalls
+    per message (every counted syscall) and the spread across connections (CONN_CV). In a row
+    measured with probes a syscall it never made reads 0 (the row leaves it out); without probes
+    every syscall figure is NaN."""
     df = derive(df)
     df[CPU_TOTAL] = df["cpu_us_per_msg.user"] + df["cpu_us_per_msg.sys"]
+    jain = df["per_conn.jain"].astype(float) if "per_conn.jain" in df else pd.Series(np.nan, index=df.index)
+    df[CONN_CV] = np.sqrt((1 / jain - 1).clip(lower=0)).clip(lower=CV_FLOOR)
     sc = [c for c in df.columns if c.startswith(SYSCALL_PREFIX)]
     probed = (df["probes"].fillna("").astype(str).str.len() > 0 if "probes" in df
               else pd.Series(bool(sc), index=df.index))
@@ -245,7 +262,7 @@ def _plain(v):
 
 
 def compare_samples(base: Sequence[float], new: Sequence[float], alpha: float = 0.05,
-                    confidence: float = 0.95) -> dict:
+                    confidence: float = 0.95, log: bool = False) -> dict:
     """NEW against BASE from per-round values.
 
     ratio = mean(NEW) / mean(BASE) with its `confidence` interval by Fieller's theorem for two
@@ -253,6 +270,9 @@ def compare_samples(base: Sequence[float], new: Sequence[float], alpha: float = 
     when Welch's t-test (scipy.stats.ttest_ind, equal_var=False) gives p < 1 − confidence; it is
     unbounded (None) when BASE's mean is not clearly away from 0. Significant when p < alpha. Rounds
     with identical values on both sides (a deterministic count) give p = 1 when the means agree, else 0.
+    With `log` (positive values), the test runs on the logarithms and the ratio is that of the
+    geometric means, its interval exp(Welch interval of the difference of the mean logs).
+    `direction` is +1 when NEW is larger (ratio > 1), −1 when smaller, 0 when equal.
     """
     b = np.asarray([v for v in base if v is not None and not math.isnan(v)], dtype=float)
     n = np.asarray([v for v in new if v is not None and not math.isnan(v)], dtype=float)
@@ -260,25 +280,58 @@ def compare_samples(base: Sequence[float], new: Sequence[float], alpha: float = 
            "mean_base": float(b.mean()) if b.size else float("nan"),
            "mean_new": float(n.mean()) if n.size else float("nan"),
            "delta": float("nan"), "ratio": float("nan"), "ratio_lo": None, "ratio_hi": None,
-           "p": float("nan"), "significant": False}
+           "p": float("nan"), "significant": False, "direction": 0, "scale": "log" if log else "linear"}
     if b.size == 0 or n.size == 0:
         return out
     mb, mn = out["mean_base"], out["mean_new"]
     out["delta"] = mn - mb
-    out["ratio"] = mn / mb if mb else float("nan")
+    if log:
+        b, n = np.log(b), np.log(n)
+        out["ratio"] = float(math.exp(n.mean() - b.mean()))
+    else:
+        out["ratio"] = mn / mb if mb else float("nan")
+    out["direction"] = int(np.sign(out["ratio"] - 1)) if out["ratio"] == out["ratio"] else int(np.sign(out["delta"]))
     if b.size < 2 or n.size < 2:
         return out
     vb, vn = b.var(ddof=1) / b.size, n.var(ddof=1) / n.size  # squared standard errors of the means
     if vb == 0 and vn == 0:
-        out["p"] = 1.0 if mn == mb else 0.0
+        out["p"] = 1.0 if n.mean() == b.mean() else 0.0
     else:
         with warnings.catch_warnings():  # nearly identical rounds: scipy warns, the p is still right
             warnings.simplefilter("ignore", RuntimeWarning)
             out["p"] = float(sps.ttest_ind(n, b, equal_var=False).pvalue)
     out["significant"] = bool(out["p"] < alpha)
-    if mb:
+    if log:
+        half = _t(vb, b.size, vn, n.size, confidence) * math.sqrt(vb + vn) if vb or vn else 0.0
+        d = float(n.mean() - b.mean())
+        out["ratio_lo"], out["ratio_hi"] = math.exp(d - half), math.exp(d + half)
+    elif mb:
         out["ratio_lo"], out["ratio_hi"] = _fieller(mb, vb, b.size, mn, vn, n.size, confidence)
     return out
+
+
+def compare_metric(col: str, base: pd.DataFrame, new: pd.DataFrame, alpha: float = 0.05,
+                   confidence: float = 0.95) -> dict:
+    """compare_samples for one judged column of two per_round frames (one cell's rounds each), on the
+    metric's own scale; a metric judged through another column keeps its own means and delta, and
+    takes p, ratio, interval and direction from that column (`judged_by` says which)."""
+    m = metric_info(col)
+    src = m.judged_by or col
+    c = compare_samples(base[src].tolist() if src in base else [], new[src].tolist() if src in new else [],
+                        alpha, confidence, log=metric_info(src).log)
+    if m.judged_by:
+        own = compare_samples(base[col].tolist() if col in base else [], new[col].tolist() if col in new else [])
+        c.update({k: own[k] for k in ("n_base", "n_new", "mean_base", "mean_new", "delta")})
+        c["judged_by"] = m.judged_by
+        # a monotone function: J falls as the spread grows
+        c["direction"] = -c["direction"] if m.higher_is_better != metric_info(src).higher_is_better else c["direction"]
+    return c
+
+
+def _t(vb: float, nb: int, vn: float, nn: int, confidence: float) -> float:
+    """Student's t quantile at Welch's degrees of freedom (those of the t-test)."""
+    dof = (vn + vb) ** 2 / (vn * vn / (nn - 1) + vb * vb / (nb - 1))
+    return float(sps.t.ppf(0.5 + confidence / 2, dof))
 
 
 def _fieller(mb: float, vb: float, nb: int, mn: float, vn: float, nn: int,
@@ -287,8 +340,7 @@ def _fieller(mb: float, vb: float, nb: int, mn: float, vn: float, nn: int,
     of freedom (those of the t-test, so both agree at ρ = 1)."""
     if vb == 0 and vn == 0:
         return mn / mb, mn / mb
-    dof = (vn + vb) ** 2 / (vn * vn / (nn - 1) + vb * vb / (nb - 1))
-    t2 = float(sps.t.ppf(0.5 + confidence / 2, dof)) ** 2
+    t2 = _t(vb, nb, vn, nn, confidence) ** 2
     a = mb * mb - t2 * vb
     if a <= 0:  # BASE's mean is within its own interval of 0: the ratio is unbounded
         return None, None

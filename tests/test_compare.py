@@ -1,0 +1,214 @@
+"""`netprof compare` on real short runs made here (selector, asyncio_sock), plus the statistics and
+the --fail-if parser on constructed rows (no processes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_anomalies import make_row
+
+from helpers import require_bpf, run_netprof
+from netprof.profiler import compare, results, schema, stats
+from netprof.profiler.errors import InputError
+
+SHORT = ("-r", "3", "-d", "1", "--warmup", "0.5", "--wait")  # --wait: queue behind another run
+NO_CHANGE = "no significant change"
+
+
+def _run(root, name: str, *args: str):
+    out = root / name
+    r = run_netprof("run", *args, *SHORT, "--out", str(out), timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("compare")
+
+
+@pytest.fixture(scope="module")
+def base(root):
+    return _run(root, "base", "selector", "-c", "10,100", "--no-probes")
+
+
+@pytest.fixture(scope="module")
+def again(root):
+    return _run(root, "again", "selector", "-c", "10,100", "--no-probes")
+
+
+@pytest.fixture(scope="module")
+def spin(root):
+    # 200 µs of CPU per message caps the backend near 5k msgs/s: slower than any plain selector run,
+    # also on a loaded 2-core machine (with spin:20 the change can drown in the noise there).
+    return _run(root, "spin", "selector", "-c", "10", "--work", "spin:200", "--no-probes")
+
+
+@pytest.fixture(scope="module")
+def framing(root):
+    require_bpf()  # with the counting probes: the why names the syscall that changed
+    return {f: _run(root, f"asyncio-{f}", "asyncio_sock", "-c", "100", "--pipeline", "8", "--framing", f)
+            for f in ("message", "stream")}
+
+
+def _cells(doc: dict, i: int = 0) -> dict:
+    return {c["label"]: c for c in doc["comparisons"][i]["cells"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Real runs
+
+def test_same_backend_twice_is_no_significant_change(base, again):
+    doc = compare.compare([base, again])
+    comp = doc["comparisons"][0]
+    assert set(schema.CELL_KEYS) <= set(comp["matched_on"]) and comp["compared_across"] == {}
+    assert comp["unmatched"] == {"base_only": [], "new_only": []}
+    verdicts = [c["metrics"]["msgs_per_sec"]["verdict"] for c in comp["cells"]]
+    assert len(verdicts) == 2
+    # A noisy 2-core machine: most cells, not necessarily every one.
+    assert verdicts.count(NO_CHANGE) >= 1, verdicts
+    for c in comp["cells"]:
+        m = c["metrics"]["msgs_per_sec"]
+        assert m["n_base"] == m["n_new"] == 3 and m["ratio_lo"] <= m["ratio"] <= m["ratio_hi"]
+
+
+def test_work_spin_is_slower_and_the_cpu_delta_is_named(base, spin, tmp_path):
+    doc = compare.compare([base, spin], out=tmp_path / "cmp")
+    comp = doc["comparisons"][0]
+    assert comp["compared_across"] == {"work": ["none", "spin:200"]}
+    assert comp["unmatched"]["base_only"] == ["selector c=100"] and comp["unmatched"]["new_only"] == []
+    cell = _cells(doc)["selector c=10"]
+    assert cell["verdict"] == "slower"
+    user = cell["metrics"]["cpu_us_per_msg.user"]
+    assert user["verdict"] == "higher" and user["delta"] > 50  # spin is wall time: less CPU when preempted
+    assert cell["why"].startswith("selector c=10: −") and "user CPU per message +" in cell["why"]
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| selector c=10 |" in md and "slower" in md and "Welch" in md and "only in BASE: selector c=100" in md
+    page = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "<table>" in page and "Fieller" in page
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["schema"] == compare.SCHEMA
+
+
+def test_framing_message_vs_stream_reports_the_fairness_change(bpf, framing):
+    doc = compare.compare([framing["message"], framing["stream"]])
+    comp = doc["comparisons"][0]
+    assert comp["compared_across"] == {"framing": ["message", "stream"]}
+    (cell,) = comp["cells"]
+    jain = cell["metrics"]["per_conn.jain"]
+    assert jain["verdict"] == "higher" and jain["better"] is True, jain
+    assert "Jain index" in cell["why"]
+    # one 64 KiB read drains the 8 queued messages: fewer recvfrom per message, named in the why
+    assert "recvfrom per message" in cell["why"], cell["why"]
+
+
+def test_fail_if_exit_codes(base, spin):
+    worse = run_netprof("compare", str(base), str(spin), "--fail-if", "slower:5%,p99:+10%", timeout=60)
+    assert worse.returncode == 1, worse.stderr
+    assert "FAIL slower:5%" in worse.stdout
+    better = run_netprof("compare", str(spin), str(base), "--fail-if", "slower:5%", "--json", timeout=60)
+    assert better.returncode == 0, better.stderr
+    doc = json.loads(better.stdout)  # --json: only JSON on stdout
+    assert doc["fail_if"]["breaches"] == [] and _cells(doc)["selector c=10"]["verdict"] == "faster"
+
+
+def test_a_directory_that_is_not_a_run_is_one_line_exit_2(base, tmp_path):
+    r = run_netprof("compare", str(tmp_path), str(base), timeout=60)
+    assert r.returncode == 2
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+    assert "not a netprof run" in r.stderr and "netprof run --out" in r.stderr
+
+
+def test_runs_without_a_common_cell_are_one_line_exit_2(bpf, base, framing):
+    r = run_netprof("compare", str(base), str(framing["message"]), timeout=60)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "share no cell" in r.stderr and "pipeline 1 vs 8" in r.stderr
+
+
+def test_summary_json_is_a_run_too(base, again):
+    doc = compare.compare([base / results.SUMMARY_JSON, again])
+    assert len(doc["comparisons"][0]["cells"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Constructed rows: statistics, verdicts, parsing
+
+def _store(d, rows: list[dict]):
+    store = results.ResultsStore(d)
+    store.write_meta({"cpus": 2, "kernel": "6.18", "cpu_model": "Test CPU"})
+    for r in rows:
+        store.add(r)
+    return d
+
+
+def test_fieller_interval_agrees_with_welch():
+    same = stats.compare_samples([100, 101, 99], [100, 101, 99])
+    assert same["p"] == pytest.approx(1.0) and not same["significant"]
+    drop = stats.compare_samples([100, 102, 98], [80, 81, 79])
+    assert drop["significant"] and drop["ratio"] == pytest.approx(0.8) and drop["ratio_hi"] < 1
+    exact = stats.compare_samples([2.0] * 3, [1.0] * 3)  # a deterministic count that changed
+    assert exact["p"] == 0 and exact["ratio_lo"] == exact["ratio_hi"] == 0.5
+    for b, n in (([100, 130, 70], [90, 60, 75]), ([10, 11, 12, 13], [12, 14, 13])):
+        c = stats.compare_samples(b, n)
+        assert (c["ratio_lo"] <= 1 <= c["ratio_hi"]) == (not c["significant"])
+
+
+def test_fewer_than_three_rounds_is_not_a_verdict(tmp_path):
+    a = _store(tmp_path / "a", [make_row(round=r, mps=50_000.0 + r) for r in (1, 2)])
+    b = _store(tmp_path / "b", [make_row(round=r, mps=10_000.0 + r) for r in (1, 2)])
+    (cell,) = compare.compare([a, b])["comparisons"][0]["cells"]
+    assert cell["verdict"] == "not enough rounds" and cell["why"] is None
+
+
+def test_syscall_change_is_explained(tmp_path):
+    a = _store(tmp_path / "a", [make_row("uvloop_sock", round=r, mps=50_000.0 * j,
+                                         syscalls_per_msg={"epoll_ctl": 6.0 * j})
+                                for r, j in ((1, 0.99), (2, 1.0), (3, 1.01))])
+    b = _store(tmp_path / "b", [make_row("uvloop_sock", round=r, mps=59_000.0 * j,
+                                         syscalls_per_msg={"epoll_ctl": 2.0 * j},
+                                         cpu={"user_s": 0.99, "sys_s": 0.5})
+                                for r, j in ((1, 0.99), (2, 1.0), (3, 1.01))])
+    doc = compare.compare([a, b], fail_if="syscalls:+0.5")
+    (cell,) = doc["comparisons"][0]["cells"]
+    assert cell["verdict"] == "faster"
+    assert cell["why"].startswith("uvloop_sock c=100: +18% msgs/s")
+    assert "epoll_ctl per message 6.00 → 2.00" in cell["why"] and "kernel CPU per message −" in cell["why"]
+    assert doc["fail_if"]["breaches"] == []  # fewer syscalls: no regression
+    assert compare.compare([b, a], fail_if="syscalls:+0.5")["fail_if"]["breaches"]
+
+
+def test_a_negligible_fairness_change_is_no_why(tmp_path):
+    """Jain 0.9999 → 0.995 is significant on the spread's log scale, yet still fair service."""
+    a = _store(tmp_path / "a", [make_row(round=r, per_conn={"jain": 0.9999 - r * 1e-6}) for r in (1, 2, 3)])
+    b = _store(tmp_path / "b", [make_row(round=r, per_conn={"jain": 0.995 - r * 1e-4}) for r in (1, 2, 3)])
+    doc = compare.compare([a, b])
+    (cell,) = doc["comparisons"][0]["cells"]
+    jain = cell["metrics"]["per_conn.jain"]
+    assert jain["verdict"] == "lower" and jain["judged_by"] == stats.CONN_CV and jain["scale"] == "log"
+    assert cell["why"] is None
+    (detail,) = compare.view(doc)["comparisons"][0]["details"]
+    row = next(r for r in detail["rows"] if r[0] == "Jain index")
+    assert row[-1] == "lower (negligible)" and row[3].startswith("CV ")
+
+
+@pytest.mark.parametrize("bad", ["slowr:5%", "slower", "slower:+5%", "p99:-10%", "syscalls:lots"])
+def test_malformed_fail_if_names_the_fix(bad):
+    with pytest.raises(InputError, match="--fail-if slower:5%,p99:\\+10%,syscalls:\\+0.5"):
+        compare.parse_fail_if(bad)
+
+
+def test_cell_summaries_have_mean_interval_n():
+    df = pd_frame([make_row(round=r, mps=v) for r, v in ((1, 99.0), (2, 100.0), (3, 101.0))]
+                  + [make_row(round=4, status="failed", mps=0.0)])
+    (cell,) = stats.cell_summaries(df)
+    m = cell["metrics"]["msgs_per_sec"]
+    assert (cell["rounds"], cell["failed_rounds"], m["n"]) == (3, 1, 3)
+    assert m["mean"] == pytest.approx(100.0) and m["interval"][0] < 100 < m["interval"][1]
+    assert cell["metrics"]["syscalls_per_msg.sendto"]["mean"] == pytest.approx(1.0)
+    json.dumps(cell)
+
+
+def pd_frame(rows):
+    import pandas as pd
+
+    return pd.DataFrame([results.flatten(r) for r in rows])
