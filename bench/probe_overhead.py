@@ -41,12 +41,22 @@ WARMUP_S = 1.0
 SETTLE_S = 1.0  # after attaching, before the load starts (perf attaches asynchronously)
 VARIANTS = {
     "none": "no instrumentation",
-    "counting": "netprof counting set, default (CountingProbes(): track_children, 1-in-16 syscall timing)",
-    "counting-exact": "counting set timing every syscall (CountingProbes(time_every=1))",
-    "counting-notime": "counting set without syscall timing (CountingProbes(time_every=0): no sys_exit program)",
+    "counting": "netprof counting set, default (CountingProbes(): track_children, no syscall timing, "
+                "so no sys_exit program)",
+    "counting-time": "counting set with 1-in-16 syscall timing (CountingProbes(syscall_time=True))",
+    "counting-exact": "counting set timing every syscall (CountingProbes(syscall_time=True, time_every=1))",
+    "counting-detached": "counting set compiled and targeted but detached (CountingProbes(attached=False))",
     "evidence": "netprof evidence set (StackProbes: user stacks of mmap/munmap/mremap/brk/futex/epoll_ctl)",
     "perf": "perf stat -e 'syscalls:sys_enter_*' -p PID",
     "bpftrace": "bpftrace -e 'tracepoint:raw_syscalls:sys_enter /pid == N/ { @[args->id] = count(); }'",
+}
+
+
+COUNTING = {
+    "counting": lambda: CountingProbes(),
+    "counting-time": lambda: CountingProbes(syscall_time=True),
+    "counting-exact": lambda: CountingProbes(syscall_time=True, time_every=1),
+    "counting-detached": lambda: CountingProbes(attached=False),
 }
 
 
@@ -57,11 +67,10 @@ class Attached:
         self.variant, self.pid, self.group = variant, pid, group
         self.probes = self.proc = None
 
-    def __enter__(self) -> "Attached":
+    def __enter__(self) -> Attached:
         v, pid = self.variant, self.pid
         if v.startswith("counting"):
-            every = {"counting": 16, "counting-exact": 1, "counting-notime": 0}[v]
-            self.probes = CountingProbes(time_every=every)
+            self.probes = COUNTING[v]()
             self.probes.target(pid)
         elif v == "evidence":
             self.probes = StackProbes()
@@ -169,7 +178,8 @@ def main() -> int:
             for key in ("rate", "backend_us", "loader_us"):
                 m, hw = interval([x[key] / n[key] for x, n in zip(raw[(b, v)], base) if n[key]])
                 cells.append(f"{m:.3f} ± {hw:.3f}")
-            lines.append(f"| {b} | {v} | {statistics.fmean(x['rate'] for x in raw[(b, v)]):.0f} | " + " | ".join(cells) + " |")
+            rate = statistics.fmean(x["rate"] for x in raw[(b, v)])
+            lines.append(f"| {b} | {v} | {rate:.0f} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     cmd = "sudo .venv/bin/python bench/probe_overhead.py " + " ".join(sys.argv[1:])
     print(table)
@@ -177,9 +187,10 @@ def main() -> int:
     if args.write:
         legend = "\n".join(f"- `{v}`: {d}" for v, d in VARIANTS.items() if v in variants)
         body = (f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, {args.connections} connections, "
-                f"{args.duration:g} s per run (+{WARMUP_S:g} s warm-up), {args.rounds} interleaved rounds, backend pinned "
-                f"to CPU 0, loader on CPU {args.loader_cpus}. Each cell: mean of per-round ratios to the same round's "
-                f"uninstrumented run ± half-width of the 95% t-interval.\n\n{legend}\n\n{table}\n\n"
+                f"{args.duration:g} s per run (+{WARMUP_S:g} s warm-up), {args.rounds} interleaved rounds, "
+                f"backend pinned to CPU 0, loader on CPU {args.loader_cpus}. Each cell: mean of per-round "
+                f"ratios to the same round's uninstrumented run ± half-width of the 95% t-interval."
+                f"\n\n{legend}\n\n{table}\n\n"
                 f"<details><summary>raw per-run figures</summary>\n\n```\n"
                 + "\n".join(f"{b}/{v}: {xs}" for (b, v), xs in raw.items()) + "\n```\n</details>\n")
         write_section("Probe overhead: throughput (bench/probe_overhead.py)", body)
@@ -201,8 +212,7 @@ def micro_cost(probe, pid_for, n: int) -> float:
 
 
 def micro(args) -> str:
-    variants = {"none": None, "counting": lambda: CountingProbes(), "counting-exact": lambda: CountingProbes(time_every=1),
-                "counting-notime": lambda: CountingProbes(time_every=0), "evidence": lambda: StackProbes()}
+    variants = {"none": None, **COUNTING, "evidence": lambda: StackProbes()}
     bystander = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
     rows = ["| instrumentation | bystander ns/syscall | target ns/syscall | added, bystander | added, target |",
             "|---|---|---|---|---|"]
@@ -213,8 +223,8 @@ def micro(args) -> str:
             try:
                 cost = {}
                 for who, pid_for in (("bystander", lambda pid: bystander.pid), ("target", lambda pid: pid)):
-                    xs = sorted((micro_cost(probe, pid_for, 6_000_000) - micro_cost(probe, pid_for, 1_000_000)) / 5e6 * 1e9
-                                for _ in range(3))
+                    xs = sorted((micro_cost(probe, pid_for, 6_000_000) - micro_cost(probe, pid_for, 1_000_000))
+                                / 5e6 * 1e9 for _ in range(3))
                     cost[who] = xs[1]
             finally:
                 if probe is not None:

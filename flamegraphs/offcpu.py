@@ -10,12 +10,13 @@ the backend's CPU).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
+from pathlib import Path
 
-from netprof.flamegraphs.fold import INTERP, KERNEL, INTERP_DSO
+from netprof.flamegraphs.fold import INTERP, INTERP_DSO, KERNEL
+from netprof.probes.base import LoadedProgram
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "offcpu.bpf.c")
+SOURCE = Path(__file__).resolve().parent / "offcpu.bpf.c"
 
 # Tracepoint prev_state encoding (kernel's __trace_sched_switch_state): 0 = running, TASK_REPORT_MAX
 # (0x100 on 6.x; 0x80/0x800 on others) when preempted, else the one reported state bit.
@@ -33,20 +34,19 @@ def state_frame(state: int) -> str:
     return f"[state {state:#x}]"
 
 
-class OffCpuProbe:
-    """Compile once (about a second of clang), then open/close windows for any set of tgids."""
+class OffCpuProbe(LoadedProgram):
+    """Compile once (about a second of clang), then open/close windows for any set of tgids.
+    Raises netprof.probes.ProbeError when BPF is unusable; close() (or a `with` block) releases it."""
 
     def __init__(self) -> None:
-        from bcc import BPF  # imported here so the module loads on machines without BCC
-
-        self.bpf = BPF(src_file=SOURCE)
-        self.targets = self.bpf["targets"]
+        self._load(SOURCE, [])
+        self.targets = self.bpf[b"targets"]
         self.pids: list[int] = []
 
     def start(self, pids: list[int]) -> None:
         """Open the window: clear old data, then write the target tgids (the BPF filter)."""
-        self.bpf["offcpu"].clear()
-        self.bpf["start"].clear()
+        self.bpf[b"offcpu"].clear()
+        self.bpf[b"start"].clear()
         self.pids = list(pids)
         for pid in self.pids:
             self.targets[self.targets.Key(pid)] = self.targets.Leaf(1)
@@ -58,10 +58,10 @@ class OffCpuProbe:
     def collect(self) -> tuple[Counter, int]:
         """Folded stacks (weight = µs off CPU) and the number of off-CPU events."""
         self.stop()
-        stacks_map = self.bpf["stacks"]
+        stacks_map = self.bpf[b"stacks"]
         folded: Counter = Counter()
         events = 0
-        for key, val in self.bpf["offcpu"].items():
+        for key, val in self.bpf[b"offcpu"].items():
             events += val.n
             if val.us == 0:
                 continue
@@ -72,8 +72,8 @@ class OffCpuProbe:
             if key.user_stack_id < 0 and key.kernel_stack_id < 0:
                 frames.append("[no stack]")
             folded[";".join(frames)] += val.us
-        self.bpf["offcpu"].clear()
-        self.bpf["start"].clear()
+        self.bpf[b"offcpu"].clear()
+        self.bpf[b"start"].clear()
         return folded, events
 
     @staticmethod
@@ -98,6 +98,3 @@ class OffCpuProbe:
         if name == "[unknown]":
             name = f"[{module}]"
         return name + (INTERP if INTERP_DSO.match(module) else "")
-
-    def close(self) -> None:
-        self.bpf.cleanup()

@@ -3,7 +3,11 @@
     with CountingProbes() as probes:            # compiles probes/counting.bpf.c once
         probes.target(backend_pid)
         a = probes.snapshot(); ...; b = probes.snapshot()
-        d = delta(a, b)                          # ProbeDelta: syscalls, times, switches, on-CPU
+        d = delta(a, b)                          # ProbeDelta: syscalls, switches, on-CPU time
+                                                 # (+ per-syscall times with syscall_time=True)
+
+`CountingProbes(attached=False)` compiles without attaching; attach()/detach() then switch the
+counting on and off per window (milliseconds, no recompile; counters stand still while detached).
 
 Nothing needs bcc until a probe set is created, so `check_available()`, `proc_cpu_times()` and
 `per_message_notation()` work everywhere.

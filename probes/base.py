@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -36,27 +38,29 @@ def _prerequisites() -> str | None:
     return None
 
 
-_checked: list[str | None] = []
+_checked: dict[bool, str | None] = {}
 
 
-def check_available() -> str | None:
+def check_available(syscall_time: bool = False) -> str | None:
     """None if the probes can run here, else one line: what is missing and the fix.
 
-    Checks the prerequisites, mounts tracefs if needed, then really compiles and attaches the
-    counting set once per process (~0.5 s) so header or verifier trouble shows up here.
+    Checks the prerequisites, mounts tracefs if needed, then really compiles, attaches and detaches
+    the run's counting set once per process, so header, verifier or attach trouble shows up here.
+    The compiled set is kept: the run's own `CountingProbes(syscall_time=...)` with the other
+    compile options at their defaults (`attached` may differ) takes it over instead of compiling.
     """
     why = _prerequisites()
     if why:
         return why
-    if not _checked:
+    if syscall_time not in _checked:
         try:
             from .counting import CountingProbes
 
-            CountingProbes(track_children=False).close()
-            _checked.append(None)
+            CountingProbes(syscall_time=syscall_time).park()
+            _checked[syscall_time] = None
         except ProbeError as e:
-            _checked.append(str(e))
-    return _checked[0]
+            _checked[syscall_time] = str(e)
+    return _checked[syscall_time]
 
 
 def ensure_tracefs() -> None:
@@ -69,11 +73,91 @@ def ensure_tracefs() -> None:
                          f"`mount -t tracefs nodev {TRACEFS}` as root, {NO_PROBES}")
 
 
+# BCC's program name prefixes (RAW_TRACEPOINT_PROBE, TRACEPOINT_PROBE) -> how each attaches.
+_RAW, _TP = b"raw_tracepoint__", b"tracepoint__"
+
+
 class LoadedProgram:
-    """Lifecycle shared by the probe sets: `self.bpf` is detached on close(), on leaving a `with`
-    block (also on errors and Ctrl-C) and, last resort, when the object is collected."""
+    """Lifecycle shared by the probe sets. `self.bpf` is compiled and its programs loaded (verified)
+    once; attach() and detach() hook them to their tracepoints and off again (no recompile; maps keep
+    their contents). Everything is released on close(), on leaving a `with` block (also on errors
+    and Ctrl-C) and, last resort, when the object is collected."""
 
     bpf = None
+    # Programs that detach() leaves attached (until close): name prefixes, e.g. (b"tracepoint__",).
+    resident: tuple[bytes, ...] = ()
+
+    def _load(self, src: str | Path, cflags: list[str], attached: bool = True) -> None:
+        self.bpf = load(src, cflags)
+        try:
+            self._attach(resident=True)  # from load to close
+            if attached:
+                self.attach()
+        except BaseException:
+            self.close()
+            raise
+
+    def _hooks(self, resident: bool | None = None):
+        """(program, tracepoint, attached now?) of the set's programs: all, or only the resident
+        ones (True), or only the others (False)."""
+        bpf = self.bpf
+        for name in bpf.netprof_programs:
+            if resident is not None and name.startswith(self.resident) != resident:
+                continue
+            if name.startswith(_RAW):
+                tp = name[len(_RAW):]
+                yield name, tp, tp in bpf.raw_tracepoint_fds
+            else:
+                tp = name[len(_TP):].replace(b"__", b":", 1)
+                yield name, tp, tp in bpf.tracepoint_fds
+
+    @property
+    def attached(self) -> bool:
+        """The programs detach() detaches are attached."""
+        return self.bpf is not None and any(on for _, _, on in self._hooks(resident=False))
+
+    def attach(self) -> None:
+        """Attach every program of the set (those already attached stay). Raises ProbeError."""
+        if self.bpf is None:
+            raise ProbeError("probes are closed")
+        self._attach()
+
+    def _attach(self, resident: bool | None = None) -> None:
+        try:
+            for name, tp, on in list(self._hooks(resident)):
+                if not on and name.startswith(_RAW):
+                    self.bpf.attach_raw_tracepoint(tp=tp, fn_name=name)
+                elif not on:
+                    self.bpf.attach_tracepoint(tp=tp, fn_name=name)
+        except Exception as e:
+            self._detach()
+            raise ProbeError(f"cannot attach the probes: {e} ({NO_PROBES})") from e
+
+    def detach(self) -> None:
+        """Detach the programs (but the resident ones); the compiled set and its maps stay.
+        No-op when detached or closed."""
+        self._detach(resident=False)
+
+    def _detach(self, resident: bool | None = None) -> None:
+        if self.bpf is None:
+            return
+        for name, tp, on in list(self._hooks(resident)):
+            if on and name.startswith(_RAW):
+                self.bpf.detach_raw_tracepoint(tp)
+            elif on:
+                self.bpf.detach_tracepoint(tp)
+
+    def park(self) -> None:
+        """Detach and hand the compiled set to the next load() of the same source and cflags in this
+        process (check_available() compiles the run's set this way only once). Resident programs stay
+        attached (they record nothing untargeted), which spares their slow detach and re-attach."""
+        self.detach()
+        bpf, self.bpf = self.bpf, None
+        if bpf is not None:
+            old = _SPARE.pop(bpf.netprof_key, None)
+            if old is not None:
+                old.cleanup()
+            _SPARE[bpf.netprof_key] = bpf
 
     def close(self) -> None:
         bpf, self.bpf = self.bpf, None
@@ -93,19 +177,64 @@ class LoadedProgram:
             pass
 
 
-def load(src: str, cflags: list[str]):
-    """Compile and load probes/<src> (auto-attaches its *_PROBE programs). Raises ProbeError."""
+# Compiled, detached sets waiting for their owner, by (source path, cflags): see LoadedProgram.park.
+_SPARE: dict[tuple[str, tuple[str, ...]], object] = {}
+_INCLUDE = re.compile(r'^#include "([^"/]+)"\s*$', re.M)
+
+
+def bpf_source(path: Path) -> str:
+    """The text of a `*.bpf.c` file with its `#include "x.bpf.h"` lines (headers next to it or in
+    probes/) pasted in: BCC rewrites map calls in the main source only. `#line` keeps compiler
+    messages pointing at the real file and line."""
+    text = path.read_text()
+
+    def paste(m: re.Match) -> str:
+        name = m.group(1)
+        header = next((d / name for d in (path.parent, HERE) if (d / name).is_file()), None)
+        if header is None:
+            return m.group(0)  # a system header: clang finds it
+        line = text.count("\n", 0, m.start()) + 2
+        return f'#line 1 "{name}"\n{header.read_text()}\n#line {line} "{path.name}"'
+
+    return _INCLUDE.sub(paste, text)
+
+
+@functools.cache
+def _bpf_class():
+    """BCC's BPF class without its auto-attach: loading verifies every program, attaching is ours."""
+    from bcc import BPF
+    from bcc.libbcc import lib
+
+    class Loaded(BPF):
+        def _trace_autoload(self):  # BCC calls this at the end of BPF.__init__
+            names = [lib.bpf_function_name(self.module, i) for i in range(lib.bpf_num_functions(self.module))]
+            self.netprof_programs = [n for n in names if n.startswith((_RAW, _TP))]
+            for n in self.netprof_programs:
+                self.load_func(n, BPF.RAW_TRACEPOINT if n.startswith(_RAW) else BPF.TRACEPOINT)
+
+    return Loaded
+
+
+def load(src: str | Path, cflags: list[str]):
+    """Compile probes/<src> (or the file at path `src`) and load its programs, none attached
+    (LoadedProgram.attach does that). Raises ProbeError."""
     why = _prerequisites()
     if why:
         raise ProbeError(why)
     ensure_tracefs()
-    from bcc import BPF
-
+    path = HERE / src
+    flags = [f"-DNR_SLOTS={NR_SLOTS}", *cflags]
+    key = (str(path), tuple(flags))
+    bpf = _SPARE.pop(key, None)
+    if bpf is not None:
+        return bpf
     try:
-        return BPF(src_file=str(HERE / src).encode(), cflags=[f"-DNR_SLOTS={NR_SLOTS}", *cflags])
+        bpf = _bpf_class()(text=bpf_source(path).encode(), cflags=flags)
     except Exception as e:
-        raise ProbeError(f"cannot load {src}: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
+        raise ProbeError(f"cannot load {path.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
                          f"(kernel headers usable by BCC? run `make setup`; {NO_PROBES})") from e
+    bpf.netprof_key = key
+    return bpf
 
 
 _NAMES: dict[int, str] = {}

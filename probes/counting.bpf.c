@@ -8,19 +8,30 @@
 // clock reads and a task-local-storage lookup per syscall, so it is done for a random 1 in TIME_EVERY
 // syscalls of the tree (1 = every syscall, exact; 0 = no timing and no sys_exit program at all).
 //
+// Attach/detach: the hot programs are raw tracepoints (sys_enter, sys_exit, sched_switch), which
+// Python attaches and detaches per window in milliseconds, without recompiling. The rare
+// events (task_newtask, sched_process_exit, sched_migrate_task) are tracepoints that stay attached
+// until close (detaching one takes ~60 ms): they keep the tree right while the hot programs are off
+// (a fork backend forks during connection setup) and count only while `window.active`. So counters
+// freeze while detached. State a thread or CPU recorded before the last attach (a timed syscall in
+// flight, a CPU's last switch time) is stale and ignored: window.attach_ns marks the attach.
+//
 // cflags: -DTRACK_CHILDREN=0|1 -DNR_SLOTS=<n> -DTIME_EVERY=<0 or a power of two>
 #include <uapi/linux/ptrace.h>
 #include <linux/sched.h>
 
-#define CLONE_THREAD_FLAG 0x00010000ULL
-
 struct cfg_t {
-    u32 tgid;        // target tgid, 0 when untargeted (tgid 0 is the idle task: never a target)
+    u32 tgid;        // target tgid, 0 when untargeted
     u32 nchildren;   // live entries in `children`
     u32 gen;         // bumped on every re-target: per-thread registrations from before are stale
 };
-BPF_ARRAY(cfg, struct cfg_t, 1);
-BPF_HASH(children, u32, u8, 4096);   // tgids of processes forked (transitively) by the target
+#include "tree_filter.bpf.h"
+
+struct window_t {    // written by Python only (cfg.nchildren is BPF's too)
+    u64 attach_ns;   // bpf_ktime_get_ns() when the hot programs were last attached
+    u32 active;      // 1 from attach to detach
+};
+BPF_ARRAY(window, struct window_t, 1);
 BPF_HASH(tids, u32, u8, 65536);      // thread ids of the tree seen so far (for sched_migrate_task)
 
 struct sc_t {
@@ -46,20 +57,6 @@ struct task_t {
     u32 gen;         // cfg.gen when this thread was put into `tids`
 };
 BPF_TASK_STORAGE(tasks, struct task_t);
-
-static __always_inline struct cfg_t *in_tree(u32 tgid) {
-    u32 zero = 0;
-    struct cfg_t *c = cfg.lookup(&zero);
-    if (!c)
-        return 0;
-    if (tgid == c->tgid)
-        return tgid ? c : 0;
-#if TRACK_CHILDREN
-    if (c->nchildren && children.lookup(&tgid))
-        return c;
-#endif
-    return 0;
-}
 
 RAW_TRACEPOINT_PROBE(sys_enter) {
     u64 id = bpf_get_current_pid_tgid();
@@ -96,7 +93,8 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
 
 #if TIME_EVERY
 RAW_TRACEPOINT_PROBE(sys_exit) {
-    if (!in_tree(bpf_get_current_pid_tgid() >> 32))
+    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
+    if (!c)
         return 0;
     struct task_t *t = tasks.task_storage_get(bpf_get_current_task_btf(), 0, 0);
     if (!t || !t->timing)
@@ -104,15 +102,17 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
     t->timing = 0;
     u64 now = bpf_ktime_get_ns();
     u32 zero = 0, nr = t->nr;
+    struct window_t *w = window.lookup(&zero);
     struct cpu_t *k = cpu.lookup(&zero);
     struct sc_t *s = sc.lookup(&nr);
-    if (!k || !s)
+    if (!w || !k || !s || t->enter_ns < w->attach_ns)  // entered before a detach: stale
         return 0;
     s->timed++;
     s->ns += now - t->enter_ns;
     // On this CPU since max(enter, last switch-in / accounting point).
     s->oncpu_ns += now - (k->mark_ns > t->enter_ns ? k->mark_ns : t->enter_ns);
-    k->oncpu_ns += now - k->mark_ns;
+    if (k->mark_ns >= w->attach_ns)
+        k->oncpu_ns += now - k->mark_ns;
     k->mark_ns = now;
     return 0;
 }
@@ -128,13 +128,16 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         return 0;
     u64 id = bpf_get_current_pid_tgid();
     struct cfg_t *c = in_tree(id >> 32);
-    if (c) {
+    struct window_t *w = c ? window.lookup(&zero) : 0;
+    if (c && w) {
         // The kernel's own split (__schedule): voluntary = !preempt && prev_state != RUNNING.
         if (!ctx->args[0] && (u32)ctx->args[3])
             k->vol++;
         else
             k->invol++;
-        k->oncpu_ns += now - k->mark_ns;
+        // A mark from before the attach is stale: this CPU's first slice after it goes unaccounted.
+        if (k->mark_ns >= w->attach_ns)
+            k->oncpu_ns += now - k->mark_ns;
         struct task_t *t = tasks.task_storage_get(bpf_get_current_task_btf(), 0,
                                                   BPF_LOCAL_STORAGE_GET_F_CREATE);
         if (t) {
@@ -144,16 +147,24 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
                 tids.update(&tid, &one);
                 t->gen = c->gen;
             }
-            if (t->timing) {
+#if TIME_EVERY
+            if (t->timing && t->enter_ns >= w->attach_ns) {
                 u32 nr = t->nr;
                 struct sc_t *s = sc.lookup(&nr);
                 if (s)
                     s->oncpu_ns += now - (k->mark_ns > t->enter_ns ? k->mark_ns : t->enter_ns);
             }
+#endif
         }
     }
     k->mark_ns = now;
     return 0;
+}
+
+static __always_inline struct cpu_t *counting(void) {
+    u32 zero = 0;
+    struct window_t *w = window.lookup(&zero);
+    return w && w->active ? cpu.lookup(&zero) : 0;
 }
 
 // The migrated task is usually not `current`; its tid is looked up in `tids` (threads of the tree
@@ -162,51 +173,33 @@ TRACEPOINT_PROBE(sched, sched_migrate_task) {
     u32 tid = args->pid;
     if (!tids.lookup(&tid))
         return 0;
-    u32 zero = 0;
-    struct cpu_t *k = cpu.lookup(&zero);
+    struct cpu_t *k = counting();
     if (k)
         k->migrations++;
     return 0;
 }
 
-// task_newtask (not sched_process_fork) because it carries clone_flags: threads share the tgid and
-// need no entry; a new process gets its pid (= its tgid) added to the tree. `current` is the parent.
 TRACEPOINT_PROBE(task, task_newtask) {
-#if TRACK_CHILDREN
-    if (args->clone_flags & CLONE_THREAD_FLAG)
-        return 0;
-    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
-    if (!c)
-        return 0;
-    u32 child = args->pid;
-    u8 one = 1;
-    if (children.insert(&child, &one) == 0) {
-        __sync_fetch_and_add(&c->nchildren, 1);
-        u32 zero = 0;
-        struct cpu_t *k = cpu.lookup(&zero);
+    if (tree_fork(args->clone_flags, args->pid)) {
+        struct cpu_t *k = counting();
         if (k)
             k->forks++;
     }
-#endif
     return 0;
 }
 
-// `current` is the exiting thread. The tgid leaves the tree when its leader exits.
-RAW_TRACEPOINT_PROBE(sched_process_exit) {
+// `current` is the exiting thread.
+TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = id, tgid = id >> 32;
     struct cfg_t *c = in_tree(tgid);
     if (!c)
         return 0;
     tids.delete(&tid);
-#if TRACK_CHILDREN
-    if (tid == tgid && children.delete(&tgid) == 0) {
-        __sync_fetch_and_add(&c->nchildren, -1);
-        u32 zero = 0;
-        struct cpu_t *k = cpu.lookup(&zero);
+    if (tree_exit(c, tid, tgid)) {
+        struct cpu_t *k = counting();
         if (k)
             k->exits++;
     }
-#endif
     return 0;
 }

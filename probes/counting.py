@@ -1,25 +1,30 @@
-"""The counting set: every syscall of the target process tree (count, wall time, on-CPU time),
-context switches, migrations and on-CPU time, from probes/counting.bpf.c.
+"""The counting set: every syscall of the target process tree (counts; with syscall_time also wall
+and on-CPU time), context switches, migrations and on-CPU time, from probes/counting.bpf.c.
+
+Attached only when wanted: `attach()` / `detach()` hook the compiled set on and off in milliseconds
+(CountingProbes(attached=False) starts detached); counters keep their values while detached, so a
+snapshot before a detach and one after the next attach pair up, and nothing happens in between counts.
 
 Exact (every event seen): syscall counts, voluntary/involuntary switches (the kernel's own split),
 forks/exits of the tree, migrations of the tree's threads once they have been switched out or timed
 (a brand-new thread's placement before it first runs is missed).
-Sampled: syscall wall time (enter→exit, blocking included) and its on-CPU part are measured for a
-random 1 in `time_every` syscalls (default 16; 1 = every syscall) and scaled by count/timed per
-syscall name (an unbiased ratio estimate; names never timed in the window get no time entry).
+Sampled, opt-in (syscall_time=True; it adds a sys_exit program, more than half the set's cost): syscall
+wall time (enter→exit, blocking included) and its on-CPU part are measured for a random 1 in
+`time_every` syscalls (default 16; 1 = every syscall) and scaled by count/timed per syscall name (an
+unbiased ratio estimate; names never timed in the window get no time entry).
 Approximate: `oncpu_s` is accounted at each switch-out and each timed syscall exit, so a window edge
-can miss the time since the tree's last such point (tens of µs for a busy server; /proc schedstat,
-see proc_cpu_times()['oncpu_s'], is the exact total for live threads); time of a syscall in flight
-at a window edge lands in the window where it ends; interrupts/softirqs taken while the tree runs
-count as its time (as the kernel does).
+(or an attach: each CPU's first slice after it) can miss the time since the tree's last such point
+(tens of µs for a busy server; /proc schedstat, see proc_cpu_times()['oncpu_s'], is the exact total
+for live threads); time of a syscall in flight at a window edge lands in the window where it ends;
+interrupts/softirqs taken while the tree runs count as its time (as the kernel does).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .base import NR_SLOTS, LoadedProgram, ProbeError, load, syscall_name
+from .base import _TP, NR_SLOTS, LoadedProgram, ProbeError, syscall_name
 
 NS = 1e-9
 _CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits")
@@ -33,6 +38,7 @@ class Snapshot:
     pid: int
     syscalls: dict[int, tuple[int, int, int, int]]  # nr -> (count, timed, wall ns, on-CPU ns of the timed)
     cpu: dict[str, int]  # _CPU_FIELDS, summed over CPUs
+    syscall_time: bool = False  # the set times syscalls (else timed/ns are 0)
 
 
 @dataclass
@@ -41,6 +47,7 @@ class ProbeDelta:
 
     window_s: float  # b.t - a.t
     syscalls: dict[str, int]  # name -> count (non-zero only)
+    # With syscall_time only (else empty):
     syscall_time_s: dict[str, float]  # name -> seconds between enter and exit (blocking included), estimated
     syscall_oncpu_s: dict[str, float]  # name -> seconds of that on a CPU (kernel time in the syscall), estimated
     ctx_voluntary: int  # switches out while blocking (prev_state != RUNNING and not preempted)
@@ -49,28 +56,33 @@ class ProbeDelta:
     oncpu_s: float  # BPF-measured on-CPU time of the tree (user + kernel)
     forks: int = 0  # processes that joined the tree (track_children)
     exits: int = 0  # processes of the tree that exited
+    syscall_time: bool = False  # syscalls were timed: syscall_time_s, syscall_oncpu_s, cpu_split() are filled
 
     @property
     def total_syscalls(self) -> int:
         return sum(self.syscalls.values())
 
     @property
-    def in_syscalls_s(self) -> float:
-        """On-CPU time inside syscalls (enter→exit minus the time switched out; sampled, see module doc)."""
-        return sum(self.syscall_oncpu_s.values())
+    def in_syscalls_s(self) -> float | None:
+        """On-CPU time inside syscalls (enter→exit minus the time switched out; sampled, see module doc);
+        None without syscall_time."""
+        return sum(self.syscall_oncpu_s.values()) if self.syscall_time else None
 
     @property
-    def outside_syscalls_s(self) -> float:
-        """On-CPU time outside syscalls: user code plus page faults and interrupts in user mode."""
-        return max(0.0, self.oncpu_s - self.in_syscalls_s)
+    def outside_syscalls_s(self) -> float | None:
+        """On-CPU time outside syscalls: user code plus page faults and interrupts in user mode; None
+        without syscall_time."""
+        return max(0.0, self.oncpu_s - self.in_syscalls_s) if self.syscall_time else None
 
-    def cpu_split(self, proc_sys_s: float | None = None) -> dict[str, float]:
-        """On-CPU time as {'syscall_s', 'other_kernel_s', 'user_s'}.
+    def cpu_split(self, proc_sys_s: float | None = None) -> dict[str, float | None]:
+        """On-CPU time as {'syscall_s', 'other_kernel_s', 'user_s'} (all None without syscall_time).
 
         `syscall_s` comes from the probes. Without `proc_sys_s`, everything outside syscalls is reported as
         user (an upper bound). With the /proc system time of the same window (proc_cpu_times delta,
         tick-sampled), other kernel time ≈ proc_sys_s − syscall_s, clamped to [0, outside].
         """
+        if not self.syscall_time:
+            return {"syscall_s": None, "other_kernel_s": None, "user_s": None}
         outside = self.outside_syscalls_s
         other = 0.0 if proc_sys_s is None else min(outside, max(0.0, proc_sys_s - self.in_syscalls_s))
         return {"syscall_s": self.in_syscalls_s, "other_kernel_s": other, "user_s": outside - other}
@@ -96,6 +108,7 @@ def delta(a: Snapshot, b: Snapshot) -> ProbeDelta:
         window_s=b.t - a.t, syscalls=calls, syscall_time_s=wall,
         syscall_oncpu_s=oncpu, ctx_voluntary=d["vol"], ctx_involuntary=d["invol"],
         migrations=d["migrations"], oncpu_s=d["oncpu_ns"] * NS, forks=d["forks"], exits=d["exits"],
+        syscall_time=a.syscall_time and b.syscall_time,
     )
 
 
@@ -103,25 +116,60 @@ class CountingProbes(LoadedProgram):
     """Compile once (~1 s), then target() a backend tree and snapshot() around each window.
 
     `with CountingProbes() as p:` detaches everything on exit, also on errors and Ctrl-C.
-    `time_every`: time 1 in N syscalls (a power of two; 1 = all, exact but ~2x the cost; 0 = no
-    syscall timing at all, cheapest: no sys_exit program).
+    `attached=False`: start detached; attach()/detach() around the windows that need counting.
+    `syscall_time`: also time syscalls (adds the sys_exit program); `time_every`: then time 1 in N
+    syscalls (a power of two; 1 = all, exact but ~2x the cost of sampling).
     """
 
-    def __init__(self, track_children: bool = True, time_every: int = 16) -> None:
-        if time_every < 0 or time_every & (time_every - 1):
-            raise ValueError("time_every must be 0 or a power of two")
+    def __init__(self, track_children: bool = True, syscall_time: bool = False, time_every: int = 16,
+                 attached: bool = True) -> None:
+        if time_every < 1 or time_every & (time_every - 1):
+            raise ValueError("time_every must be a power of two")
         self.track_children = track_children
+        self.syscall_time = syscall_time
         self.time_every = time_every
         self.pid = 0
         self._gen = 0
-        self.bpf = load("counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}", f"-DTIME_EVERY={time_every}"])
+        self._load("counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}",
+                                      f"-DTIME_EVERY={time_every if syscall_time else 0}"], attached=False)
         try:
             self._cfg, self._sc, self._cpu = self.bpf[b"cfg"], self.bpf[b"sc"], self.bpf[b"cpu"]
             self._children, self._tids = self.bpf[b"children"], self.bpf[b"tids"]
             self._keys = [self._sc.Key(i) for i in range(NR_SLOTS)]
+            self._set_window(0, active=0)
+            self._set_cfg(0, 0)  # untargeted (a set taken over from park() may have had a target)
+            if attached:
+                self.attach()
         except BaseException:
             self.close()
             raise
+
+    # Tree bookkeeping and migrations: rare events whose tracepoints stay attached from load to
+    # close (detaching one takes ~60 ms); they count only while attached (counting.bpf.c).
+    resident = (_TP,)
+
+    def attach(self) -> None:
+        """Start counting (idempotent). Takes ~0.1 ms, or ~14 ms when nothing else on the machine
+        hooks the syscall tracepoints (the kernel then flags every thread for its slow syscall path):
+        attach before the window opens rather than at its start. Raises ProbeError."""
+        if self.bpf is None:
+            raise ProbeError("probes are closed")
+        if not self.attached:
+            # Per-thread/CPU state recorded before now is stale (same clock as bpf_ktime_get_ns).
+            self._set_window(time.monotonic_ns(), active=1)
+        super().attach()
+
+    def detach(self) -> None:
+        """Stop counting (idempotent, ~0.25 ms; nothing is counted once it returns); counters keep
+        their values."""
+        super().detach()
+        if self.bpf is not None:
+            self._set_window(self._window.attach_ns, active=0)
+
+    def _set_window(self, attach_ns: int, active: int) -> None:
+        w = self._window = self.bpf[b"window"].Leaf()
+        w.attach_ns, w.active = attach_ns, active
+        self.bpf[b"window"][self.bpf[b"window"].Key(0)] = w
 
     def _set_cfg(self, tgid: int, nchildren: int) -> None:
         v = self._cfg.Leaf()
@@ -129,7 +177,8 @@ class CountingProbes(LoadedProgram):
         self._cfg[self._cfg.Key(0)] = v
 
     def target(self, pid: int) -> None:
-        """Watch `pid` and (track_children) its descendants, existing ones included; zeroes counters."""
+        """Watch `pid` and (track_children) its descendants, existing ones included; zeroes counters.
+        Attached or not."""
         if self.bpf is None:
             raise ProbeError("probes are closed")
         self._set_cfg(0, 0)  # stop counting while the maps are reset
@@ -161,7 +210,7 @@ class CountingProbes(LoadedProgram):
                 calls[i] = (n, sum(v.timed for v in vals), sum(v.ns for v in vals), sum(v.oncpu_ns for v in vals))
         per_cpu = self._cpu.getvalue(self._cpu.Key(0))
         cpu = {f: sum(getattr(v, f) for v in per_cpu) for f in _CPU_FIELDS}
-        return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu)
+        return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu, syscall_time=self.syscall_time)
 
 
 def _descendants(pid: int) -> list[int]:

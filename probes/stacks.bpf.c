@@ -1,17 +1,14 @@
 // netprof evidence set: user-space stacks that issued chosen syscalls, counted per
 // (process, syscall, stack). Opt-in: get_stackid walks the user stack on every chosen syscall.
-// Loaded by netprof.probes.StackProbes. cflags: -DNR_SLOTS=<n> -DSTACK_ENTRIES=<n>
+// Loaded by netprof.probes.StackProbes. cflags: -DNR_SLOTS=<n> -DSTACK_ENTRIES=<n> -DTRACK_CHILDREN=0|1
 #include <uapi/linux/ptrace.h>
 #include <linux/sched.h>
-
-#define CLONE_THREAD_FLAG 0x00010000ULL
 
 struct cfg_t {
     u32 tgid;        // 0: untargeted
     u32 nchildren;
 };
-BPF_ARRAY(cfg, struct cfg_t, 1);
-BPF_HASH(children, u32, u8, 4096);
+#include "tree_filter.bpf.h"
 BPF_ARRAY(wanted, u8, NR_SLOTS);     // 1 for the syscall numbers to collect stacks for
 BPF_STACK_TRACE(stacks, STACK_ENTRIES);
 
@@ -21,18 +18,6 @@ struct key_t {
     s32 stackid;     // < 0: the kernel could not walk the user stack (-errno)
 };
 BPF_HASH(counts, struct key_t, u64, 16384);
-
-static __always_inline struct cfg_t *in_tree(u32 tgid) {
-    u32 zero = 0;
-    struct cfg_t *c = cfg.lookup(&zero);
-    if (!c)
-        return 0;
-    if (tgid == c->tgid)
-        return tgid ? c : 0;
-    if (c->nchildren && children.lookup(&tgid))
-        return c;
-    return 0;
-}
 
 RAW_TRACEPOINT_PROBE(sys_enter) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -49,14 +34,14 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
 }
 
 TRACEPOINT_PROBE(task, task_newtask) {
-    if (args->clone_flags & CLONE_THREAD_FLAG)
-        return 0;
-    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
-    if (!c)
-        return 0;
-    u32 child = args->pid;
-    u8 one = 1;
-    if (children.insert(&child, &one) == 0)
-        __sync_fetch_and_add(&c->nchildren, 1);
+    tree_fork(args->clone_flags, args->pid);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit) {
+    u64 id = bpf_get_current_pid_tgid();
+    struct cfg_t *c = in_tree(id >> 32);
+    if (c)
+        tree_exit(c, (u32)id, id >> 32);
     return 0;
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .base import NR_SLOTS, LoadedProgram, ProbeError, load, syscall_name, syscall_number
+from .base import NR_SLOTS, LoadedProgram, ProbeError, syscall_name, syscall_number
 from .counting import _descendants
 
 DEFAULT_SYSCALLS = ("mmap", "munmap", "mremap", "brk", "futex", "epoll_ctl")
@@ -22,7 +22,7 @@ class StackProbes(LoadedProgram):
     def __init__(self, syscalls=DEFAULT_SYSCALLS, track_children: bool = True) -> None:
         self.track_children = track_children
         self.pid = 0
-        self.bpf = load("stacks.bpf.c", [f"-DSTACK_ENTRIES={STACK_ENTRIES}"])
+        self._load("stacks.bpf.c", [f"-DSTACK_ENTRIES={STACK_ENTRIES}", f"-DTRACK_CHILDREN={int(track_children)}"])
         try:
             wanted = self.bpf[b"wanted"]
             for name in syscalls:

@@ -8,6 +8,7 @@ failed row with the reason (network_ping_test's "FF"). Only Ctrl-C and netprof's
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -110,43 +111,66 @@ class Snap:
 
 
 class _Marks:
-    """Snapshots taken the moment the loader reports a mark, and the probes' attach/detach at the
-    probed sub-window's marks (probe_start / probe_stop): outside it no probe runs, so the
-    headline numbers (the unprobed phase) carry no probe cost."""
+    """Snapshots taken the moment the loader reports a mark, and the probes' attach/detach around
+    the probed sub-window (probe_start / probe_stop): outside it no probe runs, so the headline
+    numbers (the unprobed phase) carry no probe cost.
 
-    def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None) -> None:
+    Attaching takes ~14 ms on a quiet machine (detaching ~0.3 ms), so the probes are armed
+    ARM_LEAD_S before the planned probe_start (the loader's formula, cpp_server/src/run_window.cpp)
+    and both counter snapshots are read while attached: the two edges of the counted window then
+    lag their marks by the same event-read time."""
+
+    ARM_LEAD_S = 0.05
+
+    def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None,
+                 window: tuple[float, float] | None = None) -> None:
         self.pid, self.probes, self.on_start = pid, probes, on_start
+        self.window = window  # (duration, probe share) when the loader runs a probed sub-window
         self.snaps: dict[str, Snap] = {}
-        self.baseline = None  # detached counters, read at measure_start for the probed sub-window
         self.connected: dict = {}
         self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
         self.rss_start: int | None = None  # ... and at measure_start
+        self._arm: threading.Timer | None = None
 
     def _snap(self, kind: str, counters=None) -> None:
         if counters is None and self.probes is not None and self.probes.attached:
             counters = self.probes.snapshot()
         self.snaps[kind] = Snap(counters, proc_cpu_times(self.pid), time.monotonic())
 
+    def _arm_probes(self, measure_start_t: float) -> None:
+        duration, share = self.window
+        probe_start_t = measure_start_t + (duration - duration * share) / 2
+        delay = max(0.0, probe_start_t - self.ARM_LEAD_S - time.monotonic())
+        self._arm = threading.Timer(delay, self.probes.attach)
+        self._arm.daemon = True
+        self._arm.start()
+
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
         if kind == "connected":
             self.connected = event
         elif kind == "probe_start" and self.probes is not None:
-            # Reading the counters takes milliseconds; while detached they stand still, so the
-            # baseline was read at measure_start and attaching is the first thing done here.
-            self.probes.attach()
-            self._snap(kind, self.baseline)
+            self.probes.attach()  # normally armed already; idempotent
+            self._snap(kind)
         elif kind == "probe_stop" and self.probes is not None:
-            self.probes.detach()  # first stop counting, then read: an exact end
-            self._snap(kind, self.probes.snapshot())
+            self._snap(kind)  # read while attached (the same lag as at probe_start), then stop
+            self.probes.detach()
         elif kind in ("measure_start", "measure_stop"):
             self._snap(kind)
             if kind == "measure_start":
-                if self.probes is not None and not self.probes.attached:
-                    self.baseline = self.probes.snapshot()
+                if self.window and self.probes is not None and "t" in event:
+                    self._arm_probes(float(event["t"]))
                 self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
                 if self.on_start:
                     self.on_start(self.pid)
+
+    def close(self) -> None:
+        """After the loader's run: no probe may stay attached into the next cell's unprobed time."""
+        if self._arm is not None:
+            self._arm.cancel()
+            self._arm.join()
+        if self.window and self.probes is not None:
+            self.probes.detach()
 
     def pair(self, first: str, last: str) -> tuple[Snap, Snap] | None:
         a, b = self.snaps.get(first), self.snaps.get(last)
@@ -273,20 +297,23 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             probes.target(proc.pid)
         if hooks.started:
             hooks.started(proc.pid)
-        marks = _Marks(proc.pid, probes, hooks.measuring)
+        share = cfg.probe_share if probes is not None and cfg.probe_share < 1 else None
+        marks = _Marks(proc.pid, probes, hooks.measuring, (cfg.duration, share) if share else None)
         marks.rss_ready = tree_rss(proc.pid)
         req = RunRequest(target=f"{link.backend_host if link else '127.0.0.1'}:{port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
                          sources=list(link.loader_hosts) if link else list(cfg.sources),
                          transport=registry.get(cell.backend).transport,
-                         probe_share=cfg.probe_share if probes is not None and cfg.probe_share < 1 else None)
+                         probe_share=share)
         result = None
         try:
             result = loader.run(req, on_event=marks)
         except LoaderError as e:
             result = e.stats
             row["error"] = _failure_reason(proc, f"loader: {e.kind}: {e.message}")
+        finally:
+            marks.close()
         if result:
             measure_row(row, result, marks, ["counting"] if probes is not None else [])
             per_conn = list(result.get("per_conn_messages", []))

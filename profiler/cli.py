@@ -178,7 +178,7 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
     if cfg.probes or cfg.stacks:
         from netprof.probes import check_available
 
-        why = check_available()
+        why = check_available(syscall_time=cfg.syscall_time)
         if why:
             fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
     if cfg.flamegraph:

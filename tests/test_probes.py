@@ -10,15 +10,22 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 
 import pytest
 
-from conftest import require_tool
-
+from helpers import require_tool
 from netprof.probes import (
-    CountingProbes, ProbeError, StackProbes, check_available, delta, per_message_notation,
-    proc_cpu_times, proc_delta,
+    CountingProbes,
+    ProbeError,
+    StackProbes,
+    check_available,
+    delta,
+    per_message_notation,
+    proc_cpu_times,
+    proc_delta,
 )
+from netprof.probes.base import HERE, bpf_source
 
 # The target: waits for one command per line on stdin, runs it, answers "ok" on stdout.
 WORKER = r"""
@@ -94,21 +101,21 @@ def worker():
 
 @pytest.fixture(scope="module")
 def probes():
-    """The default counting set (1-in-16 syscall timing)."""
-    from conftest import require_bpf
+    """The counting set with syscall timing (1 in 16 syscalls)."""
+    from helpers import require_bpf
 
     require_bpf()
-    with CountingProbes() as p:
+    with CountingProbes(syscall_time=True) as p:
         yield p
 
 
 @pytest.fixture(scope="module")
 def exact():
     """The counting set timing every syscall."""
-    from conftest import require_bpf
+    from helpers import require_bpf
 
     require_bpf()
-    with CountingProbes(time_every=1) as p:
+    with CountingProbes(syscall_time=True, time_every=1) as p:
         yield p
 
 
@@ -130,6 +137,28 @@ def bpf_prog_fds() -> int:
         except OSError:
             pass
     return n
+
+
+HOT = {("raw_tracepoint", "sys_enter"), ("raw_tracepoint", "sched_switch")}  # the per-syscall/switch hooks
+RESIDENT = {("tracepoint", "task_newtask"), ("tracepoint", "sched_process_exit"), ("tracepoint", "sched_migrate_task")}
+
+
+def prog_ids(probes) -> set[int]:
+    """Kernel ids of the BPF programs a probe set loaded (from its program fds)."""
+    ids = set()
+    for fn in probes.bpf.funcs.values():
+        with open(f"/proc/self/fdinfo/{fn.fd}") as f:
+            ids |= {int(line.split()[1]) for line in f if line.startswith("prog_id:")}
+    return ids
+
+
+def hooked(ids: set[int]) -> set[tuple[str, str]]:
+    """(kind, tracepoint) where the programs `ids` are attached, as bpftool finds them by walking the
+    fds of all processes (raw tracepoint links and perf-event tracepoints alike); a program loaded
+    but not attached has no such fd."""
+    out = subprocess.run([require_tool("bpftool"), "-j", "perf", "list"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    return {(e["fd_type"], e["tracepoint"]) for e in json.loads(out or "[]") if e["prog_id"] in ids}
 
 
 # ---- no BPF needed ----------------------------------------------------------------------------
@@ -157,6 +186,38 @@ def test_proc_cpu_times_covers_children(worker):
 
 def test_check_available_matches_fixture(bpf):
     assert check_available() is None
+
+
+def test_shared_tree_filter_is_pasted_in_and_shipped():
+    """BCC rewrites map calls only in the main source: load() pastes the header in."""
+    for src in ("counting.bpf.c", "stacks.bpf.c"):
+        assert '#include "tree_filter.bpf.h"' in (HERE / src).read_text()
+        text = bpf_source(HERE / src)
+        assert '#include "tree_filter.bpf.h"' not in text
+        assert text.count("struct cfg_t *in_tree(u32 tgid)") == 1
+        assert '#line 1 "tree_filter.bpf.h"' in text and f'"{src}"' in text
+    names = {str(f) for f in metadata.files("netprof")}
+    assert any(n.endswith("probes/tree_filter.bpf.h") for n in names)
+
+
+def test_check_available_hands_its_compile_to_the_run(bpf):
+    """One compile per run: the availability check's counting set is the run's (no new BPF program
+    is loaded for it), while other options still compile their own."""
+    code = """
+from netprof.probes import CountingProbes, check_available
+from test_probes import bpf_prog_fds
+assert check_available() is None
+a = bpf_prog_fds()
+run = CountingProbes(track_children=True, attached=False)
+b = bpf_prog_fds()
+timed = CountingProbes(syscall_time=True)
+print(a, b, bpf_prog_fds())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(__file__))
+    assert out.returncode == 0, out.stderr
+    a, b, c = map(int, out.stdout.split())
+    assert a > 0 and b == a and c > b
 
 
 # ---- counting set -----------------------------------------------------------------------------
@@ -223,11 +284,77 @@ def test_sampled_timing_estimates_exact(bpf, probes, exact, worker):
     assert t["sampled"] == pytest.approx(t["exact"], rel=0.25)
 
 
-def test_untimed_counting(bpf, worker):
-    with CountingProbes(time_every=0) as p:
+def test_untimed_counting_is_the_default(bpf, worker):
+    with CountingProbes() as p:
+        assert p.syscall_time is False
+        assert hooked(prog_ids(p)) == HOT | RESIDENT  # no sys_exit program
         d = window(p, worker, ("getppid", 1000), ("sleep", 10, 1))
-    assert d.syscalls["getppid"] == 1000 and d.syscall_time_s == {}
+    assert d.syscalls["getppid"] == 1000
+    assert d.syscall_time is False and d.syscall_time_s == {} and d.syscall_oncpu_s == {}
+    assert d.in_syscalls_s is None
+    assert d.cpu_split(0.1) == {"syscall_s": None, "other_kernel_s": None, "user_s": None}
     assert d.ctx_voluntary >= 10 and d.oncpu_s > 0
+
+
+def test_timing_adds_the_sys_exit_program(bpf, probes):
+    assert probes.syscall_time and hooked(prog_ids(probes)) == HOT | RESIDENT | {("raw_tracepoint", "sys_exit")}
+
+
+# ---- attach / detach (one compile, counting only inside probed windows) -------------------------
+
+def test_counts_only_while_attached(bpf, worker):
+    with CountingProbes(attached=False) as p:
+        ids = prog_ids(p)
+        assert not p.attached and hooked(ids) == RESIDENT  # compiled and loaded; the hot programs never attached
+        # (tree bookkeeping stays on from load to close, and counts nothing while detached)
+        p.target(worker.pid)
+        a = p.snapshot()
+        worker.do("getppid", 300)  # detached: not counted
+        p.attach()
+        p.attach()  # idempotent
+        assert p.attached and hooked(ids) == HOT | RESIDENT
+        worker.do("getppid", 1000)
+        p.detach()
+        p.detach()
+        assert not p.attached and hooked(ids) == RESIDENT
+        worker.do("getppid", 500)  # detached again, straight after: not counted
+        b = p.snapshot()
+        p.attach()
+        worker.do("getppid", 70)
+        c = p.snapshot()
+    assert not hooked(ids)  # closed: nothing left attached
+    assert delta(a, b).syscalls["getppid"] == 1000
+    assert delta(b, c).syscalls["getppid"] == 70  # a snapshot before a detach pairs with one after an attach
+    assert delta(a, c).syscalls["getppid"] == 1070
+
+
+def test_child_forked_while_detached_is_counted_once_attached(bpf, worker):
+    with CountingProbes(attached=False) as p:
+        p.target(worker.pid)
+        worker.do("spawn")  # forks while detached (a fork backend during connection setup)
+        p.attach()
+        a = p.snapshot()
+        worker.do("child", 400)
+        worker.do("sleep", 1, 200)  # the child runs its commands asynchronously
+        d = delta(a, p.snapshot())
+    assert d.syscalls["getppid"] == 400
+    assert d.forks == 0
+
+
+def test_detached_time_is_not_charged(bpf, worker):
+    """A syscall in flight across a detach (the worker blocked in read) is not timed with the gap."""
+    with CountingProbes(syscall_time=True, time_every=1) as p:
+        p.target(worker.pid)
+        worker.do("getppid", 1)  # the worker blocks in read(stdin) again, its entry timed
+        p.detach()
+        time.sleep(0.6)
+        p.attach()
+        a = p.snapshot()
+        worker.do("getppid", 1)
+        d = delta(a, p.snapshot())
+    assert d.syscalls["getppid"] == 1
+    assert d.syscall_time_s.get("read", 0) < 0.3
+    assert d.oncpu_s < 0.3
 
 
 def test_oncpu_time_and_split(bpf, probes, worker):
@@ -281,17 +408,20 @@ def test_matches_perf_stat(bpf, probes, worker):
 
 def test_nothing_stays_loaded(bpf, worker):
     base = bpf_prog_fds()
-    with CountingProbes() as p:
+    with CountingProbes(syscall_time=True) as p:  # options check_available() never compiled
         assert bpf_prog_fds() > base
         p.target(worker.pid)
     assert bpf_prog_fds() == base
     with pytest.raises(ZeroDivisionError):
-        with CountingProbes() as p:
+        with CountingProbes(syscall_time=True) as p:
             p.target(worker.pid)
-            1 / 0
+            raise ZeroDivisionError
     assert bpf_prog_fds() == base
     with pytest.raises(ProbeError):
         p.snapshot()
+    with pytest.raises(ProbeError):
+        p.attach()
+    p.detach()  # closed: a no-op
 
 
 # ---- evidence set -----------------------------------------------------------------------------

@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from conftest import netprof_cmd, require_bpf, require_tool, run_netprof
-from helpers import wait_no_children
+from helpers import default_sigint, netprof_cmd, require_bpf, require_tool, run_netprof, wait_no_children
 
 RECV = ("recvfrom", "recvmsg", "read", "readv")
 SEND = ("sendto", "sendmsg", "write", "writev")
@@ -25,7 +24,7 @@ def bpf_prog_ids() -> set[int]:
 
 
 def _run(tmp_path, *args, timeout=240) -> list[dict]:
-    res = run_netprof("run", *args, "-d", "2", "-r", "1", "--warmup", "0.5", "--json",
+    res = run_netprof("run", *args, "-d", "2", "-r", "1", "--warmup", "0.5", "--wait", "--json",
                       "--out", str(tmp_path / "out"), timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)["runs"]
@@ -78,9 +77,9 @@ def test_no_bpf_program_left_after_ctrl_c(tmp_path):
     require_bpf()
     before = bpf_prog_ids()
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "5", "-r", "3", "--warmup", "0.2",
-                                        "--out", str(tmp_path / "out")),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+                                        "--wait", "--out", str(tmp_path / "out")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    deadline = time.monotonic() + 180  # --wait may queue it behind another run
     while time.monotonic() < deadline and len(bpf_prog_ids() - before) == 0:
         time.sleep(0.2)
     assert bpf_prog_ids() - before, "probes never attached"
