@@ -1,8 +1,14 @@
 """The Python side of the loader's control protocol (cpp_server/PROTOCOL.md).
 
-`Loader.start()` spawns `netprof-loader --control 127.0.0.1:0` through `procs`, and `Loader.run()` sends one
-run request on a fresh control connection, hands every event line to `on_event` as soon as it arrives
-(the orchestrator snapshots probes on `measure_start`/`measure_stop`) and returns the final stats dict.
+`Loader.start()` spawns `netprof-loader --control-fd N` through `procs`, N being one end of a
+`socket.socketpair()` whose other end only this process holds: the control channel is private (no
+listening port, nothing another local user could connect to). `Loader.run()` sends one run request on
+it, hands every event line to `on_event` as soon as it arrives (the orchestrator snapshots probes on
+`measure_start`/`measure_stop` and, with `probe_share`, `probe_start`/`probe_stop`) and returns the
+final stats dict. Requests on the channel are served one after the other: a Loader is not for
+concurrent use from several threads. Closing the channel (`stop()`, or this process dying) makes the
+loader exit at once; it also dies with this process through PR_SET_PDEATHSIG, which fires when the
+*thread* that called `Loader.start()` exits: start it from a thread that outlives it (the main thread).
 Validation of the request fields belongs to the loader (one owner per concept): a bad field comes back
 as `LoaderError(kind="bad_request")` naming the field.
 """
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
@@ -25,9 +32,9 @@ MAX_REPLY_LINE = 256 * 1024 * 1024  # a result carries one count per connection:
 STALL_GRACE_S = 15.0  # on top of connect_timeout + warmup + duration
 
 # Error kinds the loader sends, plus two the client raises itself.
-LOADER_ERROR_KINDS = ("bad_request", "connect", "backend_gone", "internal")
-STALL = "stall"  # no final event within the timeout; the control connection is closed (aborts the run)
-LOADER_GONE = "loader_gone"  # the control connection broke or the loader process exited
+LOADER_ERROR_KINDS = ("bad_request", "connect", "backend_gone", "internal", "aborted")
+STALL = "stall"  # no final event within the timeout; the run is aborted, the loader stays usable
+LOADER_GONE = "loader_gone"  # the control channel broke or the loader process exited
 
 
 @dataclass
@@ -44,10 +51,15 @@ class RunRequest:
     connect_timeout: float = 10.0
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])
     transport: str = "tcp"  # "zmq": DEALER sockets against a ZeroMQ ROUTER backend (PROTOCOL.md, "ZeroMQ mode")
+    # Probed share of the window (PROTOCOL.md, "Probe phases"): None = single phase (no probe events, no
+    # "phases" in the stats); 0 < share <= 1 adds probe_start/probe_stop events and per-phase stats.
+    probe_share: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["sources"] = list(self.sources)
+        if d["probe_share"] is None:
+            del d["probe_share"]  # old loaders and single-phase runs: the field is absent
         return {"cmd": "run", **d}
 
     def default_timeout(self) -> float:
@@ -103,14 +115,15 @@ class _LineReader:
 
 
 class Loader:
-    """A running `netprof-loader --control` process."""
+    """A running `netprof-loader --control-fd` process and our end of its private control channel."""
 
-    def __init__(self, proc: ManagedProcess, host: str, port: int, netns: str | None = None) -> None:
+    def __init__(self, proc: ManagedProcess, channel: socket.socket, netns: str | None = None) -> None:
         self.proc = proc
-        self.host = host
-        self.port = port
-        self.netns = netns  # the network namespace the control port lives in (None: ours)
+        self.channel = channel  # our end of the socketpair; the loader holds the other
+        self.netns = netns  # the network namespace the loader runs in (None: ours)
         self.link = None  # the RemoteLink the loader runs in (set by the runner), None on loopback
+        self._reader = _LineReader(channel)
+        self._closed = False
 
     @classmethod
     def start(
@@ -123,71 +136,107 @@ class Loader:
         netns: str | None = None,
     ) -> "Loader":
         """`prefix` goes before the loader's argv (e.g. `ip netns exec NS`, which execs, so the pid is
-        the loader's); `netns` names the namespace it then runs in, where its control port is."""
-        argv = [*(prefix or []), loader_binary(), "--control", "127.0.0.1:0", "--threads", str(int(threads))]
-        # The loader pins each worker thread itself; spawn() pins the whole process to the same set.
-        cpu_list = None
-        if cpus is not None and cpus != "":
-            from netprof.profiler.procs import parse_cpus
+        the loader's and the channel's descriptor survives); `netns` names the namespace it then runs
+        in. Returns once the loader has answered a ping; ProcessError if it does not start."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            argv = [*(prefix or []), loader_binary(), "--control-fd", str(theirs.fileno()),
+                    "--threads", str(int(threads))]
+            # The loader pins each worker thread itself; spawn() pins the whole process to the same set.
+            cpu_list = None
+            if cpus is not None and cpus != "":
+                from netprof.profiler.procs import parse_cpus
 
-            cpu_list = parse_cpus(cpus if isinstance(cpus, str) else list(cpus))
-            argv += ["--cpus", ",".join(str(c) for c in cpu_list)]
-        proc = group.spawn("loader", argv, cpus=cpu_list)
-        line = proc.wait_line("control ", startup_timeout)
-        host, _, port = line.split(" ", 1)[1].strip().rpartition(":")
-        return cls(proc, host, int(port), netns=netns)
+                cpu_list = parse_cpus(cpus if isinstance(cpus, str) else list(cpus))
+                argv += ["--cpus", ",".join(str(c) for c in cpu_list)]
+            proc = group.spawn("loader", argv, cpus=cpu_list, capture_stdout=False, pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # only the loader holds that end now: its EOF means we are gone, and ours means it is
+        loader = cls(proc, ours, netns=netns)
+        try:
+            loader.ping(timeout=startup_timeout)
+        except LoaderError as e:
+            loader._close()
+            raise ProcessError(f"the loader did not start: {e.message}") from None
+        return loader
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
     def _gone(self, what: str) -> LoaderError:
+        try:
+            self.proc.popen.wait(timeout=1.0)  # a channel that broke usually means the loader exited
+        except subprocess.TimeoutExpired:
+            pass
         if not self.proc.alive():
             return LoaderError(
                 LOADER_GONE,
                 f"{what}: the loader exited with code {self.proc.returncode()}: "
                 f"{self.proc.stderr_tail() or 'no stderr'}",
             )
-        return LoaderError(LOADER_GONE, f"{what}: the control connection closed")
+        return LoaderError(LOADER_GONE, f"{what}: the control channel closed")
 
-    def _connect(self, timeout: float) -> socket.socket:
+    def _close(self) -> None:
+        """Closes our end of the channel: the loader exits at once (aborting a run in progress)."""
+        if not self._closed:
+            self._closed = True
+            self.channel.close()
+
+    def _send(self, obj: dict) -> None:
+        if self._closed:
+            raise self._gone("the control channel was closed earlier")
+        self.channel.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+    def send_raw(self, data: bytes) -> None:
+        """Bytes as they are onto the channel (for tests of the loader's input handling)."""
+        self.channel.sendall(data)
+
+    def read_event(self, timeout: float) -> dict | None:
+        """The next event line (for tests); None on EOF; TimeoutError, ValueError as _LineReader.read."""
+        return self._reader.read(time.monotonic() + timeout)
+
+    def _resync(self, grace: float, pongs_owed: int = 0) -> dict | None:
+        """After a request we stopped following (a stall, an exception in on_event): asks the loader to
+        abort a run in progress and reads up to the pong of our own ping (after `pongs_owed` earlier
+        ones), so the channel is in step again. Returns the stats of a `result` line read on the way.
+        If the loader does not answer within `grace`, closes the channel (the loader then exits) and
+        later calls fail as `loader_gone`."""
+        stats = None
+        pongs = pongs_owed + 1
         try:
-            if self.netns:
-                from netprof.profiler.netns import socket_in_netns
-
-                sock = socket_in_netns(self.netns)
-                try:
-                    sock.settimeout(timeout)
-                    sock.connect((self.host, self.port))
-                except OSError:
-                    sock.close()
-                    raise
-            else:
-                sock = socket.create_connection((self.host, self.port), timeout=timeout)
-        except OSError as e:
-            raise self._gone(f"cannot reach the control port {self.address} ({e})") from e
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-
-    @staticmethod
-    def _send(sock: socket.socket, obj: dict) -> None:
-        sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+            self._send({"cmd": "abort"})  # a run in progress ends (result, error "aborted"); else ignored
+            self._send({"cmd": "ping"})
+            deadline = time.monotonic() + grace
+            while True:
+                evt = self._reader.read(deadline)
+                if evt is None:
+                    break
+                if evt.get("event") == "result":
+                    stats = evt.get("stats")
+                elif evt.get("event") == "pong":
+                    pongs -= 1
+                    if pongs == 0:
+                        return stats
+        except (OSError, ValueError, TimeoutError, LoaderError):
+            pass
+        self._close()
+        return stats
 
     def ping(self, timeout: float = 5.0) -> dict:
         """{"event": "pong", "version": 1}; LoaderError otherwise."""
         deadline = time.monotonic() + timeout
-        with self._connect(timeout) as sock:
-            try:
-                self._send(sock, {"cmd": "ping"})
-                evt = _LineReader(sock).read(deadline)
-            except TimeoutError:
-                raise LoaderError(STALL, f"no pong within {timeout:.1f}s (is a run in progress?)") from None
-            except (OSError, ValueError) as e:
-                raise self._gone(f"ping failed ({e})") from e
+        try:
+            self._send({"cmd": "ping"})
+            evt = self._reader.read(deadline)
+        except TimeoutError:
+            self._resync(2.0, pongs_owed=1)
+            raise LoaderError(STALL, f"no pong within {timeout:.1f}s") from None
+        except (OSError, ValueError) as e:
+            raise self._gone(f"ping failed ({e})") from e
         if evt is None:
             raise self._gone("no pong")
         if evt.get("event") == "error":
@@ -202,42 +251,53 @@ class Loader:
     ) -> dict:
         """Runs `req`; returns the final stats dict. Raises LoaderError (with partial stats when the run
         had started) on an error event, a stall (`timeout`, default connect_timeout + warmup + duration
-        + 15 s) or a lost loader. Closing the connection early (exception, Ctrl-C) aborts the run."""
+        + 15 s) or a lost loader. On a stall, an exception in `on_event` or Ctrl-C the run is aborted
+        (`{"cmd":"abort"}`) and the loader stays usable for the next run."""
         if timeout is None:
             timeout = req.default_timeout()
         deadline = time.monotonic() + timeout
         stats: dict | None = None
-        with self._connect(min(timeout, 10.0)) as sock:
-            reader = _LineReader(sock)
-            try:
-                self._send(sock, req.to_json())
-                while True:
-                    evt = reader.read(deadline)
-                    if evt is None:
-                        err = self._gone("no result")
-                        err.stats = stats
-                        raise err
-                    if on_event is not None:
-                        on_event(evt)  # synchronously: the orchestrator snapshots probes here
-                    kind = evt["event"]
-                    if kind == "result":
-                        stats = evt.get("stats")
-                        if not stats or not stats.get("aborted"):
-                            return stats
-                        # An aborted run: the error line that says why follows at once.
-                        deadline = min(deadline, time.monotonic() + 5.0)
-                    elif kind == "error":
-                        raise LoaderError(evt.get("error", "internal"), evt.get("message", ""), stats)
-            except TimeoutError:
-                raise LoaderError(
-                    STALL, f"no result from the loader within {timeout:.1f}s (run aborted)", stats
-                ) from None
-            except ValueError as e:
-                raise LoaderError("internal", f"unreadable reply from the loader: {e}", stats) from e
-            except OSError as e:
-                raise self._gone(f"control connection failed ({e})") from e
+        try:
+            self._send(req.to_json())
+            while True:
+                evt = self._reader.read(deadline)
+                if evt is None:
+                    err = self._gone("no result")
+                    err.stats = stats
+                    raise err
+                if on_event is not None:
+                    on_event(evt)  # synchronously: the orchestrator snapshots probes here
+                kind = evt["event"]
+                if kind == "result":
+                    stats = evt.get("stats")
+                    if not stats or not stats.get("aborted"):
+                        return stats
+                    # An aborted run: the error line that says why follows at once.
+                    deadline = min(deadline, time.monotonic() + 5.0)
+                elif kind == "error":
+                    raise LoaderError(evt.get("error", "internal"), evt.get("message", ""), stats)
+        except TimeoutError:
+            stats = self._resync(5.0) or stats
+            raise LoaderError(STALL, f"no result from the loader within {timeout:.1f}s (run aborted)", stats) from None
+        except ValueError as e:
+            self._resync(5.0)
+            raise LoaderError("internal", f"unreadable reply from the loader: {e}", stats) from e
+        except OSError as e:
+            raise self._gone(f"control channel failed ({e})") from e
+        except LoaderError:
+            raise
+        except BaseException:
+            # on_event raised (or Ctrl-C): stop the run, keep the channel in step, re-raise.
+            self._resync(2.0)
+            raise
 
     def stop(self) -> int | None:
+        """Closes the channel (the loader exits at once) and reaps the process; its exit code."""
+        self._close()
+        try:
+            self.proc.popen.wait(timeout=3.0)
+        except subprocess.TimeoutExpired:
+            pass
         return self.proc.stop()
 
 

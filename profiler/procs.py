@@ -5,6 +5,15 @@ stderr captured to a file (kept for failure reasons), and a guaranteed stop — 
 exception and on Ctrl-C — through `ProcessGroup`. Short tools (perf script, ip, nm, pip) run through
 `run()`. Both give every child a fixed working directory and an environment in which a Python child
 imports nothing from the caller's directory or PYTHONPATH: netprof runs as root.
+
+A netprof killed with SIGKILL runs no cleanup, so every child of both also dies with it by itself:
+`PR_SET_PDEATHSIG(SIGKILL)` is set between fork and exec (it survives exec, so `ip netns exec CMD`,
+which execs, passes it on to CMD). The kernel sends it when the *thread* that forked the child exits,
+not the process: a child spawned from a worker thread (the flamegraph samplers) dies when that thread
+ends, so such a thread must stop its children before it returns (the samplers do). What a killed run
+leaves in the file system and in `ip netns` is removed by the watchdog (`start_watchdog`, started
+with the first child: it waits for this process to die, then cleans up), by the next run and by
+`netprof doctor` (`cleanup_stale`, `netns.cleanup_leftovers`).
 """
 
 from __future__ import annotations
@@ -16,7 +25,9 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -171,13 +182,45 @@ def run(argv: Sequence[str], *, timeout: float, cwd: str | None = None, env: dic
     working directory and environment rules as `spawn`."""
     kw.setdefault("capture_output", True)
     kw.setdefault("text", True)
-    return subprocess.run(list(argv), timeout=timeout, cwd=cwd or SAFE_CWD, env=child_env(env), **kw)
+    start_watchdog()
+    return subprocess.run(list(argv), timeout=timeout, cwd=cwd or SAFE_CWD, env=child_env(env),
+                          preexec_fn=_die_with(os.getpid()), **kw)
+
+
+PR_SET_PDEATHSIG = 1
+_prctl = None
+
+
+def _resolve_prctl():
+    """libc's prctl, looked up in the parent: the child between fork and exec only calls it."""
+    global _prctl
+    if _prctl is None:
+        import ctypes
+
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return _prctl
+
+
+def _die_with(parent: int):
+    """preexec_fn: SIGKILL this child when the thread that forked it exits (PR_SET_PDEATHSIG). If
+    `parent` (this process, as seen before the fork) is already gone, the child was re-parented
+    before prctl() could arm the signal: it kills itself at once instead of living on as an orphan."""
+    prctl = _resolve_prctl()
+
+    def run() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return run
 
 
 def _preexec(cpus: list[int] | None, reserve):
     """`reserve`: (function, paths) creating the files a child writes under its own pid, before exec."""
+    die_with_parent = _die_with(os.getpid())
 
     def run() -> None:
+        die_with_parent()
         # Children must not inherit the profiler's SIGINT handling: Ctrl-C is ours to handle.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if cpus:
@@ -196,13 +239,13 @@ def _preexec(cpus: list[int] | None, reserve):
 
 
 def pid_alive(pid: int) -> bool:
+    """True when `pid` runs (a zombie — killed, not yet reaped — counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
+    return state not in (b"Z", b"X")
 
 
 def remove_stale(pattern: re.Pattern, directory: str | None = None) -> list[str]:
@@ -239,6 +282,62 @@ def cleanup_stale(directory: str | None = None) -> list[str]:
     return remove_stale(_STDERR_NAME, directory)
 
 
+def cleanup_dead_runs() -> list[str]:
+    """Everything runs that died without cleaning up left behind: stderr files, sampling scratch,
+    network namespaces (each only when its netprof pid is gone). Returns what was removed."""
+    from netprof.flamegraphs.session import cleanup_stale as flame_cleanup
+    from netprof.profiler.netns import cleanup_leftovers
+
+    removed = cleanup_stale() + flame_cleanup()
+    if os.geteuid() == 0 and shutil.which("ip"):
+        removed += cleanup_leftovers()
+    return removed
+
+
+# The watchdog: the one child that must outlive us. Its stdin is a pipe whose write end only this
+# process holds (O_CLOEXEC, never passed on); EOF means we are gone, however we died.
+WATCHDOG_GRACE_S = 10.0  # how long the watchdog waits for a dying parent to be gone
+_watchdog: subprocess.Popen | None = None
+_watchdog_lock = threading.Lock()
+_is_watchdog = False  # the watchdog itself starts none (its cleanup runs `ip` through run())
+
+
+def start_watchdog() -> subprocess.Popen | None:
+    """Start (once per process) `python -m netprof.profiler.procs watchdog PID`, which sleeps until this
+    process exits and then runs `cleanup_dead_runs()`: a netprof killed with SIGKILL leaves no stderr
+    files, scratch or namespaces even if netprof never runs again. None when it cannot start (the next
+    run and `netprof doctor` clean up then)."""
+    global _watchdog
+    if _is_watchdog:
+        return None
+    with _watchdog_lock:
+        if _watchdog is not None and _watchdog.poll() is None:
+            return _watchdog
+        try:
+            _watchdog = subprocess.Popen(
+                [sys.executable, "-m", "netprof.profiler.procs", "watchdog", str(os.getpid())],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=SAFE_CWD,
+                env=child_env(), start_new_session=True)  # no PDEATHSIG: it is meant to outlive us
+        except OSError:
+            _watchdog = None
+        return _watchdog
+
+
+def _watchdog_main(parent: int) -> int:
+    global _is_watchdog
+    _is_watchdog = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    while os.read(0, 4096):  # nothing is ever written: this returns at EOF, when the parent is gone
+        pass
+    deadline = time.monotonic() + WATCHDOG_GRACE_S
+    while pid_alive(parent) and time.monotonic() < deadline:  # EOF comes before the exit completes
+        time.sleep(0.05)
+    if not pid_alive(parent):
+        cleanup_dead_runs()
+    return 0
+
+
 def spawn(
     name: str,
     argv: Sequence[str],
@@ -251,10 +350,13 @@ def spawn(
     pass_fds: Sequence[int] = (),
 ) -> ManagedProcess:
     """Start `argv` in its own session, pinned to `cpus`, stderr to a file, in SAFE_CWD (or `cwd`) with
-    `child_env(env)`, inheriting no descriptor but `pass_fds`. A CPython child asked to write perf maps
-    (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it first, so no
-    planted link is followed."""
+    `child_env(env)`, inheriting no descriptor but `pass_fds`, killed when the calling thread exits
+    (PR_SET_PDEATHSIG: call it from a thread that outlives the child). A CPython child asked to write
+    perf maps (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it
+    first, so no planted link is followed."""
     from netprof.flamegraphs import jitdump
+
+    start_watchdog()
 
     cpu_list = parse_cpus(cpus) if isinstance(cpus, (str, type(None))) else parse_cpus(list(cpus))
     env = child_env(env)
@@ -310,3 +412,12 @@ class ProcessGroup:
 
     def __exit__(self, *exc) -> None:
         self.stop_all()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["watchdog"] and len(sys.argv) == 3 and sys.argv[2].isdigit():
+        from netprof.profiler import procs as imported  # the module netns & co. see, not this __main__
+
+        sys.exit(imported._watchdog_main(int(sys.argv[2])))
+    print("usage: python -m netprof.profiler.procs watchdog PID", file=sys.stderr)
+    sys.exit(2)

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   python3 python3-venv python3-dev
   bpfcc-tools python3-bpfcc bpftrace bpftool linux-perf linux-headers-amd64
-  libgtest-dev googletest
+  libgtest-dev googletest clang-format
   iproute2 procps util-linux
   libzmq3-dev nlohmann-json3-dev
   chromium

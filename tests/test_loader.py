@@ -300,18 +300,47 @@ def test_connect_refused_and_timeout_kinds(group, loader):
     assert info.value.kind == "bad_request" and "pipeline" in info.value.message
 
 
-def test_client_disconnect_aborts_the_run(group, loader):
-    _, port = start_echo(group)
-    with socket.create_connection((loader.host, loader.port)) as s:
-        req = RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=60, warmup=0).to_json()
-        s.sendall(json.dumps(req).encode() + b"\n")
-        f = s.makefile("rb")
-        while json.loads(f.readline())["event"] != "measure_start":
-            pass
-        f.close()  # else the file object keeps the socket open
+def test_closing_the_channel_mid_run_ends_the_loader(group, loader):
+    """The channel's EOF means the parent is gone: the loader aborts the run and exits at once."""
+    echo, port = start_echo(group, log_peers=True)
+    loader.send_raw(json.dumps(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=60,
+                                          warmup=0).to_json()).encode() + b"\n")
+    while loader.read_event(10)["event"] != "measure_start":
+        pass
+    loader.channel.close()
     t0 = time.monotonic()
-    assert loader.ping(timeout=5)["event"] == "pong"  # only answered once the run is gone
+    loader.proc.popen.wait(timeout=3)
     assert time.monotonic() - t0 < 2
+    assert loader.proc.returncode() == 0
+    assert "parent is gone" in loader.proc.stderr_tail()
+
+
+def test_abort_keeps_the_loader_usable(group, loader):
+    """An on_event that raises aborts the run ({"cmd":"abort"}); the next run on the channel works."""
+    _, port = start_echo(group)
+
+    def explode(e):
+        if e["event"] == "measure_start":
+            raise RuntimeError("probe snapshot failed")
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError):
+        loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=5, duration=60, warmup=0), on_event=explode)
+    assert time.monotonic() - t0 < 5
+    assert loader.ping()["event"] == "pong"
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=5, duration=0.3, warmup=0))
+    check_stats(s, 5, 0.3)
+    # Raw: abort mid-run gives the aborted result, then the error; outside a run it is ignored.
+    loader.send_raw(json.dumps(RunRequest(target=f"127.0.0.1:{port}", connections=3, duration=60, warmup=0,
+                                          probe_share=0.5).to_json()).encode() + b"\n")
+    while loader.read_event(10)["event"] != "measure_start":
+        pass
+    loader.send_raw(b'{"cmd":"abort"}\n{"cmd":"abort"}\n{"cmd":"ping"}\n')
+    rest = [loader.read_event(5) for _ in range(4)]
+    assert [e["event"] for e in rest] == ["measure_stop", "result", "error", "pong"]
+    assert rest[1]["stats"]["aborted"] and rest[2]["error"] == "aborted"
+    check_phases(rest[1]["stats"], 0.5)  # cut before the probed middle: empty, no probe events
+    assert rest[1]["stats"]["phases"]["probed"]["messages"] == 0
 
 
 def test_stall_timeout_in_client(group, loader):
@@ -320,6 +349,149 @@ def test_stall_timeout_in_client(group, loader):
         loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=30, warmup=0), timeout=1.0)
     assert info.value.kind == "stall"
     assert loader.ping(timeout=5)["event"] == "pong"  # closing the connection aborted the run
+
+
+# ---- probe phases (PROTOCOL.md, "Probe phases") ----
+
+PLAIN_EVENTS = ["accepted", "connected", "measure_start", "measure_stop", "result"]
+PHASE_EVENTS = ["accepted", "connected", "measure_start", "probe_start", "probe_stop", "measure_stop", "result"]
+
+ZMQ_ECHO = r"""
+import zmq
+ctx = zmq.Context(); r = ctx.socket(zmq.ROUTER); r.linger = 0
+print("ready", r.bind_to_random_port("tcp://127.0.0.1"), flush=True)
+while True:
+    r.send_multipart(r.recv_multipart())
+"""
+
+
+def check_phases(s: dict, share: float) -> None:
+    """Invariants of the per-phase stats: the phases partition the window."""
+    assert s["probe_share"] == share
+    u, p = s["phases"]["unprobed"], s["phases"]["probed"]
+    for ph in (u, p):
+        assert set(ph) >= {"messages", "duration_s", "msgs_per_sec", "per_conn_messages", "latency_us"}
+        assert set(ph["latency_us"]) == set(s["latency_us"])
+        assert len(ph["per_conn_messages"]) == s["connections"]
+        assert sum(ph["per_conn_messages"]) == ph["messages"] == ph["latency_us"]["count"]
+        if ph["duration_s"] > 0:
+            assert ph["msgs_per_sec"] == pytest.approx(ph["messages"] / ph["duration_s"], rel=1e-3, abs=0.1)
+        else:
+            assert ph["messages"] == 0 and ph["msgs_per_sec"] == 0
+    assert u["messages"] + p["messages"] == s["messages"]
+    assert [a + b for a, b in zip(u["per_conn_messages"], p["per_conn_messages"])] == s["per_conn_messages"]
+    assert u["duration_s"] + p["duration_s"] == pytest.approx(s["duration_s"], abs=3e-6)
+    assert s["t_start"] <= p["t_start"] <= p["t_stop"] <= s["t_stop"]
+    assert p["t_stop"] - p["t_start"] == pytest.approx(p["duration_s"], abs=2e-6)
+
+
+def run_with_events(loader, req: RunRequest) -> tuple[dict, list[tuple[float, dict]]]:
+    events = []
+    stats = loader.run(req, on_event=lambda e: events.append((time.monotonic(), e)))
+    return stats, events
+
+
+def test_probe_phases_events_and_stats(group, loader):
+    _, port = start_echo(group)
+    t_before = time.monotonic()
+    stats, events = run_with_events(loader, RunRequest(target=f"127.0.0.1:{port}", connections=20, duration=1.5,
+                                                       warmup=0.2, probe_share=0.3))
+    assert [e["event"] for _, e in events] == PHASE_EVENTS
+    marks = [(seen, e) for seen, e in events if "t" in e]
+    ts = [e["t"] for _, e in marks]
+    assert ts == sorted(ts) and len(set(ts)) == len(ts)  # strictly increasing
+    for seen, e in marks:
+        assert t_before <= e["t"] <= seen + 1e-3  # each line is written when its boundary passes
+    ev = {e["event"]: e for _, e in events}
+    check_stats(stats, 20, 1.5)
+    check_phases(stats, 0.3)
+    probed = stats["phases"]["probed"]
+    # The probed sub-window is the middle 30%: 0.525 s of unprobed time on each side.
+    assert ev["probe_start"]["t"] - ev["measure_start"]["t"] == pytest.approx(0.525, abs=2e-6)
+    assert ev["measure_stop"]["t"] - ev["probe_stop"]["t"] == pytest.approx(0.525, abs=2e-6)
+    assert ev["probe_start"]["t"] == pytest.approx(probed["t_start"], abs=1e-5)
+    assert ev["probe_stop"]["t"] == pytest.approx(probed["t_stop"], abs=1e-5)
+    assert probed["duration_s"] == pytest.approx(0.45, abs=2e-6)
+    assert stats["phases"]["unprobed"]["duration_s"] == pytest.approx(1.05, abs=2e-6)
+    # Both phases carry traffic on every connection (ping-pong never pauses at a boundary).
+    for ph in stats["phases"].values():
+        assert ph["messages"] > 0 and ph["msgs_per_sec"] > 0 and min(ph["per_conn_messages"]) > 0
+
+
+def test_probe_share_zero_one_and_absent(group, loader):
+    _, port = start_echo(group)
+    req = dict(target=f"127.0.0.1:{port}", connections=5, duration=0.5, warmup=0.1)
+    # Absent: exactly the single-phase protocol.
+    stats, events = run_with_events(loader, RunRequest(**req))
+    assert [e["event"] for _, e in events] == PLAIN_EVENTS
+    assert "phases" not in stats and "probe_share" not in stats
+    # 0: nothing is probed, no probe events; the whole window is the unprobed phase.
+    stats, events = run_with_events(loader, RunRequest(**req, probe_share=0))
+    assert [e["event"] for _, e in events] == PLAIN_EVENTS
+    check_phases(stats, 0)
+    assert stats["phases"]["probed"]["messages"] == 0 and stats["phases"]["probed"]["duration_s"] == 0
+    assert stats["phases"]["unprobed"]["messages"] == stats["messages"] > 0
+    # 1: probe_start/probe_stop at measure_start/measure_stop; the whole window is probed.
+    stats, events = run_with_events(loader, RunRequest(**req, probe_share=1.0))
+    assert [e["event"] for _, e in events] == PHASE_EVENTS
+    ev = {e["event"]: e for _, e in events}
+    assert ev["probe_start"]["t"] == ev["measure_start"]["t"] and ev["probe_stop"]["t"] == ev["measure_stop"]["t"]
+    check_phases(stats, 1.0)
+    assert stats["phases"]["probed"]["messages"] == stats["messages"] > 0
+    assert stats["phases"]["unprobed"]["messages"] == 0 and stats["phases"]["unprobed"]["duration_s"] == 0
+    # Out of range or not a number: refused before the run, naming the field.
+    for bad in (-0.1, 1.5, "0.3", True):
+        events = []
+        with pytest.raises(LoaderError) as info:
+            loader.run(RunRequest(**req, probe_share=bad), on_event=events.append)
+        assert info.value.kind == "bad_request" and "probe_share" in info.value.message, bad
+        assert [e["event"] for e in events] == ["error"]
+
+
+def test_probe_phases_pair_up_when_the_backend_dies_mid_probe(group, loader):
+    echo, port = start_echo(group)
+    events = []
+
+    def on_event(e):
+        events.append(e)
+        if e["event"] == "probe_start":
+            threading.Timer(0.2, echo.popen.kill).start()
+
+    with pytest.raises(LoaderError) as info:
+        loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=4.0, warmup=0.1,
+                              probe_share=0.5), on_event=on_event)
+    assert info.value.kind == "backend_gone"
+    assert [e["event"] for e in events] == PHASE_EVENTS[:-1] + ["result", "error"]
+    s = info.value.stats
+    assert s["aborted"] and s["duration_s"] < 4.0
+    check_phases(s, 0.5)
+    assert s["phases"]["probed"]["t_stop"] == pytest.approx(events[4]["t"], abs=1e-5)  # probe_stop: the cut
+    assert 0.1 < s["phases"]["probed"]["duration_s"] < 2.0
+
+
+def test_probe_phases_in_zmq_mode(group, loader):
+    proc = group.spawn("zmq-echo", [sys.executable, "-c", ZMQ_ECHO])
+    port = int(proc.wait_line("ready", 10).split()[1])
+    stats, events = run_with_events(loader, RunRequest(target=f"127.0.0.1:{port}", connections=4, duration=1.0,
+                                                       warmup=0.2, probe_share=0.5, transport="zmq"))
+    assert [e["event"] for _, e in events] == PHASE_EVENTS
+    check_stats(stats, 4, 1.0)
+    check_phases(stats, 0.5)
+    assert stats["phases"]["probed"]["messages"] > 0 and stats["phases"]["unprobed"]["messages"] > 0
+
+
+def test_one_shot_probe_share(group):
+    _, port = start_echo(group)
+    r = one_shot("--target", f"127.0.0.1:{port}", "-c", "4", "-d", "1", "--warmup", "0.1", "--probe-share", "0.4",
+                 "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    check_stats(s, 4, 1.0)
+    check_phases(s, 0.4)
+    r = one_shot("--target", f"127.0.0.1:{port}", "-c", "2", "-d", "0.3", "--warmup", "0", "--probe-share", "0.5")
+    assert r.returncode == 0 and "probed:" in r.stdout and "unprobed:" in r.stdout, r.stdout
+    r = one_shot("--target", f"127.0.0.1:{port}", "-c", "2", "--probe-share", "1.5")
+    assert r.returncode == 2 and "probe_share" in r.stderr
 
 
 def test_sigterm_mid_run_stops_the_loader(group, loader):

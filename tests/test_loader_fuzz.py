@@ -1,18 +1,19 @@
-"""Hostile control clients: garbage, huge lines, half lines, abrupt disconnects. Afterwards the
-loader must still answer and run a valid request."""
+"""Hostile input on the control channel: garbage, huge lines, half lines, floods. The channel is private
+to netprof (a socketpair), but the loader must still survive whatever arrives on it: every complete bad
+line gets one bad_request, an over-long line is skipped to its newline, and afterwards the loader still
+answers and runs a valid request on the same channel."""
 
 from __future__ import annotations
 
 import json
 import random
-import socket
 import time
 
 import pytest
+from test_loader import start_echo
 
 from netprof.profiler.loader_client import Loader, RunRequest
 from netprof.profiler.procs import ProcessGroup
-from test_loader import start_echo
 
 
 @pytest.fixture
@@ -21,17 +22,16 @@ def env():
         yield g, Loader.start(g)
 
 
-def connect(ldr: Loader) -> socket.socket:
-    s = socket.create_connection((ldr.host, ldr.port), timeout=5)
-    return s
-
-
-def read_events(s: socket.socket, n: int) -> list[dict]:
-    f = s.makefile("rb")
-    try:
-        return [json.loads(f.readline()) for _ in range(n)]
-    finally:
-        f.close()
+def read_until_pong(ldr: Loader, timeout: float = 10) -> list[dict]:
+    """Every event up to and including the next pong."""
+    events = []
+    deadline = time.monotonic() + timeout
+    while True:
+        evt = ldr.read_event(max(0.0, deadline - time.monotonic()))
+        assert evt is not None, "the loader closed the channel"
+        events.append(evt)
+        if evt["event"] == "pong":
+            return events
 
 
 def assert_healthy(ldr: Loader, port: int) -> None:
@@ -49,6 +49,7 @@ BAD_LINES = [
     b"{}",
     b'{"cmd":"run"}',
     b'{"cmd":"ping","extra":true}',
+    b'{"cmd":"abort","extra":true}',
     b'{"cmd":"run","target":"127.0.0.1:1","connections":"10"}',
     b'{"cmd":"run","target":"127.0.0.1:1","connections":10.5}',
     b'{"cmd":"run","target":"127.0.0.1:1","connections":true}',
@@ -59,6 +60,8 @@ BAD_LINES = [
     b'{"cmd":"run","target":"127.0.0.1:99999","connections":10}',
     b'{"cmd":"run","target":"127.0.0.1:1","connections":10,"think":"fixed:-5"}',
     b'{"cmd":"run","target":"127.0.0.1:1","connections":10,"cmd":"ping","x":1}',
+    b'{"cmd":"run","target":"127.0.0.1:1","connections":10,"probe_share":2}',
+    b'{"cmd":"run","target":"127.0.0.1:1","connections":1000000,"pipeline":1024}',
     b"\xff\xfe\x00garbage",
     b'{"cmd":"ping"} trailing',
 ]
@@ -66,16 +69,16 @@ BAD_LINES = [
 
 def test_bad_lines_each_get_one_bad_request_reply(env):
     group, ldr = env
-    with connect(ldr) as s:
-        s.sendall(b"".join(line + b"\n" for line in BAD_LINES) + b'{"cmd":"ping"}\n')
-        events = read_events(s, len(BAD_LINES) + 1)
+    ldr.send_raw(b"".join(line + b"\n" for line in BAD_LINES) + b'{"cmd":"ping"}\n')
+    events = read_until_pong(ldr)
+    assert len(events) == len(BAD_LINES) + 1
     for line, evt in zip(BAD_LINES, events):
         assert evt["event"] == "error" and evt["error"] == "bad_request", (line, evt)
         assert evt["message"] and "\n" not in evt["message"]
-    assert events[-1] == {"event": "pong", "version": 1}  # the same connection still works
+    assert events[-1] == {"event": "pong", "version": 1}  # the same channel still works
 
 
-def test_random_garbage_huge_lines_half_lines_and_disconnects(env):
+def test_random_garbage_huge_lines_and_half_lines(env):
     group, ldr = env
     _, port = start_echo(group)
     rng = random.Random(7)
@@ -83,71 +86,64 @@ def test_random_garbage_huge_lines_half_lines_and_disconnects(env):
 
     # Random bytes, some with newlines: every complete line gets an error, nothing crashes.
     for _ in range(30):
-        with connect(ldr) as s:
-            s.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 2000))))
-    # A line over 64 KiB without a newline: one error, then the loader hangs up.
-    with connect(ldr) as s:
-        try:
-            s.sendall(b"{" + b"x" * (100 * 1024))
-        except OSError:
-            pass
-        evt = json.loads(s.makefile("rb").readline())
-        assert evt["error"] == "bad_request" and "too long" in evt["message"]
-        assert s.recv(1) == b""
-    # The same, newline-terminated.
-    with connect(ldr) as s:
-        try:
-            s.sendall(b'{"cmd":"ping","pad":"' + b"y" * (70 * 1024) + b'"}\n')
-        except OSError:
-            pass
-        assert "too long" in json.loads(s.makefile("rb").readline())["message"]
-    # Half lines, then gone; abrupt connects/closes; RST instead of FIN.
-    for i in range(50):
-        s = connect(ldr)
-        if i % 3 == 0:
-            s.sendall(b'{"cmd":"run","target":"127.0.0.1:')
-        elif i % 3 == 1:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
-        s.close()
-    # An idle client holding a half line does not block others.
-    idle = connect(ldr)
-    idle.sendall(b'{"cmd": "pi')
-    try:
-        assert_healthy(ldr, port)
-    finally:
-        idle.close()
+        ldr.send_raw(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 2000))) + b'\n{"cmd":"ping"}\n')
+        events = read_until_pong(ldr)
+        assert all(e["event"] == "error" and e["error"] == "bad_request" for e in events[:-1]), events
+    # A line over 64 KiB without a newline yet: one error at once, then the rest of it up to its
+    # newline is skipped and the channel goes on.
+    ldr.send_raw(b"{" + b"x" * (100 * 1024))
+    evt = ldr.read_event(5)
+    assert evt["error"] == "bad_request" and "too long" in evt["message"]
+    ldr.send_raw(b"y" * (200 * 1024) + b'"}\n{"cmd":"ping"}\n')
+    assert read_until_pong(ldr) == [{"event": "pong", "version": 1}]
+    # The same, newline-terminated in one piece.
+    ldr.send_raw(b'{"cmd":"ping","pad":"' + b"y" * (70 * 1024) + b'"}\n{"cmd":"ping"}\n')
+    events = read_until_pong(ldr)
+    assert len(events) == 2 and "too long" in events[0]["message"]
+    # Blank lines and CRLF are fine; a half line waits for its end.
+    ldr.send_raw(b'\n  \r\n{"cmd":"ping"}\r\n{"cmd": "pi')
+    assert read_until_pong(ldr) == [{"event": "pong", "version": 1}]
+    ldr.send_raw(b'ng"}\n')
+    assert read_until_pong(ldr) == [{"event": "pong", "version": 1}]
+    assert_healthy(ldr, port)
     assert time.monotonic() < deadline
 
 
-def test_request_then_disconnect_at_every_stage(env):
+def test_a_flood_of_requests_before_reading_replies(env):
+    """Pings until the channel is full both ways, before reading a single pong: the loader waits on
+    the full channel, then answers every one, in order, once we read."""
     group, ldr = env
     _, port = start_echo(group)
-    req = json.dumps(RunRequest(target=f"127.0.0.1:{port}", connections=20, duration=30, warmup=0.5).to_json())
-    for events_to_read in range(0, 4):  # gone before accepted, after accepted, connected, measure_start
-        with connect(ldr) as s:
-            s.sendall(req.encode() + b"\n")
-            if events_to_read:
-                read_events(s, events_to_read)
-        t0 = time.monotonic()
-        assert ldr.ping(timeout=5)["event"] == "pong"
-        assert time.monotonic() - t0 < 3
+    line = b'{"cmd":"ping"}\n'
+    chunk = line * 1000
+    total = 0
+    ldr.channel.setblocking(False)
+    try:
+        while total < 200 * len(chunk):
+            total += ldr.channel.send(chunk[total % len(line):])  # resumes mid-line after a partial send
+    except BlockingIOError:
+        pass
+    finally:
+        ldr.channel.setblocking(True)
+    if total % len(line):
+        ldr.send_raw(line[total % len(line):])  # finish the line the loader has half of
+    lines = -(-total // len(line))
+    assert lines > 1000  # the channel really filled up
+    for _ in range(lines):
+        assert ldr.read_event(10) == {"event": "pong", "version": 1}
     assert_healthy(ldr, port)
 
 
-def test_many_clients_and_a_client_that_never_reads(env):
+def test_run_request_queued_behind_others_and_mid_run_input(env):
     group, ldr = env
     _, port = start_echo(group)
-    socks = [connect(ldr) for _ in range(80)]  # beyond the loader's client cap
-    try:
-        # A client that floods pings and never reads its replies.
-        flood = socks[0]
-        flood.setblocking(False)
-        try:
-            for _ in range(2000):
-                flood.send(b'{"cmd":"ping"}\n' * 100)
-        except BlockingIOError:
-            pass
-    finally:
-        for s in socks:
-            s.close()
+    req = json.dumps(RunRequest(target=f"127.0.0.1:{port}", connections=3, duration=0.5, warmup=0).to_json())
+    # A run, then pings sent while it runs: answered in order, after the result.
+    ldr.send_raw(req.encode() + b"\n")
+    assert ldr.read_event(5)["event"] == "accepted"
+    ldr.send_raw(b'{"cmd":"ping"}\n{"cmd":"bogus"}\n{"cmd":"ping"}\n')
+    events = read_until_pong(ldr)
+    assert [e["event"] for e in events] == ["connected", "measure_start", "measure_stop", "result", "pong"]
+    assert not events[3]["stats"]["aborted"]
+    assert [e["event"] for e in read_until_pong(ldr)] == ["error", "pong"]
     assert_healthy(ldr, port)

@@ -1,25 +1,22 @@
 #include "control.hpp"
 
-#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <vector>
 
-#include "clock.hpp"
+#include "sys.hpp"
 
 namespace netprof {
 
 namespace {
-constexpr size_t kMaxClients = 64;
-constexpr int kWriteTimeoutMs = 10'000;  // a client that stops reading for this long is dropped
+constexpr int kWriteTimeoutMs = 10'000;  // a parent that stops reading for this long is treated as gone
 
 void log(const std::string& msg) { fprintf(stderr, "netprof-loader: %s\n", msg.c_str()); }
 }  // namespace
@@ -36,54 +33,89 @@ bool write_line(int fd, const json& obj) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN) return false;
     pollfd p{fd, POLLOUT, 0};
-    if (poll(&p, 1, kWriteTimeoutMs) <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
+    int rc = poll(&p, 1, kWriteTimeoutMs);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
   }
   return true;
 }
 
+bool prepare_channel(int fd, std::string* why) {
+  struct stat st {};
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    *why = "--control-fd " + std::to_string(fd) + " is not an open descriptor";
+    return false;
+  }
+  if (!S_ISSOCK(st.st_mode) || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
+    *why = "--control-fd " + std::to_string(fd) + " is not a stream socket (pass one end of a socketpair)";
+    return false;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+    *why = std::string("--control-fd: fcntl: ") + strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+ClientPoll poll_client(const Watch& w) {
+  char tmp[4096];
+  while (true) {
+    ssize_t n = recv(w.client_fd, tmp, sizeof tmp, MSG_DONTWAIT);
+    if (n == 0) return ClientPoll::Gone;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return ClientPoll::Gone;
+      break;
+    }
+    // Mid-run the parent sends at most an abort and a ping: a bounded buffer is plenty.
+    if (w.client_input && w.client_input->size() < 2 * kMaxLine) w.client_input->append(tmp, size_t(n));
+  }
+  if (!w.client_input) return ClientPoll::Here;
+  // An abort among the complete lines ends the run; the lines around it wait for after the run.
+  std::string& in = *w.client_input;
+  for (size_t pos = 0, nl; (nl = in.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+    Request req;
+    std::string why;
+    std::string_view line(in.data() + pos, nl - pos);
+    if (parse_request(line, &req, &why) && req.cmd == Request::Abort) {
+      in.erase(pos, nl + 1 - pos);
+      return ClientPoll::Abort;
+    }
+  }
+  return ClientPoll::Here;
+}
+
 namespace {
 
-class Server {
+// The one connection to the parent: requests are served in order; EOF means the parent is gone.
+class Channel {
  public:
-  Server(const EngineConfig& cfg, int signal_fd) : cfg_(cfg), signal_fd_(signal_fd) {}
+  Channel(Fd fd, const EngineConfig& cfg, int signal_fd) : fd_(std::move(fd)), cfg_(cfg), signal_fd_(signal_fd) {}
 
-  int serve(const sockaddr_in& addr) {
-    lfd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(lfd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (lfd_ < 0 || bind(lfd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) < 0 || listen(lfd_, 64) < 0) {
-      log(std::string("cannot listen for control connections: ") + strerror(errno));
-      return 1;
-    }
-    sockaddr_in bound{};
-    socklen_t len = sizeof bound;
-    getsockname(lfd_, reinterpret_cast<sockaddr*>(&bound), &len);
-    char host[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &bound.sin_addr, host, sizeof host);
-    printf("control %s:%d\n", host, ntohs(bound.sin_port));
-    fflush(stdout);
-
-    ep_ = epoll_create1(EPOLL_CLOEXEC);
-    add(lfd_);
+  int serve() {
+    ep_.reset(check_sys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
+    add(fd_.get());
     add(signal_fd_);
-    epoll_event evs[32];
-    while (!stop_) {
-      int n = epoll_wait(ep_, evs, 32, -1);
-      for (int i = 0; i < n && !stop_; i++) {
-        int fd = evs[i].data.fd;
-        if (fd == signal_fd_) {
-          stop_ = true;
-        } else if (fd == lfd_) {
-          accept_clients();
-        } else if (clients_.count(fd)) {
-          on_client(fd);
+    epoll_event evs[4];
+    while (true) {
+      if (!serve_lines()) return 0;  // lines already here (e.g. sent during the last run) first
+      int n = epoll_wait(ep_.get(), evs, 4, -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("epoll_wait");
+      }
+      for (int i = 0; i < n; i++) {
+        if (evs[i].data.fd == signal_fd_) {
+          if (take_signal(signal_fd_)) return 0;
+        } else if (!read_input()) {
+          log("the control channel was closed (the parent is gone): exiting");
+          return 0;
         }
       }
     }
-    for (auto& [fd, in] : clients_) close(fd);
-    close(lfd_);
-    close(ep_);
-    return 0;
   }
 
  private:
@@ -91,121 +123,96 @@ class Server {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
-    epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+    check_sys(epoll_ctl(ep_.get(), EPOLL_CTL_ADD, fd, &ev), "epoll_ctl");
   }
 
-  void accept_clients() {
+  // Appends what the parent sent; false on EOF or an error (the parent is gone).
+  bool read_input() {
+    char buf[16384];
     while (true) {
-      int fd = accept4(lfd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
-      if (clients_.size() >= kMaxClients) drop_closed_clients();
-      if (clients_.size() >= kMaxClients) {
-        write_line(fd, error_event(err::kBadRequest, "too many control clients"));
-        close(fd);
+      ssize_t n = recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0) return false;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return errno == EAGAIN;
+      }
+      in_.append(buf, size_t(n));
+      if (in_.size() > 4 * kMaxLine) return true;  // enough to decide; the rest waits
+    }
+  }
+
+  // Serves every complete line; false when the loader must exit.
+  bool serve_lines() {
+    while (true) {
+      size_t nl = in_.find('\n');
+      if (discarding_) {  // the rest of an over-long line
+        if (nl == std::string::npos) {
+          in_.clear();
+          return true;
+        }
+        in_.erase(0, nl + 1);
+        discarding_ = false;
         continue;
       }
-      clients_[fd] = std::string();
-      add(fd);
-    }
-  }
-
-  // Clients that hung up but whose EOF we have not read yet (it may sit later in this epoll batch).
-  void drop_closed_clients() {
-    std::vector<int> gone;
-    for (auto& [fd, in] : clients_) {
-      char c;
-      ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) gone.push_back(fd);
-    }
-    for (int fd : gone) drop(fd);
-  }
-
-  void drop(int fd) {
-    clients_.erase(fd);
-    close(fd);  // also leaves the epoll set
-  }
-
-  void on_client(int fd) {
-    char buf[16384];
-    std::string& in = clients_[fd];
-    while (true) {
-      ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return drop(fd);
-      if (n < 0) break;
-      in.append(buf, size_t(n));
-      if (in.size() > 4 * kMaxLine) break;  // enough to decide; the rest waits
-    }
-    handle_lines(fd);
-  }
-
-  // Serves every complete line in the client's buffer; drops the client on a framing error.
-  void handle_lines(int fd) {
-    while (clients_.count(fd)) {
-      std::string& in = clients_[fd];
-      size_t nl = in.find('\n');
       if (nl == std::string::npos) {
-        if (in.size() > kMaxLine) {
-          // The line's end is lost in the flood: report and hang up, the framing cannot recover.
-          write_line(fd, error_event(err::kBadRequest, "line too long (limit " + std::to_string(kMaxLine) + " bytes)"));
-          drop(fd);
+        if (in_.size() > kMaxLine) {
+          // Report once, then skip to the next newline: the channel stays usable.
+          in_.clear();
+          discarding_ = true;
+          return write_line(fd_.get(), error_event(err::kBadRequest, too_long()));
         }
-        return;
+        return true;
       }
-      std::string line = in.substr(0, nl);
-      in.erase(0, nl + 1);
+      std::string line = in_.substr(0, nl);
+      in_.erase(0, nl + 1);
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      if (!handle_request(fd, line)) return;
+      if (!handle_request(line)) return false;
     }
   }
 
-  // False when the client was dropped or the loader must stop.
-  bool handle_request(int fd, const std::string& line) {
+  static std::string too_long() { return "line too long (limit " + std::to_string(kMaxLine) + " bytes)"; }
+
+  // False when the loader must exit (the parent is gone or stuck, or a signal arrived).
+  bool handle_request(const std::string& line) {
+    const int fd = fd_.get();
     Request req;
     std::string why;
-    if (!parse_request(line, &req, &why)) {
-      if (!write_line(fd, error_event(err::kBadRequest, why))) return drop(fd), false;
-      return true;
-    }
-    if (req.cmd == Request::Ping) {
-      json pong = {{"event", "pong"}, {"version", kProtocolVersion}};
-      if (!write_line(fd, pong)) return drop(fd), false;
-      return true;
-    }
-    if (!check_fd_limit(req.run.connections, &why)) {
-      if (!write_line(fd, error_event(err::kBadRequest, why))) return drop(fd), false;
-      return true;
-    }
-    std::function<bool(const json&)> emit = [fd](const json& ev) { return write_line(fd, ev); };
-    RunOutcome out = run_load(req.run, cfg_, emit, Watch{fd, &clients_[fd], signal_fd_});
+    if (!parse_request(line, &req, &why)) return write_line(fd, error_event(err::kBadRequest, why));
+    if (req.cmd == Request::Ping) return write_line(fd, {{"event", "pong"}, {"version", kProtocolVersion}});
+    if (req.cmd == Request::Abort) return true;  // no run in progress: nothing to abort, no reply
+    if (!check_fd_limit(req.run.connections, &why)) return write_line(fd, error_event(err::kBadRequest, why));
+    Emit emit = [fd](const json& ev) { return write_line(fd, ev); };
+    RunOutcome out = run_load(req.run, cfg_, emit, Watch{fd, &in_, signal_fd_});
     if (out.signalled) {
-      stop_ = true;
       out.error_kind = err::kInternal;
       out.error_message = "the loader was stopped by a signal";
     }
     if (out.client_gone) {
-      log("control client disconnected mid-run: run aborted");
-      return drop(fd), false;
+      log("the control channel was closed mid-run (the parent is gone): run aborted, exiting");
+      return false;
     }
+    if (out.error_kind && std::string(out.error_kind) != err::kAborted)
+      log(std::string(out.error_kind) + ": " + out.error_message);
     bool ok = true;
-    if (out.error_kind) log(std::string(out.error_kind) + ": " + out.error_message);
-    if (out.stats.aborted || !out.error_kind) ok = write_line(fd, {{"event", "result"}, {"stats", stats_json(out.stats)}});
+    if (out.stats.aborted || !out.error_kind)
+      ok = write_line(fd, {{"event", "result"}, {"stats", stats_json(out.stats)}});
     if (ok && out.error_kind) ok = write_line(fd, error_event(out.error_kind, out.error_message));
-    if (!ok) return drop(fd), false;
-    return !stop_;
+    return ok && !out.signalled;
   }
 
+  Fd fd_;
   const EngineConfig& cfg_;
   int signal_fd_;
-  int lfd_ = -1, ep_ = -1;
-  bool stop_ = false;
-  std::map<int, std::string> clients_;  // fd -> unread input
+  Fd ep_;
+  std::string in_;  // unread input
+  bool discarding_ = false;
 };
 
 }  // namespace
 
-int serve_control(const sockaddr_in& bind_addr, const EngineConfig& cfg, int signal_fd) {
-  return Server(cfg, signal_fd).serve(bind_addr);
+int serve_control(Fd channel, const EngineConfig& cfg, int signal_fd) {
+  return Channel(std::move(channel), cfg, signal_fd).serve();
 }
 
 }  // namespace netprof

@@ -1,5 +1,4 @@
 #include "engine.hpp"
-#include "payload.hpp"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -15,26 +14,34 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <queue>
 #include <random>
 #include <thread>
 
 #include "clock.hpp"
+#include "netprof/fd.hpp"
+#include "payload.hpp"
+#include "run_window.hpp"
+#include "sys.hpp"
 #include "zmq_engine.hpp"
 
 namespace netprof {
 
 bool check_fd_limit(int connections, std::string* why) {
   rlimit rl{};
-  getrlimit(RLIMIT_NOFILE, &rl);
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;  // unknown limit: socket() will say EMFILE
   if (rl.rlim_cur != RLIM_INFINITY && rlim_t(connections) + kFdReserve > rl.rlim_cur) {
-    *why = "connections=" + std::to_string(connections) + " exceeds the open-file limit: RLIMIT_NOFILE (ulimit -n) is " +
-           std::to_string(rl.rlim_cur) + " and the loader needs connections + " + std::to_string(kFdReserve) +
-           "; use at most " + std::to_string(rl.rlim_cur > kFdReserve ? rl.rlim_cur - kFdReserve : 0) +
+    *why = "connections=" + std::to_string(connections) +
+           " exceeds the open-file limit: RLIMIT_NOFILE (ulimit -n) is " + std::to_string(rl.rlim_cur) +
+           " and the loader needs connections + " + std::to_string(kFdReserve) + "; use at most " +
+           std::to_string(rl.rlim_cur > kFdReserve ? rl.rlim_cur - kFdReserve : 0) +
            " connections or raise `ulimit -n`";
     return false;
   }
@@ -43,20 +50,20 @@ bool check_fd_limit(int connections, std::string* why) {
 
 namespace {
 
-enum Phase : int { kConnect, kRun, kStop };
+enum RunPhase : int { kConnect, kRun, kStop };
 
 // Connect pacing. A SYN that hits a full accept queue is dropped and the kernel would retry only
 // after 1 s; instead we give each attempt a short deadline and reconnect (the seed's backlog race).
 // Without a cap on attempts in flight, 19k connects to a backlog-100 listener collapse into SYN drops
 // (2k of 19k up in 8 s); with it, setup runs at the backend's accept rate.
-constexpr int kMaxConnecting = 128;           // per worker, attempts in flight
+constexpr int kMaxConnecting = 128;  // per worker, attempts in flight
 constexpr int64_t kAttemptTimeoutNs = 100'000'000;
 constexpr int64_t kBackoffMinNs = 1'000'000, kBackoffMaxNs = 200'000'000;
 constexpr size_t kIoBuf = 256 * 1024;
 
 struct Conn {
   enum State : uint8_t { Idle, Backoff, Connecting, Up, Dead };
-  int fd = -1;
+  Fd fd;
   uint32_t id = 0;  // global connection index
   State state = Idle;
   bool want_out = false;      // EPOLLOUT currently registered
@@ -70,7 +77,10 @@ struct Conn {
   uint64_t recv_seq = 0;
   size_t recv_off = 0;
   bool recv_bad = false;
-  uint64_t window_msgs = 0;
+  PerPhase<uint64_t> window_msgs{};  // messages completed in the window, by phase
+  // Send timestamps of the `pipeline` messages in flight, indexed by seq % pipeline: allocated when
+  // the connection comes up, so memory follows the connections actually open.
+  std::unique_ptr<int64_t[]> sent_at;
 };
 
 struct Timer {
@@ -81,19 +91,60 @@ struct Timer {
   bool operator>(const Timer& o) const { return due > o.due; }
 };
 
+// Adds one to an eventfd. EAGAIN (the counter is saturated) still leaves it readable: not an error.
+void bump(int efd) {
+  uint64_t one = 1;
+  while (write(efd, &one, 8) < 0 && errno == EINTR) {
+  }
+}
+
+// Empties an eventfd (non-blocking); EAGAIN just means it was empty.
+void drain_eventfd(int efd) {
+  uint64_t v;
+  while (read(efd, &v, 8) < 0 && errno == EINTR) {
+  }
+}
+
 struct Shared {
   const RunRequest* req;
   const Payload* payload;
   std::atomic<int> phase{kConnect};
-  std::atomic<int64_t> t_start{INT64_MAX}, t_stop{INT64_MAX};
+  // The window's boundaries, published by the coordinator (fixed before the first ping, cut on abort).
+  std::atomic<int64_t> t_start{INT64_MAX}, probe_start{INT64_MAX}, probe_stop{INT64_MAX}, t_stop{INT64_MAX};
+  void publish(const WindowBounds& w) {
+    // Stop first: on a cut, a worker that sees the new stop with old probe bounds still classifies
+    // every echo before the new stop the same way as with the new bounds.
+    t_stop.store(w.stop);
+    probe_stop.store(w.probe_stop);
+    probe_start.store(w.probe_start);
+    t_start.store(w.start);
+  }
+  WindowBounds bounds() const {
+    WindowBounds w;
+    w.start = t_start.load(std::memory_order_relaxed);
+    w.probe_start = probe_start.load(std::memory_order_relaxed);
+    w.probe_stop = probe_stop.load(std::memory_order_relaxed);
+    w.stop = t_stop.load(std::memory_order_relaxed);
+    return w;
+  }
   std::atomic<int> workers_ready{0};  // workers done with the connect phase
   std::atomic<long> alive{0};         // connections up now
   std::atomic<long> ever_up{0};       // connections that came up
   int64_t connect_deadline = 0;
-  int notify_fd = -1;  // eventfd: worker -> coordinator
-  void notify() {
-    uint64_t one = 1;
-    (void)!write(notify_fd, &one, 8);
+  Fd notify_fd;  // eventfd: worker -> coordinator
+  void notify() { bump(notify_fd.get()); }
+
+  // A worker that hit an unexpected error (an exception) stops; the coordinator aborts the run.
+  std::atomic<bool> failed{false};
+  std::mutex failure_mu;
+  std::string failure;
+  void fail(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mu);
+      if (failure.empty()) failure = why;
+    }
+    failed.store(true);
+    notify();
   }
 };
 
@@ -107,33 +158,42 @@ class Worker {
       conns_.emplace_back();
       conns_.back().id = uint32_t(i);
     }
-    ring_.assign(conns_.size() * size_t(r.pipeline), 0);
-    ep_ = epoll_create1(EPOLL_CLOEXEC);
-    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ep_.reset(check_sys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
+    wake_fd_.reset(check_sys(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd"));
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = kWakeTag;
-    epoll_ctl(ep_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    check_sys(epoll_ctl(ep_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev), "epoll_ctl(wake)");
     buf_.resize(kIoBuf);
   }
-  ~Worker() {
-    for (auto& c : conns_)
-      if (c.fd >= 0) close(c.fd);
-    close(ep_);
-    close(wake_fd_);
-  }
+  // The owner stops the run (phase kStop, wake) before a worker is destroyed; the sockets close with conns_.
+  ~Worker() { join(); }
 
-  void start() { thread_ = std::thread([this] { loop(); }); }
-  void wake() {
-    uint64_t one = 1;
-    (void)!write(wake_fd_, &one, 8);
+  void start() {
+    try {
+      start_thread();
+    } catch (const std::system_error& e) {
+      throw std::system_error(e.code(), "cannot start a worker thread");
+    }
   }
+  void start_thread() {
+    thread_ = std::thread([this] {
+      try {
+        loop();
+      } catch (const std::bad_alloc&) {
+        sh_.fail("out of memory in a worker thread");
+      } catch (const std::exception& e) {
+        sh_.fail(std::string("worker thread: ") + e.what());
+      }
+    });
+  }
+  void wake() { bump(wake_fd_.get()); }
   void join() {
     if (thread_.joinable()) thread_.join();
   }
 
   // Results, read after join().
-  Histogram hist;
+  PerPhase<Histogram> hist;  // by phase
   Errors errors;
   int connected = 0;
   const std::vector<Conn>& conns() const { return conns_; }
@@ -144,7 +204,9 @@ class Worker {
       cpu_set_t set;
       CPU_ZERO(&set);
       CPU_SET(cpu_, &set);
-      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+      // The CPU list was checked by sched_setaffinity() at startup: a failure here is unexpected.
+      if (int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0)
+        throw std::system_error(rc, std::generic_category(), "pthread_setaffinity_np");
     }
     for (size_t i = 0; i < conns_.size(); i++) pending_.push_back(uint32_t(i));
     bool connect_done = false, running = false;
@@ -176,12 +238,14 @@ class Worker {
         wait = wait < 0 ? t : std::min(wait, t);
       }
       timespec ts = ns_to_timespec(wait);
-      int n = epoll_pwait2(ep_, evs.data(), int(evs.size()), wait < 0 ? nullptr : &ts, nullptr);
-      if (n < 0) continue;  // EINTR
+      int n = epoll_pwait2(ep_.get(), evs.data(), int(evs.size()), wait < 0 ? nullptr : &ts, nullptr);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("epoll_pwait2");
+      }
       for (int i = 0; i < n; i++) {
         if (evs[i].data.u64 == kWakeTag) {
-          uint64_t v;
-          (void)!read(wake_fd_, &v, 8);
+          drain_eventfd(wake_fd_.get());
           continue;
         }
         on_event(uint32_t(evs[i].data.u64), evs[i].events);
@@ -204,25 +268,26 @@ class Worker {
     const RunRequest& r = *sh_.req;
     c.attempts++;
     c.gen++;
-    c.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (c.fd < 0) return hard_fail(i);  // EMFILE and friends: retrying cannot help
+    c.fd.reset(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!c.fd) return hard_fail(i);  // EMFILE and friends: retrying cannot help
     int one = 1;
-    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     // Port chosen at connect() time, per 4-tuple: each source address gets its own ~28k ports.
-    setsockopt(c.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    if (setsockopt(c.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ||
+        setsockopt(c.fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one) < 0)
+      return hard_fail(i);
     sockaddr_in src{};
     src.sin_family = AF_INET;
     src.sin_addr = r.source_addrs[c.id % r.source_addrs.size()];
-    if (bind(c.fd, reinterpret_cast<sockaddr*>(&src), sizeof src) < 0) return hard_fail(i);
-    int rc = connect(c.fd, reinterpret_cast<const sockaddr*>(&r.target_addr), sizeof r.target_addr);
+    if (bind(c.fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) < 0) return hard_fail(i);
+    int rc = connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&r.target_addr), sizeof r.target_addr);
     if (rc == 0) return became_up(i);
     if (errno == EINPROGRESS) {
-      c.state = Conn::Connecting;
-      connecting_++;
       epoll_event ev{};
       ev.events = EPOLLOUT;
       ev.data.u64 = i;
-      epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev);
+      if (epoll_ctl(ep_.get(), EPOLL_CTL_ADD, c.fd.get(), &ev) < 0) return hard_fail(i);  // ENOMEM, ENOSPC
+      c.state = Conn::Connecting;
+      connecting_++;
       timers_.push({now + kAttemptTimeoutNs, i, c.gen, Timer::AttemptTimeout});
       return;
     }
@@ -257,11 +322,15 @@ class Worker {
 
   void became_up(uint32_t i) {
     Conn& c = conns_[i];
-    c.state = Conn::Up;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = i;
-    if (epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev) < 0) epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev);
+    // MOD after an EINPROGRESS connect (registered for EPOLLOUT), ADD after an immediate one.
+    if (epoll_ctl(ep_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) < 0 &&
+        (errno != ENOENT || epoll_ctl(ep_.get(), EPOLL_CTL_ADD, c.fd.get(), &ev) < 0))
+      return hard_fail(i);
+    c.sent_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));  // bad_alloc: the run fails as `internal`
+    c.state = Conn::Up;
     connected++;
     resolved_++;
     sh_.alive.fetch_add(1);
@@ -286,8 +355,7 @@ class Worker {
   }
 
   void close_fd(Conn& c) {
-    if (c.fd >= 0) close(c.fd);  // close() also drops it from the epoll set
-    c.fd = -1;
+    c.fd.reset();  // close() also drops it from the epoll set
     c.want_out = false;
   }
 
@@ -328,7 +396,7 @@ class Worker {
     if (c.state == Conn::Connecting) {
       int err = 0;
       socklen_t len = sizeof err;
-      getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
       connecting_--;
       if (err == 0 && !(events & (EPOLLERR | EPOLLHUP)))
         became_up(i);
@@ -348,15 +416,14 @@ class Worker {
     Conn& c = conns_[i];
     const size_t msize = size_t(sh_.req->msize);
     while (true) {
-      ssize_t n = recv(c.fd, buf_.data(), buf_.size(), 0);
+      ssize_t n = recv(c.fd.get(), buf_.data(), buf_.size(), 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
         lost(i);
         return false;
       }
       if (n < 0) return true;
       int64_t now = now_ns();
-      int64_t t_start = sh_.t_start.load(std::memory_order_relaxed);
-      int64_t t_stop = sh_.t_stop.load(std::memory_order_relaxed);
+      const WindowBounds window = sh_.bounds();
       const uint8_t* p = buf_.data();
       size_t left = size_t(n);
       // Bytes the backend may legitimately echo: everything sent and not yet echoed.
@@ -374,7 +441,7 @@ class Worker {
         p += take;
         left -= take;
         c.recv_off += take;
-        if (c.recv_off == msize) complete(i, now, t_start, t_stop);
+        if (c.recv_off == msize) complete(i, now, window);
       }
       if (size_t(n) < buf_.size()) break;  // drained; level-triggered epoll reports the rest
     }
@@ -382,12 +449,13 @@ class Worker {
     return c.state == Conn::Up;
   }
 
-  void complete(uint32_t i, int64_t now, int64_t t_start, int64_t t_stop) {
+  void complete(uint32_t i, int64_t now, const WindowBounds& window) {
     Conn& c = conns_[i];
     const size_t K = size_t(sh_.req->pipeline);
-    if (!c.recv_bad && now >= t_start && now < t_stop) {
-      c.window_msgs++;
-      hist.record(uint64_t(now - ring_[size_t(i) * K + c.recv_seq % K]));
+    int phase = phase_at(window, now);
+    if (!c.recv_bad && phase != kOutside) {
+      c.window_msgs[phase]++;
+      hist[phase].record(uint64_t(now - c.sent_at[c.recv_seq % K]));
     }
     c.recv_seq++;
     c.recv_off = 0;
@@ -417,7 +485,7 @@ class Worker {
           if (c.credits == 0) break;
           if (!now) now = now_ns();
           c.credits--;
-          ring_[size_t(i) * K + c.started % K] = now;
+          c.sent_at[c.started % K] = now;
           c.started++;
         }
         size_t take = std::min(msize - off, buf_.size() - len);
@@ -430,7 +498,7 @@ class Worker {
         }
       }
       if (len == 0) break;
-      ssize_t n = send(c.fd, sbuf_ptr(), len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t n = send(c.fd.get(), sbuf_ptr(), len, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) {
           blocked = errno == EAGAIN;
@@ -449,11 +517,11 @@ class Worker {
       }
     }
     if (blocked != c.want_out) {
-      c.want_out = blocked;
       epoll_event ev{};
       ev.events = blocked ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
       ev.data.u64 = i;
-      epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev);
+      if (epoll_ctl(ep_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) < 0) return lost(i);  // cannot be watched: give it up
+      c.want_out = blocked;
     }
   }
 
@@ -475,9 +543,8 @@ class Worker {
   Shared& sh_;
   int cpu_;
   std::mt19937_64 rng_;
-  int ep_ = -1, wake_fd_ = -1;
+  Fd ep_, wake_fd_;
   std::vector<Conn> conns_;
-  std::vector<int64_t> ring_;  // per connection, K send timestamps indexed by seq % K
   std::deque<uint32_t> pending_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   int connecting_ = 0;
@@ -486,137 +553,138 @@ class Worker {
   std::thread thread_;
 };
 
-double tv_s(const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; }
-
-// The coordinator: the thread that called run_load. It owns the timeline and the control socket.
+// The coordinator: the thread that called run_load. It owns the timeline and watches the control
+// client and the signals.
 class Coordinator {
  public:
-  Coordinator(const RunRequest& req, const EngineConfig& cfg, const std::function<bool(const json&)>& emit,
-              const Watch& watch)
-      : req_(req), cfg_(cfg), emit_(emit), watch_(watch), payload_(req.msize) {}
+  Coordinator(const RunRequest& req, const EngineConfig& cfg, const Emit& emit, const Watch& watch)
+      : req_(req), cfg_(cfg), emit_(emit), watch_(watch), payload_(req.msize), window_(req, emit) {}
+  ~Coordinator() { stop_workers(); }
 
   RunOutcome run() {
     RunOutcome out;
-    sh_.req = &req_;
-    sh_.payload = &payload_;
-    sh_.notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ep_ = epoll_create1(EPOLL_CLOEXEC);
-    add(sh_.notify_fd, EPOLLIN);
-    if (watch_.client_fd >= 0) add(watch_.client_fd, EPOLLIN | EPOLLRDHUP);
-    if (watch_.signal_fd >= 0) add(watch_.signal_fd, EPOLLIN);
-
-    int nworkers = std::max(1, std::min(cfg_.threads, req_.connections));
-    if (!emit_(event("accepted"))) out.client_gone = true;
-    int64_t t0 = now_ns();
-    sh_.connect_deadline = t0 + s_to_ns(req_.connect_timeout);
-    for (int w = 0; w < nworkers; w++) {
-      int cpu = cfg_.cpus.empty() ? -1 : cfg_.cpus[size_t(w) % cfg_.cpus.size()];
-      workers_.push_back(std::make_unique<Worker>(sh_, w, nworkers, cpu));
-    }
-    for (auto& w : workers_) w->start();
-
     Stats& st = out.stats;
     st.connections = req_.connections;
     st.msize = req_.msize;
     st.pipeline = req_.pipeline;
-    int64_t t_start = 0, t_stop = 0;
-    rusage ru0{};
-    bool window_open = false;
-
-    auto fail = [&](const char* kind, std::string msg) {
-      out.error_kind = kind;
-      out.error_message = std::move(msg);
-    };
-
-    // 1. Connect phase: until every worker has resolved all its connections (or the deadline).
     bool no_connection = false;
-    if (!out.client_gone && wait_until(INT64_MAX, out, [&] { return sh_.workers_ready.load() == nworkers; })) {
-      int64_t t1 = now_ns();
-      long up = sh_.ever_up.load();
-      st.setup_s = ns_to_s(t1 - t0);
-      json ev = event_at("connected", ns_to_s(t1));
-      ev["connected"] = up;
-      ev["failed"] = req_.connections - up;
-      ev["setup_s"] = std::round(st.setup_s * 1e6) / 1e6;
-      if (!emit_(ev)) out.client_gone = true;
-      if (up == 0) {
-        no_connection = true;
-        fail(err::kConnect, "");  // message built after the workers stopped (it needs their counts)
-      } else if (!out.client_gone) {
-        // 2. Warm-up, then the window. Its boundaries are fixed before the first ping, so workers
-        // classify each echo by its own timestamp: the window is exact, whatever our wake-up lag.
-        t_start = t1 + s_to_ns(req_.warmup);
-        t_stop = t_start + s_to_ns(req_.duration);
-        sh_.t_start.store(t_start);
-        sh_.t_stop.store(t_stop);
-        sh_.phase.store(kRun, std::memory_order_release);
-        for (auto& w : workers_) w->wake();
-        auto gone = [&] { return backend_gone(); };
-        if (wait_until(t_start, out, gone) && !backend_gone()) {
-          getrusage(RUSAGE_SELF, &ru0);
-          window_open = true;
-          if (!emit_(event_at("measure_start", ns_to_s(t_start)))) out.client_gone = true;
-          if (!out.client_gone) wait_until(t_stop, out, gone);
-        }
-        if (backend_gone() && !out.signalled && !out.client_gone)
-          fail(err::kBackendGone, "the backend closed or reset all " + std::to_string(up) +
-                                      " connections mid-run (did it crash or exit?)");
-      }
+    try {
+      no_connection = play(out);
+    } catch (const std::bad_alloc&) {
+      fail(out, err::kInternal, "out of memory");
+    } catch (const std::exception& e) {
+      fail(out, err::kInternal, e.what());
+    }
+    if (sh_.failed.load()) {
+      std::lock_guard<std::mutex> lock(sh_.failure_mu);
+      fail(out, err::kInternal, sh_.failure);
     }
     bool aborted = out.error_kind || out.client_gone || out.signalled;
-    int64_t t_end = now_ns();
-    if (aborted && t_start) {
+    if (aborted) {
       // Close the window now: echoes completing from here on are not counted.
-      t_stop = std::max(std::min(t_end, t_stop), t_start);
-      sh_.t_stop.store(t_stop);
+      window_.cut(now_ns());
+      if (window_.fixed()) sh_.publish(window_.bounds());
     }
-    if (window_open) {
-      rusage ru1{};
-      getrusage(RUSAGE_SELF, &ru1);
-      st.user_s = tv_s(ru1.ru_utime) - tv_s(ru0.ru_utime);
-      st.sys_s = tv_s(ru1.ru_stime) - tv_s(ru0.ru_stime);
-      // Always closes a window it opened, also on abort, so the profiler's snapshots pair up.
-      if (!out.client_gone && !emit_(event_at("measure_stop", ns_to_s(t_stop)))) out.client_gone = true;
-    }
-    sh_.phase.store(kStop, std::memory_order_release);
-    for (auto& w : workers_) w->wake();
-    for (auto& w : workers_) w->join();
+    // Always closes a window it opened, also on abort, so the profiler's snapshots pair up.
+    if (!window_.close(!out.client_gone)) out.client_gone = true;
+    stop_workers();
 
-    // 3. Merge.
-    st.per_conn_messages.assign(size_t(req_.connections), 0);
+    // Merge.
+    st.init_counts(req_.connections);
     for (auto& w : workers_) {
       st.connected += w->connected;
-      st.latency.merge(w->hist);
-      for (auto& c : w->conns()) {
-        st.per_conn_messages[c.id] = c.window_msgs;
-        st.messages += c.window_msgs;
-      }
+      st.add_latency(w->hist);
+      for (auto& c : w->conns()) st.add_conn(c.id, c.window_msgs);
     }
     st.errors = sum_errors();
     if (no_connection)
       out.error_message = "no connection to " + req_.target + " could be made (" + std::to_string(st.errors.connect) +
                           " refused or failed, " + std::to_string(st.errors.timeout) + " timed out within " +
                           json(req_.connect_timeout).dump() + " s): is the backend listening there?";
-    st.warmup_s = t_start ? req_.warmup : 0;
-    if (window_open) {
-      st.t_start = ns_to_s(t_start);
-      st.t_stop = ns_to_s(t_stop);
-      st.duration_s = ns_to_s(t_stop - t_start);
-      st.cpu_frac = st.duration_s > 0 ? (st.user_s + st.sys_s) / (st.duration_s * nworkers) : 0;
-    }
-    st.aborted = aborted;
+    window_.finish(st, nworkers_);
+    st.aborted = aborted && accepted_;  // a run refused before `accepted` has no result, only the error
     workers_.clear();
-    close(ep_);
-    close(sh_.notify_fd);
     return out;
   }
 
  private:
+  static void fail(RunOutcome& out, const char* kind, std::string msg) {
+    if (out.error_kind) return;  // the first failure is the reason
+    out.error_kind = kind;
+    out.error_message = std::move(msg);
+  }
+
+  // Connect phase, warm-up and window. True when no connection could be made.
+  bool play(RunOutcome& out) {
+    sh_.req = &req_;
+    sh_.payload = &payload_;
+    sh_.notify_fd.reset(check_sys(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd"));
+    ep_.reset(check_sys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
+    add(sh_.notify_fd.get(), EPOLLIN);
+    if (watch_.client_fd >= 0) add(watch_.client_fd, EPOLLIN | EPOLLRDHUP);
+    if (watch_.signal_fd >= 0) add(watch_.signal_fd, EPOLLIN);
+
+    nworkers_ = std::max(1, std::min(cfg_.threads, req_.connections));
+    if (!emit_(event("accepted"))) {
+      out.client_gone = true;
+      return false;
+    }
+    accepted_ = true;
+    // An abort may already be in the input read with the request (epoll would not report it again).
+    if (watch_.client_fd >= 0 && !client_ok(poll_client(watch_), out)) return false;
+    int64_t t0 = now_ns();
+    sh_.connect_deadline = t0 + s_to_ns(req_.connect_timeout);
+    for (int w = 0; w < nworkers_; w++) {
+      int cpu = cfg_.cpus.empty() ? -1 : cfg_.cpus[size_t(w) % cfg_.cpus.size()];
+      workers_.push_back(std::make_unique<Worker>(sh_, w, nworkers_, cpu));
+    }
+    for (auto& w : workers_) w->start();
+
+    // 1. Connect phase: until every worker has resolved all its connections (or the deadline).
+    auto all_resolved = [&] { return sh_.failed.load() || sh_.workers_ready.load() == nworkers_; };
+    if (!wait_until(INT64_MAX, out, all_resolved) || sh_.failed.load()) return false;
+    int64_t t1 = now_ns();
+    long up = sh_.ever_up.load();
+    if (!window_.connected(out.stats, t0, t1, up)) {
+      out.client_gone = true;
+      return false;
+    }
+    if (up == 0) {
+      fail(out, err::kConnect, "");  // message built after the workers stopped (it needs their counts)
+      return true;
+    }
+    // 2. Warm-up, then the window. Its boundaries are fixed before the first ping, so workers
+    // classify each echo by its own timestamp: the window is exact, whatever our wake-up lag.
+    window_.fix(t1);
+    sh_.publish(window_.bounds());
+    sh_.phase.store(kRun, std::memory_order_release);
+    for (auto& w : workers_) w->wake();
+    auto stop_early = [&] { return backend_gone() || sh_.failed.load(); };
+    while (!window_.closed()) {
+      if (!wait_until(window_.next_mark(), out, stop_early)) return false;  // client gone or signal
+      if (stop_early()) break;
+      if (!window_.advance(now_ns())) {
+        out.client_gone = true;
+        return false;
+      }
+    }
+    if (backend_gone() && !window_.closed())
+      fail(out, err::kBackendGone,
+           "the backend closed or reset all " + std::to_string(up) + " connections mid-run (did it crash or exit?)");
+    return false;
+  }
+
+  void stop_workers() {
+    sh_.phase.store(kStop, std::memory_order_release);
+    for (auto& w : workers_) w->wake();
+    for (auto& w : workers_) w->join();
+  }
+
   void add(int fd, uint32_t events) {
     epoll_event ev{};
     ev.events = events;
     ev.data.fd = fd;
-    epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev);
+    check_sys(epoll_ctl(ep_.get(), EPOLL_CTL_ADD, fd, &ev), "epoll_ctl");
   }
 
   bool backend_gone() const { return sh_.ever_up.load() > 0 && sh_.alive.load() == 0; }
@@ -642,19 +710,20 @@ class Coordinator {
       int64_t now = now_ns();
       if (now >= deadline) return true;
       timespec ts = ns_to_timespec(deadline - now);
-      int n = epoll_pwait2(ep_, evs, 8, deadline == INT64_MAX ? nullptr : &ts, nullptr);
+      int n = epoll_pwait2(ep_.get(), evs, 8, deadline == INT64_MAX ? nullptr : &ts, nullptr);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("epoll_pwait2");
+      }
       for (int i = 0; i < n; i++) {
         int fd = evs[i].data.fd;
-        if (fd == sh_.notify_fd) {
-          uint64_t v;
-          (void)!read(fd, &v, 8);
+        if (fd == sh_.notify_fd.get()) {
+          drain_eventfd(fd);
         } else if (fd == watch_.signal_fd) {
-          signalfd_siginfo si;
-          (void)!read(fd, &si, sizeof si);
+          if (!take_signal(fd)) continue;  // spurious wake-up
           out.signalled = true;
           return false;
-        } else if (fd == watch_.client_fd && !client_still_there(watch_)) {
-          out.client_gone = true;
+        } else if (fd == watch_.client_fd && !client_ok(poll_client(watch_), out)) {
           return false;
         }
       }
@@ -663,30 +732,60 @@ class Coordinator {
 
   const RunRequest& req_;
   const EngineConfig& cfg_;
-  const std::function<bool(const json&)>& emit_;
+  const Emit& emit_;
   Watch watch_;
   Payload payload_;
+  RunWindow window_;
   Shared sh_;
-  int ep_ = -1;
-  std::vector<std::unique_ptr<Worker>> workers_;
+  Fd ep_;
+  int nworkers_ = 1;
+  bool accepted_ = false;
+  std::vector<std::unique_ptr<Worker>> workers_;  // after sh_: destroyed (joined) first
 };
 
 }  // namespace
 
-RunOutcome run_load(const RunRequest& req, const EngineConfig& cfg, const std::function<bool(const json&)>& emit,
-                    const Watch& watch) {
-  if (req.transport == Transport::Zmq) return run_zmq_load(req, cfg, emit, watch);
-  return Coordinator(req, cfg, emit, watch).run();
+RunOutcome run_load(const RunRequest& req, const EngineConfig& cfg, const Emit& emit, const Watch& watch) {
+  // The engines turn failures during a run into `internal` errors themselves; this is the last line
+  // (e.g. out of memory while merging the stats): an error without a result, never a crash.
+  try {
+    if (req.transport == Transport::Zmq) return run_zmq_load(req, cfg, emit, watch);
+    return Coordinator(req, cfg, emit, watch).run();
+  } catch (const std::bad_alloc&) {
+    RunOutcome out;
+    out.error_kind = err::kInternal;
+    out.error_message = "out of memory";
+    return out;
+  } catch (const std::exception& e) {
+    RunOutcome out;
+    out.error_kind = err::kInternal;
+    out.error_message = e.what();
+    return out;
+  }
 }
 
-bool client_still_there(const Watch& w) {
-  char tmp[4096];
-  while (true) {
-    ssize_t n = recv(w.client_fd, tmp, sizeof tmp, MSG_DONTWAIT);
-    if (n == 0) return false;
-    if (n < 0) return errno == EAGAIN || errno == EINTR;
-    if (w.client_input && w.client_input->size() < 2 * kMaxLine) w.client_input->append(tmp, size_t(n));
+bool take_signal(int signal_fd) {
+  signalfd_siginfo si;
+  ssize_t n;
+  do {
+    n = read(signal_fd, &si, sizeof si);
+  } while (n < 0 && errno == EINTR);
+  return n == ssize_t(sizeof si);
+}
+
+bool client_ok(ClientPoll poll, RunOutcome& out) {
+  if (poll == ClientPoll::Gone) {
+    out.client_gone = true;
+    return false;
   }
+  if (poll == ClientPoll::Abort) {
+    if (!out.error_kind) {
+      out.error_kind = err::kAborted;
+      out.error_message = "the client aborted the run";
+    }
+    return false;
+  }
+  return true;
 }
 
 }  // namespace netprof

@@ -16,14 +16,18 @@ struct EngineConfig {
 
 // What the coordinator watches besides the workers: the control client (EOF = abort) and a signalfd.
 struct Watch {
-  int client_fd = -1;                 // -1: none (one-shot mode)
+  int client_fd = -1;                   // -1: none (one-shot mode)
   std::string* client_input = nullptr;  // bytes the client sent mid-run are kept here
   int signal_fd = -1;
 };
 
-// Reads whatever the control client sent mid-run (kept in w.client_input for after the run);
-// false when it hung up (EOF or error): the run is then aborted. Both engines use it.
-bool client_still_there(const Watch& w);
+// Reads whatever the control client sent mid-run (kept in w.client_input for after the run, except an
+// `abort` request, which is taken out). Both engines call it when the client's fd is readable.
+enum class ClientPoll { Here, Gone, Abort };  // Gone: EOF or error; Abort: it sent {"cmd":"abort"}
+ClientPoll poll_client(const Watch& w);
+
+// Reads one signal from a (non-blocking) signalfd; false when none was pending.
+bool take_signal(int signal_fd);
 
 struct RunOutcome {
   Stats stats;
@@ -32,6 +36,9 @@ struct RunOutcome {
   bool client_gone = false;  // the control client disconnected: nobody to report to
   bool signalled = false;    // SIGTERM/SIGINT: the loader is shutting down
 };
+
+// Turns the client's poll result into the outcome; false when the run must stop.
+bool client_ok(ClientPoll poll, RunOutcome& out);
 
 // Descriptors a run needs beyond one per connection (epoll, eventfds, control sockets, stdio).
 constexpr int kFdReserve = 64;
@@ -42,7 +49,6 @@ bool check_fd_limit(int connections, std::string* why);
 
 // Runs one load. `emit` sends accepted, connected, measure_start and measure_stop as they happen
 // (returns false when the client is gone); the caller sends result and error from the outcome.
-RunOutcome run_load(const RunRequest& req, const EngineConfig& cfg, const std::function<bool(const json&)>& emit,
-                    const Watch& watch);
+RunOutcome run_load(const RunRequest& req, const EngineConfig& cfg, const Emit& emit, const Watch& watch);
 
 }  // namespace netprof

@@ -17,7 +17,7 @@ namespace netprof {
 
 class Histogram {
  public:
-  static constexpr int kSubBits = 7;                          // 128 sub-buckets per octave
+  static constexpr int kSubBits = 7;                            // 128 sub-buckets per octave
   static constexpr uint64_t kMaxTrackable = 60'000'000'000ULL;  // 60 s in ns
 
   Histogram();
@@ -29,8 +29,8 @@ class Histogram {
   uint64_t max() const { return max_; }  // exact, ns
   uint64_t min() const { return count_ ? min_ : 0; }
   double mean() const { return count_ ? double(sum_) / double(count_) : 0.0; }
-  // Value (ns) at quantile q in [0, 1]: exact min/max for the first/last rank, otherwise the midpoint of the bucket holding the
-  // ceil(q * count)-th smallest value (clamped to min/max). 0 when empty.
+  // Value (ns) at quantile q in [0, 1]: exact min/max for the first/last rank, otherwise the midpoint of the bucket
+  // holding the ceil(q * count)-th smallest value (clamped to min/max). 0 when empty.
   double quantile(double q) const;
 
   // Bucket arithmetic, public for the unit tests.

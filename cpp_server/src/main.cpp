@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 
@@ -12,20 +13,30 @@
 
 #include "control.hpp"
 #include "engine.hpp"
+#include "netprof/fd.hpp"
 
 using namespace netprof;
 
 namespace {
 
 const char* kUsage = R"(usage:
-  netprof-loader --control 127.0.0.1:PORT [--threads T] [--cpus LIST] [--allow-remote-control]
+  netprof-loader --control-fd N [--threads T] [--cpus LIST]
   netprof-loader --target IP:PORT -c N [-d SECONDS] [-s MSIZE] [--warmup S] [--pipeline K]
                  [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq]
-                 [--threads T] [--cpus LIST] [--json]
-Control mode serves JSON-lines requests (PROTOCOL.md); one-shot mode runs once and prints the stats.
+                 [--probe-share F] [--threads T] [--cpus LIST] [--json]
+Control mode serves JSON-lines requests (PROTOCOL.md) on the stream socket N its parent passed (one end
+of a socketpair) and exits when the parent closes it; one-shot mode runs once and prints the stats.
+The loader dies with its parent (SIGKILL) in both modes.
 think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
 --transport zmq: N ZeroMQ DEALER sockets instead of TCP connections (the backend is a ROUTER).
+--probe-share F: split the window into a centred probed sub-window (F of it, 0..1) and the rest,
+                 and report both phases (stats "phases").
 )";
+
+[[noreturn]] void fatal(const std::string& msg) {
+  fprintf(stderr, "netprof-loader: %s\n", msg.c_str());
+  exit(1);
+}
 
 [[noreturn]] void bad_args(const std::string& msg, bool usage = false) {
   fprintf(stderr, "netprof-loader: %s\n%s", msg.c_str(), usage ? kUsage : "");
@@ -84,7 +95,7 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
   std::string why;
   if (!parse_request_obj(request, &req, &why)) bad_args(why);
   if (!check_fd_limit(req.run.connections, &why)) bad_args(why);
-  std::function<bool(const json&)> emit = [](const json&) { return true; };
+  Emit emit = [](const json&) { return true; };
   RunOutcome out = run_load(req.run, cfg, emit, Watch{-1, nullptr, signal_fd});
   if (out.error_kind && std::string(out.error_kind) == err::kBadRequest) bad_args(out.error_message);  // refused
   const Stats& s = out.stats;
@@ -99,8 +110,19 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
     printf("errors: connect %llu reset %llu timeout %llu mismatch %llu; loader cpu_frac %.3f\n",
            (unsigned long long)s.errors.connect, (unsigned long long)s.errors.reset,
            (unsigned long long)s.errors.timeout, (unsigned long long)s.errors.mismatch, s.cpu_frac);
+    if (s.has_phases) {
+      for (int p : {kUnprobed, kProbed}) {
+        const PhaseStats& ph = s.phases[p];
+        printf("%s: %llu messages in %.3f s = %.1f msgs/s\n", p == kProbed ? "probed" : "unprobed",
+               (unsigned long long)ph.messages, ph.duration_s,
+               ph.duration_s > 0 ? double(ph.messages) / ph.duration_s : 0.0);
+      }
+    }
   }
-  fflush(stdout);
+  if (fflush(stdout) != 0) {
+    fprintf(stderr, "netprof-loader: cannot write the result to stdout: %s\n", strerror(errno));
+    return 1;
+  }
   if (out.signalled) return 128 + SIGTERM;
   if (out.error_kind) {
     fprintf(stderr, "netprof-loader: %s: %s\n", out.error_kind, out.error_message.c_str());
@@ -111,29 +133,44 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  enum { kControl = 1000, kAllowRemote, kTarget, kWarmup, kPipeline, kThink, kThreads, kCpus, kSources, kCtimeout, kJson, kTransport };
-  static const option opts[] = {
-      {"control", required_argument, nullptr, kControl},
-      {"allow-remote-control", no_argument, nullptr, kAllowRemote},
-      {"target", required_argument, nullptr, kTarget},
-      {"connections", required_argument, nullptr, 'c'},
-      {"duration", required_argument, nullptr, 'd'},
-      {"msize", required_argument, nullptr, 's'},
-      {"warmup", required_argument, nullptr, kWarmup},
-      {"pipeline", required_argument, nullptr, kPipeline},
-      {"think", required_argument, nullptr, kThink},
-      {"threads", required_argument, nullptr, kThreads},
-      {"cpus", required_argument, nullptr, kCpus},
-      {"sources", required_argument, nullptr, kSources},
-      {"connect-timeout", required_argument, nullptr, kCtimeout},
-      {"json", no_argument, nullptr, kJson},
-      {"transport", required_argument, nullptr, kTransport},
-      {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
+int run_main(int argc, char** argv) {
+  enum {
+    kControlFd = 1000,
+    kRemoved,
+    kTarget,
+    kWarmup,
+    kPipeline,
+    kThink,
+    kThreads,
+    kCpus,
+    kSources,
+    kCtimeout,
+    kJson,
+    kTransport,
+    kProbeShare
+  };
+  static const option opts[] = {{"control-fd", required_argument, nullptr, kControlFd},
+                                {"control", required_argument, nullptr, kRemoved},
+                                {"allow-remote-control", no_argument, nullptr, kRemoved},
+                                {"target", required_argument, nullptr, kTarget},
+                                {"connections", required_argument, nullptr, 'c'},
+                                {"duration", required_argument, nullptr, 'd'},
+                                {"msize", required_argument, nullptr, 's'},
+                                {"warmup", required_argument, nullptr, kWarmup},
+                                {"pipeline", required_argument, nullptr, kPipeline},
+                                {"think", required_argument, nullptr, kThink},
+                                {"threads", required_argument, nullptr, kThreads},
+                                {"cpus", required_argument, nullptr, kCpus},
+                                {"sources", required_argument, nullptr, kSources},
+                                {"connect-timeout", required_argument, nullptr, kCtimeout},
+                                {"json", no_argument, nullptr, kJson},
+                                {"transport", required_argument, nullptr, kTransport},
+                                {"probe-share", required_argument, nullptr, kProbeShare},
+                                {"help", no_argument, nullptr, 'h'},
+                                {nullptr, 0, nullptr, 0}};
 
-  std::string control, target;
-  bool allow_remote = false, as_json = false;
+  long control_fd = -1;
+  bool as_json = false;
   EngineConfig cfg;
   json request = {{"cmd", "run"}};
   int opt;
@@ -149,8 +186,14 @@ int main(int argc, char** argv) {
       return d;
     };
     switch (opt) {
-      case kControl: control = optarg; break;
-      case kAllowRemote: allow_remote = true; break;
+      case kControlFd:
+        control_fd = need_int("--control-fd");
+        if (control_fd < 0 || control_fd > INT32_MAX) bad_args("--control-fd needs a descriptor number");
+        break;
+      case kRemoved:
+        bad_args(
+            "--control HOST:PORT was removed: the control channel is private now; pass one end of a socketpair "
+            "with --control-fd N (PROTOCOL.md)");
       case kTarget: request["target"] = optarg; break;
       case 'c': request["connections"] = need_int("--connections"); break;
       case 'd': request["duration"] = need_num("--duration"); break;
@@ -169,18 +212,31 @@ int main(int argc, char** argv) {
         break;
       case kJson: as_json = true; break;
       case kTransport: request["transport"] = optarg; break;
+      case kProbeShare: request["probe_share"] = need_num("--probe-share"); break;
       case 'h': fputs(kUsage, stdout); return 0;
       default: bad_args("unknown option", true);
     }
   }
   if (optind < argc) bad_args(std::string("unexpected argument '") + argv[optind] + "'");
-  if (control.empty() == !request.contains("target")) bad_args("give exactly one of --control and --target", true);
+  if ((control_fd >= 0) == request.contains("target")) bad_args("give exactly one of --control-fd and --target", true);
+
+  // Die with the parent (netprof): a loader left behind would keep its connections (and, in control
+  // mode, wait on a channel nobody writes to). PR_SET_PDEATHSIG fires when the thread that started
+  // us exits. If the parent died before prctl() we have been re-parented already: exit now.
+  const pid_t parent = getppid();
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fatal(std::string("prctl(PR_SET_PDEATHSIG): ") + strerror(errno));
+  if (getppid() != parent) fatal("the parent exited while the loader was starting");
+  // In control mode the channel covers the remaining race (a parent gone before getppid() above):
+  // its end is closed, so the first read is EOF and the loader exits.
+  std::string why;
+  if (control_fd >= 0 && !prepare_channel(int(control_fd), &why)) bad_args(why);
 
   // One fd per connection: use all the descriptors we are allowed.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)  // the fd-limit check before each run names the real limit
+      fprintf(stderr, "netprof-loader: cannot raise RLIMIT_NOFILE: %s\n", strerror(errno));
   }
   if (!cfg.cpus.empty()) {
     cpu_set_t set;
@@ -191,21 +247,27 @@ int main(int argc, char** argv) {
   // Signals arrive through a signalfd watched by whichever loop is running, so a SIGTERM in the
   // middle of a run stops it promptly and every socket is closed on the way out. Blocked before any
   // worker thread exists, so the threads inherit the mask.
-  signal(SIGPIPE, SIG_IGN);
   sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
-  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal(SIGPIPE, SIG_IGN) == SIG_ERR || sigemptyset(&mask) != 0 || sigaddset(&mask, SIGINT) != 0 ||
+      sigaddset(&mask, SIGTERM) != 0 || pthread_sigmask(SIG_BLOCK, &mask, nullptr) != 0)
+    fatal("cannot set up signal handling");
+  Fd signal_fd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signal_fd) fatal(std::string("signalfd: ") + strerror(errno));
+  const int sfd = signal_fd.get();
 
-  if (!control.empty()) {
-    sockaddr_in addr{};
-    if (!parse_hostport(control, &addr)) bad_args("--control needs IPv4:PORT, got '" + control + "'");
-    if ((ntohl(addr.sin_addr.s_addr) >> 24) != 127 && !allow_remote)
-      bad_args("--control " + control + " is not a loopback address; pass --allow-remote-control to allow it");
-    return serve_control(addr, cfg, sfd);
-  }
+  if (control_fd >= 0) return serve_control(Fd(int(control_fd)), cfg, sfd);
   if (!request.contains("connections")) bad_args("one-shot mode needs -c/--connections");
   return one_shot(request, cfg, as_json, sfd);
+}
+
+int main(int argc, char** argv) {
+  // Anything unexpected ends in one line on stderr and exit code 1, never in std::terminate.
+  try {
+    return run_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    fprintf(stderr, "netprof-loader: internal: out of memory\n");
+  } catch (const std::exception& e) {
+    fprintf(stderr, "netprof-loader: internal: %s\n", e.what());
+  }
+  return 1;
 }

@@ -36,11 +36,10 @@ bool get_int(const json& o, const char* key, long lo, long hi, int* out, std::st
     *why = std::string(key) + " must be an integer";
     return false;
   }
-  long v = it->is_number_unsigned() ? long(std::min<uint64_t>(it->get<uint64_t>(), uint64_t(LONG_MAX)))
-                                    : it->get<long>();
+  long v =
+      it->is_number_unsigned() ? long(std::min<uint64_t>(it->get<uint64_t>(), uint64_t(LONG_MAX))) : it->get<long>();
   if (v < lo || v > hi) {
-    *why = std::string(key) + " must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
-           it->dump();
+    *why = std::string(key) + " must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + it->dump();
     return false;
   }
   *out = int(v);
@@ -102,18 +101,21 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   }
   if (!get_str(o, "cmd", &cmd, why)) return false;
   static const std::set<std::string> ping_fields{"cmd"};
-  static const std::set<std::string> run_fields{"cmd",      "target",   "connections", "msize",
-                                                "duration", "warmup",   "pipeline",    "think",
-                                                "connect_timeout", "sources", "transport"};
+  static const std::set<std::string> run_fields{"cmd",       "target",     "connections", "msize",           "duration",
+                                                "warmup",    "pipeline",   "think",       "connect_timeout", "sources",
+                                                "transport", "probe_share"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
+    allowed = &ping_fields;
+  } else if (cmd == "abort") {
+    out->cmd = Request::Abort;
     allowed = &ping_fields;
   } else if (cmd == "run") {
     out->cmd = Request::Run;
     allowed = &run_fields;
   } else {
-    *why = "unknown cmd '" + cmd + "' (expected run or ping)";
+    *why = "unknown cmd '" + cmd + "' (expected run, ping or abort)";
     return false;
   }
   for (auto& [k, v] : o.items()) {
@@ -123,7 +125,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       return false;
     }
   }
-  if (out->cmd == Request::Ping) return true;
+  if (out->cmd != Request::Run) return true;
 
   RunRequest r;
   if (!o.contains("target") || !o.contains("connections")) {
@@ -136,13 +138,24 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     return false;
   }
   if (!get_int(o, "connections", 1, 1'000'000, &r.connections, why) ||
-      !get_int(o, "msize", 1, 1 << 20, &r.msize, why) ||
-      !get_num(o, "duration", 0.1, 86400, &r.duration, why) ||
-      !get_num(o, "warmup", 0, 3600, &r.warmup, why) ||
-      !get_int(o, "pipeline", 1, 1024, &r.pipeline, why) ||
-      !get_str(o, "think", &r.think_spec, why) ||
-      !get_num(o, "connect_timeout", 0.1, 600, &r.connect_timeout, why))
+      !get_int(o, "msize", 1, 1 << 20, &r.msize, why) || !get_num(o, "duration", 0.1, 86400, &r.duration, why) ||
+      !get_num(o, "warmup", 0, 3600, &r.warmup, why) || !get_int(o, "pipeline", 1, 1024, &r.pipeline, why) ||
+      !get_str(o, "think", &r.think_spec, why) || !get_num(o, "connect_timeout", 0.1, 600, &r.connect_timeout, why) ||
+      !get_num(o, "probe_share", 0, 1, &r.probe_share, why))
     return false;
+  r.probe_share_given = o.contains("probe_share");
+  const uint64_t in_flight = uint64_t(r.connections) * uint64_t(r.pipeline);
+  if (in_flight > kMaxInFlightMessages) {
+    *why = "connections × pipeline = " + std::to_string(in_flight) + " messages in flight exceeds the limit of " +
+           std::to_string(kMaxInFlightMessages) + ": use fewer connections or a shorter pipeline";
+    return false;
+  }
+  if (in_flight * uint64_t(r.msize) > kMaxInFlightBytes) {
+    *why = "connections × pipeline × msize = " + std::to_string(in_flight * uint64_t(r.msize)) +
+           " bytes in flight exceeds the limit of " + std::to_string(kMaxInFlightBytes) +
+           " (1 GiB): use fewer connections, a shorter pipeline or smaller messages";
+    return false;
+  }
   std::string transport = "tcp";
   if (!get_str(o, "transport", &transport, why)) return false;
   if (transport == "zmq") {
@@ -181,33 +194,77 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
 namespace {
 double us(double ns) { return std::round(ns) / 1000.0; }  // ns -> µs, 1 ns resolution
 double r6(double x) { return std::round(x * 1e6) / 1e6; }
+
+json latency_json(const Histogram& h) {
+  return {{"p50", us(h.quantile(0.50))},   {"p90", us(h.quantile(0.90))},
+          {"p95", us(h.quantile(0.95))},   {"p99", us(h.quantile(0.99))},
+          {"p999", us(h.quantile(0.999))}, {"max", us(double(h.max()))},
+          {"mean", us(h.mean())},          {"count", h.count()}};
+}
+
+double rate(uint64_t messages, double duration_s) {
+  return duration_s > 0 ? std::round(double(messages) / duration_s * 10) / 10 : 0.0;
+}
+
+json phase_json(const PhaseStats& p) {
+  return {{"messages", p.messages},
+          {"duration_s", r6(p.duration_s)},
+          {"msgs_per_sec", rate(p.messages, p.duration_s)},
+          {"per_conn_messages", p.per_conn_messages},
+          {"latency_us", latency_json(p.latency)}};
+}
 }  // namespace
 
+void Stats::init_counts(int n) {
+  per_conn_messages.assign(size_t(n), 0);
+  for (auto& p : phases) p.per_conn_messages.assign(size_t(n), 0);
+}
+
+void Stats::add_conn(uint32_t conn, const PerPhase<uint64_t>& by_phase) {
+  for (int p = 0; p < kPhases; p++) {
+    phases[p].per_conn_messages[conn] += by_phase[p];
+    phases[p].messages += by_phase[p];
+    per_conn_messages[conn] += by_phase[p];
+    messages += by_phase[p];
+  }
+}
+
+void Stats::add_latency(const PerPhase<Histogram>& by_phase) {
+  for (int p = 0; p < kPhases; p++) {
+    phases[p].latency.merge(by_phase[p]);
+    latency.merge(by_phase[p]);
+  }
+}
+
 json stats_json(const Stats& s) {
-  const Histogram& h = s.latency;
-  json lat = {{"p50", us(h.quantile(0.50))}, {"p90", us(h.quantile(0.90))}, {"p95", us(h.quantile(0.95))},
-              {"p99", us(h.quantile(0.99))}, {"p999", us(h.quantile(0.999))}, {"max", us(double(h.max()))},
-              {"mean", us(h.mean())},        {"count", h.count()}};
-  return {{"connections", s.connections},
-          {"connected", s.connected},
-          {"messages", s.messages},
-          {"duration_s", r6(s.duration_s)},
-          {"msgs_per_sec", s.duration_s > 0 ? std::round(double(s.messages) / s.duration_s * 10) / 10 : 0.0},
-          {"msize", s.msize},
-          {"pipeline", s.pipeline},
-          {"per_conn_messages", s.per_conn_messages},
-          {"latency_us", lat},
-          {"errors",
-           {{"connect", s.errors.connect},
-            {"reset", s.errors.reset},
-            {"timeout", s.errors.timeout},
-            {"mismatch", s.errors.mismatch}}},
-          {"setup_s", r6(s.setup_s)},
-          {"warmup_s", r6(s.warmup_s)},
-          {"loader_cpu", {{"user_s", r6(s.user_s)}, {"sys_s", r6(s.sys_s)}, {"cpu_frac", r6(s.cpu_frac)}}},
-          {"t_start", r6(s.t_start)},
-          {"t_stop", r6(s.t_stop)},
-          {"aborted", s.aborted}};
+  json j = {{"connections", s.connections},
+            {"connected", s.connected},
+            {"messages", s.messages},
+            {"duration_s", r6(s.duration_s)},
+            {"msgs_per_sec", rate(s.messages, s.duration_s)},
+            {"msize", s.msize},
+            {"pipeline", s.pipeline},
+            {"per_conn_messages", s.per_conn_messages},
+            {"latency_us", latency_json(s.latency)},
+            {"errors",
+             {{"connect", s.errors.connect},
+              {"reset", s.errors.reset},
+              {"timeout", s.errors.timeout},
+              {"mismatch", s.errors.mismatch}}},
+            {"setup_s", r6(s.setup_s)},
+            {"warmup_s", r6(s.warmup_s)},
+            {"loader_cpu", {{"user_s", r6(s.user_s)}, {"sys_s", r6(s.sys_s)}, {"cpu_frac", r6(s.cpu_frac)}}},
+            {"t_start", r6(s.t_start)},
+            {"t_stop", r6(s.t_stop)},
+            {"aborted", s.aborted}};
+  if (s.has_phases) {
+    j["probe_share"] = s.probe_share;
+    json probed = phase_json(s.phases[kProbed]);
+    probed["t_start"] = r6(s.probe_t_start);
+    probed["t_stop"] = r6(s.probe_t_stop);
+    j["phases"] = {{"unprobed", phase_json(s.phases[kUnprobed])}, {"probed", probed}};
+  }
+  return j;
 }
 
 json event(const char* name) { return {{"event", name}}; }

@@ -4,7 +4,9 @@
 
 #include <netinet/in.h>
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -15,7 +17,8 @@
 
 namespace netprof {
 
-using json = nlohmann::ordered_json;  // keys in the order PROTOCOL.md shows them
+using json = nlohmann::ordered_json;            // keys in the order PROTOCOL.md shows them
+using Emit = std::function<bool(const json&)>;  // sends one event line; false when the client is gone
 
 constexpr int kProtocolVersion = 1;
 constexpr size_t kMaxLine = 64 * 1024;  // client -> loader lines
@@ -26,7 +29,13 @@ constexpr const char* kBadRequest = "bad_request";
 constexpr const char* kConnect = "connect";
 constexpr const char* kBackendGone = "backend_gone";
 constexpr const char* kInternal = "internal";
+constexpr const char* kAborted = "aborted";  // the client sent {"cmd":"abort"} mid-run
 }  // namespace err
+
+// Bounds on a run's size (PROTOCOL.md, "Limits"), checked before the run: a request beyond them is a
+// bad_request, so the loader never tries (and fails) to allocate it.
+constexpr uint64_t kMaxInFlightMessages = uint64_t(1) << 24;  // connections × pipeline
+constexpr uint64_t kMaxInFlightBytes = uint64_t(1) << 30;     // connections × pipeline × msize
 
 // How the loader talks to the backend: raw TCP ping-pong (the default) or ZeroMQ DEALER sockets
 // (one message = one frame; the backend is a ROUTER that echoes each request to its sender).
@@ -46,10 +55,14 @@ struct RunRequest {
   double connect_timeout = 10.0;
   std::vector<std::string> sources{"127.0.0.1"};
   std::vector<in_addr> source_addrs;
+  // Share of the window that is probed: a centred sub-window (PROTOCOL.md, "Probe phases").
+  // Absent = 1 with no probe events and no `phases` in the stats (the single-phase protocol).
+  double probe_share = 1.0;
+  bool probe_share_given = false;
 };
 
 struct Request {
-  enum Cmd { Ping, Run } cmd = Ping;
+  enum Cmd { Ping, Run, Abort } cmd = Ping;
   RunRequest run;
 };
 
@@ -66,6 +79,19 @@ struct Errors {
   uint64_t connect = 0, reset = 0, timeout = 0, mismatch = 0;
 };
 
+// The two phases of the window: the probed sub-window and the rest of the window.
+enum ProbePhase : int { kUnprobed = 0, kProbed = 1 };
+constexpr int kPhases = 2;
+template <class T>
+using PerPhase = std::array<T, kPhases>;
+
+struct PhaseStats {
+  uint64_t messages = 0;
+  double duration_s = 0;
+  std::vector<uint64_t> per_conn_messages;
+  Histogram latency;
+};
+
 struct Stats {
   int connections = 0, connected = 0;
   uint64_t messages = 0;
@@ -78,11 +104,23 @@ struct Stats {
   double user_s = 0, sys_s = 0, cpu_frac = 0;
   double t_start = 0, t_stop = 0;
   bool aborted = false;
+  // Probe phases: reported when the request gave probe_share.
+  bool has_phases = false;
+  double probe_share = 1.0;
+  double probe_t_start = 0, probe_t_stop = 0;
+  PerPhase<PhaseStats> phases;
+
+  // Counting, shared by both engines: size the per-connection lists for n connections, then add each
+  // connection's window messages by phase and each latency histogram by phase. The whole-window
+  // figures are the sums of the phases.
+  void init_counts(int n);
+  void add_conn(uint32_t conn, const PerPhase<uint64_t>& messages_by_phase);
+  void add_latency(const PerPhase<Histogram>& by_phase);
 };
 
 json stats_json(const Stats& s);
-json event(const char* name);                        // {"event": name}
-json event_at(const char* name, double t);           // {"event": name, "t": t}
+json event(const char* name);               // {"event": name}
+json event_at(const char* name, double t);  // {"event": name, "t": t}
 json error_event(const char* kind, const std::string& message);
 
 }  // namespace netprof

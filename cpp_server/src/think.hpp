@@ -41,13 +41,15 @@ struct Think {
     } else if (kind == "uniform") {
       t.kind = Uniform;
       auto dash = arg.find('-');
-      ok = dash != std::string::npos && num(arg.substr(0, dash), &t.a_us) &&
-           num(arg.substr(dash + 1), &t.b_us) && t.a_us <= t.b_us;
+      ok = dash != std::string::npos && num(arg.substr(0, dash), &t.a_us) && num(arg.substr(dash + 1), &t.b_us) &&
+           t.a_us <= t.b_us;
     }
     if (!ok) {
       if (why)
-        *why = "think must be none, fixed:US, uniform:MIN-MAX (MIN<=MAX) or poisson:MEAN with microseconds in 0..6e7, got '" +
-               spec + "'";
+        *why =
+            "think must be none, fixed:US, uniform:MIN-MAX (MIN<=MAX) or poisson:MEAN with microseconds in 0..6e7, got "
+            "'" +
+            spec + "'";
       return std::nullopt;
     }
     return t;

@@ -17,11 +17,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <queue>
 #include <random>
 
 #include "clock.hpp"
 #include "payload.hpp"
+#include "run_window.hpp"
 
 namespace netprof {
 namespace {
@@ -29,11 +32,26 @@ namespace {
 constexpr int kIoThreads = 1;                      // libzmq I/O threads (besides ours)
 constexpr uint64_t kHelloSeq = uint64_t(1) << 63;  // the hello's sequence number: never a real one
 
+// Owners of libzmq handles (the ZeroMQ counterpart of Fd).
+struct ZmqSocketClose {
+  void operator()(void* s) const { zmq_close(s); }  // ZMQ_LINGER 0: unsent frames are dropped, close is immediate
+};
+using ZSocket = std::unique_ptr<void, ZmqSocketClose>;
+struct ZmqContextTerm {
+  void operator()(void* ctx) const {
+    while (zmq_ctx_term(ctx) < 0 && zmq_errno() == EINTR) {
+    }
+  }
+};
+using ZContext = std::unique_ptr<void, ZmqContextTerm>;
+
 struct ZConn {
-  void* sock = nullptr;
+  ZSocket sock;
   enum State : uint8_t { Connecting, Up, Dead } state = Connecting;
   uint32_t credits = 0;
-  uint64_t sent = 0, recvd = 0, window_msgs = 0;
+  uint64_t sent = 0, recvd = 0;
+  PerPhase<uint64_t> window_msgs{};    // by phase
+  std::unique_ptr<int64_t[]> sent_at;  // K send timestamps by seq % K, allocated when the DEALER is up
 };
 
 struct ThinkTimer {
@@ -42,18 +60,10 @@ struct ThinkTimer {
   bool operator>(const ThinkTimer& o) const { return due > o.due; }
 };
 
-double tv_s(const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; }
-
 class ZmqRun {
  public:
-  ZmqRun(const RunRequest& req, const std::function<bool(const json&)>& emit, const Watch& watch)
-      : req_(req), emit_(emit), watch_(watch), frames_(req.msize), rng_(uint64_t(now_ns())) {}
-
-  ~ZmqRun() {
-    for (auto& c : conns_)
-      if (c.sock) zmq_close(c.sock);  // ZMQ_LINGER 0: unsent frames are dropped, close is immediate
-    if (ctx_) zmq_ctx_term(ctx_);
-  }
+  ZmqRun(const RunRequest& req, const Emit& emit, const Watch& watch)
+      : req_(req), emit_(emit), watch_(watch), frames_(req.msize), rng_(uint64_t(now_ns())), window_(req, emit) {}
 
   RunOutcome run() {
     RunOutcome out;
@@ -62,40 +72,82 @@ class ZmqRun {
     st.connections = N;
     st.msize = req_.msize;
     st.pipeline = req_.pipeline;
-    auto fail = [&](const char* kind, std::string msg) {
-      out.error_kind = kind;
-      out.error_message = std::move(msg);
-    };
 
     // Refusals before the run (no `accepted`): each DEALER holds a TCP socket in libzmq's I/O thread
     // and a mailbox eventfd, so twice the descriptors of the TCP mode.
     rlimit rl{};
-    getrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_cur != RLIM_INFINITY && rlim_t(2) * rlim_t(N) + kFdReserve > rl.rlim_cur) {
-      fail(err::kBadRequest, "connections=" + std::to_string(N) +
-                                 " exceeds the open-file limit in zmq mode: each DEALER needs 2 descriptors and "
-                                 "RLIMIT_NOFILE (ulimit -n) is " + std::to_string(rl.rlim_cur) + "; use at most " +
-                                 std::to_string(rl.rlim_cur > kFdReserve ? (rl.rlim_cur - kFdReserve) / 2 : 0) +
-                                 " connections or raise `ulimit -n`");
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rlim_t(2) * rlim_t(N) + kFdReserve > rl.rlim_cur) {
+      fail(out, err::kBadRequest,
+           "connections=" + std::to_string(N) +
+               " exceeds the open-file limit in zmq mode: each DEALER needs 2 descriptors and "
+               "RLIMIT_NOFILE (ulimit -n) is " +
+               std::to_string(rl.rlim_cur) + "; use at most " +
+               std::to_string(rl.rlim_cur > kFdReserve ? (rl.rlim_cur - kFdReserve) / 2 : 0) +
+               " connections or raise `ulimit -n`");
       return out;
     }
-    ctx_ = zmq_ctx_new();
-    if (!ctx_ || zmq_ctx_set(ctx_, ZMQ_IO_THREADS, kIoThreads) < 0 ||
-        zmq_ctx_set(ctx_, ZMQ_MAX_SOCKETS, N + 16) < 0) {
-      fail(err::kBadRequest, "cannot create a ZeroMQ context for " + std::to_string(N) +
-                                 " sockets (limit " + std::to_string(ctx_ ? zmq_ctx_get(ctx_, ZMQ_SOCKET_LIMIT) : 0) +
-                                 "): " + zmq_strerror(zmq_errno()));
+    ctx_.reset(zmq_ctx_new());
+    if (!ctx_ || zmq_ctx_set(ctx_.get(), ZMQ_IO_THREADS, kIoThreads) < 0 ||
+        zmq_ctx_set(ctx_.get(), ZMQ_MAX_SOCKETS, N + 16) < 0) {
+      fail(out, err::kBadRequest,
+           "cannot create a ZeroMQ context for " + std::to_string(N) + " sockets (limit " +
+               std::to_string(ctx_ ? zmq_ctx_get(ctx_.get(), ZMQ_SOCKET_LIMIT) : 0) +
+               "): " + zmq_strerror(zmq_errno()));
       return out;
     }
 
+    bool no_connection = false;
+    try {
+      no_connection = play(out);
+    } catch (const std::bad_alloc&) {
+      fail(out, err::kInternal, "out of memory");
+    } catch (const std::exception& e) {
+      fail(out, err::kInternal, e.what());
+    }
+    bool aborted = out.error_kind || out.client_gone || out.signalled;
+    if (aborted) window_.cut(now_ns());  // echoes from here on are not counted
+    // Always closes a window it opened, also on abort, so the profiler's snapshots pair up.
+    if (!window_.close(!out.client_gone)) out.client_gone = true;
+
+    st.init_counts(N);
+    for (size_t i = 0; i < conns_.size(); i++) {
+      st.add_conn(uint32_t(i), conns_[i].window_msgs);
+      st.connected += conns_[i].state == ZConn::Up;
+    }
+    if (running_) st.connected = up_;  // a DEALER that died mid-run still counts as connected
+    st.add_latency(hist_);
+    st.errors = errors_;
+    if (no_connection)
+      out.error_message = "no ZeroMQ peer at tcp://" + req_.target + " answered a hello within " +
+                          json(req_.connect_timeout).dump() + " s (" + std::to_string(errors_.connect) +
+                          " sockets failed, " + std::to_string(errors_.timeout) +
+                          " unanswered): is a ROUTER backend bound there?";
+    window_.finish(st, 1 + kIoThreads);  // getrusage covers libzmq's I/O thread too
+    st.aborted = aborted && accepted_;
+    return out;
+  }
+
+ private:
+  static void fail(RunOutcome& out, const char* kind, std::string msg) {
+    if (out.error_kind) return;  // the first failure is the reason
+    out.error_kind = kind;
+    out.error_message = std::move(msg);
+  }
+
+  // Connect phase, warm-up and window. True when no DEALER came up.
+  bool play(RunOutcome& out) {
+    const int N = req_.connections;
     if (!emit_(event("accepted"))) {
       out.client_gone = true;
-      return out;
+      return false;
     }
+    accepted_ = true;
+    // An abort may already be in the input read with the request (poll would not report it again).
+    if (watch_.client_fd >= 0 && !client_ok(poll_client(watch_), out)) return false;
     const int64_t t0 = now_ns();
     const size_t K = size_t(req_.pipeline);
     conns_.resize(size_t(N));
-    ring_.assign(size_t(N) * K, 0);
     sbuf_.resize(size_t(req_.msize));
     items_.resize(size_t(N));
     for (int i = 0; i < N; i++) open(uint32_t(i));
@@ -110,31 +162,21 @@ class ZmqRun {
     }
 
     const int64_t connect_deadline = t0 + s_to_ns(req_.connect_timeout);
-    bool running = false, window_open = false, no_connection = false;
-    int up = 0;
-    rusage ru0{};
     while (true) {
       int64_t now = now_ns();
-      if (!running) {
+      if (!running_) {
         if (resolved_ == size_t(N) || now >= connect_deadline) {
-          up = expire_connects();
-          st.setup_s = ns_to_s(now - t0);
-          json ev = event_at("connected", ns_to_s(now));
-          ev["connected"] = up;
-          ev["failed"] = N - up;
-          ev["setup_s"] = std::round(st.setup_s * 1e6) / 1e6;
-          if (!emit_(ev)) {
+          up_ = expire_connects();
+          if (!window_.connected(out.stats, t0, now, up_)) {
             out.client_gone = true;
-            break;
+            return false;
           }
-          if (up == 0) {
-            no_connection = true;
-            fail(err::kConnect, "");
-            break;
+          if (up_ == 0) {
+            fail(out, err::kConnect, "");  // message built by run() (it needs the counts)
+            return true;
           }
-          t_start_ = now + s_to_ns(req_.warmup);
-          t_stop_ = t_start_ + s_to_ns(req_.duration);
-          running = true;
+          window_.fix(now);
+          running_ = true;
           for (uint32_t i = 0; i < conns_.size(); i++) {
             if (conns_[i].state != ZConn::Up) continue;
             conns_[i].credits = uint32_t(K);
@@ -149,97 +191,58 @@ class ZmqRun {
           again.swap(retry_);
           for (uint32_t i : again) try_send(i);
         }
-        if (!window_open && now >= t_start_) {
-          getrusage(RUSAGE_SELF, &ru0);
-          window_open = true;
-          if (!emit_(event_at("measure_start", ns_to_s(t_start_)))) {
-            out.client_gone = true;
-            break;
-          }
+        if (!window_.advance(now)) {
+          out.client_gone = true;
+          return false;
         }
-        if (now >= t_stop_) break;
+        if (window_.closed()) return false;
       }
-      int64_t next = !running ? connect_deadline : (window_open ? t_stop_ : t_start_);
+      int64_t next = !running_ ? connect_deadline : window_.next_mark();
       if (!think_.empty()) next = std::min(next, think_.top().due);
       long timeout_ms = long(std::max<int64_t>(0, (next - now + 999'999) / 1'000'000));
       if (!retry_.empty()) timeout_ms = std::min(timeout_ms, 1L);
       int rc = zmq_poll(items_.data(), int(items_.size()), timeout_ms);
       if (rc < 0) {
         if (zmq_errno() == EINTR) continue;
-        fail(err::kInternal, std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
-        break;
+        fail(out, err::kInternal, std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
+        return false;
       }
       if (rc == 0) continue;
       for (uint32_t i = 0; i < uint32_t(N); i++)
         if (items_[i].revents & ZMQ_POLLIN) drain(i);
-      if (client_item < items_.size() && items_[client_item].revents && !client_still_there(watch_)) {
-        out.client_gone = true;
-        break;
-      }
-      if (signal_item < items_.size() && items_[signal_item].revents) {
-        signalfd_siginfo si;
-        (void)!read(watch_.signal_fd, &si, sizeof si);
+      if (client_item < items_.size() && items_[client_item].revents && !client_ok(poll_client(watch_), out))
+        return false;
+      if (signal_item < items_.size() && items_[signal_item].revents && take_signal(watch_.signal_fd)) {
         out.signalled = true;
-        break;
+        return false;
       }
     }
-
-    bool aborted = out.error_kind || out.client_gone || out.signalled;
-    if (aborted && t_start_) t_stop_ = std::max(std::min(now_ns(), t_stop_), t_start_);
-    if (window_open) {
-      rusage ru1{};
-      getrusage(RUSAGE_SELF, &ru1);  // includes libzmq's I/O thread
-      st.user_s = tv_s(ru1.ru_utime) - tv_s(ru0.ru_utime);
-      st.sys_s = tv_s(ru1.ru_stime) - tv_s(ru0.ru_stime);
-      if (!out.client_gone && !emit_(event_at("measure_stop", ns_to_s(t_stop_)))) out.client_gone = true;
-      st.t_start = ns_to_s(t_start_);
-      st.t_stop = ns_to_s(t_stop_);
-      st.duration_s = ns_to_s(t_stop_ - t_start_);
-      st.cpu_frac = st.duration_s > 0 ? (st.user_s + st.sys_s) / (st.duration_s * (1 + kIoThreads)) : 0;
-    }
-    st.per_conn_messages.resize(size_t(N));
-    for (size_t i = 0; i < conns_.size(); i++) {
-      st.per_conn_messages[i] = conns_[i].window_msgs;
-      st.messages += conns_[i].window_msgs;
-      st.connected += conns_[i].state == ZConn::Up;
-    }
-    if (running) st.connected = up;  // a DEALER that died mid-run still counts as connected
-    st.latency.merge(hist_);
-    st.errors = errors_;
-    if (no_connection)
-      out.error_message = "no ZeroMQ peer at tcp://" + req_.target + " answered a hello within " +
-                          json(req_.connect_timeout).dump() + " s (" + std::to_string(errors_.connect) +
-                          " sockets failed, " + std::to_string(errors_.timeout) +
-                          " unanswered): is a ROUTER backend bound there?";
-    st.warmup_s = t_start_ ? req_.warmup : 0;
-    st.aborted = aborted;
-    return out;
   }
 
  private:
   void open(uint32_t i) {
     ZConn& c = conns_[i];
     items_[i] = {nullptr, -1, ZMQ_POLLIN, 0};
-    c.sock = zmq_socket(ctx_, ZMQ_DEALER);
+    c.sock.reset(zmq_socket(ctx_.get(), ZMQ_DEALER));
     if (!c.sock) return hard_fail(i);  // EMFILE, or the context's socket limit
     int zero = 0;
     // In-flight messages are bounded by `pipeline`: unlimited queues never make a send EAGAIN.
-    zmq_setsockopt(c.sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(c.sock, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(c.sock, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (zmq_setsockopt(c.sock.get(), ZMQ_LINGER, &zero, sizeof zero) < 0 ||
+        zmq_setsockopt(c.sock.get(), ZMQ_SNDHWM, &zero, sizeof zero) < 0 ||
+        zmq_setsockopt(c.sock.get(), ZMQ_RCVHWM, &zero, sizeof zero) < 0)
+      return hard_fail(i);
     const std::string& src = req_.sources[i % req_.sources.size()];
     // libzmq's "tcp://SOURCE:0;TARGET" binds the outgoing connection to a source address.
     std::string endpoint = "tcp://" + (req_.sources.size() == 1 && src == "127.0.0.1" ? "" : src + ":0;") + req_.target;
-    if (zmq_connect(c.sock, endpoint.c_str()) < 0) return hard_fail(i);
-    items_[i].socket = c.sock;
+    if (zmq_connect(c.sock.get(), endpoint.c_str()) < 0) return hard_fail(i);
+    items_[i].socket = c.sock.get();
     frames_.fill(i, kHelloSeq, 0, frames_.size(), sbuf_.data());
-    if (zmq_send(c.sock, sbuf_.data(), sbuf_.size(), ZMQ_DONTWAIT) < 0) hard_fail(i);
+    if (zmq_send(c.sock.get(), sbuf_.data(), sbuf_.size(), ZMQ_DONTWAIT) < 0) hard_fail(i);
   }
 
   void hard_fail(uint32_t i) {
     ZConn& c = conns_[i];
-    if (c.sock) zmq_close(c.sock);
-    c.sock = nullptr;
+    c.sock.reset();
     items_[i] = {nullptr, -1, ZMQ_POLLIN, 0};  // a negative fd is ignored by poll
     c.state = ZConn::Dead;
     errors_.connect++;
@@ -254,8 +257,7 @@ class ZmqRun {
       if (c.state == ZConn::Up) up++;
       if (c.state != ZConn::Connecting) continue;
       errors_.timeout++;
-      zmq_close(c.sock);
-      c.sock = nullptr;
+      c.sock.reset();
       items_[i] = {nullptr, -1, ZMQ_POLLIN, 0};
       c.state = ZConn::Dead;
       resolved_++;
@@ -265,7 +267,7 @@ class ZmqRun {
 
   // Every message queued on DEALER i; extra frames of a multipart echo are bytes never sent.
   void drain(uint32_t i) {
-    void* sock = conns_[i].sock;
+    void* sock = conns_[i].sock.get();
     while (sock) {
       zmq_msg_t m;
       zmq_msg_init(&m);
@@ -290,6 +292,7 @@ class ZmqRun {
     ZConn& c = conns_[i];
     if (c.state == ZConn::Connecting) {
       errors_.mismatch += frames_.diff_whole(i, kHelloSeq, data, len);  // a wrong hello still proves the path
+      c.sent_at = std::make_unique<int64_t[]>(size_t(req_.pipeline));   // bad_alloc: the run fails as `internal`
       c.state = ZConn::Up;
       resolved_++;
       return;
@@ -302,9 +305,10 @@ class ZmqRun {
     size_t bad = frames_.diff_whole(i, c.recvd, data, len);
     errors_.mismatch += bad;
     const size_t K = size_t(req_.pipeline);
-    if (!bad && now >= t_start_ && now < t_stop_) {
-      c.window_msgs++;
-      hist_.record(uint64_t(now - ring_[size_t(i) * K + c.recvd % K]));
+    int phase = phase_at(window_.bounds(), now);
+    if (!bad && phase != kOutside) {
+      c.window_msgs[phase]++;
+      hist_[phase].record(uint64_t(now - c.sent_at[c.recvd % K]));
     }
     c.recvd++;
     if (req_.think.active()) {
@@ -320,8 +324,8 @@ class ZmqRun {
     const size_t K = size_t(req_.pipeline);
     while (c.credits > 0 && c.state == ZConn::Up) {
       frames_.fill(i, c.sent, 0, frames_.size(), sbuf_.data());
-      ring_[size_t(i) * K + c.sent % K] = now_ns();
-      if (zmq_send(c.sock, sbuf_.data(), sbuf_.size(), ZMQ_DONTWAIT) < 0) {
+      c.sent_at[c.sent % K] = now_ns();
+      if (zmq_send(c.sock.get(), sbuf_.data(), sbuf_.size(), ZMQ_DONTWAIT) < 0) {
         if (zmq_errno() == EINTR) continue;
         if (zmq_errno() == EAGAIN) {
           retry_.push_back(i);  // not with unlimited HWM, but never lose a credit
@@ -346,27 +350,28 @@ class ZmqRun {
   }
 
   const RunRequest& req_;
-  const std::function<bool(const json&)>& emit_;
+  const Emit& emit_;
   Watch watch_;
   Payload frames_;  // as in the TCP engine
   std::mt19937_64 rng_;
-  void* ctx_ = nullptr;
+  RunWindow window_;
+  bool accepted_ = false, running_ = false;
+  int up_ = 0;
+  ZContext ctx_;  // before conns_: terminated after every socket is closed
   std::vector<ZConn> conns_;
   std::vector<zmq_pollitem_t> items_;  // one per DEALER, then the control client and the signalfd
-  std::vector<int64_t> ring_;          // per DEALER, K send timestamps indexed by seq % K
   std::vector<uint8_t> sbuf_;
   std::vector<uint32_t> retry_;
   std::priority_queue<ThinkTimer, std::vector<ThinkTimer>, std::greater<ThinkTimer>> think_;
-  size_t resolved_ = 0;  // DEALERs up or given up on
-  int64_t t_start_ = 0, t_stop_ = 0;
-  Histogram hist_;
+  size_t resolved_ = 0;       // DEALERs up or given up on
+  PerPhase<Histogram> hist_;  // by phase
   Errors errors_;
 };
 
 }  // namespace
 
 RunOutcome run_zmq_load(const RunRequest& req, const EngineConfig& /*cfg: one thread, process affinity*/,
-                        const std::function<bool(const json&)>& emit, const Watch& watch) {
+                        const Emit& emit, const Watch& watch) {
   return ZmqRun(req, emit, watch).run();
 }
 

@@ -7,7 +7,6 @@
 namespace netprof {
 
 // Same contract as run_load(); run_load() hands zmq requests to it.
-RunOutcome run_zmq_load(const RunRequest& req, const EngineConfig& cfg, const std::function<bool(const json&)>& emit,
-                        const Watch& watch);
+RunOutcome run_zmq_load(const RunRequest& req, const EngineConfig& cfg, const Emit& emit, const Watch& watch);
 
 }  // namespace netprof

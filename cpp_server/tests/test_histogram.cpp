@@ -31,7 +31,8 @@ TEST(Histogram, SingleValueRelativeErrorBelowOnePercentFrom1usTo60s) {
 TEST(Histogram, BucketsAreContiguousAndOrdered) {
   for (size_t i = 1; i <= Histogram::index_of(Histogram::kMaxTrackable); i++)
     ASSERT_EQ(Histogram::lower_of(i), Histogram::lower_of(i - 1) + Histogram::width_of(i - 1)) << i;
-  for (uint64_t v = 0; v < 100000; v++) ASSERT_EQ(Histogram::index_of(Histogram::lower_of(Histogram::index_of(v))), Histogram::index_of(v));
+  for (uint64_t v = 0; v < 100000; v++)
+    ASSERT_EQ(Histogram::index_of(Histogram::lower_of(Histogram::index_of(v))), Histogram::index_of(v));
 }
 
 TEST(Histogram, PercentilesMatchExactOnesWithinOnePercent) {

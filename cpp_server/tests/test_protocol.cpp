@@ -37,9 +37,11 @@ TEST(Protocol, PingAndDefaults) {
 }
 
 TEST(Protocol, FullRequest) {
-  Request r = ok(R"({"cmd":"run","target":"127.0.0.2:1","connections":1000000,"msize":1048576,
+  // Every field at its maximum that the in-flight limits allow together (1 × 1024 × 1 MiB = 1 GiB).
+  Request r = ok(R"({"cmd":"run","target":"127.0.0.2:1","connections":1,"msize":1048576,
     "duration":0.1,"warmup":0,"pipeline":1024,"think":"uniform:10-20.5","connect_timeout":600,
-    "sources":["127.0.0.1","127.0.0.3"]})");
+    "sources":["127.0.0.1","127.0.0.3"],"transport":"zmq","probe_share":0.5})");
+  EXPECT_EQ(ok(R"({"cmd":"run","target":"127.0.0.2:1","connections":1000000,"pipeline":16})").run.connections, 1000000);
   EXPECT_EQ(r.run.msize, 1 << 20);
   EXPECT_EQ(r.run.pipeline, 1024);
   EXPECT_EQ(r.run.think.kind, Think::Uniform);
@@ -142,9 +144,9 @@ TEST(Protocol, StatsJsonShape) {
   s.per_conn_messages = {10, 20, 0};
   for (int i = 1; i <= 30; i++) s.latency.record(uint64_t(i) * 1000);
   json j = stats_json(s);
-  for (const char* k : {"connections", "connected", "messages", "duration_s", "msgs_per_sec", "msize", "pipeline",
-                        "per_conn_messages", "latency_us", "errors", "setup_s", "warmup_s", "loader_cpu", "t_start",
-                        "t_stop", "aborted"})
+  for (const char* k :
+       {"connections", "connected", "messages", "duration_s", "msgs_per_sec", "msize", "pipeline", "per_conn_messages",
+        "latency_us", "errors", "setup_s", "warmup_s", "loader_cpu", "t_start", "t_stop", "aborted"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["msgs_per_sec"], 15.0);
   EXPECT_EQ(j["per_conn_messages"].size(), 3u);
@@ -174,4 +176,47 @@ TEST(Protocol, Transport) {
         << bad;
   // Only run requests take it.
   EXPECT_NE(why_of(R"({"cmd":"ping","transport":"zmq"})").find("unknown field 'transport'"), std::string::npos);
+}
+
+TEST(Protocol, ProbeShare) {
+  const std::string base = R"({"cmd":"run","target":"127.0.0.1:5000","connections":2)";
+  Request absent = ok(base + "}");
+  EXPECT_FALSE(absent.run.probe_share_given);
+  EXPECT_EQ(absent.run.probe_share, 1.0);
+  for (double share : {0.0, 0.3, 1.0}) {
+    Request r = ok(base + R"(,"probe_share":)" + json(share).dump() + "}");
+    EXPECT_TRUE(r.run.probe_share_given);
+    EXPECT_EQ(r.run.probe_share, share);
+  }
+  EXPECT_EQ(ok(base + R"(,"probe_share":1})").run.probe_share, 1.0);  // an integer is a number too
+  for (const char* bad : {"-0.1", "1.01", "2"})
+    EXPECT_NE(why_of(base + R"(,"probe_share":)" + bad + "}").find("probe_share must be in 0.0..1.0"),
+              std::string::npos)
+        << bad;
+  EXPECT_FALSE(why_of(base + R"(,"probe_share":1e400})").empty());
+  for (const char* bad : {R"("0.3")", "null", "true", "[0.3]"})
+    EXPECT_NE(why_of(base + R"(,"probe_share":)" + bad + "}").find("probe_share must be a number"), std::string::npos)
+        << bad;
+}
+
+TEST(Protocol, InFlightLimits) {
+  const std::string base = R"({"cmd":"run","target":"127.0.0.1:5000",)";
+  // connections × pipeline above 2^24 messages
+  EXPECT_NE(why_of(base + R"("connections":20000,"pipeline":1024})").find("messages in flight exceeds the limit"),
+            std::string::npos);
+  EXPECT_NE(why_of(base + R"("connections":1000000,"pipeline":1024,"msize":1048576})").find("16777216"),
+            std::string::npos);
+  // connections × pipeline × msize above 1 GiB
+  std::string big = why_of(base + R"("connections":10,"pipeline":1024,"msize":1048576})");
+  EXPECT_NE(big.find("bytes in flight exceeds the limit of 1073741824"), std::string::npos) << big;
+  EXPECT_NE(why_of(base + R"("connections":3,"pipeline":512,"msize":1048576})").find("bytes in flight"),
+            std::string::npos);
+  ok(base + R"("connections":16384,"pipeline":1024,"msize":64})");   // exactly 2^24 messages, 1 GiB
+  ok(base + R"("connections":1024,"pipeline":1,"msize":1048576})");  // exactly 1 GiB
+}
+
+TEST(Protocol, Abort) {
+  EXPECT_EQ(ok(R"({"cmd":"abort"})").cmd, Request::Abort);
+  EXPECT_NE(why_of(R"({"cmd":"abort","x":1})").find("unknown field 'x'"), std::string::npos);
+  EXPECT_NE(why_of(R"({"cmd":"jump"})").find("run, ping or abort"), std::string::npos);
 }

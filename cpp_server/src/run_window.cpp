@@ -1,0 +1,143 @@
+#include "run_window.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "clock.hpp"
+
+namespace netprof {
+
+namespace {
+double tv_s(const timeval& tv) { return double(tv.tv_sec) + double(tv.tv_usec) / 1e6; }
+
+rusage self_rusage() {
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) ru = rusage{};  // cannot fail for RUSAGE_SELF; zeros if it does
+  return ru;
+}
+}  // namespace
+
+WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_share) {
+  duration_ns = std::max<int64_t>(0, duration_ns);
+  probe_share = std::min(1.0, std::max(0.0, probe_share));
+  int64_t probed = std::min(duration_ns, int64_t(std::llround(double(duration_ns) * probe_share)));
+  WindowBounds w;
+  w.start = start;
+  w.stop = start + duration_ns;
+  w.probe_start = start + (duration_ns - probed) / 2;
+  w.probe_stop = w.probe_start + probed;
+  return w;
+}
+
+WindowBounds cut_window(const WindowBounds& w, int64_t t_end) {
+  WindowBounds c = w;
+  c.stop = std::max(std::min(t_end, w.stop), w.start);
+  c.probe_start = std::min(w.probe_start, c.stop);
+  c.probe_stop = std::max(std::min(w.probe_stop, c.stop), c.probe_start);
+  return c;
+}
+
+bool RunWindow::connected(Stats& st, int64_t t0, int64_t t1, long up) {
+  st.setup_s = ns_to_s(t1 - t0);
+  json ev = event_at("connected", ns_to_s(t1));
+  ev["connected"] = up;
+  ev["failed"] = req_.connections - up;
+  ev["setup_s"] = std::round(st.setup_s * 1e6) / 1e6;
+  return emit_(ev);
+}
+
+void RunWindow::fix(int64_t t1) {
+  int64_t start = t1 + s_to_ns(req_.warmup);
+  bounds_ = window_bounds(start, s_to_ns(req_.duration), req_.probe_share);
+  fixed_ = true;
+  // Probe marks only when the client asked for phases, and none when nothing is probed.
+  bool probes = req_.probe_share_given && req_.probe_share > 0;
+  marks_[kMeasureStart] = {"measure_start", bounds_.start, true, false};
+  marks_[kProbeStart] = {"probe_start", bounds_.probe_start, probes, false};
+  marks_[kProbeStop] = {"probe_stop", bounds_.probe_stop, probes, false};
+  marks_[kMeasureStop] = {"measure_stop", bounds_.stop, true, false};
+}
+
+int64_t RunWindow::next_mark() const {
+  if (!fixed_) return INT64_MAX;
+  for (const Mark& m : marks_)
+    if (m.wanted && !m.sent) return m.t;
+  return INT64_MAX;
+}
+
+bool RunWindow::send(MarkId id) {
+  Mark& m = marks_[id];
+  m.sent = true;
+  if (id == kMeasureStart) {
+    ru0_ = self_rusage();
+    opened_ = true;
+  } else if (id == kMeasureStop) {
+    ru1_ = self_rusage();
+    closed_ = true;
+  }
+  return emit_(event_at(m.name, ns_to_s(m.t)));
+}
+
+bool RunWindow::advance(int64_t now) {
+  if (!fixed_) return true;
+  for (int id = 0; id < kMarks; id++) {
+    Mark& m = marks_[id];
+    if (!m.wanted || m.sent) continue;
+    if (m.t > now) break;  // marks are in time order
+    if (!send(MarkId(id))) return false;
+  }
+  return true;
+}
+
+void RunWindow::cut(int64_t t_end) {
+  if (!fixed_ || closed_) return;
+  bounds_ = cut_window(bounds_, t_end);
+  marks_[kMeasureStop].t = bounds_.stop;
+  if (!marks_[kProbeStart].sent) {
+    marks_[kProbeStart].t = bounds_.probe_start;
+    // Not begun: nothing was probed (and the sub-window is empty unless we woke late for it).
+    if (bounds_.probe_start == bounds_.probe_stop) marks_[kProbeStart].wanted = marks_[kProbeStop].wanted = false;
+  }
+  if (!marks_[kProbeStop].sent) marks_[kProbeStop].t = bounds_.probe_stop;
+}
+
+bool RunWindow::close(bool send_owed) {
+  if (!opened_ || closed_) return true;
+  bool ok = true;
+  for (int id = kProbeStart; id < kMarks; id++) {
+    Mark& m = marks_[id];
+    if (!m.wanted || m.sent) continue;
+    if (send_owed && ok) {
+      ok = send(MarkId(id));
+    } else {
+      m.sent = true;
+      if (id == kMeasureStop) {
+        ru1_ = self_rusage();
+        closed_ = true;
+      }
+    }
+  }
+  return ok;
+}
+
+void RunWindow::finish(Stats& st, int cpu_threads) const {
+  st.warmup_s = fixed_ ? req_.warmup : 0;
+  st.has_phases = req_.probe_share_given;
+  st.probe_share = req_.probe_share;
+  if (!opened_) return;
+  st.t_start = ns_to_s(bounds_.start);
+  st.t_stop = ns_to_s(bounds_.stop);
+  st.duration_s = ns_to_s(bounds_.stop - bounds_.start);
+  st.probe_t_start = ns_to_s(bounds_.probe_start);
+  st.probe_t_stop = ns_to_s(bounds_.probe_stop);
+  st.phases[kProbed].duration_s = ns_to_s(bounds_.probe_stop - bounds_.probe_start);
+  st.phases[kUnprobed].duration_s =
+      ns_to_s((bounds_.stop - bounds_.start) - (bounds_.probe_stop - bounds_.probe_start));
+  if (closed_) {
+    st.user_s = tv_s(ru1_.ru_utime) - tv_s(ru0_.ru_utime);
+    st.sys_s = tv_s(ru1_.ru_stime) - tv_s(ru0_.ru_stime);
+  }
+  st.cpu_frac = st.duration_s > 0 ? (st.user_s + st.sys_s) / (st.duration_s * std::max(1, cpu_threads)) : 0;
+}
+
+}  // namespace netprof

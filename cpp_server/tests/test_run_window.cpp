@@ -1,0 +1,234 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "run_window.hpp"
+
+using namespace netprof;
+
+namespace {
+constexpr int64_t kS = 1'000'000'000;
+
+RunRequest request(double duration, double warmup, double share, bool given) {
+  RunRequest r;
+  r.connections = 3;
+  r.duration = duration;
+  r.warmup = warmup;
+  r.probe_share = share;
+  r.probe_share_given = given;
+  return r;
+}
+
+struct Recorder {
+  std::vector<json> events;
+  bool ok = true;
+  Emit emit() {
+    return [this](const json& e) {
+      events.push_back(e);
+      return ok;
+    };
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> n;
+    for (auto& e : events) n.push_back(e["event"]);
+    return n;
+  }
+};
+}  // namespace
+
+TEST(WindowBounds, CentredProbedSubWindow) {
+  WindowBounds w = window_bounds(100 * kS, 10 * kS, 0.3);
+  EXPECT_EQ(w.start, 100 * kS);
+  EXPECT_EQ(w.stop, 110 * kS);
+  EXPECT_EQ(w.probe_start, 103'500'000'000);
+  EXPECT_EQ(w.probe_stop, 106'500'000'000);
+  WindowBounds all = window_bounds(5, 1000, 1.0);
+  EXPECT_EQ(all.probe_start, 5);
+  EXPECT_EQ(all.probe_stop, 1005);
+  WindowBounds none = window_bounds(5, 1000, 0.0);
+  EXPECT_EQ(none.probe_start, 505);
+  EXPECT_EQ(none.probe_stop, 505);
+  WindowBounds odd = window_bounds(0, 7, 0.5);  // 4 of 7 ns probed, [1, 5)
+  EXPECT_EQ(odd.probe_stop - odd.probe_start, 4);
+  EXPECT_GE(odd.probe_start, odd.start);
+  EXPECT_LE(odd.probe_stop, odd.stop);
+}
+
+TEST(WindowBounds, EveryInstantInExactlyOnePhase) {
+  WindowBounds w = window_bounds(1000, 100, 0.3);  // probed [1035, 1065)
+  EXPECT_EQ(phase_at(w, 999), kOutside);
+  EXPECT_EQ(phase_at(w, 1000), kUnprobed);
+  EXPECT_EQ(phase_at(w, 1034), kUnprobed);
+  EXPECT_EQ(phase_at(w, 1035), kProbed);
+  EXPECT_EQ(phase_at(w, 1064), kProbed);
+  EXPECT_EQ(phase_at(w, 1065), kUnprobed);
+  EXPECT_EQ(phase_at(w, 1099), kUnprobed);
+  EXPECT_EQ(phase_at(w, 1100), kOutside);
+  int counts[2] = {0, 0};
+  for (int64_t t = 900; t < 1200; t++)
+    if (int p = phase_at(w, t); p != kOutside) counts[p]++;
+  EXPECT_EQ(counts[kProbed], 30);
+  EXPECT_EQ(counts[kUnprobed], 70);
+  EXPECT_EQ(phase_at(WindowBounds{}, 0), kOutside);  // unfixed: contains nothing
+  EXPECT_EQ(phase_at(window_bounds(0, 100, 0.0), 50), kUnprobed);
+}
+
+TEST(WindowBounds, CutShortensBothWindows) {
+  WindowBounds w = window_bounds(1000, 100, 0.3);  // probed [1035, 1065)
+  WindowBounds mid = cut_window(w, 1050);
+  EXPECT_EQ(mid.stop, 1050);
+  EXPECT_EQ(mid.probe_start, 1035);
+  EXPECT_EQ(mid.probe_stop, 1050);
+  WindowBounds before = cut_window(w, 1010);  // the probed part had not begun: empty
+  EXPECT_EQ(before.stop, 1010);
+  EXPECT_EQ(before.probe_start, before.probe_stop);
+  WindowBounds after = cut_window(w, 1080);
+  EXPECT_EQ(after.probe_start, 1035);
+  EXPECT_EQ(after.probe_stop, 1065);
+  EXPECT_EQ(after.stop, 1080);
+  WindowBounds early = cut_window(w, 500);  // before the window: empty at its start
+  EXPECT_EQ(early.stop, 1000);
+  EXPECT_EQ(early.probe_stop - early.probe_start, 0);
+  WindowBounds late = cut_window(w, 5000);  // after it: unchanged
+  EXPECT_EQ(late.stop, 1100);
+}
+
+TEST(RunWindow, MarksInOrderWithTheirBoundaries) {
+  RunRequest r = request(1.0, 0.5, 0.4, true);
+  Recorder rec;
+  Emit emit = rec.emit();
+  RunWindow win(r, emit);
+  win.fix(10 * kS);
+  EXPECT_EQ(win.next_mark(), 10'500'000'000);
+  EXPECT_TRUE(win.advance(10 * kS));
+  EXPECT_TRUE(rec.events.empty());
+  EXPECT_TRUE(win.advance(10'600'000'000));  // measure_start only
+  EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start"}));
+  EXPECT_EQ(win.next_mark(), 10'800'000'000);
+  EXPECT_TRUE(win.advance(20 * kS));  // woke late: the rest in order, each at its boundary
+  EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start", "probe_start", "probe_stop", "measure_stop"}));
+  EXPECT_DOUBLE_EQ(rec.events[1]["t"].get<double>(), 10.8);
+  EXPECT_DOUBLE_EQ(rec.events[2]["t"].get<double>(), 11.2);
+  EXPECT_DOUBLE_EQ(rec.events[3]["t"].get<double>(), 11.5);
+  EXPECT_TRUE(win.closed());
+  EXPECT_EQ(win.next_mark(), INT64_MAX);
+  Stats st;
+  win.finish(st, 1);
+  EXPECT_TRUE(st.has_phases);
+  EXPECT_NEAR(st.duration_s, 1.0, 1e-9);
+  EXPECT_NEAR(st.phases[kProbed].duration_s, 0.4, 1e-9);
+  EXPECT_NEAR(st.phases[kUnprobed].duration_s, 0.6, 1e-9);
+  EXPECT_NEAR(st.probe_t_start, 10.8, 1e-9);
+}
+
+TEST(RunWindow, ShareAbsentZeroAndOne) {
+  auto names_for = [](const RunRequest& r) {
+    Recorder rec;
+    Emit emit = rec.emit();
+    RunWindow win(r, emit);
+    win.fix(0);
+    win.advance(INT64_MAX);
+    return rec.names();
+  };
+  std::vector<std::string> plain{"measure_start", "measure_stop"};
+  EXPECT_EQ(names_for(request(1, 0, 1.0, false)), plain);  // absent: today's events
+  EXPECT_EQ(names_for(request(1, 0, 0.0, true)), plain);   // 0: nothing probed, no probe events
+  EXPECT_EQ(names_for(request(1, 0, 1.0, true)),
+            std::vector<std::string>({"measure_start", "probe_start", "probe_stop", "measure_stop"}));
+  Recorder rec;
+  Emit emit = rec.emit();
+  RunRequest r = request(2, 0, 1.0, true);
+  RunWindow win(r, emit);
+  win.fix(kS);
+  win.advance(kS);  // share 1: probe_start comes with measure_start, at the same t
+  EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start", "probe_start"}));
+  EXPECT_EQ(rec.events[0]["t"], rec.events[1]["t"]);
+}
+
+TEST(RunWindow, AbortPairsWhatWasSent) {
+  RunRequest r = request(1.0, 0, 0.5, true);  // probed [0.25, 0.75) s
+  {
+    Recorder rec;
+    Emit emit = rec.emit();
+    RunWindow win(r, emit);
+    win.fix(0);
+    win.advance(kS / 2);  // inside the probed part
+    win.cut(kS / 2 + 1000);
+    EXPECT_TRUE(win.close(true));
+    EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start", "probe_start", "probe_stop", "measure_stop"}));
+    EXPECT_DOUBLE_EQ(rec.events[2]["t"].get<double>(), 0.500001);
+    EXPECT_DOUBLE_EQ(rec.events[3]["t"].get<double>(), 0.500001);
+  }
+  {
+    Recorder rec;
+    Emit emit = rec.emit();
+    RunWindow win(r, emit);
+    win.fix(0);
+    win.advance(kS / 10);  // before the probed part: it never begins, no probe events
+    win.cut(kS / 10);
+    EXPECT_TRUE(win.close(true));
+    EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start", "measure_stop"}));
+    Stats st;
+    win.finish(st, 1);
+    EXPECT_EQ(st.phases[kProbed].duration_s, 0);
+    EXPECT_NEAR(st.phases[kUnprobed].duration_s, 0.1, 1e-9);
+  }
+  {
+    Recorder rec;
+    Emit emit = rec.emit();
+    RunWindow win(r, emit);
+    win.fix(kS);  // aborted during the warm-up: nothing to close
+    win.cut(kS / 2);
+    EXPECT_TRUE(win.close(true));
+    EXPECT_TRUE(rec.events.empty());
+    Stats st;
+    win.finish(st, 1);
+    EXPECT_EQ(st.duration_s, 0);
+  }
+}
+
+TEST(RunWindow, ClientGoneStopsSending) {
+  RunRequest r = request(1.0, 0, 0.5, true);
+  Recorder rec;
+  rec.ok = false;
+  Emit emit = rec.emit();
+  RunWindow win(r, emit);
+  win.fix(0);
+  EXPECT_FALSE(win.advance(0));
+  EXPECT_TRUE(win.opened());
+  EXPECT_TRUE(win.close(false));  // nothing more is sent to a client that is gone
+  EXPECT_EQ(rec.events.size(), 1u);
+  EXPECT_TRUE(win.closed());
+}
+
+TEST(Stats, PhasesAddUpToTheWindow) {
+  Stats st;
+  st.init_counts(3);
+  st.add_conn(0, {5, 2});
+  st.add_conn(2, {1, 0});
+  PerPhase<Histogram> h;
+  h[kUnprobed].record(1000);
+  h[kProbed].record(3000);
+  h[kProbed].record(5000);
+  st.add_latency(h);
+  EXPECT_EQ(st.messages, 8u);
+  EXPECT_EQ(st.per_conn_messages, std::vector<uint64_t>({7, 0, 1}));
+  EXPECT_EQ(st.phases[kProbed].per_conn_messages, std::vector<uint64_t>({2, 0, 0}));
+  EXPECT_EQ(st.latency.count(), 3u);
+  st.has_phases = true;
+  st.probe_share = 0.25;
+  st.duration_s = 4;
+  st.phases[kUnprobed].duration_s = 3;
+  st.phases[kProbed].duration_s = 1;
+  json j = stats_json(st);
+  EXPECT_EQ(j["probe_share"], 0.25);
+  EXPECT_EQ(j["phases"]["unprobed"]["messages"], 6);
+  EXPECT_EQ(j["phases"]["unprobed"]["msgs_per_sec"], 2.0);
+  EXPECT_EQ(j["phases"]["probed"]["msgs_per_sec"], 2.0);
+  EXPECT_EQ(j["phases"]["probed"]["latency_us"]["count"], 2);
+  for (const char* k : {"messages", "duration_s", "msgs_per_sec", "per_conn_messages", "latency_us"})
+    EXPECT_TRUE(j["phases"]["unprobed"].contains(k)) << k;
+  EXPECT_TRUE(j["phases"]["probed"].contains("t_start"));
+  st.has_phases = false;
+  EXPECT_FALSE(stats_json(st).contains("phases"));  // single-phase requests: today's stats
+}
