@@ -58,6 +58,9 @@ class Thresholds:
     # noisy cells
     noisy_cv: float = stats.NOISY_CV
     noisy_cv_warning: float = 0.25
+    # connections lost (reset, timed out, refused) in a round that otherwise succeeded
+    connection_errors_min: int = 1           # lost connections in one round that raise the anomaly
+    connection_errors_critical: float = 0.01  # share of a round's connections lost: critical above
 
 
 THRESHOLDS = Thresholds()
@@ -136,8 +139,8 @@ def _anomaly(row, id: str, severity: str, title: str, explanation: str, evidence
 def where(row) -> str:
     """'asyncio_sock at 100 connections, 8 in flight (message framing)'."""
     pipe = f", {int(row['pipeline'])} in flight" if (row.get("pipeline") or 1) > 1 else ""
-    framing = row.get("framing")
-    framing = f" ({framing} framing)" if framing else ""
+    framing = schema.BY_NAME["framing"].text(row.get("framing") or "own")
+    framing = f" ({framing})" if framing else ""
     return f"{row['backend']} at {int(row['connections'])} connections{pipe}{framing}"
 
 
@@ -618,6 +621,52 @@ def failed_cells(ctx: Context) -> list[Anomaly]:
               "errors": sorted({str(e)[:120] for e in g["error"].dropna()})[:3] if g["error"].nunique() > 1 else None}
         text = f"{where(r)} failed (FF) in {len(g)} of {total} rounds: the backend {meaning}"
         found.append(_anomaly(r, "failed_cells", "critical", f"Failed ({cause}): {where(r)}", text, ev))
+    return found
+
+
+# 11 ------------------------------------------------------------------------------------------
+CONNECTION_ERRORS = (  # (errors.* column, what the loader saw)
+    ("reset", "reset or closed by the backend"),
+    ("timeout", "never completed the handshake"),
+    ("connect", "could not connect"),
+)
+
+
+@rule("connection_errors")
+def connection_errors(ctx: Context) -> list[Anomaly]:
+    """Connections reset, timed out or refused in rounds that otherwise succeeded (the loader's
+    errors.reset/timeout/connect): the cell's figures cover fewer connections than it asked for."""
+    t, found = ctx.t, []
+    kinds = [k for k, _ in CONNECTION_ERRORS if f"errors.{k}" in ctx.cells]
+    if not kinds:
+        return found
+    df = schema.normalize(ctx.df)
+    for _, r in ctx.cells.iterrows():
+        rounds = schema.select(df, r)
+        if "status" in rounds:
+            rounds = rounds[rounds["status"] == "ok"]
+        n = int(r["connections"])
+        per_round = [(row.get("round"), {k: int(num(row, f"errors.{k}") or 0) for k in kinds})
+                     for _, row in rounds.iterrows()]
+        lost = [sum(counts.values()) for _, counts in per_round]
+        if not lost or max(lost) < t.connection_errors_min:
+            continue
+        worst = max(lost)
+        means = {k: num(r, f"errors.{k}") or 0.0 for k in kinds}
+        what = dict(CONNECTION_ERRORS)
+        ev = {f"{k} per round (mean): connections {what[k]}": r2(v) for k, v in means.items()}
+        ev["per round (" + " / ".join(kinds) + ")"] = "; ".join(
+            f"round {rnd}: " + " / ".join(str(c[k]) for k in kinds) for rnd, c in per_round)
+        ev["rounds that lost connections"] = f"{sum(1 for x in lost if x)} of {len(lost)}"
+        ev["worst round lost"] = f"{worst} of {n} connections ({100 * worst / n:.1f}%)"
+        text = (f"{where(r)} lost connections in {ev['rounds that lost connections']} rounds: per round on average "
+                + ", ".join(f"{means[k]:.1f} {what[k]}" for k in kinds)
+                + f"; the worst round lost {worst} of {n} ({100 * worst / n:.1f}%). A reset means the backend "
+                "closed or reset a connection during the run (a worker that died, a handler error, an overflowing "
+                "queue); timeouts and connect failures mean connection setup did not keep up (listen backlog, "
+                "ports, descriptors). The cell's figures cover only the connections that stayed up.")
+        sev = "critical" if worst > t.connection_errors_critical * n else "warning"
+        found.append(_anomaly(r, "connection_errors", sev, f"Connections lost: {where(r)}", text, ev))
     return found
 
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
-from netprof.backends import registry
 from netprof.probes import proc_cpu_times
-from netprof.profiler import stats
+from netprof.profiler import servers, stats
 from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.plan import Cell, RunConfig
 from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
+from netprof.profiler.servers import Running
 
 READY_TIMEOUT = 20.0
 EXIT_GRACE = 5.0
@@ -72,17 +73,23 @@ class CellEnv:
     python_options: tuple[str, ...] = ()
 
 
-def start_backend(group: ProcessGroup, cell: Cell, env: CellEnv) -> tuple[ManagedProcess, int]:
-    """Start the backend (inside the link's backend namespace when given) and wait for its ready line."""
+def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
+    """Bring up the cell's server: a built-in backend (inside the link's backend namespace when given;
+    ready when it prints its ready line), the user's command (ready when its port accepts), or the
+    attached process (already up)."""
+    spec = env.cfg.server(cell.backend)
+    cpus = env.cfg.backend_cpu if env.cfg.pin else None
+    if spec.kind == "cmd":
+        return servers.start_cmd(group, spec, cpus)
+    if spec.kind == "attach":
+        return servers.attach(spec)
     link = env.link
     host, prefix = (link.backend_host, link.backend_prefix) if link is not None else ("127.0.0.1", None)
     python = [env.interp.python, *env.python_options]
     proc = group.spawn(f"backend-{cell.backend}",
-                       backend_argv(python, cell.backend, env.cfg, cell.framing, host, prefix),
-                       cpus=env.cfg.backend_cpu if env.cfg.pin else None)
+                       backend_argv(python, cell.backend, env.cfg, cell.framing, host, prefix), cpus=cpus)
     line = proc.wait_line("ready", READY_TIMEOUT)
-    parts = line.split()
-    return proc, int(parts[2])
+    return Running(proc.pid, host, int(line.split()[2]), proc)
 
 
 def tree_rss(pid: int) -> int | None:
@@ -178,11 +185,13 @@ class _Marks:
 
 
 def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
-    info = registry.get(cell.backend)
+    spec = cfg.server(cell.backend)
+    own = spec.kind != "builtin"  # the user's server runs its own interpreter
     return {
-        "backend": cell.backend, "family": info.family, "interpreter": interp.label,
-        "python_version": interp.version, "python_build": interp.build_flags,
-        "framing": cell.framing, "reads": info.reads,
+        "backend": cell.backend, "family": spec.family, "server_kind": spec.kind,
+        "interpreter": "" if own else interp.label, "python_version": None if own else interp.version,
+        "python_build": None if own else interp.build_flags,
+        "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin,
         "status": "failed", "error": None,
@@ -289,23 +298,24 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
     row = _base_row(cell, cfg, env.interp)
     with ProcessGroup() as group:
         try:
-            proc, port = start_backend(group, cell, env)
+            server = start_server(group, cell, env)
         except ProcessError as e:
-            row["error"] = f"backend did not start: {e}"
+            row["error"] = f"server did not start: {e}"
             return CellOutcome(row)
+        proc = server.proc  # None when attached: nothing of ours to wait for or stop
         if probes is not None:
-            probes.target(proc.pid)
+            probes.target(server.pid)
         if hooks.started:
-            hooks.started(proc.pid)
+            hooks.started(server.pid)
         share = cfg.probe_share if probes is not None and cfg.probe_share < 1 else None
-        marks = _Marks(proc.pid, probes, hooks.measuring, (cfg.duration, share) if share else None)
-        marks.rss_ready = tree_rss(proc.pid)
-        req = RunRequest(target=f"{link.backend_host if link else '127.0.0.1'}:{port}",
+        marks = _Marks(server.pid, probes, hooks.measuring, (cfg.duration, share) if share else None)
+        marks.rss_ready = tree_rss(server.pid)
+        req = RunRequest(target=f"{server.host}:{server.port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
                          sources=list(link.loader_hosts) if link else list(cfg.sources),
-                         transport=registry.get(cell.backend).transport,
-                         probe_share=share)
+                         transport=cfg.server(cell.backend).transport, probe_share=share,
+                         **cfg.protocol_fields())
         result = None
         try:
             result = loader.run(req, on_event=marks)
@@ -316,30 +326,39 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             marks.close()
         if result:
             measure_row(row, result, marks, ["counting"] if probes is not None else [])
-            per_conn = list(result.get("per_conn_messages", []))
+            head = (result.get("phases") or {}).get("unprobed") or result
+            per_conn = list(head.get("per_conn_messages", []))
         else:
             per_conn = []
-        # The backend exits by itself once the loader has closed every connection; one that does not
-        # (thread-per-connection after 10k connections) is stopped by the ProcessGroup below.
-        try:
-            proc.popen.wait(timeout=EXIT_GRACE)
-        except subprocess.TimeoutExpired:
-            pass
+        # A built-in backend exits by itself once the loader has closed every connection; one that
+        # does not (thread-per-connection after 10k connections), and the user's command, are
+        # stopped by the ProcessGroup below (SIGTERM, then SIGKILL).
+        if proc is not None and cfg.server(cell.backend).kind == "builtin":
+            try:
+                proc.popen.wait(timeout=EXIT_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
         if row["error"] is None:
-            if result is None:
-                row["error"] = _failure_reason(proc, "no result from the loader")
-            elif result.get("aborted"):
-                row["error"] = _failure_reason(proc, "run aborted")
-            elif not row.get("messages"):
-                row["error"] = _failure_reason(proc, "stalled: no message completed in the window")
-            elif result.get("connected", cell.connections) < cell.connections:
-                row["error"] = (f"only {result.get('connected')} of {cell.connections} connections "
-                                f"could be opened ({_failure_reason(proc, 'refused or timed out')})")
-            elif mismatched := (result.get("errors") or {}).get("mismatch"):
-                row["error"] = (f"echo corrupted: {mismatched} replies differed from what was sent "
-                                f"({_failure_reason(proc, 'wrong bytes')})")
-            elif proc.returncode() not in (0, None):
-                row["error"] = _failure_reason(proc, "backend failed")
+            row["error"] = _verdict(cell, result, row, proc)
         if row["error"] is None:
             row["status"] = "ok"
-        return CellOutcome(row, per_conn, proc.pid)
+        return CellOutcome(row, per_conn, server.pid)
+
+
+def _verdict(cell: Cell, result: dict | None, row: dict, proc: ManagedProcess | None) -> str | None:
+    """Why a cell that the loader finished is still a failure (FF), or None."""
+    if result is None:
+        return _failure_reason(proc, "no result from the loader")
+    if result.get("aborted"):
+        return _failure_reason(proc, "run aborted")
+    if not row.get("messages"):
+        return _failure_reason(proc, "stalled: no message completed in the window")
+    if result.get("connected", cell.connections) < cell.connections:
+        return (f"only {result.get('connected')} of {cell.connections} connections "
+                f"could be opened ({_failure_reason(proc, 'refused or timed out')})")
+    if mismatched := (result.get("errors") or {}).get("mismatch"):
+        return (f"echo corrupted: {mismatched} replies differed from what was sent "
+                f"({_failure_reason(proc, 'wrong bytes')})")
+    if proc is not None and proc.returncode() not in (0, None):
+        return _failure_reason(proc, "server failed")
+    return None

@@ -109,7 +109,7 @@ def doctor() -> None:
 
 @app.command()
 def run(
-    backends: List[str] = typer.Argument(..., help="Backends to run (see `netprof list`)."),
+    backends: Optional[List[str]] = typer.Argument(None, metavar="[BACKEND]...", help="Built-in backends to run (see `netprof list`)."),
     connections: str = typer.Option("10,100,1000", "-c", "--connections", help="Comma list of connection counts."),
     duration: float = typer.Option(5.0, "-d", "--duration", help="Measured seconds per cell."),
     rounds: int = typer.Option(3, "-r", "--rounds", help="Rounds per cell (mean ± interval across them)."),
@@ -136,10 +136,29 @@ def run(
     netem: str = typer.Option("", "--netem", help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
     sources: str = typer.Option("auto", "--sources", help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
     python: str = typer.Option("", "--python", help="Interpreter(s) for the backends: comma list of versions (3.11,3.13, via pyenv) or paths; default: netprof's own."),
+    cmd: Optional[List[str]] = typer.Option(None, "--cmd", metavar="TEMPLATE", help="Your own server's command, {port} replaced by a free port (repeatable); runs as the sudo caller unless --as-root."),
+    name: Optional[List[str]] = typer.Option(None, "--name", help="Label of the --cmd (or --attach) server of the same position."),
+    ready_regex: str = typer.Option("", "--ready-regex", metavar="REGEX", help="--cmd is ready when a line of its stdout matches (default: when its port accepts)."),
+    attach: Optional[int] = typer.Option(None, "--attach", metavar="PID", help="Profile a server that is already running (with --target): nothing is started or stopped."),
+    target: str = typer.Option("", "--target", metavar="HOST:PORT", help="Where --attach's server (or a --cmd without {port}) listens."),
+    as_root: bool = typer.Option(False, "--as-root", help="Run --cmd as root instead of the user who invoked sudo."),
+    protocol: str = typer.Option("echo", "--protocol", help="echo (64-byte echo), http (HTTP/1.1 keep-alive), line (a request line, one reply line)."),
+    request: str = typer.Option("GET /", "--request", metavar="'METHOD /path'", help="--protocol http: the request."),
+    header: Optional[List[str]] = typer.Option(None, "--header", metavar="'Name: value'", help="--protocol http: an extra header (repeatable)."),
+    body: Optional[str] = typer.Option(None, "--body", help="--protocol http: the request body."),
+    body_file: Optional[Path] = typer.Option(None, "--body-file", metavar="FILE", help="--protocol http: the request body, from a file."),
+    line: str = typer.Option("PING", "--line", help="--protocol line: the request line."),
 ) -> None:
-    """Run backends × connections × pipeline × rounds and report what each message costs."""
+    """Run servers × connections × pipeline × rounds and report what each message costs."""
+    own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root)
+    if body_file is not None:
+        try:
+            body = body_file.read_text()
+        except OSError as e:
+            raise InputError(f"--body-file {body_file}: {e.strerror}") from None
     cfg = validate(RunConfig(
-            backends=list(backends), connections=parse_int_list(connections, "--connections"),
+            backends=list(backends or []), own=own, protocol=protocol, request=request, headers=list(header or []),
+            body=body, line=line, connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             probe_share=probe_share, syscall_time=syscall_time,
@@ -149,6 +168,24 @@ def run(
         ))
     _confirm_long_plan(cfg, yes)
     _execute(cfg, as_json)
+
+
+def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: int | None, target: str,
+                 as_root: bool) -> list:
+    """ServerSpecs of --cmd templates and --attach (servers.py checks each)."""
+    from netprof.profiler import servers
+
+    if len(names) > len(cmds) + (attach is not None):
+        raise InputError("more --name than --cmd/--attach: give one --name per server, in the same order")
+    own = [servers.from_cmd(c, names[i] if i < len(names) else "", ready_regex,
+                            target if "{port}" not in c else "", as_root) for i, c in enumerate(cmds)]
+    if attach is not None:
+        if not target:
+            raise InputError(f"--attach {attach} needs --target HOST:PORT: where does it listen?")
+        own.append(servers.attached(attach, target, names[len(cmds)] if len(names) > len(cmds) else ""))
+    elif target and not any("{port}" not in c for c in cmds):
+        raise InputError("--target is for --attach, or for a --cmd without {port}")
+    return own
 
 
 LONG_PLAN_S = 3600.0

@@ -6,14 +6,15 @@ any process is started.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import os
 import re
 import resource
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
 
 from netprof.backends import registry
 from netprof.profiler import schema
@@ -83,6 +84,13 @@ class RunConfig:
     # message: each receive asks for the rest of one message (the reference harness's way);
     # stream: read up to 64 KiB and echo what came. A run dimension (comma list on the CLI).
     framings: list[str] = field(default_factory=lambda: ["message"])
+    # The user's own servers (--cmd, --attach): their names are in `backends` too.
+    own: list = field(default_factory=list)  # [servers.ServerSpec]
+    protocol: str = "echo"  # echo | http | line: what one message is (one request/response exchange)
+    request: str = "GET /"  # http: METHOD /path
+    headers: list[str] = field(default_factory=list)  # http: extra "Name: value" headers
+    body: str | None = None  # http: request body (--body, or --body-file's content)
+    line: str = "PING"  # line: the request line
     force: bool = False  # --force: replace the run already in out_dir
     wait: bool = False  # --wait: queue behind another netprof run instead of refusing
     # Share of each cell's window, in its middle, with the counting probes attached; the rest is
@@ -96,13 +104,32 @@ class RunConfig:
             yield from self.combinations(rnd)
 
     def combinations(self, rnd: int) -> Iterator[Cell]:
-        """Every combination of the run dimensions, for round `rnd` (0: an evidence round)."""
+        """Every combination of the run dimensions, for round `rnd` (0: an evidence round). The
+        user's own servers have their own interpreter and framing: one cell per scale."""
+        own = {s.name for s in self.own}
         for conns in self.connections:
             for pipe in self.pipeline:
                 for framing in self.framings:
                     for python in self.pythons:
                         for backend in self.backends:
-                            yield Cell(backend, conns, pipe, rnd, python, framing)
+                            if backend not in own:
+                                yield Cell(backend, conns, pipe, rnd, python, framing)
+                            elif framing == self.framings[0] and python == self.pythons[0]:
+                                yield Cell(backend, conns, pipe, rnd, "", "own")
+
+    def server(self, name: str):
+        """The ServerSpec of a cell's server: the user's own, or a built-in backend."""
+        from netprof.profiler import servers
+
+        return next((s for s in self.own if s.name == name), None) or servers.builtin(name)
+
+    def protocol_fields(self) -> dict:
+        """What the loader needs to speak this run's protocol (RunRequest fields)."""
+        if self.protocol == "http":
+            return {"protocol": "http", "request": self.request, "headers": list(self.headers), "body": self.body}
+        if self.protocol == "line":
+            return {"protocol": "line", "line": self.line}
+        return {}
 
     def n_cells(self) -> int:
         rounds = 0 if self.evidence_only else self.rounds
@@ -143,7 +170,7 @@ def parse_int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace(" ", "").split(",") if v]
     except ValueError:
-        raise InputError(f"{what} must be a comma list of whole numbers, e.g. 10,100,1000 (got '{text}')")
+        raise InputError(f"{what} must be a comma list of whole numbers, e.g. 10,100,1000 (got '{text}')") from None
     if not values:
         raise InputError(f"{what} is empty: give a comma list such as 10,100")
     return values
@@ -169,7 +196,7 @@ def parse_sources(text: str) -> list[str]:
         try:
             addr = ipaddress.IPv4Address(v)
         except ValueError:
-            raise InputError(f"--sources: '{v}' is not an IPv4 address; use e.g. 127.0.0.1,127.0.0.2 or auto")
+            raise InputError(f"--sources: '{v}' is not an IPv4 address; use e.g. 127.0.0.1,127.0.0.2 or auto") from None
         if not addr.is_loopback:
             raise InputError(f"--sources: {v} is not a loopback address (127.0.0.0/8); only loopback may carry load")
     if len(set(values)) != len(values):
@@ -193,15 +220,36 @@ def _check_range(name: str, value) -> None:
         raise InputError(f"--{name} {value} is out of range: use {lo} … {hi}")
 
 
+PROTOCOLS = ("echo", "http", "line")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     known = registry.names(include_test_only=True)
+    own = [s.name for s in cfg.own]
+    if len(set(own)) != len(own) or set(own) & set(cfg.backends):
+        raise InputError("two servers share a name: give each --cmd its own --name")
     for b in cfg.backends:
         if b not in known:
-            raise InputError(
-                f"unknown backend '{b}'; known: {', '.join(registry.names())} (see `netprof list`)"
-            )
+            close = difflib.get_close_matches(b, known, n=1)
+            raise InputError(f"unknown backend '{b}'" + (f"; did you mean {close[0]}?" if close else "")
+                             + f" Known: {', '.join(registry.names())} (see `netprof list`)")
+    cfg.backends = [*cfg.backends, *own]
     if not cfg.backends:
-        raise InputError("name at least one backend, e.g. `netprof run selector` (see `netprof list`)")
+        raise InputError("name at least one backend, e.g. `netprof run selector` (see `netprof list`), "
+                         "or your own server with --cmd or --attach")
+    if cfg.protocol not in PROTOCOLS:
+        raise InputError(f"--protocol '{cfg.protocol}' is not known; use {', '.join(PROTOCOLS)}")
+    builtin = [b for b in cfg.backends if b not in own]
+    if cfg.protocol != "echo" and builtin:
+        raise InputError(f"--protocol {cfg.protocol} needs your own server (--cmd or --attach): the built-in "
+                         f"backends ({', '.join(builtin)}) are echo servers")
+    if cfg.protocol == "http" and not re.fullmatch(r"[A-Z]+ /\S*", cfg.request):
+        raise InputError(f"--request '{cfg.request}' is not 'METHOD /path', e.g. 'GET /plaintext'")
+    for h in cfg.headers:
+        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+: [^\r\n]*", h):
+            raise InputError(f"--header '{h}' is not 'Name: value'")
+    if own and cfg.remote:
+        raise InputError("--cmd/--attach run on this host's loopback; drop --remote")
     ceiling = max_connections()
     for c in cfg.connections:
         if c < 1:
@@ -235,7 +283,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         try:
             Netem.parse(cfg.netem)
         except ValueError as e:
-            raise InputError(str(e))
+            raise InputError(str(e)) from None
     if cfg.remote == "netns":
         if os.geteuid() != 0:
             raise InputError("--remote netns needs root (it creates network namespaces); run as root or drop --remote")

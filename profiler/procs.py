@@ -348,8 +348,10 @@ def spawn(
     stderr_dir: str | None = None,
     cwd: str | None = None,
     pass_fds: Sequence[int] = (),
+    user: int | None = None,
+    group: int | None = None,
 ) -> ManagedProcess:
-    """Start `argv` in its own session, pinned to `cpus`, stderr to a file, in SAFE_CWD (or `cwd`) with
+    """Start `argv` (as uid `user`/gid `group` when given, with no supplementary groups) in its own session, pinned to `cpus`, stderr to a file, in SAFE_CWD (or `cwd`) with
     `child_env(env)`, inheriting no descriptor but `pass_fds`, killed when the calling thread exits
     (PR_SET_PDEATHSIG: call it from a thread that outlives the child). A CPython child asked to write
     perf maps (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it
@@ -374,6 +376,7 @@ def spawn(
             start_new_session=True,
             pass_fds=tuple(pass_fds),
             preexec_fn=_preexec(cpu_list, (jitdump.reserve, perf_files) if perf_files else None),
+            user=user, group=group, extra_groups=[] if user is not None else None,
         )
     except OSError as e:
         os.close(fd)

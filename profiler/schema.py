@@ -9,8 +9,9 @@ before a dimension existed lack its column: `normalize` fills it with the value 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -36,7 +37,10 @@ def _pinned_text(v) -> str:
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("backend", None, str, str),
     Dimension("interpreter", "", str, lambda v: str(v) or "default"),
-    Dimension("framing", "stream", lambda v: f"{v} framing", str),
+    # "own": the user's server (--cmd/--attach) frames messages its own way
+    Dimension("framing", "stream", lambda v: "" if v == "own" else f"{v} framing",
+              lambda v: "" if v == "own" else str(v)),
+    Dimension("protocol", "echo", str, lambda v: "" if v == "echo" else str(v)),
     Dimension("connections", None, lambda v: f"c={int(v)}", lambda v: f"c{int(v)}"),
     Dimension("pipeline", 1, _pipeline_text, lambda v: f"p{int(v)}"),
     Dimension("pinned", True, _pinned_text, lambda v: "" if bool(v) else "nopin"),
@@ -94,7 +98,7 @@ def cell_label(row: Mapping, dims: list[str] | None = None, with_round: bool = F
 def _plain(d: Dimension, v) -> bool:
     """True when a label may leave `d` out because `v` is what a plain run has."""
     return d.name in ("interpreter",) and not v or d.name == "pipeline" and int(v) == 1 \
-        or d.name == "pinned" and bool(v)
+        or d.name == "pinned" and bool(v) or d.name == "protocol" and v == "echo"
 
 
 def series_label(row: Mapping, frame: pd.DataFrame) -> str:
