@@ -315,6 +315,8 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
                          sources=list(link.loader_hosts) if link else list(cfg.sources),
                          transport=cfg.server(cell.backend).transport, probe_share=share,
+                         connect_timeout=link.connect_timeout_s(cell.connections) if link
+                         else RunRequest.connect_timeout,
                          **cfg.protocol_fields())
         result = None
         try:

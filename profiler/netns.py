@@ -19,9 +19,16 @@ once per direction: a ping-pong round trip costs at least 2 × delay). Kernels w
 space instead: the link is then a pair of TUN devices, one in each namespace, and a small forwarder
 process (this module's `forward` entry point, living in the loader's namespace) moves every IP packet
 from one to the other after the delay (± uniform jitter, random loss, a rate's serialisation time),
-as netem would. `describe()` says which one a run got. The forwarder is Python: measured here it
+as netem would. Like netem's `limit` (1000 packets), each direction holds at most QUEUE_LIMIT
+packets in flight and drops what comes beyond, counting the drops (`forwarder_stats()`, recorded in
+`describe()`). `describe()` says which one a run got. The forwarder is Python: measured here it
 carries ~40–60k ping-pong messages/s (selector, 10–100 connections, delay=0us) where the veth carries
 ~125k, so with the user-space netem a backend faster than that measures the forwarder.
+
+The loader abandons a connect attempt that has no answer after LOADER_ATTEMPT_TIMEOUT_S (100 ms,
+cpp_server/src/engine.cpp `kAttemptTimeoutNs`) and retries: a link whose round trip is longer never
+connects. `Netem.check()` refuses such a delay; `RemoteLink.connect_timeout_s()` is the whole connect
+phase's bound a link needs (it grows with the round trip and the number of connections).
 
 In the backend's namespace `net.core.somaxconn` and `net.ipv4.tcp_max_syn_backlog` are raised to
 65535 so a 20k-connection connect burst is not throttled by the accept queue; these sysctls are per
@@ -29,15 +36,18 @@ namespace, so nothing of the machine's own configuration changes.
 
 Teardown (also on exceptions and Ctrl-C) stops the forwarder, kills whatever still runs inside the two
 namespaces (only our own children can be there) and deletes them; deleting a namespace deletes its
-link end. A netprof killed with SIGKILL cannot tear down: `cleanup_leftovers()` removes every
-`netprof-<pid>-*` namespace whose creating pid is gone (each netns run calls it first; so does
-`netprof doctor`).
+link end. A netprof killed with SIGKILL cannot tear down: the processes inside die with it
+(PR_SET_PDEATHSIG, see profiler/procs.py), and `cleanup_leftovers()` removes every `netprof-<pid>-*`
+namespace whose creating pid is gone — run by netprof's watchdog as soon as it died
+(`procs.start_watchdog`), by each netns run first, and by `netprof doctor`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import heapq
+import json
+import math
 import os
 import random
 import re
@@ -62,6 +72,14 @@ MAX_LOADER_ADDRS = 5  # 198.18.0.2 … 198.18.0.6 in the /29
 BACKLOG_SYSCTLS = {"net.core.somaxconn": "65535", "net.ipv4.tcp_max_syn_backlog": "65535"}
 IP_TIMEOUT = 15.0
 NETEM_SYNTAX = "delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]"
+# The loader's connect pacing (cpp_server/src/engine.cpp): an attempt without an answer after
+# kAttemptTimeoutNs is abandoned and retried; at most kMaxConnecting attempts per worker in flight.
+LOADER_ATTEMPT_TIMEOUT_S = 0.100
+LOADER_MAX_CONNECTING = 128
+ATTEMPT_MARGIN = 0.9  # a round trip must fit in this share of an attempt (forwarder and accept lag)
+DEFAULT_CONNECT_TIMEOUT_S = 10.0  # the loader's default; enough on loopback and a bare veth
+SYN_BYTES = 60  # a SYN with options, for the serialisation time at a netem rate
+QUEUE_LIMIT = 1000  # packets per direction in the user-space forwarder (netem's default `limit`)
 
 
 class LinkError(NetprofError):
@@ -85,7 +103,7 @@ class Netem:
     rate_bps: int = 0  # 0 = unlimited
 
     @classmethod
-    def parse(cls, spec: str) -> "Netem":
+    def parse(cls, spec: str) -> Netem:
         """`delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]` (keys in any order, each at most once);
         ValueError with one line naming the syntax otherwise."""
 
@@ -132,6 +150,24 @@ class Netem:
         if self.rate_bps:
             parts.append(f"rate={self.rate_bps}bit")
         return ",".join(parts)
+
+    def rtt_s(self) -> float:
+        """The longest round trip of a handshake over the link: delay + jitter each way (both ends
+        carry the netem), plus a SYN's serialisation at the rate."""
+        serialise = SYN_BYTES * 8 / self.rate_bps if self.rate_bps else 0.0
+        return 2 * ((self.delay_us + self.jitter_us) / 1e6 + serialise)
+
+    def check(self, attempt_timeout_s: float = LOADER_ATTEMPT_TIMEOUT_S) -> Netem:
+        """ValueError (one line naming the fix) when a handshake's round trip does not fit in one of the
+        loader's connect attempts: every attempt would be abandoned and no connection would open."""
+        rtt = self.rtt_s()
+        if rtt > attempt_timeout_s * ATTEMPT_MARGIN:
+            most = attempt_timeout_s * ATTEMPT_MARGIN / 2 * 1e3
+            raise ValueError(
+                f"--netem: a round trip of {rtt * 1e3:g} ms (delay + jitter, both ways) is longer than the loader's "
+                f"{attempt_timeout_s * 1e3:g} ms connect attempt, so no connection would open; use "
+                f"delay + jitter of at most {most:g} ms")
+        return self
 
     def tc_args(self) -> list[str]:
         args = ["delay", f"{self.delay_us:g}us"]
@@ -186,23 +222,15 @@ def _kill_and_delete(ns: str) -> None:
     _ip("ip", "netns", "delete", ns, check=False)
 
 
-def _pid_alive(pid: int) -> bool:
-    """True when `pid` runs (a zombie — killed, not yet reaped — counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
-
-
 def cleanup_leftovers() -> list[str]:
     """Delete every `netprof-<pid>-b|l` namespace whose creating process is gone (a netprof killed with
     SIGKILL), with any process still inside it. Returns the names removed."""
+    from netprof.profiler.procs import pid_alive
+
     removed = []
     for ns in list_namespaces():
         m = _NS_RE.match(ns)
-        if not m or _pid_alive(int(m.group(1))):
+        if not m or pid_alive(int(m.group(1))):
             continue
         _kill_and_delete(ns)
         removed.append(ns)
@@ -290,11 +318,13 @@ class RemoteLink:
         self.sysctls: dict[str, str] = {}
         self.setup_s: float | None = None
         self._forwarder = None
+        self._control: socket.socket | None = None  # our end of the forwarder's stats channel
+        self._final_stats: dict | None = None  # the forwarder's counters when it was stopped
         self._created: list[str] = []
 
     # -- lifecycle
 
-    def __enter__(self) -> "RemoteLink":
+    def __enter__(self) -> RemoteLink:
         try:
             self._setup()
         except BaseException:
@@ -362,10 +392,15 @@ class RemoteLink:
     def _make_tun_pair(self) -> None:
         from netprof.profiler.procs import spawn
 
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [*self.loader_prefix, sys.executable, "-m", "netprof.profiler.netns", "forward",
                 "--ns-backend", self.ns_backend, "--dev-backend", self.dev_backend,
-                "--dev-loader", self.dev_loader, "--netem", self.netem.spec()]
-        self._forwarder = spawn("netem-forwarder", argv)
+                "--dev-loader", self.dev_loader, "--netem", self.netem.spec(),
+                "--control-fd", str(theirs.fileno())]
+        try:
+            self._forwarder = spawn("netem-forwarder", argv, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
         try:
             self._forwarder.wait_line("ready", 10.0)
         except Exception as e:
@@ -395,8 +430,29 @@ class RemoteLink:
                 time.sleep(0.05)
         raise LinkError(f"the link {self.loader_host} → {BACKEND_ADDR} does not carry TCP ({last})")
 
+    def forwarder_stats(self, timeout: float = 2.0) -> dict | None:
+        """The user-space forwarder's counters per direction (`forwarded`, `dropped_queue` beyond
+        QUEUE_LIMIT, `dropped_loss` by the loss rate) since the link was set up; None without one."""
+        if self._control is None:
+            return self._final_stats
+        try:
+            self._control.settimeout(timeout)
+            self._control.sendall(b"stats\n")
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = self._control.recv(4096)
+                if not chunk:
+                    return self._final_stats
+                reply += chunk
+            return json.loads(reply)
+        except (OSError, ValueError):
+            return self._final_stats
+
     def close(self) -> None:
         if self._forwarder is not None:
+            self._final_stats = self.forwarder_stats()
+            self._control.close()
+            self._control = None
             self._forwarder.discard()
             self._forwarder = None
         for ns in reversed(self._created):
@@ -417,7 +473,20 @@ class RemoteLink:
                        "impl": self.netem_impl} if self.netem else None),
             "sysctls_backend_ns": dict(self.sysctls),
             "setup_s": self.setup_s,
+            "forwarder": ({"queue_limit": QUEUE_LIMIT, "counters": self.forwarder_stats()}
+                          if self.kind == "tun" else None),
         }
+
+    def connect_timeout_s(self, connections: int = 1) -> float:
+        """The bound for the loader's whole connect phase over this link: the default on a bare link;
+        with netem, 20 round trips plus two per wave of LOADER_MAX_CONNECTING attempts, each wave
+        repeated as often as the loss rate makes a SYN or SYN-ACK go missing."""
+        if self.netem is None:
+            return DEFAULT_CONNECT_TIMEOUT_S
+        rtt = max(self.netem.rtt_s(), 1e-3)
+        waves = math.ceil(max(connections, 1) / LOADER_MAX_CONNECTING)
+        delivered = (1 - min(self.netem.loss_pct, 90.0) / 100) ** 2
+        return max(DEFAULT_CONNECT_TIMEOUT_S, 20 * rtt + 2 * waves * max(rtt, LOADER_ATTEMPT_TIMEOUT_S) / delivered)
 
 
 RemoteLink.cleanup_leftovers = staticmethod(cleanup_leftovers)
@@ -441,11 +510,15 @@ def _open_tun(name: str) -> int:
     return fd
 
 
-def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None) -> None:
+def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None, *, limit: int = QUEUE_LIMIT,
+            names: tuple[str, str] = ("a_to_b", "b_to_a"), control: socket.socket | None = None) -> dict:
     """Move IP packets a→b and b→a, each after netem's delay (± uniform jitter), loss and rate.
 
-    Packets wait in a time-ordered heap per direction (like netem's tfifo: jitter may reorder).
-    select() sleeps with µs resolution; the timer slack is set to 1 µs so wake-ups are punctual."""
+    Packets wait in a time-ordered heap per direction (like netem's tfifo: jitter may reorder); a
+    direction holding `limit` packets drops the next ones, as netem's `limit` does. select() sleeps
+    with µs resolution; the timer slack is set to 1 µs so wake-ups are punctual. `control`: a stream
+    socket on which each line `stats` is answered with the counters as one JSON line; its EOF (the
+    parent is gone) ends the loop. Returns the counters per direction (`names`: a→b, b→a)."""
     try:
         ctypes.CDLL(None).prctl(_PR_SET_TIMERSLACK, 1, 0, 0, 0)
     except Exception:
@@ -457,6 +530,11 @@ def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None) 
     out_of = {fd_a: fd_b, fd_b: fd_a}
     heaps: dict[int, list] = {fd_a: [], fd_b: []}  # keyed by the fd to write to
     link_free = {fd_a: 0.0, fd_b: 0.0}  # rate: when the "wire" towards that fd is free again
+    counters = {fd_b: dict.fromkeys(("forwarded", "dropped_queue", "dropped_loss"), 0),
+                fd_a: dict.fromkeys(("forwarded", "dropped_queue", "dropped_loss"), 0)}
+    stats = {names[0]: counters[fd_b], names[1]: counters[fd_a]}
+    readers = [fd_a, fd_b] + ([control] if control is not None else [])
+    pending = b""
     seq = 0
     clock = time.monotonic
     while not (stop and stop[0]):
@@ -464,12 +542,23 @@ def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None) 
         due = min((h[0][0] for h in heaps.values() if h), default=None)
         timeout = None if due is None else max(0.0, due - now)
         try:
-            readable, _, _ = select.select([fd_a, fd_b], [], [], timeout)
+            readable, _, _ = select.select(readers, [], [], timeout)
         except InterruptedError:
             continue
         now = clock()
         for fd in readable:
+            if fd is control:
+                chunk = control.recv(4096)
+                if not chunk:
+                    return stats
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    if line.strip() == b"stats":
+                        control.sendall(json.dumps(stats).encode() + b"\n")
+                continue
             dst = out_of[fd]
+            count = counters[dst]
             for _ in range(256):  # bounded batch per wake-up
                 try:
                     pkt = os.read(fd, 65536)
@@ -478,6 +567,10 @@ def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None) 
                 if not pkt:
                     break
                 if loss and rng.random() < loss:
+                    count["dropped_loss"] += 1
+                    continue
+                if len(heaps[dst]) >= limit:
+                    count["dropped_queue"] += 1
                     continue
                 when = now + (delay + (rng.uniform(-jitter, jitter) if jitter else 0.0))
                 if rate:
@@ -492,8 +585,10 @@ def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None) 
                 _, _, pkt = heapq.heappop(heap)
                 try:
                     os.write(dst, pkt)
+                    counters[dst]["forwarded"] += 1
                 except OSError:
                     pass  # a full/down device drops the packet, as a wire would
+    return stats
 
 
 def _forward_main(argv: list[str]) -> int:
@@ -504,15 +599,17 @@ def _forward_main(argv: list[str]) -> int:
     p.add_argument("--dev-backend", required=True)
     p.add_argument("--dev-loader", required=True)
     p.add_argument("--netem", required=True)
+    p.add_argument("--control-fd", type=int, help="a stream socket from the parent: stats on request, EOF = stop")
     args = p.parse_args(argv)
     netem = Netem.parse(args.netem)
+    control = socket.socket(fileno=args.control_fd) if args.control_fd is not None else None
     with in_netns(args.ns_backend):  # the backend's end is created inside the backend's namespace
         fd_b = _open_tun(args.dev_backend)
     fd_l = _open_tun(args.dev_loader)  # we run in the loader's namespace (`ip netns exec`)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sys.exit(0))
     print("ready", flush=True)
-    forward(fd_l, fd_b, netem)
+    forward(fd_l, fd_b, netem, names=("loader_to_backend", "backend_to_loader"), control=control)
     return 0
 
 

@@ -281,7 +281,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         from netprof.profiler.netns import Netem
 
         try:
-            Netem.parse(cfg.netem)
+            Netem.parse(cfg.netem).check()
         except ValueError as e:
             raise InputError(str(e)) from None
     if cfg.remote == "netns":

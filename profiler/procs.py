@@ -351,9 +351,11 @@ def spawn(
     user: int | None = None,
     group: int | None = None,
 ) -> ManagedProcess:
-    """Start `argv` (as uid `user`/gid `group` when given, with no supplementary groups) in its own session, pinned to `cpus`, stderr to a file, in SAFE_CWD (or `cwd`) with
-    `child_env(env)`, inheriting no descriptor but `pass_fds`, killed when the calling thread exits
-    (PR_SET_PDEATHSIG: call it from a thread that outlives the child). A CPython child asked to write
+    """Start `argv` (as uid `user`/gid `group` when given, with no supplementary groups) in its own
+    session, pinned to `cpus`, stderr to a file, in SAFE_CWD (or `cwd`) with `child_env(env)`,
+    inheriting no descriptor but `pass_fds`, killed when the calling thread exits (PR_SET_PDEATHSIG,
+    armed after the uid change, which would clear it: call spawn from a thread that outlives the
+    child). A CPython child asked to write
     perf maps (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it
     first, so no planted link is followed."""
     from netprof.flamegraphs import jitdump

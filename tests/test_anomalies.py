@@ -317,3 +317,33 @@ def test_behaviour_rules_give_one_card_per_backend():
     a = ids(detect(frame(*rows)), "readiness_churn")
     assert len(a) == 1 and a[0]["connections"] == 1000
     assert a[0]["evidence"]["also at connections (×in flight)"] == "10, 100"
+
+
+# connection errors (issue 16, item 9) --------------------------------------------------------------
+
+def test_connection_errors_fire_with_the_numbers():
+    rows = [make_row(round=1, errors={"reset": 3}), make_row(round=2), make_row(round=3, errors={"timeout": 1})]
+    (a,) = ids(detect(frame(*rows)), "connection_errors")
+    assert a["severity"] == "critical" and a["connections"] == 100  # round 1 lost 3% of its connections
+    ev = a["evidence"]
+    assert ev["per round (reset / timeout / connect)"] == "round 1: 3 / 0 / 0; round 2: 0 / 0 / 0; round 3: 0 / 1 / 0"
+    assert ev["worst round lost"] == "3 of 100 connections (3.0%)"
+    assert ev["rounds that lost connections"] == "2 of 3"
+    assert ev["reset per round (mean): connections reset or closed by the backend"] == 1.0
+    assert "1.0 reset or closed by the backend" in a["explanation"] and "3 of 100" in a["explanation"]
+
+
+def test_connection_errors_warning_below_one_percent_and_tunable():
+    rows = [make_row(connections=1000, errors={"reset": 5})]
+    (a,) = ids(detect(frame(*rows)), "connection_errors")
+    assert a["severity"] == "warning" and a["evidence"]["worst round lost"] == "5 of 1000 connections (0.5%)"
+    assert not ids(detect(frame(*rows), thresholds=Thresholds(connection_errors_min=10)), "connection_errors")
+
+
+def test_connection_errors_silent_on_a_clean_row():
+    assert not ids(detect(frame(make_row(), make_row(round=2))), "connection_errors")
+    assert not ids(detect(frame(make_row(errors={"mismatch": 0}))), "connection_errors")
+    # a failed round's errors belong to its FF card, not to this rule
+    rows = [make_row(), make_row(round=2, status="failed", error="only 90 of 100 connections could be opened",
+                                 errors={"timeout": 10})]
+    assert not ids(detect(frame(*rows)), "connection_errors")

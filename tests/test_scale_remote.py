@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -162,7 +163,8 @@ def test_netem_delay_shows_in_latency_and_no_namespace_remains(tmp_path):
     require_root()
     out = tmp_path / "run"
     res = run_netprof("run", "selector", "-c", "10", "-d", "2", "-r", "1", "--warmup", "0.5", "--no-probes",
-                      "--remote", "netns", "--netem", "delay=500us", "--json", "--out", str(out), timeout=120)
+                      "--remote", "netns", "--netem", "delay=500us", "--wait", "--json", "--out", str(out),
+                      timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = json.loads(res.stdout)["runs"]
     assert row["status"] == "ok", row
@@ -175,26 +177,118 @@ def test_netem_delay_shows_in_latency_and_no_namespace_remains(tmp_path):
     assert not gone([p.pid for p in netns_run_processes()])
 
 
-def test_sigkilled_netns_run_leaves_nothing_after_cleanup(tmp_path):
+def test_leftover_namespaces_of_a_dead_run_are_removed_with_what_runs_inside():
+    """What the next run and `netprof doctor` call (tests/test_hardening.py kills a real run): the
+    namespace of a dead netprof pid goes, with any process still inside; a live pid's stays."""
     require_root()
-    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "20", "-r", "1", "--no-probes",
-                                        "--remote", "netns", "--netem", "delay=100us", "--out", str(tmp_path)),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mine, theirs = f"netprof-{os.getpid()}-l", f"netprof-{dead.pid}-l"
+    for ns in (mine, theirs):
+        subprocess.run(["ip", "netns", "add", ns], check=True, timeout=10)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", theirs, "sleep", "60"])
     try:
-        names = _wait(lambda: len(ours(proc.pid)) == 2 and ours(proc.pid), 30, "the run's namespaces")
-        _wait(lambda: any("netprof.backends" in " ".join(p.cmdline()) for p in netns_run_processes()), 30,
-              "the backend inside the namespace")
+        _wait(lambda: subprocess.run(["ip", "netns", "pids", theirs], capture_output=True, text=True,
+                                     timeout=10).stdout.strip(), 10, "the process inside")
+        assert RemoteLink.cleanup_leftovers() == [theirs]
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+        assert ours(dead.pid) == [] and ours(os.getpid()) == [mine]
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    assert set(ours(proc.pid)) == set(names)  # SIGKILL: nobody could tear down
-    inside = [int(pid) for ns in names for pid in subprocess.run(
-        ["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=10).stdout.split()]
-    assert inside  # at least the loader and the netem forwarder were orphaned in there
-    removed = RemoteLink.cleanup_leftovers()
-    assert set(removed) >= set(names)
-    assert not ours(proc.pid)
-    assert not gone(inside)  # ... and went with the namespaces
+        sleeper.kill()
+        for ns in (mine, theirs):
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=10)
+
+
+# ------------------------------------------------------------------------------------------------
+# long delays (issue 16, item 11): the loader's connect attempts, the forwarder's queue bound
+
+
+def test_netem_check_refuses_a_round_trip_longer_than_a_connect_attempt():
+    assert Netem.parse("delay=40ms").check().rtt_s() == pytest.approx(0.080)
+    assert Netem.parse("delay=40ms,jitter=5ms").check()
+    for spec in ("delay=60ms", "delay=45ms,jitter=5ms", "delay=1s"):
+        with pytest.raises(ValueError) as e:
+            Netem.parse(spec).check()
+        assert "connect attempt" in str(e.value) and "at most 45 ms" in str(e.value), str(e.value)
+        assert "\n" not in str(e.value) and str(e.value).startswith("--netem: a round trip of ")
+    assert Netem.parse("delay=60ms").check(attempt_timeout_s=3.2)  # a loader with longer attempts
+    assert Netem.parse("delay=1ms,rate=100kbit").rtt_s() == pytest.approx(0.002 + 2 * 480 / 100e3)
+
+
+def test_plan_refuses_a_delay_the_link_cannot_carry():
+    with pytest.raises(plan.InputError, match=r"connect attempt.*at most 45 ms"):
+        plan.validate(plan.RunConfig(backends=["selector"], remote="netns", netem="delay=60ms"))
+
+
+def test_connect_timeout_grows_with_the_round_trip_and_the_connections():
+    bare, slow = RemoteLink(), RemoteLink("delay=45ms")  # nothing is created before __enter__
+    assert bare.connect_timeout_s(20_000) == 10.0
+    assert slow.connect_timeout_s(2) == 10.0
+    big = slow.connect_timeout_s(20_000)  # 20 round trips + 2 × 157 waves of 128 attempts, 100 ms each
+    assert big == pytest.approx(20 * 0.09 + 2 * 157 * 0.1)
+    assert RemoteLink("delay=45ms,loss=10%").connect_timeout_s(20_000) > big
+
+
+def test_forwarder_queue_is_bounded_and_counts_drops():
+    """The user-space netem: at most `limit` packets wait per direction; the rest are dropped and
+    counted, as netem's `limit` does; the counters come back on the control socket."""
+    import threading
+
+    from netprof.profiler.netns import forward
+
+    a_ours, a_fwd = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    b_ours, b_fwd = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ctl_ours, ctl_fwd = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    for sock in (a_fwd, b_fwd):
+        sock.setblocking(False)
+    for i in range(25):
+        a_ours.send(b"packet %d" % i)
+    done = {}
+    t = threading.Thread(target=lambda: done.update(stats=forward(
+        a_fwd.fileno(), b_fwd.fileno(), Netem.parse("delay=10s"), limit=10, control=ctl_fwd)))
+    t.start()
+    try:
+        ctl_ours.settimeout(10)
+        ctl_ours.sendall(b"stats\n")
+        live = json.loads(ctl_ours.makefile().readline())
+    finally:
+        ctl_ours.close()  # EOF: the forwarder returns
+        t.join(timeout=10)
+    assert live == {"a_to_b": {"forwarded": 0, "dropped_queue": 15, "dropped_loss": 0},
+                    "b_to_a": {"forwarded": 0, "dropped_queue": 0, "dropped_loss": 0}}
+    assert not t.is_alive() and done["stats"] == live
+
+
+def test_link_just_under_the_connect_attempt_carries_the_run(tmp_path):
+    """delay=40ms each way (80 ms round trip, under the loader's 100 ms attempt): the run connects and
+    its latency shows the delay; the forwarder's queue bound is recorded with the link."""
+    require_root()
+    out = tmp_path / "run"
+    res = run_netprof("run", "selector", "--remote", "netns", "--netem", "delay=40ms", "-c", "2", "-d", "1",
+                      "-r", "1", "--warmup", "0.2", "--no-probes", "--wait", "--json", "--out", str(out),
+                      timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads(res.stdout)["runs"]
+    assert row["status"] == "ok", row
+    assert row["lat_us"]["p50"] >= 80_000, row["lat_us"]
+    link = json.loads((out / "meta.json").read_text())["link"]
+    if link["link"] == "tun":
+        assert link["forwarder"]["queue_limit"] == 1000
+        assert set(link["forwarder"]["counters"]) == {"loader_to_backend", "backend_to_loader"}
+
+
+@pytest.mark.xfail(strict=True, reason="the loader abandons every connect attempt after 100 ms "
+                   "(cpp_server/src/engine.cpp kAttemptTimeoutNs); see Netem.check")
+def test_netem_delay_of_60ms_connects(tmp_path):
+    """The issue's case: 60 ms each way, a 120 ms round trip."""
+    require_root()
+    res = run_netprof("run", "selector", "--remote", "netns", "--netem", "delay=60ms", "-c", "2", "-d", "1",
+                      "-r", "1", "--warmup", "0.2", "--no-probes", "--wait", "--json",
+                      "--out", str(tmp_path / "run"), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads(res.stdout)["runs"]
+    assert row["status"] == "ok", row
+    assert row["lat_us"]["p50"] >= 120_000, row["lat_us"]
 
 
 def test_not_root_is_a_clear_link_error(monkeypatch):
@@ -212,11 +306,11 @@ def test_not_root_is_a_clear_link_error(monkeypatch):
 
 def test_two_source_addresses_both_carry_connections(tmp_path):
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "20", "-d", "3", "-r", "1", "--warmup", "0.5",
-                                        "--no-probes", "--sources", "127.0.0.1,127.0.0.2", "--json",
+                                        "--no-probes", "--sources", "127.0.0.1,127.0.0.2", "--wait", "--json",
                                         "--out", str(tmp_path)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        backend = _wait(lambda: _backend_of(proc.pid), 30, "the backend")
+        backend = _wait(lambda: _backend_of(proc.pid), 240, "the backend")  # --wait: behind other runs
 
         def peers():
             try:
@@ -245,7 +339,7 @@ def test_ten_thousand_connections(tmp_path):
         pytest.skip(f"`ulimit -n` {plan.fd_limit()} is too low for 10,000 connections")
     t0 = time.monotonic()
     res = run_netprof("run", "selector", "-c", "10000", "-d", "2", "-r", "1", "--warmup", "0.5", "--no-probes",
-                      "--json", "--out", str(tmp_path / "run"), timeout=110)
+                      "--wait", "--json", "--out", str(tmp_path / "run"), timeout=110)
     wall = time.monotonic() - t0
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = json.loads(res.stdout)["runs"]
