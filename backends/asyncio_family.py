@@ -1,7 +1,9 @@
-"""asyncio and uvloop: streams, Protocol and raw-socket styles, the same code on either loop.
+"""asyncio, uvloop and rloop: streams, Protocol and raw-socket styles, the same code on each loop.
 
 As in the seed: the uvloop variants are the asyncio code with `uvloop.new_event_loop` as the loop
-factory, nothing else changes.
+factory, nothing else changes; the rloop variants (the Rust loop) likewise with
+`rloop.new_event_loop`. `asyncio_eager` is the streams style on asyncio's loop with
+`asyncio.eager_task_factory` (Python >= 3.12).
 
 Framing (common.Framer): streams and sock styles pull, `reader.read(msize - have)` and
 `loop.sock_recv(conn, msize - have)`, as the reference harness does; a whole message waiting in the
@@ -13,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 
-from .common import BACKLOG, STOP_SIGNALS, ConnTracker, Framer, announce_ready, nodelay
+from .common import BACKLOG, STOP_SIGNALS, ConnTracker, Framer, announce_ready, echo_pull_async, nodelay
 
 # --- the three styles. Each starts serving and returns a function that stops accepting. ---
 
@@ -45,35 +48,18 @@ async def start_streams(listener, work, tracker, on_closed, framer: Framer):
 
 
 class EchoProtocol(asyncio.Protocol):
+    """data_received is the connection's common.Splitter: stream framing echoes what came, message
+    framing does work() and write() once per whole message."""
+
     def __init__(self, work, tracker, on_closed, framer: Framer):
-        self.work, self.tracker, self.on_closed = work, tracker, on_closed
-        self.whole = framer.whole  # msize under message framing, 0 under stream framing
-        self.rest = None  # bytearray: the start of a message still incomplete
+        self.tracker, self.on_closed = tracker, on_closed
+        self.splitter = framer.splitter(work)
+        self.data_received = self.splitter.feed
 
     def connection_made(self, transport):
         nodelay(transport.get_extra_info("socket"))
         self.tracker.opened()
-        self.transport = transport
-
-    def data_received(self, data):
-        """Stream framing: echo what came. Message framing: work() and write() once per whole
-        message; a trailing partial message waits for more data."""
-        if self.rest is not None:
-            self.rest += data
-            data, self.rest = self.rest, None
-        whole, work, write = self.whole, self.work, self.transport.write
-        if len(data) == whole or not whole:  # one message (the common case), or stream framing
-            if work:
-                work()
-            write(data)
-            return
-        end = len(data) - len(data) % whole
-        for start in range(0, end, whole):
-            if work:
-                work()
-            write(data[start:start + whole])
-        if end < len(data):
-            self.rest = bytearray(memoryview(data)[end:])
+        self.splitter.write = transport.write
 
     def connection_lost(self, exc):
         self.on_closed()
@@ -89,17 +75,11 @@ async def start_proto(listener, work, tracker, on_closed, framer: Framer):
 async def start_sock(listener, work, tracker, on_closed, framer: Framer):
     loop = asyncio.get_running_loop()
     tasks = set()  # the loop keeps only weak references to tasks
-    first, whole = framer.first, framer.whole
 
     async def echo(conn):
-        recv = functools.partial(loop.sock_recv, conn)
         try:
-            while data := await recv(first):
-                if len(data) < whole and not (data := await framer.finish_async(recv, data)):
-                    break
-                if work:
-                    work()
-                await loop.sock_sendall(conn, data)
+            await echo_pull_async(functools.partial(loop.sock_recv, conn),
+                                  functools.partial(loop.sock_sendall, conn), work, framer)
         except ConnectionError:
             pass
         finally:
@@ -122,10 +102,16 @@ async def start_sock(listener, work, tracker, on_closed, framer: Framer):
 
 
 STYLES = {"": start_streams, "_proto": start_proto, "_sock": start_sock}
+# Loops other than asyncio's own: the module whose new_event_loop is the loop factory.
+LOOPS = {"uvloop": "uvloop", "rloop": "rloop"}
 
 
-async def main(style, listener, work, framer):
+async def main(start, listener, work, framer, eager=False):
+    """Serve with `start(listener, work, tracker, on_closed, framer)` (a style above, or another
+    asyncio-based framework's, see tornado_backend) until every connection closed or a stop signal."""
     loop = asyncio.get_running_loop()
+    if eager:  # Python >= 3.12 (registry min_python): a new task runs at once, up to its first await
+        loop.set_task_factory(asyncio.eager_task_factory)
     finished = loop.create_future()
 
     def finish():
@@ -139,20 +125,24 @@ async def main(style, listener, work, framer):
     tracker = ConnTracker()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, finish)
-    stop = await STYLES[style](listener, work, tracker, on_closed, framer)
-    announce_ready(listener)
+    port = listener.getsockname()[1]
+    stop = await start(listener, work, tracker, on_closed, framer)
+    announce_ready(port)  # rloop's create_server detaches the listen socket: ask for its port before
     await finished
     stop()
 
 
-def serve(name, listener, opts):
-    family, _, style = name.partition("_")
-    style = "_" + style if style else ""
-    loop_factory = None
-    if family == "uvloop":
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
+def run(start, listener, opts, loop_factory=None, eager=False):
     # asyncio.Runner cancels whatever handler tasks are still pending (SIGTERM case) on exit.
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(main(style, listener, opts.work.callable(), opts.framer()))
+        runner.run(main(start, listener, opts.work.callable(), opts.framer(), eager))
+
+
+def serve(name, listener, opts):
+    family, _, style = name.partition("_")
+    eager = style == "eager"  # asyncio_eager: the streams style with eager tasks
+    style = "_" + style if style and not eager else ""
+    loop_factory = None
+    if family in LOOPS:
+        loop_factory = importlib.import_module(LOOPS[family]).new_event_loop
+    run(STYLES[style], listener, opts, loop_factory, eager)

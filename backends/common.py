@@ -224,6 +224,46 @@ class Framer:
     def forget(self, sock) -> None:
         self._partial.pop(sock, None)
 
+    def splitter(self, work) -> Splitter:
+        """For a callback-style backend (registry reads="split"), see Splitter."""
+        return Splitter(self.whole, work)
+
+
+class Splitter:
+    """How a callback-style backend (registry reads="split": asyncio's `data_received`, Twisted's
+    `dataReceived`), which cannot choose its read size, handles what arrived on one connection.
+    Stream framing: work() once, write what came. Message framing: work() and write() once per
+    whole message; a trailing partial message waits for the rest.
+
+    Make `feed` the protocol's callback itself when the protocol is built (no extra call frame per
+    message; some loops look the callback up once, before connection_made), and set `write` to
+    the transport's write in connection_made.
+    """
+
+    __slots__ = ("whole", "work", "write", "rest")
+
+    def __init__(self, whole: int, work, write=None):
+        self.whole, self.work, self.write = whole, work, write  # whole: msize, or 0 (stream)
+        self.rest = None  # bytearray: the start of a message still incomplete
+
+    def feed(self, data) -> None:
+        if self.rest is not None:  # bytes again: Twisted's transport.write takes nothing else
+            self.rest += data
+            data, self.rest = bytes(self.rest), None
+        whole, work, write = self.whole, self.work, self.write
+        if len(data) == whole or not whole:  # one message (the common case), or stream framing
+            if work:
+                work()
+            write(data)
+            return
+        end = len(data) - len(data) % whole
+        for start in range(0, end, whole):
+            if work:
+                work()
+            write(data[start:start + whole])
+        if end < len(data):
+            self.rest = bytearray(memoryview(data)[end:])
+
 
 # --------------------------------------------------------------------------------------------
 # Sockets
@@ -246,9 +286,11 @@ def nodelay(sock) -> None:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # both mean "stop now, exit 0"
 
 
-def announce_ready(listener) -> None:
-    """The one line the orchestrator waits for. Printed after listen(), so connects succeed."""
-    print(f"ready {os.getpid()} {listener.getsockname()[1]}", flush=True)
+def announce_ready(listener: socket.socket | int) -> None:
+    """The one line the orchestrator waits for. Printed after listen(), so connects succeed.
+    Takes the listen socket, or its port when the socket was handed over (rloop detaches it)."""
+    port = listener if isinstance(listener, int) else listener.getsockname()[1]
+    print(f"ready {os.getpid()} {port}", flush=True)
 
 
 def exit_on_stop_signals() -> None:
@@ -358,16 +400,34 @@ def fatal(msg: str) -> None:
     os._exit(1)
 
 
+def echo_pull(recv, send, work, framer: Framer) -> None:
+    """The blocking pull loop: recv(n) returns up to n bytes (b"" at EOF), send(data) sends it all.
+    Under message framing each recv asks for the bytes that complete the current message."""
+    first, whole = framer.first, framer.whole
+    while data := recv(first):
+        if len(data) < whole and not (data := framer.finish(recv, data)):
+            break  # closed in the middle of a message: nothing to echo
+        if work:
+            work()
+        send(data)
+
+
+async def echo_pull_async(recv, send, work, framer: Framer) -> None:
+    """`echo_pull` for coroutine `recv`/`send` (asyncio sock_recv, trio and anyio streams). A recv
+    that raises at EOF instead of returning b"" (anyio) ends it with that exception."""
+    first, whole = framer.first, framer.whole
+    while data := await recv(first):
+        if len(data) < whole and not (data := await framer.finish_async(recv, data)):
+            break
+        if work:
+            work()
+        await send(data)
+
+
 def echo_blocking(conn, work, framer: Framer) -> None:
     """Blocking echo loop of one connection until the peer closes (thread, fork and gevent)."""
-    first, whole = framer.first, framer.whole
     with conn:
         try:
-            while data := conn.recv(first):
-                if len(data) < whole and not (data := framer.finish(conn.recv, data)):
-                    break  # closed in the middle of a message: nothing to echo
-                if work:
-                    work()
-                conn.sendall(data)
+            echo_pull(conn.recv, conn.sendall, work, framer)
         except ConnectionError:
             pass

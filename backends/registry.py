@@ -8,6 +8,8 @@ machine that lacks an optional dependency.
 from __future__ import annotations
 
 import importlib
+import platform
+import sys
 from dataclasses import dataclass
 
 _PKG = __name__.rpartition(".")[0]  # "netprof.backends" once installed
@@ -49,6 +51,7 @@ class BackendInfo:
     # "split" gets what arrived (a data_received callback) and splits it into messages, "frames"
     # receives ZeroMQ messages (already whole; --msize/--framing change nothing).
     reads: str = "exact"
+    min_python: tuple[int, int] = (3, 11)  # the oldest CPython it runs on (pyproject: >= 3.11)
 
 
 def _b(name, family, description, module, requires=(), **kw) -> BackendInfo:
@@ -93,6 +96,29 @@ _ALL = [
        "zmq_family", ["zmq", "aiozmq"], transport="zmq"),
     _b("aiozmq_rpc", "zeromq", "aiozmq.rpc server with an echo method (raw frames adapted to RPC calls)",
        "zmq_family", ["zmq", "aiozmq", "aiozmq.rpc"], transport="zmq"),
+    # What people choose today (issue 20).
+    _b("asyncio_eager", "asyncio", "asyncio streams with asyncio.eager_task_factory (Python >= 3.12: "
+       "--python 3.12)", "asyncio_family", min_python=(3, 12)),
+    # rloop's streams and Protocol styles (`rloop`, `rloop_proto`; asyncio_family serves them) are left
+    # out: rloop 0.5's transport treats a read error such as ECONNRESET like EAGAIN, so a peer that
+    # resets (the loader closing with a reply unread) never reaches connection_lost: the handler
+    # waits forever, the fd leaks and the backend never sees "all connections closed".
+    _b("rloop_sock", "rloop", "raw sockets (as asyncio_sock) on rloop.new_event_loop() (the Rust loop)",
+       "asyncio_family", ["rloop"]),
+    _b("trio", "trio", "trio.serve_listeners, a task per connection: SocketStream.receive_some / send_all",
+       "trio_family", ["trio"]),
+    _b("anyio_asyncio", "anyio", "anyio SocketListener.serve on asyncio: SocketStream.receive / send",
+       "trio_family", ["anyio"]),
+    _b("anyio_trio", "anyio", "anyio SocketListener.serve on trio: SocketStream.receive / send", "trio_family",
+       ["anyio", "trio"]),
+    _b("tornado", "tornado", "tornado TCPServer.handle_stream: IOStream.read_bytes / write", "tornado_backend",
+       ["tornado"]),
+    _b("twisted", "twisted", "Twisted Protocol.dataReceived -> transport.write, default (epoll) reactor",
+       "twisted_family", ["twisted"], reads="split"),
+    _b("twisted_asyncio", "twisted", "Twisted Protocol (as twisted) on the asyncio reactor", "twisted_family",
+       ["twisted"], reads="split"),
+    _b("socketserver", "threads", "socketserver.ThreadingTCPServer + StreamRequestHandler (rfile / wfile)",
+       "socketserver_backend"),
     # For netprof's own tests.
     _b("unfair", "selector", "TEST ONLY: selector loop that favours its oldest connection (starvation)",
        "selector_family", test_only=True),
@@ -112,9 +138,27 @@ def get(name: str) -> BackendInfo:
         raise UnknownBackend(f"unknown backend {name!r}; known: {', '.join(names(True))}") from None
 
 
+# The CPython versions netprof's interpreter environments are locked for (`--python`).
+PYTHONS = ((3, 11), (3, 12), (3, 13))
+
+
+def python_requirement(info: BackendInfo) -> str | None:
+    """None if this interpreter is new enough for the backend, else a one-line message naming
+    the fix (imports nothing: cheap enough for listings and test collection)."""
+    if sys.version_info[:2] >= info.min_python:
+        return None
+    need = ".".join(map(str, info.min_python))
+    newer = " or ".join(f"{major}.{minor}" for major, minor in PYTHONS if (major, minor) >= info.min_python)
+    return (f"backend {info.name!r} needs Python >= {need} (this is {platform.python_version()}): "
+            f"run it with --python {newer or need}")
+
+
 def missing_requirement(info: BackendInfo) -> str | None:
-    """None if the backend's optional imports work, else a one-line message naming the fix.
-    (This imports them, so call it only when about to serve or when checking a machine.)"""
+    """None if the backend can run on this interpreter (version, optional imports), else a
+    one-line message naming the fix. (This imports them, so call it only when about to serve or
+    when checking a machine.)"""
+    if why := python_requirement(info):
+        return why
     for mod in info.requires:
         try:
             importlib.import_module(mod)

@@ -12,6 +12,8 @@ import time
 import psutil
 import pytest
 
+from netprof.backends import registry
+
 REQUIRE_BPF = os.environ.get("NETPROF_REQUIRE_BPF") == "1"
 # CI (CI=true) runs after `make setup`, which installs every tool and interpreter the tests use:
 # there a missing one is a failure, elsewhere a skip with the reason.
@@ -50,7 +52,8 @@ def require(ok: bool, what: str) -> None:
 
 
 def require_tool(name: str) -> str:
-    path = shutil.which(name) or (os.path.join(VENV_BIN, name) if os.access(os.path.join(VENV_BIN, name), os.X_OK) else None)
+    in_venv = os.path.join(VENV_BIN, name)
+    path = shutil.which(name) or (in_venv if os.access(in_venv, os.X_OK) else None)
     require(path is not None, f"`{name}` is not installed")
     return path
 
@@ -102,3 +105,13 @@ def wait_until_empty(probe, timeout: float = 10.0) -> list:
 
 def wait_no_children(timeout: float = 10.0) -> list[psutil.Process]:
     return wait_until_empty(netprof_children, timeout)
+
+
+def backend_params(names) -> list:
+    """pytest params for backends by name: one this interpreter is too old for (registry
+    min_python, e.g. asyncio_eager on 3.11) is skipped with the registry's one-line reason."""
+    params = []
+    for name in names:
+        why = registry.python_requirement(registry.get(name))
+        params.append(pytest.param(name, marks=pytest.mark.skipif(why is not None, reason=why or "")))
+    return params

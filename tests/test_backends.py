@@ -25,10 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from helpers import backend_params
 from netprof.backends import registry
 from netprof.backends.common import BadWorkSpec, WorkModel
 
 BACKENDS = [n for n in registry.names() if registry.get(n).transport == "tcp"]  # ZeroMQ: test_zmq.py
+RUNNABLE = backend_params(BACKENDS)  # asyncio_eager skips on 3.11, with the reason
 SIZES = (1, 64, 1000, 65536)
 
 
@@ -188,11 +190,16 @@ def test_registry():
     assert set(BACKENDS) == {
         "asyncio", "asyncio_proto", "asyncio_sock", "uvloop", "uvloop_proto", "uvloop_sock", "gevent",
         "selector", "thread", "cpp_epoll", "cpp_poll", "cpp_th", "select", "epoll", "fork", "prefork",
-        "prethread", "select_prethread"}
+        "prethread", "select_prethread",
+        # issue 20
+        "asyncio_eager", "rloop_sock", "trio", "anyio_asyncio", "anyio_trio", "tornado",
+        "twisted", "twisted_asyncio", "socketserver"}
     assert "unfair" in registry.names(include_test_only=True) and registry.get("unfair").test_only
     assert registry.get("prefork").multiprocess and not registry.get("thread").multiprocess
     assert {b.reads for b in registry.BACKENDS.values()} <= set(registry.READS)
-    assert [n for n, b in registry.BACKENDS.items() if b.reads == "split"] == ["asyncio_proto", "uvloop_proto"]
+    assert [n for n, b in registry.BACKENDS.items() if b.reads == "split"] == [
+        "asyncio_proto", "uvloop_proto", "twisted", "twisted_asyncio"]
+    assert [n for n, b in registry.BACKENDS.items() if b.min_python > (3, 11)] == ["asyncio_eager"]
     assert {n for n, b in registry.BACKENDS.items() if b.reads == "frames"} == {
         n for n, b in registry.BACKENDS.items() if b.transport == "zmq"}
     with pytest.raises(registry.UnknownBackend, match="known: asyncio, asyncio_proto"):
@@ -201,7 +208,8 @@ def test_registry():
 
 def test_registry_imports_no_backend():
     code = ("import sys, netprof.backends.registry as r; r.names(); "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('uvloop', 'gevent', 'asyncio') "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('uvloop', 'gevent', 'asyncio', 'trio', "
+            "'anyio', 'tornado', 'twisted', 'rloop') "
             "or m.endswith('_cpp_backends')]; print(bad); sys.exit(bool(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -250,7 +258,7 @@ def test_work_model_parse():
 
 @pytest.mark.parametrize("framing, exercise_fn", [("stream", exercise), ("message", exercise_messages)],
                          ids=["stream", "message"])
-@pytest.mark.parametrize("name", BACKENDS + ["unfair"])
+@pytest.mark.parametrize("name", RUNNABLE + ["unfair"])
 def test_echo_and_exit_when_all_closed(name, framing, exercise_fn):
     with Backend(name, "--framing", framing) as b:
         b.wait_ready()
@@ -264,7 +272,7 @@ def test_echo_and_exit_when_all_closed(name, framing, exercise_fn):
         b.assert_nothing_left()
 
 
-@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("name", RUNNABLE)
 def test_sigterm_exits_0(name):
     with Backend(name) as b:
         b.wait_ready()
@@ -280,7 +288,8 @@ def test_sigterm_exits_0(name):
             s.close()
 
 
-@pytest.mark.parametrize("name", ["selector", "thread", "asyncio", "gevent", "prefork", "cpp_epoll"])
+@pytest.mark.parametrize("name", ["selector", "thread", "asyncio", "gevent", "prefork", "cpp_epoll",
+                                  "trio", "anyio_asyncio", "tornado", "twisted", "socketserver"])
 def test_sigint_exits_0_too(name):
     # A Ctrl-C in the orchestrator's terminal reaches the backend's process group as well.
     with Backend(name) as b:
@@ -340,7 +349,13 @@ def test_unfair_backend_starves_but_serves_everyone():
 
 
 @pytest.mark.parametrize("name, module, fix", [("uvloop_sock", "uvloop", "pip install uvloop"),
-                                               ("gevent", "gevent", "pip install gevent")])
+                                               ("gevent", "gevent", "pip install gevent"),
+                                               ("rloop_sock", "rloop", "pip install rloop"),
+                                               ("trio", "trio", "pip install trio"),
+                                               ("anyio_trio", "trio", "pip install trio"),
+                                               ("anyio_asyncio", "anyio", "pip install anyio"),
+                                               ("tornado", "tornado", "pip install tornado"),
+                                               ("twisted_asyncio", "twisted", "pip install twisted")])
 def test_missing_dependency_is_one_line_exit_3(name, module, fix, tmp_path):
     # A module of that name that fails to import shadows the installed one.
     (tmp_path / f"{module}.py").write_text(f"raise ImportError('No module named {module}')\n")
@@ -349,6 +364,15 @@ def test_missing_dependency_is_one_line_exit_3(name, module, fix, tmp_path):
         assert b.wait_exit(30) == 3
         err = b.err()
     assert fix in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="asyncio_eager runs on this interpreter")
+def test_too_old_python_is_one_line_exit_3():
+    with Backend("asyncio_eager") as b:
+        assert b.wait_exit(30) == 3
+        err = b.err()
+    assert err.strip() == f"netprof.backends: {registry.python_requirement(registry.get('asyncio_eager'))}"
+    assert "needs Python >= 3.12" in err and "run it with --python 3.12 or 3.13" in err, err
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,7 +392,7 @@ LOADER = _loader()
 
 @pytest.mark.slow
 @pytest.mark.skipif(LOADER is None, reason="netprof-loader not built or not working yet")
-@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("name", RUNNABLE)
 def test_loader_run_has_no_mismatch(name):
     with Backend(name) as b:
         port = b.wait_ready()

@@ -15,11 +15,11 @@ import socket
 import time
 
 import pytest
-from test_backends import BACKENDS, Backend, recv_exact, send_messages
+from test_backends import RUNNABLE, Backend, recv_exact, send_messages
 
 from netprof.backends import registry
 
-ALL_TCP = BACKENDS + ["unfair"]
+ALL_TCP = RUNNABLE + ["unfair"]
 MSIZE = 64
 QUIET = 0.03  # how long "nothing is echoed" is watched after a partial piece
 
@@ -124,7 +124,7 @@ def merged_echo_seconds(s: socket.socket) -> float:
 
 
 @pytest.mark.parametrize("framing", ["message", "stream"])
-@pytest.mark.parametrize("name", ["selector", "asyncio_proto", "select_prethread", "cpp_epoll"])
+@pytest.mark.parametrize("name", ["selector", "asyncio_proto", "select_prethread", "cpp_epoll", "twisted", "tornado"])
 def test_work_runs_per_message_or_per_recv(name, framing):
     with Backend(name, "--work", f"sleep:{WORK_US}", "--framing", framing) as b:
         b.wait_ready()
