@@ -153,6 +153,23 @@ def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
     return text
 
 
+def _probe_sentence(cells: pd.DataFrame) -> str | None:
+    """Where the figures come from, and what the probes cost in these very cells."""
+    if cells.empty or "probe_cost" not in cells or cells["probe_cost"].dropna().empty:
+        return None
+    cost = 100 * cells["probe_cost"].dropna()
+    share = cells["probed.share"].dropna() if "probed.share" in cells else pd.Series(dtype=float)
+    part = f"the middle {100 * share.iloc[0]:.0f}%" if not share.empty else "a probed part"
+    return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
+            f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, the "
+            f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell).")
+
+
+def _span_pct(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}% to {hi:.0f}%"
+
+
 def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[str]:
     """A few plain sentences: who is fastest at each scale, by how much, and why; then the worst problems."""
     out: list[str] = []
@@ -186,6 +203,9 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
         fair = _fairness_sentence(cells, found)
         if fair:
             out.append(fair)
+    probe = _probe_sentence(cells)
+    if probe:
+        out.append(probe)
     if found:
         by_sev = {s: sum(a["severity"] == s for a in found) for s in anomalies_mod.SEVERITIES}
         counts = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)

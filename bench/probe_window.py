@@ -1,0 +1,88 @@
+"""Headline numbers no probe can touch (issue 23): a default run's headline msgs/s (the unprobed part
+of each cell's window) against a --no-probes run's, interleaved, plus the probes' cost each cell
+measured on itself (probed sub-window vs the rest).
+
+Each round runs every backend twice, once per variant, in alternating order; a ratio is taken within
+a round and the rounds' ratios are averaged (this machine varies ±10% between minutes).
+
+    .venv/bin/python bench/probe_window.py                       # selector, cpp_epoll, asyncio_sock; 5 rounds
+    .venv/bin/python bench/probe_window.py --write               # ... and replace its section in RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from netprof.profiler.stats import summarize
+
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+SECTION = "## Probe window: headline throughput with and without probes (bench/probe_window.py)"
+VARIANTS = {"no-probes": ["--no-probes"], "default": []}
+
+
+def one(backend: str, args: argparse.Namespace, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="netprof-bench-") as tmp:
+        argv = [str(Path(sys.executable).with_name("netprof")), "run", backend, "-c", str(args.connections),
+                "-d", str(args.duration), "-r", "1", "--wait", "--json", "--out", f"{tmp}/run", *extra]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            raise SystemExit(f"{backend} {extra}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+        (row,) = json.loads(p.stdout)["runs"]
+        return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("backends", nargs="*", default=["selector", "cpp_epoll", "asyncio_sock"])
+    ap.add_argument("-c", "--connections", type=int, default=100)
+    ap.add_argument("-d", "--duration", type=float, default=4.0)
+    ap.add_argument("-r", "--rounds", type=int, default=5)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    ratios: dict[str, list[float]] = {b: [] for b in args.backends}
+    costs: dict[str, list[float]] = {b: [] for b in args.backends}
+    rates: dict[str, dict[str, list[float]]] = {b: {v: [] for v in VARIANTS} for b in args.backends}
+    for rnd in range(args.rounds):
+        for b in args.backends:
+            order = list(VARIANTS) if rnd % 2 == 0 else list(reversed(VARIANTS))
+            got = {v: one(b, args, VARIANTS[v]) for v in order}
+            for v, row in got.items():
+                rates[b][v].append(row["msgs_per_sec"])
+            ratios[b].append(got["default"]["msgs_per_sec"] / got["no-probes"]["msgs_per_sec"])
+            if got["default"].get("probe_cost") is not None:
+                costs[b].append(got["default"]["probe_cost"])
+            print(f"round {rnd + 1} {b}: ratio {ratios[b][-1]:.3f}, cell's probe cost "
+                  f"{100 * costs[b][-1] if costs[b] else float('nan'):+.1f}%", file=sys.stderr)
+    lines = ["| backend | no-probes msgs/s | default headline msgs/s | headline ratio (95% CI) "
+             "| probe cost measured in the cell (mean, range) |", "|---|---|---|---|---|"]
+    for b in args.backends:
+        s = summarize(ratios[b])
+        lines.append(f"| {b} | {statistics.mean(rates[b]['no-probes']):,.0f} | {statistics.mean(rates[b]['default']):,.0f} "
+                     f"| {s['mean']:.3f} ±{s['ci']:.3f} | {100 * statistics.mean(costs[b]):+.1f}% "
+                     f"({100 * min(costs[b]):+.1f} … {100 * max(costs[b]):+.1f}%) |")
+    cmd = " ".join(shlex.quote(a) for a in ["bench/probe_window.py", *sys.argv[1:]])
+    text = (f"{SECTION}\n\n`.venv/bin/python {cmd}` — {_dt.date.today()}, {args.connections} connections, "
+            f"{args.duration:g} s per run, {args.rounds} interleaved rounds; default = `--probe-share 0.3` (probes "
+            "attached in the middle 30% of each window; headline figures from the other 70%). Ratio = default "
+            "headline msgs/s ÷ --no-probes msgs/s of the same round. Probe cost = 1 − probed/unprobed msgs/s "
+            "inside the default run's own cell (what the report quotes).\n\n" + "\n".join(lines) + "\n")
+    print(text)
+    if args.write:
+        md = RESULTS_MD.read_text()
+        pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.S)
+        md = pattern.sub(lambda _: text.rstrip("\n"), md) if pattern.search(md) else md.rstrip("\n") + "\n\n" + text
+        RESULTS_MD.write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
