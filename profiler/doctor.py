@@ -74,6 +74,19 @@ def check_compile(prereqs_ok: bool) -> Check:
     return Check("BPF compile+attach", True, "counting programs compile and attach")
 
 
+def check_probe_cost(compiled_ok: bool) -> Check:
+    """This host's price of the counting set per syscall (hosts differ by 3x: FACTS.md)."""
+    if not compiled_ok:
+        return Check("probe cost", False, "skipped: the probes do not compile", "", required=False)
+    from netprof.probes import CountingProbes, selfcost
+
+    with CountingProbes(attached=False) as probes:
+        c = selfcost.measure(probes)
+    return Check("probe cost", True, f"+{c['added_target_ns']:.0f} ns per watched syscall, "
+                 f"+{c['added_bystander_ns']:.0f} ns per syscall of other processes while attached "
+                 f"(getppid from Python: {c['bare_ns']:.0f} ns)", required=False)
+
+
 def _tracefs() -> str | None:
     for root in TRACEFS:
         if os.path.isdir(os.path.join(root, "events")):
@@ -212,6 +225,7 @@ def run_checks() -> list[Check]:
     tps = check_tracepoints()
     checks = [priv, bcc, headers, *tps]
     checks.append(check_compile(priv.ok and bcc.ok and headers.ok and all(c.ok for c in tps if c.required)))
+    checks.append(check_probe_cost(checks[-1].ok))
     checks += [check_perf(), check_loader(), check_fd_limit(), check_port_range(), check_cpus(), check_pyspy(),
                check_netns_leftovers(), check_symlink_protection(), check_stale_files(), *check_interpreters()]
     return checks

@@ -243,8 +243,17 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "packages": ", ".join(f"{k} {v}" for k, v in (meta.get("packages") or {}).items() if v),
         "pinning": _pinning(meta.get("pinning") or {}),
         "netprof": meta.get("netprof_version", ""),
+        "probe_cost": _syscall_cost(meta.get("probe_cost_per_syscall")),
     }
     return facts
+
+
+def _syscall_cost(c: dict | None) -> str:
+    if not c:
+        return ""
+    return (f"+{c['added_target_ns']:.0f} ns per syscall of the watched server, +{c['added_bystander_ns']:.0f} ns per "
+            f"syscall of every other process, while attached (a getppid() costs {c['bare_ns']:.0f} ns from Python "
+            "here; measured on this host during the run)")
 
 
 def _pinning(p: dict) -> str:

@@ -125,6 +125,11 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                     console.print(cell_line(cell, outcome.row), highlight=False, soft_wrap=True)
                 progress.advance(task)
             if probes is not None:
+                from netprof.probes import selfcost
+
+                # This host's price of the probes per syscall (it varies between hosts): ~4 s, once per run.
+                meta["probe_cost_per_syscall"] = selfcost.measure(probes)
+                store.write_meta(meta)
                 probes.close()  # the evidence rounds run without the counting set
                 probes = None
             if cfg.stacks:
