@@ -145,6 +145,7 @@ class _Marks:
         self.snaps[kind] = Snap(counters, proc_cpu_times(self.pid), time.monotonic())
 
     def _arm_probes(self, measure_start_t: float) -> None:
+        assert self.window is not None  # armed only for a probed sub-window
         duration, share = self.window
         probe_start_t = measure_start_t + (duration - duration * share) / 2
         delay = max(0.0, probe_start_t - self.ARM_LEAD_S - time.monotonic())
@@ -194,7 +195,7 @@ def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin,
-        "status": "failed", "error": None,
+        **dict(cell.extra), "status": "failed", "error": None,
     }
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import itertools
 import math
 import os
 import re
 import resource
 import shutil
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import asdict, dataclass, field
 
 from netprof.backends import registry
@@ -50,10 +52,13 @@ class Cell:
     round: int  # 1-based; 0 = an evidence round (stacks, flamegraphs)
     python: str = ""  # --python spec the backend runs under; "" = netprof's own interpreter
     framing: str = "message"
+    # Dimensions declared only in schema.py (recorded in rows, labels and slugs; no process needs
+    # them): ((name, value), ...), from RunConfig.extra_dims.
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def label(self) -> str:
         row = {"backend": self.backend, "interpreter": self.python, "framing": self.framing,
-               "connections": self.connections, "pipeline": self.pipeline, "round": self.round}
+               "connections": self.connections, "pipeline": self.pipeline, "round": self.round, **dict(self.extra)}
         return schema.cell_label(row, with_round=True)
 
 
@@ -81,6 +86,8 @@ class RunConfig:
     netem: str = ""  # netem spec for --remote netns, e.g. "delay=500us,jitter=50us"
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # loader source addresses
     pythons: list[str] = field(default_factory=lambda: [""])  # --python specs; "" = netprof's own
+    # Values of the dimensions only schema.py declares, by name (see Cell.extra); checked against it.
+    extra_dims: dict[str, list] = field(default_factory=dict)
     # message: each receive asks for the rest of one message (the reference harness's way);
     # stream: read up to 64 KiB and echo what came. A run dimension (comma list on the CLI).
     framings: list[str] = field(default_factory=lambda: ["message"])
@@ -107,15 +114,18 @@ class RunConfig:
         """Every combination of the run dimensions, for round `rnd` (0: an evidence round). The
         user's own servers have their own interpreter and framing: one cell per scale."""
         own = {s.name for s in self.own}
-        for conns in self.connections:
-            for pipe in self.pipeline:
-                for framing in self.framings:
-                    for python in self.pythons:
-                        for backend in self.backends:
-                            if backend not in own:
-                                yield Cell(backend, conns, pipe, rnd, python, framing)
-                            elif framing == self.framings[0] and python == self.pythons[0]:
-                                yield Cell(backend, conns, pipe, rnd, "", "own")
+        names = list(self.extra_dims)
+        for extra in itertools.product(*self.extra_dims.values()):
+            tagged = tuple(zip(names, extra))
+            for conns in self.connections:
+                for pipe in self.pipeline:
+                    for framing in self.framings:
+                        for python in self.pythons:
+                            for backend in self.backends:
+                                if backend not in own:
+                                    yield Cell(backend, conns, pipe, rnd, python, framing, tagged)
+                                elif framing == self.framings[0] and python == self.pythons[0]:
+                                    yield Cell(backend, conns, pipe, rnd, "", "own", tagged)
 
     def server(self, name: str):
         """The ServerSpec of a cell's server: the user's own, or a built-in backend."""
@@ -234,6 +244,9 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise InputError(f"unknown backend '{b}'" + (f"; did you mean {close[0]}?" if close else "")
                              + f" Known: {', '.join(registry.names())} (see `netprof list`)")
     cfg.backends = [*cfg.backends, *own]
+    for name in cfg.extra_dims:
+        if name not in schema.BY_NAME:
+            raise InputError(f"run dimension '{name}' is not declared in profiler/schema.py")
     if not cfg.backends:
         raise InputError("name at least one backend, e.g. `netprof run selector` (see `netprof list`), "
                          "or your own server with --cmd or --attach")
