@@ -159,8 +159,10 @@ def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None) -> Runnin
     else:
         (host, port), argv = parse_target(spec.target), shlex.split(spec.template)
     uid, gid = (None, None) if spec.as_root else _sudo_ids()
+    # The user's command runs where the user is (their app is there), as the user: it is their code,
+    # not one of netprof's root children, so the caller's directory is where it belongs.
     proc = group.spawn(f"cmd-{spec.name}", argv, cpus=cpus, user=uid, group=gid,
-                       capture_stdout=bool(spec.ready_regex))
+                       capture_stdout=bool(spec.ready_regex), cwd=os.getcwd())
     deadline = time.monotonic() + READY_TIMEOUT
     pattern = re.compile(spec.ready_regex) if spec.ready_regex else None
     while time.monotonic() < deadline:
