@@ -8,7 +8,7 @@ SOURCES := $(shell find profiler backends probes flamegraphs cpp_server cmake -t
 
 RUN_ARGS ?= uvloop_sock
 
-.PHONY: setup system run test test-cpp test-py lint-cpp format-cpp clean
+.PHONY: setup system run test test-cpp test-py lint lint-py typecheck lint-cpp format-cpp clean
 
 setup: system $(VENV)/.installed
 
@@ -40,9 +40,19 @@ test-cpp: system
 test-py: setup
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
-# C++ style (.clang-format at the root, one style for both C++ trees). Checked: the loader tree.
-# To do: backends/cpp (format it with `make format-cpp CPP_FORMATTED=backends/cpp`, then add it here).
-CPP_FORMATTED := cpp_server
+# Lint, types and format, all part of `make test` (so of .ci/run): ruff (ruff.toml), mypy (mypy.ini,
+# through scripts/typecheck.sh), clang-format (.clang-format). ruff and mypy come with `.[test]`,
+# clang-format with scripts/setup-system.sh.
+lint: lint-py typecheck lint-cpp
+
+lint-py: setup
+	$(VENV)/bin/ruff check .
+
+typecheck: setup
+	bash scripts/typecheck.sh
+
+# C++ style (.clang-format at the root): one style for both C++ trees.
+CPP_FORMATTED := cpp_server backends/cpp
 CPP_FILES = $(shell find $(CPP_FORMATTED) -name '*.cpp' -o -name '*.hpp' -o -name '*.h')
 
 lint-cpp: system
@@ -51,7 +61,7 @@ lint-cpp: system
 format-cpp:
 	clang-format -i $(CPP_FILES)
 
-test: setup lint-cpp test-cpp test-py
+test: setup lint test-cpp test-py
 
 clean:
 	rm -rf build $(VENV) runs

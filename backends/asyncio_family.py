@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import socket
 
-from .common import BACKLOG, STOP_SIGNALS, ConnTracker, Framer, announce_ready, echo_pull_async, nodelay
+from .common import BACKLOG, STOP_SIGNALS, ConnTracker, Framer, Options, announce_ready, echo_pull_async, nodelay
 
 # --- the three styles. Each starts serving and returns a function that stops accepting. ---
 
@@ -54,7 +55,8 @@ class EchoProtocol(asyncio.Protocol):
     def __init__(self, work, tracker, on_closed, framer: Framer):
         self.tracker, self.on_closed = tracker, on_closed
         self.splitter = framer.splitter(work)
-        self.data_received = self.splitter.feed
+        # The splitter's feed stands in for the method: one call less per read.
+        self.data_received = self.splitter.feed  # type: ignore[method-assign]
 
     def connection_made(self, transport):
         nodelay(transport.get_extra_info("socket"))
@@ -138,7 +140,7 @@ def run(start, listener, opts, loop_factory=None, eager=False):
         runner.run(main(start, listener, opts.work.callable(), opts.framer(), eager))
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     family, _, style = name.partition("_")
     eager = style == "eager"  # asyncio_eager: the streams style with eager tasks
     style = "_" + style if style and not eager else ""

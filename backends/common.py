@@ -244,7 +244,7 @@ class Splitter:
 
     def __init__(self, whole: int, work, write=None):
         self.whole, self.work, self.write = whole, work, write  # whole: msize, or 0 (stream)
-        self.rest = None  # bytearray: the start of a message still incomplete
+        self.rest: bytearray | None = None  # the start of a message still incomplete
 
     def feed(self, data) -> None:
         if self.rest is not None:  # bytes again: Twisted's transport.write takes nothing else

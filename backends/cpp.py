@@ -8,11 +8,13 @@ is closed.
 
 from __future__ import annotations
 
+import socket
+
 from . import _cpp_backends
-from .common import announce_ready, die
+from .common import Options, announce_ready, die
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     work = opts.work
     announce_ready(listener)
     try:

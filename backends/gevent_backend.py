@@ -7,14 +7,16 @@ rather than silently becoming a cooperative one.
 
 from __future__ import annotations
 
+import socket
+
 import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from .common import STOP_SIGNALS, ConnTracker, announce_ready, echo_blocking, nodelay
+from .common import STOP_SIGNALS, ConnTracker, Options, announce_ready, echo_blocking, nodelay
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     work, framer = opts.work.callable(), opts.framer()
     tracker = ConnTracker()
     finished = Event()

@@ -17,7 +17,7 @@ import socket
 import sys
 import traceback
 
-from .common import STOP_SIGNALS, ConnTracker, announce_ready, die, echo_blocking, nodelay
+from .common import STOP_SIGNALS, ConnTracker, Options, announce_ready, die, echo_blocking, nodelay
 from .selector_family import SelectorServer
 
 PR_SET_PDEATHSIG = 1
@@ -201,7 +201,7 @@ def serve_prefork(listener, opts):
         die(failed)
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     if name == "fork":
         serve_fork(listener, opts)
     else:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import select
 import selectors
+import socket
 import time
 
-from .common import ConnTracker, Framer, announce_ready, die, exit_on_stop_signals, nodelay
+from .common import ConnTracker, Framer, Options, announce_ready, die, exit_on_stop_signals, nodelay
 
 
 class SelectorServer:
@@ -263,7 +264,7 @@ def serve_epoll(listener, work, framer):
                 send(fd, data)
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     exit_on_stop_signals()
     work, framer = opts.work.callable(), opts.framer()
     if name == "select":

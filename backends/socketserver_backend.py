@@ -12,10 +12,11 @@ reads="exact"), as the `thread` backend does; a buffered rfile would read 8 KiB 
 
 from __future__ import annotations
 
+import socket
 import socketserver
 import sys
 
-from .common import ConnTracker, StopWakeup, announce_ready, echo_pull, fatal, nodelay, start_thread
+from .common import ConnTracker, Options, StopWakeup, announce_ready, echo_pull, fatal, nodelay, start_thread
 
 
 class EchoHandler(socketserver.StreamRequestHandler):
@@ -60,7 +61,7 @@ class EchoServer(socketserver.ThreadingTCPServer):
         fatal(f"socketserver: cannot serve connection {self.tracker.accepted}: {sys.exc_info()[1]}")
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     stop = StopWakeup()
     server = EchoServer(listener, opts.work.callable(), ConnTracker(on_done=stop.notify), opts.framer())
     start_thread(server.serve_forever)  # its handler threads inherit the blocked stop signals

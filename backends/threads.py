@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import queue
 import select
+import socket
 
-from .common import ConnTracker, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
+from .common import ConnTracker, Options, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
 from .selector_family import SelectorServer, accept_for_select
 
 
@@ -102,7 +103,7 @@ def serve_select_prethread(listener, work, tracker, workers, stop, framer):
                 tracker.closed()
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     stop = StopWakeup()
     work = opts.work.callable()
     tracker = ConnTracker(on_done=stop.notify)

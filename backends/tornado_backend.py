@@ -12,10 +12,13 @@ exit bookkeeping as the asyncio backends).
 
 from __future__ import annotations
 
+import socket
+
 from tornado.iostream import StreamClosedError
 from tornado.tcpserver import TCPServer
 
 from . import asyncio_family
+from .common import Options
 
 
 class EchoServer(TCPServer):
@@ -48,5 +51,5 @@ async def start(listener, work, tracker, on_closed, framer):
     return server.stop
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     asyncio_family.run(start, listener, opts)

@@ -16,7 +16,9 @@ SIGTERM/SIGINT (a signal receiver task); every handler is cancelled with it and 
 
 from __future__ import annotations
 
-from .common import STOP_SIGNALS, ConnTracker, announce_ready, echo_pull_async
+import socket
+
+from .common import STOP_SIGNALS, ConnTracker, Options, announce_ready, echo_pull_async
 
 
 async def _cancel_on_signal(signals, scope) -> None:
@@ -79,7 +81,7 @@ async def serve_anyio(listener, work, framer) -> None:
             announce_ready(listener)
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     work, framer = opts.work.callable(), opts.framer()
     if name == "trio":
         import trio

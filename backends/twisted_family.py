@@ -12,11 +12,12 @@ Stopping: the reactor's own SIGTERM/SIGINT handlers stop it; the last connection
 from __future__ import annotations
 
 import signal
+import socket
 
-from .common import ConnTracker, announce_ready
+from .common import ConnTracker, Options, announce_ready
 
 
-def serve(name, listener, opts):
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     if name == "twisted_asyncio":
         import asyncio
 
@@ -60,4 +61,4 @@ def serve(name, listener, opts):
     # The reactor takes SIGINT only from Python's default handler, and a process started from a
     # non-interactive shell's background job inherits SIGINT ignored: restore it first.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    reactor.run()
+    reactor.run()  # type: ignore[misc]  # twisted types the reactor module object oddly: its methods look unbound

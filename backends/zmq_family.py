@@ -26,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import struct
 import sys
 import time
 
 import zmq
 
-from .common import STOP_SIGNALS, StopWakeup, die, exit_on_stop_signals, fatal, start_thread
+from .common import STOP_SIGNALS, Options, StopWakeup, die, exit_on_stop_signals, fatal, start_thread
 
 WORKERS_ENDPOINT = "inproc://netprof-workers"
 
@@ -41,7 +42,7 @@ WORKERS_ENDPOINT = "inproc://netprof-workers"
 # Shared plumbing
 
 
-def _endpoint(host: str, port: int) -> str:
+def _endpoint(host: str, port: int | str) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
@@ -296,7 +297,7 @@ async def _rpc_server(router: zmq.Socket, work, stopper: _Stopper):
 # Entry point
 
 
-def serve(name: str, listener, opts) -> None:
+def serve(name: str, listener: socket.socket, opts: Options) -> None:
     # opts.msize / opts.framing: nothing to do, a ZeroMQ message is already a message (see above).
     work = opts.work.callable()
     ctx = _context()

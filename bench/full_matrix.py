@@ -64,7 +64,7 @@ def summarize(rows: list[dict], backends: list[str], counts: list[int]) -> tuple
             idle = [int((r.get("per_conn") or {}).get("idle", 0) or 0) for r in ok]
             mps = [r["msgs_per_sec"] for r in ok if r.get("msgs_per_sec") is not None]
 
-            def mean(key, sub=None):
+            def mean(key, sub=None, ok=ok):  # this iteration's rows
                 vals = [(r.get(key) or {}).get(sub) if sub else r.get(key) for r in ok]
                 vals = [v for v in vals if v is not None]
                 return statistics.mean(vals) if vals else None

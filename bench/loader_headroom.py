@@ -31,7 +31,7 @@ def start_backend(group: ProcessGroup, name: str, cpu: str | None) -> int:
 
 def run_cell(args, backend: str, conns: int, threads: int, pipeline: int) -> dict:
     rows = []
-    for rnd in range(args.rounds):
+    for _round in range(args.rounds):
         with ProcessGroup() as group:  # fresh backend per round: no state carried over
             try:
                 port = start_backend(group, backend, args.backend_cpu)

@@ -5,6 +5,7 @@ instrumentation attached, relative to none, interleaved, several rounds.
     sudo .venv/bin/python bench/probe_overhead.py [--backends selector,cpp_epoll] [-c 100] [-d 5]
         [--rounds 5] [--variants none,counting,evidence,perf,bpftrace] [--write]
     sudo .venv/bin/python bench/probe_overhead.py --micro [--write]
+    sudo .venv/bin/python bench/probe_overhead.py --micro-sock [--write]
 
 Every measurement starts a fresh backend pinned to CPU 0 and runs the loader one-shot
 (`netprof-loader --target ... -c N -d D --json`) on CPU 1. In each round, every variant runs once
@@ -16,6 +17,10 @@ noisy machine the CPU-per-message ratios are the steadier measure of what a prob
 --micro measures the probes' cost per syscall directly: CPU time (rusage) of `perf bench syscall
 basic` (a getppid loop) pinned to CPU 0, as the probes' target and as a bystander (the loader's
 case), median of 3 × (6M − 1M calls). --write puts the tables into bench/RESULTS.md.
+
+--micro-sock does the same for the socket-wait set, whose tracepoints fire on socket events, not
+syscalls: a C loop sends one byte over a loopback TCP connection and receives it on the other end
+(one send, one sk_data_ready, one recv per message), median of 3 × (1.2M − 0.2M messages).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from netprof.probes import CountingProbes, StackProbes, proc_cpu_times
+from netprof.probes import CountingProbes, SockWaitProbes, StackProbes, proc_cpu_times
 from netprof.profiler.procs import ProcessGroup
 
 VENV_BIN = Path(sys.executable).parent
@@ -46,6 +51,8 @@ VARIANTS = {
     "counting-time": "counting set with 1-in-16 syscall timing (CountingProbes(syscall_time=True))",
     "counting-exact": "counting set timing every syscall (CountingProbes(syscall_time=True, time_every=1))",
     "counting-detached": "counting set compiled and targeted but detached (CountingProbes(attached=False))",
+    "sockwait": "netprof socket-wait set (SockWaitProbes(): raw tracepoints sk_data_ready, sock_recv_length, "
+                "sock_send_length; inet_sock_set_state to learn new connections)",
     "evidence": "netprof evidence set (StackProbes: user stacks of mmap/munmap/mremap/brk/futex/epoll_ctl)",
     "perf": "perf stat -e 'syscalls:sys_enter_*' -p PID",
     "bpftrace": "bpftrace -e 'tracepoint:raw_syscalls:sys_enter /pid == N/ { @[args->id] = count(); }'",
@@ -71,6 +78,9 @@ class Attached:
         v, pid = self.variant, self.pid
         if v.startswith("counting"):
             self.probes = COUNTING[v]()
+            self.probes.target(pid)
+        elif v == "sockwait":
+            self.probes = SockWaitProbes()
             self.probes.target(pid)
         elif v == "evidence":
             self.probes = StackProbes()
@@ -139,7 +149,20 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     ap.add_argument("--micro", action="store_true", help="per-syscall cost of each probe set instead")
+    ap.add_argument("--micro-sock", action="store_true", help="per-message cost (loopback TCP) of the socket-wait set")
     args = ap.parse_args()
+    if args.micro_sock:
+        table = micro_sock()
+        print(table)
+        if args.write:
+            cmd = "sudo .venv/bin/python bench/probe_overhead.py " + " ".join(sys.argv[1:])
+            write_section("Probe overhead: per socket message (bench/probe_overhead.py --micro-sock)",
+                          f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}. CPU time per message (rusage, median of "
+                          f"3 × (1.2M − 0.2M messages)) of a C loop pinned to CPU 0 that sends 1 byte on a loopback "
+                          f"TCP connection and receives it at the other end (send + sk_data_ready + recv); "
+                          f"*target*: the probes watch that process; *bystander*: they watch another one."
+                          f"\n\n{table}\n")
+        return 0
     if args.micro:
         table = micro(args)
         print(table)
@@ -236,6 +259,79 @@ def micro(args) -> str:
     finally:
         bystander.kill()
         bystander.wait()
+    return "\n".join(rows)
+
+
+PINGPONG_C = r"""
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    long n = atol(argv[1]);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (bind(l, (void *)&a, sizeof(a)) || listen(l, 1) || getsockname(l, (void *)&a, &len)) return 1;
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(c, (void *)&a, sizeof(a))) return 1;
+    int s = accept(l, 0, 0);
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char b = 'x';
+    for (long i = 0; i < n; i++)
+        if (send(c, &b, 1, 0) != 1 || recv(s, &b, 1, 0) != 1) return 1;
+    return 0;
+}
+"""
+
+
+def micro_sock() -> str:
+    """Per loopback message: the socket-wait set (and, for scale, the counting set) vs none."""
+    import tempfile
+
+    exe = Path(tempfile.mkdtemp(prefix="netprof-pingpong-")) / "pingpong"
+    src = exe.with_suffix(".c")
+    src.write_text(PINGPONG_C)
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+
+    def cost(probe, pid_for, n: int) -> float:
+        p = subprocess.Popen(["sh", "-c", f"read go; exec taskset -c 0 {exe} {n}"], stdin=subprocess.PIPE, text=True)
+        if probe is not None:
+            probe.target(pid_for(p.pid))
+        p.stdin.write("go\n")
+        p.stdin.close()
+        _, status, ru = os.wait4(p.pid, 0)
+        if status:
+            raise RuntimeError("the ping-pong loop failed")
+        return ru.ru_utime + ru.ru_stime
+
+    variants = {"none": None, "sockwait": SockWaitProbes, "counting": CountingProbes}
+    bystander = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
+    rows = ["| instrumentation | bystander ns/message | target ns/message | added, bystander | added, target |",
+            "|---|---|---|---|---|"]
+    try:
+        base = None
+        for name, make in variants.items():
+            probe = make() if make else None
+            try:
+                c = {}
+                for who, pid_for in (("bystander", lambda pid: bystander.pid), ("target", lambda pid: pid)):
+                    xs = sorted((cost(probe, pid_for, 1_200_000) - cost(probe, pid_for, 200_000)) / 1e6 * 1e9
+                                for _ in range(3))
+                    c[who] = xs[1]
+            finally:
+                if probe is not None:
+                    probe.close()
+            base = base or c
+            rows.append(f"| {name} | {c['bystander']:.0f} | {c['target']:.0f} | "
+                        f"{c['bystander'] - base['bystander']:+.0f} | {c['target'] - base['target']:+.0f} |")
+            print(rows[-1], file=sys.stderr, flush=True)
+    finally:
+        bystander.kill()
+        bystander.wait()
+        shutil.rmtree(exe.parent, ignore_errors=True)
     return "\n".join(rows)
 
 

@@ -66,7 +66,8 @@ def main() -> int:
              "| probe cost measured in the cell (mean, range) |", "|---|---|---|---|---|"]
     for b in args.backends:
         s = summarize(ratios[b])
-        lines.append(f"| {b} | {statistics.mean(rates[b]['no-probes']):,.0f} | {statistics.mean(rates[b]['default']):,.0f} "
+        lines.append(f"| {b} | {statistics.mean(rates[b]['no-probes']):,.0f} "
+                     f"| {statistics.mean(rates[b]['default']):,.0f} "
                      f"| {s['mean']:.3f} ±{s['ci']:.3f} | {100 * statistics.mean(costs[b]):+.1f}% "
                      f"({100 * min(costs[b]):+.1f} … {100 * max(costs[b]):+.1f}%) |")
     cmd = " ".join(shlex.quote(a) for a in ["bench/probe_window.py", *sys.argv[1:]])

@@ -39,7 +39,8 @@ SAMPLER_CPUS = "1"
 VARIANTS = {
     "none": "no sampling",
     "oncpu": "netprof on-CPU view: perf record -F RATE -e cpu-clock -g -p PID (frame pointers)",
-    "oncpu_bcc": "alternative considered: bcc profile (BPF perf_event program, CPU_CLOCK), profile-bpfcc -F RATE -p PID -f",
+    "oncpu_bcc": "alternative considered: bcc profile (BPF perf_event program, CPU_CLOCK), "
+                 "profile-bpfcc -F RATE -p PID -f",
     "python": "netprof Python view: py-spy record --rate RATE --nonblocking",
     "python_blocking": "py-spy record --rate RATE (default: pauses the backend for every sample)",
     "offcpu": "netprof off-CPU view: BCC sched:sched_switch program, tgid filter in BPF",
@@ -51,7 +52,8 @@ class Sampler:
     """One variant running against `pid` for `seconds`; .samples after stop()."""
 
     def __init__(self, variant: str, pid: int, seconds: float, rate: int, work: str, group: ProcessGroup) -> None:
-        self.variant, self.pid, self.seconds, self.rate, self.work, self.group = variant, pid, seconds, rate, work, group
+        self.variant, self.pid, self.seconds, self.rate = variant, pid, seconds, rate
+        self.work, self.group = work, group
         self.samples: int | str = "-"
         self._obj = self._thread = self._proc = None
 
@@ -163,7 +165,8 @@ def main() -> int:
                 counts[(b, v)].append(n)
                 print(f"round {r + 1}/{args.rounds} {b:<10} {v:<16} {rate:10.0f} msg/s  samples {n}",
                       file=sys.stderr, flush=True)
-    lines = ["| backend | sampler | msgs/s (mean) | ratio vs none | 95% CI | samples per run |", "|---|---|---|---|---|---|"]
+    lines = ["| backend | sampler | msgs/s (mean) | ratio vs none | 95% CI | samples per run |",
+             "|---|---|---|---|---|---|"]
     for b in backends:
         base = raw[(b, "none")]
         for v in variants:
@@ -195,7 +198,8 @@ def write_section(table: str, cmd: str, args, raw) -> None:
             f"<details><summary>raw msgs/s</summary>\n\n```\n"
             + "\n".join(f"{b}/{v}: {[round(x) for x in xs]}" for (b, v), xs in raw.items())
             + "\n```\n</details>\n")
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nMeasured figures; each section names the script and command that produced it.\n"
+    text = (RESULTS.read_text() if RESULTS.exists() else
+            "# Benchmark results\n\nMeasured figures; each section names the script and command that produced it.\n")
     start = text.find("## Sampling overhead")
     if start >= 0:
         end = text.find("\n## ", start + 1)

@@ -40,11 +40,13 @@ class OffCpuProbe(LoadedProgram):
 
     def __init__(self) -> None:
         self._load(SOURCE, [])
+        assert self.bpf is not None  # _load() succeeded
         self.targets = self.bpf[b"targets"]
         self.pids: list[int] = []
 
     def start(self, pids: list[int]) -> None:
         """Open the window: clear old data, then write the target tgids (the BPF filter)."""
+        assert self.bpf is not None, "probe closed"
         self.bpf[b"offcpu"].clear()
         self.bpf[b"start"].clear()
         self.pids = list(pids)
@@ -58,6 +60,7 @@ class OffCpuProbe(LoadedProgram):
     def collect(self) -> tuple[Counter, int]:
         """Folded stacks (weight = µs off CPU) and the number of off-CPU events."""
         self.stop()
+        assert self.bpf is not None, "probe closed"
         stacks_map = self.bpf[b"stacks"]
         folded: Counter = Counter()
         events = 0
@@ -86,9 +89,11 @@ class OffCpuProbe(LoadedProgram):
             return []
 
     def _kernel_frame(self, addr: int) -> str:
+        assert self.bpf is not None, "probe closed"
         return self.bpf.ksym(addr).decode(errors="replace").replace(";", ":") + KERNEL
 
     def _user_frame(self, addr: int, tgid: int) -> str:
+        assert self.bpf is not None, "probe closed"
         sym = self.bpf.sym(addr, tgid, show_module=True).decode(errors="replace").replace(";", ":")
         # BCC renders "name [module]" (or "[unknown] [module]" / "[unknown]").
         name, _, module = sym.rpartition(" [")

@@ -113,8 +113,9 @@ class PerfRecorder:
                 data, private = self._inject_jit(notes)
             argv = [perf_binary() or "perf", "script", "-i", self._seen_as(data, private), "--no-inline",
                     "-F", "comm,tid,period,ip,sym,dso"]
-            script = procs.run(private_tmp_argv(self.workdir, argv) if private else argv, timeout=SCRIPT_TIMEOUT,
-                               errors="replace")
+            seen = private_tmp_argv(self.workdir, argv) if private else argv
+            assert seen is not None  # private: _inject_jit() found unshare and mount
+            script = procs.run(seen, timeout=SCRIPT_TIMEOUT, errors="replace")
             if script.returncode != 0:
                 notes.append(f"{view}: perf script failed: {script.stderr.strip()[-300:]}")
                 return 0

@@ -126,7 +126,7 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
 
     work = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-")
     offcpu = None
-    recorders: dict[str, object] = {}
+    recorders: dict[str, PerfRecorder | PySpyRecorder] = {}
     try:
         if "offcpu" in wanted:
             try:
@@ -160,8 +160,10 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
         for v, r in recorders.items():
             path = os.path.join(outdir, f"{v}.folded")
             if v == "python":
+                assert isinstance(r, PySpyRecorder)
                 n = r.finish(art.notes)
             else:
+                assert isinstance(r, PerfRecorder)
                 n = r.finish(path, art.notes)
             art.samples[v] = n
             if os.path.exists(path):

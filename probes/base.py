@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TRACEFS = "/sys/kernel/tracing"
@@ -83,7 +84,7 @@ class LoadedProgram:
     their contents). Everything is released on close(), on leaving a `with` block (also on errors
     and Ctrl-C) and, last resort, when the object is collected."""
 
-    bpf = None
+    bpf: Any | None = None  # BCC's BPF object (untyped); None when closed
     # Programs that detach() leaves attached (until close): name prefixes, e.g. (b"tracepoint__",).
     resident: tuple[bytes, ...] = ()
 
@@ -101,6 +102,7 @@ class LoadedProgram:
         """(program, tracepoint, attached now?) of the set's programs: all, or only the resident
         ones (True), or only the others (False)."""
         bpf = self.bpf
+        assert bpf is not None  # callers check that the set is open
         for name in bpf.netprof_programs:
             if resident is not None and name.startswith(self.resident) != resident:
                 continue
@@ -124,6 +126,7 @@ class LoadedProgram:
 
     def _attach(self, resident: bool | None = None) -> None:
         try:
+            assert self.bpf is not None  # callers check that the set is open
             for name, tp, on in list(self._hooks(resident)):
                 if not on and name.startswith(_RAW):
                     self.bpf.attach_raw_tracepoint(tp=tp, fn_name=name)
@@ -178,7 +181,7 @@ class LoadedProgram:
 
 
 # Compiled, detached sets waiting for their owner, by (source path, cflags): see LoadedProgram.park.
-_SPARE: dict[tuple[str, tuple[str, ...]], object] = {}
+_SPARE: dict[tuple[str, tuple[str, ...]], Any] = {}
 _INCLUDE = re.compile(r'^#include "([^"/]+)"\s*$', re.M)
 
 

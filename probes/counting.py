@@ -72,7 +72,8 @@ class ProbeDelta:
     def outside_syscalls_s(self) -> float | None:
         """On-CPU time outside syscalls: user code plus page faults and interrupts in user mode; None
         without syscall_time."""
-        return max(0.0, self.oncpu_s - self.in_syscalls_s) if self.syscall_time else None
+        inside = self.in_syscalls_s
+        return None if inside is None else max(0.0, self.oncpu_s - inside)
 
     def cpu_split(self, proc_sys_s: float | None = None) -> dict[str, float | None]:
         """On-CPU time as {'syscall_s', 'other_kernel_s', 'user_s'} (all None without syscall_time).
@@ -83,9 +84,10 @@ class ProbeDelta:
         """
         if not self.syscall_time:
             return {"syscall_s": None, "other_kernel_s": None, "user_s": None}
-        outside = self.outside_syscalls_s
-        other = 0.0 if proc_sys_s is None else min(outside, max(0.0, proc_sys_s - self.in_syscalls_s))
-        return {"syscall_s": self.in_syscalls_s, "other_kernel_s": other, "user_s": outside - other}
+        inside, outside = self.in_syscalls_s, self.outside_syscalls_s
+        assert inside is not None and outside is not None  # both set with syscall_time
+        other = 0.0 if proc_sys_s is None else min(outside, max(0.0, proc_sys_s - inside))
+        return {"syscall_s": inside, "other_kernel_s": other, "user_s": outside - other}
 
 
 def delta(a: Snapshot, b: Snapshot) -> ProbeDelta:
@@ -133,6 +135,7 @@ class CountingProbes(LoadedProgram):
         self._load("counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}",
                                       f"-DTIME_EVERY={time_every if syscall_time else 0}"], attached=False)
         try:
+            assert self.bpf is not None  # _load() succeeded
             self._cfg, self._sc, self._cpu = self.bpf[b"cfg"], self.bpf[b"sc"], self.bpf[b"cpu"]
             self._children, self._tids = self.bpf[b"children"], self.bpf[b"tids"]
             self._keys = [self._sc.Key(i) for i in range(NR_SLOTS)]
@@ -167,6 +170,7 @@ class CountingProbes(LoadedProgram):
             self._set_window(self._window.attach_ns, active=0)
 
     def _set_window(self, attach_ns: int, active: int) -> None:
+        assert self.bpf is not None  # callers check that the set is open
         w = self._window = self.bpf[b"window"].Leaf()
         w.attach_ns, w.active = attach_ns, active
         self.bpf[b"window"][self.bpf[b"window"].Key(0)] = w

@@ -24,6 +24,7 @@ class StackProbes(LoadedProgram):
         self.pid = 0
         self._load("stacks.bpf.c", [f"-DSTACK_ENTRIES={STACK_ENTRIES}", f"-DTRACK_CHILDREN={int(track_children)}"])
         try:
+            assert self.bpf is not None  # _load() succeeded
             wanted = self.bpf[b"wanted"]
             for name in syscalls:
                 wanted[wanted.Key(syscall_number(name))] = wanted.Leaf(1)

@@ -15,9 +15,9 @@ import json
 import math
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -131,7 +131,8 @@ class Context:
 
 def _anomaly(row, id: str, severity: str, title: str, explanation: str, evidence: dict) -> Anomaly:
     return Anomaly(id=id, backend=str(row["backend"]), connections=int(row["connections"]), severity=severity,
-                   title=title, explanation=explanation, evidence={k: v for k, v in evidence.items() if v not in (None, [], {})},
+                   title=title, explanation=explanation,
+                   evidence={k: v for k, v in evidence.items() if v not in (None, [], {})},
                    pipeline=int(row.get("pipeline", 1) or 1), interpreter=row.get("interpreter"),
                    framing=row.get("framing"))
 
@@ -147,7 +148,7 @@ def where(row) -> str:
 # ---------------------------------------------------------------------------------------------
 # Source locations quoted as evidence (read from the stdlib of the interpreter running the report).
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source_line(obj_path: str, needle: str) -> str | None:
     """'asyncio/selector_events.py:368' for the first line containing `needle` in `obj_path`
     ('module:Class.attr'), from this interpreter's stdlib; None when it is not there."""
@@ -195,7 +196,8 @@ def starvation(ctx: Context) -> list[Anomaly]:
         idle = num(r, "per_conn.idle")
         if r["connections"] < t.starvation_min_connections or (jain is None and share is None):
             continue
-        skewed = (jain is not None and jain < t.starvation_jain) or (share is not None and share < t.starvation_active_share)
+        skewed = ((jain is not None and jain < t.starvation_jain)
+                  or (share is not None and share < t.starvation_active_share))
         idle_share = (idle or 0) / r["connections"]
         if not skewed and idle_share < t.starvation_idle_share:
             continue
@@ -204,20 +206,21 @@ def starvation(ctx: Context) -> list[Anomaly]:
               "connections serving 95% of messages": None if share is None else f"{round(share * n)} of {n}",
               "messages per connection min / p5 / p50 / p95 / max": " / ".join(
                   f"{num(r, 'per_conn.' + k) or 0:.0f}" for k in ("min", "p5", "p50", "p95", "max")),
-              "idle connections": None if num(r, "per_conn.idle") is None else int(num(r, "per_conn.idle"))}
+              "idle connections": None if idle is None else int(idle)}
         counts = ctx.conn_counts(r)
         if counts is not None and counts.sum() > 0:
-            top = np.sort(counts)[::-1]
-            k = max(1, len(top) // 100)
-            ev["top 1% of connections got"] = f"{100 * top[:k].sum() / top.sum():.0f}% of messages"
+            ranked = np.sort(counts)[::-1]
+            k = max(1, len(ranked) // 100)
+            ev["top 1% of connections got"] = f"{100 * ranked[:k].sum() / ranked.sum():.0f}% of messages"
         p50, top = num(r, "per_conn.p50"), num(r, "per_conn.max")
         if share is not None and share < t.starvation_active_share:
             how = f"{ev['connections serving 95% of messages']} connections handled 95% of the messages"
         elif not skewed:
-            how = (f"{int(idle)} of {n} connections ({100 * idle_share:.0f}%) exchanged no message at all in the "
+            how = (f"{int(idle or 0)} of {n} connections ({100 * idle_share:.0f}%) exchanged no message at all in the "
                    "measurement window while the others were served")
         elif p50 and top:
-            how = f"its busiest connection exchanged {top / p50:.0f}× the messages of the median one ({top:.0f} vs {p50:.0f})"
+            how = (f"its busiest connection exchanged {top / p50:.0f}× the messages of the median one "
+                   f"({top:.0f} vs {p50:.0f})")
         else:
             how = "a few connections got most of the service"
         text = f"{where(r)} served its connections very unevenly: {how}"
@@ -295,12 +298,13 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
     for _, r in ctx.cells.iterrows():
         per = syscalls_of(r)
         ec = (per or {}).get("epoll_ctl", 0.0)
-        if ec < ctx.t.readiness_churn_epoll_ctl:
+        if per is None or ec < ctx.t.readiness_churn_epoll_ctl:
             continue
         total = sum(per.values())
         reads = sum(per.get(k, 0.0) for k in READ_SYSCALLS)
         ev = {"epoll_ctl per message": r2(ec), "epoll_ctl per read": r2(ec / reads) if reads else None,
-              "syscalls per message (all)": r2(total), "share of syscalls that are epoll_ctl": f"{100 * ec / total:.0f}%"}
+              "syscalls per message (all)": r2(total),
+              "share of syscalls that are epoll_ctl": f"{100 * ec / total:.0f}%"}
         per_read = f" ({ec / reads:.1f} per read)" if reads else ""
         text = (f"{where(r)} calls epoll_ctl {ec:.1f} times per message{per_read}, {100 * ec / total:.0f}% of all its "
                 "syscalls: it changes the socket's epoll registration around reads — register before a read that "
@@ -308,11 +312,13 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
                 "Backends that keep a socket registered for its whole life (transports/protocols) pay this once "
                 "per connection. ")
         peers = ctx.same_cell(r, backend=None)
-        calm = [p for _, p in peers.iterrows() if p["backend"] != r["backend"] and syscalls_of(p) is not None
-                and syscalls_of(p).get("epoll_ctl", 0.0) < ctx.t.readiness_churn_epoll_ctl]
+        calm = [p for _, p in peers.iterrows() if p["backend"] != r["backend"] and (ps := syscalls_of(p)) is not None
+                and ps.get("epoll_ctl", 0.0) < ctx.t.readiness_churn_epoll_ctl]
         if calm:  # the fastest backend here that does not churn: what the registration costs
             best = max(calm, key=lambda p: p["mps_mean"])
-            bec = syscalls_of(best).get("epoll_ctl", 0.0)
+            best_per = syscalls_of(best)
+            assert best_per is not None  # every cell in `calm` has syscall counts
+            bec = best_per.get("epoll_ctl", 0.0)
             ev[f"{best['backend']} (fastest backend here without the churn)"] = (
                 f"{best['mps_mean']:.0f} msgs/s, {bec:.2f} epoll_ctl per message")
             text += f"Here {best['backend']} makes {bec:.2f} epoll_ctl per message at {best['mps_mean']:.0f} msgs/s."
@@ -392,8 +398,8 @@ def lock_contention(ctx: Context) -> list[Anomaly]:
             text += (f"The same cell {label}: {ofx:.2f} futex per message at {o['mps_mean']:.0f} msgs/s "
                      f"(here {fx:.2f} at {r['mps_mean']:.0f}). ")
         elif not r.get("pinned"):
-            text += ("This run was not pinned to one CPU; network_ping_test saw 15 futex per message drop to 0.01 once the "
-                     "backend was pinned (taskset). Re-run pinned (the default) to compare. ")
+            text += ("This run was not pinned to one CPU; network_ping_test saw 15 futex per message drop to 0.01 once "
+                     "the backend was pinned (taskset). Re-run pinned (the default) to compare. ")
         ev["stacks"] = ctx.stacks(r, ("futex",))
         sev = "critical" if fx >= t.futex_critical else "warning"
         found.append(_anomaly(r, "lock_contention", sev, f"Lock/CPU contention: {where(r)}", text, ev))
@@ -406,8 +412,8 @@ def cpu_split(ctx: Context) -> list[Anomaly]:
     """Kernel- or user-dominated backend CPU (informational), one note per backend."""
     t, found = ctx.t, []
     if "cpu.user_frac" not in ctx.cells:
-        return found
-    for (backend, interp), g in ctx.cells.groupby(["backend", "interpreter"], dropna=False):
+        return []
+    for (backend, _interp), g in ctx.cells.groupby(["backend", "interpreter"], dropna=False):
         uf = g["cpu.user_frac"].dropna()
         if uf.empty:
             continue
@@ -425,9 +431,9 @@ def cpu_split(ctx: Context) -> list[Anomaly]:
             ev["syscalls per message"] = r2(float(np.mean(totals)))
         if u < t.kernel_dominated_user_frac:
             title = f"Kernel-dominated CPU: {backend}"
-            text = (f"{backend} spends {100 * (1 - u):.0f}% of its CPU in the kernel (TCP stack and syscalls). Its cost "
-                    "per message is set by how many syscalls it makes and how much the socket layer does per call, "
-                    "so fewer syscalls per message (batching, larger reads) help more than faster Python would.")
+            text = (f"{backend} spends {100 * (1 - u):.0f}% of its CPU in the kernel (TCP stack and syscalls). Its "
+                    "cost per message is set by how many syscalls it makes and how much the socket layer does per "
+                    "call, so fewer syscalls per message (batching, larger reads) help more than faster Python would.")
         else:
             title = f"User-dominated CPU: {backend}"
             text = (f"{backend} spends {100 * u:.0f}% of its CPU in user space (interpreter, event loop, handler). "
@@ -476,7 +482,8 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
         ratio = p999 / p50
         ev = {f"latency {p} (µs)": r2(num(r, f"lat_us.{p}"), 0) for p in ("p50", "p90", "p99", "p999", "max")}
         ev["p999 / p50"] = r2(ratio, 1)
-        text = f"For {where(r)}, one message in a thousand took {ratio:.0f}× the median ({p999:.0f} µs vs {p50:.0f} µs). "
+        text = (f"For {where(r)}, one message in a thousand took {ratio:.0f}× the median "
+                f"({p999:.0f} µs vs {p50:.0f} µs). ")
         causes = []
         jain = num(r, "per_conn.jain")
         idle = num(r, "per_conn.idle") or 0
@@ -490,8 +497,8 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
         if (r.get("pipeline") or 1) > 1:
             causes.append("messages queue behind others in flight on the same connection")
         text += ("Likely cause here: " + "; ".join(causes) + ". ") if causes else (
-            "Nothing else in this cell explains it: suspect pauses (GC, allocator, a slow handler) or the noisy machine; "
-            "compare with the flamegraph's off-CPU view. ")
+            "Nothing else in this cell explains it: suspect pauses (GC, allocator, a slow handler) or the noisy "
+            "machine; compare with the flamegraph's off-CPU view. ")
         sev = "warning" if ratio > 5 * t.tail_ratio or causes else "info"
         found.append(_anomaly(r, "latency_tail", sev, f"Latency tail {ratio:.0f}× the median: {where(r)}", text, ev))
     return found
@@ -503,7 +510,7 @@ def throughput_collapse(ctx: Context) -> list[Anomaly]:
     """msgs/s falls by more than half from the backend's peak as connections grow; says what grew per message."""
     t, found = ctx.t, []
     if ctx.cells.empty:
-        return found
+        return []
     for _, g in ctx.cells.groupby(schema.SERIES_KEYS, dropna=False):
         g = g.sort_values("connections")
         if len(g) < 2:
@@ -518,8 +525,8 @@ def throughput_collapse(ctx: Context) -> list[Anomaly]:
             continue
         drop = 1 - low["mps_mean"] / peak["mps_mean"]
         ev = {f"msgs/s at {int(c)} connections": round(float(m)) for c, m in zip(g["connections"], g["mps_mean"])}
-        text = (f"{low['backend']} falls from {peak['mps_mean']:.0f} msgs/s at {int(peak['connections'])} connections to "
-                f"{low['mps_mean']:.0f} at {int(low['connections'])} (−{100 * drop:.0f}%). ")
+        text = (f"{low['backend']} falls from {peak['mps_mean']:.0f} msgs/s at {int(peak['connections'])} connections "
+                f"to {low['mps_mean']:.0f} at {int(low['connections'])} (−{100 * drop:.0f}%). ")
         text += _what_grew(peak, low, ev)
         found.append(_anomaly(low, "throughput_collapse", "warning",
                               f"Throughput collapses with connections: {low['backend']} −{100 * drop:.0f}%", text, ev))
@@ -532,7 +539,7 @@ def _what_grew(a, b, ev: dict) -> str:
     parts = []
     ua, sa, ub, sb = (num(a, "cpu_us_per_msg.user"), num(a, "cpu_us_per_msg.sys"),
                       num(b, "cpu_us_per_msg.user"), num(b, "cpu_us_per_msg.sys"))
-    if None not in (ua, sa, ub, sb):
+    if ua is not None and sa is not None and ub is not None and sb is not None:
         ev[f"CPU µs per message user+kernel at {ca} / {cb}"] = f"{ua:.1f}+{sa:.1f} / {ub:.1f}+{sb:.1f}"
         grew = "kernel" if (sb - sa) > (ub - ua) else "user space"
         parts.append(f"each message costs {ua + sa:.1f} µs of CPU at {ca} and {ub + sb:.1f} µs at {cb}, "
@@ -550,7 +557,8 @@ def _what_grew(a, b, ev: dict) -> str:
         if bb < 0.8 * ba:
             parts.append(f"the backend is busy only {100 * bb:.0f}% of a CPU at {cb} (vs {100 * ba:.0f}%): it waits "
                          "rather than works — look at the loader and the latency tail")
-    return ("Why: " + "; ".join(parts) + ". ") if parts else "No per-message cost figures to say why (run with probes). "
+    return (("Why: " + "; ".join(parts) + ". ") if parts
+            else "No per-message cost figures to say why (run with probes). ")
 
 
 # 9 -------------------------------------------------------------------------------------------
@@ -591,8 +599,8 @@ FAILURE_CAUSES = (  # (pattern in the error, cause, what it means)
     (r"exited with code \d+", "exit",
      "exited by itself, usually an uncaught exception; its stderr is quoted in the error."),
     (r"stall", "stall",
-     "stopped answering during the measurement: a deadlock, or a loop that never yields (network_ping_test's thread backend "
-     "sometimes hung at 100% CPU)."),
+     "stopped answering during the measurement: a deadlock, or a loop that never yields (network_ping_test's thread "
+     "backend sometimes hung at 100% CPU)."),
     (r"connections could be opened|connect", "connection setup",
      "could not accept all connections: listen backlog, local ports or fds ran out during setup."),
     (r"timeout|timed out", "timeout", "did not finish in time."),
@@ -604,7 +612,7 @@ def failed_cells(ctx: Context) -> list[Anomaly]:
     """Cells (network_ping_test's FF) whose rounds failed, with the cause read from the error."""
     df, found = ctx.df, []
     if "status" not in df or df.empty:
-        return found
+        return []
     df = schema.normalize(df)
     for _, all_rounds in df.groupby(schema.CELL_KEYS, dropna=False, sort=False):
         g = all_rounds[all_rounds["status"] != "ok"]
@@ -639,7 +647,7 @@ def connection_errors(ctx: Context) -> list[Anomaly]:
     t, found = ctx.t, []
     kinds = [k for k, _ in CONNECTION_ERRORS if f"errors.{k}" in ctx.cells]
     if not kinds:
-        return found
+        return []
     df = schema.normalize(ctx.df)
     for _, r in ctx.cells.iterrows():
         rounds = schema.select(df, r)

@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from pyarrow.lib import ArrowException
@@ -109,44 +108,87 @@ def doctor() -> None:
 
 @app.command()
 def run(
-    backends: Optional[List[str]] = typer.Argument(None, metavar="[BACKEND]...", help="Built-in backends to run (see `netprof list`)."),
+    backends: list[str] | None = typer.Argument(
+        None, metavar="[BACKEND]...",
+        help="Built-in backends to run (see `netprof list`)."),
     connections: str = typer.Option("10,100,1000", "-c", "--connections", help="Comma list of connection counts."),
     duration: float = typer.Option(5.0, "-d", "--duration", help="Measured seconds per cell."),
     rounds: int = typer.Option(3, "-r", "--rounds", help="Rounds per cell (mean ± interval across them)."),
     msize: int = typer.Option(64, "-s", "--msize", help="Message size in bytes."),
     pipeline: str = typer.Option("1", "--pipeline", help="Messages in flight per connection (comma list)."),
-    framing: str = typer.Option("message", "--framing", help="message: each receive asks for one message (the reference harness's way); stream: read up to 64 KiB and echo what came; or message,stream."),
+    framing: str = typer.Option(
+        "message", "--framing",
+        help="message: each receive asks for one message (the reference harness's way); stream: read up to 64 KiB "
+             "and echo what came; or message,stream."),
     warmup: float = typer.Option(1.0, "--warmup", help="Seconds of load before measuring."),
-    work: str = typer.Option("none", "--work", help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
+    work: str = typer.Option(
+        "none", "--work",
+        help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
     think: str = typer.Option("none", "--think", help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
-    probe_share: float = typer.Option(0.3, "--probe-share", help="Share of each cell's window (its middle) with the counting probes attached; headline msgs/s, latency and fairness come from the rest. 1 = probes throughout, 0 = none."),
-    syscall_time: bool = typer.Option(False, "--syscall-time", help="Also time every syscall (costs about as much again as counting)."),
-    stacks: bool = typer.Option(False, "--stacks", help="Also collect user stacks of selected syscalls (evidence set)."),
+    probe_share: float = typer.Option(
+        0.3, "--probe-share",
+        help="Share of each cell's window (its middle) with the counting probes attached; headline msgs/s, latency "
+             "and fairness come from the rest. 1 = probes throughout, 0 = none."),
+    syscall_time: bool = typer.Option(
+        False, "--syscall-time",
+        help="Also time every syscall (costs about as much again as counting)."),
+    stacks: bool = typer.Option(
+        False, "--stacks",
+        help="Also collect user stacks of selected syscalls (evidence set)."),
     flamegraph: bool = typer.Option(False, "--flamegraph", help="Add a sampling round per cell with flamegraphs."),
     no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
     backend_cpu: str = typer.Option("0", "--backend-cpu", help="CPU(s) the backend is pinned to."),
     loader_cpus: str = typer.Option("", "--loader-cpus", help="CPUs for the loader (default: all others)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory (default runs/<timestamp>/)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default runs/<timestamp>/)."),
     force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
-    wait: bool = typer.Option(False, "--wait", help="If another netprof run is measuring, wait for it (default: refuse: two runs would disturb each other's numbers)."),
+    wait: bool = typer.Option(
+        False, "--wait",
+        help="If another netprof run is measuring, wait for it (default: refuse: two runs would disturb each other's "
+             "numbers)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before a run planned to take over an hour."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout, nothing else there."),
-    remote: str = typer.Option("", "--remote", help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
-    netem: str = typer.Option("", "--netem", help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
-    sources: str = typer.Option("auto", "--sources", help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
-    python: str = typer.Option("", "--python", help="Interpreter(s) for the backends: comma list of versions (3.11,3.13, via pyenv) or paths; default: netprof's own."),
-    cmd: Optional[List[str]] = typer.Option(None, "--cmd", metavar="TEMPLATE", help="Your own server's command, {port} replaced by a free port (repeatable); runs as the sudo caller unless --as-root."),
-    name: Optional[List[str]] = typer.Option(None, "--name", help="Label of the --cmd (or --attach) server of the same position."),
-    ready_regex: str = typer.Option("", "--ready-regex", metavar="REGEX", help="--cmd is ready when a line of its stdout matches (default: when its port accepts)."),
-    attach: Optional[int] = typer.Option(None, "--attach", metavar="PID", help="Profile a server that is already running (with --target): nothing is started or stopped."),
-    target: str = typer.Option("", "--target", metavar="HOST:PORT", help="Where --attach's server (or a --cmd without {port}) listens."),
+    remote: str = typer.Option(
+        "", "--remote",
+        help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
+    netem: str = typer.Option(
+        "", "--netem",
+        help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
+    sources: str = typer.Option(
+        "auto", "--sources",
+        help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
+    python: str = typer.Option(
+        "", "--python",
+        help="Interpreter(s) for the backends: comma list of versions (3.11,3.13, via pyenv) or paths; default: "
+             "netprof's own."),
+    cmd: list[str] | None = typer.Option(
+        None, "--cmd", metavar="TEMPLATE",
+        help="Your own server's command, {port} replaced by a free port (repeatable); runs as the sudo caller unless "
+             "--as-root."),
+    name: list[str] | None = typer.Option(
+        None, "--name",
+        help="Label of the --cmd (or --attach) server of the same position."),
+    ready_regex: str = typer.Option(
+        "", "--ready-regex", metavar="REGEX",
+        help="--cmd is ready when a line of its stdout matches (default: when its port accepts)."),
+    attach: int | None = typer.Option(
+        None, "--attach", metavar="PID",
+        help="Profile a server that is already running (with --target): nothing is started or stopped."),
+    target: str = typer.Option(
+        "", "--target", metavar="HOST:PORT",
+        help="Where --attach's server (or a --cmd without {port}) listens."),
     as_root: bool = typer.Option(False, "--as-root", help="Run --cmd as root instead of the user who invoked sudo."),
-    protocol: str = typer.Option("echo", "--protocol", help="echo (64-byte echo), http (HTTP/1.1 keep-alive), line (a request line, one reply line)."),
+    protocol: str = typer.Option(
+        "echo", "--protocol",
+        help="echo (64-byte echo), http (HTTP/1.1 keep-alive), line (a request line, one reply line)."),
     request: str = typer.Option("GET /", "--request", metavar="'METHOD /path'", help="--protocol http: the request."),
-    header: Optional[List[str]] = typer.Option(None, "--header", metavar="'Name: value'", help="--protocol http: an extra header (repeatable)."),
-    body: Optional[str] = typer.Option(None, "--body", help="--protocol http: the request body."),
-    body_file: Optional[Path] = typer.Option(None, "--body-file", metavar="FILE", help="--protocol http: the request body, from a file."),
+    header: list[str] | None = typer.Option(
+        None, "--header", metavar="'Name: value'",
+        help="--protocol http: an extra header (repeatable)."),
+    body: str | None = typer.Option(None, "--body", help="--protocol http: the request body."),
+    body_file: Path | None = typer.Option(
+        None, "--body-file", metavar="FILE",
+        help="--protocol http: the request body, from a file."),
     line: str = typer.Option("PING", "--line", help="--protocol line: the request line."),
 ) -> None:
     """Run servers × connections × pipeline × rounds and report what each message costs."""
@@ -228,7 +270,7 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
     from netprof.profiler import interpreters, report, runner
 
     console = Console(stderr=True) if as_json else Console()
-    interps = {}
+    interps: dict[str, interpreters.Interpreter] = {}
     for spec in cfg.pythons:
         if not spec:  # netprof's own interpreter: nothing to prepare, nothing to say
             interps[spec] = interpreters.prepare(spec)
@@ -258,7 +300,7 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
 
 @app.command()
 def flamegraph(
-    args: List[str] = typer.Argument(..., help="Backends to sample, or `diff A.folded B.folded`."),
+    args: list[str] = typer.Argument(..., help="Backends to sample, or `diff A.folded B.folded`."),
     connections: str = typer.Option("100", "-c", "--connections", help="Comma list of connection counts."),
     duration: float = typer.Option(5.0, "-d", "--duration", help="Sampled seconds per cell."),
     pipeline: str = typer.Option("1", "--pipeline", help="Messages in flight per connection (comma list)."),
@@ -266,9 +308,11 @@ def flamegraph(
     framing: str = typer.Option("message", "--framing", help="message or stream (as in `run`)."),
     warmup: float = typer.Option(1.0, "--warmup", help="Seconds of load before sampling."),
     work: str = typer.Option("none", "--work", help="Handler work per message (as in `run`)."),
-    python: str = typer.Option("", "--python", help="Interpreter(s) for the backends (as in `run`); 3.13 adds the mixed Python+kernel view."),
+    python: str = typer.Option(
+        "", "--python",
+        help="Interpreter(s) for the backends (as in `run`); 3.13 adds the mixed Python+kernel view."),
     no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Results directory, or the SVG for `diff`."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results directory, or the SVG for `diff`."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout."),
 ) -> None:
     """Sampling rounds only (on-CPU, Python, off-CPU flamegraphs), or a differential flamegraph:
@@ -325,10 +369,17 @@ def report_cmd(
 
 @app.command("compare")
 def compare_cmd(
-    runs: List[Path] = typer.Argument(..., help="BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."),
+    runs: list[Path] = typer.Argument(
+        ...,
+        help="BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout, nothing else there."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write compare.md, compare.html, compare.json (and differential flamegraphs) here."),
-    fail_if: str = typer.Option("", "--fail-if", help="Exit 1 on a significant regression beyond a threshold, e.g. slower:5%,p99:+10%,syscalls:+0.5 (also p50, cpu, ctx, jain)."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o",
+        help="Also write compare.md, compare.html, compare.json (and differential flamegraphs) here."),
+    fail_if: str = typer.Option(
+        "", "--fail-if",
+        help="Exit 1 on a significant regression beyond a threshold, e.g. slower:5%,p99:+10%,syscalls:+0.5 (also "
+             "p50, cpu, ctx, jain)."),
 ) -> None:
     """Did it get faster, and is that real? Matched cells of NEW against BASE: ratios with 95% intervals,
     Welch's t-test verdicts, and the syscall and CPU deltas that explain each change."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeGuard
 
 import pandas as pd
 from pyarrow.lib import ArrowException
@@ -235,7 +237,7 @@ def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
             "metrics": metrics}
 
 
-def _judged(c: dict | None) -> bool:
+def _judged(c: dict | None) -> TypeGuard[dict]:
     return c is not None and c["verdict"] not in ("no significant change", "not enough rounds")
 
 
@@ -254,7 +256,7 @@ def why(label: str, metrics: dict) -> str | None:
     head = []
     for col in CHANGE_METRICS:
         c = metrics.get(col)
-        if not _notable(col, c):
+        if c is None or not _notable(col, c):
             continue
         if col == "msgs_per_sec":
             head.append(f"{_pct(c['ratio'])} msgs/s")
@@ -282,7 +284,7 @@ def why(label: str, metrics: dict) -> str | None:
 # Comparability of the runs (meta.json)
 
 def _get(meta: dict, path: str):
-    v = meta
+    v: Any = meta
     for part in path.split("."):
         if not isinstance(v, dict):
             return None
@@ -334,7 +336,7 @@ def warnings_for(base: Run, new: Run) -> list[str]:
             if load is not None and load > cpus + BUSY_EXTRA:
                 out.append(f"{run.given} ran on a busy machine: load average {load:.1f} on {cpus} CPUs "
                            "(other work competed with the measurement)")
-        if None not in loads and abs(loads[0] - loads[1]) > cpus / 2:
+        if loads[0] is not None and loads[1] is not None and abs(loads[0] - loads[1]) > cpus / 2:
             out.append(f"the machine's load differed: load average {loads[0]:.1f} vs {loads[1]:.1f} on {cpus} CPUs")
     for run in (base, new):
         share = _steal_share(run.meta)
@@ -416,7 +418,7 @@ def breaches(doc: dict, checks: list[Check]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # The comparison document
 
-def compare(paths: list[str | Path], out: str | Path | None = None, fail_if: str = "") -> dict:
+def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if: str = "") -> dict:
     """Compare NEW… against BASE (paths[0]); with `out`, write compare.md/.html/.json and the
     differential flamegraphs there. Returns the JSON document (see docs/results-format.md)."""
     checks = parse_fail_if(fail_if)
@@ -447,15 +449,16 @@ def compare(paths: list[str | Path], out: str | Path | None = None, fail_if: str
             "unmatched": {"base_only": m.base_only, "new_only": m.new_only},
             "cells": cells,
         })
-    doc = {"schema": SCHEMA,
-           "method": {"text": METHOD, "alpha": ALPHA, "confidence": CONFIDENCE, "min_rounds": MIN_ROUNDS,
-                      "test": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
-                      "interval": "Fieller (Welch's degrees of freedom); log-scale metrics: "
-                                  "exp of Welch's interval of the difference of mean logs"},
-           "base": {"path": base.given, "name": base.name},
-           "comparisons": comparisons,
-           "fail_if": {"checks": [c.text for c in checks], "breaches": []},
-           "artifacts": {}}
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "method": {"text": METHOD, "alpha": ALPHA, "confidence": CONFIDENCE, "min_rounds": MIN_ROUNDS,
+                   "test": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
+                   "interval": "Fieller (Welch's degrees of freedom); log-scale metrics: "
+                               "exp of Welch's interval of the difference of mean logs"},
+        "base": {"path": base.given, "name": base.name},
+        "comparisons": comparisons,
+        "fail_if": {"checks": [c.text for c in checks], "breaches": []},
+        "artifacts": {}}
     doc["fail_if"]["breaches"] = breaches(doc, checks)
     doc = _json_ready(doc)
     if out_dir is not None:

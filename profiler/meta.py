@@ -59,7 +59,7 @@ def host_load() -> dict:
 def collect(argv: list[str], config: dict) -> dict:
     return {
         "netprof_version": netprof.__version__,
-        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(argv),
         "python": {
             "version": platform.python_version(),

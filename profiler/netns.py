@@ -60,8 +60,12 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from netprof.profiler.errors import NetprofError
+
+if TYPE_CHECKING:
+    from netprof.profiler.procs import ManagedProcess
 
 NS_PREFIX = "netprof-"
 _NS_RE = re.compile(r"^netprof-(\d+)-[bl]$")
@@ -298,6 +302,8 @@ def kernel_has_netem() -> bool | None:
 class RemoteLink:
     """Context manager: two namespaces of our own, a link between them, netem on both ends."""
 
+    cleanup_leftovers = staticmethod(cleanup_leftovers)
+
     def __init__(self, netem: str | None = None, sources: int = 1) -> None:
         self.netem = Netem.parse(netem) if netem else None  # ValueError before anything is created
         if not 1 <= sources <= MAX_LOADER_ADDRS:
@@ -317,7 +323,7 @@ class RemoteLink:
         self.netem_impl: str | None = None
         self.sysctls: dict[str, str] = {}
         self.setup_s: float | None = None
-        self._forwarder = None
+        self._forwarder: ManagedProcess | None = None
         self._control: socket.socket | None = None  # our end of the forwarder's stats channel
         self._final_stats: dict | None = None  # the forwarder's counters when it was stopped
         self._created: list[str] = []
@@ -392,6 +398,8 @@ class RemoteLink:
     def _make_tun_pair(self) -> None:
         from netprof.profiler.procs import spawn
 
+        assert self.netem is not None  # the user-space forwarder stands in for netem
+
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [*self.loader_prefix, sys.executable, "-m", "netprof.profiler.netns", "forward",
                 "--ns-backend", self.ns_backend, "--dev-backend", self.dev_backend,
@@ -451,6 +459,7 @@ class RemoteLink:
     def close(self) -> None:
         if self._forwarder is not None:
             self._final_stats = self.forwarder_stats()
+            assert self._control is not None  # opened before the forwarder was started
             self._control.close()
             self._control = None
             self._forwarder.discard()
@@ -487,9 +496,6 @@ class RemoteLink:
         waves = math.ceil(max(connections, 1) / LOADER_MAX_CONNECTING)
         delivered = (1 - min(self.netem.loss_pct, 90.0) / 100) ** 2
         return max(DEFAULT_CONNECT_TIMEOUT_S, 20 * rtt + 2 * waves * max(rtt, LOADER_ATTEMPT_TIMEOUT_S) / delivered)
-
-
-RemoteLink.cleanup_leftovers = staticmethod(cleanup_leftovers)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -557,6 +563,7 @@ def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None, 
                     if line.strip() == b"stats":
                         control.sendall(json.dumps(stats).encode() + b"\n")
                 continue
+            assert isinstance(fd, int)  # the other readers are the two TUN fds
             dst = out_of[fd]
             count = counters[dst]
             for _ in range(256):  # bounded batch per wake-up

@@ -15,8 +15,8 @@ import re
 import resource
 import shutil
 from collections.abc import Iterator
-from typing import Any
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from netprof.backends import registry
 from netprof.profiler import schema

@@ -114,7 +114,7 @@ def cpu_split(cells: pd.DataFrame):
     ax.bar(x, sys_, bottom=user, label="kernel", color="C3")
     for xi, u, s in zip(x, user, sys_):
         if u + s > 0:
-            ax.text(xi, u + s, f"{100 * u / (u + s):.0f}%", ha="center", va="bottom", fontsize=7)
+            ax.text(float(xi), u + s, f"{100 * u / (u + s):.0f}%", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, _cell_labels(cells), fontsize=7, rotation=45, ha="right")
     ax.set_ylabel("backend CPU µs per message")
     ax.legend(fontsize=8)

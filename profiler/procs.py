@@ -253,7 +253,7 @@ def remove_stale(pattern: re.Pattern, directory: str | None = None) -> list[str]
     first group is the pid of a netprof process that is gone, and which are ours (not links).
     Returns the removed paths."""
     directory = directory or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except OSError:

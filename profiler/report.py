@@ -71,7 +71,7 @@ def _why(best, other) -> str:
     if not cb or not co:
         return ""
     text = f" It needs {cb}; {other['backend']} needs {co}"
-    if None not in (ub, kb, uo, ko):
+    if ub is not None and kb is not None and uo is not None and ko is not None:
         du, dk = uo - ub, ko - kb
         text += (", the difference mostly in user space (interpreter and event loop)" if du >= dk
                  else ", the difference mostly in the kernel (more or costlier syscalls)")
@@ -85,8 +85,8 @@ def _span(values: list[float], fmt) -> str:
 
 
 def _counts(cs: list[int]) -> str:
-    cs = [str(c) for c in cs]
-    return cs[0] if len(cs) == 1 else ", ".join(cs[:-1]) + " and " + cs[-1]
+    names = [str(c) for c in cs]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
@@ -97,8 +97,9 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     rate = f"{_span([r['mps_mean'] for r in runs], tables.human)} msgs/s"
     head = f"At {where}, **{best['backend']}** " + (f"is fastest with {rate}" if len(last) > 1 else f"handled {rate}")
     ci = [num(r, "mps_ci_pct") for r in runs]
-    if all(c is not None for c in ci):
-        head += f" (±{max(ci):.0f}%)"
+    known_ci = [c for c in ci if c is not None]
+    if len(known_ci) == len(ci):
+        head += f" (±{max(known_ci):.0f}%)"
     if len(last) == 1:
         cost = _cost(best)
         return head + (f", using {cost}." if cost else ".")
@@ -113,7 +114,8 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
              <= g.iloc[1]["mps_mean"] + (num(g.iloc[1], "mps_ci") or 0)]
     if close:
         head += (" The lead is within the measurement intervals"
-                 + (f" at {_counts([int(g.iloc[0]['connections']) for g in close])} connections" if len(groups) > 1 else "")
+                 + (f" at {_counts([int(g.iloc[0]['connections']) for g in close])} connections"
+                    if len(groups) > 1 else "")
                  + ": not a clear win.")
     why = _why(best, nxt)
     if why and len(runs) > 1:
@@ -213,7 +215,8 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
         lead = "Most severe" if found[0]["severity"] != "info" else "Informational only"
         out.append(f"The analysis flagged {counts}. {lead}: " + "; ".join(a["title"] for a in top) + ".")
     else:
-        out.append("No anomaly rule fired: service was fair, costs per message were ordinary, and the loader had headroom.")
+        out.append("No anomaly rule fired: service was fair, costs per message were ordinary, and the loader had "
+                   "headroom.")
     return out
 
 
@@ -357,7 +360,8 @@ def finish(out_dir: str | Path, console: Console | None = None) -> dict:
     df, per_conn, meta = results.load(out)
     cells = stats.aggregate(df)
     found = anomalies_mod.detect(df, per_conn, meta, out, cells=cells)
-    rendered = [{"title": t, "header": h, "rows": r} for t, fn in TABLES for h, r in [fn(cells)]] if not cells.empty else []
+    rendered = ([{"title": t, "header": h, "rows": r} for t, fn in TABLES for h, r in [fn(cells)]]
+                if not cells.empty else [])
     figures = plots_mod.render_all(cells, per_conn, out)
     flames = find_flamegraphs(out, df)
     context = {"facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ NOISY_CV = 0.10  # a cell whose coefficient of variation across rounds exceeds t
 ACTIVE_SHARE_OF_MESSAGES = 0.95
 
 
-def jain_index(counts: Sequence[float]) -> float:
+def jain_index(counts: Sequence[float] | np.ndarray) -> float:
     """Jain's fairness index: 1 = perfectly even, 1/n = one connection got everything."""
     x = np.asarray(counts, dtype=float)
     if x.size == 0 or not x.any():
@@ -25,7 +26,7 @@ def jain_index(counts: Sequence[float]) -> float:
     return float(x.sum() ** 2 / (x.size * (x * x).sum()))
 
 
-def active_share(counts: Sequence[float], of_messages: float = ACTIVE_SHARE_OF_MESSAGES) -> float:
+def active_share(counts: Sequence[float] | np.ndarray, of_messages: float = ACTIVE_SHARE_OF_MESSAGES) -> float:
     """Smallest share of connections that together handled `of_messages` of all messages.
 
     Fair service gives ≈ of_messages (0.95); network_ping_test's "active vs stagnant" split gives a tiny value.
@@ -67,7 +68,7 @@ def probe_cost(unprobed_rate: float | None, probed_rate: float | None) -> float 
     return 1.0 - probed_rate / unprobed_rate
 
 
-def per_message(counts: dict[str, float], messages: int) -> dict[str, float]:
+def per_message(counts: Mapping[str, float], messages: int) -> dict[str, float]:
     if messages <= 0:
         return {}
     return {k: v / messages for k, v in counts.items() if v}
@@ -78,7 +79,8 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> dict:
     x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     n = int(x.size)
     if n == 0:
-        return {"mean": float("nan"), "std": float("nan"), "ci": float("nan"), "ci_pct": float("nan"), "cv": float("nan"), "n": 0}
+        return {"mean": float("nan"), "std": float("nan"), "ci": float("nan"), "ci_pct": float("nan"),
+                "cv": float("nan"), "n": 0}
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
     ci = float(sps.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)) if n > 1 else float("nan")
@@ -109,8 +111,8 @@ def num(row, key: str) -> float | None:
 
 def syscalls_of(row) -> dict[str, float] | None:
     """{syscall: per-message count} of a cell, or None when it ran without probes."""
-    per = {k.split(".", 1)[1]: num(row, k) for k in row.index if k.startswith("syscalls_per_msg.")}
-    per = {k: v for k, v in per.items() if v is not None}
+    raw = {k.split(".", 1)[1]: num(row, k) for k in row.index if k.startswith("syscalls_per_msg.")}
+    per = {k: v for k, v in raw.items() if v is not None}
     return per or None
 
 
@@ -276,7 +278,7 @@ def compare_samples(base: Sequence[float], new: Sequence[float], alpha: float = 
     """
     b = np.asarray([v for v in base if v is not None and not math.isnan(v)], dtype=float)
     n = np.asarray([v for v in new if v is not None and not math.isnan(v)], dtype=float)
-    out = {"n_base": int(b.size), "n_new": int(n.size),
+    out: dict[str, Any] = {"n_base": int(b.size), "n_new": int(n.size),
            "mean_base": float(b.mean()) if b.size else float("nan"),
            "mean_new": float(n.mean()) if n.size else float("nan"),
            "delta": float("nan"), "ratio": float("nan"), "ratio_lo": None, "ratio_hi": None,

@@ -212,7 +212,7 @@ def test_diff_marks_frame_only_in_b_as_growth(tmp_path):
 
 
 PERF_SCRIPT = """\
-python3  4242    2004008 
+python3  4242    2004008\x20
 \tffffffff81e80460 __x64_sys_recvfrom ([kernel.kallsyms])
 \tffffffff82259cc1 do_syscall_64 ([kernel.kallsyms])
 \t          10ab59 __recv (/usr/lib/x86_64-linux-gnu/libc.so.6)
@@ -221,10 +221,10 @@ python3  4242    2004008
 \t               0 [unknown] ([unknown])
 \t               0 [unknown] ([unknown])
 
-my worker  4243    2004008 
+my worker  4243    2004008\x20
 \tffffffff81e80460 __x64_sys_recvfrom ([kernel.kallsyms])
 
-python3  4242    2004008 
+python3  4242    2004008\x20
 \tffffffff81e80460 __x64_sys_recvfrom ([kernel.kallsyms])
 \tffffffff82259cc1 do_syscall_64 ([kernel.kallsyms])
 \t          10ab59 __recv (/usr/lib/x86_64-linux-gnu/libc.so.6)

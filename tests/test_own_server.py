@@ -9,11 +9,9 @@ the probes followed gunicorn's two forked workers (without them the counts would
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest

@@ -40,7 +40,8 @@ def build_results(d: Path) -> Path:
     store = results.ResultsStore(d)
     store.write_meta(META)
     speeds = {"selector": 90_000.0, "uvloop_sock": 60_000.0, "asyncio": 30_000.0}
-    extra = {"uvloop_sock": {"syscalls_per_msg": {"epoll_ctl": 2.0}, "cpu": {"user_frac": 0.6, "user_s": 1.2, "sys_s": 0.8}},
+    extra = {"uvloop_sock": {"syscalls_per_msg": {"epoll_ctl": 2.0},
+                             "cpu": {"user_frac": 0.6, "user_s": 1.2, "sys_s": 0.8}},
              "asyncio": {"syscalls_per_msg": {"mmap": 1.0, "munmap": 1.0, "mremap": 1.0},
                          "cpu": {"user_frac": 0.85, "user_s": 1.6, "sys_s": 0.3}}}
     for c in (10, 100, 1000):
@@ -75,7 +76,9 @@ def reported(tmp_path_factory):
 
 def test_summary_has_contract_shape(reported):
     d, summary = reported
-    assert set(summary) == {"runs", "anomalies", "artifacts"}
+    assert set(summary) == {"schema", "runs", "cells", "anomalies", "artifacts", "meta"}  # docs/results-format.md
+    assert summary["schema"] == 1 and summary["cells"]
+    assert {"mean", "interval", "n"} <= set(summary["cells"][0]["metrics"]["msgs_per_sec"])
     on_disk = json.loads((d / "summary.json").read_text())
     assert on_disk["anomalies"] == summary["anomalies"]
     run = summary["runs"][0]
@@ -115,7 +118,8 @@ def test_markdown_reads_as_a_finding(reported):
         assert heading in md
     assert "EMFILE" in md and "fd limit" in md
     assert "sendto + recvfrom" in md                      # compact syscall notation
-    assert "(plots/throughput.png)" in md and f"flamegraphs/{schema.cell_slug(make_row('selector', 100))}/oncpu.svg" in md
+    assert "(plots/throughput.png)" in md
+    assert f"flamegraphs/{schema.cell_slug(make_row('selector', 100))}/oncpu.svg" in md
     assert "already waiting" in md and "selector_events.py" in md and "sock_recv (_socket)" in md
     assert md.index("[CRITICAL]") < md.index("[WARNING]") < md.index("[INFO]")
 

@@ -1,0 +1,47 @@
+"""Make (or remake) a committed reference report: one `netprof run`, then its report.md, meta.json,
+results.csv, plots/ and stacks/ copied into bench/reports/NAME/ (the raw parquet stays in runs/).
+
+    .venv/bin/python bench/reference_report.py pipeline -- asyncio_sock uvloop_sock -c 100 \\
+        --pipeline 1,4,8 -r 3 --framing message,stream
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPORTS = Path(__file__).with_name("reports")
+KEPT = ("report.md", "meta.json", "results.csv", "plots", "stacks")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", help="bench/reports/NAME")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="-- then the `netprof run` arguments")
+    a = ap.parse_args()
+    args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    out = Path("runs") / f"ref-{a.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    rc = subprocess.run([str(Path(sys.executable).with_name("netprof")), "run", *args, "--wait",
+                         "--out", str(out)]).returncode
+    if not (out / "report.md").exists():
+        print(f"no report in {out} (netprof exit {rc})", file=sys.stderr)
+        return rc or 1
+    dest = REPORTS / a.name
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in KEPT:
+        src = out / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    print(f"{dest}: from {out} (netprof exit {rc})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
