@@ -355,7 +355,9 @@ def _verdict(cell: Cell, result: dict | None, row: dict, proc: ManagedProcess | 
     if result.get("aborted"):
         return _failure_reason(proc, "run aborted")
     if not row.get("messages"):
-        return _failure_reason(proc, "stalled: no message completed in the window")
+        sample = result.get("error_sample")  # e.g. an HTTP server that answers something else
+        return _failure_reason(proc, f"no reply could be parsed: {sample}" if sample
+                               else "stalled: no message completed in the window")
     if result.get("connected", cell.connections) < cell.connections:
         return (f"only {result.get('connected')} of {cell.connections} connections "
                 f"could be opened ({_failure_reason(proc, 'refused or timed out')})")

@@ -54,12 +54,30 @@ class RunRequest:
     # Probed share of the window (PROTOCOL.md, "Probe phases"): None = single phase (no probe events, no
     # "phases" in the stats); 0 < share <= 1 adds probe_start/probe_stop events and per-phase stats.
     probe_share: float | None = None
+    # What one message is (PROTOCOL.md, "Protocols"): "echo" (msize bytes echoed back), "http" (one
+    # HTTP/1.1 keep-alive request and its response) or "line" (one line and its newline-terminated reply).
+    protocol: str = "echo"
+    request: str | None = None  # http: "METHOD /path" (the loader's default: "GET /")
+    headers: list[str] = field(default_factory=list)  # http: "Name: value" each
+    body: str | None = None  # http: the request body (text; e.g. a --body-file's content); sent with Content-Length
+    host: str | None = None  # http: the Host header's value (the loader's default: the target)
+    line: str | None = None  # line: the request line without its newline (required for "line")
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["sources"] = list(self.sources)
         if d["probe_share"] is None:
             del d["probe_share"]  # old loaders and single-phase runs: the field is absent
+        # Protocol fields only when they differ from the default: an echo request is what it always was.
+        if d["protocol"] == "echo":
+            del d["protocol"]
+        for key in ("request", "body", "host", "line"):
+            if d[key] is None:
+                del d[key]
+        if d["headers"]:
+            d["headers"] = list(self.headers)
+        else:
+            del d["headers"]
         return {"cmd": "run", **d}
 
     def default_timeout(self) -> float:

@@ -26,6 +26,8 @@
 #include <thread>
 
 #include "clock.hpp"
+#include "http.hpp"
+#include "line.hpp"
 #include "netprof/fd.hpp"
 #include "payload.hpp"
 #include "run_window.hpp"
@@ -60,6 +62,9 @@ constexpr int kMaxConnecting = 128;  // per worker, attempts in flight
 constexpr int64_t kAttemptTimeoutNs = 100'000'000;
 constexpr int64_t kBackoffMinNs = 1'000'000, kBackoffMaxNs = 200'000'000;
 constexpr size_t kIoBuf = 256 * 1024;
+// A request/response connection the server closed is reopened at once; attempts that are refused or
+// time out are retried with backoff this many times, then the connection is given up.
+constexpr uint32_t kMaxReconnectAttempts = 8;
 
 struct Conn {
   enum State : uint8_t { Idle, Backoff, Connecting, Up, Dead };
@@ -81,7 +86,19 @@ struct Conn {
   // Send timestamps of the `pipeline` messages in flight, indexed by seq % pipeline: allocated when
   // the connection comes up, so memory follows the connections actually open.
   std::unique_ptr<int64_t[]> sent_at;
+  // Request/response protocols (http, line): the reply parser (null for echo), and whether the
+  // connection is being reopened (states Idle/Backoff/Connecting then mean a reconnect, not setup).
+  std::unique_ptr<ReplyParser> parser;
+  bool reconnecting = false;
 };
+
+std::unique_ptr<ReplyParser> new_parser(const RunRequest& r) {
+  switch (r.protocol) {
+    case Protocol::Http: return std::make_unique<HttpParser>(r.head_requests);
+    case Protocol::Line: return std::make_unique<LineParser>();
+    default: return nullptr;
+  }
+}
 
 struct Timer {
   int64_t due;
@@ -157,6 +174,7 @@ class Worker {
     for (int i = index; i < r.connections; i += nworkers) {
       conns_.emplace_back();
       conns_.back().id = uint32_t(i);
+      conns_.back().parser = new_parser(r);
     }
     ep_.reset(check_sys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     wake_fd_.reset(check_sys(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd"));
@@ -196,6 +214,8 @@ class Worker {
   PerPhase<Histogram> hist;  // by phase
   Errors errors;
   int connected = 0;
+  uint64_t reconnects = 0;           // request/response protocols: connections reopened
+  std::array<uint64_t, 5> status{};  // http: replies completed in the window, by status class 1xx..5xx
   const std::vector<Conn>& conns() const { return conns_; }
 
  private:
@@ -227,9 +247,9 @@ class Worker {
       } else if (phase == kRun && !running) {
         running = true;
         for (uint32_t i = 0; i < conns_.size(); i++) {
-          if (conns_[i].state != Conn::Up) continue;
+          if (conns_[i].state != Conn::Up && !conns_[i].reconnecting) continue;
           conns_[i].credits = uint32_t(sh_.req->pipeline);
-          try_send(i);
+          if (conns_[i].state == Conn::Up) try_send(i);  // a reconnecting one sends when it is up
         }
       }
       int64_t wait = connect_done ? -1 : std::max<int64_t>(0, sh_.connect_deadline - now);
@@ -280,8 +300,9 @@ class Worker {
     src.sin_addr = r.source_addrs[c.id % r.source_addrs.size()];
     if (bind(c.fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) < 0) return hard_fail(i);
     int rc = connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&r.target_addr), sizeof r.target_addr);
-    if (rc == 0) return became_up(i);
-    if (errno == EINPROGRESS) {
+    // A reconnect always waits for epoll (no sending from inside the reopen that started it).
+    if (rc == 0 && !c.reconnecting) return became_up(i);
+    if (rc == 0 || errno == EINPROGRESS) {
       epoll_event ev{};
       ev.events = EPOLLOUT;
       ev.data.u64 = i;
@@ -301,7 +322,7 @@ class Worker {
 
   void connect_error(uint32_t i, int e, int64_t now) {
     Conn& c = conns_[i];
-    if (!retryable(e)) return hard_fail(i);
+    if (!retryable(e) || (c.reconnecting && c.attempts >= kMaxReconnectAttempts)) return hard_fail(i);
     close_fd(c);
     c.last_refused = e != ETIMEDOUT;
     c.state = Conn::Backoff;
@@ -313,6 +334,7 @@ class Worker {
   }
 
   void hard_fail(uint32_t i) {
+    if (conns_[i].reconnecting) return give_up(i);
     Conn& c = conns_[i];
     close_fd(c);
     c.state = Conn::Dead;
@@ -329,6 +351,12 @@ class Worker {
     if (epoll_ctl(ep_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) < 0 &&
         (errno != ENOENT || epoll_ctl(ep_.get(), EPOLL_CTL_ADD, c.fd.get(), &ev) < 0))
       return hard_fail(i);
+    if (c.reconnecting) {  // reopened: its unanswered requests go out again
+      c.reconnecting = false;
+      c.state = Conn::Up;
+      try_send(i);
+      return;
+    }
     c.sent_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));  // bad_alloc: the run fails as `internal`
     c.state = Conn::Up;
     connected++;
@@ -340,7 +368,7 @@ class Worker {
   // connect_timeout reached: whatever is not up now never will be (for this run).
   void expire_connects() {
     for (auto& c : conns_) {
-      if (c.state == Conn::Up || c.state == Conn::Dead) continue;
+      if (c.state == Conn::Up || c.state == Conn::Dead || c.reconnecting) continue;
       if (c.last_refused)
         errors.connect++;
       else
@@ -370,7 +398,10 @@ class Worker {
         case Timer::Retry:
           if (c.state == Conn::Backoff && c.gen == t.gen) {
             c.state = Conn::Idle;
-            pending_.push_front(t.conn);
+            if (c.reconnecting)
+              attempt(t.conn, now);
+            else
+              pending_.push_front(t.conn);
           }
           break;
         case Timer::AttemptTimeout:
@@ -380,9 +411,9 @@ class Worker {
           }
           break;
         case Timer::Think:
-          if (c.state == Conn::Up) {
+          if (c.state == Conn::Up || c.reconnecting) {
             c.credits++;
-            try_send(t.conn);
+            if (c.state == Conn::Up) try_send(t.conn);
           }
           break;
       }
@@ -414,6 +445,7 @@ class Worker {
   // Returns false when the connection died.
   bool on_readable(uint32_t i) {
     Conn& c = conns_[i];
+    if (c.parser) return on_readable_reply(i);
     const size_t msize = size_t(sh_.req->msize);
     while (true) {
       ssize_t n = recv(c.fd.get(), buf_.data(), buf_.size(), 0);
@@ -460,19 +492,144 @@ class Worker {
     c.recv_seq++;
     c.recv_off = 0;
     c.recv_bad = false;
+    release_next(i, now);
+  }
+
+  // An exchange completed: the next message may go (after the think time).
+  void release_next(uint32_t i, int64_t now) {
     const Think& th = sh_.req->think;
     if (th.active())
       timers_.push({now + int64_t(th.sample_ns(rng_)), i, 0, Timer::Think});
     else
-      c.credits++;
+      conns_[i].credits++;
+  }
+
+  // ---- request/response protocols (http, line) ----
+
+  // Reads replies; false when the connection was closed (it is being reopened) or died.
+  bool on_readable_reply(uint32_t i) {
+    Conn& c = conns_[i];
+    ReplyParser& parser = *c.parser;
+    while (true) {
+      ssize_t n = recv(c.fd.get(), buf_.data(), buf_.size(), 0);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;  // level-triggered epoll reports the rest
+      if (n <= 0) {
+        server_closed(i);
+        return false;
+      }
+      const int64_t now = now_ns();
+      const WindowBounds window = sh_.bounds();
+      const uint8_t* p = buf_.data();
+      const uint8_t* end = p + n;
+      while (p < end) {
+        if (parser.idle() && !awaiting_reply(c)) {
+          protocol_error(i, errors.malformed,
+                         "malformed: reply bytes with no request outstanding: " +
+                             excerpt(reinterpret_cast<const char*>(p), size_t(end - p)));
+          return false;
+        }
+        Reply r;
+        ReplyParser::Result res = parser.feed(&p, end, &r);
+        if (res == ReplyParser::NeedMore) break;
+        if (res == ReplyParser::Error) {
+          uint64_t& counter = parser.error() == ReplyError::Unframed ? errors.unframed : errors.malformed;
+          protocol_error(i, counter, std::string(reply_error_kind(parser.error())) + ": " + parser.detail());
+          return false;
+        }
+        if (r.status >= 100 && r.status < 200) {  // interim (100 Continue, 103 Early Hints): the final one follows
+          if (phase_at(window, now) != kOutside) status[0]++;
+          continue;
+        }
+        reply_done(i, now, window, r.status);
+        if (r.close) {  // the server closes after this reply: reopen now
+          reopen(i);
+          return false;
+        }
+      }
+      if (size_t(n) < buf_.size()) break;
+    }
+    try_send(i);
+    return c.state == Conn::Up;
+  }
+
+  // A request was sent (or is partly sent) and its reply is not complete.
+  static bool awaiting_reply(const Conn& c) { return c.recv_seq < c.send_seq || c.send_off > 0; }
+
+  // One exchange done. 2xx (and every line reply) is a message; other statuses are errors by class.
+  void reply_done(uint32_t i, int64_t now, const WindowBounds& window, int status_code) {
+    Conn& c = conns_[i];
+    const int phase = phase_at(window, now);
+    bool ok = true;
+    if (status_code) {  // http (the parser only passes 1xx..5xx)
+      const int cls = status_code / 100;
+      if (phase != kOutside) status[size_t(cls - 1)]++;
+      ok = cls == 2;
+      if (!ok) {
+        (cls == 3 ? errors.http_3xx : cls == 4 ? errors.http_4xx : errors.http_5xx)++;
+        if (errors.sample.empty())
+          errors.sample = "http_" + std::to_string(cls) + "xx: status " + std::to_string(status_code);
+      }
+    }
+    if (ok && phase != kOutside) {
+      c.window_msgs[phase]++;
+      hist[phase].record(uint64_t(now - c.sent_at[c.recv_seq % size_t(sh_.req->pipeline)]));
+    }
+    c.recv_seq++;
+    release_next(i, now);
+  }
+
+  // An unreadable reply: counted (the first one kept as the sample), the connection reopened.
+  void protocol_error(uint32_t i, uint64_t& counter, std::string sample) {
+    counter++;
+    if (errors.sample.empty()) errors.sample = std::move(sample);
+    reopen(i);
+  }
+
+  // The server closed (or reset) the connection: a keep-alive connection ends that way, so it is
+  // reopened; only a reply cut in the middle is an error.
+  void server_closed(uint32_t i) {
+    if (!conns_[i].parser->idle()) {
+      errors.truncated++;
+      if (errors.sample.empty()) errors.sample = "truncated: the server closed the connection in the middle of a reply";
+    }
+    reopen(i);
+  }
+
+  // Closes the connection and opens it again; the requests it had not answered are sent again on
+  // the new one (with new send timestamps). Counted in `reconnects`.
+  void reopen(uint32_t i) {
+    Conn& c = conns_[i];
+    close_fd(c);
+    c.parser->reset();
+    reconnects++;
+    c.credits += uint32_t(c.started - c.recv_seq);
+    c.started = c.send_seq = c.recv_seq;
+    c.send_off = 0;
+    c.reconnecting = true;
+    c.attempts = 0;
+    c.state = Conn::Idle;
+    attempt(i, now_ns());
+  }
+
+  // A connection that could not be reopened: lost for the rest of the run (counted as `connect`).
+  void give_up(uint32_t i) {
+    Conn& c = conns_[i];
+    close_fd(c);
+    c.state = Conn::Dead;
+    c.reconnecting = false;
+    c.gen++;
+    errors.connect++;
+    if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
 
   // Sends as much as credits allow, batching whole messages into one send() when pipelining.
   void try_send(uint32_t i) {
     Conn& c = conns_[i];
     if (sh_.phase.load(std::memory_order_relaxed) != kRun) return;
-    const size_t msize = size_t(sh_.req->msize);
+    const size_t msize = sh_.req->message_bytes();
     const size_t K = size_t(sh_.req->pipeline);
+    // Request/response protocols send the same request bytes every time; echo sends per-message bytes.
+    const uint8_t* fixed = c.parser ? reinterpret_cast<const uint8_t*>(sh_.req->request_bytes.data()) : nullptr;
     bool blocked = false;
     while (true) {
       // Build [send_seq@send_off ...] from messages already started plus newly started ones.
@@ -489,7 +646,10 @@ class Worker {
           c.started++;
         }
         size_t take = std::min(msize - off, buf_.size() - len);
-        sh_.payload->fill(c.id, seq, off, take, sbuf_ptr() + len);
+        if (fixed)
+          memcpy(sbuf_ptr() + len, fixed + off, take);
+        else
+          sh_.payload->fill(c.id, seq, off, take, sbuf_ptr() + len);
         len += take;
         off += take;
         if (off == msize) {
@@ -505,6 +665,7 @@ class Worker {
           if (blocked) break;
           continue;
         }
+        if (c.parser) return server_closed(i);  // reopened
         lost(i);
         return;
       }
@@ -567,6 +728,8 @@ class Coordinator {
     st.connections = req_.connections;
     st.msize = req_.msize;
     st.pipeline = req_.pipeline;
+    st.protocol = req_.protocol;
+    st.request_bytes = req_.request_bytes.size();
     bool no_connection = false;
     try {
       no_connection = play(out);
@@ -593,6 +756,8 @@ class Coordinator {
     st.init_counts(req_.connections);
     for (auto& w : workers_) {
       st.connected += w->connected;
+      st.reconnects += w->reconnects;
+      for (size_t k = 0; k < st.status.size(); k++) st.status[k] += w->status[k];
       st.add_latency(w->hist);
       for (auto& c : w->conns()) st.add_conn(c.id, c.window_msgs);
     }
@@ -691,12 +856,7 @@ class Coordinator {
 
   Errors sum_errors() const {
     Errors e;
-    for (auto& w : workers_) {
-      e.connect += w->errors.connect;
-      e.reset += w->errors.reset;
-      e.timeout += w->errors.timeout;
-      e.mismatch += w->errors.mismatch;
-    }
+    for (auto& w : workers_) e.add(w->errors);
     return e;
   }
 

@@ -23,7 +23,9 @@ const char* kUsage = R"(usage:
   netprof-loader --control-fd N [--threads T] [--cpus LIST]
   netprof-loader --target IP:PORT -c N [-d SECONDS] [-s MSIZE] [--warmup S] [--pipeline K]
                  [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq]
-                 [--probe-share F] [--threads T] [--cpus LIST] [--json]
+                 [--probe-share F] [--protocol echo|http|line] [--request 'METHOD /path']
+                 [--header 'Name: value']... [--body TEXT] [--host HOST] [--line TEXT]
+                 [--threads T] [--cpus LIST] [--json]
 Control mode serves JSON-lines requests (PROTOCOL.md) on the stream socket N its parent passed (one end
 of a socketpair) and exits when the parent closes it; one-shot mode runs once and prints the stats.
 The loader dies with its parent (SIGKILL) in both modes.
@@ -31,6 +33,8 @@ think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
 --transport zmq: N ZeroMQ DEALER sockets instead of TCP connections (the backend is a ROUTER).
 --probe-share F: split the window into a centred probed sub-window (F of it, 0..1) and the rest,
                  and report both phases (stats "phases").
+--protocol http: HTTP/1.1 keep-alive exchanges (--request, --header, --body, --host);
+--protocol line: send --line and a newline, read one newline-terminated reply.
 )";
 
 [[noreturn]] void fatal(const std::string& msg) {
@@ -110,6 +114,13 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
     printf("errors: connect %llu reset %llu timeout %llu mismatch %llu; loader cpu_frac %.3f\n",
            (unsigned long long)s.errors.connect, (unsigned long long)s.errors.reset,
            (unsigned long long)s.errors.timeout, (unsigned long long)s.errors.mismatch, s.cpu_frac);
+    if (s.protocol != Protocol::Echo) {
+      json j = stats_json(s);
+      printf("protocol %s: errors %s, reconnects %llu%s%s\n", protocol_name(s.protocol), j["errors"].dump().c_str(),
+             (unsigned long long)s.reconnects, s.protocol == Protocol::Http ? ", status " : "",
+             s.protocol == Protocol::Http ? j["status"].dump().c_str() : "");
+      if (!s.errors.sample.empty()) printf("first protocol error: %s\n", s.errors.sample.c_str());
+    }
     if (s.has_phases) {
       for (int p : {kUnprobed, kProbed}) {
         const PhaseStats& ph = s.phases[p];
@@ -147,7 +158,13 @@ int run_main(int argc, char** argv) {
     kCtimeout,
     kJson,
     kTransport,
-    kProbeShare
+    kProbeShare,
+    kProtocol,
+    kRequest,
+    kHeader,
+    kBody,
+    kHost,
+    kLine
   };
   static const option opts[] = {{"control-fd", required_argument, nullptr, kControlFd},
                                 {"control", required_argument, nullptr, kRemoved},
@@ -166,6 +183,12 @@ int run_main(int argc, char** argv) {
                                 {"json", no_argument, nullptr, kJson},
                                 {"transport", required_argument, nullptr, kTransport},
                                 {"probe-share", required_argument, nullptr, kProbeShare},
+                                {"protocol", required_argument, nullptr, kProtocol},
+                                {"request", required_argument, nullptr, kRequest},
+                                {"header", required_argument, nullptr, kHeader},
+                                {"body", required_argument, nullptr, kBody},
+                                {"host", required_argument, nullptr, kHost},
+                                {"line", required_argument, nullptr, kLine},
                                 {"help", no_argument, nullptr, 'h'},
                                 {nullptr, 0, nullptr, 0}};
 
@@ -213,6 +236,12 @@ int run_main(int argc, char** argv) {
       case kJson: as_json = true; break;
       case kTransport: request["transport"] = optarg; break;
       case kProbeShare: request["probe_share"] = need_num("--probe-share"); break;
+      case kProtocol: request["protocol"] = optarg; break;
+      case kRequest: request["request"] = optarg; break;
+      case kHeader: request["headers"].push_back(optarg); break;
+      case kBody: request["body"] = optarg; break;
+      case kHost: request["host"] = optarg; break;
+      case kLine: request["line"] = optarg; break;
       case 'h': fputs(kUsage, stdout); return 0;
       default: bad_args("unknown option", true);
     }

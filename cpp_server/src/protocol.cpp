@@ -6,7 +6,31 @@
 #include <cmath>
 #include <set>
 
+#include "line.hpp"
+
 namespace netprof {
+
+const char* protocol_name(Protocol p) {
+  switch (p) {
+    case Protocol::Http: return "http";
+    case Protocol::Line: return "line";
+    default: return "echo";
+  }
+}
+
+void Errors::add(const Errors& o) {
+  connect += o.connect;
+  reset += o.reset;
+  timeout += o.timeout;
+  mismatch += o.mismatch;
+  malformed += o.malformed;
+  unframed += o.unframed;
+  truncated += o.truncated;
+  http_3xx += o.http_3xx;
+  http_4xx += o.http_4xx;
+  http_5xx += o.http_5xx;
+  if (sample.empty()) sample = o.sample;
+}
 
 bool parse_ipv4(const std::string& s, in_addr* out) { return inet_pton(AF_INET, s.c_str(), out) == 1; }
 
@@ -74,6 +98,66 @@ bool get_str(const json& o, const char* key, std::string* out, std::string* why)
   return true;
 }
 
+bool get_str_list(const json& o, const char* key, size_t max_items, std::vector<std::string>* out, std::string* why) {
+  auto it = o.find(key);
+  if (it == o.end()) return true;
+  bool ok = it->is_array() && it->size() <= max_items;
+  for (size_t i = 0; ok && i < it->size(); i++) ok = (*it)[i].is_string();
+  if (!ok) {
+    *why = std::string(key) + " must be a list (at most " + std::to_string(max_items) + ") of strings";
+    return false;
+  }
+  out->clear();
+  for (auto& v : *it) out->push_back(v.get<std::string>());
+  return true;
+}
+
+// The protocol fields: `protocol` and the fields of the protocol it names; builds the request bytes.
+bool parse_protocol(const json& o, RunRequest* r, std::string* why) {
+  std::string name = "echo";
+  if (!get_str(o, "protocol", &name, why)) return false;
+  if (name == "echo") {
+    r->protocol = Protocol::Echo;
+  } else if (name == "http") {
+    r->protocol = Protocol::Http;
+  } else if (name == "line") {
+    r->protocol = Protocol::Line;
+  } else {
+    *why = "protocol must be \"echo\", \"http\" or \"line\", got " + excerpt(name.data(), name.size());
+    return false;
+  }
+  for (const char* f : {"request", "headers", "body", "host"})
+    if (o.contains(f) && r->protocol != Protocol::Http) {
+      *why = std::string("field '") + f + "' needs protocol \"http\"";
+      return false;
+    }
+  if (o.contains("line") && r->protocol != Protocol::Line) {
+    *why = "field 'line' needs protocol \"line\"";
+    return false;
+  }
+  if (r->protocol == Protocol::Http) {
+    HttpRequestSpec& h = r->http;
+    if (!get_str(o, "request", &h.request, why) || !get_str_list(o, "headers", 256, &h.headers, why) ||
+        !get_str(o, "body", &h.body, why) || !get_str(o, "host", &h.host, why))
+      return false;
+    h.has_body = o.contains("body");
+    if (o.contains("host") && h.host.empty()) {
+      *why = "host must not be empty";
+      return false;
+    }
+    return build_http_request(h, r->target, &r->request_bytes, &r->head_requests, why);
+  }
+  if (r->protocol == Protocol::Line) {
+    if (!o.contains("line")) {
+      *why = "protocol \"line\" needs a line (the request line, without its newline)";
+      return false;
+    }
+    if (!get_str(o, "line", &r->line, why)) return false;
+    return build_line_request(r->line, &r->request_bytes, why);
+  }
+  return true;
+}
+
 }  // namespace
 
 bool parse_request(std::string_view line, Request* out, std::string* why) {
@@ -101,9 +185,9 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   }
   if (!get_str(o, "cmd", &cmd, why)) return false;
   static const std::set<std::string> ping_fields{"cmd"};
-  static const std::set<std::string> run_fields{"cmd",       "target",     "connections", "msize",           "duration",
-                                                "warmup",    "pipeline",   "think",       "connect_timeout", "sources",
-                                                "transport", "probe_share"};
+  static const std::set<std::string> run_fields{
+      "cmd",     "target",    "connections", "msize",    "duration", "warmup",  "pipeline", "think", "connect_timeout",
+      "sources", "transport", "probe_share", "protocol", "request",  "headers", "body",     "host",  "line"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -144,15 +228,18 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       !get_num(o, "probe_share", 0, 1, &r.probe_share, why))
     return false;
   r.probe_share_given = o.contains("probe_share");
+  if (!parse_protocol(o, &r, why)) return false;
   const uint64_t in_flight = uint64_t(r.connections) * uint64_t(r.pipeline);
   if (in_flight > kMaxInFlightMessages) {
     *why = "connections × pipeline = " + std::to_string(in_flight) + " messages in flight exceeds the limit of " +
            std::to_string(kMaxInFlightMessages) + ": use fewer connections or a shorter pipeline";
     return false;
   }
-  if (in_flight * uint64_t(r.msize) > kMaxInFlightBytes) {
-    *why = "connections × pipeline × msize = " + std::to_string(in_flight * uint64_t(r.msize)) +
-           " bytes in flight exceeds the limit of " + std::to_string(kMaxInFlightBytes) +
+  const char* size_name = r.protocol == Protocol::Echo ? "msize" : "request bytes";
+  if (in_flight * uint64_t(r.message_bytes()) > kMaxInFlightBytes) {
+    *why = "connections × pipeline × " + std::string(size_name) + " = " +
+           std::to_string(in_flight * uint64_t(r.message_bytes())) + " bytes in flight exceeds the limit of " +
+           std::to_string(kMaxInFlightBytes) +
            " (1 GiB): use fewer connections, a shorter pipeline or smaller messages";
     return false;
   }
@@ -162,6 +249,10 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     r.transport = Transport::Zmq;
   } else if (transport != "tcp") {
     *why = "transport must be \"tcp\" or \"zmq\", got '" + transport + "'";
+    return false;
+  }
+  if (r.transport == Transport::Zmq && r.protocol != Protocol::Echo) {
+    *why = std::string("protocol \"") + protocol_name(r.protocol) + "\" needs transport \"tcp\"";
     return false;
   }
   auto think = Think::parse(r.think_spec, why);
@@ -206,6 +297,21 @@ double rate(uint64_t messages, double duration_s) {
   return duration_s > 0 ? std::round(double(messages) / duration_s * 10) / 10 : 0.0;
 }
 
+json errors_json(const Stats& s) {
+  const Errors& e = s.errors;
+  json j = {{"connect", e.connect}, {"reset", e.reset}, {"timeout", e.timeout}, {"mismatch", e.mismatch}};
+  if (s.protocol == Protocol::Echo) return j;
+  j["malformed"] = e.malformed;
+  j["truncated"] = e.truncated;
+  if (s.protocol == Protocol::Http) {
+    j["unframed"] = e.unframed;
+    j["http_3xx"] = e.http_3xx;
+    j["http_4xx"] = e.http_4xx;
+    j["http_5xx"] = e.http_5xx;
+  }
+  return j;
+}
+
 json phase_json(const PhaseStats& p) {
   return {{"messages", p.messages},
           {"duration_s", r6(p.duration_s)},
@@ -244,19 +350,24 @@ json stats_json(const Stats& s) {
             {"msgs_per_sec", rate(s.messages, s.duration_s)},
             {"msize", s.msize},
             {"pipeline", s.pipeline},
+            {"protocol", protocol_name(s.protocol)},
             {"per_conn_messages", s.per_conn_messages},
             {"latency_us", latency_json(s.latency)},
-            {"errors",
-             {{"connect", s.errors.connect},
-              {"reset", s.errors.reset},
-              {"timeout", s.errors.timeout},
-              {"mismatch", s.errors.mismatch}}},
+            {"errors", errors_json(s)},
             {"setup_s", r6(s.setup_s)},
             {"warmup_s", r6(s.warmup_s)},
             {"loader_cpu", {{"user_s", r6(s.user_s)}, {"sys_s", r6(s.sys_s)}, {"cpu_frac", r6(s.cpu_frac)}}},
             {"t_start", r6(s.t_start)},
             {"t_stop", r6(s.t_stop)},
             {"aborted", s.aborted}};
+  if (s.protocol != Protocol::Echo) {
+    j["request_bytes"] = s.request_bytes;
+    j["reconnects"] = s.reconnects;
+    if (s.protocol == Protocol::Http)
+      j["status"] = {
+          {"1xx", s.status[0]}, {"2xx", s.status[1]}, {"3xx", s.status[2]}, {"4xx", s.status[3]}, {"5xx", s.status[4]}};
+    if (!s.errors.sample.empty()) j["error_sample"] = s.errors.sample;
+  }
   if (s.has_phases) {
     j["probe_share"] = s.probe_share;
     json probed = phase_json(s.phases[kProbed]);

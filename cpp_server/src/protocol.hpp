@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "histogram.hpp"
+#include "http.hpp"
 #include "think.hpp"
 
 namespace netprof {
@@ -41,6 +42,11 @@ constexpr uint64_t kMaxInFlightBytes = uint64_t(1) << 30;     // connections × 
 // (one message = one frame; the backend is a ROUTER that echoes each request to its sender).
 enum class Transport { Tcp, Zmq };
 
+// What one message is (PROTOCOL.md, "Protocols"): an echo of msize bytes (the default), or one
+// request/response exchange of HTTP/1.1 or of a line protocol.
+enum class Protocol { Echo, Http, Line };
+const char* protocol_name(Protocol p);
+
 struct RunRequest {
   Transport transport = Transport::Tcp;
   std::string target;
@@ -59,6 +65,14 @@ struct RunRequest {
   // Absent = 1 with no probe events and no `phases` in the stats (the single-phase protocol).
   double probe_share = 1.0;
   bool probe_share_given = false;
+  Protocol protocol = Protocol::Echo;
+  HttpRequestSpec http;  // protocol http
+  std::string line;      // protocol line: the request line without its newline
+  // One exchange's request on the wire (http, line), built once when the request is parsed; empty for echo.
+  std::string request_bytes;
+  bool head_requests = false;  // http: the method is HEAD (replies have no body)
+  // Bytes of one message the loader sends: msize (echo) or the request's size.
+  size_t message_bytes() const { return protocol == Protocol::Echo ? size_t(msize) : request_bytes.size(); }
 };
 
 struct Request {
@@ -77,6 +91,11 @@ bool parse_hostport(const std::string& s, sockaddr_in* out);
 
 struct Errors {
   uint64_t connect = 0, reset = 0, timeout = 0, mismatch = 0;
+  // Request/response protocols (http, line): replies that could not be read, by kind, and (http)
+  // replies that were not 2xx, by class.
+  uint64_t malformed = 0, unframed = 0, truncated = 0, http_3xx = 0, http_4xx = 0, http_5xx = 0;
+  std::string sample;  // the first of those protocol errors, "kind: detail" (empty when none)
+  void add(const Errors& o);
 };
 
 // The two phases of the window: the probed sub-window and the rest of the window.
@@ -100,6 +119,12 @@ struct Stats {
   std::vector<uint64_t> per_conn_messages;
   Histogram latency;  // ns, messages completed inside the window
   Errors errors;
+  // Request/response protocols: request size, connections reopened, and (http) replies completed in
+  // the window by status class 1xx..5xx.
+  Protocol protocol = Protocol::Echo;
+  size_t request_bytes = 0;
+  uint64_t reconnects = 0;
+  std::array<uint64_t, 5> status{};
   double setup_s = 0, warmup_s = 0;
   double user_s = 0, sys_s = 0, cpu_frac = 0;
   double t_start = 0, t_stop = 0;
