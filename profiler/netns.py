@@ -25,9 +25,9 @@ packets in flight and drops what comes beyond, counting the drops (`forwarder_st
 carries ~40–60k ping-pong messages/s (selector, 10–100 connections, delay=0us) where the veth carries
 ~125k, so with the user-space netem a backend faster than that measures the forwarder.
 
-The loader abandons a connect attempt that has no answer after LOADER_ATTEMPT_TIMEOUT_S (100 ms,
-cpp_server/src/engine.cpp `kAttemptTimeoutNs`) and retries: a link whose round trip is longer never
-connects. `Netem.check()` refuses such a delay; `RemoteLink.connect_timeout_s()` is the whole connect
+The loader abandons a connect attempt that has no answer after 100 ms, doubling that for each further
+unanswered attempt up to LOADER_ATTEMPT_TIMEOUT_S (cpp_server/src/engine.cpp `kAttemptTimeoutNs`): a
+link whose round trip is longer than that never connects. `Netem.check()` refuses such a delay; `RemoteLink.connect_timeout_s()` is the whole connect
 phase's bound a link needs (it grows with the round trip and the number of connections).
 
 In the backend's namespace `net.core.somaxconn` and `net.ipv4.tcp_max_syn_backlog` are raised to
@@ -78,7 +78,8 @@ IP_TIMEOUT = 15.0
 NETEM_SYNTAX = "delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]"
 # The loader's connect pacing (cpp_server/src/engine.cpp): an attempt without an answer after
 # kAttemptTimeoutNs is abandoned and retried; at most kMaxConnecting attempts per worker in flight.
-LOADER_ATTEMPT_TIMEOUT_S = 0.100
+LOADER_ATTEMPT_TIMEOUT_S = 3.2  # the longest attempt (100 ms doubling per unanswered one)
+LOADER_FIRST_ATTEMPT_S = 0.1
 LOADER_MAX_CONNECTING = 128
 ATTEMPT_MARGIN = 0.9  # a round trip must fit in this share of an attempt (forwarder and accept lag)
 DEFAULT_CONNECT_TIMEOUT_S = 10.0  # the loader's default; enough on loopback and a bare veth
@@ -495,7 +496,7 @@ class RemoteLink:
         rtt = max(self.netem.rtt_s(), 1e-3)
         waves = math.ceil(max(connections, 1) / LOADER_MAX_CONNECTING)
         delivered = (1 - min(self.netem.loss_pct, 90.0) / 100) ** 2
-        return max(DEFAULT_CONNECT_TIMEOUT_S, 20 * rtt + 2 * waves * max(rtt, LOADER_ATTEMPT_TIMEOUT_S) / delivered)
+        return max(DEFAULT_CONNECT_TIMEOUT_S, 20 * rtt + 2 * waves * max(rtt, LOADER_FIRST_ATTEMPT_S) / delivered)
 
 
 # ------------------------------------------------------------------------------------------------

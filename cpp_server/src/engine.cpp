@@ -60,6 +60,10 @@ enum RunPhase : int { kConnect, kRun, kStop };
 // (2k of 19k up in 8 s); with it, setup runs at the backend's accept rate.
 constexpr int kMaxConnecting = 128;  // per worker, attempts in flight
 constexpr int64_t kAttemptTimeoutNs = 100'000'000;
+// Each attempt of a connection that timed out waits twice as long as the one before, up to 3.2 s: a
+// SYN dropped by a full accept queue is retried after 100 ms as before, while a link whose round trip
+// is longer than 100 ms (netem delay) still connects.
+constexpr uint32_t kMaxAttemptDoublings = 5;
 constexpr int64_t kBackoffMinNs = 1'000'000, kBackoffMaxNs = 200'000'000;
 constexpr size_t kIoBuf = 256 * 1024;
 // A request/response connection the server closed is reopened at once; attempts that are refused or
@@ -74,7 +78,8 @@ struct Conn {
   bool want_out = false;      // EPOLLOUT currently registered
   bool last_refused = false;  // last attempt was refused (vs. timed out)
   uint32_t attempts = 0;
-  uint32_t gen = 0;  // invalidates stale connect timers
+  uint32_t timed_out = 0;  // attempts that got no answer: each next one waits twice as long
+  uint32_t gen = 0;        // invalidates stale connect timers
   uint32_t credits = 0;
   uint64_t started = 0;  // messages started (credit taken, timestamp set)
   uint64_t send_seq = 0;
@@ -309,7 +314,8 @@ class Worker {
       if (epoll_ctl(ep_.get(), EPOLL_CTL_ADD, c.fd.get(), &ev) < 0) return hard_fail(i);  // ENOMEM, ENOSPC
       c.state = Conn::Connecting;
       connecting_++;
-      timers_.push({now + kAttemptTimeoutNs, i, c.gen, Timer::AttemptTimeout});
+      timers_.push(
+          {now + (kAttemptTimeoutNs << std::min(c.timed_out, kMaxAttemptDoublings)), i, c.gen, Timer::AttemptTimeout});
       return;
     }
     connect_error(i, errno, now);
@@ -407,6 +413,7 @@ class Worker {
         case Timer::AttemptTimeout:
           if (c.state == Conn::Connecting && c.gen == t.gen) {
             connecting_--;
+            c.timed_out++;
             connect_error(t.conn, ETIMEDOUT, now);
           }
           break;
