@@ -27,8 +27,9 @@ carries ~40–60k ping-pong messages/s (selector, 10–100 connections, delay=0u
 
 The loader abandons a connect attempt that has no answer after 100 ms, doubling that for each further
 unanswered attempt up to LOADER_ATTEMPT_TIMEOUT_S (cpp_server/src/engine.cpp `kAttemptTimeoutNs`): a
-link whose round trip is longer than that never connects. `Netem.check()` refuses such a delay; `RemoteLink.connect_timeout_s()` is the whole connect
-phase's bound a link needs (it grows with the round trip and the number of connections).
+link whose round trip is longer than that never connects. `Netem.check()` refuses such a delay;
+`RemoteLink.connect_timeout_s()` is the whole connect phase's bound a link needs (it grows with the
+round trip and the number of connections).
 
 In the backend's namespace `net.core.somaxconn` and `net.ipv4.tcp_max_syn_backlog` are raised to
 65535 so a 20k-connection connect burst is not throttled by the accept queue; these sysctls are per
