@@ -8,6 +8,7 @@ PACKAGES=(
   python3 python3-venv python3-dev
   bpfcc-tools python3-bpfcc bpftrace bpftool linux-perf linux-headers-amd64
   libgtest-dev googletest clang-format
+  wrk
   iproute2 procps util-linux
   libzmq3-dev nlohmann-json3-dev
   chromium
