@@ -119,7 +119,8 @@ def main() -> int:
     text = (f"{SECTION}\n\n`.venv/bin/python {cmd}` — {_dt.date.today()}; `GET /plaintext` → `Hello, World!`, "
             f"{args.connections} connections, {args.duration:g} s per run, {args.rounds} interleaved rounds; server on "
             "CPU 0, wrk (`-t1 --latency`) or netprof's loader on CPU 1; netprof `--no-probes --attach`.\n\n"
-            "| server | wrk req/s | netprof req/s | netprof/wrk (range) | p50 µs wrk / netprof | p99 µs wrk / netprof |\n"
+            "| server | wrk req/s | netprof req/s | netprof/wrk (range) | p50 µs wrk / netprof "
+            "| p99 µs wrk / netprof |\n"
             "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
     print(text)
     if args.write:

@@ -46,7 +46,7 @@ def backend_argv(python: str | list[str], name: str, cfg: RunConfig, framing: st
     know (message size, framing, work) comes from the run's configuration and this cell."""
     python = [python] if isinstance(python, str) else list(python)
     return [*(prefix or []), *python, "-m", "netprof.backends", name, "--host", host, "--port", "0",
-            "--msize", str(cfg.msize), "--framing", framing, "--work", cfg.work]
+            "--msize", str(cfg.msize), "--framing", framing, "--work", cfg.work, "--workers", str(cfg.workers)]
 
 
 @dataclass
@@ -194,7 +194,7 @@ def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "python_build": None if own else interp.build_flags,
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
-        "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin,
+        "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin, "workers": cfg.workers,
         **dict(cell.extra), "status": "failed", "error": None,
     }
 

@@ -86,7 +86,8 @@ def list_backends(all_: bool = typer.Option(False, "--all", help="Include test-o
     table = Table("backend", "family", "reads", "description", box=None, header_style="bold")
     for name in registry.names(include_test_only=all_):
         info = registry.get(name)
-        table.add_row(name, info.family, info.reads, info.description)
+        needs = registry.python_requirement(info)
+        table.add_row(name, info.family, info.reads, info.description + (f" — {needs}" if needs else ""))
     Console().print(table)
 
 
@@ -140,6 +141,11 @@ def run(
     no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
     backend_cpu: str = typer.Option("0", "--backend-cpu", help="CPU(s) the backend is pinned to."),
     loader_cpus: str = typer.Option("", "--loader-cpus", help="CPUs for the loader (default: all others)."),
+    loader_threads: int = typer.Option(
+        1, "--loader-threads", help="Loader threads (more when the loader, not the backend, is the limit)."),
+    workers: int = typer.Option(
+        2, "--workers",
+        help="Processes/threads of the multi-worker backends (prefork, prethread, select_prethread, zmq_threads)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default runs/<timestamp>/)."),
     force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
     wait: bool = typer.Option(
@@ -205,6 +211,7 @@ def run(
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             probe_share=probe_share, syscall_time=syscall_time,
             flamegraph=flamegraph, pin=not no_pin, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
+            loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
         ))

@@ -31,6 +31,8 @@ LIMITS = {
     "msize": (1, 1 << 20),
     "pipeline": (1, 1024),
     "probe_share": (0.0, 1.0),
+    "workers": (1, 64),
+    "loader_threads": (1, 64),
 }
 # The local port range (32768–60999) gives ~28k ports per source address: a hard ceiling. But connect()
 # picks its port from one half of the range first (Linux ≥ 6.2 prefers odd ports for connect, even for
@@ -80,6 +82,7 @@ class RunConfig:
     backend_cpu: str = "0"
     loader_cpus: str = ""  # empty: every CPU but the backend's
     loader_threads: int = 1
+    workers: int = 2  # --workers: processes/threads of the multi-worker backends (prefork, prethread, ...)
     out_dir: str = ""
     evidence_only: bool = False  # `netprof flamegraph`: sampling rounds only, no throughput rounds
     remote: str = ""  # "" (loopback) or "netns" (two namespaces of our own, see profiler/netns.py)
@@ -279,6 +282,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check_range("rounds", cfg.rounds)
     _check_range("msize", cfg.msize)
     _check_range("probe_share", cfg.probe_share)
+    _check_range("workers", cfg.workers)
+    _check_range("loader_threads", cfg.loader_threads)
     if cfg.probe_share == 0:
         cfg.probes = False  # `--probe-share 0`: no probes, as --no-probes
     for framing in cfg.framings:
