@@ -16,20 +16,19 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import re
-import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from results_md import command, publish  # bench/ is sys.path[0]: these run as files
 
 from netprof.probes import per_message_notation
 from netprof.profiler import results, schema, stats
 
 SEED_BACKENDS = ["asyncio", "asyncio_proto", "asyncio_sock", "uvloop", "uvloop_proto", "uvloop_sock", "gevent",
                  "selector", "thread", "cpp_epoll", "cpp_poll", "cpp_th"]
-RESULTS_MD = Path(__file__).with_name("RESULTS.md")
-SECTION = "## Framing: who starves with 8 in flight (bench/framing_matrix.py)"
+SECTION = "Framing: who starves with 8 in flight (bench/framing_matrix.py)"
 
 
 def table(out: Path) -> str:
@@ -70,15 +69,9 @@ def main() -> int:
     rc = subprocess.run(argv, stdout=subprocess.DEVNULL).returncode
     wall = time.monotonic() - started
     body = table(out)
-    cmd = " ".join(shlex.quote(a) for a in ["bench/framing_matrix.py", *sys.argv[1:]])
-    text = (f"{SECTION}\n\n`.venv/bin/python {cmd}` — {_dt.date.today()}, `netprof run` exit {rc}, "
-            f"wall {wall:.0f} s; `{' '.join(argv[1:])}`; results in `{out}`.\n\n{body}\n")
-    print(text)
-    if args.write:
-        md = RESULTS_MD.read_text()
-        pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.S)
-        md = pattern.sub(lambda _: text.rstrip("\n"), md) if pattern.search(md) else md.rstrip("\n") + "\n\n" + text
-        RESULTS_MD.write_text(md)
+    intro = (f"{command()} — {_dt.date.today()}, `netprof run` exit {rc}, wall {wall:.0f} s; "
+             f"`{' '.join(argv[1:])}`; results in `{out}`.")
+    publish(SECTION, intro, body, args.write)
     return rc
 
 

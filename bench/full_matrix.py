@@ -142,7 +142,7 @@ def main() -> int:
 
     counts = [int(c) for c in args.connections.split(",") if c]
     out = Path(args.out or f"runs/full-matrix-{time.strftime('%Y%m%d-%H%M%S')}")
-    argv = [netprof_bin(), "run", *args.backends, "-c", ",".join(map(str, counts)), "-r", str(args.rounds),
+    argv = [netprof_bin(), "run", "--wait", *args.backends, "-c", ",".join(map(str, counts)), "-r", str(args.rounds),
             "-d", str(args.duration), "--warmup", str(args.warmup), "--json", "--out", str(out)]
     if not args.probes:
         argv.append("--no-probes")

@@ -14,7 +14,6 @@ import argparse
 import datetime as _dt
 import json
 import re
-import shlex
 import socket
 import statistics
 import subprocess
@@ -23,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-RESULTS_MD = Path(__file__).with_name("RESULTS.md")
-SECTION = "## HTTP: netprof's loader against wrk (bench/http_vs_wrk.py)"
+from results_md import command, publish  # bench/ is sys.path[0]: these run as files
+
+SECTION = "HTTP: netprof's loader against wrk (bench/http_vs_wrk.py)"
 PY = sys.executable
 ASGI = ('async def app(scope, receive, send):\n'
         '    await send({"type": "http.response.start", "status": 200, "headers": '
@@ -115,19 +115,12 @@ def main() -> int:
                         f"{statistics.mean(ratio):.2f} ({min(ratio):.2f}–{max(ratio):.2f}) | "
                         f"{mean['wrk']['p50']:,.0f} / {mean['netprof']['p50']:,.0f} | "
                         f"{mean['wrk']['p99']:,.0f} / {mean['netprof']['p99']:,.0f} |")
-    cmd = " ".join(shlex.quote(a) for a in ["bench/http_vs_wrk.py", *sys.argv[1:]])
-    text = (f"{SECTION}\n\n`.venv/bin/python {cmd}` — {_dt.date.today()}; `GET /plaintext` → `Hello, World!`, "
-            f"{args.connections} connections, {args.duration:g} s per run, {args.rounds} interleaved rounds; server on "
-            "CPU 0, wrk (`-t1 --latency`) or netprof's loader on CPU 1; netprof `--no-probes --attach`.\n\n"
-            "| server | wrk req/s | netprof req/s | netprof/wrk (range) | p50 µs wrk / netprof "
-            "| p99 µs wrk / netprof |\n"
-            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
-    print(text)
-    if args.write:
-        md = RESULTS_MD.read_text()
-        pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.S)
-        md = pattern.sub(lambda _: text.rstrip("\n"), md) if pattern.search(md) else md.rstrip("\n") + "\n\n" + text
-        RESULTS_MD.write_text(md)
+    intro = (f"{command()} — {_dt.date.today()}; `GET /plaintext` → `Hello, World!`, {args.connections} "
+             f"connections, {args.duration:g} s per run, {args.rounds} interleaved rounds; server on CPU 0, wrk "
+             "(`-t1 --latency`) or netprof's loader on CPU 1; netprof `--no-probes --attach`.")
+    head = ("| server | wrk req/s | netprof req/s | netprof/wrk (range) | p50 µs wrk / netprof "
+            "| p99 µs wrk / netprof |\n|---|---|---|---|---|---|\n")
+    publish(SECTION, intro, head + "\n".join(rows), args.write)
     return 0
 
 

@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from results_md import write_section  # bench/ is sys.path[0]: these run as files
+
 from netprof.probes import CountingProbes, SockWaitProbes, StackProbes, proc_cpu_times
 from netprof.profiler.procs import ProcessGroup
 
@@ -333,21 +335,6 @@ def micro_sock() -> str:
         bystander.wait()
         shutil.rmtree(exe.parent, ignore_errors=True)
     return "\n".join(rows)
-
-
-def write_section(heading: str, body: str) -> None:
-    """Replace (or append) the `## heading` section of bench/RESULTS.md."""
-    text = RESULTS.read_text() if RESULTS.exists() else (
-        "# Benchmark results\n\nMeasured figures; each section names the script and command that produced it.\n")
-    section = f"## {heading}\n\n{body.strip()}\n"
-    start = text.find(f"## {heading}\n")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
-    print(f"wrote {RESULTS}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,18 +14,17 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import re
-import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from results_md import command, publish  # bench/ is sys.path[0]: these run as files
+
 from netprof.profiler.stats import summarize
 
-RESULTS_MD = Path(__file__).with_name("RESULTS.md")
-SECTION = "## Probe window: headline throughput with and without probes (bench/probe_window.py)"
+SECTION = "Probe window: headline throughput with and without probes (bench/probe_window.py)"
 VARIANTS = {"no-probes": ["--no-probes"], "default": []}
 
 
@@ -70,18 +69,12 @@ def main() -> int:
                      f"| {statistics.mean(rates[b]['default']):,.0f} "
                      f"| {s['mean']:.3f} ±{s['ci']:.3f} | {100 * statistics.mean(costs[b]):+.1f}% "
                      f"({100 * min(costs[b]):+.1f} … {100 * max(costs[b]):+.1f}%) |")
-    cmd = " ".join(shlex.quote(a) for a in ["bench/probe_window.py", *sys.argv[1:]])
-    text = (f"{SECTION}\n\n`.venv/bin/python {cmd}` — {_dt.date.today()}, {args.connections} connections, "
-            f"{args.duration:g} s per run, {args.rounds} interleaved rounds; default = `--probe-share 0.3` (probes "
-            "attached in the middle 30% of each window; headline figures from the other 70%). Ratio = default "
-            "headline msgs/s ÷ --no-probes msgs/s of the same round. Probe cost = 1 − probed/unprobed msgs/s "
-            "inside the default run's own cell (what the report quotes).\n\n" + "\n".join(lines) + "\n")
-    print(text)
-    if args.write:
-        md = RESULTS_MD.read_text()
-        pattern = re.compile(re.escape(SECTION) + r".*?(?=\n## |\Z)", re.S)
-        md = pattern.sub(lambda _: text.rstrip("\n"), md) if pattern.search(md) else md.rstrip("\n") + "\n\n" + text
-        RESULTS_MD.write_text(md)
+    intro = (f"{command()} — {_dt.date.today()}, {args.connections} connections, {args.duration:g} s per run, "
+             f"{args.rounds} interleaved rounds; default = `--probe-share 0.3` (probes attached in the middle 30% "
+             "of each window; headline figures from the other 70%). Ratio = default headline msgs/s ÷ --no-probes "
+             "msgs/s of the same round. Probe cost = 1 − probed/unprobed msgs/s inside the default run's own cell "
+             "(what the report quotes).")
+    publish(SECTION, intro, "\n".join(lines), args.write)
     return 0
 
 

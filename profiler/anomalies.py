@@ -716,6 +716,7 @@ def consolidate(found: list[Anomaly]) -> list[Anomaly]:
         others = [a for a in same if a is not rep and a.connections is not None]
         if others:
             labels = ", ".join(f"{a.connections}" + (f" ×{a.pipeline}" if (a.pipeline or 1) > 1 else "")
+                               + (f" {a.framing} framing" if a.framing != rep.framing else "")
                                for a in sorted(others, key=lambda a: (a.pipeline or 1, a.connections)))
             rep.evidence["also at connections (×in flight)"] = labels
             rep.title += f" (also at {labels})"

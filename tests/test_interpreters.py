@@ -7,7 +7,7 @@ import json
 import pytest
 
 from helpers import REQUIRE_TOOLS, require_bpf, run_netprof, wait_no_children
-from netprof.profiler import interpreters
+from netprof.profiler import interpreters, schema
 
 
 def _need(version: str) -> None:
@@ -44,7 +44,7 @@ def test_two_interpreters_side_by_side(tmp_path):
     _need("3.13")
     out = tmp_path / "run"
     res = run_netprof("run", "asyncio_sock", "uvloop_sock", "-c", "100", "--python", "3.11,3.13", "-d", "2",
-                      "-r", "2", "--warmup", "0.5", "--json", "--out", str(out), timeout=600)
+                      "-r", "2", "--warmup", "0.5", "--stacks", "--wait", "--json", "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     runs = json.loads(res.stdout)["runs"]
     assert len(runs) == 8
@@ -57,6 +57,14 @@ def test_two_interpreters_side_by_side(tmp_path):
     report = (out / "report.md").read_text()
     for label in labels:  # the tables name each interpreter's row
         assert label in report
+    # The evidence rounds write stacks/<slug>.json under the slug the rules read (issue 14's bug: the
+    # interpreter was in the writer's name but not the reader's, so no rule ever saw the stacks).
+    summary = json.loads(res.stdout)
+    for r in runs:
+        assert (out / "stacks" / f"{schema.cell_slug(r)}.json").exists(), schema.cell_slug(r)
+    churn = [a for a in summary["anomalies"] if a["id"] == "readiness_churn"]
+    seen = {(a["backend"], a["interpreter"]) for a in churn if a["evidence"].get("stacks")}
+    assert {("asyncio_sock", label) for label in labels} <= seen, [(a["backend"], a["interpreter"]) for a in churn]
     assert not wait_no_children()
 
 
