@@ -20,7 +20,8 @@ case), median of 3 × (6M − 1M calls). --write puts the tables into bench/RESU
 
 --micro-sock does the same for the socket-wait set, whose tracepoints fire on socket events, not
 syscalls: a C loop sends one byte over a loopback TCP connection and receives it on the other end
-(one send, one sk_data_ready, one recv per message), median of 3 × (1.2M − 0.2M messages).
+(one send, one sk_data_ready, one recv per message); the sets are compiled once and attached in
+turn, 7 interleaved rounds, median of the rounds' (1.2M − 0.2M messages) differences.
 """
 
 from __future__ import annotations
@@ -160,8 +161,9 @@ def main() -> int:
             cmd = "sudo .venv/bin/python bench/probe_overhead.py " + " ".join(sys.argv[1:])
             write_section("Probe overhead: per socket message (bench/probe_overhead.py --micro-sock)",
                           f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}. CPU time per message (rusage, median of "
-                          f"3 × (1.2M − 0.2M messages)) of a C loop pinned to CPU 0 that sends 1 byte on a loopback "
-                          f"TCP connection and receives it at the other end (send + sk_data_ready + recv); "
+                          f"{MICRO_SOCK_ROUNDS} interleaved rounds of (1.2M − 0.2M messages)) of a C loop pinned to "
+                          f"CPU 0 that sends 1 byte on a loopback TCP connection and receives it at the other end "
+                          f"(send + sk_data_ready + recv); "
                           f"*target*: the probes watch that process; *bystander*: they watch another one."
                           f"\n\n{table}\n")
         return 0
@@ -264,6 +266,7 @@ def micro(args) -> str:
     return "\n".join(rows)
 
 
+MICRO_SOCK_ROUNDS = 7
 PINGPONG_C = r"""
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -309,31 +312,38 @@ def micro_sock() -> str:
             raise RuntimeError("the ping-pong loop failed")
         return ru.ru_utime + ru.ru_stime
 
-    variants = {"none": None, "sockwait": SockWaitProbes, "counting": CountingProbes}
+    # Compiled once, attached in turn: every round measures every variant and role (interleaved).
+    sets = {"none": None, "sockwait": SockWaitProbes(attached=False), "counting": CountingProbes(attached=False)}
     bystander = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
+    raw: dict[tuple[str, str], list[float]] = {}
     rows = ["| instrumentation | bystander ns/message | target ns/message | added, bystander | added, target |",
             "|---|---|---|---|---|"]
     try:
-        base = None
-        for name, make in variants.items():
-            probe = make() if make else None
-            try:
-                c = {}
-                for who, pid_for in (("bystander", lambda pid: bystander.pid), ("target", lambda pid: pid)):
-                    xs = sorted((cost(probe, pid_for, 1_200_000) - cost(probe, pid_for, 200_000)) / 1e6 * 1e9
-                                for _ in range(3))
-                    c[who] = xs[1]
-            finally:
+        for r in range(MICRO_SOCK_ROUNDS):
+            for name, probe in sets.items():
                 if probe is not None:
-                    probe.close()
-            base = base or c
-            rows.append(f"| {name} | {c['bystander']:.0f} | {c['target']:.0f} | "
-                        f"{c['bystander'] - base['bystander']:+.0f} | {c['target'] - base['target']:+.0f} |")
-            print(rows[-1], file=sys.stderr, flush=True)
+                    probe.attach()
+                try:
+                    for who, pid_for in (("bystander", lambda pid: bystander.pid), ("target", lambda pid: pid)):
+                        x = (cost(probe, pid_for, 1_200_000) - cost(probe, pid_for, 200_000)) / 1e6 * 1e9
+                        raw.setdefault((name, who), []).append(x)
+                finally:
+                    if probe is not None:
+                        probe.detach()
+            print(f"round {r + 1}/{MICRO_SOCK_ROUNDS}: " + ", ".join(
+                f"{n}/{w} {xs[-1]:.0f}" for (n, w), xs in raw.items()), file=sys.stderr, flush=True)
     finally:
+        for probe in sets.values():
+            if probe is not None:
+                probe.close()
         bystander.kill()
         bystander.wait()
         shutil.rmtree(exe.parent, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in raw.items()}
+    for name in sets:
+        b, t = med[(name, "bystander")], med[(name, "target")]
+        rows.append(f"| {name} | {b:.0f} | {t:.0f} | {b - med[('none', 'bystander')]:+.0f} | "
+                    f"{t - med[('none', 'target')]:+.0f} |")
     return "\n".join(rows)
 
 

@@ -6,6 +6,11 @@
         d = delta(a, b)                          # ProbeDelta: syscalls, switches, on-CPU time
                                                  # (+ per-syscall times with syscall_time=True)
 
+    with SockWaitProbes() as sw:                 # probes/sockwait.bpf.c: socket queue wait vs handler
+        sw.target(backend_pid)
+        a = sw.snapshot(); ...; b = sw.snapshot()
+        w = sockwait_delta(a, b)                 # SockWaitDelta: wait/handler/server (WaitDist), per_conn
+
 `CountingProbes(attached=False)` compiles without attaching; attach()/detach() then switch the
 counting on and off per window (milliseconds, no recompile; counters stand still while detached).
 
@@ -16,10 +21,12 @@ Nothing needs bcc until a probe set is created, so `check_available()`, `proc_cp
 from .base import ProbeError, check_available, syscall_name, syscall_number
 from .counting import CountingProbes, ProbeDelta, Snapshot, delta, per_message_notation
 from .proc import proc_cpu_times, proc_delta
+from .sockwait import ConnWait, SockWaitDelta, SockWaitProbes, SockWaitSnapshot, WaitDist, sockwait_delta
 from .stacks import DEFAULT_SYSCALLS, StackProbes
 
 __all__ = [
     "ProbeError", "check_available", "syscall_name", "syscall_number",
     "CountingProbes", "ProbeDelta", "Snapshot", "delta", "per_message_notation",
     "proc_cpu_times", "proc_delta", "StackProbes", "DEFAULT_SYSCALLS",
+    "SockWaitProbes", "SockWaitSnapshot", "SockWaitDelta", "WaitDist", "ConnWait", "sockwait_delta",
 ]

@@ -255,7 +255,12 @@ def _confirm_long_plan(cfg: RunConfig, yes: bool) -> None:
 
 
 def _terminate_like_ctrl_c(signum, frame) -> None:
-    """SIGTERM behaves like Ctrl-C: clean up, keep finished cells."""
+    """SIGTERM and Ctrl-C: clean up, keep finished cells. The flag survives where the exception may
+    not: Python swallows an exception raised inside an at-fork hook (a signal that lands while a
+    child is being started), so the runner also checks the flag between cells."""
+    from netprof.profiler import runner
+
+    runner.STOP.set()
     raise KeyboardInterrupt
 
 
@@ -285,6 +290,8 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
         with console.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
             interps[spec] = interpreters.prepare(spec)
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # started under nohup: keep ignoring it
+        signal.signal(signal.SIGINT, _terminate_like_ctrl_c)
     outcome = runner.execute(cfg, sys.argv, console, interps)
     if outcome.store.rows:
         summary = report.finish(outcome.out_dir, console=None if as_json else console)

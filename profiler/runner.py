@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from netprof.profiler.procs import ProcessGroup
 from netprof.profiler.results import ResultsStore
 
 ERROR_LOG = "netprof-error.log"
+# Set by the CLI's SIGINT/SIGTERM handler; checked between cells (see cli._terminate_like_ctrl_c).
+STOP = threading.Event()
 
 
 @dataclass
@@ -114,6 +117,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             if not console.is_terminal:
                 console.print(plan_line(cfg), highlight=False, soft_wrap=True)
             for cell in cfg.cells():
+                if STOP.is_set():
+                    raise KeyboardInterrupt
                 progress.update(task, description=cell.label())
                 env = CellEnv(cfg, loader, interps[cell.python], probes=probes, link=link)
                 outcome = run_cell(cell, env)
@@ -124,6 +129,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 elif not console.is_terminal:  # no progress bar off a terminal: one line per cell
                     console.print(cell_line(cell, outcome.row), highlight=False, soft_wrap=True)
                 progress.advance(task)
+            if STOP.is_set():
+                raise KeyboardInterrupt
             if probes is not None:
                 from netprof.probes import selfcost
 

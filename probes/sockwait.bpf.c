@@ -1,0 +1,431 @@
+// netprof socket-wait set: where each message waits on the server side — unread in the socket's
+// receive queue (queue wait) or being handled (read → answer) — per cell and per connection, from
+// three socket tracepoints. Loaded by netprof.probes.SockWaitProbes (BCC).
+//
+// Mechanism (tracepoints only: no kprobes, no fentry on this kernel):
+// - Server sockets are learned when a connection is established on a port the tree listens on
+//   (sock:inet_sock_set_state; Python seeds the ports at target(), listen() in the tree adds more),
+//   so a connection's first bytes are timed even if the server never reads them (starvation), and
+//   from the tree's own reads and writes (sock:sock_recv_length / sock:sock_send_length run in the
+//   reading/sending task: tree filter by tgid there) for any other socket it uses.
+// - sock:sk_data_ready runs in the SENDER's context on loopback (softirq of the loader's send), so it
+//   is filtered by socket: a bitmap of hashed socket addresses turns away the loader's sockets, then
+//   a lookup in `socks`, the LRU hash of known server sockets.
+// - Exact byte accounting with TCP sequence numbers read from the socket (offsets from the running
+//   kernel's BTF, passed as -DOFF_*: BCC compiles against Debian's 6.1 headers, whose struct layouts
+//   are not this kernel's). At each sk_data_ready the socket's rcv_nxt (end of the bytes received so
+//   far) is appended with the time to a per-socket FIFO of (arrival time, end seq). At each read,
+//   copied_seq (after the read) and the read's length give the bytes it took, [before, after): the
+//   FIFO entries ending at or before `before` were consumed by earlier reads and are dropped; the
+//   next entry holds the arrival of the oldest byte this read took: wait = read time − that arrival
+//   (exact: the wait of the longest-waiting byte of the read). Entries ending at or before `after`
+//   are then dropped. A full FIFO (more than FIFO separate arrivals unread) extends its newest entry
+//   instead of appending (counted in fifo_merged): the later bytes then carry an earlier arrival, so
+//   such a wait is an upper bound.
+// - At each send: the handler time since the last read (answers the pending request), and the
+//   server time since the arrival of the request's first byte (wait + handler of that request).
+// - A connection that reaches TCP_CLOSE is marked: if its address is reused by a new connection
+//   (other peer port), the entry starts afresh (counted in `reused`).
+//
+// Unmeasured, counted: reads of bytes that were already queued when the socket was learned or the
+//   set attached (`unknown`: their arrival was not seen), reads with no recorded arrival
+//   (`unmatched`). Sockets are evicted from the LRU hash only when more than MAX_SOCKETS are known:
+//   Python counts evictions as learned − reused − present.
+// Attach/detach: the three socket programs are raw tracepoints (hot; attached per window). The tree
+//   bookkeeping (task_newtask, sched_process_exit) and inet_sock_set_state stay attached from load
+//   to close (closes and listen ports are tracked always; no connection is learned while detached).
+//   A socket's FIFO recorded before the last attach is stale (arrivals were missed while detached):
+//   it is reset at the socket's next arrival, read or write (window.attach_ns is the epoch); bytes
+//   queued by then are `unknown`.
+//
+// cflags: -DTRACK_CHILDREN=0|1 -DMAX_SOCKETS=<n> -DFIFO=<power of two> -DNSLOTS=<power of two>
+//         -DOFF_FAMILY -DOFF_PROTOCOL -DOFF_PORTPAIR -DOFF_COPIED_SEQ -DOFF_RCV_NXT (bytes from struct sock *)
+#include <uapi/linux/ptrace.h>
+#include <linux/sched.h>
+
+#define FIFO_MASK (FIFO - 1)
+#define SUB_BITS 4                     // 16 linear sub-buckets per power of two: ≤ 6.25% bucket width
+#define SUB (1 << SUB_BITS)
+#define H_WAIT 0
+#define H_HANDLER 1
+#define H_SERVER 2
+#define NHIST 3
+#define MSG_PEEK_FLAG 2
+#define IPPROTO_TCP_NR 6
+#define AF_INET_NR 2
+#define AF_INET6_NR 10
+#define TCP_ESTABLISHED_NR 1
+#define TCP_LISTEN_NR 10
+#define TCP_CLOSE_NR 7
+#ifndef barrier
+#define barrier() asm volatile("" ::: "memory")
+#endif
+#define LOAD_ONCE(x) (*(volatile typeof(x) *)&(x))
+#define STORE_ONCE(x, v) (*(volatile typeof(x) *)&(x) = (v))
+
+struct cfg_t {
+    u32 tgid;        // target tgid, 0 when untargeted
+    u32 nchildren;   // live entries in `children`
+    u32 gen;         // bumped on every re-target: sockets learned before are stale
+};
+#include "tree_filter.bpf.h"
+
+struct window_t {    // written by Python only
+    u64 attach_ns;   // bpf_ktime_get_ns() at the last attach: FIFOs from before are stale
+    u32 active;      // 1 from attach to detach
+    u32 seq;         // bumped by each snapshot: which max slot is current
+};
+BPF_ARRAY(window, struct window_t, 1);
+
+struct sk_t {
+    u64 at[FIFO];    // arrival time of each queued chunk (producer: sk_data_ready)
+    u32 end[FIFO];   // rcv_nxt after that chunk
+    u32 head;        // FIFO positions, free-running: head written by the reader only,
+    u32 tail;        //   tail (and at/end/last_end) by sk_data_ready only
+    u32 last_end;    // rcv_nxt at the last sk_data_ready
+    u32 known_from;  // seq: bytes before it were queued before learning/attach (arrival unknown)
+    u64 epoch;       // window.attach_ns when the FIFO was last reset
+    u32 gen;         // cfg.gen when learned
+    u32 ports;       // skc_portpair when learned: skc_dport (network order) | skc_num << 16
+    u32 tgid;        // the tree process that learned the socket
+    u32 tcp;         // 1: a TCP socket (measured); 0: another kind (ignored)
+    u32 pending;     // a read since the last answer
+    u32 closed;      // the connection reached TCP_CLOSE: the address may be reused next
+    u64 last_read;   // time of the last read
+    u64 req_arrival; // arrival of the oldest byte of the pending request (0: unknown)
+    // per connection, cumulative since learned:
+    u64 reads, bytes, waits, wait_ns, answers, handler_ns;
+};
+BPF_TABLE("lru_hash", u64, struct sk_t, socks, MAX_SOCKETS);
+BPF_PERCPU_ARRAY(zero_sk, struct sk_t, 1);   // never written: the zeroed value new sockets start from
+
+// A bit per hash of the socket address, set when a socket is learned (cleared by target()):
+// sk_data_ready fires for every socket on the machine (the loader's too); the bit test (an inlined
+// array access) turns away almost all of them before the hash lookup.
+#define BITS_WORDS 1024
+struct bits_t {
+    u64 w[BITS_WORDS];
+};
+BPF_ARRAY(known_bits, struct bits_t, 1);
+
+static __always_inline u32 sk_bit(u64 sk) {
+    return ((sk >> 6) ^ (sk >> 17)) & (BITS_WORDS * 64 - 1);
+}
+
+struct stats_t {
+    u64 hist[NHIST * NSLOTS];  // log-linear histograms (ns): wait, handler, server
+    u64 sum_ns[NHIST];
+    u64 learned;               // sockets (re)initialised in this target
+    u64 reused;                // ... of which in place of a current entry (address reused)
+    u64 fifo_merged;           // arrivals merged into a full FIFO's newest entry (waits are bounds)
+    u64 unknown;               // reads of bytes queued before learning/attach (not measured)
+    u64 unmatched;             // reads with no recorded arrival (not measured)
+    u64 insert_failed;         // a socket could not be added
+    // Maxima per window between snapshots: slot p = window.seq & 1 holds window `tag[p]`'s; Python
+    // bumps seq and then reads the other slot, which BPF no longer writes.
+    u64 tag[2];
+    u64 max[2 * NHIST];
+};
+BPF_PERCPU_ARRAY(stats, struct stats_t, 1);
+
+static __always_inline u32 read_u32(u64 addr) {
+    u32 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+static __always_inline u16 read_u16(u64 addr) {
+    u16 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (void *)addr);
+    return v;
+}
+
+static __always_inline u32 log2_u64(u64 v) {
+    u32 r = 0;
+    if (v >> 32) { v >>= 32; r += 32; }
+    if (v >> 16) { v >>= 16; r += 16; }
+    if (v >> 8) { v >>= 8; r += 8; }
+    if (v >> 4) { v >>= 4; r += 4; }
+    if (v >> 2) { v >>= 2; r += 2; }
+    if (v >> 1) { r += 1; }
+    return r;
+}
+
+// v < SUB: slot v; else slot (e - SUB_BITS + 1) * SUB + the SUB_BITS bits below the top one.
+static __always_inline u32 slot_of(u64 v) {
+    if (v < SUB)
+        return v;
+    u32 e = log2_u64(v);
+    u32 i = (e - SUB_BITS + 1) * SUB + ((v >> (e - SUB_BITS)) & (SUB - 1));
+    return i < NSLOTS ? i : NSLOTS - 1;
+}
+
+static __always_inline void record(struct stats_t *st, struct window_t *w, int kind, u64 v) {
+    u32 i = kind * NSLOTS + slot_of(v);
+    if (i < NHIST * NSLOTS)
+        st->hist[i]++;
+    st->sum_ns[kind & 3] += v;
+    struct stats_t *m = st;
+    u32 p = w->seq & 1;
+    if (m->tag[p] != w->seq) {
+        m->tag[p] = w->seq;
+        m->max[p * NHIST + 0] = 0;
+        m->max[p * NHIST + 1] = 0;
+        m->max[p * NHIST + 2] = 0;
+    }
+    u32 j = p * NHIST + kind;
+    if (j < 2 * NHIST && v > m->max[j])
+        m->max[j] = v;
+}
+
+// Reset a known socket's FIFO: bytes queued now (up to rcv_nxt) have an unknown arrival.
+static __always_inline void reset_fifo(struct sk_t *s, u64 sk, struct window_t *w) {
+    s->known_from = s->last_end = read_u32(sk + OFF_RCV_NXT);
+    s->head = LOAD_ONCE(s->tail);
+    s->pending = 0;
+    s->epoch = w->attach_ns;
+}
+
+// The known state of a server socket, (re)initialised when new to this target, or when its address
+// was reused by another connection (other ports); its FIFO is reset when from before the last
+// attach. `tgid` 0: learned outside the tree's context (connection setup). Returns 0 for sockets
+// that are not TCP (asyncio's self-pipe, unix sockets) and on failure.
+static __always_inline struct sk_t *learn(u64 sk, u32 tgid, struct cfg_t *c, struct window_t *w,
+                                          struct stats_t *st) {
+    struct sk_t *s = socks.lookup(&sk);
+    u32 ports = 0;
+    if (s && s->gen == c->gen) {
+        // A closed connection's address may belong to a new one now: same connection only with the
+        // same peer port (reads of what was queued before a reset come after the close, and the
+        // local port is zeroed by then).
+        if (s->closed)
+            ports = read_u32(sk + OFF_PORTPAIR);
+        if (!s->closed || (u16)s->ports == (u16)ports) {
+            if (!s->tcp)
+                return 0;
+            if (!s->tgid)
+                s->tgid = tgid;
+            if (s->epoch != w->attach_ns)
+                reset_fifo(s, sk, w);
+            return s;
+        }
+    } else {
+        ports = read_u32(sk + OFF_PORTPAIR);
+    }
+    u16 family = read_u16(sk + OFF_FAMILY);
+    u16 proto = read_u16(sk + OFF_PROTOCOL);
+    u32 tcp = (family == AF_INET_NR || family == AF_INET6_NR) && proto == IPPROTO_TCP_NR;
+    if (s && s->gen == c->gen)
+        st->reused++;
+    if (!s) {
+        u32 zero = 0;
+        struct sk_t *z = zero_sk.lookup(&zero);
+        if (!z || socks.update(&sk, z) != 0) {
+            st->insert_failed++;
+            return 0;
+        }
+        s = socks.lookup(&sk);
+        if (!s) {
+            st->insert_failed++;
+            return 0;
+        }
+    } else {
+        s->gen = 0;  // invisible to sk_data_ready while being reset
+        barrier();
+        s->reads = s->bytes = s->waits = s->wait_ns = s->answers = s->handler_ns = 0;
+        s->last_read = s->req_arrival = 0;
+        s->closed = 0;
+    }
+    st->learned++;
+    u32 zero = 0, bit = sk_bit(sk);
+    struct bits_t *b = known_bits.lookup(&zero);
+    if (b)
+        __sync_fetch_and_or(&b->w[(bit >> 6) & (BITS_WORDS - 1)], 1ULL << (bit & 63));
+    s->ports = ports;
+    s->tgid = tgid;
+    s->tcp = tcp;
+    if (tcp)
+        reset_fifo(s, sk, w);
+    barrier();
+    s->gen = c->gen;
+    return tcp ? s : 0;
+}
+
+// Data became readable on a socket: runs in the sender's context (loopback softirq), or in the
+// reader's when it processes its backlog. Filtered by socket.
+RAW_TRACEPOINT_PROBE(sk_data_ready) {
+    u64 sk = ctx->args[0];
+    u32 zero = 0, bit = sk_bit(sk);
+    struct bits_t *b = known_bits.lookup(&zero);
+    if (!b || !(b->w[(bit >> 6) & (BITS_WORDS - 1)] & (1ULL << (bit & 63))))
+        return 0;
+    struct sk_t *s = socks.lookup(&sk);
+    if (!s)
+        return 0;
+    struct cfg_t *c = cfg.lookup(&zero);
+    struct window_t *w = window.lookup(&zero);
+    if (!c || !w || !w->active || !c->tgid || s->gen != c->gen || !s->tcp || s->closed)
+        return 0;
+    if (s->epoch != w->attach_ns) {  // first arrival since an attach: earlier ones were missed
+        reset_fifo(s, sk, w);
+        return 0;
+    }
+    u32 nxt = read_u32(sk + OFF_RCV_NXT);
+    if (nxt == s->last_end || (s32)(nxt - s->known_from) <= 0)
+        return 0;  // no new bytes (a FIN, a wake-up without data)
+    s->last_end = nxt;
+    u64 now = bpf_ktime_get_ns();
+    u32 t = s->tail;
+    u32 h = LOAD_ONCE(s->head);
+    if (t - h >= FIFO) {  // full: the newest entry absorbs these bytes (their wait becomes a bound)
+        s->end[(t - 1) & FIFO_MASK] = nxt;
+        struct stats_t *st = stats.lookup(&zero);
+        if (st)
+            st->fifo_merged++;
+        return 0;
+    }
+    s->at[t & FIFO_MASK] = now;
+    s->end[t & FIFO_MASK] = nxt;
+    barrier();
+    STORE_ONCE(s->tail, t + 1);
+    return 0;
+}
+
+// TP_PROTO(struct sock *sk, int ret, int flags): after a receive on a socket, in the reader's task.
+RAW_TRACEPOINT_PROBE(sock_recv_length) {
+    int ret = (int)ctx->args[1];
+    int flags = (int)ctx->args[2];
+    if (ret <= 0 || (flags & MSG_PEEK_FLAG))
+        return 0;
+    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
+    if (!c)
+        return 0;
+    u32 zero = 0;
+    struct window_t *w = window.lookup(&zero);
+    struct stats_t *st = stats.lookup(&zero);
+    if (!w || !w->active || !st)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 sk = ctx->args[0];
+    struct sk_t *s = learn(sk, bpf_get_current_pid_tgid() >> 32, c, w, st);
+    if (!s)
+        return 0;
+    u32 after = read_u32(sk + OFF_COPIED_SEQ);
+    u32 before = after - (u32)ret;
+    u32 h = s->head;
+    u32 t = LOAD_ONCE(s->tail);
+    barrier();
+    for (int i = 0; i < FIFO; i++) {   // chunks consumed by earlier reads
+        if (h == t || (s32)(s->end[h & FIFO_MASK] - before) > 0)
+            break;
+        h++;
+    }
+    u64 arrival = 0;
+    if ((s32)(before - s->known_from) < 0)
+        st->unknown++;
+    else if (h == t)
+        st->unmatched++;
+    else
+        arrival = s->at[h & FIFO_MASK];
+    for (int i = 0; i < FIFO; i++) {   // chunks this read consumed entirely
+        if (h == t || (s32)(s->end[h & FIFO_MASK] - after) > 0)
+            break;
+        h++;
+    }
+    s->head = h;
+    s->reads++;
+    s->bytes += ret;
+    if (arrival && arrival <= now) {
+        u64 wait = now - arrival;
+        s->waits++;
+        s->wait_ns += wait;
+        record(st, w, H_WAIT, wait);
+    }
+    if (!s->pending) {
+        s->pending = 1;
+        s->req_arrival = arrival;
+    }
+    s->last_read = now;
+    return 0;
+}
+
+// TP_PROTO(struct sock *sk, int ret, int flags): after a send on a socket, in the sender's task.
+// The first send after a read answers the request that read completed.
+RAW_TRACEPOINT_PROBE(sock_send_length) {
+    int ret = (int)ctx->args[1];
+    if (ret <= 0)
+        return 0;
+    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
+    if (!c)
+        return 0;
+    u32 zero = 0;
+    struct window_t *w = window.lookup(&zero);
+    struct stats_t *st = stats.lookup(&zero);
+    if (!w || !w->active || !st)
+        return 0;
+    struct sk_t *s = learn(ctx->args[0], bpf_get_current_pid_tgid() >> 32, c, w, st);
+    if (!s || !s->pending)
+        return 0;
+    s->pending = 0;
+    u64 now = bpf_ktime_get_ns();
+    if (s->last_read < w->attach_ns || s->last_read > now)
+        return 0;
+    u64 handler = now - s->last_read;
+    s->answers++;
+    s->handler_ns += handler;
+    record(st, w, H_HANDLER, handler);
+    if (s->req_arrival && s->req_arrival <= now)
+        record(st, w, H_SERVER, now - s->req_arrival);
+    return 0;
+}
+
+// Listening ports of the tree (host order; Python seeds those that exist at target()).
+BPF_HASH(lports, u16, u8, 256);
+
+// TCP state changes (connection setup and teardown only). listen() in the tree adds its port; a
+// connection established on one of those ports is learned at once (softirq context), so its first
+// bytes' arrival is seen even when the server does not read it for a long time (starvation).
+// A tracepoint that stays attached: it learns only while the set is attached.
+TRACEPOINT_PROBE(sock, inet_sock_set_state) {
+    if (args->protocol != IPPROTO_TCP_NR)
+        return 0;
+    if (args->newstate == TCP_CLOSE_NR) {
+        u64 sk = (u64)args->skaddr;
+        struct sk_t *s = socks.lookup(&sk);
+        if (s)
+            s->closed = 1;
+        return 0;
+    }
+    u16 sport = args->sport;
+    if (args->newstate == TCP_LISTEN_NR) {
+        if (in_tree(bpf_get_current_pid_tgid() >> 32)) {
+            u8 one = 1;
+            lports.update(&sport, &one);
+        }
+        return 0;
+    }
+    if (args->newstate != TCP_ESTABLISHED_NR || !lports.lookup(&sport))
+        return 0;
+    u32 zero = 0;
+    struct cfg_t *c = cfg.lookup(&zero);
+    struct window_t *w = window.lookup(&zero);
+    struct stats_t *st = stats.lookup(&zero);
+    if (!c || !c->tgid || !w || !w->active || !st)
+        return 0;
+    learn((u64)args->skaddr, 0, c, w, st);
+    return 0;
+}
+
+TRACEPOINT_PROBE(task, task_newtask) {
+    tree_fork(args->clone_flags, args->pid);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit) {
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = id, tgid = id >> 32;
+    struct cfg_t *c = in_tree(tgid);
+    if (c)
+        tree_exit(c, tid, tgid);
+    return 0;
+}

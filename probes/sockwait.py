@@ -1,0 +1,526 @@
+"""The socket-wait set: where each message's server-side time goes — unread in the socket's receive
+queue (queue wait) or in the handler (the read that took the request → the send that answered it) —
+per window and per connection, from probes/sockwait.bpf.c.
+
+    with SockWaitProbes() as sw:               # compiles once (~1 s)
+        sw.target(backend_pid)                 # the tree's sockets; clears everything
+        a = sw.snapshot(); ...; b = sw.snapshot()
+        d = sockwait_delta(a, b)               # SockWaitDelta: d.wait.p50_us, d.handler.p99_us,
+                                               # d.per_conn[i].wait_mean_us, d.overflow, ...
+
+Lifecycle as CountingProbes: compiled once, target(pid) re-targets (clears every socket and counter;
+nothing of the previous target is counted after it returns), attach()/detach() hook the three socket
+programs on and off in ~1 ms without recompiling (figures stand still while detached). Attach before
+the loader connects to time every connection from its first byte: data that arrived while detached
+has no known arrival (its reads count in `unmeasured["unknown"]`).
+
+Method (tracepoints only; exactness):
+- Sockets are learned when a connection is established on a port the tree listens on
+  (`sock:inet_sock_set_state`; listening ports are read from /proc at target(), and listen() calls
+  of the tree add more), and from the tree's own reads/writes (`sock:sock_recv_length` /
+  `sock_send_length`, filtered by the shared tree filter). `sock:sk_data_ready` (the sender's context
+  on loopback) is filtered by socket. TCP sequence numbers are read from the socket (`rcv_nxt` at
+  each arrival, `copied_seq` after each read), at offsets taken from the running kernel's BTF
+  (/sys/kernel/btf/vmlinux): a per-socket FIFO of (arrival time, end seq) gives the arrival of the
+  oldest byte each read took.
+- **Queue wait** (per read): read time − arrival of the oldest byte the read took. Exact, messages
+  queued behind others included, as long as no more than `fifo` separate arrivals are unread on a
+  socket at once; beyond that the newest entry absorbs later arrivals and those waits are upper
+  bounds (counted: `overflow["fifo_merged"]`, `exact` is False). Reads of bytes that were already
+  queued when the socket was first seen (or the set attached) are not measured (`unmeasured`).
+  Both ends are tracepoint times: the wait includes the receive syscall's own copy (~1–3 µs), and
+  "arrival" is when the kernel queued the bytes on the socket (bytes that come while the reader
+  holds the socket lock are queued when it lets go: a few µs late).
+- **Handler time** (per answered request): the first send after a read − that read (the last read
+  before the send: for a request split over reads, the one that completed it). Sends that follow
+  no read (a second write of the same answer) are not timed. The send's time is taken after it
+  returned (on loopback that includes delivering to the peer, a few µs).
+- **Server time** (per answered request): that send − the arrival of the request's first byte =
+  its queue wait + handler (+ reads in between); never longer than the client's round trip.
+- Only the kernel queue is seen: a server that reads many requests at once and serves them from a
+  user-space buffer (asyncio streams, framing=stream) shows its per-message wait in handler time.
+- Max is exact when the two snapshots are consecutive (`max_exact`), else the top of the highest
+  non-empty bucket. Percentiles are bucket midpoints (16 log-linear sub-buckets per power of two:
+  ≤ 3.2% error).
+
+- Per connection (`per_conn`): reads, bytes, mean wait, answers, mean handler time, and, for data
+  still unread at the window's end, its age (`unread_age_us`: the wait of a connection that was
+  never read). Keyed by the socket, with the peer port (`dport`: the loader's local port).
+- A snapshot takes ~0.5 ms (100 sockets); events during it may land on either side of it.
+
+Bounds: at most `max_sockets` sockets (LRU hash; evictions counted: `overflow["evicted"]`), a FIFO
+of `fifo` arrivals per socket, three 512-slot histograms (1 ns … 34 s; longer waits land in the top
+slot).
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import functools
+import math
+import os
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+
+from .base import _TP, LoadedProgram, ProbeError
+from .counting import _descendants
+
+NSLOTS = 512
+SUB_BITS = 4
+SUB = 1 << SUB_BITS
+KINDS = ("wait", "handler", "server")
+_COUNTERS = ("learned", "reused", "fifo_merged", "unknown", "unmatched", "insert_failed")
+_CONN_FIELDS = ("reads", "bytes", "waits", "wait_ns", "answers", "handler_ns")
+BTF_PATH = "/sys/kernel/btf/vmlinux"
+BATCH = 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Field offsets of the running kernel (BTF): BCC compiles against Debian's 6.1 headers, whose
+# struct sock / struct tcp_sock layouts differ from the running kernel's.
+
+_MODIFIERS = {8, 9, 10, 11, 18}  # typedef, volatile, const, restrict, type_tag
+_STRUCT, _UNION, _INT = 4, 5, 1
+
+
+class _Btf:
+    """The few bits of the kernel's BTF needed to find member offsets (struct/union layouts)."""
+
+    def __init__(self, path: str = BTF_PATH) -> None:
+        with open(path, "rb") as f:
+            data = f.read()
+        magic, _ver, _flags, hdr_len, type_off, type_len, str_off, _str_len = struct.unpack_from("<HBBIIIII", data, 0)
+        if magic != 0xEB9F:
+            raise ValueError(f"{path} is not BTF")
+        self.data, self.sbase = data, hdr_len + str_off
+        extra = {1: 4, 3: 12, 14: 4, 17: 4}         # int, array, var, decl_tag
+        per = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}  # members, enums, params, datasec, enum64
+        self.types: list[tuple[int, int, int, int, int]] = [(0, 0, 0, 0, 0)]  # kind, name_off, info, size/type, pos
+        pos, end = hdr_len + type_off, hdr_len + type_off + type_len
+        unpack = struct.unpack_from
+        while pos < end:
+            name_off, info, size = unpack("<III", data, pos)
+            kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
+            pos += 12
+            self.types.append((kind, name_off, info, size, pos))
+            pos += extra.get(kind, 0) + per.get(kind, 0) * vlen
+
+    def name(self, off: int) -> str:
+        end = self.data.index(b"\0", self.sbase + off)
+        return self.data[self.sbase + off:end].decode()
+
+    def struct_id(self, name: str) -> int:
+        for i, (kind, name_off, *_rest) in enumerate(self.types):
+            if kind == _STRUCT and name_off and self.name(name_off) == name:
+                return i
+        raise KeyError(f"struct {name}")
+
+    def resolve(self, tid: int) -> int:
+        while self.types[tid][0] in _MODIFIERS:
+            tid = self.types[tid][3]
+        return tid
+
+    def size(self, tid: int) -> int:
+        return self.types[self.resolve(tid)][3]
+
+    def members(self, tid: int):
+        kind, _n, info, _s, pos = self.types[self.resolve(tid)]
+        if kind not in (_STRUCT, _UNION):
+            return
+        bitfields = bool(info >> 31)
+        for k in range(info & 0xFFFF):
+            name_off, mtype, off = struct.unpack_from("<III", self.data, pos + 12 * k)
+            bit_size = off >> 24 if bitfields else 0
+            yield (self.name(name_off) if name_off else ""), mtype, (off & 0xFFFFFF if bitfields else off), bit_size
+
+    def member(self, tid: int, name: str) -> tuple[int, int] | None:
+        """(bit offset, type id) of member `name`, looking through anonymous structs/unions."""
+        for mname, mtype, boff, bit_size in self.members(tid):
+            if mname == name:
+                if bit_size:
+                    raise ValueError(f"{name} is a bitfield")
+                return boff, mtype
+            if not mname:
+                inner = self.member(mtype, name)
+                if inner is not None:
+                    return boff + inner[0], inner[1]
+        return None
+
+    def offset(self, struct_name: str, path: str, size: int) -> int:
+        tid, bits = self.struct_id(struct_name), 0
+        for part in path.split("."):
+            found = self.member(tid, part)
+            if found is None:
+                raise KeyError(f"{struct_name}.{path}")
+            bits, tid = bits + found[0], found[1]
+        if bits % 8 or self.size(tid) != size:
+            raise ValueError(f"{struct_name}.{path}: bit offset {bits}, size {self.size(tid)} (expected {size})")
+        return bits // 8
+
+
+@functools.cache
+def kernel_offsets(path: str = BTF_PATH) -> dict[str, int]:
+    """Byte offsets, from a `struct sock *`, of the fields the set reads, from the running kernel's
+    BTF. Raises ProbeError when BTF is missing or the layout is unexpected."""
+    try:
+        btf = _Btf(path)
+        off = {
+            "OFF_FAMILY": btf.offset("sock", "__sk_common.skc_family", 2),
+            "OFF_PROTOCOL": btf.offset("sock", "sk_protocol", 2),
+            "OFF_PORTPAIR": btf.offset("sock", "__sk_common.skc_portpair", 4),
+            "OFF_COPIED_SEQ": btf.offset("tcp_sock", "copied_seq", 4),
+            "OFF_RCV_NXT": btf.offset("tcp_sock", "rcv_nxt", 4),
+        }
+        # tcp_sock starts with the struct sock it extends (inet_conn.icsk_inet.sk)
+        if btf.offset("tcp_sock", "inet_conn.icsk_inet.sk.__sk_common.skc_family", 2) != off["OFF_FAMILY"]:
+            raise ValueError("struct tcp_sock does not start with its struct sock")
+    except OSError as e:
+        raise ProbeError(f"the socket-wait probes need the kernel's BTF ({path}): {e}") from e
+    except (KeyError, ValueError, struct.error) as e:
+        raise ProbeError(f"unexpected socket layout in the kernel's BTF ({path}): {e}") from e
+    return off
+
+
+# ---------------------------------------------------------------------------------------------
+# Histograms: slot i < SUB holds value i (ns); above, 16 linear sub-buckets per power of two.
+
+def slot_bounds(i: int) -> tuple[int, int]:
+    """[low, high) in ns of histogram slot i (the last slot is open-ended: high is its nominal top)."""
+    if i < SUB:
+        return i, i + 1
+    e, sub = i // SUB + SUB_BITS - 1, i % SUB
+    return (SUB + sub) << (e - SUB_BITS), (SUB + sub + 1) << (e - SUB_BITS)
+
+
+def slot_of(v: int) -> int:
+    """The slot of value v (ns), as the BPF side computes it."""
+    if v < SUB:
+        return v
+    e = v.bit_length() - 1
+    return min((e - SUB_BITS + 1) * SUB + ((v >> (e - SUB_BITS)) & (SUB - 1)), NSLOTS - 1)
+
+
+@dataclass
+class WaitDist:
+    """One distribution over a window, in µs (None when count is 0)."""
+
+    count: int
+    p50_us: float | None
+    p99_us: float | None
+    max_us: float | None
+    mean_us: float | None
+    max_exact: bool = True  # False: max is the top of the highest non-empty bucket (an upper bound)
+
+    @classmethod
+    def from_hist(cls, hist: list[int], sum_ns: int, max_ns: int | None) -> WaitDist:
+        n = sum(hist)
+        if n <= 0:
+            return cls(0, None, None, None, None, max_ns is not None)
+
+        def pct(q: float) -> float:
+            rank, seen = max(1, math.ceil(q * n)), 0
+            for i, c in enumerate(hist):
+                seen += c
+                if seen >= rank:
+                    lo, hi = slot_bounds(i)
+                    return (lo + hi - 1) / 2 / 1e3 if i >= SUB else lo / 1e3
+            return slot_bounds(NSLOTS - 1)[0] / 1e3
+
+        top = max(i for i, c in enumerate(hist) if c)
+        mx = max_ns / 1e3 if max_ns is not None else slot_bounds(top)[1] / 1e3
+        p50, p99 = pct(0.50), pct(0.99)
+        return cls(n, min(p50, mx), min(p99, mx), mx, sum_ns / n / 1e3, max_ns is not None)
+
+
+@dataclass
+class ConnWait:
+    """One server socket (connection) over a window."""
+
+    sock: int          # kernel address of the socket (an id for the window, not stable across runs)
+    tgid: int          # the server process that read or wrote it first (0: not yet touched by the tree)
+    lport: int         # server's port
+    dport: int         # peer's port: the loader connection's local port
+    reads: int         # reads that returned data
+    bytes: int         # bytes read
+    waits: int         # reads whose queue wait was measured
+    wait_mean_us: float | None
+    answers: int       # timed answers (first send after a read)
+    handler_mean_us: float | None
+    unread_age_us: float | None = None  # at the window's end: age of the oldest unread arrival, if any
+
+
+@dataclass
+class SockWaitSnapshot:
+    """Cumulative figures since the last target(); `t` is time.monotonic() when read."""
+
+    t: float
+    pid: int
+    seq: int                         # snapshot number since target(): max_prev covers (seq-1, seq]
+    hist: list[list[int]]            # per KINDS: NSLOTS counts
+    sum_ns: list[int]                # per KINDS
+    max_prev_ns: list[int | None]    # per KINDS: max since the previous snapshot (None: none recorded)
+    counters: dict[str, int]         # _COUNTERS
+    present: int                     # sockets of this target in the map now
+    socks: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (sock, ports) -> (tgid, *_CONN_FIELDS, oldest unread ns)
+    now_ns: int = 0                  # CLOCK_MONOTONIC ns when the sockets were read
+
+    @property
+    def evicted(self) -> int:
+        """Sockets of this target dropped from the full LRU hash so far (the counters are read before
+        the sockets: a socket learned in between is present but not yet counted, hence the clamp)."""
+        return max(0, self.counters["learned"] - self.counters["reused"] - self.present)
+
+
+@dataclass
+class SockWaitDelta:
+    """The window between two snapshots."""
+
+    window_s: float
+    wait: WaitDist       # per read: read time − arrival of the oldest byte it took
+    handler: WaitDist    # per answered request: first send after a read − that read
+    server: WaitDist     # per answered request: that send − arrival of the request's first byte
+    per_conn: list[ConnWait]
+    sockets: int     # sockets that read or wrote in the window
+    overflow: dict[str, int]    # evicted (sockets dropped from the LRU hash), fifo_merged, insert_failed
+    unmeasured: dict[str, int]  # reads not measured: unknown (queued before seen), unmatched
+    reused: int = 0  # socket addresses reused by a new connection (the old one's figures dropped)
+
+    @property
+    def exact(self) -> bool:
+        """Every measured wait is exact (no FIFO merges) and no socket was evicted."""
+        return not self.overflow.get("fifo_merged") and not self.overflow.get("evicted")
+
+    def conn_wait_means_us(self) -> list[float]:
+        """Per-connection mean queue wait (connections with a measured wait), in µs."""
+        return [c.wait_mean_us for c in self.per_conn if c.wait_mean_us is not None]
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["exact"] = self.exact
+        return d
+
+
+def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
+    if a.pid != b.pid:
+        raise ValueError(f"snapshots of different targets ({a.pid} vs {b.pid})")
+    if b.seq <= a.seq:
+        raise ValueError("snapshots out of order")
+    consecutive = b.seq == a.seq + 1
+    dists = {}
+    for k, kind in enumerate(KINDS):
+        hist = [y - x for x, y in zip(a.hist[k], b.hist[k])]
+        # exact max when b's "since the previous snapshot" is this window; else the histogram's bound
+        mx = b.max_prev_ns[k] if consecutive else None
+        dists[kind] = WaitDist.from_hist(hist, b.sum_ns[k] - a.sum_ns[k], mx)
+    per_conn = []
+    for key, vb in b.socks.items():
+        va = a.socks.get(key)
+        tgid, *cum, unread_at = vb
+        d = dict(zip(_CONN_FIELDS, cum if va is None else [x - y for x, y in zip(cum, va[1:-1])]))
+        if not d["reads"] and not d["answers"] and not unread_at:
+            continue
+        sock, ports = key
+        per_conn.append(ConnWait(
+            sock=sock, tgid=tgid, lport=ports >> 16, dport=int.from_bytes((ports & 0xFFFF).to_bytes(2, "little"), "big"),
+            reads=d["reads"], bytes=d["bytes"], waits=d["waits"],
+            wait_mean_us=d["wait_ns"] / d["waits"] / 1e3 if d["waits"] else None,
+            answers=d["answers"], handler_mean_us=d["handler_ns"] / d["answers"] / 1e3 if d["answers"] else None,
+            unread_age_us=(b.now_ns - unread_at) / 1e3 if unread_at and b.now_ns > unread_at else None))
+    c = {k: b.counters[k] - a.counters[k] for k in _COUNTERS}
+    evicted = max(0, b.evicted - a.evicted)
+    return SockWaitDelta(
+        window_s=b.t - a.t, wait=dists["wait"], handler=dists["handler"], server=dists["server"],
+        per_conn=per_conn, sockets=sum(1 for x in per_conn if x.reads or x.answers),
+        overflow={"evicted": evicted, "fifo_merged": c["fifo_merged"], "insert_failed": c["insert_failed"]},
+        unmeasured={"unknown": c["unknown"], "unmatched": c["unmatched"]}, reused=c["reused"])
+
+
+class SockWaitProbes(LoadedProgram):
+    """Compile once, then target() a backend tree and snapshot() around each window.
+
+    `attached=False`: start detached. `max_sockets`: LRU capacity (sockets known per target);
+    `fifo`: unread arrivals tracked per socket (a power of two) before waits become bounds.
+    """
+
+    resident = (_TP,)  # the tree's fork/exit bookkeeping: attached from load to close
+
+    def __init__(self, track_children: bool = True, max_sockets: int = 65536, fifo: int = 16,
+                 attached: bool = True) -> None:
+        if fifo < 2 or fifo & (fifo - 1) or fifo > 64:
+            raise ValueError("fifo must be a power of two in 2..64")
+        if max_sockets < 16:
+            raise ValueError("max_sockets must be at least 16")
+        self.track_children, self.max_sockets, self.fifo = track_children, max_sockets, fifo
+        self.pid = 0
+        self._gen = 0
+        self._seq = 0
+        self._attach_ns = 0
+        offsets = kernel_offsets()
+        self._load("sockwait.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}", f"-DMAX_SOCKETS={max_sockets}",
+                                      f"-DFIFO={fifo}", f"-DNSLOTS={NSLOTS}",
+                                      *(f"-D{k}={v}" for k, v in sorted(offsets.items()))], attached=False)
+        try:
+            b = self.bpf
+            self._cfg, self._children, self._socks = b[b"cfg"], b[b"children"], b[b"socks"]
+            self._lports, self._bits = b[b"lports"], b[b"known_bits"]
+            self._stats, self._window = b[b"stats"], b[b"window"]
+            self._set_window(active=0)
+            self._reset(0)  # a set taken over from park() may hold an earlier target
+            if attached:
+                self.attach()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- window and config ------------------------------------------------------------------------
+
+    def _set_window(self, active: int) -> None:
+        w = self._window.Leaf()
+        w.attach_ns, w.active, w.seq = self._attach_ns, active, self._seq
+        self._window[self._window.Key(0)] = w
+        self._active = active
+
+    def attach(self) -> None:
+        """Start recording (idempotent, ~1 ms, no recompile). Raises ProbeError."""
+        if self.bpf is None:
+            raise ProbeError("probes are closed")
+        if not self.attached:
+            self._attach_ns = time.monotonic_ns()  # sockets' FIFOs from before are stale
+            self._set_window(active=1)
+        super().attach()
+
+    def detach(self) -> None:
+        """Stop recording (idempotent); figures keep their values."""
+        super().detach()
+        if self.bpf is not None:
+            self._set_window(active=0)
+
+    def _reset(self, pid: int) -> None:
+        cfg = self._cfg
+        cfg[cfg.Key(0)] = cfg.Leaf()  # tgid 0: nothing recorded while resetting
+        self._gen += 1
+        self._seq = 1
+        self._set_window(self._active)
+        self._children.clear()
+        self._lports.clear()
+        _delete_all(self._socks)
+        self._bits[self._bits.Key(0)] = self._bits.Leaf()
+        self._stats[self._stats.Key(0)] = self._stats.Leaf()
+        kids = _descendants(pid) if pid and self.track_children else []
+        for k in kids:
+            self._children[self._children.Key(k)] = self._children.Leaf(1)
+        for port in (listening_ports([pid, *kids]) if pid else ()):
+            self._lports[self._lports.Key(port)] = self._lports.Leaf(1)
+        leaf = cfg.Leaf()
+        leaf.tgid, leaf.nchildren, leaf.gen = pid, len(kids), self._gen
+        cfg[cfg.Key(0)] = leaf
+        self.pid = pid
+
+    def target(self, pid: int) -> None:
+        """Watch `pid` and (track_children) its descendants; forgets every socket and zeroes every
+        figure (sockets of the previous target are never counted again). Attached or not."""
+        if self.bpf is None:
+            raise ProbeError("probes are closed")
+        self._reset(pid)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def snapshot(self) -> SockWaitSnapshot:
+        """Cumulative figures since target(), plus each distribution's max since the previous snapshot."""
+        if self.bpf is None:
+            raise ProbeError("probes are closed")
+        prev = self._seq
+        self._seq += 1
+        self._set_window(self._active)  # BPF records maxima into the other slot from now on
+        mx: list[int | None] = [None] * len(KINDS)
+        hist = [[0] * NSLOTS for _ in KINDS]
+        sums = [0] * len(KINDS)
+        counters = dict.fromkeys(_COUNTERS, 0)
+        p = prev & 1
+        for s in self._stats.getvalue(self._stats.Key(0)):  # one struct per CPU
+            h = s.hist
+            for k in range(len(KINDS)):
+                row, base = hist[k], k * NSLOTS
+                for i in range(NSLOTS):
+                    v = h[base + i]
+                    if v:
+                        row[i] += v
+                sums[k] += s.sum_ns[k]
+                if s.tag[p] == prev:
+                    v = s.max[p * len(KINDS) + k]
+                    if v and (mx[k] is None or v > mx[k]):
+                        mx[k] = v
+            for name in _COUNTERS:
+                counters[name] += getattr(s, name)
+        socks: dict[tuple[int, int], tuple] = {}
+        present = 0
+        now_ns = time.monotonic_ns()
+        fifo_mask = self.fifo - 1
+        for key, v in _items(self._socks):
+            if v.gen != self._gen:
+                continue
+            present += 1
+            if not v.tcp:
+                continue
+            unread = v.at[v.head & fifo_mask] if v.head != v.tail else 0
+            socks[(key, v.ports)] = (v.tgid, *(getattr(v, f) for f in _CONN_FIELDS), unread)
+        return SockWaitSnapshot(t=time.monotonic(), pid=self.pid, seq=prev, hist=hist, sum_ns=sums,
+                                max_prev_ns=mx, counters=counters, present=present, socks=socks, now_ns=now_ns)
+
+    def read(self, since: SockWaitSnapshot) -> tuple[SockWaitDelta, SockWaitSnapshot]:
+        """The window from `since` to now, and the snapshot that ends it."""
+        b = self.snapshot()
+        return sockwait_delta(since, b), b
+
+
+def listening_ports(pids) -> set[int]:
+    """TCP ports the processes listen on (their new connections are learned at setup)."""
+    import psutil
+
+    ports = set()
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            conns = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+        except psutil.Error:
+            continue
+        ports.update(c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN and c.laddr)
+    return ports
+
+
+def _batch(table, delete: bool):
+    """(key, leaf) of every entry, BPF_MAP_LOOKUP(_AND_DELETE)_BATCH in chunks of BATCH."""
+    from bcc.libbcc import lib
+
+    fn = lib.bpf_lookup_and_delete_batch if delete else lib.bpf_lookup_batch
+    keys, leaves = (table.Key * BATCH)(), (table.Leaf * BATCH)()
+    in_batch, out_batch, count = ct.c_uint32(0), ct.c_uint32(0), ct.c_uint32(0)
+    first = True
+    while True:
+        count.value = BATCH
+        res = fn(table.map_fd, None if first else ct.byref(in_batch), ct.byref(out_batch),
+                 ct.byref(keys), ct.byref(leaves), ct.byref(count))
+        err = ct.get_errno()
+        for i in range(count.value):
+            yield keys[i].value if hasattr(keys[i], "value") else keys[i], leaves[i]
+        if res != 0:
+            if err == 2:  # ENOENT: done
+                return
+            raise ProbeError(f"reading the socket map failed: {os.strerror(err)}")
+        in_batch.value = out_batch.value
+        first = False
+
+
+def _items(table):
+    return _batch(table, delete=False)
+
+
+def _delete_all(table) -> None:
+    for _ in _batch(table, delete=True):
+        pass
+    for k in list(table.keys()):  # entries added while deleting (their gen is stale anyway)
+        try:
+            del table[k]
+        except KeyError:
+            pass
