@@ -68,6 +68,7 @@ struct cfg_t {
     u32 nchildren;   // live entries in `children`
     u32 gen;         // bumped on every re-target: sockets learned before are stale
 };
+#define TREE_TRACEPOINTS
 #include "tree_filter.bpf.h"
 
 struct window_t {    // written by Python only
@@ -291,13 +292,11 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
     return 0;
 }
 
-// TP_PROTO(struct sock *sk, int ret, int flags): after a receive on a socket, in the reader's task.
-RAW_TRACEPOINT_PROBE(sock_recv_length) {
-    int ret = (int)ctx->args[1];
-    int flags = (int)ctx->args[2];
-    if (ret <= 0 || (flags & MSG_PEEK_FLAG))
-        return 0;
-    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
+// The socket a task of the tree just read from or wrote to (learned if new), with the window and
+// stats it counts into; null outside the tree or while the set is detached.
+static __always_inline struct sk_t *own_socket(u64 sk, struct window_t **wp, struct stats_t **stp) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct cfg_t *c = in_tree(tgid);
     if (!c)
         return 0;
     u32 zero = 0;
@@ -305,9 +304,22 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
     struct stats_t *st = stats.lookup(&zero);
     if (!w || !w->active || !st)
         return 0;
+    *wp = w;
+    *stp = st;
+    return learn(sk, tgid, c, w, st);
+}
+
+// TP_PROTO(struct sock *sk, int ret, int flags): after a receive on a socket, in the reader's task.
+RAW_TRACEPOINT_PROBE(sock_recv_length) {
+    int ret = (int)ctx->args[1];
+    int flags = (int)ctx->args[2];
+    if (ret <= 0 || (flags & MSG_PEEK_FLAG))
+        return 0;
     u64 now = bpf_ktime_get_ns();
     u64 sk = ctx->args[0];
-    struct sk_t *s = learn(sk, bpf_get_current_pid_tgid() >> 32, c, w, st);
+    struct window_t *w;
+    struct stats_t *st;
+    struct sk_t *s = own_socket(sk, &w, &st);
     if (!s)
         return 0;
     u32 after = read_u32(sk + OFF_COPIED_SEQ);
@@ -355,15 +367,9 @@ RAW_TRACEPOINT_PROBE(sock_send_length) {
     int ret = (int)ctx->args[1];
     if (ret <= 0)
         return 0;
-    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
-    if (!c)
-        return 0;
-    u32 zero = 0;
-    struct window_t *w = window.lookup(&zero);
-    struct stats_t *st = stats.lookup(&zero);
-    if (!w || !w->active || !st)
-        return 0;
-    struct sk_t *s = learn(ctx->args[0], bpf_get_current_pid_tgid() >> 32, c, w, st);
+    struct window_t *w;
+    struct stats_t *st;
+    struct sk_t *s = own_socket(ctx->args[0], &w, &st);
     if (!s || !s->pending)
         return 0;
     s->pending = 0;
@@ -413,19 +419,5 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state) {
     if (!c || !c->tgid || !w || !w->active || !st)
         return 0;
     learn((u64)args->skaddr, 0, c, w, st);
-    return 0;
-}
-
-TRACEPOINT_PROBE(task, task_newtask) {
-    tree_fork(args->clone_flags, args->pid);
-    return 0;
-}
-
-TRACEPOINT_PROBE(sched, sched_process_exit) {
-    u64 id = bpf_get_current_pid_tgid();
-    u32 tid = id, tgid = id >> 32;
-    struct cfg_t *c = in_tree(tgid);
-    if (c)
-        tree_exit(c, tid, tgid);
     return 0;
 }

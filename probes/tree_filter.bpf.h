@@ -6,7 +6,9 @@
 // (`children.lookup(...)`) only in the main source, so a header BCC opened itself could declare the
 // maps but not use them.
 //
-// The including file defines `struct cfg_t` first, with at least `u32 tgid; u32 nchildren;`.
+// The including file defines `struct cfg_t` first, with at least `u32 tgid; u32 nchildren;`, and
+// TREE_TRACEPOINTS when the tree's fork/exit bookkeeping needs nothing of its own (a set that counts
+// forks and exits, like counting.bpf.c, writes these two tracepoints itself around tree_fork/tree_exit).
 // cflags: -DTRACK_CHILDREN=0|1
 
 #define CLONE_THREAD_FLAG 0x00010000ULL
@@ -61,3 +63,20 @@ static __always_inline int tree_exit(struct cfg_t *c, u32 tid, u32 tgid) {
     return 0;
 #endif
 }
+
+#ifdef TREE_TRACEPOINTS
+TRACEPOINT_PROBE(task, task_newtask) {
+    tree_fork(args->clone_flags, args->pid);
+    return 0;
+}
+
+// `current` is the exiting thread.
+TRACEPOINT_PROBE(sched, sched_process_exit) {
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = id, tgid = id >> 32;
+    struct cfg_t *c = in_tree(tgid);
+    if (c)
+        tree_exit(c, tid, tgid);
+    return 0;
+}
+#endif

@@ -14,6 +14,8 @@ import os
 import pytest
 
 from helpers import require_bpf
+from netprof.profiler.loader_client import Loader
+from netprof.profiler.procs import ProcessGroup
 
 # Every process this test session starts inherits this tag, so leftover checks see only our own
 # processes (not those of another session running on the same machine).
@@ -24,6 +26,24 @@ os.environ["NETPROF_TEST_TAG"] = TEST_TAG
 @pytest.fixture
 def bpf():
     require_bpf()
+
+
+@pytest.fixture
+def group():
+    """A ProcessGroup that stops whatever a test started in it."""
+    with ProcessGroup() as g:
+        yield g
+
+
+@pytest.fixture
+def loader(group):
+    """A started netprof-loader; afterwards checks it was stopped and reaped: nothing left behind."""
+    ldr = Loader.start(group)
+    yield ldr
+    pid = ldr.pid
+    group.stop_all()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def _needs_bpf(item) -> bool:

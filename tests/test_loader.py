@@ -102,22 +102,6 @@ def check_stats(s: dict, connections: int, duration: float) -> None:
     assert 0 <= s["loader_cpu"]["cpu_frac"] < 2.5  # per worker thread; a little over 1 = clock noise
 
 
-@pytest.fixture
-def group():
-    with ProcessGroup() as g:
-        yield g
-
-
-@pytest.fixture
-def loader(group):
-    ldr = Loader.start(group)
-    yield ldr
-    pid = ldr.pid
-    group.stop_all()
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # stopped and reaped: nothing left behind
-
-
 # ---- one-shot mode ----
 
 

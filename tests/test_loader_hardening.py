@@ -19,15 +19,8 @@ from test_loader import check_stats, one_shot, start_echo
 
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.paths import loader_binary
-from netprof.profiler.procs import ProcessGroup
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-
-
-@pytest.fixture
-def group():
-    with ProcessGroup() as g:
-        yield g
 
 
 def require_root() -> None:

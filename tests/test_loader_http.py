@@ -108,17 +108,6 @@ HTTP_ERROR_KINDS = {"connect", "reset", "timeout", "mismatch", "malformed", "tru
                     "http_3xx", "http_4xx", "http_5xx"}
 
 
-@pytest.fixture
-def group():
-    with ProcessGroup() as g:
-        yield g
-
-
-@pytest.fixture
-def loader(group):
-    return Loader.start(group)
-
-
 def start_server(group: ProcessGroup, source: str, *args: str) -> int:
     proc = group.spawn("server", [sys.executable, "-c", source, *args])
     return int(proc.wait_line("ready", 10).split()[1])

@@ -737,26 +737,15 @@ class Coordinator {
     st.pipeline = req_.pipeline;
     st.protocol = req_.protocol;
     st.request_bytes = req_.request_bytes.size();
-    bool no_connection = false;
-    try {
-      no_connection = play(out);
-    } catch (const std::bad_alloc&) {
-      fail(out, err::kInternal, "out of memory");
-    } catch (const std::exception& e) {
-      fail(out, err::kInternal, e.what());
-    }
+    const bool no_connection = play_guarded(out, [&] { return play(out); });
     if (sh_.failed.load()) {
       std::lock_guard<std::mutex> lock(sh_.failure_mu);
-      fail(out, err::kInternal, sh_.failure);
+      fail_run(out, err::kInternal, sh_.failure);
     }
-    bool aborted = out.error_kind || out.client_gone || out.signalled;
-    if (aborted) {
-      // Close the window now: echoes completing from here on are not counted.
-      window_.cut(now_ns());
+    // Echoes completing after a cut are not counted: the workers read the published bounds.
+    const bool aborted = end_window(window_, out, [&] {
       if (window_.fixed()) sh_.publish(window_.bounds());
-    }
-    // Always closes a window it opened, also on abort, so the profiler's snapshots pair up.
-    if (!window_.close(!out.client_gone)) out.client_gone = true;
+    });
     stop_workers();
 
     // Merge.
@@ -780,12 +769,6 @@ class Coordinator {
   }
 
  private:
-  static void fail(RunOutcome& out, const char* kind, std::string msg) {
-    if (out.error_kind) return;  // the first failure is the reason
-    out.error_kind = kind;
-    out.error_message = std::move(msg);
-  }
-
   // Connect phase, warm-up and window. True when no connection could be made.
   bool play(RunOutcome& out) {
     sh_.req = &req_;
@@ -822,7 +805,7 @@ class Coordinator {
       return false;
     }
     if (up == 0) {
-      fail(out, err::kConnect, "");  // message built after the workers stopped (it needs their counts)
+      fail_run(out, err::kConnect, "");  // message built after the workers stopped (it needs their counts)
       return true;
     }
     // 2. Warm-up, then the window. Its boundaries are fixed before the first ping, so workers
@@ -841,8 +824,9 @@ class Coordinator {
       }
     }
     if (backend_gone() && !window_.closed())
-      fail(out, err::kBackendGone,
-           "the backend closed or reset all " + std::to_string(up) + " connections mid-run (did it crash or exit?)");
+      fail_run(
+          out, err::kBackendGone,
+          "the backend closed or reset all " + std::to_string(up) + " connections mid-run (did it crash or exit?)");
     return false;
   }
 
@@ -938,6 +922,33 @@ bool take_signal(int signal_fd) {
     n = read(signal_fd, &si, sizeof si);
   } while (n < 0 && errno == EINTR);
   return n == ssize_t(sizeof si);
+}
+
+void fail_run(RunOutcome& out, const char* kind, std::string msg) {
+  if (out.error_kind) return;
+  out.error_kind = kind;
+  out.error_message = std::move(msg);
+}
+
+bool play_guarded(RunOutcome& out, const std::function<bool()>& play) {
+  try {
+    return play();
+  } catch (const std::bad_alloc&) {
+    fail_run(out, err::kInternal, "out of memory");
+  } catch (const std::exception& e) {
+    fail_run(out, err::kInternal, e.what());
+  }
+  return false;
+}
+
+bool end_window(RunWindow& window, RunOutcome& out, const std::function<void()>& on_cut) {
+  const bool aborted = out.error_kind || out.client_gone || out.signalled;
+  if (aborted) {
+    window.cut(now_ns());
+    if (on_cut) on_cut();
+  }
+  if (!window.close(!out.client_gone)) out.client_gone = true;
+  return aborted;
 }
 
 bool client_ok(ClientPoll poll, RunOutcome& out) {

@@ -40,6 +40,22 @@ struct RunOutcome {
 // Turns the client's poll result into the outcome; false when the run must stop.
 bool client_ok(ClientPoll poll, RunOutcome& out);
 
+// Records a failure of the run unless one is recorded already: the first failure is the reason,
+// later ones are its consequences.
+void fail_run(RunOutcome& out, const char* kind, std::string msg);
+
+// Runs an engine's play (connect phase, warm-up and window) and turns an exception into the
+// outcome's failure. Returns what play returned (true: no connection could be made), false on an
+// exception.
+bool play_guarded(RunOutcome& out, const std::function<bool()>& play);
+
+class RunWindow;
+
+// Ends a run's window the same way in both engines: an aborted run (error, client gone, signal) is
+// cut short now (`on_cut` runs after the cut), and the window is always closed, also on abort, so
+// the profiler's snapshots pair up. Returns whether the run aborted.
+bool end_window(RunWindow& window, RunOutcome& out, const std::function<void()>& on_cut = {});
+
 // Descriptors a run needs beyond one per connection (epoll, eventfds, control sockets, stdio).
 constexpr int kFdReserve = 64;
 

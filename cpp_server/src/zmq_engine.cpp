@@ -78,37 +78,27 @@ class ZmqRun {
     rlimit rl{};
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         rlim_t(2) * rlim_t(N) + kFdReserve > rl.rlim_cur) {
-      fail(out, err::kBadRequest,
-           "connections=" + std::to_string(N) +
-               " exceeds the open-file limit in zmq mode: each DEALER needs 2 descriptors and "
-               "RLIMIT_NOFILE (ulimit -n) is " +
-               std::to_string(rl.rlim_cur) + "; use at most " +
-               std::to_string(rl.rlim_cur > kFdReserve ? (rl.rlim_cur - kFdReserve) / 2 : 0) +
-               " connections or raise `ulimit -n`");
+      fail_run(out, err::kBadRequest,
+               "connections=" + std::to_string(N) +
+                   " exceeds the open-file limit in zmq mode: each DEALER needs 2 descriptors and "
+                   "RLIMIT_NOFILE (ulimit -n) is " +
+                   std::to_string(rl.rlim_cur) + "; use at most " +
+                   std::to_string(rl.rlim_cur > kFdReserve ? (rl.rlim_cur - kFdReserve) / 2 : 0) +
+                   " connections or raise `ulimit -n`");
       return out;
     }
     ctx_.reset(zmq_ctx_new());
     if (!ctx_ || zmq_ctx_set(ctx_.get(), ZMQ_IO_THREADS, kIoThreads) < 0 ||
         zmq_ctx_set(ctx_.get(), ZMQ_MAX_SOCKETS, N + 16) < 0) {
-      fail(out, err::kBadRequest,
-           "cannot create a ZeroMQ context for " + std::to_string(N) + " sockets (limit " +
-               std::to_string(ctx_ ? zmq_ctx_get(ctx_.get(), ZMQ_SOCKET_LIMIT) : 0) +
-               "): " + zmq_strerror(zmq_errno()));
+      fail_run(out, err::kBadRequest,
+               "cannot create a ZeroMQ context for " + std::to_string(N) + " sockets (limit " +
+                   std::to_string(ctx_ ? zmq_ctx_get(ctx_.get(), ZMQ_SOCKET_LIMIT) : 0) +
+                   "): " + zmq_strerror(zmq_errno()));
       return out;
     }
 
-    bool no_connection = false;
-    try {
-      no_connection = play(out);
-    } catch (const std::bad_alloc&) {
-      fail(out, err::kInternal, "out of memory");
-    } catch (const std::exception& e) {
-      fail(out, err::kInternal, e.what());
-    }
-    bool aborted = out.error_kind || out.client_gone || out.signalled;
-    if (aborted) window_.cut(now_ns());  // echoes from here on are not counted
-    // Always closes a window it opened, also on abort, so the profiler's snapshots pair up.
-    if (!window_.close(!out.client_gone)) out.client_gone = true;
+    const bool no_connection = play_guarded(out, [&] { return play(out); });
+    const bool aborted = end_window(window_, out);
 
     st.init_counts(N);
     for (size_t i = 0; i < conns_.size(); i++) {
@@ -129,12 +119,6 @@ class ZmqRun {
   }
 
  private:
-  static void fail(RunOutcome& out, const char* kind, std::string msg) {
-    if (out.error_kind) return;  // the first failure is the reason
-    out.error_kind = kind;
-    out.error_message = std::move(msg);
-  }
-
   // Connect phase, warm-up and window. True when no DEALER came up.
   bool play(RunOutcome& out) {
     const int N = req_.connections;
@@ -172,7 +156,7 @@ class ZmqRun {
             return false;
           }
           if (up_ == 0) {
-            fail(out, err::kConnect, "");  // message built by run() (it needs the counts)
+            fail_run(out, err::kConnect, "");  // message built by run() (it needs the counts)
             return true;
           }
           window_.fix(now);
@@ -204,7 +188,7 @@ class ZmqRun {
       int rc = zmq_poll(items_.data(), int(items_.size()), timeout_ms);
       if (rc < 0) {
         if (zmq_errno() == EINTR) continue;
-        fail(out, err::kInternal, std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
+        fail_run(out, err::kInternal, std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
         return false;
       }
       if (rc == 0) continue;
