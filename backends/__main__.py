@@ -1,8 +1,12 @@
 """`python -m netprof.backends NAME --port P [--work MODEL] [--workers N] [--msize N]
 [--framing message|stream]` and `--list`.
 
-Exit codes: 0 served and done (peer closed everything, or SIGTERM/SIGINT); 1 runtime failure;
-2 bad arguments; 3 a missing optional dependency (the message names the fix).
+A backend serves until it is told to stop, by SIGTERM or SIGINT, never because its connections
+came and went (any local process may connect and close right after `ready`); netprof stops it after
+each cell and counts anything but a clean exit 0 as a failed cell.
+
+Exit codes: 0 stopped by SIGTERM/SIGINT, cleanly (every process it started is gone); 1 runtime
+failure; 2 bad arguments; 3 a missing optional dependency (the message names the fix).
 """
 
 from __future__ import annotations

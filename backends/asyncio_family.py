@@ -18,17 +18,16 @@ import functools
 import importlib
 import socket
 
-from .common import BACKLOG, STOP_SIGNALS, ConnTracker, Framer, Options, announce_ready, echo_pull_async, nodelay
+from .common import BACKLOG, STOP_SIGNALS, Framer, Options, announce_ready, echo_pull_async, nodelay
 
 # --- the three styles. Each starts serving and returns a function that stops accepting. ---
 
 
-async def start_streams(listener, work, tracker, on_closed, framer: Framer):
+async def start_streams(listener, work, framer: Framer):
     first, whole = framer.first, framer.whole
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         nodelay(writer.get_extra_info("socket"))
-        tracker.opened()
         try:
             while data := await reader.read(first):
                 if len(data) < whole and not (data := await framer.finish_async(reader.read, data)):
@@ -41,7 +40,10 @@ async def start_streams(listener, work, tracker, on_closed, framer: Framer):
             pass
         finally:
             writer.close()
-            on_closed()
+            try:  # takes the reset the stream saw (else "Future exception was never retrieved")
+                await writer.wait_closed()
+            except ConnectionError:
+                pass
 
     # backlog: with sock=, asyncio calls listen() again with this value (default 100).
     server = await asyncio.start_server(handle, sock=listener, backlog=BACKLOG)
@@ -52,29 +54,24 @@ class EchoProtocol(asyncio.Protocol):
     """data_received is the connection's common.Splitter: stream framing echoes what came, message
     framing does work() and write() once per whole message."""
 
-    def __init__(self, work, tracker, on_closed, framer: Framer):
-        self.tracker, self.on_closed = tracker, on_closed
+    def __init__(self, work, framer: Framer):
         self.splitter = framer.splitter(work)
         # The splitter's feed stands in for the method: one call less per read.
         self.data_received = self.splitter.feed  # type: ignore[method-assign]
 
     def connection_made(self, transport):
         nodelay(transport.get_extra_info("socket"))
-        self.tracker.opened()
         self.splitter.write = transport.write
 
-    def connection_lost(self, exc):
-        self.on_closed()
 
-
-async def start_proto(listener, work, tracker, on_closed, framer: Framer):
+async def start_proto(listener, work, framer: Framer):
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: EchoProtocol(work, tracker, on_closed, framer),
+    server = await loop.create_server(lambda: EchoProtocol(work, framer),
                                       sock=listener, backlog=BACKLOG)
     return server.close
 
 
-async def start_sock(listener, work, tracker, on_closed, framer: Framer):
+async def start_sock(listener, work, framer: Framer):
     loop = asyncio.get_running_loop()
     tasks = set()  # the loop keeps only weak references to tasks
 
@@ -86,14 +83,12 @@ async def start_sock(listener, work, tracker, on_closed, framer: Framer):
             pass
         finally:
             conn.close()
-            on_closed()
 
     async def accept_loop():
         while True:
             conn, _ = await loop.sock_accept(listener)
             conn.setblocking(False)
             nodelay(conn)
-            tracker.opened()
             task = loop.create_task(echo(conn))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -109,8 +104,8 @@ LOOPS = {"uvloop": "uvloop", "rloop": "rloop"}
 
 
 async def main(start, listener, work, framer, eager=False):
-    """Serve with `start(listener, work, tracker, on_closed, framer)` (a style above, or another
-    asyncio-based framework's, see tornado_backend) until every connection closed or a stop signal."""
+    """Serve with `start(listener, work, framer)` (a style above, or another asyncio-based
+    framework's, see tornado_backend) until SIGTERM/SIGINT."""
     loop = asyncio.get_running_loop()
     if eager:  # Python >= 3.12 (registry min_python): a new task runs at once, up to its first await
         loop.set_task_factory(asyncio.eager_task_factory)
@@ -120,15 +115,10 @@ async def main(start, listener, work, framer, eager=False):
         if not finished.done():
             finished.set_result(None)
 
-    def on_closed():
-        if tracker.closed():
-            finish()
-
-    tracker = ConnTracker()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, finish)
     port = listener.getsockname()[1]
-    stop = await start(listener, work, tracker, on_closed, framer)
+    stop = await start(listener, work, framer)
     announce_ready(port)  # rloop's create_server detaches the listen socket: ask for its port before
     await finished
     stop()

@@ -1,5 +1,9 @@
 """What every backend shares: options, the listen socket, the ready line, the work model, and the
-"exit once every connection is closed" bookkeeping.
+stop-signal plumbing.
+
+A backend serves until netprof stops it (SIGTERM, or SIGINT from a Ctrl-C), then exits 0 with every
+process it started gone. It never exits because its connections came and went: any local process
+may connect and close right after `ready`.
 
 The backends themselves stay small and idiomatic; anything that is harness plumbing rather than a
 serving model lives here, once.
@@ -18,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 # One recv reads at most this much under stream framing; also the C++ backends' buffer size.
 BUFSIZE = 65536
@@ -128,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m netprof.backends",
         description="Run one echo backend under test. Prints `ready <pid> <port>` once it accepts "
-                    "connections, echoes every byte, exits 0 when the peer has closed every "
-                    "connection (after at least one) or on SIGTERM/SIGINT.")
+                    "connections, echoes every byte, and serves until SIGTERM/SIGINT, then exits 0 "
+                    "(connections coming and going never end it).")
     p.add_argument("name", nargs="?", help="backend name (see --list)")
     p.add_argument("--list", action="store_true", help="print the backends and exit")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -139,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "| poisson-spin:MEAN (applied once per message under message framing, once "
                         "per recv that returned data under stream framing)")
     p.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
-                   help=f"processes/threads for prefork, prethread, select_prethread (default {DEFAULT_WORKERS})")
+                   help="processes/threads for prefork, prethread, select_prethread, gunicorn_sync "
+                        f"(default {DEFAULT_WORKERS})")
     p.add_argument("--msize", type=int, default=DEFAULT_MSIZE, metavar="N",
                    help=f"message size in bytes, 1..{MAX_MSIZE} (default {DEFAULT_MSIZE}); used by message framing")
     p.add_argument("--framing", default=FRAMINGS[0], choices=FRAMINGS,
@@ -306,8 +312,7 @@ def exit_on_stop_signals() -> None:
 
 
 class StopWakeup:
-    """A socket the main thread of a multi-threaded backend sleeps on: readable on SIGTERM/SIGINT
-    and on notify() (any thread: "all connections closed").
+    """A socket the main thread of a multi-threaded backend sleeps on: readable on SIGTERM/SIGINT.
 
     A Python-level handler that raises is not enough once other threads run: the handler runs only
     when the main thread executes bytecode and notices the pending signal, and a main thread
@@ -323,9 +328,6 @@ class StopWakeup:
         for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: None)  # a Python handler makes the wakeup fd hear it
 
-    def notify(self) -> None:
-        self._w.send(b"\0")
-
     def woken(self) -> bool:
         """Drain the socket (call when select() says readable); True if it is time to stop."""
         try:
@@ -338,6 +340,17 @@ class StopWakeup:
             select.select([self.sock], [], [])
             if self.woken():
                 return
+
+    def exit_if_requested(self) -> None:
+        """For a serving thread that just finished a connection: exit 0 at once if a stop signal has
+        come (peeked, not consumed). With thousands of threads contending for the GIL (thread per
+        connection once the peer closed them all), the main thread can wait tens of seconds for its
+        turn to act on the signal; whichever thread runs first ends the process instead."""
+        try:
+            if self.sock.recv(1, socket.MSG_PEEK):
+                os._exit(0)  # nothing to clean up that the kernel does not: sockets, threads
+        except BlockingIOError:
+            pass
 
 
 def start_thread(target, *args) -> threading.Thread:
@@ -352,48 +365,13 @@ def start_thread(target, *args) -> threading.Thread:
     return thread
 
 
-# --------------------------------------------------------------------------------------------
-# "All connections closed" bookkeeping
-
-
-class ConnTracker:
-    """Counts connections so a backend can exit once the peer has closed all of them.
-
-    Thread-safe (the lock is taken once per connection open/close, never per message).
-    `done` is set when, after at least one accepted connection, none is open any more.
-    """
-
-    def __init__(self, on_done=None) -> None:
-        self.on_done = on_done  # also called (from the closing thread) when done
-        self.accepted = 0
-        self.open = 0
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-
-    def opened(self) -> None:
-        with self._lock:
-            self.accepted += 1
-            self.open += 1
-
-    def closed(self) -> bool:
-        """Record one closed connection; True if that was the last one."""
-        with self._lock:
-            self.open -= 1
-            last = self.open == 0
-        if last:
-            self.done.set()
-            if self.on_done:
-                self.on_done()
-        return last
-
-
 def die(msg: str, code: int = 1):
     """One-line error and exit, from the main thread."""
     print(f"netprof.backends: {msg}", file=sys.stderr, flush=True)
     raise SystemExit(code)
 
 
-def fatal(msg: str) -> None:
+def fatal(msg: str) -> NoReturn:
     """One-line error and exit 1 from any thread: a serving thread that cannot go on (fd limit,
     no more threads) must not leave a half-dead server the orchestrator would see as a stall."""
     print(f"netprof.backends: {msg}", file=sys.stderr, flush=True)

@@ -2,8 +2,8 @@
 
 Python makes the listen socket and prints the ready line; the C++ loop then serves without the
 GIL, under --msize/--framing (Framing and Receiver in backends.hpp: recv(msize - have) per
-connection, as the Python pull-style backends do), and returns on SIGTERM or once every connection
-is closed.
+connection, as the Python pull-style backends do), and returns on SIGTERM/SIGINT (only then:
+connections coming and going never end it).
 """
 
 from __future__ import annotations

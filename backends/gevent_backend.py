@@ -13,22 +13,16 @@ import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from .common import STOP_SIGNALS, ConnTracker, Options, announce_ready, echo_blocking, nodelay
+from .common import STOP_SIGNALS, Options, announce_ready, echo_blocking, nodelay
 
 
 def serve(name: str, listener: socket.socket, opts: Options) -> None:
     work, framer = opts.work.callable(), opts.framer()
-    tracker = ConnTracker()
-    finished = Event()
+    finished = Event()  # set by SIGTERM/SIGINT
 
     def handle(sock, address):
         nodelay(sock)
-        tracker.opened()
-        try:
-            echo_blocking(sock, work, framer)  # sock.recv(msize - have) under message framing
-        finally:
-            if tracker.closed():
-                finished.set()
+        echo_blocking(sock, work, framer)  # sock.recv(msize - have) under message framing
 
     # A ready-made listening socket is used as it is, and gevent accepts on it directly when its
     # watcher fires: it must be non-blocking (as gevent's own listeners are), or a wakeup without

@@ -1,10 +1,10 @@
 """Process-based models from the socket-patterns seed: `fork` (a child per connection) and
 `prefork` (--workers children sharing the listen socket).
 
-The parent only supervises. It sleeps in a selector on the listen socket (fork) or on a pipe the
-workers report to (prefork), plus the signal wakeup fd, so SIGCHLD and SIGTERM are handled in the
-loop rather than inside signal handlers. It counts connections, and once every accepted connection
-is closed, or on SIGTERM, it terminates and reaps every child and exits 0.
+The parent only supervises. It sleeps in a selector on the listen socket (fork) and the signal
+wakeup fd, so SIGCHLD and SIGTERM are handled in the loop rather than inside signal handlers. It
+reaps children as they exit and serves until SIGTERM/SIGINT; then it terminates and reaps every
+child and exits 0.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 import sys
 import traceback
 
-from .common import STOP_SIGNALS, ConnTracker, Options, announce_ready, die, echo_blocking, nodelay
+from .common import STOP_SIGNALS, Options, announce_ready, die, echo_blocking, nodelay
 from .selector_family import SelectorServer
 
 PR_SET_PDEATHSIG = 1
@@ -117,7 +117,6 @@ def child_exit(serve_fn, *args) -> None:
 def serve_fork(listener, opts):
     sup = Supervisor()
     work, framer = opts.work.callable(), opts.framer()
-    tracker = ConnTracker()  # opened() per accepted connection, closed() per reaped child
 
     def accept(listener):
         try:
@@ -130,36 +129,17 @@ def serve_fork(listener, opts):
             listener.close()
             child_exit(echo_blocking, conn, work, framer)
         conn.close()  # the child has its own copy
-        tracker.opened()
 
     listener.setblocking(False)
     sup.sel.register(listener, selectors.EVENT_READ, accept)
     announce_ready(listener)
-    while not sup.terminated and not tracker.done.is_set():
+    while not sup.terminated:
         sup.poll()
-        for _ in sup.reap():
-            tracker.closed()
+        sup.reap()  # a connection's child that is done (SIGCHLD woke the poll)
     sup.shutdown()
 
 
 # --- prefork: N workers, each a selector loop on the shared listen socket ---
-
-
-class ReportingTracker(ConnTracker):
-    """A worker's tracker that also tells the parent, one byte per event on a shared pipe
-    (writes this small are atomic), so the parent can count connections across workers."""
-
-    def __init__(self, pipe_w: int):
-        super().__init__()
-        self.pipe_w = pipe_w
-
-    def opened(self):
-        super().opened()
-        os.write(self.pipe_w, b"+")
-
-    def closed(self):
-        os.write(self.pipe_w, b"-")
-        return super().closed()
 
 
 def serve_prefork(listener, opts):
@@ -168,26 +148,13 @@ def serve_prefork(listener, opts):
     worker runs a selector loop over the connections it accepts from the shared listen socket, as
     multi-process servers with persistent connections do (nginx and gunicorn's async workers)."""
     sup = Supervisor()
-    pipe_r, pipe_w = os.pipe()
     for _ in range(opts.workers):
         if sup.fork() == 0:
-            os.close(pipe_r)
-            server = SelectorServer(listener, opts.work.callable(), ReportingTracker(pipe_w), opts.framer())
+            server = SelectorServer(listener, opts.work.callable(), opts.framer())
             child_exit(server.serve_forever)
-    os.close(pipe_w)
-    accepted = open_ = 0
     failed = None
-
-    def on_report(fd):
-        nonlocal accepted, open_
-        events = os.read(fd, 65536)
-        opened = events.count(b"+")
-        accepted += opened
-        open_ += opened - events.count(b"-")
-
-    sup.sel.register(pipe_r, selectors.EVENT_READ, on_report)
     announce_ready(listener)
-    while not sup.terminated and not (accepted and not open_):
+    while not sup.terminated:
         sup.poll()
         for pid, code in sup.reap():
             if -code in STOP_SIGNALS:  # Ctrl-C to the whole group, or someone stopping workers

@@ -8,6 +8,7 @@ machine that lacks an optional dependency.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import platform
 import sys
 from dataclasses import dataclass
@@ -23,6 +24,11 @@ FIXES = {
     "zmq": "pip install pyzmq",
     "aiozmq": "pip install 'aiozmq[rpc]'",
     "aiozmq.rpc": "pip install 'aiozmq[rpc]' (aiozmq.rpc needs msgpack)",
+    # The HTTP servers, pinned in pyproject.toml: `make setup` installs them into netprof's venv; the
+    # --python environments install profiler/interp-requirements.txt, which does not list them yet.
+    **{mod: f"pip install '{mod}=={pin}' (netprof's own venv: make setup)" for mod, pin in (
+        ("aiohttp", "3.14.*"), ("uvicorn", "0.54.*"), ("h11", "0.16.*"), ("httptools", "0.9.*"),
+        ("granian", "2.8.*"), ("gunicorn", "27.0.*"))},
 }
 
 
@@ -30,7 +36,13 @@ READS = {
     "exact": "asks each receive for the bytes that complete the current message (recv(msize - have))",
     "split": "a callback gets whatever arrived and splits it into whole messages",
     "frames": "ZeroMQ frames: each receive is one whole message already",
+    "http": "the server's own HTTP parser: --msize and --framing change nothing",
 }
+
+# What a backend speaks (BackendInfo.protocol) is what the loader speaks to it: "echo" (msize bytes
+# echoed back) or "http", the TechEmpower plaintext test: this one request, answered
+# `200 Hello, World!` (text/plain) by every HTTP backend (backends/http_common.py serves this path).
+HTTP_REQUEST = "GET /plaintext"
 
 
 class UnknownBackend(LookupError):
@@ -49,14 +61,23 @@ class BackendInfo:
     transport: str = "tcp"  # how the loader talks to it: "tcp" (byte echo) or "zmq" (ROUTER echoing frames)
     # How it reads under message framing (READS): "exact" asks the kernel for msize - have,
     # "split" gets what arrived (a data_received callback) and splits it into messages, "frames"
-    # receives ZeroMQ messages (already whole; --msize/--framing change nothing).
+    # receives ZeroMQ messages (already whole; --msize/--framing change nothing), "http" parses
+    # HTTP requests its own way (the HTTP backends: --framing does not apply).
     reads: str = "exact"
     min_python: tuple[int, int] = (3, 11)  # the oldest CPython it runs on (pyproject: >= 3.11)
+    # What the loader speaks to it: "echo" (the ping-pong) or "http" (HTTP_REQUEST over HTTP/1.1);
+    # a run's protocol comes from its built-in backends (profiler/plan.py).
+    protocol: str = "echo"
 
 
 def _b(name, family, description, module, requires=(), **kw) -> BackendInfo:
-    kw.setdefault("reads", "frames" if kw.get("transport") == "zmq" else "exact")
+    if "reads" not in kw:
+        kw["reads"] = "frames" if kw.get("transport") == "zmq" else "http" if kw.get("protocol") == "http" else "exact"
     return BackendInfo(name, family, description, f"{_PKG}.{module}", tuple(requires), **kw)
+
+
+def _http(name, family, description, module, requires=(), **kw) -> BackendInfo:
+    return _b(name, family, description, module, requires, protocol="http", **kw)
 
 
 _ALL = [
@@ -102,7 +123,7 @@ _ALL = [
     # rloop's streams and Protocol styles (`rloop`, `rloop_proto`; asyncio_family serves them) are left
     # out: rloop 0.5's transport treats a read error such as ECONNRESET like EAGAIN, so a peer that
     # resets (the loader closing with a reply unread) never reaches connection_lost: the handler
-    # waits forever, the fd leaks and the backend never sees "all connections closed".
+    # waits forever and the fd leaks, one per reset connection.
     _b("rloop_sock", "rloop", "raw sockets (as asyncio_sock) on rloop.new_event_loop() (the Rust loop)",
        "asyncio_family", ["rloop"]),
     _b("trio", "trio", "trio.serve_listeners, a task per connection: SocketStream.receive_some / send_all",
@@ -119,6 +140,27 @@ _ALL = [
        ["twisted"], reads="split"),
     _b("socketserver", "threads", "socketserver.ThreadingTCPServer + StreamRequestHandler (rfile / wfile)",
        "socketserver_backend"),
+    # The HTTP servers people deploy (issue 18), each serving the TechEmpower plaintext test
+    # (HTTP_REQUEST), one worker pinned with the backend unless several workers are the point.
+    _http("http_asyncio", "asyncio", "the floor: an asyncio Protocol parsing HTTP/1.1 itself; the replies to "
+          "pipelined requests that arrive together go out in one write", "http_asyncio"),
+    _http("aiohttp", "aiohttp", "aiohttp web.Application on asyncio's loop (AppRunner + SockSite)", "http_aiohttp",
+          ["aiohttp"]),
+    _http("uvicorn_h11", "uvicorn", "uvicorn, a bare ASGI app, asyncio's loop + h11", "http_uvicorn",
+          ["uvicorn", "h11"]),
+    _http("uvicorn_httptools", "uvicorn", "uvicorn, a bare ASGI app, uvloop + httptools", "http_uvicorn",
+          ["uvicorn", "httptools", "uvloop"]),
+    _http("granian_asgi", "granian", "granian (Rust HTTP/1), a bare ASGI app on uvloop, 1 worker process",
+          "http_granian", ["granian", "uvloop"], multiprocess=True),
+    _http("granian_rsgi", "granian", "granian (Rust HTTP/1), an RSGI app on uvloop, 1 worker process",
+          "http_granian", ["granian", "uvloop"], multiprocess=True),
+    _http("gunicorn_sync", "gunicorn", "gunicorn, --workers sync workers (default 2), a WSGI app (closes the "
+          "connection after every response: sync workers do not keep alive)", "http_gunicorn", ["gunicorn"],
+          multiprocess=True),
+    _http("gunicorn_gevent", "gunicorn", "gunicorn, 1 gevent worker (keep-alive), a WSGI app", "http_gunicorn",
+          ["gunicorn", "gevent"], multiprocess=True),
+    _http("tornado_http", "tornado", "tornado.web.Application + HTTPServer on asyncio's loop", "http_tornado",
+          ["tornado"]),
     # For netprof's own tests.
     _b("unfair", "selector", "TEST ONLY: selector loop that favours its oldest connection (starvation)",
        "selector_family", test_only=True),
@@ -151,6 +193,25 @@ def python_requirement(info: BackendInfo) -> str | None:
     newer = " or ".join(f"{major}.{minor}" for major, minor in PYTHONS if (major, minor) >= info.min_python)
     return (f"backend {info.name!r} needs Python >= {need} (this is {platform.python_version()}): "
             f"run it with --python {newer or need}")
+
+
+def uninstalled_requirement(info: BackendInfo) -> str | None:
+    """python_requirement, or a one-line message naming the fix when an optional import of the
+    backend is not installed on this interpreter. Imports none of them (a module search only:
+    cheap enough for `netprof list`); missing_requirement is the full check."""
+    if why := python_requirement(info):
+        return why
+    for mod in info.requires:
+        try:
+            # a top-level name is searched without importing anything; the C++ module's parent is
+            # netprof.backends, imported already
+            found = importlib.util.find_spec(mod if mod == CPP_MODULE else mod.partition(".")[0]) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            what = "the C++ backends module" if mod == CPP_MODULE else mod
+            return f"needs {what}, which is not installed; fix: {FIXES.get(mod, 'pip install ' + mod)}"
+    return None
 
 
 def missing_requirement(info: BackendInfo) -> str | None:

@@ -16,7 +16,7 @@ import selectors
 import socket
 import time
 
-from .common import ConnTracker, Framer, Options, announce_ready, die, exit_on_stop_signals, nodelay
+from .common import Framer, Options, announce_ready, die, exit_on_stop_signals, nodelay
 
 
 class SelectorServer:
@@ -26,15 +26,15 @@ class SelectorServer:
     woken accept() may find the connection already taken by another worker, which is fine.
     """
 
-    def __init__(self, listener, work, tracker: ConnTracker, framer: Framer):
-        self.listener, self.work, self.tracker, self.framer = listener, work, tracker, framer
+    def __init__(self, listener, work, framer: Framer):
+        self.listener, self.work, self.framer = listener, work, framer
         self.sel = selectors.DefaultSelector()
         self.pending: dict = {}  # conn -> bytes not yet sent
         listener.setblocking(False)
         self.sel.register(listener, selectors.EVENT_READ, self.accept)
 
-    def serve_forever(self, until=None):
-        while until is None or not until.is_set():
+    def serve_forever(self):
+        while True:  # until a stop signal (SystemExit) or the process is killed
             for key, _ in self.sel.select():
                 key.data(key.fileobj)
 
@@ -45,7 +45,6 @@ class SelectorServer:
             return None
         conn.setblocking(False)
         nodelay(conn)
-        self.tracker.opened()
         self.sel.register(conn, selectors.EVENT_READ, self.read)
         return conn
 
@@ -87,7 +86,6 @@ class SelectorServer:
         self.pending.pop(conn, None)
         self.framer.forget(conn)
         conn.close()
-        self.tracker.closed()
 
 
 class UnfairServer(SelectorServer):
@@ -126,10 +124,9 @@ class UnfairServer(SelectorServer):
 
 
 def serve_selector(listener, work, framer, server_cls=SelectorServer):
-    tracker = ConnTracker()
-    server = server_cls(listener, work, tracker, framer)
+    server = server_cls(listener, work, framer)
     announce_ready(listener)
-    server.serve_forever(until=tracker.done)
+    server.serve_forever()
 
 
 # --- select.select, as in the socket-patterns seed ---
@@ -143,18 +140,16 @@ def check_select_fd(conn):
             "backends serve at most about 1000 connections")
 
 
-def accept_for_select(listener, tracker, blocking: bool):
-    """A new connection for a select()-driven loop: within FD_SETSIZE, TCP_NODELAY, counted."""
+def accept_for_select(listener, blocking: bool):
+    """A new connection for a select()-driven loop: within FD_SETSIZE, TCP_NODELAY."""
     conn, _ = listener.accept()
     check_select_fd(conn)
     conn.setblocking(blocking)
     nodelay(conn)
-    tracker.opened()
     return conn
 
 
 def serve_select(listener, work, framer):
-    tracker = ConnTracker()
     readers, writers, pending = {listener}, set(), {}
 
     def close(sock):
@@ -163,7 +158,6 @@ def serve_select(listener, work, framer):
         pending.pop(sock, None)
         framer.forget(sock)
         sock.close()
-        tracker.closed()
 
     def send(sock, data):
         try:
@@ -179,7 +173,7 @@ def serve_select(listener, work, framer):
 
     listener.setblocking(False)
     announce_ready(listener)
-    while not tracker.done.is_set():
+    while True:  # until a stop signal
         readable, writable, _ = select.select(readers, writers, [])
         for sock in writable:
             writers.discard(sock)
@@ -187,7 +181,7 @@ def serve_select(listener, work, framer):
             send(sock, pending.pop(sock))
         for sock in readable:
             if sock is listener:
-                readers.add(accept_for_select(listener, tracker, blocking=False))
+                readers.add(accept_for_select(listener, blocking=False))
                 continue
             try:
                 data = framer.recv(sock)
@@ -207,7 +201,6 @@ def serve_select(listener, work, framer):
 
 
 def serve_epoll(listener, work, framer):
-    tracker = ConnTracker()
     ep = select.epoll()
     conns, pending = {}, {}  # fd -> socket, fd -> unsent bytes
     lfd = listener.fileno()
@@ -218,7 +211,6 @@ def serve_epoll(listener, work, framer):
         conn = conns.pop(fd)
         framer.forget(conn)
         conn.close()
-        tracker.closed()
 
     def send(fd, data):
         try:
@@ -234,13 +226,12 @@ def serve_epoll(listener, work, framer):
     listener.setblocking(False)
     ep.register(lfd, select.EPOLLIN)
     announce_ready(listener)
-    while not tracker.done.is_set():
+    while True:  # until a stop signal
         for fd, events in ep.poll():
             if fd == lfd:
                 conn, _ = listener.accept()
                 conn.setblocking(False)
                 nodelay(conn)
-                tracker.opened()
                 conns[conn.fileno()] = conn
                 ep.register(conn.fileno(), select.EPOLLIN)
             elif fd in pending:

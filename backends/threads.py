@@ -2,8 +2,8 @@
 of threads sharing the listen socket) and `select_prethread` (select() reads, a pool of threads
 replies), the last two from the socket-patterns seed.
 
-The main thread waits for "all connections closed" or SIGTERM (common.StopWakeup), then returns;
-the other threads are daemons, so nothing keeps the process alive after that.
+The main thread waits for SIGTERM/SIGINT (common.StopWakeup), then returns; the other threads are
+daemons, so nothing keeps the process alive after that.
 """
 
 from __future__ import annotations
@@ -12,29 +12,30 @@ import queue
 import select
 import socket
 
-from .common import ConnTracker, Options, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
+from .common import Options, StopWakeup, announce_ready, echo_blocking, fatal, nodelay, start_thread
 from .selector_family import SelectorServer, accept_for_select
 
 
-def serve_thread_per_connection(listener, work, tracker, framer):
+def serve_thread_per_connection(listener, work, framer, stop):
     def handle(conn):
         echo_blocking(conn, work, framer)
-        tracker.closed()
+        stop.exit_if_requested()
 
     def accept_loop():
+        n = 0  # the connection being accepted (1-based), for the error
         try:
             while True:
+                n += 1
                 conn, _ = listener.accept()
                 nodelay(conn)
-                tracker.opened()
                 start_thread(handle, conn)
         except (OSError, RuntimeError) as e:  # EMFILE, "can't start new thread"
-            fatal(f"thread: cannot accept and start a thread for connection {tracker.accepted}: {e}")
+            fatal(f"thread: cannot accept and start a thread for connection {n}: {e}")
 
     start_thread(accept_loop)
 
 
-def serve_prethread(listener, work, tracker, opts):
+def serve_prethread(listener, work, opts):
     """The seed's prethread has each pool thread accept one connection and serve it until it
     closes, so a pool smaller than the connection count leaves the rest unserved for the whole
     (persistent-connection) run. Here each pool thread runs its own selector loop over the
@@ -42,7 +43,7 @@ def serve_prethread(listener, work, tracker, opts):
     number of connections ("one loop per thread", as memcached or netty worker groups do)."""
     def worker():
         try:
-            SelectorServer(listener, work, tracker, opts.framer()).serve_forever()
+            SelectorServer(listener, work, opts.framer()).serve_forever()
         except OSError as e:  # EMFILE and the like: fail loudly rather than serve with one thread less
             fatal(f"prethread: a worker thread failed: {e}")
 
@@ -50,7 +51,7 @@ def serve_prethread(listener, work, tracker, opts):
         start_thread(worker)
 
 
-def serve_select_prethread(listener, work, tracker, workers, stop, framer):
+def serve_select_prethread(listener, work, workers, stop, framer):
     """select() in the main loop thread reads; sender threads do the work and send the reply, so a
     slow reply does not hold up reading. The reader assembles whole messages (message framing) and
     queues each one; a sender calls work() once per queued item. The seed feeds all senders from
@@ -76,7 +77,7 @@ def serve_select_prethread(listener, work, tracker, workers, stop, framer):
     for q in queues:
         start_thread(sender, q)
     readers = {listener, stop.sock}
-    while not tracker.done.is_set():
+    while True:  # until a stop signal
         readable, _, _ = select.select(readers, [], [])
         for sock in readable:
             if sock is stop.sock:
@@ -85,7 +86,7 @@ def serve_select_prethread(listener, work, tracker, workers, stop, framer):
                 continue
             if sock is listener:
                 # blocking: the sender threads use sendall()
-                readers.add(accept_for_select(listener, tracker, blocking=True))
+                readers.add(accept_for_select(listener, blocking=True))
                 continue
             try:
                 data = framer.recv(sock)
@@ -100,19 +101,17 @@ def serve_select_prethread(listener, work, tracker, workers, stop, framer):
                 readers.discard(sock)
                 framer.forget(sock)
                 q.put((sock, None))
-                tracker.closed()
 
 
 def serve(name: str, listener: socket.socket, opts: Options) -> None:
     stop = StopWakeup()
     work = opts.work.callable()
-    tracker = ConnTracker(on_done=stop.notify)
     announce_ready(listener)  # listening already; connections queue until the threads accept
     if name == "thread":
-        serve_thread_per_connection(listener, work, tracker, opts.framer())
+        serve_thread_per_connection(listener, work, opts.framer(), stop)
     elif name == "prethread":
-        serve_prethread(listener, work, tracker, opts)
+        serve_prethread(listener, work, opts)
     else:
-        serve_select_prethread(listener, work, tracker, opts.workers, stop, opts.framer())
+        serve_select_prethread(listener, work, opts.workers, stop, opts.framer())
         return
-    stop.wait()  # SIGTERM, or the last connection closed
+    stop.wait()  # SIGTERM/SIGINT

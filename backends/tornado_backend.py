@@ -6,8 +6,8 @@ Framing (common.Framer): message framing asks for one whole message, `read_bytes
 completes only when msize bytes are there (registry reads="exact"; IOStream itself reads the socket
 in chunks into its buffer); stream framing takes what came, `read_bytes(65536, partial=True)`.
 
-Tornado 6 runs on asyncio's loop: the process is run by asyncio_family.run (the same stop and
-exit bookkeeping as the asyncio backends).
+Tornado 6 runs on asyncio's loop: the process is run by asyncio_family.run (the same stop-signal
+handling as the asyncio backends).
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ from .common import Options
 
 
 class EchoServer(TCPServer):
-    def __init__(self, work, tracker, on_closed, framer):
+    def __init__(self, work, framer):
         super().__init__()
-        self.work, self.tracker, self.on_closed = work, tracker, on_closed
+        self.work = work
         self.size, self.partial = framer.first, framer.stream  # msize, or 64 KiB partial
 
     async def handle_stream(self, stream, address):
         stream.set_nodelay(True)
-        self.tracker.opened()
         work, size, partial = self.work, self.size, self.partial
         try:
             while True:
@@ -41,12 +40,11 @@ class EchoServer(TCPServer):
             pass
         finally:
             stream.close()
-            self.on_closed()
 
 
-async def start(listener, work, tracker, on_closed, framer):
+async def start(listener, work, framer):
     listener.setblocking(False)  # as tornado.netutil.bind_sockets leaves its sockets
-    server = EchoServer(work, tracker, on_closed, framer)
+    server = EchoServer(work, framer)
     server.add_sockets([listener])
     return server.stop
 

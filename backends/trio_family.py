@@ -10,15 +10,15 @@ Framing (common.Framer): pull-style, each receive asks for the bytes that comple
 message (registry reads="exact"). trio's `receive_some(n)` is one recv(n) on the socket; anyio's
 asyncio backend reads through a transport and hands out at most n of what it buffered.
 
-Stopping: the task group's cancel scope is cancelled by the last connection's close or by
-SIGTERM/SIGINT (a signal receiver task); every handler is cancelled with it and the run returns.
+Stopping: SIGTERM/SIGINT (a signal receiver task) cancels the task group's cancel scope; every
+handler is cancelled with it and the run returns.
 """
 
 from __future__ import annotations
 
 import socket
 
-from .common import STOP_SIGNALS, ConnTracker, Options, announce_ready, echo_pull_async
+from .common import STOP_SIGNALS, Options, announce_ready, echo_pull_async
 
 
 async def _cancel_on_signal(signals, scope) -> None:
@@ -27,17 +27,12 @@ async def _cancel_on_signal(signals, scope) -> None:
         return
 
 
-def _handler(echo, tracker: ConnTracker, scope):
-    """The per-connection task: count it, echo until EOF, close, and end the run after the last."""
+def _handler(echo):
+    """The per-connection task: echo until EOF, then close."""
 
     async def handle(stream):
-        tracker.opened()
-        try:
-            async with stream:
-                await echo(stream)
-        finally:
-            if tracker.closed():
-                scope.cancel()
+        async with stream:
+            await echo(stream)
 
     return handle
 
@@ -51,14 +46,12 @@ async def serve_trio(listener, work, framer) -> None:
         except trio.BrokenResourceError:  # reset by the peer
             pass
 
-    tracker = ConnTracker()
     with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_signal, signals, nursery.cancel_scope)
             # SocketStream sets TCP_NODELAY itself.
             listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(listener))]
-            await nursery.start(trio.serve_listeners, _handler(echo, tracker, nursery.cancel_scope),
-                                listeners)
+            await nursery.start(trio.serve_listeners, _handler(echo), listeners)
             announce_ready(listener)
 
 
@@ -72,12 +65,11 @@ async def serve_anyio(listener, work, framer) -> None:
         except (anyio.EndOfStream, anyio.BrokenResourceError):  # EOF (also mid-message), reset
             pass
 
-    tracker = ConnTracker()
     server = await SocketListener.from_socket(listener)  # accepted streams get TCP_NODELAY
     with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, signals, tg.cancel_scope)
-            tg.start_soon(server.serve, _handler(echo, tracker, tg.cancel_scope), tg)
+            tg.start_soon(server.serve, _handler(echo), tg)
             announce_ready(listener)
 
 

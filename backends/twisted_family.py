@@ -5,8 +5,8 @@ harness's listen socket is handed over with `reactor.adoptStreamPort`.
 Framing: `dataReceived` gets whatever the reactor read (it cannot choose a read size, registry
 reads="split"); common.Splitter splits it into messages under message framing.
 
-Stopping: the reactor's own SIGTERM/SIGINT handlers stop it; the last connection's close calls
-`reactor.stop()`. `reactor.run()` then returns and the process exits 0.
+Stopping: the reactor's own SIGTERM/SIGINT handlers stop it; `reactor.run()` then returns and the
+process exits 0.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import signal
 import socket
 
-from .common import ConnTracker, Options, announce_ready
+from .common import Options, announce_ready
 
 
 def serve(name: str, listener: socket.socket, opts: Options) -> None:
@@ -25,18 +25,9 @@ def serve(name: str, listener: socket.socket, opts: Options) -> None:
 
         asyncioreactor.install(asyncio.new_event_loop())
     from twisted.internet import reactor
-    from twisted.internet.error import ReactorNotRunning
     from twisted.internet.protocol import Factory, Protocol
 
     work, framer = opts.work.callable(), opts.framer()
-
-    def stop():
-        try:
-            reactor.stop()
-        except ReactorNotRunning:  # already stopping (a signal, then the connections it closes)
-            pass
-
-    tracker = ConnTracker(on_done=stop)
 
     class Echo(Protocol):
         def __init__(self):
@@ -45,11 +36,7 @@ def serve(name: str, listener: socket.socket, opts: Options) -> None:
 
         def connectionMade(self):
             self.transport.setTcpNoDelay(True)
-            tracker.opened()
             self.splitter.write = self.transport.write
-
-        def connectionLost(self, reason):
-            tracker.closed()
 
     def ready():  # once the reactor runs: its SIGTERM/SIGINT handlers are installed by then
         announce_ready(listener)

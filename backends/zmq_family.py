@@ -15,19 +15,15 @@ back to the DEALER they came from. The loader drives them in its ZeroMQ mode (PR
 ZeroMQ message is already a whole message (registry `reads="frames"`), so every receive yields one
 request, `--work` runs once per request and its frames go back as they came.
 
-"All connections closed" is detected with a socket monitor on the ROUTER: a thread counts
-ZMQ_EVENT_ACCEPTED / ZMQ_EVENT_DISCONNECTED and, once at least one peer came and none is left, sends
-this process SIGTERM, the same way out as the orchestrator's SIGTERM (exit 0). A library that fails
-at run time (aiozmq is old) makes the backend exit 1 with a one-line reason.
+Each serves until SIGTERM/SIGINT and then exits 0, however many peers came and went. A library that
+fails at run time (aiozmq is old) makes the backend exit 1 with a one-line reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import socket
-import struct
 import sys
 import time
 
@@ -67,39 +63,6 @@ def _ready(port: int) -> None:
     print(f"ready {os.getpid()} {port}", flush=True)
 
 
-def watch_peers(sock: zmq.Socket, on_all_closed) -> None:
-    """Call `on_all_closed()` (from a monitor thread) once, after at least one accepted peer, every
-    peer has gone. ZeroMQ has no per-peer close for the application; its socket monitor does."""
-    addr = f"inproc://netprof-monitor-{id(sock)}"
-    sock.monitor(addr, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-    mon = sock.context.socket(zmq.PAIR)
-    mon.rcvhwm = 0  # never drop an event, however many peers connect at once
-    mon.connect(addr)
-
-    def run():
-        accepted = live = 0
-        while True:
-            try:
-                frames = mon.recv_multipart()
-            except zmq.ZMQError:  # context terminated: the process is exiting anyway
-                return
-            event = struct.unpack("=hi", frames[0][:6])[0]
-            if event == zmq.EVENT_ACCEPTED:
-                accepted += 1
-                live += 1
-            elif event == zmq.EVENT_DISCONNECTED:
-                live -= 1
-            if accepted and live <= 0:
-                on_all_closed()
-                return
-
-    start_thread(run)
-
-
-def _sigterm_self() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 def _context() -> zmq.Context:
     ctx = zmq.Context()
     ctx.setsockopt(zmq.LINGER, 0)  # default for its sockets: exiting never waits for unsent replies
@@ -118,9 +81,8 @@ IDLE_TICK_MS = 100
 
 
 def serve_raw(router: zmq.Socket, port: int, work) -> None:
-    """The main thread blocks in recv_multipart; SIGTERM (also the monitor's) raises SystemExit."""
+    """The main thread blocks in recv_multipart; SIGTERM raises SystemExit."""
     exit_on_stop_signals()
-    watch_peers(router, _sigterm_self)
     _ready(port)
     router.rcvtimeo = IDLE_TICK_MS
     recv, send = router.recv_multipart, router.send_multipart
@@ -137,7 +99,6 @@ def serve_raw(router: zmq.Socket, port: int, work) -> None:
 def serve_poller(router: zmq.Socket, port: int, work) -> None:
     """zmq.Poller over the ROUTER and the signal wakeup socket (so SIGTERM always wakes the poll)."""
     wake = StopWakeup()
-    watch_peers(router, wake.notify)
     _ready(port)
     poller = zmq.Poller()
     poller.register(router, zmq.POLLIN)
@@ -165,9 +126,8 @@ def _worker(ctx: zmq.Context, work) -> None:
 
 def serve_threads(router: zmq.Socket, port: int, work, workers: int) -> None:
     """zmq.proxy (a C loop, GIL released) and the workers run in threads; the main thread waits for
-    SIGTERM or the monitor's "all closed"."""
+    SIGTERM/SIGINT."""
     wake = StopWakeup()
-    watch_peers(router, wake.notify)
     backend = router.context.socket(zmq.DEALER)
     backend.bind(WORKERS_ENDPOINT)
     for _ in range(workers):
@@ -191,7 +151,7 @@ def _proxy(router: zmq.Socket, backend: zmq.Socket) -> None:
 
 
 class _Stopper:
-    """SIGTERM/SIGINT (also the monitor's) and a transport lost for a reason end the loop."""
+    """SIGTERM/SIGINT and a transport lost for a reason end the loop."""
 
     def __init__(self, loop):
         self.done = loop.create_future()
@@ -227,7 +187,6 @@ async def _serve_aiozmq(name: str, router: zmq.Socket, port: int, work) -> None:
         transport, _ = await aiozmq.create_zmq_connection(Echo, zmq.ROUTER, zmq_sock=router)
     else:
         transport = await _rpc_server(router, work, stopper)
-    watch_peers(router, lambda: loop.call_soon_threadsafe(stopper.stop))
     _ready(port)
     exc = await stopper.done
     if exc is not None:
@@ -309,7 +268,7 @@ def serve(name: str, listener: socket.socket, opts: Options) -> None:
         if name.startswith("aiozmq"):
             _run_aiozmq(name, router, port, work)
         else:
-            # Each prints `ready` once its peer monitor is attached (it must see every ACCEPTED).
+            # Each prints `ready` once its stop-signal handling is in place.
             if name == "zmq_threads":
                 serve_threads(router, port, work, opts.workers)
             else:

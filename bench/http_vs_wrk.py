@@ -6,6 +6,11 @@ rounds, `wrk -t1 -cN -dD --latency` (pinned to CPU 1) and `netprof run --attach 
 
     .venv/bin/python bench/http_vs_wrk.py                 # aiohttp, uvicorn (h11), uvicorn (httptools)
     .venv/bin/python bench/http_vs_wrk.py --write         # ... and replace its section in RESULTS.md
+    .venv/bin/python bench/http_vs_wrk.py --builtin [NAME ...] [--write]
+
+`--builtin`: the servers are netprof's built-in HTTP backends (`netprof list`, reads "http"; default:
+all of them), started as `netprof run` starts them (`python -m netprof.backends NAME`, ready line,
+pinned to CPU 0), into their own RESULTS.md section.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import re
+import select
+import signal
 import socket
 import statistics
 import subprocess
@@ -24,7 +32,10 @@ from pathlib import Path
 
 from results_md import command, publish  # bench/ is sys.path[0]: these run as files
 
+from netprof.backends import registry
+
 SECTION = "HTTP: netprof's loader against wrk (bench/http_vs_wrk.py)"
+SECTION_BUILTIN = "HTTP: the built-in HTTP backends, netprof's loader against wrk (bench/http_vs_wrk.py --builtin)"
 PY = sys.executable
 ASGI = ('async def app(scope, receive, send):\n'
         '    await send({"type": "http.response.start", "status": 200, "headers": '
@@ -43,6 +54,7 @@ SERVERS = {
                                           "--log-level", "warning"],
 }
 UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
+PATH = registry.HTTP_REQUEST.split()[1]  # the path every server here answers
 
 
 def free_port() -> int:
@@ -62,9 +74,36 @@ def wait_listening(port: int, timeout: float = 20) -> None:
     raise SystemExit(f"server on port {port} never listened")
 
 
+def http_backends() -> list[str]:
+    return [n for n in registry.names() if registry.get(n).protocol == "http"]
+
+
+def start_builtin(name: str, cwd: str) -> tuple[subprocess.Popen, int]:
+    """A built-in HTTP backend on CPU 0, as netprof starts it; (process, port) once it is ready."""
+    srv = subprocess.Popen(["taskset", "-c", "0", PY, "-m", "netprof.backends", name, "--port", "0"],
+                           stdout=subprocess.PIPE, text=True, cwd=cwd, start_new_session=True,
+                           env={**os.environ, "PYTHONSAFEPATH": "1"})  # nothing imported from cwd
+    ready, _, _ = select.select([srv.stdout], [], [], 30)
+    line = srv.stdout.readline() if ready else ""
+    if not line.startswith("ready "):
+        srv.kill()
+        raise SystemExit(f"{name}: no ready line ({line!r}, exit {srv.poll()})")
+    return srv, int(line.split()[2])
+
+
+def stop(srv: subprocess.Popen) -> None:
+    """SIGTERM (a built-in backend takes its workers with it), SIGKILL to the group if it lingers."""
+    srv.terminate()
+    try:
+        srv.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(srv.pid, signal.SIGKILL)
+        srv.wait(timeout=10)
+
+
 def wrk(port: int, args) -> dict:
     out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{args.connections}", f"-d{args.duration:g}s",
-                          "--latency", f"http://127.0.0.1:{port}/plaintext"],
+                          "--latency", f"http://127.0.0.1:{port}{PATH}"],
                          capture_output=True, text=True, timeout=args.duration + 60).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     lat = {p: float(v) * UNITS[u] for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)}
@@ -74,7 +113,7 @@ def wrk(port: int, args) -> dict:
 def netprof(pid: int, port: int, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="netprof-bench-") as tmp:
         p = subprocess.run([str(Path(PY).with_name("netprof")), "run", "--attach", str(pid), "--target",
-                            f"127.0.0.1:{port}", "--protocol", "http", "--request", "GET /plaintext",
+                            f"127.0.0.1:{port}", "--protocol", "http", "--request", registry.HTTP_REQUEST,
                             "-c", str(args.connections), "-d", str(args.duration), "-r", "1", "--warmup", "1",
                             "--no-probes", "--wait", "--json", "--out", f"{tmp}/run"],
                            capture_output=True, text=True, timeout=args.duration + 120)
@@ -86,19 +125,28 @@ def netprof(pid: int, port: int, args) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("servers", nargs="*", default=list(SERVERS))
+    ap.add_argument("servers", nargs="*",
+                    help=f"default: {', '.join(SERVERS)}; with --builtin, every built-in HTTP backend")
+    ap.add_argument("--builtin", action="store_true", help="the servers are netprof's built-in HTTP backends")
     ap.add_argument("-c", "--connections", type=int, default=100)
     ap.add_argument("-d", "--duration", type=float, default=5.0)
     ap.add_argument("-r", "--rounds", type=int, default=3)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
+    known = http_backends() if args.builtin else list(SERVERS)
+    args.servers = args.servers or known
+    if unknown := [n for n in args.servers if n not in known]:
+        ap.error(f"unknown server {unknown[0]!r}; known{' (--builtin)' if args.builtin else ''}: {', '.join(known)}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="netprof-apps-") as d:
         Path(d, "asgi.py").write_text(ASGI)
         Path(d, "aio.py").write_text(AIOHTTP)
         for name in args.servers:
-            port = free_port()
-            srv = subprocess.Popen(["taskset", "-c", "0", *SERVERS[name](d, port)], cwd=d)
+            if args.builtin:
+                srv, port = start_builtin(name, d)
+            else:
+                port = free_port()
+                srv = subprocess.Popen(["taskset", "-c", "0", *SERVERS[name](d, port)], cwd=d, start_new_session=True)
             try:
                 wait_listening(port)
                 got: dict[str, list[dict]] = {"wrk": [], "netprof": []}
@@ -107,8 +155,7 @@ def main() -> int:
                         got[tool].append(wrk(port, args) if tool == "wrk" else netprof(srv.pid, port, args))
                         print(name, tool, got[tool][-1], file=sys.stderr)
             finally:
-                srv.terminate()
-                srv.wait(timeout=10)
+                stop(srv)
             ratio = [n["rps"] / w["rps"] for n, w in zip(got["netprof"], got["wrk"])]
             mean = {t: {k: statistics.mean(r[k] for r in got[t]) for k in ("rps", "p50", "p99")} for t in got}
             rows.append(f"| {name} | {mean['wrk']['rps']:,.0f} | {mean['netprof']['rps']:,.0f} | "
@@ -120,7 +167,7 @@ def main() -> int:
              "(`-t1 --latency`) or netprof's loader on CPU 1; netprof `--no-probes --attach`.")
     head = ("| server | wrk req/s | netprof req/s | netprof/wrk (range) | p50 µs wrk / netprof "
             "| p99 µs wrk / netprof |\n|---|---|---|---|---|---|\n")
-    publish(SECTION, intro, head + "\n".join(rows), args.write)
+    publish(SECTION_BUILTIN if args.builtin else SECTION, intro, head + "\n".join(rows), args.write)
     return 0
 
 

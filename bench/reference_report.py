@@ -3,6 +3,13 @@ results.csv, plots/ and stacks/ copied into bench/reports/NAME/ (the raw parquet
 
     .venv/bin/python bench/reference_report.py pipeline -- asyncio_sock uvloop_sock -c 100 \\
         --pipeline 1,4,8 -r 3 --framing message,stream
+
+The HTTP servers (issue 18; the built-in HTTP backends, `netprof list` reads "http": the run speaks
+HTTP, `GET /plaintext`, without --protocol):
+
+    .venv/bin/python bench/reference_report.py http -- http_asyncio aiohttp uvicorn_h11 \\
+        uvicorn_httptools granian_asgi granian_rsgi gunicorn_sync gunicorn_gevent tornado_http \\
+        -c 10,100,1000 --pipeline 1,8 -r 3
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ import time
 from pathlib import Path
 
 REPORTS = Path(__file__).with_name("reports")
-KEPT = ("report.md", "meta.json", "results.csv", "plots", "stacks")
+KEPT = ("report.md", "report.html", "meta.json", "results.csv", "plots", "stacks")
+SCREENSHOTS = Path(__file__).parents[1] / "tests" / "test_report_screenshot.py"  # also a script: DIR → PNGs
 
 
 def main() -> int:
@@ -39,6 +47,8 @@ def main() -> int:
             shutil.copytree(src, dest / name)
         elif src.exists():
             shutil.copy2(src, dest / name)
+    # The first screen (1400×900) and the full page, next to the report they show.
+    subprocess.run([sys.executable, str(SCREENSHOTS), str(dest)], check=False)
     print(f"{dest}: from {out} (netprof exit {rc})")
     return 0
 

@@ -524,3 +524,123 @@ def _delete_all(table) -> None:
             del table[k]
         except KeyError:
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-time checks and the set's own cost on this host (`netprof run --sockwait`).
+
+_checked: list[str | None] = []
+
+
+def check_available() -> str | None:
+    """None if the socket-wait set can run here, else one line: what is missing. Compiles, attaches
+    and detaches the set once per process (BTF offsets, the sock tracepoints, the verifier), and
+    parks it for the run's own `SockWaitProbes(attached=False)` to take over."""
+    from .base import NO_PROBES, _prerequisites
+
+    if not _checked:
+        why = _prerequisites()
+        if why is None:
+            try:
+                SockWaitProbes().park()
+            except ProbeError as e:
+                why = str(e)
+        # the generic hint ("or run with --no-probes") does not apply: the caller names its own fix
+        _checked.append(why.replace(f" ({NO_PROBES})", "").replace(f", {NO_PROBES}", "") if why else None)
+    return _checked[0]
+
+
+COST_MESSAGES = 20_000
+COST_REPEATS = 3
+# One process echoes one byte over a loopback TCP connection to itself: per message two sends, two
+# sk_data_ready and two receives — both ends of one exchange (a server's and its client's).
+_COST_CHILD = (
+    "import resource, socket, sys\n"
+    "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n"
+    "c = socket.create_connection(l.getsockname()); s, _ = l.accept()\n"
+    "for x in (c, s): x.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
+    "sys.stdin.readline()\n"  # wait until the set targets us (or another process)
+    "cpu = lambda r: r.ru_utime + r.ru_stime\n"
+    "t0 = cpu(resource.getrusage(resource.RUSAGE_SELF))\n"
+    f"for _ in range({COST_MESSAGES}):\n"
+    "    c.send(b'x'); s.recv(1); s.send(b'y'); c.recv(1)\n"
+    "print(cpu(resource.getrusage(resource.RUSAGE_SELF)) - t0, flush=True)\n")
+
+
+def _cost_once(sw: SockWaitProbes | None, watched: bool) -> float:
+    """CPU seconds per echoed message of one child run (the set re-targeted first)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-I", "-c", _COST_CHILD], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        if sw is not None:
+            sw.target(child.pid if watched else os.getpid())
+        out, _ = child.communicate("go\n", timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return float(out.strip()) / COST_MESSAGES
+
+
+def measure_cost(sw: SockWaitProbes) -> dict:
+    """What the set costs per loopback message on this host (~2 s): CPU ns per echoed message with
+    the set detached (`bare_ns`), attached and watching both ends (`added_watched_ns`: a watched
+    server pays about half, its client the other half's bystander share) and attached but watching
+    another process (`added_bystander_ns`: what every other socket user pays). Medians of a few
+    runs; leaves the set detached and untargeted."""
+    import statistics
+
+    def median(attached: bool, watched: bool) -> float:
+        if attached:
+            sw.attach()
+        else:
+            sw.detach()
+        return statistics.median(_cost_once(sw, watched) for _ in range(COST_REPEATS))
+
+    import subprocess
+
+    try:
+        bare = median(False, True)
+        watched = median(True, True)
+        bystander = median(True, False)
+    except (OSError, ValueError, subprocess.SubprocessError, ProbeError) as e:  # a figure less, not a lost run
+        return {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        sw.detach()
+        sw.target(0)
+    return {"bare_ns": 1e9 * bare, "added_watched_ns": 1e9 * (watched - bare),
+            "added_bystander_ns": 1e9 * (bystander - bare), "messages": COST_MESSAGES, "repeats": COST_REPEATS}
+
+
+# ---------------------------------------------------------------------------------------------
+# A window as a results row's `sockwait` group and as per-connection rows (profiler/cell.py).
+
+def row_fields(d: SockWaitDelta) -> dict:
+    """Flat figures of a window: {wait,handler,server}_{p50,p99,max,mean}_us and _count, max_exact,
+    overflow_*, unmeasured_*, exact, sockets, reused, window_s."""
+    out: dict = {"window_s": d.window_s, "sockets": d.sockets, "exact": d.exact, "reused": d.reused}
+    for kind in KINDS:
+        dist: WaitDist = getattr(d, kind)
+        out[f"{kind}_count"] = dist.count
+        for q in ("p50", "p99", "max", "mean"):
+            out[f"{kind}_{q}_us"] = getattr(dist, f"{q}_us")
+    out["max_exact"] = d.wait.max_exact
+    out.update({f"overflow_{k}": v for k, v in d.overflow.items()})
+    out.update({f"unmeasured_{k}": v for k, v in d.unmeasured.items()})
+    return out
+
+
+def conn_rows(d: SockWaitDelta) -> list[dict]:
+    """One dict per connection of the window, ordered by the loader's port: the server process that
+    served it (tgid), reads, bytes, answers, mean wait and handler time, unread age, and `wait_us` — its mean wait, or, for a connection never read
+    in the window, how long its oldest unread data had waited at the end (a lower bound)."""
+    rows = []
+    for i, c in enumerate(sorted(d.per_conn, key=lambda c: (c.dport, c.sock))):
+        wait = c.wait_mean_us if c.wait_mean_us is not None else c.unread_age_us
+        rows.append({"conn": i, "dport": c.dport, "tgid": c.tgid, "reads": c.reads, "bytes": c.bytes, "waits": c.waits,
+                     "wait_mean_us": c.wait_mean_us, "answers": c.answers, "handler_mean_us": c.handler_mean_us,
+                     "unread_age_us": c.unread_age_us, "wait_us": wait})
+    return rows

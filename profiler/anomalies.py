@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from netprof.profiler import schema, stats
+from netprof.profiler import schema, stats, units
 from netprof.profiler.stats import num, syscalls_of
 
 
@@ -38,6 +38,7 @@ class Thresholds:
     sock_recv_model_epoll_ctl: float = 2.0   # add_reader + remove_reader around every waiting read
     # readiness churn: register/unregister per read
     readiness_churn_epoll_ctl: float = 1.5
+    poll_handle_epoll_ctl: float = 4.5       # uvloop: a libuv poll handle made and closed per read (6 epoll_ctl)
     # allocator churn: mmap + munmap + mremap + brk per message
     mmap_churn: float = 0.5
     # lock contention
@@ -58,9 +59,19 @@ class Thresholds:
     # noisy cells
     noisy_cv: float = stats.NOISY_CV
     noisy_cv_warning: float = 0.25
+    # machine busy: a round this far below its cell's best round, neither backend nor loader busy
+    machine_busy_drop: float = 0.15
+    machine_busy_core: float = 0.9           # "busy": this share of a core (backend) / of its CPUs (loader)
     # connections lost (reset, timed out, refused) in a round that otherwise succeeded
     connection_errors_min: int = 1           # lost connections in one round that raise the anomaly
     connection_errors_critical: float = 0.01  # share of a round's connections lost: critical above
+    # --sockwait (probes/sockwait.py): where each message waited
+    wait_starvation_ratio: float = 100.0     # least-served tenth's median wait ÷ the most-served tenth's
+    hol_min_handler_us: float = 200.0        # a handler this long is the application's work, not loop overhead
+    hol_wait_handler_ratio: float = 3.0      # median queue wait ≥ this × median handler time
+    busy_wait_p50_us: float = 1000.0         # "loop busy elsewhere": median queue wait at least this ...
+    busy_wait_handler_ratio: float = 10.0    # ... and this × the median handler time
+    busy_beyond_round: float = 3.0           # mean wait ≥ this × one round of the other messages: stalls
 
 
 THRESHOLDS = Thresholds()
@@ -166,6 +177,28 @@ def source_line(obj_path: str, needle: str) -> str | None:
     for i, line in enumerate(lines):
         if needle in line:
             return f"{mod_name.replace('.', '/')}.py:{start + i} (CPython {platform.python_version()}): {line.strip()}"
+    return None
+
+
+@functools.cache
+def package_line(package: str, file: str, needle: str, after: str = "") -> str | None:
+    """'uvloop/loop.pyx:805 (uvloop 0.23.0): poll._close()': the first line containing `needle` (past
+    the first line containing `after`) in a file an installed package ships (uvloop ships its .pyx);
+    None when it is not there."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        lines = (Path(roots[0]) / file).read_text().splitlines() if roots else []
+        version = importlib.metadata.version(package)
+    except (ImportError, ValueError, OSError, importlib.metadata.PackageNotFoundError):
+        return None
+    start = next((i for i, line in enumerate(lines) if after in line), 0) if after else 0
+    for i in range(start, len(lines)):
+        if needle in lines[i]:
+            return f"{package}/{file}:{i + 1} ({package} {version}): {lines[i].strip()}"
     return None
 
 
@@ -311,6 +344,14 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
                 "must wait, unregister after (`add_reader` → wait → `remove_reader`, the `sock_recv` model). "
                 "Backends that keep a socket registered for its whole life (transports/protocols) pay this once "
                 "per connection. ")
+        if reads and ec / reads >= ctx.t.poll_handle_epoll_ctl and "uvloop" in f"{r['backend']} {r.get('family')}":
+            text += UVLOOP_POLL_HANDLE
+            ev["each read, call by call (uvloop on libuv)"] = UVLOOP_CALLS
+            ev["ioctl per message (FIONBIO from uv_poll_init)"] = r2(per.get("ioctl"))
+            ev["source"] = "; ".join(filter(None, (
+                package_line("uvloop", "loop.pyx", "self._add_reader(sock, handle)", after="async def sock_recv("),
+                package_line("uvloop", "loop.pyx", "poll._close()", after="cdef _remove_reader"),
+                package_line("uvloop", "handles/poll.pyx", "system.EPOLL_CTL_DEL")))) or None
         peers = ctx.same_cell(r, backend=None)
         calm = [p for _, p in peers.iterrows() if p["backend"] != r["backend"] and (ps := syscalls_of(p)) is not None
                 and ps.get("epoll_ctl", 0.0) < ctx.t.readiness_churn_epoll_ctl]
@@ -325,6 +366,23 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
         ev["stacks"] = ctx.stacks(r, ("epoll_ctl",))
         found.append(_anomaly(r, "readiness_churn", "warning", f"epoll_ctl churn: {where(r)}", text, ev))
     return found
+
+
+# Traced on uvloop 0.23 (bpftrace, epoll_ctl op and return value per call, one connection): the
+# sequence below repeats for every message; the registration that waits goes through io_uring.
+UVLOOP_POLL_HANDLE = (
+    "On uvloop the count is 6 per read, not 2: `loop.sock_recv` never tries the read first, it registers a reader "
+    "at once (`_add_reader`), and the reader is a libuv poll handle made for this one read and closed after it "
+    "(`_remove_reader` → `poll._close()`). Each read therefore costs: `uv_poll_init` checking that the socket can "
+    "be polled — epoll_ctl ADD then DEL (and an ioctl FIONBIO, the 1 ioctl per message); `uv_poll_start` first "
+    "stopping the fresh handle — DEL, fails with ENOENT; the registration that actually waits, submitted through "
+    "io_uring (not an epoll_ctl call); after the read `uv_poll_stop` — DEL; uvloop's own DEL right after it "
+    "(its workaround for uvloop issue 61) — ENOENT; and `uv_close` stopping the handle again — DEL, ENOENT. "
+    "So 1 ADD and 5 DEL per message, 3 of them failing: pure overhead of building a handle per read. uvloop's "
+    "streams and protocols (`uvloop`, `uvloop_proto`) keep one libuv handle per connection and make none of these "
+    "calls per message. ")
+UVLOOP_CALLS = ("ADD + DEL (uv_poll_init checks the fd), DEL → ENOENT (uv_poll_start), [ADD via io_uring: the wait], "
+                "DEL (uv_poll_stop), DEL → ENOENT (uvloop's own, issue 61), DEL → ENOENT (uv_close)")
 
 
 # 3 -------------------------------------------------------------------------------------------
@@ -354,7 +412,13 @@ def mmap_churn(ctx: Context) -> list[Anomaly]:
             text += ("The mmap + mremap + munmap triple is the signature of a receive buffer larger than glibc's mmap "
                      "threshold (128 KiB) that is shrunk and then freed: asyncio's socket transport reads with "
                      "`sock.recv(self.max_size)` where `max_size = 256 * 1024`, so each read allocates a 256 KiB bytes "
-                     "object (mmap), shrinks it to the bytes actually received (mremap) and frees it (munmap). ")
+                     "object (mmap), shrinks it to the bytes actually received (mremap) and frees it (munmap). "
+                     "This is a fresh process's cost: glibc raises its mmap threshold the first time a large "
+                     "mmapped block is freed (a connection closing can do it), after which these buffers come from "
+                     "the heap with no syscall — measured on http_asyncio, the same process served 28k requests/s "
+                     "on its first 100 connections and 68k on the next 100 (bench/RESULTS.md). netprof starts a "
+                     "fresh backend per cell; a long-running server may be past it (or fix the threshold with "
+                     "MALLOC_MMAP_THRESHOLD_). ")
         if stacks:
             frames = " → ".join(reversed(stacks[0]["frames"][:4]))
             text += f"Top {stacks[0]['syscall']} stack: {frames}."
@@ -422,13 +486,22 @@ def cpu_split(ctx: Context) -> list[Anomaly]:
             continue
         user_us = g.get("cpu_us_per_msg.user", pd.Series(dtype=float)).mean()
         sys_us = g.get("cpu_us_per_msg.sys", pd.Series(dtype=float)).mean()
-        ev = {"user share of backend CPU": f"{100 * u:.0f}%",
-              "CPU per message, user / kernel (µs)": None if math.isnan(user_us) else f"{user_us:.1f} / {sys_us:.1f}",
-              "backend busy (share of one CPU)": r2(g["cpu.busy_frac"].mean()) if "cpu.busy_frac" in g else None}
+        # The card speaks for all of the backend's cells: its figures are their mean, said so, and each cell's own.
+        mean_of = f"mean of its {len(g)} cells" if len(g) > 1 else schema.cell_label(g.iloc[0])
+        ev = {f"user share of backend CPU ({mean_of})": f"{100 * u:.0f}%",
+              f"CPU per message, user / kernel ({mean_of})":
+                  None if math.isnan(user_us) else f"{user_us:.1f} / {sys_us:.1f} µs",
+              f"backend busy, share of one CPU ({mean_of})":
+                  r2(g["cpu.busy_frac"].mean()) if "cpu.busy_frac" in g else None}
+        if len(g) > 1 and not math.isnan(user_us):
+            dims = [k for k in schema.varying(g) if k != "backend"]
+            ev["CPU per message, user / kernel, each cell"] = "; ".join(
+                f"{schema.cell_label(r, dims)}: {num(r, 'cpu_us_per_msg.user') or 0:.1f} / "
+                f"{num(r, 'cpu_us_per_msg.sys') or 0:.1f} µs" for _, r in g.iterrows())
         per = [syscalls_of(r) for _, r in g.iterrows()]
         totals = [sum(p.values()) for p in per if p]
         if totals:
-            ev["syscalls per message"] = r2(float(np.mean(totals)))
+            ev[f"syscalls per message ({mean_of})"] = r2(float(np.mean(totals)))
         if u < t.kernel_dominated_user_frac:
             title = f"Kernel-dominated CPU: {backend}"
             text = (f"{backend} spends {100 * (1 - u):.0f}% of its CPU in the kernel (TCP stack and syscalls). Its "
@@ -483,7 +556,7 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
         ev = {f"latency {p} (µs)": r2(num(r, f"lat_us.{p}"), 0) for p in ("p50", "p90", "p99", "p999", "max")}
         ev["p999 / p50"] = r2(ratio, 1)
         text = (f"For {where(r)}, one message in a thousand took {ratio:.0f}× the median "
-                f"({p999:.0f} µs vs {p50:.0f} µs). ")
+                f"({units.duration_us(p999)} vs {units.duration_us(p50)}). ")
         causes = []
         jain = num(r, "per_conn.jain")
         idle = num(r, "per_conn.idle") or 0
@@ -581,6 +654,50 @@ def noisy(ctx: Context) -> list[Anomaly]:
     return found
 
 
+@rule("machine_busy")
+def machine_busy(ctx: Context) -> list[Anomaly]:
+    """A round fell ≥ 15% below its cell's best round while neither the backend nor the loader was busy
+    (> 0.9 of a core): what held it back was outside both — the machine (other processes, steal)."""
+    t, found = ctx.t, []
+    if "status" not in ctx.df or "msgs_per_sec" not in ctx.df:
+        return []
+    host = {(e.get("cell"), e.get("round")): e for e in ctx.meta.get("host_per_cell") or [] if isinstance(e, dict)}
+    df = schema.normalize(ctx.df)
+    df = df[df["status"] == "ok"]
+    for _, g in df.groupby(schema.CELL_KEYS, dropna=False, sort=False):
+        if len(g) < 2:
+            continue
+        best = g.loc[g["msgs_per_sec"].idxmax()]
+        for _, r in g.iterrows():
+            mps, top = float(r["msgs_per_sec"]), float(best["msgs_per_sec"])
+            busy, lf = num(r, "cpu.busy_frac"), num(r, "loader_cpu.cpu_frac")
+            if mps >= (1 - t.machine_busy_drop) * top or busy is None or lf is None:
+                continue
+            if busy > t.machine_busy_core or lf > t.machine_busy_core:
+                continue  # one of them was saturated: it set the pace, the machine need not have
+            rnd = int(r["round"])
+            ev = {"msgs/s this round": round(mps), f"msgs/s best round ({int(best['round'])})": round(top),
+                  "backend busy (share of one CPU)": r2(busy), "loader CPU (share of its CPUs)": r2(lf)}
+            text = (f"Round {rnd} of {where(r)} made {mps:.0f} msgs/s, {100 * (1 - mps / top):.0f}% below its best "
+                    f"round ({top:.0f}), while the backend used {100 * busy:.0f}% of a CPU and the loader "
+                    f"{100 * lf:.0f}% of its CPUs: neither was the limit, so something outside them held the round "
+                    "back. ")
+            h = host.get((schema.cell_slug(r), rnd))
+            if h:
+                ev["1-min load average before / after the cell"] = (f"{h.get('loadavg_before')} / "
+                                                                     f"{h.get('loadavg_after')}")
+                if h.get("steal_frac") is not None:
+                    ev["CPU time stolen by the hypervisor during the cell"] = f"{100 * h['steal_frac']:.1f}%"
+                if h.get("busy_cpus") is not None:
+                    ev["CPUs busy during the cell (all processes)"] = r2(h["busy_cpus"])
+                    text += (f"During the cell the machine's CPUs were busy {h['busy_cpus']:.2f} on average (every "
+                             f"process) and {100 * (h.get('steal_frac') or 0):.1f}% of CPU time was stolen. ")
+            text += "Machine busy: this measurement is not trustworthy; re-run it on a quiet machine."
+            found.append(_anomaly(r, "machine_busy", "warning",
+                                  f"Machine busy: measurement not trustworthy: {where(r)}, round {rnd}", text, ev))
+    return found
+
+
 def _rounds_of(df: pd.DataFrame, r) -> list[float]:
     g = schema.select(schema.normalize(df), r)
     if "status" in g:
@@ -590,6 +707,9 @@ def _rounds_of(df: pd.DataFrame, r) -> list[float]:
 
 # 10 ------------------------------------------------------------------------------------------
 FAILURE_CAUSES = (  # (pattern in the error, cause, what it means)
+    (r"when stopped with SIGTERM|of SIGTERM \(netprof had to|before netprof stopped it", "unclean stop",
+     "did not exit 0 when netprof stopped it (SIGTERM): a backend must serve until told to stop, then exit 0 "
+     "with nothing left behind."),
     (r"EMFILE|too many open files", "fd limit",
      "ran out of file descriptors: backend and loader each hold one per connection. Lower -c or raise `ulimit -n`."),
     (r"code -9\b|SIGKILL|killed", "killed",
@@ -675,6 +795,141 @@ def connection_errors(ctx: Context) -> list[Anomaly]:
                 "ports, descriptors). The cell's figures cover only the connections that stayed up.")
         sev = "critical" if worst > t.connection_errors_critical * n else "warning"
         found.append(_anomaly(r, "connection_errors", sev, f"Connections lost: {where(r)}", text, ev))
+    return found
+
+
+# 12 ------------------------------------------------------------------------------------------
+# --sockwait rules: the kernel's view of where each message waited (probes/sockwait.py). Figures are
+# the cell's means over rounds of the probed sub-window (docs/results-format.md, `sockwait.*`).
+
+def _waits(r) -> dict:
+    return {k: num(r, f"sockwait.{k}") for k in (
+        "wait_p50_us", "wait_p99_us", "wait_max_us", "wait_mean_us", "handler_p50_us", "handler_p99_us",
+        "handler_mean_us", "conn_wait_least_us", "conn_wait_most_us", "conn_wait_ratio")}
+
+
+def _wait_evidence(w: dict) -> dict:
+    f = lambda v: "–" if v is None else f"{v:,.0f}"
+    return {"queue wait p50 / p99 / max (µs)": f"{f(w['wait_p50_us'])} / {f(w['wait_p99_us'])} / {f(w['wait_max_us'])}",
+            "handler time p50 / p99 (µs)": f"{f(w['handler_p50_us'])} / {f(w['handler_p99_us'])}"}
+
+
+def _served(r) -> str | None:
+    least, most = num(r, "sockwait.conn_bytes_least"), num(r, "sockwait.conn_bytes_most")
+    return None if least is None or most is None else f"{least:,.0f} / {most:,.0f}"
+
+
+def _in_flight(r) -> int:
+    return int(r["connections"]) * int(r.get("pipeline") or 1)
+
+
+@rule("wait_starvation")
+def wait_starvation(ctx: Context) -> list[Anomaly]:
+    """Long queue waits concentrated on few connections: the least-served tenth of the connections
+    waited ≥ 100× (median) what the most-served tenth waited — their data sat unread."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        w = _waits(r)
+        ratio, least, most = w["conn_wait_ratio"], w["conn_wait_least_us"], w["conn_wait_most_us"]
+        if ratio is None or least is None or most is None or ratio < t.wait_starvation_ratio \
+                or r["connections"] < t.starvation_min_connections:
+            continue
+        ev = {"median wait, least-served 10% of connections (µs)": r2(least, 0),
+              "median wait, most-served 10% of connections (µs)": r2(most, 1),
+              "ratio": r2(ratio, 0), **_wait_evidence(w),
+              "bytes read in the window, least / most-served 10% (median)": _served(r),
+              "Jain index (1 = fair)": r2(num(r, "per_conn.jain"))}
+        text = (f"In {where(r)} the kernel saw the queue waits fall on a few connections: the data of the least-served "
+                f"tenth of the connections waited {least / 1e3:,.1f} ms unread in their socket queues (median per "
+                f"connection), {ratio:,.0f}× the {most:,.1f} µs of the most-served tenth. Their messages had arrived; "
+                "the server did not read them while it kept serving others. ")
+        if w["handler_p50_us"] is not None:
+            text += (f"Handlers took {w['handler_p50_us']:,.0f} µs (median), so the starved connections' time went to "
+                     "other connections, not to their own work. ")
+        text += "See the per-connection wait plot beside the message counts: the starved are the ones whose data waits."
+        found.append(_anomaly(r, "wait_starvation", "critical", f"Waits concentrated on few connections: {where(r)}",
+                              text, ev))
+    return found
+
+
+def _work_of(ctx: Context, r) -> str | None:
+    rows = schema.select(schema.normalize(ctx.df), r)
+    if "work" not in rows or rows.empty:
+        return None
+    work = str(rows["work"].iloc[0] or "none")
+    return None if work == "none" else work
+
+
+@rule("head_of_line")
+def head_of_line(ctx: Context) -> list[Anomaly]:
+    """Head-of-line blocking: each message waits unread for several handler times — one loop runs the
+    slow handlers of the messages ahead of it one after another (`--work sleep:` on a single loop)."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        w = _waits(r)
+        wait, handler = w["wait_p50_us"], w["handler_p50_us"]
+        if wait is None or handler is None or handler < t.hol_min_handler_us \
+                or wait < t.hol_wait_handler_ratio * handler or _in_flight(r) < 2:
+            continue
+        n = _in_flight(r)
+        h_mean = w["handler_mean_us"] or handler
+        ahead = (n - 1) * h_mean
+        work = _work_of(ctx, r)
+        ev = {**_wait_evidence(w), "median wait ÷ median handler": r2(wait / handler, 1),
+              "messages in flight": n, "handlers ahead of a message if run one at a time (µs)": r2(ahead, 0),
+              "handler work per message (--work)": work}
+        text = (f"In {where(r)} each message waited {wait / 1e3:,.1f} ms (median) unread in its socket queue while its "
+                f"own handler took {handler / 1e3:,.2f} ms: {wait / handler:.0f} handler times. With {n} messages in "
+                f"flight and handlers run one at a time, a message waits for the handlers of those ahead of it "
+                f"(up to {n - 1} × {h_mean / 1e3:,.2f} ms ≈ {ahead / 1e3:,.1f} ms): head-of-line blocking — one slow "
+                "handler holds up every other connection. ")
+        if work and work.startswith(("sleep", "poisson-sleep")):
+            text += (f"The handler's work here (`--work {work}`) waits rather than computes: a handler that awaits "
+                     "(`await asyncio.sleep`, I/O) or runs in a thread lets the loop serve the others meanwhile.")
+        else:
+            text += "Make the handlers shorter, or let them yield or run elsewhere (threads, processes)."
+        found.append(_anomaly(r, "head_of_line", "warning", f"Head-of-line blocking behind slow handlers: {where(r)}",
+                              text, ev))
+    return found
+
+
+@rule("loop_busy_elsewhere")
+def loop_busy_elsewhere(ctx: Context) -> list[Anomaly]:
+    """Long queue waits with short handlers: the time a message waited was not its handlers' — the loop
+    was busy with the other connections (info) or stalled beyond that (warning)."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        w = _waits(r)
+        wait, handler, mean = w["wait_p50_us"], w["handler_p50_us"], w["wait_mean_us"]
+        if wait is None or handler is None or mean is None or wait < t.busy_wait_p50_us \
+                or handler >= t.hol_min_handler_us or wait < t.busy_wait_handler_ratio * handler:
+            continue
+        if (w["conn_wait_ratio"] or 0) >= t.wait_starvation_ratio:
+            continue  # wait_starvation explains these waits
+        n, rate = _in_flight(r), num(r, "mps_mean")
+        loop_us = 1e6 / rate if rate else None
+        round_us = (n - 1) * loop_us if loop_us else None
+        ev = {**_wait_evidence(w), "mean queue wait (µs)": r2(mean, 0), "messages in flight": n,
+              "server time per message at the measured rate (µs)": r2(loop_us, 1),
+              "one round of the other messages (µs)": r2(round_us, 0)}
+        text = (f"In {where(r)} messages waited {wait / 1e3:,.1f} ms (median) unread in their socket queues while a "
+                f"handler took only {handler:,.0f} µs: the waiting was not spent on their own work. ")
+        stalled = round_us is not None and mean >= t.busy_beyond_round * round_us
+        if round_us is not None and loop_us is not None:
+            ev["mean wait ÷ one round"] = r2(mean / round_us, 1)
+            if stalled:
+                text += (f"One round of the other {n - 1} messages at {loop_us:,.1f} µs each takes "
+                         f"≈ {round_us / 1e3:,.2f} ms, yet the mean wait was {mean / round_us:.0f}× that: the loop "
+                         "was busy elsewhere, beyond serving the others — blocking work outside the handlers, "
+                         "pauses (garbage collection), or connections served out of turn. Look at the off-CPU "
+                         "flamegraph and the latency tail.")
+            else:
+                text += (f"It is the loop's round over the other connections: {n - 1} other messages in flight at "
+                         f"{loop_us:,.1f} µs of server time each ≈ {round_us / 1e3:,.2f} ms, what a message waited "
+                         f"(mean {mean / 1e3:,.2f} ms). The loop is saturated: its per-message overhead, not handler "
+                         "work, sets the latency — cut that overhead or spread connections over more processes.")
+        found.append(_anomaly(r, "loop_busy_elsewhere", "warning" if stalled else "info",
+                              f"Long waits with short handlers (loop busy elsewhere): {where(r)}", text, ev))
     return found
 
 

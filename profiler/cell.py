@@ -7,7 +7,7 @@ failed row with the reason (network_ping_test's "FF"). Only Ctrl-C and netprof's
 
 from __future__ import annotations
 
-import subprocess
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +25,7 @@ from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
 from netprof.profiler.servers import Running
 
 READY_TIMEOUT = 20.0
-EXIT_GRACE = 5.0
+EXIT_GRACE = 5.0  # how long a backend may take to exit after SIGTERM before SIGKILL
 
 
 @dataclass
@@ -33,6 +33,7 @@ class CellOutcome:
     row: dict
     per_conn_messages: list[int] = field(default_factory=list)
     backend_pid: int | None = None
+    sockwait_conns: list[dict] = field(default_factory=list)  # --sockwait: per connection (sockwait.conn_rows)
 
     @property
     def ok(self) -> bool:
@@ -46,7 +47,8 @@ def backend_argv(python: str | list[str], name: str, cfg: RunConfig, framing: st
     know (message size, framing, work) comes from the run's configuration and this cell."""
     python = [python] if isinstance(python, str) else list(python)
     return [*(prefix or []), *python, "-m", "netprof.backends", name, "--host", host, "--port", "0",
-            "--msize", str(cfg.msize), "--framing", framing, "--work", cfg.work, "--workers", str(cfg.workers)]
+            "--msize", str(cfg.msize), *(["--framing", framing] if framing != "own" else []),
+            "--work", cfg.work, "--workers", str(cfg.workers)]
 
 
 @dataclass
@@ -71,6 +73,8 @@ class CellEnv:
     link: Any = None  # netprof.profiler.netns.RemoteLink
     hooks: CellHooks = field(default_factory=CellHooks)
     python_options: tuple[str, ...] = ()
+    sockwait: Any = None  # netprof.probes.SockWaitProbes (--sockwait), attached for the whole cell
+    on_phase: Callable[[str], None] | None = None  # told each phase of the cell (PHASES): the progress bar
 
 
 def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
@@ -78,7 +82,7 @@ def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
     ready when it prints its ready line), the user's command (ready when its port accepts), or the
     attached process (already up)."""
     spec = env.cfg.server(cell.backend)
-    cpus = env.cfg.backend_cpu if env.cfg.pin else None
+    cpus = env.cfg.backend_cpu if cell.pinned else None
     if spec.kind == "cmd":
         return servers.start_cmd(group, spec, cpus)
     if spec.kind == "attach":
@@ -115,6 +119,12 @@ class Snap:
     probes: Any
     proc: dict
     t: float
+    sockwait: Any = None  # SockWaitSnapshot at the marks that bound the counted window (--sockwait)
+
+
+# What the cell is doing after each of the loader's events: the progress bar's phase.
+PHASES = {"accepted": "connecting", "connected": "warm-up", "measure_start": "measuring",
+          "probe_start": "measuring (probed)", "probe_stop": "measuring", "measure_stop": "stopping"}
 
 
 class _Marks:
@@ -130,9 +140,14 @@ class _Marks:
     ARM_LEAD_S = 0.05
 
     def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None,
-                 window: tuple[float, float] | None = None) -> None:
-        self.pid, self.probes, self.on_start = pid, probes, on_start
+                 window: tuple[float, float] | None = None, sockwait=None,
+                 on_phase: Callable[[str], None] | None = None) -> None:
+        self.pid, self.probes, self.on_start, self.on_phase = pid, probes, on_start, on_phase
         self.window = window  # (duration, probe share) when the loader runs a probed sub-window
+        # The socket-wait set stays attached all cell; it is read at the marks of the window the
+        # counting set counts (the probed sub-window, else the whole window), after the counters.
+        self.sockwait = sockwait
+        self.sockwait_marks = ("probe_start", "probe_stop") if window else ("measure_start", "measure_stop")
         self.snaps: dict[str, Snap] = {}
         self.connected: dict = {}
         self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
@@ -143,6 +158,8 @@ class _Marks:
         if counters is None and self.probes is not None and self.probes.attached:
             counters = self.probes.snapshot()
         self.snaps[kind] = Snap(counters, proc_cpu_times(self.pid), time.monotonic())
+        if self.sockwait is not None and kind in self.sockwait_marks:
+            self.snaps[kind].sockwait = self.sockwait.snapshot()
 
     def _arm_probes(self, measure_start_t: float) -> None:
         assert self.window is not None  # armed only for a probed sub-window
@@ -171,6 +188,8 @@ class _Marks:
                 self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
                 if self.on_start:
                     self.on_start(self.pid)
+        if self.on_phase is not None and kind in PHASES:  # after the time-critical snapshots
+            self.on_phase(PHASES[kind])
 
     def close(self) -> None:
         """After the loader's run: no probe may stay attached into the next cell's unprobed time."""
@@ -179,6 +198,8 @@ class _Marks:
             self._arm.join()
         if self.window and self.probes is not None:
             self.probes.detach()
+        if self.sockwait is not None:
+            self.sockwait.detach()
 
     def pair(self, first: str, last: str) -> tuple[Snap, Snap] | None:
         a, b = self.snaps.get(first), self.snaps.get(last)
@@ -194,7 +215,7 @@ def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "python_build": None if own else interp.build_flags,
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
-        "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cfg.pin, "workers": cfg.workers,
+        "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cell.pinned, "workers": cfg.workers,
         **dict(cell.extra), "status": "failed", "error": None,
     }
 
@@ -209,6 +230,23 @@ def _failure_reason(proc: ManagedProcess | None, default: str) -> str:
     if code is not None and code != 0:
         return f"backend exited with code {code}" + (f": {tail}" if tail else "")
     return default + (f" (backend stderr: {tail})" if tail else "")
+
+
+def _stop_builtin(proc: ManagedProcess) -> str | None:
+    """Stop a built-in backend as netprof always does: SIGTERM to its process group, SIGKILL after
+    EXIT_GRACE (ManagedProcess.stop). Why the cell failed if that was not a clean exit 0, else None."""
+    if not proc.alive():  # gone before it was told to stop
+        if proc.returncode():
+            return _failure_reason(proc, "server failed")
+        return "backend exited (code 0) before netprof stopped it: a backend must serve until SIGTERM"
+    code = proc.stop(timeout=EXIT_GRACE)
+    tail = proc.stderr_tail()
+    tail = f": {tail}" if tail else ""
+    if code == -signal.SIGKILL or code is None:  # None: not even SIGKILL ended it in time
+        return f"backend did not exit within {EXIT_GRACE:g} s of SIGTERM (netprof had to kill -9 it){tail}"
+    if code != 0:
+        return f"backend exited with code {code} when stopped with SIGTERM (it must exit 0){tail}"
+    return None
 
 
 def _proc_delta(a: Snap, b: Snap) -> dict:
@@ -292,11 +330,32 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
                       "involuntary_per_msg": stats.ratio(proc["invol_ctx"], messages)}
 
 
+def sockwait_row(row: dict, result: dict, marks: _Marks) -> list[dict]:
+    """--sockwait: the socket-wait figures of the counted window into row["sockwait"] (beside the
+    loader's round trip of the same window, for the transit), and its per-connection rows."""
+    from netprof.probes import sockwait
+
+    pair = marks.pair(*marks.sockwait_marks)
+    if pair is None or pair[0].sockwait is None or pair[1].sockwait is None:
+        return []
+    d = sockwait.sockwait_delta(pair[0].sockwait, pair[1].sockwait)
+    window = (result.get("phases") or {}).get("probed") if marks.window else result
+    lat = (window or {}).get("latency_us") or {}
+    conns = sockwait.conn_rows(d)
+    row["sockwait"].update(sockwait.row_fields(d), rtt_mean_us=lat.get("mean"), rtt_p50_us=lat.get("p50"),
+                           messages=(window or {}).get("messages"),
+                           **stats.conn_wait_split([c["bytes"] for c in conns], [c["wait_us"] for c in conns]))
+    return conns
+
+
 def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
     """Run one cell: the backend under env.interp, the load from env.loader, the counting set
     (env.probes) on the backend's process tree, env.hooks for evidence rounds."""
     cfg, loader, probes, hooks, link = env.cfg, env.loader, env.probes, env.hooks, env.link
     row = _base_row(cell, cfg, env.interp)
+    row["sockwait"] = {"attached": env.sockwait is not None}  # --sockwait: its figures join it (sockwait_row)
+    if env.on_phase is not None:
+        env.on_phase("starting the server")
     with ProcessGroup() as group:
         try:
             server = start_server(group, cell, env)
@@ -306,10 +365,14 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
         proc = server.proc  # None when attached: nothing of ours to wait for or stop
         if probes is not None:
             probes.target(server.pid)
+        if env.sockwait is not None:  # before the loader connects: every connection timed from its first byte
+            env.sockwait.target(server.pid)
+            env.sockwait.attach()
         if hooks.started:
             hooks.started(server.pid)
         share = cfg.probe_share if probes is not None and cfg.probe_share < 1 else None
-        marks = _Marks(server.pid, probes, hooks.measuring, (cfg.duration, share) if share else None)
+        marks = _Marks(server.pid, probes, hooks.measuring, (cfg.duration, share) if share else None, env.sockwait,
+                       env.on_phase)
         marks.rss_ready = tree_rss(server.pid)
         req = RunRequest(target=f"{server.host}:{server.port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
@@ -327,25 +390,26 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             row["error"] = _failure_reason(proc, f"loader: {e.kind}: {e.message}")
         finally:
             marks.close()
+        sw_conns: list[dict] = []
         if result:
-            measure_row(row, result, marks, ["counting"] if probes is not None else [])
+            attached = ["counting"] * (probes is not None) + ["sockwait"] * (env.sockwait is not None)
+            measure_row(row, result, marks, attached)
             head = (result.get("phases") or {}).get("unprobed") or result
             per_conn = list(head.get("per_conn_messages", []))
+            if env.sockwait is not None:
+                sw_conns = sockwait_row(row, result, marks)
         else:
             per_conn = []
-        # A built-in backend exits by itself once the loader has closed every connection; one that
-        # does not (thread-per-connection after 10k connections), and the user's command, are
-        # stopped by the ProcessGroup below (SIGTERM, then SIGKILL).
-        if proc is not None and cfg.server(cell.backend).kind == "builtin":
-            try:
-                proc.popen.wait(timeout=EXIT_GRACE)
-            except subprocess.TimeoutExpired:
-                pass
         if row["error"] is None:
-            row["error"] = _verdict(cell, result, row, proc)
+            row["error"] = _verdict(cell, result, row, proc)  # before the stop: a hang is a stall
+        # A built-in backend serves until netprof stops it, and must then exit 0 by itself; the
+        # user's command is stopped by the ProcessGroup below, whatever it exits with.
+        if proc is not None and cfg.server(cell.backend).kind == "builtin":
+            stop_error = _stop_builtin(proc)
+            row["error"] = row["error"] or stop_error
         if row["error"] is None:
             row["status"] = "ok"
-        return CellOutcome(row, per_conn, server.pid)
+        return CellOutcome(row, per_conn, server.pid, sw_conns)
 
 
 def _verdict(cell: Cell, result: dict | None, row: dict, proc: ManagedProcess | None) -> str | None:

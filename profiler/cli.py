@@ -12,10 +12,19 @@ import typer
 from pyarrow.lib import ArrowException
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperCommand
 
 import netprof
 from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
-from netprof.profiler.plan import RunConfig, parse_framings, parse_int_list, parse_pythons, parse_sources, validate
+from netprof.profiler.plan import (
+    RunConfig,
+    parse_framings,
+    parse_int_list,
+    parse_pin,
+    parse_pythons,
+    parse_sources,
+    validate,
+)
 
 EXAMPLES = """
 Examples:
@@ -44,13 +53,21 @@ missing capability; 3 netprof's own error (the report of finished cells is still
 """
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
+    context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="eBPF/perf syscall profiler for Python network backends.\n" + EXAMPLES + EXIT_CODES,
 )
 err = Console(stderr=True)
+
+
+class _PlainUsage(TyperCommand):
+    """Usage lines with plain placeholders: typer writes a required argument as {DIR}."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return [p.replace("{", "").replace("}", "") for p in super().collect_usage_pieces(ctx)]
 
 
 def say_error(message: str) -> None:
@@ -86,7 +103,7 @@ def list_backends(all_: bool = typer.Option(False, "--all", help="Include test-o
     table = Table("backend", "family", "reads", "description", box=None, header_style="bold")
     for name in registry.names(include_test_only=all_):
         info = registry.get(name)
-        needs = registry.python_requirement(info)
+        needs = registry.uninstalled_requirement(info)  # too old an interpreter, or a dependency not installed
         table.add_row(name, info.family, info.reads, info.description + (f" — {needs}" if needs else ""))
     Console().print(table)
 
@@ -109,44 +126,62 @@ def doctor() -> None:
 
 @app.command()
 def run(
-    backends: list[str] | None = typer.Argument(
-        None, metavar="[BACKEND]...",
-        help="Built-in backends to run (see `netprof list`)."),
-    connections: str = typer.Option("10,100,1000", "-c", "--connections", help="Comma list of connection counts."),
-    duration: float = typer.Option(5.0, "-d", "--duration", help="Measured seconds per cell."),
-    rounds: int = typer.Option(3, "-r", "--rounds", help="Rounds per cell (mean ± interval across them)."),
-    msize: int = typer.Option(64, "-s", "--msize", help="Message size in bytes."),
-    pipeline: str = typer.Option("1", "--pipeline", help="Messages in flight per connection (comma list)."),
+    # Documented in the docstring: typer would print an argument's help with its Python type (<list[str]>).
+    backends: list[str] | None = typer.Argument(None, metavar="BACKEND", hidden=True),
+    connections: str = typer.Option("10,100,1000", "-c", "--connections", metavar="N[,N...]",
+                                    help="Comma list of connection counts."),
+    duration: float = typer.Option(5.0, "-d", "--duration", metavar="SECONDS", help="Measured seconds per cell."),
+    rounds: int = typer.Option(3, "-r", "--rounds", metavar="N", help="Rounds per cell (mean ± interval across them)."),
+    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes."),
+    pipeline: str = typer.Option("1", "--pipeline", metavar="K[,K...]",
+                                 help="Messages in flight per connection (comma list)."),
     framing: str = typer.Option(
-        "message", "--framing",
+        "message", "--framing", metavar="message|stream",
         help="message: each receive asks for one message (the reference harness's way); stream: read up to 64 KiB "
              "and echo what came; or message,stream."),
-    warmup: float = typer.Option(1.0, "--warmup", help="Seconds of load before measuring."),
+    warmup: float = typer.Option(1.0, "--warmup", metavar="SECONDS", help="Seconds of load before measuring."),
     work: str = typer.Option(
-        "none", "--work",
+        "none", "--work", metavar="SPEC",
         help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
-    think: str = typer.Option("none", "--think", help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
+    think: str = typer.Option("none", "--think", metavar="SPEC",
+                              help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
-        0.3, "--probe-share",
+        0.3, "--probe-share", metavar="SHARE",
         help="Share of each cell's window (its middle) with the counting probes attached; headline msgs/s, latency "
              "and fairness come from the rest. 1 = probes throughout, 0 = none."),
     syscall_time: bool = typer.Option(
         False, "--syscall-time",
         help="Also time every syscall (costs about as much again as counting)."),
+    sockwait: bool = typer.Option(
+        False, "--sockwait",
+        help="Also time where each message waits: unread in the socket queue vs in the handler, per connection "
+             "(socket-wait probes, attached for the whole cell: their cost, ~10% on a fast loop, is in the headline)."),
     stacks: bool = typer.Option(
         False, "--stacks",
         help="Also collect user stacks of selected syscalls (evidence set)."),
     flamegraph: bool = typer.Option(False, "--flamegraph", help="Add a sampling round per cell with flamegraphs."),
-    no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
-    backend_cpu: str = typer.Option("0", "--backend-cpu", help="CPU(s) the backend is pinned to."),
-    loader_cpus: str = typer.Option("", "--loader-cpus", help="CPUs for the loader (default: all others)."),
+    no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs (= --pin no)."),
+    pin_mode: str = typer.Option(
+        "yes", "--pin", metavar="yes|no|both",
+        help="yes: backend on --backend-cpu, loader on the others (the reference harness's way); no; both: every "
+             "cell pinned and unpinned (the loader stays pinned), to see what pinning changes."),
+    backend_cpu: str = typer.Option("0", "--backend-cpu", metavar="CPUS", help="CPU(s) the backend is pinned to."),
+    loader_cpus: str = typer.Option("", "--loader-cpus", metavar="CPUS",
+                                    help="CPUs for the loader (default: all others)."),
     loader_threads: int = typer.Option(
-        1, "--loader-threads", help="Loader threads (more when the loader, not the backend, is the limit)."),
+        1, "--loader-threads", metavar="N",
+        help="Loader threads (more when the loader, not the backend, is the limit)."),
     workers: int = typer.Option(
-        2, "--workers",
-        help="Processes/threads of the multi-worker backends (prefork, prethread, select_prethread, zmq_threads)."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default runs/<timestamp>/)."),
+        2, "--workers", metavar="N",
+        help="Processes/threads of the multi-worker backends (prefork, prethread, select_prethread, zmq_threads, "
+             "gunicorn_sync)."),
+    out: Path | None = typer.Option(None, "--out", "-o", metavar="DIR",
+                                    help="Results directory (default runs/<timestamp>/)."),
+    quiet: bool = typer.Option(False, "-q", "--quiet",
+                               help="No progress and no summary: errors and the report's path."),
+    verbose: bool = typer.Option(False, "-v", "--verbose",
+                                 help="Also print every finished cell on a terminal (off a terminal it always is)."),
     force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
     wait: bool = typer.Option(
         False, "--wait",
@@ -155,16 +190,16 @@ def run(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before a run planned to take over an hour."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout, nothing else there."),
     remote: str = typer.Option(
-        "", "--remote",
+        "", "--remote", metavar="netns",
         help="netns: backend and loader in two network namespaces of their own, joined by a link (needs root)."),
     netem: str = typer.Option(
-        "", "--netem",
+        "", "--netem", metavar="SPEC",
         help="With --remote netns, impair both ends of the link: delay=200us[,jitter=50us][,loss=0.1%][,rate=1gbit]."),
     sources: str = typer.Option(
-        "auto", "--sources",
+        "auto", "--sources", metavar="ADDRS|auto",
         help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
     python: str = typer.Option(
-        "", "--python",
+        "", "--python", metavar="VERSIONS",
         help="Interpreter(s) for the backends: comma list of versions (3.11,3.13, via pyenv) or paths; default: "
              "netprof's own."),
     cmd: list[str] | None = typer.Option(
@@ -172,7 +207,7 @@ def run(
         help="Your own server's command, {port} replaced by a free port (repeatable); runs as the sudo caller unless "
              "--as-root."),
     name: list[str] | None = typer.Option(
-        None, "--name",
+        None, "--name", metavar="NAME",
         help="Label of the --cmd (or --attach) server of the same position."),
     ready_regex: str = typer.Option(
         "", "--ready-regex", metavar="REGEX",
@@ -185,38 +220,41 @@ def run(
         help="Where --attach's server (or a --cmd without {port}) listens."),
     as_root: bool = typer.Option(False, "--as-root", help="Run --cmd as root instead of the user who invoked sudo."),
     protocol: str = typer.Option(
-        "echo", "--protocol",
+        "echo", "--protocol", metavar="echo|http|line",
         help="echo (64-byte echo), http (HTTP/1.1 keep-alive), line (a request line, one reply line)."),
     request: str = typer.Option("GET /", "--request", metavar="'METHOD /path'", help="--protocol http: the request."),
     header: list[str] | None = typer.Option(
         None, "--header", metavar="'Name: value'",
         help="--protocol http: an extra header (repeatable)."),
-    body: str | None = typer.Option(None, "--body", help="--protocol http: the request body."),
+    body: str | None = typer.Option(None, "--body", metavar="TEXT", help="--protocol http: the request body."),
     body_file: Path | None = typer.Option(
         None, "--body-file", metavar="FILE",
         help="--protocol http: the request body, from a file."),
-    line: str = typer.Option("PING", "--line", help="--protocol line: the request line."),
+    line: str = typer.Option("PING", "--line", metavar="TEXT", help="--protocol line: the request line."),
 ) -> None:
-    """Run servers × connections × pipeline × rounds and report what each message costs."""
+    """Run servers × connections × pipeline × rounds and report what each message costs.
+
+    BACKEND...: the built-in backends to run (`netprof list`); or --cmd / --attach for your own server."""
     own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root)
     if body_file is not None:
         try:
             body = body_file.read_text()
         except OSError as e:
             raise InputError(f"--body-file {body_file}: {e.strerror}") from None
+    pin, pin_both = parse_pin(pin_mode, no_pin)
     cfg = validate(RunConfig(
             backends=list(backends or []), own=own, protocol=protocol, request=request, headers=list(header or []),
             body=body, line=line, connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
-            probe_share=probe_share, syscall_time=syscall_time,
-            flamegraph=flamegraph, pin=not no_pin, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
+            probe_share=probe_share, syscall_time=syscall_time, sockwait=sockwait,
+            flamegraph=flamegraph, pin=pin, pin_both=pin_both, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
         ))
     _confirm_long_plan(cfg, yes)
-    _execute(cfg, as_json)
+    _execute(cfg, as_json, quiet=quiet, verbose=verbose)
 
 
 def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: int | None, target: str,
@@ -264,14 +302,21 @@ def _terminate_like_ctrl_c(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _execute(cfg: RunConfig, as_json: bool) -> None:
-    """Shared tail of `run` and `flamegraph`: capability checks, the run, the report, the exit code."""
+def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool = False) -> None:
+    """Shared tail of `run` and `flamegraph`: capability checks, the run, the report, the exit code.
+    Progress goes to stderr (stdout: the summary, or the JSON); -q silences both but the report's path."""
     if cfg.probes or cfg.stacks:
         from netprof.probes import check_available
 
         why = check_available(syscall_time=cfg.syscall_time)
         if why:
             fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
+    if cfg.sockwait:
+        from netprof.probes.sockwait import check_available as sockwait_missing
+
+        why = sockwait_missing()
+        if why:
+            fail(f"--sockwait cannot work here: {why}; run without --sockwait")
     if cfg.flamegraph:
         from netprof.flamegraphs import check_available as flame_missing
 
@@ -281,22 +326,25 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
 
     from netprof.profiler import interpreters, report, runner
 
-    console = Console(stderr=True) if as_json else Console()
+    console = Console(stderr=True, quiet=quiet) if as_json else Console(quiet=quiet)
+    progress = Console(stderr=True, quiet=quiet)
     interps: dict[str, interpreters.Interpreter] = {}
     for spec in cfg.pythons:
         if not spec:  # netprof's own interpreter: nothing to prepare, nothing to say
             interps[spec] = interpreters.prepare(spec)
             continue
-        with console.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
+        with progress.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
             interps[spec] = interpreters.prepare(spec)
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # started under nohup: keep ignoring it
         signal.signal(signal.SIGINT, _terminate_like_ctrl_c)
-    outcome = runner.execute(cfg, sys.argv, console, interps)
+    outcome = runner.execute(cfg, sys.argv, progress, interps, verbose=verbose)
     if outcome.store.rows:
-        summary = report.finish(outcome.out_dir, console=None if as_json else console)
+        summary = report.finish(outcome.out_dir, console=None if as_json or quiet else console)
         if as_json:
             print(json.dumps(summary, default=str))
+        elif quiet:
+            print(summary["artifacts"]["report_html"])
     elif (outcome.out_dir / "flamegraphs" / "index.json").exists():
         index = (outcome.out_dir / "flamegraphs" / "index.json").read_text()
         print(index if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
@@ -312,25 +360,33 @@ def _execute(cfg: RunConfig, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_PlainUsage)
 def flamegraph(
-    args: list[str] = typer.Argument(..., help="Backends to sample, or `diff A.folded B.folded`."),
-    connections: str = typer.Option("100", "-c", "--connections", help="Comma list of connection counts."),
-    duration: float = typer.Option(5.0, "-d", "--duration", help="Sampled seconds per cell."),
-    pipeline: str = typer.Option("1", "--pipeline", help="Messages in flight per connection (comma list)."),
-    msize: int = typer.Option(64, "-s", "--msize", help="Message size in bytes."),
-    framing: str = typer.Option("message", "--framing", help="message or stream (as in `run`)."),
-    warmup: float = typer.Option(1.0, "--warmup", help="Seconds of load before sampling."),
-    work: str = typer.Option("none", "--work", help="Handler work per message (as in `run`)."),
+    args: list[str] = typer.Argument(..., metavar="BACKEND", hidden=True),  # in the docstring (see `run`)
+    connections: str = typer.Option("100", "-c", "--connections", metavar="N[,N...]",
+                                    help="Comma list of connection counts."),
+    duration: float = typer.Option(5.0, "-d", "--duration", metavar="SECONDS", help="Sampled seconds per cell."),
+    pipeline: str = typer.Option("1", "--pipeline", metavar="K[,K...]",
+                                 help="Messages in flight per connection (comma list)."),
+    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes."),
+    framing: str = typer.Option("message", "--framing", metavar="message|stream",
+                                help="message or stream (as in `run`)."),
+    warmup: float = typer.Option(1.0, "--warmup", metavar="SECONDS", help="Seconds of load before sampling."),
+    work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
     python: str = typer.Option(
-        "", "--python",
+        "", "--python", metavar="VERSIONS",
         help="Interpreter(s) for the backends (as in `run`); 3.13 adds the mixed Python+kernel view."),
     no_pin: bool = typer.Option(False, "--no-pin", help="Do not pin backend and loader to CPUs."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Results directory, or the SVG for `diff`."),
+    out: Path | None = typer.Option(None, "--out", "-o", metavar="PATH",
+                                    help="Results directory, or the SVG for `diff`."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="No progress and no summary."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print every finished cell on a terminal."),
 ) -> None:
     """Sampling rounds only (on-CPU, Python, off-CPU flamegraphs), or a differential flamegraph:
-    `netprof flamegraph diff A.folded B.folded -o diff.svg` (red = grew in B, blue = shrank)."""
+    `netprof flamegraph diff A.folded B.folded -o diff.svg` (red = grew in B, blue = shrank).
+
+    BACKEND...: the backends to sample (`netprof list`), or `diff A.folded B.folded`."""
     if args and args[0] == "diff":
         if len(args) != 3:
             fail("usage: netprof flamegraph diff A.folded B.folded [-o diff.svg]")
@@ -357,21 +413,35 @@ def flamegraph(
             out_dir=str(out) if out else "", evidence_only=True, pythons=parse_pythons(python),
             framings=parse_framings(framing),
         ))
-    _execute(cfg, as_json)
+    _execute(cfg, as_json, quiet=quiet, verbose=verbose)
 
 
-@app.command("report")
+@app.command("report", cls=_PlainUsage)
 def report_cmd(
-    directory: Path = typer.Argument(..., help="A results directory written by `netprof run`."),
+    directory: Path = typer.Argument(..., metavar="DIR", hidden=True),  # in the docstring (see `run`)
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary on stdout."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", metavar="OTHER",
+        help="Write the report (report.md, report.html, plots/, summary.json) into OTHER instead of DIR."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Print only the report's path."),
 ) -> None:
-    """Rebuild report.md / report.html (and summary.json) from a results directory."""
+    """Rebuild report.md / report.html (and summary.json) from a results directory.
+
+    DIR: a results directory written by `netprof run`; nothing is re-run."""
     from netprof.profiler import report
+    from netprof.profiler.atomic import ensure_out_dir
+    from netprof.profiler.results import RESULTS_PARQUET
 
     if not directory.is_dir():
         raise InputError(f"{directory}: no such directory; give a results directory written by `netprof run`")
+    if out is not None:
+        if not (directory / RESULTS_PARQUET).exists():
+            raise InputError(f"{directory} holds no {RESULTS_PARQUET}: is it a netprof results directory?")
+        if (out / RESULTS_PARQUET).exists() and out.resolve() != directory.resolve():
+            raise InputError(f"--out {out} holds another run's results: give a directory of its own for the report")
+        ensure_out_dir(out)  # refuses an existing non-directory, /proc, and directories others may write
     try:
-        summary = report.finish(directory, console=None if as_json else Console())
+        summary = report.finish(directory, console=None if as_json or quiet else Console(), dest=out)
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     except (OSError, ValueError, ArrowException) as e:  # a corrupt or truncated results file
@@ -379,24 +449,26 @@ def report_cmd(
                          "the run that wrote it was cut off or the file was changed: re-run it") from None
     if as_json:
         print(json.dumps(summary, default=str))
+    elif quiet:
+        print(summary["artifacts"]["report_html"])
 
 
-@app.command("compare")
+@app.command("compare", cls=_PlainUsage)
 def compare_cmd(
-    runs: list[Path] = typer.Argument(
-        ...,
-        help="BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."),
+    runs: list[Path] = typer.Argument(..., metavar="BASE NEW", hidden=True),  # in the docstring (see `run`)
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout, nothing else there."),
     out: Path | None = typer.Option(
-        None, "--out", "-o",
+        None, "--out", "-o", metavar="DIR",
         help="Also write compare.md, compare.html, compare.json (and differential flamegraphs) here."),
     fail_if: str = typer.Option(
-        "", "--fail-if",
+        "", "--fail-if", metavar="RULES",
         help="Exit 1 on a significant regression beyond a threshold, e.g. slower:5%,p99:+10%,syscalls:+0.5 (also "
              "p50, cpu, ctx, jain)."),
 ) -> None:
     """Did it get faster, and is that real? Matched cells of NEW against BASE: ratios with 95% intervals,
-    Welch's t-test verdicts, and the syscall and CPU deltas that explain each change."""
+    Welch's t-test verdicts, and the syscall and CPU deltas that explain each change.
+
+    BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."""
     from netprof.profiler import compare
 
     raise typer.Exit(compare.main([str(r) for r in runs], as_json=as_json, out=str(out) if out else None,

@@ -183,6 +183,25 @@ def check_interpreters() -> list[Check]:
     return checks
 
 
+def check_backends() -> Check:
+    """Informational: built-in backends this interpreter cannot run because a dependency is not
+    installed (each names its fix); a run of one of them would be a failed cell with that line."""
+    from netprof.backends import registry
+
+    missing = {}
+    for name in registry.names():
+        info = registry.get(name)
+        if registry.python_requirement(info) is None and (why := registry.uninstalled_requirement(info)):
+            missing[name] = why
+    if not missing:
+        return Check("backends", True, f"the dependencies of all {len(registry.names())} are installed",
+                     required=False)
+    reasons = {why.partition("; fix: ")[0] for why in missing.values()}  # "needs X, which is not installed"
+    fixes = {why.rpartition("; fix: ")[2] for why in missing.values()}
+    return Check("backends", False, f"{len(missing)} cannot run here ({', '.join(missing)}): "
+                 f"{'; '.join(sorted(reasons))}", "; ".join(sorted(fixes)), required=False)
+
+
 def check_netns_leftovers() -> Check:
     """Namespaces of a netprof killed during a --remote netns run are removed here (and by the next run)."""
     if os.geteuid() != 0 or not shutil.which("ip"):
@@ -227,7 +246,8 @@ def run_checks() -> list[Check]:
     checks.append(check_compile(priv.ok and bcc.ok and headers.ok and all(c.ok for c in tps if c.required)))
     checks.append(check_probe_cost(checks[-1].ok))
     checks += [check_perf(), check_loader(), check_fd_limit(), check_port_range(), check_cpus(), check_pyspy(),
-               check_netns_leftovers(), check_symlink_protection(), check_stale_files(), *check_interpreters()]
+               check_netns_leftovers(), check_symlink_protection(), check_stale_files(), check_backends(),
+               *check_interpreters()]
     return checks
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 from pathlib import Path
 
 from netprof.profiler import atomic, schema
@@ -17,6 +18,11 @@ from netprof.profiler.plan import Cell, RunConfig
 # Extra seconds of load in a sampling round: the off-CPU program compiles before sampling starts
 # (~1-2 s), and the backend must outlive the samplers' last reads (the mixed view reads its memory).
 SAMPLING_EXTRA_S = 5.0
+# Extra seconds of load in a stacks round: the stacks are read at the end of the (normal) window
+# while the backend still runs, and reading them takes well under a second.
+STACKS_EXTRA_S = 2.0
+NATIVE_NOTE = ("kernel frame-pointer walk: the innermost frame (the libc wrapper) is exact; these builds have no "
+               "frame pointers, so deeper native frames are missing or unreliable")
 
 
 def evidence_cells(cfg: RunConfig) -> list[Cell]:
@@ -25,12 +31,37 @@ def evidence_cells(cfg: RunConfig) -> list[Cell]:
 
 
 def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
-    """Run `cell` with the stack probes attached; write stacks/<cell slug>.json; return what it holds."""
-    env = dataclasses.replace(env, probes=None, hooks=CellHooks(started=stack_probes.target))
+    """Run `cell` with the stack probes attached; write stacks/<cell slug>.json; return what it holds.
+
+    The stacks are read `duration` seconds after measure_start, while the load still runs: frames
+    are named from the live backend (its memory maps, its code objects), and a built-in backend
+    exits as soon as the loader disconnects — read after that, every frame was `[unknown]`."""
+    got: dict = {}
+    window = env.cfg.duration
+
+    def collect_later(pid: int) -> None:
+        def work() -> None:
+            time.sleep(window)
+            try:
+                got["top"] = stack_probes.evidence(n=5)
+            except Exception as e:  # naming failed: the round still leaves its file, saying why
+                got["error"] = f"{type(e).__name__}: {e}"
+
+        got["thread"] = threading.Thread(target=work, name=f"stacks-{pid}", daemon=True)
+        got["thread"].start()
+
+    longer = dataclasses.replace(env.cfg, duration=env.cfg.duration + STACKS_EXTRA_S)
+    env = dataclasses.replace(env, cfg=longer, probes=None,
+                              hooks=CellHooks(started=stack_probes.target, measuring=collect_later))
     outcome = run_cell(cell, env)
-    top = stack_probes.top_stacks(n=5) if outcome.ok else {}
-    doc = {name: [{"count": int(count), "frames": list(frames)} for count, frames in stacks]
-           for name, stacks in top.items()}
+    if "thread" in got:
+        got["thread"].join(timeout=60)
+    top = got.get("top", {}) if outcome.ok else {}
+    doc: dict = {name: [{"count": int(s["count"]), "frames": s["frames"], "python": s["python"],
+                         "native": s["native"]} for s in stacks]
+                 for name, stacks in top.items()}
+    doc["_about"] = {"python_frames": stack_probes.python_note or "walked at each syscall (CPython 3.11 frame stack)",
+                     "native_frames": NATIVE_NOTE, "error": got.get("error")}
     (out / "stacks").mkdir(exist_ok=True)
     atomic.write_text(out / "stacks" / f"{schema.cell_slug(outcome.row)}.json", json.dumps(doc, indent=1))
     return doc

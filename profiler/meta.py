@@ -56,6 +56,28 @@ def host_load() -> dict:
     return out
 
 
+def cell_load(before: dict, after: dict) -> dict:
+    """The machine over one cell, from `host_load()` before and after it: the 1-minute load average
+    at both ends, the share of CPU time stolen by the hypervisor, and how many CPUs were busy on
+    average (every process: backend, loader, netprof and whatever else ran). With the backend's and
+    the loader's own CPU in the row, `anomalies.machine_busy` tells a slow round that the machine
+    caused from one the backend did."""
+    out: dict = {"loadavg_before": (before.get("loadavg") or [None])[0],
+                 "loadavg_after": (after.get("loadavg") or [None])[0]}
+    try:
+        total = after["cpu_total_s"] - before["cpu_total_s"]
+        steal = after["steal_s"] - before["steal_s"]
+        idle = after["idle_s"] - before["idle_s"]
+    except (KeyError, TypeError):
+        return out
+    if total > 0:
+        cpus = os.cpu_count() or 1
+        out["steal_frac"] = round(max(0.0, steal) / total, 4)
+        out["busy_cpus"] = round(max(0.0, total - idle - steal) / total * cpus, 3)
+        out["seconds"] = round(total / cpus, 2)
+    return out
+
+
 def collect(argv: list[str], config: dict) -> dict:
     return {
         "netprof_version": netprof.__version__,
@@ -79,4 +101,5 @@ def collect(argv: list[str], config: dict) -> dict:
         },
         "config": config,
         "host_before": host_load(),  # the runner adds "host_after" when the run ends
+        "host_per_cell": [],  # the runner adds one `cell_load` per cell × round, with its "cell" and "round"
     }

@@ -54,13 +54,15 @@ class Cell:
     round: int  # 1-based; 0 = an evidence round (stacks, flamegraphs)
     python: str = ""  # --python spec the backend runs under; "" = netprof's own interpreter
     framing: str = "message"
+    pinned: bool = True  # the backend pinned to --backend-cpu (False: unpinned, or a --pin both cell)
     # Dimensions declared only in schema.py (recorded in rows, labels and slugs; no process needs
     # them): ((name, value), ...), from RunConfig.extra_dims.
     extra: tuple[tuple[str, Any], ...] = ()
 
     def label(self) -> str:
         row = {"backend": self.backend, "interpreter": self.python, "framing": self.framing,
-               "connections": self.connections, "pipeline": self.pipeline, "round": self.round, **dict(self.extra)}
+               "connections": self.connections, "pipeline": self.pipeline, "pinned": self.pinned,
+               "round": self.round, **dict(self.extra)}
         return schema.cell_label(row, with_round=True)
 
 
@@ -78,7 +80,8 @@ class RunConfig:
     probes: bool = True
     stacks: bool = False
     flamegraph: bool = False
-    pin: bool = True
+    pin: bool = True  # pinning at all: the loader on its CPUs, the backend on --backend-cpu
+    pin_both: bool = False  # --pin both: every cell also unpinned (backend free; the loader stays pinned)
     backend_cpu: str = "0"
     loader_cpus: str = ""  # empty: every CPU but the backend's
     loader_threads: int = 1
@@ -96,7 +99,9 @@ class RunConfig:
     framings: list[str] = field(default_factory=lambda: ["message"])
     # The user's own servers (--cmd, --attach): their names are in `backends` too.
     own: list = field(default_factory=list)  # [servers.ServerSpec]
-    protocol: str = "echo"  # echo | http | line: what one message is (one request/response exchange)
+    # echo | http | line: what one message is (one request/response exchange); validate() sets it
+    # from the built-in backends' registry entries (builtin_protocol)
+    protocol: str = "echo"
     request: str = "GET /"  # http: METHOD /path
     headers: list[str] = field(default_factory=list)  # http: extra "Name: value" headers
     body: str | None = None  # http: request body (--body, or --body-file's content)
@@ -107,6 +112,9 @@ class RunConfig:
     # unprobed and gives the headline figures (1 = probes throughout, 0 = no probes).
     probe_share: float = 0.3
     syscall_time: bool = False  # --syscall-time: also time syscalls (the sys_exit program)
+    # --sockwait: the socket-wait set (probes/sockwait.py) attached for the whole of each cell, so it
+    # sees every connection from its first byte; its cost is in the headline figures too.
+    sockwait: bool = False
 
     def cells(self) -> Iterator[Cell]:
         """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
@@ -115,20 +123,25 @@ class RunConfig:
 
     def combinations(self, rnd: int) -> Iterator[Cell]:
         """Every combination of the run dimensions, for round `rnd` (0: an evidence round). The
-        user's own servers have their own interpreter and framing: one cell per scale."""
+        user's own servers have their own interpreter and framing: one cell per scale; the HTTP
+        backends have their own framing (their HTTP parser): one cell per scale and interpreter."""
         own = {s.name for s in self.own}
+        own_framing = {b for b in self.backends if self.server(b).frames_own}
+        pins = [True, False] if self.pin_both else [self.pin]
         names = list(self.extra_dims)
         for extra in itertools.product(*self.extra_dims.values()):
             tagged = tuple(zip(names, extra))
             for conns in self.connections:
                 for pipe in self.pipeline:
-                    for framing in self.framings:
+                    for framing, pinned in itertools.product(self.framings, pins):
                         for python in self.pythons:
                             for backend in self.backends:
-                                if backend not in own:
-                                    yield Cell(backend, conns, pipe, rnd, python, framing, tagged)
+                                if backend not in own_framing:
+                                    yield Cell(backend, conns, pipe, rnd, python, framing, pinned, tagged)
+                                elif backend not in own and framing == self.framings[0]:
+                                    yield Cell(backend, conns, pipe, rnd, python, "own", pinned, tagged)
                                 elif framing == self.framings[0] and python == self.pythons[0]:
-                                    yield Cell(backend, conns, pipe, rnd, "", "own", tagged)
+                                    yield Cell(backend, conns, pipe, rnd, "", "own", pinned, tagged)
 
     def server(self, name: str):
         """The ServerSpec of a cell's server: the user's own, or a built-in backend."""
@@ -165,6 +178,15 @@ def parse_pythons(text: str) -> list[str]:
 
 
 FRAMINGS = ("message", "stream")
+
+
+def parse_pin(mode: str, no_pin: bool) -> tuple[bool, bool]:
+    """`--pin yes|no|both` (and `--no-pin`, = `--pin no`) → (pin, pin_both)."""
+    if mode not in ("yes", "no", "both"):
+        raise InputError(f"--pin '{mode}' is not understood: use yes, no or both")
+    if no_pin and mode != "yes":
+        raise InputError("--no-pin and --pin say the same thing twice: give one of them")
+    return (not no_pin and mode != "no"), mode == "both"
 
 
 def parse_framings(text: str) -> list[str]:
@@ -236,6 +258,35 @@ def _check_range(name: str, value) -> None:
 PROTOCOLS = ("echo", "http", "line")
 
 
+def builtin_protocol(cfg: RunConfig, builtin: list[str]) -> None:
+    """A built-in backend speaks the protocol its registry entry declares (BackendInfo.protocol), and
+    the run speaks it: `netprof run http_asyncio aiohttp` is an HTTP run of registry.HTTP_REQUEST
+    without --protocol. One protocol per run, so echo and HTTP backends are run separately."""
+    spoken = {registry.get(b).protocol for b in builtin}
+    if len(spoken) > 1:
+        http = [b for b in builtin if registry.get(b).protocol != "echo"]
+        raise InputError(f"echo and HTTP backends cannot share a run (the HTTP ones: {', '.join(http)}): "
+                         "run them in separate runs")
+    if not spoken or spoken == {"echo"}:
+        if cfg.protocol != "echo" and builtin:
+            raise InputError(f"--protocol {cfg.protocol} needs your own server (--cmd or --attach): the built-in "
+                             f"backends ({', '.join(builtin)}) are echo servers")
+        return
+    (proto,) = spoken
+    if cfg.protocol not in ("echo", proto):  # "echo" is the default: --protocol not given
+        raise InputError(f"--protocol {cfg.protocol}: the built-in backends ({', '.join(builtin)}) speak {proto}; "
+                         "drop --protocol")
+    cfg.protocol = proto
+    if cfg.request == RunConfig.request:  # the default (`--request 'GET /'` given reads the same)
+        cfg.request = registry.HTTP_REQUEST
+    elif cfg.request != registry.HTTP_REQUEST:
+        raise InputError(f"--request '{cfg.request}': the built-in HTTP backends answer '{registry.HTTP_REQUEST}' "
+                         "only; drop --request")
+    if cfg.framings != list(FRAMINGS[:1]):
+        raise InputError("--framing is for the echo backends; the HTTP backends read with their own HTTP parser: "
+                         "drop --framing")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     known = registry.names(include_test_only=True)
     own = [s.name for s in cfg.own]
@@ -255,10 +306,7 @@ def validate(cfg: RunConfig) -> RunConfig:
                          "or your own server with --cmd or --attach")
     if cfg.protocol not in PROTOCOLS:
         raise InputError(f"--protocol '{cfg.protocol}' is not known; use {', '.join(PROTOCOLS)}")
-    builtin = [b for b in cfg.backends if b not in own]
-    if cfg.protocol != "echo" and builtin:
-        raise InputError(f"--protocol {cfg.protocol} needs your own server (--cmd or --attach): the built-in "
-                         f"backends ({', '.join(builtin)}) are echo servers")
+    builtin_protocol(cfg, [b for b in cfg.backends if b not in own])
     if cfg.protocol == "http" and not re.fullmatch(r"[A-Z]+ /\S*", cfg.request):
         raise InputError(f"--request '{cfg.request}' is not 'METHOD /path', e.g. 'GET /plaintext'")
     for h in cfg.headers:
@@ -321,6 +369,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         raise InputError(f"--connections {max(cfg.connections)} needs at least {need} source addresses "
                          f"(~{CONNECTIONS_PER_SOURCE} ports each): use --sources auto")
     ncpu = os.cpu_count() or 1
+    if cfg.pin_both and not cfg.pin:
+        raise InputError("--pin both pins the loader and half the cells' backends: it cannot go with --no-pin")
     if cfg.pin and ncpu < 2:
         raise InputError("pinning needs at least 2 CPUs (backend and loader apart); pass --no-pin")
     if cfg.pin:

@@ -1,6 +1,10 @@
 """The report's plots (matplotlib, Agg): each function draws one figure from the per-cell table (or the
-per-connection counts); `render_all` saves them as PNG under plots/ and returns them base64-encoded for
-embedding in the self-contained HTML."""
+per-connection counts); `render_all` saves them as SVG under plots/ and returns them as data URIs for
+the self-contained HTML. SVG: sharp at any width, text stays text (svg.fonttype none).
+
+Axis labels go through `units`, the report's one formatter: plain ticks (10, 100, 1,000; 92k; 2.1 ms),
+never a 1e5 offset.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -16,11 +21,22 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from netprof.profiler import atomic, schema  # noqa: E402
+from netprof.profiler import atomic, schema, units  # noqa: E402
 
 MAX_STACKED_SYSCALLS = 7  # the rest are summed as "other" so the legend stays readable
-plt.rcParams.update({"figure.dpi": 100, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+MAX_ERROR_BARS = 8  # lines in the throughput plot up to which each point carries its interval
+MIN_VISIBLE = 0.03  # share of the longest bar below which a syscall's segment is too thin to see
+MAX_CURVE_POINTS = 400  # per-connection curves are resampled: 20k connections need no 20k-point path
+WIDTH = 10.0  # inches: the page shows plots at full width (~1000 px), so 1 pt of font ≈ 1.1 px
+FIRST_WIDTH = 7.0  # the throughput plot shares the first screen with the headline table
+PERCENTILES = (("p50", "-"), ("p95", "-."), ("p99", "--"), ("p999", ":"))
+STYLE: Any = {"figure.dpi": 100, "font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 10,
+         "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3,
+         "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none",
+         "axes.formatter.useoffset": False}  # Any: matplotlib types rc_context with a Literal per key
 
 
 @dataclass
@@ -29,54 +45,184 @@ class Plot:
     title: str
     caption: str
     path: str   # relative to the results directory
-    png_b64: str
+    data_uri: str  # data:image/svg+xml;base64,… for the self-contained HTML
+
+    @property
+    def anchor(self) -> str:
+        return f"plot-{self.name}"
 
 
-def _series(cells: pd.DataFrame):
-    """(label, sub-frame sorted by connections) per series: every dimension but connections."""
-    keys = [k for k in schema.SERIES_KEYS if k in cells]
+# ---------------------------------------------------------------------------------------------
+# What goes on the x axis, and what makes a line.
+
+def x_dim(cells: pd.DataFrame) -> str | None:
+    """The numeric dimension the line plots run along: connections when it varies, else pipeline
+    when that varies, else None (one point per line: drawn as bars)."""
+    for k in ("connections", "pipeline"):
+        if k in cells and cells[k].nunique() > 1:
+            return k
+    return None
+
+
+def _label(row, dims: list[str]) -> str:
+    """'uvloop_sock (message framing, pipeline 4)': the backend and the other varying dimensions,
+    in schema's words."""
+    key = dict(zip(schema.CELL_KEYS, schema.key_of(row)))
+    extra = ", ".join(t for t in (schema.BY_NAME[k].text(key[k]) for k in dims) if t)
+    return f"{row['backend']} ({extra})" if extra else str(row["backend"])
+
+
+def _series(cells: pd.DataFrame, x: str | None):
+    """(label, sub-frame sorted along x) per line: one per value of every varying dimension but x."""
+    keys = [k for k in schema.CELL_KEYS if k in cells and k != x]
+    dims = [k for k in schema.varying(cells, keys) if k != "backend"]
     for _, g in cells.groupby(keys, dropna=False, sort=True):
-        g = g.sort_values("connections")
-        yield schema.series_label(g.iloc[0], cells), g
+        yield _label(g.iloc[0], dims), (g.sort_values(x) if x else g)
 
 
-def _cell_labels(cells: pd.DataFrame) -> list[str]:
-    return [f"{schema.series_label(r, cells)}\n{schema.column_label(r, cells)}" for _, r in cells.iterrows()]
+def cell_labels(cells: pd.DataFrame) -> list[str]:
+    """One label per cell: the backend and every other varying dimension (connections as c=N)."""
+    dims = [k for k in schema.varying(cells) if k != "backend"]
+    return [_label(r, dims) for _, r in cells.iterrows()]
 
+
+def _x_axis(ax, cells: pd.DataFrame, x: str) -> None:
+    """Log scale along connections or pipeline, ticks at the measured values, written plainly."""
+    values = sorted(int(v) for v in cells[x].dropna().unique())
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(values))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: units.count(v)))
+    ax.set_xlabel("connections" if x == "connections" else "messages in flight per connection (pipeline)")
+    if len(values) > 1:
+        ax.set_xlim(values[0] / 1.4, values[-1] * 1.4)
+
+
+def palette(n: int) -> list:
+    """n distinct colours: matplotlib's 10 up to 10 lines, tab20 beyond (never two lines alike)."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    cmap = matplotlib.colormaps["tab20"]
+    return [cmap(i % 20) for i in range(n)]
+
+
+def _legend(ax, n: int, **kw) -> None:
+    if n:
+        ax.legend(ncol=1 if n <= 6 else 2, frameon=False, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The figures.
 
 def throughput(cells: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for label, g in _series(cells):
-        err = g["mps_ci"].fillna(0).to_numpy() if "mps_ci" in g else None
-        ax.errorbar(g["connections"], g["mps_mean"], yerr=err, marker="o", capsize=3, label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("connections")
+    x = x_dim(cells)
+    if x is None:
+        return _bars(cells, "mps_mean", "messages / s", units.rate, "Throughput (bars: 95% interval)",
+                     err="mps_ci")
+    # Drawn for the first screen's column (~650 px): narrower than the others, legend inside or below.
+    lines = list(_series(cells, x))
+    fig, ax = plt.subplots(figsize=(FIRST_WIDTH, 4.4 + 0.25 * math.ceil(len(lines) / 2) * (len(lines) > 4)))
+    colors = palette(len(lines))
+    bars = len(lines) <= MAX_ERROR_BARS  # beyond, the bars hide the lines: the headline table has the intervals
+    for (label, g), color in zip(lines, colors):
+        err = g["mps_ci"].fillna(0).to_numpy() if "mps_ci" in g and bars else None
+        ax.errorbar(g[x], g["mps_mean"], yerr=err, marker="o", capsize=4, lw=2, color=color, label=label)
+    n = len(lines)
+    _x_axis(ax, cells, x)
     ax.set_ylabel("messages / s")
-    ax.set_ylim(bottom=0)
-    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1000:.0f}k"))
-    ax.legend(fontsize=8)
-    ax.set_title("Throughput vs connections (bars: 95% interval)")
+    ci = cells["mps_ci"].fillna(0) if "mps_ci" in cells and bars else 0
+    ax.set_ylim(bottom=0, top=float((cells["mps_mean"] + ci).max()) * 1.1)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.rate(v)))
+    if n <= 4:
+        ax.legend(frameon=False, loc="best")
+    else:
+        ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=9)
+    ax.set_title(f"Throughput by {'connections' if x == 'connections' else 'pipeline depth'} "
+                 + ("(bars: 95% interval)" if bars else "(intervals: headline table)"))
+    fig.tight_layout()
     return fig
 
 
 def latency(cells: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    styles = {"p50": "-", "p99": "--", "p999": ":"}
-    for i, (label, g) in enumerate(_series(cells)):
-        color = f"C{i % 10}"
-        for j, (p, ls) in enumerate(styles.items()):
-            col = f"lat_us.{p}"
-            if col in g and g[col].notna().any():
-                ax.plot(g["connections"], g[col], ls, marker=".", color=color, label=label if j == 0 else None)
-    ax.set_xscale("log")
+    """p50 / p95 / p99 / p999 per line (lat_us.* of the rows), log scale in readable units."""
+    have = [(p, ls) for p, ls in PERCENTILES if f"lat_us.{p}" in cells and cells[f"lat_us.{p}"].notna().any()]
+    if not have:
+        return None
+    x = x_dim(cells)
+    fig, ax = plt.subplots(figsize=(WIDTH, 5.0))
+    if x is None:  # one point per line: the percentiles side by side per cell
+        labels = cell_labels(cells)
+        pos = np.arange(len(cells))
+        width = 0.8 / len(have)
+        for j, (p, _) in enumerate(have):
+            ax.bar(pos + (j - (len(have) - 1) / 2) * width, cells[f"lat_us.{p}"], width, label=p, color=f"C{j}")
+        ax.set_xticks(pos, labels, rotation=20, ha="right")
+        _legend(ax, len(have), loc="upper left", bbox_to_anchor=(1.01, 1))
+    else:
+        handles = []
+        lines = list(_series(cells, x))
+        for (label, g), color in zip(lines, palette(len(lines))):
+            for p, ls in have:
+                ax.plot(g[x], g[f"lat_us.{p}"], ls, marker="o", ms=4, lw=1.8, color=color)
+            handles.append(Line2D([], [], color=color, lw=3, label=label))
+        _x_axis(ax, cells, x)
+        # one legend (colour = line, style = percentile): a tight bounding box keeps all of it
+        handles.append(Line2D([], [], color="none", label=""))
+        handles += [Line2D([], [], color="0.3", ls=ls, lw=1.8, label=p) for p, ls in have]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_yscale("log")
-    ax.set_xlabel("connections")
-    ax.set_ylabel("latency, µs")
-    series = ax.legend(fontsize=7, loc="upper left")
-    ax.add_artist(series)  # a second legend for the line styles
-    proxies = [matplotlib.lines.Line2D([], [], color="0.3", ls=ls, label=p) for p, ls in styles.items()]
-    ax.legend(handles=proxies, fontsize=7, loc="lower right")
-    ax.set_title("Latency percentiles by connections")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.duration_us(v)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_ylabel("round-trip latency")
+    ax.set_title("Latency percentiles " + ("/".join(p for p, _ in have)) + " seen by the loader")
+    fig.tight_layout()
+    return fig
+
+
+def _bars(cells: pd.DataFrame, col: str, xlabel: str, fmt, title: str, err: str | None = None):
+    """One horizontal bar per cell, its value written at its end."""
+    labels = cell_labels(cells)
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.42 * len(cells) + 1.4))
+    y = np.arange(len(cells))[::-1]
+    vals = cells[col].fillna(0).to_numpy(dtype=float)
+    errs = cells[err].fillna(0).to_numpy(dtype=float) if err and err in cells else None
+    ax.barh(y, vals, xerr=errs, color=[f"C{i % 10}" for i in range(len(cells))], capsize=3)
+    ax.set_yticks(y, labels)
+    for yi, v, e in zip(y, vals, errs if errs is not None else np.zeros(len(vals))):
+        ax.text(v + e, yi, f" {fmt(v)}", va="center", fontsize=10)
+    ax.set_xlim(0, float((vals + (errs if errs is not None else 0)).max() or 1) * 1.15)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt(v)))
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def _stacked(cells: pd.DataFrame, parts: list[tuple[str, pd.Series, str]], xlabel: str, title: str,
+             total_fmt, note=None):
+    """Horizontal stacked bars, one per cell; the axis always reaches past the longest bar and its
+    total, the legend lists only what is drawn, each bar carries its total (and `note(i)`)."""
+    labels = cell_labels(cells)
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.42 * len(cells) + 1.9))
+    y = np.arange(len(cells))[::-1]
+    left = np.zeros(len(cells))
+    for name, values, color in parts:
+        v = values.fillna(0).to_numpy(dtype=float)
+        ax.barh(y, v, left=left, label=name, color=color, height=0.7)
+        left += v
+    top = float(left.max()) or 1.0
+    for i, (yi, total) in enumerate(zip(y, left)):
+        if total > 0:
+            extra = f" ({note(i)})" if note else ""
+            ax.text(total + top * 0.01, yi, f"{total_fmt(total)}{extra}", va="center", fontsize=10)
+    ax.set_xlim(0, top * 1.25)  # room for the totals: nothing clipped
+    ax.set_yticks(y, labels)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(parts), 8), frameon=False)
+    ax.set_title(title, pad=34)
+    fig.tight_layout()
     return fig
 
 
@@ -85,42 +231,84 @@ def syscalls(cells: pd.DataFrame):
     data = cells[cols].fillna(0) if cols else pd.DataFrame()
     if data.empty or not data.to_numpy().any():
         return None
-    order = data.sum().sort_values(ascending=False).index
-    main, rest = list(order[:MAX_STACKED_SYSCALLS]), list(order[MAX_STACKED_SYSCALLS:])
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cells) + 2), 4.2))
-    x = np.arange(len(cells))
-    bottom = np.zeros(len(cells))
-    for i, c in enumerate(main):
-        ax.bar(x, data[c], bottom=bottom, label=c.split(".", 1)[1], color=f"C{i}")
-        bottom += data[c].to_numpy()
+    sums = data.sum()
+    order = list(sums[sums > 0].sort_values(ascending=False).index)  # only what some bar draws
+    # a syscall that is a sliver in every bar (< 3% of the longest) goes into "other": a legend entry
+    # whose colour cannot be found in the plot helps nobody
+    visible = [c for c in order if data[c].max() >= MIN_VISIBLE * float(data.sum(axis=1).max())]
+    main = visible[:MAX_STACKED_SYSCALLS]
+    rest = [c for c in order if c not in main]
+    parts = [(c.split(".", 1)[1], data[c], f"C{i}") for i, c in enumerate(main)]
     if rest:
-        ax.bar(x, data[rest].sum(axis=1), bottom=bottom, label="other", color="0.7")
-    ax.set_xticks(x, _cell_labels(cells), fontsize=7, rotation=45, ha="right")
-    ax.set_ylabel("syscalls per message")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title("Syscalls per message")
-    fig.tight_layout()
-    return fig
+        parts.append((f"other ({len(rest)})", data[rest].sum(axis=1), "0.7"))
+    return _stacked(cells, parts, "syscalls per message", "Syscalls per message (total at the end of each bar)",
+                    units.per_message)
 
 
 def cpu_split(cells: pd.DataFrame):
     if "cpu_us_per_msg.user" not in cells or cells["cpu_us_per_msg.user"].isna().all():
         return None
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(cells) + 2), 4.2))
-    x = np.arange(len(cells))
-    user = cells["cpu_us_per_msg.user"].fillna(0).to_numpy()
-    sys_ = cells["cpu_us_per_msg.sys"].fillna(0).to_numpy()
-    ax.bar(x, user, label="user", color="C0")
-    ax.bar(x, sys_, bottom=user, label="kernel", color="C3")
-    for xi, u, s in zip(x, user, sys_):
-        if u + s > 0:
-            ax.text(float(xi), u + s, f"{100 * u / (u + s):.0f}%", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(x, _cell_labels(cells), fontsize=7, rotation=45, ha="right")
-    ax.set_ylabel("backend CPU µs per message")
-    ax.legend(fontsize=8)
-    ax.set_title("Backend CPU per message, user vs kernel (label: user share)")
-    fig.tight_layout()
+    user, sys_ = cells["cpu_us_per_msg.user"].fillna(0), cells["cpu_us_per_msg.sys"].fillna(0)
+    total = (user + sys_).to_numpy()
+    share = np.divide(user.to_numpy(), total, out=np.zeros_like(total), where=total > 0)
+    return _stacked(cells, [("kernel", sys_, "C3"), ("user", user, "C0")], "backend CPU µs per message",
+                    "Backend CPU per message, kernel vs user", units.duration_us,
+                    note=lambda i: f"{100 * share[i]:.0f}% user")
+
+
+def _panels(per_conn: pd.DataFrame, draw, title: str, xlabel: str, ylabel: str):
+    """One panel per connection count, one curve per series (every other dimension), rounds pooled:
+    the fairness plot's layout, shared by the per-connection views."""
+    per_conn = schema.normalize(per_conn)
+    scales = sorted(per_conn["connections"].unique())
+    n = len(scales)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    # one panel: legend beside it; several: inside each (they share the series)
+    keys = [k for k in schema.SERIES_KEYS if k in per_conn]
+    dims = [k for k in schema.varying(per_conn, keys) if k != "backend"]
+    series = list(dict.fromkeys(_label(g.iloc[0], dims) for _, g in per_conn.groupby(keys, dropna=False, sort=True)))
+    shared = n > 1 and len(series) > 6  # many lines in several panels: one legend under them all
+    legend_in = 0.27 * math.ceil(len(series) / 3) + 0.3 if shared else 0.0
+    height = min((WIDTH / cols) * 0.85, 4.6) * rows + 0.6 + legend_in
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, height), squeeze=False)
+    color = dict(zip(series, palette(len(series))))  # a series keeps its colour in every panel
+    for ax, c in zip(axes.flat, scales):
+        sub = per_conn[per_conn["connections"] == c]
+        drawn = 0
+        for _, g in sub.groupby(keys, dropna=False, sort=True):
+            curves = [np.sort(rg["messages"].to_numpy(dtype=float))[::-1] for _, rg in g.groupby("round")]
+            curves = [cv for cv in curves if cv.sum() > 0]
+            if curves:
+                label = _label(g.iloc[0], dims)
+                draw(ax, curves, label, color[label])
+                drawn += 1
+        ax.set_title(f"{units.count(c)} connections", fontsize=12)
+        ax.set_xlabel(xlabel, fontsize=11)
+        ax.set_ylabel(ylabel, fontsize=11)
+        if drawn and n == 1:
+            ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+        elif drawn and not shared:
+            ax.legend(fontsize=9, loc="lower right", frameon=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=12)
+    if shared:
+        fig.legend(handles=[Line2D([], [], color=color[s], lw=2, label=s) for s in series], loc="lower center",
+                   ncol=3, frameon=False, fontsize=9)
+        fig.tight_layout(rect=(0, legend_in / height, 1, 1))
+    else:
+        fig.tight_layout()
     return fig
+
+
+def _resample(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(share of connections, y) on at most MAX_CURVE_POINTS points."""
+    x = np.arange(1, y.size + 1) / y.size
+    if y.size > MAX_CURVE_POINTS:
+        idx = np.unique(np.linspace(0, y.size - 1, MAX_CURVE_POINTS).astype(int))
+        return x[idx], y[idx]
+    return x, y
 
 
 def fairness(per_conn: pd.DataFrame | None):
@@ -128,49 +316,55 @@ def fairness(per_conn: pd.DataFrame | None):
     is the diagonal; starvation is a curve that shoots up at the left edge."""
     if per_conn is None or per_conn.empty:
         return None
-    scales = sorted(per_conn["connections"].unique())
-    n = len(scales)
-    cols = min(n, 3)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.5, 3.2 * rows), squeeze=False)
-    per_conn = schema.normalize(per_conn)
-    keys = [k for k in schema.SERIES_KEYS if k in per_conn]
-    for ax, c in zip(axes.flat, scales):
-        sub = per_conn[per_conn["connections"] == c]
-        for i, (_, g) in enumerate(sub.groupby(keys, dropna=False, sort=True)):
-            label = schema.series_label(g.iloc[0], per_conn)
-            # pool the rounds: each round's connections ranked on their own, then averaged per rank
-            curves = []
-            for _, rg in g.groupby("round"):
-                m = np.sort(rg["messages"].to_numpy(dtype=float))[::-1]
-                if m.sum() > 0:
-                    curves.append(np.cumsum(m) / m.sum())
-            if not curves:
-                continue
-            size = min(len(cv) for cv in curves)
-            y = np.mean([cv[:size] for cv in curves], axis=0)
-            x = np.arange(1, size + 1) / size
-            ax.plot(np.r_[0, x], np.r_[0, y], label=label, color=f"C{i % 10}")
+
+    def draw(ax, curves, label, color):
+        size = min(len(cv) for cv in curves)  # each round ranked on its own, then averaged per rank
+        y = np.mean([np.cumsum(cv) / cv.sum() for cv in (cv[:size] for cv in curves)], axis=0)
+        x, y = _resample(y)
+        ax.plot(np.r_[0, x], np.r_[0, y], label=label, color=color, lw=1.8)
         ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--")
-        ax.set_title(f"{int(c)} connections", fontsize=9)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)
-        ax.set_xlabel("share of connections (busiest first)", fontsize=8)
-        ax.set_ylabel("share of messages", fontsize=8)
-        ax.legend(fontsize=7, loc="lower right")
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    fig.suptitle("Per-connection service (diagonal = fair; a curve hugging the top-left = starvation)", fontsize=9)
-    fig.tight_layout()
-    return fig
+        pct = FuncFormatter(lambda v, _: f"{100 * v:.0f}%")
+        ax.xaxis.set_major_formatter(pct)
+        ax.yaxis.set_major_formatter(pct)
+
+    return _panels(per_conn, draw, "Per-connection service (diagonal = fair; a curve hugging the top-left = "
+                   "starvation)", "share of connections (busiest first)", "share of messages")
+
+
+def per_connection(per_conn: pd.DataFrame | None):
+    """Messages per connection ranked, as a multiple of the fair share (the mean): fair service is a flat
+    line at 1×; starvation is a few connections far above it and a long tail far below."""
+    if per_conn is None or per_conn.empty:
+        return None
+
+    def draw(ax, curves, label, color):
+        size = min(len(cv) for cv in curves)
+        y = np.mean([cv[:size] / cv.mean() for cv in curves], axis=0)
+        x, y = _resample(np.maximum(y, 1e-3))
+        ax.plot(x, y, label=label, color=color, lw=1.8)
+        ax.axhline(1.0, color="0.6", lw=0.8, ls="--")
+        ax.set_yscale("log")
+        ax.set_xlim(0, 1)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{100 * v:.0f}%"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{units.number(v)}×"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+    return _panels(per_conn, draw, "Messages per connection, busiest first, as a multiple of the fair share "
+                   "(dashed: every connection served equally)", "connections ranked (busiest first)",
+                   "messages ÷ fair share")
 
 
 PLOTS = (  # name, title, caption, function, input
-    ("throughput", "Throughput", "messages per second by connection count, one line per backend", throughput, "cells"),
-    ("latency", "Latency", "p50 / p99 / p999 round-trip latency seen by the loader", latency, "cells"),
+    ("throughput", "Throughput", "messages per second, one line per backend (and other varying dimension)",
+     throughput, "cells"),
+    ("latency", "Latency", "p50 / p95 / p99 / p999 round-trip latency seen by the loader", latency, "cells"),
     ("syscalls", "Syscalls per message", "what every message costs in system calls", syscalls, "cells"),
-    ("cpu", "CPU split", "backend CPU time per message, user vs kernel", cpu_split, "cells"),
-    ("fairness", "Fairness", "how messages were spread across connections", fairness, "per_conn"),
+    ("cpu", "CPU split", "backend CPU time per message, kernel vs user", cpu_split, "cells"),
+    ("fairness", "Fairness", "how messages were spread across connections (Lorenz curves)", fairness, "per_conn"),
+    ("per_conn", "Per-connection distribution", "messages each connection got, against the fair share",
+     per_connection, "per_conn"),
 )
 
 
@@ -179,14 +373,16 @@ def render_all(cells: pd.DataFrame, per_conn: pd.DataFrame | None, out_dir: Path
         return []
     (out_dir / "plots").mkdir(exist_ok=True)
     made = []
-    for name, title, caption, fn, source in PLOTS:
-        fig = fn(cells if source == "cells" else per_conn)
-        if fig is None:
-            continue
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", bbox_inches="tight")
-        plt.close(fig)
-        rel = f"plots/{name}.png"
-        atomic.write_bytes(out_dir / rel, buf.getvalue())
-        made.append(Plot(name, title, caption, rel, base64.b64encode(buf.getvalue()).decode()))
+    with plt.rc_context(STYLE):
+        for name, title, caption, fn, source in PLOTS:
+            fig = fn(cells if source == "cells" else per_conn)
+            if fig is None:
+                continue
+            buf = io.BytesIO()
+            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # reproducible bytes
+            plt.close(fig)
+            rel = f"plots/{name}.svg"
+            atomic.write_bytes(out_dir / rel, buf.getvalue())
+            uri = "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode()
+            made.append(Plot(name, title, caption, rel, uri))
     return made

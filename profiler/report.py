@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from pathlib import Path
 
@@ -20,18 +21,20 @@ from rich.console import Console
 from rich.markup import escape
 
 from netprof.profiler import anomalies as anomalies_mod
-from netprof.profiler import atomic, results, schema, stats, tables
+from netprof.profiler import atomic, results, schema, stats, tables, units
 from netprof.profiler import plots as plots_mod
 from netprof.profiler.stats import num, syscalls_of
 
-TABLES = (
+HEADLINE = "Headline: every cell"
+TABLES = (  # a function may return None: the table does not apply to this run (e.g. one backend)
     ("Throughput, msgs/s ± 95% interval", tables.throughput_table),
     ("Relative speed (slowest backend of each column = 1)", tables.relative_table),
-    ("Latency µs, p50 / p95 / p99 / p999", tables.latency_table),
+    ("Latency p50 / p95 / p99 / p999", tables.latency_table),
     ("Fairness across connections", tables.fairness_table),
     ("Backend CPU", tables.cpu_table),
     ("Syscalls per message", tables.syscalls_table),
-    ("Probe cost in each cell: probed sub-window msgs/s vs the unprobed rest (headline numbers exclude it)",
+    ("Probe cost in each cell: probed sub-window msgs/s vs the unprobed rest (headline numbers exclude it, "
+     "not the --sockwait set's)",
      tables.probe_cost_table),
 )
 FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu", "mixed")
@@ -46,9 +49,15 @@ def _scale(r) -> str:
     pipe = f", {int(r['pipeline'])} messages in flight" if (r.get("pipeline") or 1) > 1 else ""
     vary = r.get("_vary") or ()
     interp = f" on {r['interpreter']}" if "interpreter" in vary else ""
-    framing = f", {r['framing']} framing" if "framing" in vary else ""
+    framing = _framing_words(r.get("framing")) if "framing" in vary else ""
     pinned = ", not pinned" if "pinned" in vary and not r.get("pinned") else ""
     return f"{int(r['connections'])} connections{pipe}{framing}{interp}{pinned}"
+
+
+def _framing_words(framing) -> str:
+    """', message framing'; nothing for a server that frames its own way (schema's text)."""
+    text = schema.BY_NAME["framing"].text(framing) if framing else ""
+    return f", {text}" if text else ""
 
 
 def _cost(r) -> str | None:
@@ -57,9 +66,10 @@ def _cost(r) -> str | None:
     per = syscalls_of(r)
     parts = []
     if u is not None and k is not None:
-        parts.append(f"{u + k:.1f} µs of CPU per message ({u:.1f} user + {k:.1f} kernel)")
+        parts.append(f"{units.duration_us(u + k)} of CPU per message ({units.duration_us(u)} user + "
+                     f"{units.duration_us(k)} kernel)")
     if per:
-        parts.append(f"{sum(per.values()):.2f} syscalls per message")
+        parts.append(f"{units.per_message(sum(per.values()))} syscalls per message")
     return " and ".join(parts) or None
 
 
@@ -94,12 +104,14 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     best, last = runs[-1], groups[-1]
     scales = [int(r["connections"]) for r in runs]
     where = _scale(best).replace(f"{int(best['connections'])} connections", f"{_counts(scales)} connections")
-    rate = f"{_span([r['mps_mean'] for r in runs], tables.human)} msgs/s"
+    rate = f"{_span([r['mps_mean'] for r in runs], units.rate)} msgs/s"
     head = f"At {where}, **{best['backend']}** " + (f"is fastest with {rate}" if len(last) > 1 else f"handled {rate}")
     ci = [num(r, "mps_ci_pct") for r in runs]
     known_ci = [c for c in ci if c is not None]
     if len(known_ci) == len(ci):
         head += f" (±{max(known_ci):.0f}%)"
+    elif not known_ci:  # one round: there is no interval to give
+        head += f" ({units.interval(None, min(num(r, 'mps_n') or 0 for r in runs))})"
     if len(last) == 1:
         cost = _cost(best)
         return head + (f", using {cost}." if cost else ".")
@@ -132,7 +144,9 @@ def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
     piped = sorted(int(p) for p in cells["pipeline"].dropna().unique() if p > 1)
     if not starving:
         jain = cells["per_conn.jain"].dropna()
-        text = f"Every cell served its connections evenly (Jain index {jain.min():.2f}–{jain.max():.2f})"
+        lo, hi = f"{jain.min():.2f}", f"{jain.max():.2f}"
+        span = lo if lo == hi else f"{lo}–{hi}"
+        text = f"Every cell served its connections evenly (Jain index {span})"
         if piped:
             framings = set(cells["framing"].dropna()) if "framing" in cells else set()
             text += (f", also with {_counts(piped)} messages in flight per connection: the `sock_recv` "
@@ -144,11 +158,22 @@ def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
         return text + "."
     where = "; ".join(f"{a['backend']} at {a['connections']} connections"
                       + (f", {a['pipeline']} in flight" if (a.get("pipeline") or 1) > 1 else "")
-                      + (f", {a['framing']} framing" if a.get("framing") else "")
+                      + _framing_words(a.get("framing"))
                       + (f" (Jain {j:.2f})" if (j := a["evidence"].get("Jain index (1 = fair)")) is not None else "")
                       for a in sorted(starving, key=lambda a: (a["backend"], a["connections"], a.get("pipeline") or 1)))
-    text = (f"Fairness broke in {len(starving)} cell(s): {where} (see the starvation anomalies and the "
-            "per-connection plot); the other cells served their connections evenly.")
+    see = (f"see the starvation {'anomaly' if len(starving) == 1 else 'anomalies'} and the per-connection plot")
+    if len(starving) <= 3:
+        text = (f"Fairness broke in {units.plural(len(starving), 'cell')}: {where} ({see}); the other cells served "
+                "their connections evenly.")
+    else:  # many: the first sentence says who and how badly, the list follows
+        per: dict[str, int] = {}
+        for a in starving:
+            per[a["backend"]] = per.get(a["backend"], 0) + 1
+        jains = [j for a in starving if (j := a["evidence"].get("Jain index (1 = fair)")) is not None]
+        worst = f", Jain down to {min(jains):.2f}" if jains else ""
+        text = (f"Fairness broke in {len(starving)} cells of {units.plural(len(per), 'backend')}: "
+                + ", ".join(f"{b} ({n})" for b, n in sorted(per.items(), key=lambda kv: -kv[1]))
+                + f" ({see}{worst}). The cells: {where}; the other cells served their connections evenly.")
     mechanisms = list(dict.fromkeys(a["evidence"]["mechanism"] for a in starving if a["evidence"].get("mechanism")))
     if mechanisms:
         text += " Why: " + " ".join(mechanisms)
@@ -164,7 +189,13 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
     part = f"the middle {100 * share.iloc[0]:.0f}%" if not share.empty else "a probed part"
     return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
             f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, the "
-            f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell).")
+            f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell)."
+            + (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
+               "every figure, the headline included." if _sockwait_on(cells) else ""))
+
+
+def _sockwait_on(cells: pd.DataFrame) -> bool:
+    return "sockwait.attached" in cells and bool(cells["sockwait.attached"].fillna(False).astype(bool).any())
 
 
 def _span_pct(values: pd.Series) -> str:
@@ -237,6 +268,7 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "rounds": cfg.get("rounds", int(df["round"].max()) if "round" in df and len(df) else ""),
         "duration": cfg.get("duration", ""),
         "msize": cfg.get("msize", df["msize"].iloc[0] if "msize" in df and len(df) else ""),
+        "message": _message_words(schema.normalize(df), cfg) if len(df) else "",
         "measured_s": float(ok["duration_s"].sum()) if "duration_s" in ok else None,
         "cells_total": len(df), "cells_failed": int((df["status"] != "ok").sum()) if "status" in df else 0,
         "probes": ", ".join(sorted({p for v in df.get("probes", pd.Series(dtype=str)).dropna()
@@ -249,6 +281,20 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "probe_cost": _syscall_cost(meta.get("probe_cost_per_syscall")),
     }
     return facts
+
+
+def _message_words(df: pd.DataFrame, cfg: dict) -> str:
+    """What one message of this run was: '64-byte messages, message framing', or 'HTTP `GET
+    /plaintext` requests, each server's own framing' (the HTTP backends and your own servers parse
+    requests themselves)."""
+    framings = sorted(df["framing"].dropna().unique())
+    words = ", ".join("each server's own" if f == "own" else f for f in framings) + " framing"
+    protocols = set(df["protocol"].dropna())
+    if protocols <= {"echo"}:
+        return f"{cfg.get('msize', df['msize'].iloc[0] if 'msize' in df else '?')}-byte messages, {words}"
+    if protocols == {"http"}:
+        return f"HTTP {cfg.get('request', '?')} requests, {words}"
+    return f"{', '.join(sorted(protocols))} exchanges, {words}"
 
 
 def _syscall_cost(c: dict | None) -> str:
@@ -314,6 +360,61 @@ def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
     return found
 
 
+def headline_note(cells: pd.DataFrame) -> str:
+    """Where the headline table's figures come from, in one line."""
+    if cells.empty:
+        return ""
+    n = sorted({int(v) for v in cells["mps_n"].dropna()}) if "mps_n" in cells else []
+    rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
+    text = (f"msgs/s: mean of {rounds} ± its 95% interval; latency from the loader; CPU per message from /proc "
+            "over the same window")
+    if "probe_cost" in cells and cells["probe_cost"].notna().any():
+        text += "; syscalls per message from the probed part of the window"
+    return text + ". Fastest first within each group."
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each anomaly can be seen: its plot, the flamegraph of its cell.
+
+PLOT_OF = {  # rule id → the plots that show it (first = the main one); rules not listed link none
+    "starvation": ("per_conn", "fairness"), "wait_starvation": ("per_conn", "fairness"),
+    "readiness_churn": ("syscalls",), "mmap_churn": ("syscalls",), "lock_contention": ("syscalls", "cpu"),
+    "cpu_split": ("cpu",), "latency_tail": ("latency",), "head_of_line": ("latency",),
+    "loop_busy_elsewhere": ("latency",), "throughput_collapse": ("throughput", "syscalls"),
+    "loader_bottleneck": ("throughput",), "noisy": ("throughput",), "machine_busy": ("throughput",),
+    "connection_errors": ("throughput",),
+}
+SOCKWAIT_RULES = ("wait_starvation", "head_of_line", "loop_busy_elsewhere")
+
+
+def _anomaly_cells(a: dict, cells: pd.DataFrame) -> pd.DataFrame:
+    """The aggregate's cells an anomaly is about (all of its backend's when it names no scale)."""
+    if cells.empty or "backend" not in cells:
+        return cells
+    sel = cells["backend"] == a.get("backend")
+    for k in ("connections", "pipeline", "framing", "interpreter"):
+        if a.get(k) is not None and k in cells:
+            sel &= cells[k] == a[k]
+    return cells[sel]
+
+
+def anomaly_links(a: dict, cells: pd.DataFrame, plots: list, flames: list[dict], sockwait: bool) -> list[dict]:
+    """[{text, href, anchor}]: the anomaly's plots (anchor in the page, file for report.md) and, when
+    its cell was sampled, that cell's flamegraphs."""
+    made = {p.name: p for p in plots}
+    links = [{"text": f"{made[n].title} plot", "anchor": f"#{made[n].anchor}", "href": made[n].path}
+             for n in PLOT_OF.get(a["id"], ()) if n in made]
+    if sockwait and a["id"] in SOCKWAIT_RULES:
+        links.append({"text": "where the round trip went", "anchor": "#sockwait", "href": "#sockwait"})
+    by_cell = {f["cell"]: f for f in flames}
+    for slug in dict.fromkeys(schema.cell_slug(r) for _, r in _anomaly_cells(a, cells).iterrows()):
+        f = by_cell.get(slug)
+        for kind, path in (f or {}).get("svgs", {}).items():
+            links.append({"text": f"{kind} flamegraph ({slug})" if a.get("connections") is None
+                          else f"{kind} flamegraph", "anchor": path, "href": path})
+    return links
+
+
 # ---------------------------------------------------------------------------------------------
 # Rendering
 
@@ -323,6 +424,12 @@ def _inline_md(text: str) -> Markup:
     s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
     s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
     return Markup(s)
+
+
+def _lead(text: str) -> tuple[str, str]:
+    """A finding split into its first sentence (shown) and the rest (one click away in the HTML)."""
+    m = re.search(r"(?<=[.:])\s+(?=[A-Z*])", str(text))
+    return (text, "") if m is None else (text[:m.start()], text[m.end():])
 
 
 def _md_cell(v) -> str:
@@ -336,6 +443,9 @@ def _env(autoescape: bool) -> jinja2.Environment:
     env.filters["md_cell"] = _md_cell
     env.filters["md_table"] = lambda t: tables.to_markdown(t["header"], [[_md_cell(c) for c in r] for r in t["rows"]])
     env.filters["ev_value"] = lambda v: ", ".join(map(str, v)) if isinstance(v, list) else v
+    env.filters["ev_row"] = lambda kv: units.value(*kv)  # (key, value) → (label, value in its unit)
+    env.filters["lead"] = _lead
+    env.globals["plural"] = units.plural
     return env
 
 
@@ -354,25 +464,41 @@ def render(out: Path, context: dict) -> tuple[Path, Path]:
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def finish(out_dir: str | Path, console: Console | None = None) -> dict:
-    """Analyse a results directory and write report.md, report.html, plots/ and summary.json."""
-    out = Path(out_dir)
-    df, per_conn, meta = results.load(out)
+def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path | None = None) -> dict:
+    """Analyse a results directory and write report.md, report.html, plots/ and summary.json into it,
+    or into `dest` (`netprof report DIR --out OTHER`; the caller checked and created it), whose report
+    then links the flamegraphs where they are, in DIR."""
+    src = Path(out_dir)
+    out = Path(dest) if dest is not None else src
+    df, per_conn, meta = results.load(src)
     cells = stats.aggregate(df)
-    found = anomalies_mod.detect(df, per_conn, meta, out, cells=cells)
-    rendered = ([{"title": t, "header": h, "rows": r} for t, fn in TABLES for h, r in [fn(cells)]]
-                if not cells.empty else [])
+    found = anomalies_mod.detect(df, per_conn, meta, src, cells=cells)
+    rendered = ([{"title": t, "header": made[0], "rows": made[1]} for t, fn in TABLES
+                 if (made := fn(cells)) is not None] if not cells.empty else [])
+    headline = None
+    if not cells.empty:
+        header, rows = tables.headline_table(cells)
+        headline = {"title": HEADLINE, "header": header, "rows": rows}
     figures = plots_mod.render_all(cells, per_conn, out)
-    flames = find_flamegraphs(out, df)
+    flames = find_flamegraphs(src, df)
+    if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
+        back = os.path.relpath(src.resolve(), out.resolve())
+        for f in flames:
+            f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
     context = {"facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
+               "headline": headline, "headline_note": headline_note(cells),
                "tables": rendered, "plots": figures, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
+    from netprof.profiler import sockwait_report  # --sockwait's section: "Where the round trip went"
+    context["sockwait"] = sockwait_report.section(out, df, cells, results.load_sockwait_conns(src), meta)
+    context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])))
+                            for a in found]  # links are for the page only: summary.json keeps `found`
     md_path, html_path = render(out, context)
     artifacts = {"dir": str(out), "report_md": str(md_path), "report_html": str(html_path),
                  "summary_json": str(out / results.SUMMARY_JSON),
-                 "results_parquet": str(out / results.RESULTS_PARQUET), "results_csv": str(out / results.RESULTS_CSV),
+                 "results_parquet": str(src / results.RESULTS_PARQUET), "results_csv": str(src / results.RESULTS_CSV),
                  "plots": [str(out / p.path) for p in figures],
-                 "flamegraphs": [str(out / s) for f in flames for s in f["svgs"].values()],
-                 "stacks": sorted(str(p) for p in (out / "stacks").glob("*.json")) if (out / "stacks").is_dir() else []}
+                 "flamegraphs": [os.path.normpath(out / s) for f in flames for s in f["svgs"].values()],
+                 "stacks": sorted(str(p) for p in (src / "stacks").glob("*.json")) if (src / "stacks").is_dir() else []}
     summary = {"schema": 1, "runs": results.rows_of(df), "cells": stats.cell_summaries(df),
                "anomalies": found, "artifacts": artifacts, "meta": meta}
     atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
@@ -382,8 +508,11 @@ def finish(out_dir: str | Path, console: Console | None = None) -> dict:
 
 
 def _print(console: Console, context: dict, out: Path) -> None:
-    for t in context["tables"]:
-        console.print(tables.to_rich(t["title"], t["header"], t["rows"]))
+    """The terminal's summary: the headline table, the findings, the anomalies' titles (the other
+    tables are in the report)."""
+    if context["headline"]:
+        h = context["headline"]
+        console.print(tables.to_rich(h["title"], h["header"], h["rows"]))
     console.print()
     for line in context["findings"]:
         console.print(line.replace("**", ""), markup=False, highlight=False)

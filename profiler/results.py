@@ -19,12 +19,13 @@ from netprof.profiler import atomic, schema
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
 PER_CONN_PARQUET = "per_conn.parquet"
+SOCKWAIT_CONN_PARQUET = "sockwait_conn.parquet"  # --sockwait: per connection, as per_conn.parquet
 META_JSON = "meta.json"
 SUMMARY_JSON = "summary.json"
 
 # Nested groups of a row; everything else is a scalar column.
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "syscall_time_s",
-          "ctx", "loader_cpu", "errors", "faults", "probed")
+          "ctx", "loader_cpu", "errors", "faults", "probed", "sockwait")
 
 
 def flatten(row: dict) -> dict:
@@ -68,17 +69,24 @@ class ResultsStore:
         self.dir = atomic.ensure_out_dir(out_dir)
         self.rows: list[dict] = []
         self.per_conn: list[pd.DataFrame] = []
+        self.sockwait_conns: list[pd.DataFrame] = []
 
     def write_meta(self, meta: dict) -> None:
         atomic.write_text(self.dir / META_JSON, json.dumps(meta, indent=2, default=str))
 
-    def add(self, row: dict, per_conn_messages: list[int] | None = None) -> None:
+    def add(self, row: dict, per_conn_messages: list[int] | None = None,
+            sockwait_conns: list[dict] | None = None) -> None:
         self.rows.append(row)
         if per_conn_messages:
             self.per_conn.append(pd.DataFrame({
                 **{k: row.get(k) for k in schema.ROW_KEYS},
                 "conn": range(len(per_conn_messages)), "messages": per_conn_messages,
             }))
+        if sockwait_conns:  # the row keys, then probes/sockwait.conn_rows' columns
+            frame = pd.DataFrame(sockwait_conns)
+            for i, k in enumerate(schema.ROW_KEYS):
+                frame.insert(i, k, row.get(k))
+            self.sockwait_conns.append(frame)
         self.flush()
 
     def frame(self) -> pd.DataFrame:
@@ -94,6 +102,10 @@ class ResultsStore:
             pc = pd.concat(self.per_conn, ignore_index=True)
             with atomic.open_atomic(self.dir / PER_CONN_PARQUET, "wb") as f:
                 pc.to_parquet(f, index=False)
+        if self.sockwait_conns:
+            sw = pd.concat(self.sockwait_conns, ignore_index=True)
+            with atomic.open_atomic(self.dir / SOCKWAIT_CONN_PARQUET, "wb") as f:
+                sw.to_parquet(f, index=False)
 
 
 def load(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
@@ -105,6 +117,12 @@ def load(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
     pc = pd.read_parquet(d / PER_CONN_PARQUET) if (d / PER_CONN_PARQUET).exists() else None
     meta = json.loads((d / META_JSON).read_text()) if (d / META_JSON).exists() else {}
     return df, pc, meta
+
+
+def load_sockwait_conns(out_dir: str | Path) -> pd.DataFrame | None:
+    """--sockwait's per-connection waits of a results directory, or None."""
+    path = Path(out_dir) / SOCKWAIT_CONN_PARQUET
+    return pd.read_parquet(path) if path.exists() else None
 
 
 def rows_of(df: pd.DataFrame) -> list[dict]:

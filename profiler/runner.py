@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from netprof.flamegraphs.session import cleanup_stale as cleanup_stale_flame
-from netprof.profiler import atomic, evidence, procs, runlock
+from netprof.profiler import atomic, evidence, procs, runlock, schema, units
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import NetprofError
@@ -43,9 +43,8 @@ class RunOutcome:
 def plan_line(cfg: RunConfig) -> str:
     """'12 cells × (1 s warm-up + 5 s) ≈ 1.4 min' — said before the first cell starts."""
     total = cfg.estimate_s()
-    when = (f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min" if total >= 90
-            else f"{total:.0f} s")
-    return f"{cfg.n_cells()} cells × ({cfg.warmup:g} s warm-up + {cfg.duration:g} s) ≈ {when}"
+    when = units.seconds(total) if total >= 90 else f"{total:.0f} s"
+    return f"{units.plural(cfg.n_cells(), 'cell')} × ({cfg.warmup:g} s warm-up + {cfg.duration:g} s) ≈ {when}"
 
 
 def cell_line(cell, row: dict) -> str:
@@ -54,8 +53,8 @@ def cell_line(cell, row: dict) -> str:
 
     per = row.get("syscalls_per_msg") or {}
     p99 = (row.get("lat_us") or {}).get("p99")
-    return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} msgs/s, p99 "
-            f"{'–' if p99 is None else f'{p99:,.0f} µs'}, {per_message_notation(per) if per else 'no probes'}")
+    return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} msgs/s, p99 {units.duration_us(p99)}, "
+            f"{per_message_notation(per) if per else 'no probes'}")
 
 
 def _open_probes(cfg: RunConfig):
@@ -66,6 +65,16 @@ def _open_probes(cfg: RunConfig):
 
     # Compiled once; attached only inside each cell's probed sub-window unless --probe-share 1.
     return CountingProbes(track_children=True, syscall_time=cfg.syscall_time, attached=cfg.probe_share >= 1)
+
+
+def _open_sockwait(cfg: RunConfig):
+    """--sockwait: compile the socket-wait set once per run, detached; each cell targets it and
+    attaches it before the loader connects (cell.run_cell)."""
+    if not cfg.sockwait:
+        return None
+    from netprof.probes import SockWaitProbes
+
+    return SockWaitProbes(attached=False)
 
 
 def _link(cfg: RunConfig, console: Console):
@@ -80,13 +89,16 @@ def _link(cfg: RunConfig, console: Console):
     return RemoteLink(cfg.netem or None, sources=len(cfg.sources))  # validate() sized cfg.sources
 
 
-def execute(cfg: RunConfig, argv: list[str], console: Console, interps: dict) -> RunOutcome:
-    """`interps` maps each --python spec of cfg.pythons to its prepared Interpreter."""
+def execute(cfg: RunConfig, argv: list[str], console: Console, interps: dict, verbose: bool = False) -> RunOutcome:
+    """`interps` maps each --python spec of cfg.pythons to its prepared Interpreter. On a terminal a
+    progress bar shows the cell, its phase and the last cell's msgs/s (with `verbose` also a line per
+    finished cell); elsewhere the plan line and a line per finished cell."""
     with runlock.run_lock(wait=cfg.wait), _link(cfg, console) as link:
-        return _execute(cfg, argv, console, link, interps)
+        return _execute(cfg, argv, console, link, interps, verbose)
 
 
-def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: dict) -> RunOutcome:
+def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: dict,
+             verbose: bool = False) -> RunOutcome:
     procs.cleanup_stale()  # what runs killed with SIGKILL left behind
     cleanup_stale_flame()
     out = Path(cfg.out_dir) if cfg.out_dir else runlock.unique_out_dir()
@@ -102,8 +114,10 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
     interrupted = False
     error = None
     probes = _open_probes(cfg)
+    sockwait = _open_sockwait(cfg)
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
+        TextColumn("[bold]{task.description}"), TextColumn("{task.fields[phase]}", style="cyan"), BarColumn(),
+        TextColumn("{task.completed}/{task.total} cells"), TextColumn("{task.fields[last]}"),
         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
     )
     try:
@@ -113,21 +127,33 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                                   netns=link.ns_loader if link else None)
             extra = evidence.evidence_cells(cfg)
             total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
-            task = progress.add_task("starting", total=total)
-            if not console.is_terminal:
+            task = progress.add_task("starting", total=total, phase="", last="")
+
+            def phase(text: str) -> None:  # the cell's phase, from the loader's events (cell.PHASES)
+                progress.update(task, phase=text)
+
+            if not console.is_terminal or verbose:
                 console.print(plan_line(cfg), highlight=False, soft_wrap=True)
             for cell in cfg.cells():
                 if STOP.is_set():
                     raise KeyboardInterrupt
-                progress.update(task, description=cell.label())
-                env = CellEnv(cfg, loader, interps[cell.python], probes=probes, link=link)
+                progress.update(task, description=cell.label(), phase="")
+                env = CellEnv(cfg, loader, interps[cell.python], probes=probes, link=link, sockwait=sockwait,
+                              on_phase=phase)
+                host_before = meta_mod.host_load()
                 outcome = run_cell(cell, env)
-                store.add(outcome.row, outcome.per_conn_messages)
+                # The machine over this cell (anomalies.machine_busy reads it); meta.json is rewritten below.
+                meta["host_per_cell"].append({"cell": schema.cell_slug(outcome.row), "round": cell.round,
+                                              **meta_mod.cell_load(host_before, meta_mod.host_load())})
+                store.write_meta(meta)
+                store.add(outcome.row, outcome.per_conn_messages, outcome.sockwait_conns)
                 if not outcome.ok:
                     failed += 1
                     progress.console.print(f"[red]FF[/red] {cell.label()}: {outcome.row['error']}")
-                elif not console.is_terminal:  # no progress bar off a terminal: one line per cell
-                    console.print(cell_line(cell, outcome.row), highlight=False, soft_wrap=True)
+                elif not console.is_terminal or verbose:  # no progress bar off a terminal: one line per cell
+                    progress.console.print(cell_line(cell, outcome.row), highlight=False, soft_wrap=True)
+                if outcome.ok:
+                    progress.update(task, last=f"last: {units.rate(outcome.row.get('msgs_per_sec'))} msgs/s")
                 progress.advance(task)
             if STOP.is_set():
                 raise KeyboardInterrupt
@@ -139,19 +165,27 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 store.write_meta(meta)
                 probes.close()  # the evidence rounds run without the counting set
                 probes = None
+            if sockwait is not None:
+                from netprof.probes.sockwait import measure_cost
+
+                # Its price per loopback message on this host (~2 s): the report states it beside the headline.
+                meta["sockwait_cost_per_message"] = measure_cost(sockwait)
+                store.write_meta(meta)
+                sockwait.close()
+                sockwait = None
             if cfg.stacks:
                 from netprof.probes import StackProbes
 
                 with StackProbes() as stack_probes:
                     for cell in extra:
-                        progress.update(task, description=f"stacks: {cell.label()}")
+                        progress.update(task, description=f"stacks: {cell.label()}", phase="sampling")
                         evidence.stacks_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link),
                                               stack_probes, out)
                         progress.advance(task)
             if cfg.flamegraph:
                 index = []
                 for cell in extra:
-                    progress.update(task, description=f"flamegraph: {cell.label()}")
+                    progress.update(task, description=f"flamegraph: {cell.label()}", phase="sampling")
                     index.append(evidence.flamegraph_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link),
                                                            out))
                     atomic.write_text(out / "flamegraphs" / "index.json", json.dumps(index, indent=1))
@@ -166,5 +200,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
     finally:
         if probes is not None:
             probes.close()
+        if sockwait is not None:
+            sockwait.close()
         store.write_meta({**meta, "host_after": meta_mod.host_load()})
     return RunOutcome(out, store, failed, interrupted, error)

@@ -40,6 +40,12 @@ class ServerSpec:
     as_root: bool = False  # cmd: run as root instead of the sudo caller
 
     @property
+    def frames_own(self) -> bool:
+        """It splits requests with its own parser (the user's servers, the HTTP backends): --framing
+        does not apply, and its cells have framing "own"."""
+        return self.kind != "builtin" or self.reads == "http"
+
+    @property
     def multiprocess(self) -> bool:
         return self.kind != "builtin" or registry.get(self.name).multiprocess
 

@@ -117,17 +117,48 @@ def syscalls_of(row) -> dict[str, float] | None:
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:
-    """Per-row metrics derived from the raw columns: CPU µs per message, user and kernel (/proc)."""
+    """Per-row metrics derived from the raw columns: CPU µs per message, user and kernel (/proc);
+    with --sockwait, the transit (SOCKWAIT_TRANSIT)."""
     df = schema.normalize(df).copy()
     msgs = df["messages"].where(df["messages"] > 0) if "messages" in df else np.nan
     for part, col in (("user", "cpu.user_s"), ("sys", "cpu.sys_s")):
         df[f"cpu_us_per_msg.{part}"] = df[col] * 1e6 / msgs if col in df else np.nan
+    if "sockwait.rtt_mean_us" in df and "sockwait.server_mean_us" in df:
+        df[SOCKWAIT_TRANSIT] = df["sockwait.rtt_mean_us"].astype(float) - df["sockwait.server_mean_us"].astype(float)
     return df
+
+
+# --sockwait: the loader's mean round trip minus the server's mean time per answered request (first
+# byte queued → answer sent), both over the same window: the time on the wire and in the two kernels.
+SOCKWAIT_TRANSIT = "sockwait.transit_us"
+CONN_WAIT_SHARE = 0.10  # the least- and most-served tenth of the connections
+
+
+def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
+                    share: float = CONN_WAIT_SHARE) -> dict:
+    """How queue wait is spread over connections ranked by service (bytes read in the window): the
+    median per-connection wait of the least-served `share` of them, of the most-served `share`, and
+    their ratio (≥ 100: the long waits sit on the starved connections); and the median service of
+    the same two groups (`conn_bytes_*`): with K messages in flight a connection's wait is about K
+    over its rate, so the wait ratio follows the service ratio. Medians of the deciles, so one
+    favoured connection that once lost the loop for a while does not decide. {} below 2
+    connections with a wait."""
+    pairs = sorted(((float(s), float(w)) for s, w in zip(served, waits) if w is not None and not math.isnan(w)),
+                   key=lambda p: p[0])
+    if len(pairs) < 2:
+        return {}
+    k = max(1, round(len(pairs) * share))
+    least = float(np.median([w for _, w in pairs[:k]]))
+    most = float(np.median([w for _, w in pairs[-k:]]))
+    return {"conn_wait_least_us": least, "conn_wait_most_us": most,
+            "conn_wait_ratio": least / most if most > 0 else None,
+            "conn_bytes_least": float(np.median([s for s, _ in pairs[:k]])),
+            "conn_bytes_most": float(np.median([s for s, _ in pairs[-k:]]))}
 
 
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "loader_cpu.", "faults.",
-                 "cpu_us_per_msg.", "errors.", "probed.")
+                 "cpu_us_per_msg.", "errors.", "probed.", "sockwait.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost")
 
 

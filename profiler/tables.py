@@ -1,19 +1,17 @@
-"""network_ping_test's tables, built once from the per-cell aggregate, rendered for the terminal and Markdown."""
+"""network_ping_test's tables and the report's headline table, built once from the per-cell aggregate,
+rendered for the terminal and Markdown. Every number is written by `units` (one formatter)."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 from rich.table import Table
 
-from netprof.profiler import schema
+from netprof.profiler import schema, units
 
-
-def _fmt(v, spec: str = ".0f") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return format(v, spec)
+human = units.rate  # compare.py's name for it
 
 
 def _get(row, key, scale: float = 1.0):
@@ -23,53 +21,102 @@ def _get(row, key, scale: float = 1.0):
     return v * scale
 
 
-def human(v) -> str:
-    """92345 → '92.3k', as network_ping_test writes throughput."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    for unit, scale in (("M", 1e6), ("k", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g}{unit}"
-    return f"{v:.0f}"
+def _syscalls_total(r) -> float | None:
+    per = [v for k, v in r.items() if k.startswith("syscalls_per_msg.") and v == v and v is not None]
+    return float(sum(per)) if per else None
+
+
+def headline_dims(agg: pd.DataFrame) -> list[str]:
+    """The dimensions the headline table shows beside backend and connections: those that vary."""
+    return [k for k in schema.varying(agg) if k not in ("backend", "connections")]
+
+
+def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """One line per cell: backend × connections × every other varying dimension (schema's labels),
+    msgs/s ± interval, p99, CPU per message kernel / user, syscalls per message, Jain. Within each
+    group of the other dimensions and connections, fastest first."""
+    if agg.empty:
+        return ["backend"], []
+    dims = headline_dims(agg)
+    order = dims + ["connections"]
+    agg = agg.assign(_neg=-agg["mps_mean"]).sort_values(order + ["_neg"], kind="stable")
+    header = ["backend", *dims, "connections", "msgs/s", "p99 latency", "CPU µs/msg kernel / user",
+              "syscalls/msg", "Jain"]
+    rows = []
+    for _, r in agg.iterrows():
+        k, u = _get(r, "cpu_us_per_msg.sys"), _get(r, "cpu_us_per_msg.user")
+        cpu = f"{k:.1f} / {u:.1f}" if k is not None and u is not None else units.DASH  # µs: the header says so
+        rows.append([str(r["backend"]),
+                     *[_dim_value(r, d) for d in dims],
+                     units.count(r["connections"]),
+                     f"{units.rate(r['mps_mean'])} {_interval(r)}{' (noisy)' if r.get('noisy') else ''}",
+                     units.duration_us(_get(r, "lat_us.p99")), cpu,
+                     units.per_message(_syscalls_total(r)) if _syscalls_total(r) is not None else "no probes",
+                     f"{_get(r, 'per_conn.jain'):.2f}" if _get(r, "per_conn.jain") is not None else units.DASH])
+    return header, rows
+
+
+def _dim_value(r, dim: str) -> str:
+    """A dimension's value under its own column heading: the bare value ('message', '4'), or
+    schema's words for a flag ('not pinned')."""
+    v = dict(zip(schema.CELL_KEYS, schema.key_of(r)))[dim]
+    if isinstance(v, (bool, np.bool_)):
+        return schema.BY_NAME[dim].text(v)
+    return units.count(v) if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
+
+
+def _interval(r) -> str:
+    text = units.interval(r.get("mps_ci_pct"), r.get("mps_n"))
+    return text if text.startswith("±") else f"({text})"
 
 
 def throughput_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """msgs/s ± 95% interval % (noisy cells flagged), backends as rows, connection counts as columns."""
-    return _pivot(agg, lambda r: f"{human(r['mps_mean'])} ±{_fmt(r['mps_ci_pct'], '.0f')}%"
-                                 f"{' (noisy)' if r.get('noisy') else ''}")
+    """msgs/s ± 95% interval (noisy cells flagged), backends as rows, connection counts as columns."""
+    return _pivot(agg, lambda r: f"{units.rate(r['mps_mean'])} {_interval(r)}{' (noisy)' if r.get('noisy') else ''}")
 
 
-def relative_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Speed relative to the slowest backend of the same cell (slowest = 1), as in network_ping_test."""
-    return _pivot(agg, lambda r: f"×{_fmt(r['relative'], '.2f')}")
+def relative_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
+    """Speed relative to the slowest backend of the same cell (slowest = 1), as in network_ping_test;
+    None (not shown) when no cell has two backends to compare."""
+    keys = [k for k in schema.CELL_KEYS if k in agg and k != "backend"]
+    if agg.empty or agg.groupby(keys, dropna=False)["backend"].nunique().max() < 2:
+        return None
+    return _pivot(agg, lambda r: f"×{r['relative']:.2f}" if _get(r, "relative") is not None else units.DASH)
 
 
 def latency_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    return _pivot(agg, lambda r: " / ".join(_fmt(_get(r, f"lat_us.{p}"), ".0f") for p in ("p50", "p95", "p99", "p999")))
+    return _pivot(agg, lambda r: " / ".join(units.duration_us(_get(r, f"lat_us.{p}"))
+                                            for p in ("p50", "p95", "p99", "p999")))
 
 
 def fairness_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    return _pivot(agg, lambda r: f"Jain {_fmt(_get(r, 'per_conn.jain'), '.2f')}, "
-                                 f"95% by {_fmt(_get(r, 'per_conn.active_share', 100), '.0f')}%")
-
-
-def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """User share of backend CPU, how busy it was, and (when known) CPU µs per message."""
     def fmt(r) -> str:
-        s = f"user {_fmt(_get(r, 'cpu.user_frac', 100), '.0f')}%, busy {_fmt(_get(r, 'cpu.busy_frac', 100), '.0f')}%"
-        u, k = _get(r, "cpu_us_per_msg.user"), _get(r, "cpu_us_per_msg.sys")
-        return s + (f", {u + k:.1f} µs/msg" if u is not None and k is not None else "")
+        jain = _get(r, "per_conn.jain")
+        return (f"Jain {units.DASH if jain is None else f'{jain:.2f}'}, "
+                f"95% of messages by {units.share(_get(r, 'per_conn.active_share'))} of connections")
     return _pivot(agg, fmt)
 
 
-def probe_cost_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """User share of backend CPU, how busy it was, and (when known) CPU per message."""
+    def fmt(r) -> str:
+        s = f"user {units.share(_get(r, 'cpu.user_frac'))}, busy {units.share(_get(r, 'cpu.busy_frac'))}"
+        u, k = _get(r, "cpu_us_per_msg.user"), _get(r, "cpu_us_per_msg.sys")
+        return s + (f", {units.duration_us(u + k)} per msg" if u is not None and k is not None else "")
+    return _pivot(agg, fmt)
+
+
+def probe_cost_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
     """What the counting probes cost in each cell, measured there: the probed sub-window's msgs/s
-    against the unprobed rest (which gives every headline number)."""
+    against the unprobed rest (which gives every headline number). None when no cell has it."""
+    if "probe_cost" not in agg or agg["probe_cost"].dropna().empty:
+        return None
+
     def fmt(r) -> str:
         cost = _get(r, "probe_cost")
         if cost is None:  # --no-probes, or --probe-share 1 (no unprobed part to compare with)
-            return "–"
-        return f"{-100 * cost:+.0f}% ({human(_get(r, 'probed.msgs_per_sec'))} probed)"
+            return units.DASH
+        return f"{-100 * cost:+.0f}% ({units.rate(_get(r, 'probed.msgs_per_sec'))} probed)"
     return _pivot(agg, fmt)
 
 
@@ -122,5 +169,5 @@ def _notation(per_msg: dict[str, float]) -> str:
     for name, v in sorted(per_msg.items(), key=lambda kv: -kv[1]):
         if v < 0.005:
             continue
-        parts.append(name if abs(v - 1) < 0.05 else f"{v:.2g} × {name}")
-    return " + ".join(parts) or "–"
+        parts.append(name if abs(v - 1) < 0.05 else f"{units.per_message(v)} × {name}")
+    return " + ".join(parts) or units.DASH

@@ -74,7 +74,7 @@ def test_healthy_run_fires_nothing():
 
 def test_every_rule_is_registered_with_a_docstring():
     expected = {"starvation", "readiness_churn", "mmap_churn", "lock_contention", "cpu_split", "loader_bottleneck",
-                "latency_tail", "throughput_collapse", "noisy", "failed_cells"}
+                "latency_tail", "throughput_collapse", "noisy", "failed_cells", "machine_busy"}
     assert expected <= set(anomalies.RULES)
     assert all(fn.__doc__ for fn in anomalies.RULES.values())
 

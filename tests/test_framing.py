@@ -61,7 +61,7 @@ def test_message_framing_echoes_whole_messages_only(name):
             rest = rng.randbytes(MSIZE // 2)
             s.sendall(rest)
             assert recv_exact(s, MSIZE) == merged[4 * MSIZE:] + rest, "completed trailing message differs"
-        assert b.wait_exit(10) == 0, b.err()
+        assert b.stop() == 0, b.err()
         b.assert_nothing_left()
 
 
@@ -75,7 +75,7 @@ def test_msize_reaches_the_backend(name):
             assert_quiet(s, "64 of 1000 bytes")
             s.sendall(msg[64:])
             assert recv_exact(s, 1000) == msg
-        assert b.wait_exit(10) == 0, b.err()
+        assert b.stop() == 0, b.err()
 
 
 @pytest.mark.parametrize("name", ALL_TCP)
@@ -86,7 +86,7 @@ def test_stream_framing_echoes_what_came(name):
             s.settimeout(5)
             s.sendall(b"7 bytes")
             assert recv_exact(s, 7) == b"7 bytes"  # a partial message, echoed at once
-        assert b.wait_exit(10) == 0, b.err()
+        assert b.stop() == 0, b.err()
 
 
 @pytest.mark.parametrize("name", [n for n in registry.names() if registry.get(n).transport == "zmq"])
@@ -103,7 +103,7 @@ def test_zeromq_backends_accept_the_options_and_echo_frames_as_before(name):
             d.send(b"7 bytes")  # a ZeroMQ message is whole, whatever --msize says
             assert d.recv() == b"7 bytes"
             d.close()
-            assert b.wait_exit(10) == 0, b.err()
+            assert b.stop() == 0, b.err()
     finally:
         ctx.destroy(linger=0)
 

@@ -105,8 +105,8 @@ def test_unpinned_threads_switch_more(tmp_path):
 
 def test_counts_agree_with_perf_stat():
     """An independent tool over the same window: perf stat attached to the backend for a whole loader
-    run. The backend is idle (blocked in select) before the run and exits after it, so both tools see
-    exactly the run's syscalls."""
+    run. The backend is idle (blocked in select) before the run and is stopped (SIGTERM) after it, so
+    both tools see exactly the run's syscalls (its exit path makes no recvfrom or sendto)."""
     require_bpf()
     perf = require_tool("perf")
     from netprof.probes import CountingProbes, delta
@@ -125,7 +125,8 @@ def test_counts_agree_with_perf_stat():
             a = probes.snapshot()
             run = subprocess.run([loader_binary(), "--target", f"127.0.0.1:{port}", "-c", "50", "-d", "2",
                                   "--warmup", "0.2", "--json"], capture_output=True, text=True, timeout=60)
-            backend.wait(timeout=30)  # exits once the loader closed every connection; perf then ends
+            backend.terminate()  # a backend serves until told to stop; perf ends with it
+            assert backend.wait(timeout=30) == 0
             b = probes.snapshot()
         _, err = stat.communicate(timeout=30)
     finally:

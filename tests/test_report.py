@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_anomalies import STARVED, make_row
 
@@ -61,10 +62,11 @@ def build_results(d: Path) -> Path:
     (d / "stacks" / f"{schema.cell_slug(make_row('asyncio', 100))}.json").write_text(json.dumps(
         {"mmap": [{"count": 5000, "frames": ["__mmap (libc.so.6)", "sysmalloc (libc.so.6)",
                                              "PyBytes_FromStringAndSize (python3.11)", "sock_recv (_socket)"]}]}))
-    fg = d / "flamegraphs" / schema.cell_slug(make_row("selector", 100))
-    fg.mkdir(parents=True)
-    (fg / "oncpu.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="100" height="20">'
-                                  '<rect width="100" height="20" fill="#e66"/></svg>')
+    for backend in ("selector", "asyncio"):  # asyncio c=100: the mmap churn card links its flamegraph
+        fg = d / "flamegraphs" / schema.cell_slug(make_row(backend, 100))
+        fg.mkdir(parents=True)
+        (fg / "oncpu.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="100" height="20">'
+                                      '<rect width="100" height="20" fill="#e66"/></svg>')
     return d
 
 
@@ -113,12 +115,12 @@ def test_markdown_reads_as_a_finding(reported):
     assert "At 10, 100 and 1000 connections, **selector** is fastest with 90k msgs/s" in first
     assert "the next, uvloop_sock" in first and "µs of CPU per message" in first
     assert "Most severe:" in first
-    for heading in ("## What ran", "## Anomalies", "Throughput, msgs/s", "Relative speed", "Latency µs",
-                    "Syscalls per message", "## Plots", "## Flamegraphs"):
+    for heading in ("## Headline", "## What ran", "## Anomalies", "Throughput, msgs/s", "Relative speed",
+                    "Latency p50 / p95 / p99 / p999", "Syscalls per message", "## Plots", "## Flamegraphs"):
         assert heading in md
     assert "EMFILE" in md and "fd limit" in md
     assert "sendto + recvfrom" in md                      # compact syscall notation
-    assert "(plots/throughput.png)" in md
+    assert "(plots/throughput.svg)" in first              # the throughput plot is on the first screen
     assert f"flamegraphs/{schema.cell_slug(make_row('selector', 100))}/oncpu.svg" in md
     assert "already waiting" in md and "selector_events.py" in md and "sock_recv (_socket)" in md
     assert md.index("[CRITICAL]") < md.index("[WARNING]") < md.index("[INFO]")
@@ -127,9 +129,11 @@ def test_markdown_reads_as_a_finding(reported):
 def test_plots_written_and_html_self_contained(reported):
     d, summary = reported
     names = {Path(p).stem for p in summary["artifacts"]["plots"]}
-    assert names == {"throughput", "latency", "syscalls", "cpu", "fairness"}
+    assert names == {"throughput", "latency", "syscalls", "cpu", "fairness", "per_conn"}
+    for p in summary["artifacts"]["plots"]:
+        assert Path(p).suffix == ".svg" and Path(p).read_text().lstrip().startswith("<?xml")
     page = (d / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 5
+    assert page.count("data:image/svg+xml;base64,") == 6
     assert "http://" not in page.replace('xmlns="http://www.w3.org', "") and "https://" not in page
     assert "<strong>selector</strong> is fastest" in page and "<code>sock_recv</code>" in page
     assert 'class="anomaly critical"' in page
@@ -200,7 +204,6 @@ def test_pinned_and_unpinned_cells_are_told_apart(tmp_path):
 
 def test_fairness_is_stated_plainly_either_way():
     """The seed's starvation question gets an answer in the findings, whether or not it happened."""
-    import pandas as pd
 
     from netprof.profiler.report import _fairness_sentence
 
@@ -212,3 +215,78 @@ def test_fairness_is_stated_plainly_either_way():
                "evidence": {"Jain index (1 = fair)": 0.4, "mechanism": "reads did not yield."}}
     broke = _fairness_sentence(cells, [starved])
     assert broke.startswith("Fairness broke in 1 cell") and "asyncio_sock at 100 connections, 4 in flight" in broke
+
+
+# --- the first screen, units, links -------------------------------------------------------------
+
+def _headline_rows(md: str) -> list[list[str]]:
+    block = md.split("## Headline")[1].split("\n\n")[1]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in block.splitlines()[2:]]
+
+
+def test_headline_table_comes_first_with_every_cell(reported):
+    d, summary = reported
+    md = (d / "report.md").read_text()
+    assert md.index("## Headline") < md.index("## What ran") < md.index("## Anomalies")
+    rows = _headline_rows(md)
+    header = [c.strip() for c in md.split("## Headline")[1].split("\n\n")[1].splitlines()[0].strip("|").split("|")]
+    # pipeline varies in this run (1, 4), so it has its column; framing and interpreter do not
+    assert header == ["backend", "pipeline", "connections", "msgs/s", "p99 latency", "CPU µs/msg kernel / user",
+                      "syscalls/msg", "Jain"]
+    assert len(rows) == len(summary["cells"]) - 1  # every cell that measured something (the EMFILE one did not)
+    sel = [r for r in rows if r[0] == "selector" and r[1] == "1" and r[2] == "10"]
+    assert sel and sel[0][3].startswith("90k ±") and sel[0][7] == "1.00"
+    page = (d / "report.html").read_text()
+    assert page.index('id="headline"') < page.index('id="plot-throughput"') < page.index('id="what-ran"')
+    assert '<details class="ran" id="what-ran">' in page
+
+
+def test_one_backend_one_round_reads_plainly(tmp_path):
+    """No 'Relative speed' with one backend; one round says why it has no interval (no '±–%')."""
+    store = results.ResultsStore(tmp_path)
+    store.add(make_row("selector", 10, mps=2_113_929.0, lat_us={"p50": 50.0, "p99": 2_113_929.0}))
+    report.finish(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "Relative speed" not in md
+    assert "±–" not in md and "1 round: no interval" in md
+    row = _headline_rows(md)[0]
+    assert row[2] == "2.11M (1 round: no interval)" and row[3] == "2.1 s"
+
+
+def test_each_anomaly_links_its_plot_and_its_cells_flamegraph(reported):
+    d, summary = reported
+    md = (d / "report.md").read_text()
+    card = md.split("Memory-mapping churn: asyncio")[1].split("\n### ")[0]
+    slug = schema.cell_slug(make_row("asyncio", 100))
+    assert "[Syscalls per message plot](plots/syscalls.svg)" in card
+    assert f"[oncpu flamegraph](flamegraphs/{slug}/oncpu.svg)" in card
+    churn = md.split("epoll_ctl churn: uvloop_sock")[1].split("\n### ")[0]
+    assert "plots/syscalls.svg" in churn and "flamegraph" not in churn  # its cells were not sampled
+    page = (d / "report.html").read_text()
+    assert 'href="#plot-syscalls"' in page and f'href="flamegraphs/{slug}/oncpu.svg"' in page
+    assert all("links" not in a for a in summary["anomalies"])  # the links are the page's, not summary.json's
+
+
+def test_evidence_reads_in_units(reported):
+    d, _ = reported
+    md = (d / "report.md").read_text()
+    tail = md.split("Latency tail")[1].split("\n### ")[0]
+    assert "| latency p999 | 20 ms |" in tail and "(µs)" not in tail
+
+
+def test_uvloop_churn_card_names_every_epoll_ctl_call():
+    """6 epoll_ctl per read on a uvloop backend: the card explains each call (traced on uvloop 0.23: 1 ADD,
+    5 DEL, 3 of them ENOENT) and quotes uvloop's own source; asyncio's 2 per read gets the plain model."""
+    from netprof.profiler import anomalies
+
+    uv = make_row("uvloop_sock", 100, family="uvloop",
+                  syscalls_per_msg={"epoll_ctl": 6.0, "ioctl": 1.0, "sendto": 1.0, "recvfrom": 1.0})
+    aio = make_row("asyncio_sock", 100, family="asyncio", syscalls_per_msg={"epoll_ctl": 2.0})
+    found = {a["backend"]: a for a in anomalies.detect(pd.DataFrame([results.flatten(uv), results.flatten(aio)]))
+             if a["id"] == "readiness_churn"}
+    card = found["uvloop_sock"]
+    assert "1 ADD and 5 DEL per message, 3 of them failing" in card["explanation"]
+    assert "uv_poll_init" in card["evidence"]["each read, call by call (uvloop on libuv)"]
+    assert card["evidence"]["ioctl per message (FIONBIO from uv_poll_init)"] == 1.0
+    assert "uvloop/loop.pyx" in card["evidence"]["source"] and "poll._close()" in card["evidence"]["source"]
+    assert "uv_poll_init" not in found["asyncio_sock"]["explanation"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -97,4 +98,33 @@ def test_sigint_keeps_finished_cells_and_leaves_nothing(tmp_path):
     df = pd.read_parquet(out / "results.parquet")
     assert 1 <= len(df) < 6
     assert (df["status"] == "ok").all()
+    assert not wait_no_children()
+
+
+def test_pin_both_runs_every_cell_pinned_and_unpinned(tmp_path):
+    """--pin both: each cell twice, its backend on --backend-cpu and then free (checked on the live
+    processes' CPU affinity), rows and labels say which; --pin nonsense is one line, exit 2."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(netprof_cmd("run", "thread", "--pin", "both", "-c", "10", "-d", "1.5", "-r", "1",
+                                        "--warmup", "0.3", "--no-probes", "--json", "--out", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    affinities, deadline = set(), time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        for p in netprof_children():
+            try:
+                if "netprof.backends" in " ".join(p.cmdline()):
+                    affinities.add(tuple(p.cpu_affinity()))
+            except psutil.Error:
+                pass
+        time.sleep(0.05)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr[-2000:]
+    rows = json.loads(stdout)["runs"]
+    assert sorted(r["pinned"] for r in rows) == [False, True]
+    assert all(r["status"] == "ok" for r in rows)
+    every_cpu = tuple(sorted(os.sched_getaffinity(0)))  # an unpinned backend inherits netprof's
+    assert affinities == {(0,), every_cpu}, affinities
+    assert "not pinned" in (out / "report.md").read_text()
+    bad = run_netprof("run", "thread", "--pin", "sometimes", "-c", "10", timeout=60)
+    assert bad.returncode == 2 and "--pin 'sometimes'" in bad.stderr and "Traceback" not in bad.stderr
     assert not wait_no_children()

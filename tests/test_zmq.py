@@ -87,7 +87,7 @@ def test_registry_entries():
 
 
 @pytest.mark.parametrize("name", ZMQ_BACKENDS)
-def test_echo_exact_then_exit_when_all_closed_and_on_sigterm(name):
+def test_echo_exact_then_serve_on_until_sigterm(name):
     ctx = zmq.Context()
     try:
         with ZBackend(name) as b:
@@ -110,7 +110,9 @@ def test_echo_exact_then_exit_when_all_closed_and_on_sigterm(name):
             assert b.proc.poll() is None, "exited while peers were connected"
             for d in socks:
                 d.close()
-            # The ROUTER's monitor saw every peer go: the backend exits 0 by itself.
+            # Every peer gone is no reason to stop: only SIGTERM is.
+            assert b.wait_exit(0.5) is None, f"exited once its peers were gone: {b.err()}"
+            os.kill(b.proc.pid, signal.SIGTERM)
             assert b.wait_exit(5) == 0, b.err()
             assert "Traceback" not in b.err(), b.err()
 
@@ -167,7 +169,9 @@ def test_loader_zmq_mode_against_zmq_poller():
         assert len(stats["per_conn_messages"]) == 10 and min(stats["per_conn_messages"]) > 0
         assert sum(stats["per_conn_messages"]) == stats["messages"] == stats["latency_us"]["count"]
         assert stats["duration_s"] == pytest.approx(2.0, abs=1e-3)
-        # The loader closed its DEALERs: the backend saw every peer go and exited by itself.
+        # The loader closed its DEALERs: the backend serves on until SIGTERM, then exits 0.
+        assert b.wait_exit(0.5) is None, f"exited once the loader's peers were gone: {b.err()}"
+        os.kill(b.proc.pid, signal.SIGTERM)
         assert b.wait_exit(5) == 0, b.err()
         # Nobody there any more: no hello is answered, so the run fails as `connect`.
         with pytest.raises(LoaderError) as e:
@@ -235,6 +239,7 @@ def test_netprof_run_zmq_end_to_end(tmp_path):
         spm = r["syscalls_per_msg"]
         # the ROUTER's I/O thread reads each request and writes each reply on its TCP socket
         assert spm.get("recvfrom", 0) > 0.5 and spm.get("sendto", 0) > 0.5, spm
-    # the backends exited by themselves (no 5 s grace wait per cell) and nothing is left behind
+    # netprof stopped each backend as soon as its cell ended (a clean SIGTERM exit: no 5 s grace
+    # and SIGKILL per cell) and nothing is left behind
     assert time.monotonic() - t0 < 120
     assert not wait_no_children()

@@ -1,8 +1,8 @@
 // The C++ echo backends (cpp_epoll, cpp_poll, cpp_th), exposed to Python by module.cpp.
 //
 // Each serve_* function takes a listening socket made by the Python side, echoes on every accepted
-// connection under a Framing, and returns once every accepted connection has been closed by the
-// peer (after at least one), or when SIGTERM/SIGINT arrives. They run without the GIL.
+// connection under a Framing, and returns when SIGTERM/SIGINT arrives (never because its
+// connections came and went). They run without the GIL.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +36,6 @@ class StopSignal {
   StopSignal& operator=(const StopSignal&) = delete;
   int fd() const;
   bool requested() const;
-  void wake() const;   // make fd() readable (used for "all connections closed")
   void drain() const;  // consume the wakeups
 
  private:

@@ -128,13 +128,6 @@ StopSignal::~StopSignal() {
 int StopSignal::fd() const { return wake_.get(); }
 bool StopSignal::requested() const { return g_stop != 0; }
 
-void StopSignal::wake() const {
-  const std::uint64_t one = 1;
-  // Can fail only with EAGAIN (the counter is saturated: fd() is readable already). Called from
-  // the connection threads of cpp_th, which have no one to report to.
-  (void)!write(wake_.get(), &one, sizeof one);
-}
-
 void StopSignal::drain() const {
   std::uint64_t n;
   // EAGAIN: nothing to consume (a wakeup that was drained already); nothing else can fail.

@@ -36,7 +36,6 @@ void serve_epoll(int listen_fd, const Work& work, const Framing& framing) {
     std::string pending;
   };
   std::unordered_map<int, Conn> conns;
-  std::size_t accepted = 0;
   std::vector<char> buf = framing.scratch();
   std::vector<epoll_event> events(512);
 
@@ -54,7 +53,7 @@ void serve_epoll(int listen_fd, const Work& work, const Framing& framing) {
     }
   };
 
-  while (!stop.requested() && !(accepted > 0 && conns.empty())) {
+  while (!stop.requested()) {
     const int n = epoll_wait(ep.get(), events.data(), static_cast<int>(events.size()), -1);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -69,7 +68,6 @@ void serve_epoll(int listen_fd, const Work& work, const Framing& framing) {
           set_nodelay(c);
           watch(EPOLL_CTL_ADD, c, EPOLLIN);
           conns[c].fd = std::move(owned);
-          ++accepted;
         }
         if (errno != EAGAIN && errno != ECONNABORTED && errno != EINTR) throw_errno("accept4");
       } else if (fd == stop.fd()) {

@@ -24,8 +24,8 @@ PYBIND11_MODULE(_cpp_backends, m) {
       },
       py::arg("model"), py::arg("listen_fd"), py::arg("work_kind") = "none", py::arg("work_us") = 0.0,
       py::arg("poisson") = false, py::arg("msize") = 64, py::arg("framing") = "message",
-      "Echo on every connection accepted from listen_fd until the peer has closed them all "
-      "(after at least one) or SIGTERM/SIGINT arrives. framing 'message': each recv asks for the "
+      "Echo on every connection accepted from listen_fd until SIGTERM/SIGINT arrives (connections "
+      "coming and going never end it). framing 'message': each recv asks for the "
       "bytes that complete an msize-byte message, whole messages are echoed; 'stream': echo what "
       "each recv returned.");
 }

@@ -23,7 +23,6 @@ void serve_poll(int listen_fd, const Work& work, const Framing& framing) {
   std::vector<Receiver> rx(2);
   std::vector<Fd> owned(2);
   constexpr std::size_t kFirstConn = 2;
-  std::size_t accepted = 0;
   std::vector<char> buf = framing.scratch();
 
   auto send_or_queue = [&](std::size_t i, const char* data, std::size_t len) {
@@ -40,7 +39,7 @@ void serve_poll(int listen_fd, const Work& work, const Framing& framing) {
     }
   };
 
-  while (!stop.requested() && !(accepted > 0 && fds.size() == kFirstConn)) {
+  while (!stop.requested()) {
     const int n = poll(fds.data(), fds.size(), -1);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -90,7 +89,6 @@ void serve_poll(int listen_fd, const Work& work, const Framing& framing) {
         pending.emplace_back();
         rx.emplace_back();
         owned.push_back(std::move(conn));
-        ++accepted;
       }
       if (errno != EAGAIN && errno != ECONNABORTED && errno != EINTR) throw_errno("accept4");
     }

@@ -49,11 +49,7 @@ void serve_threads(int listen_fd, const Work& work, const Framing& framing) {
   std::size_t accepted = 0;
   pollfd fds[2] = {{listen_fd, POLLIN, 0}, {stop.fd(), POLLIN, 0}};
 
-  auto all_closed = [&] {
-    std::lock_guard<std::mutex> lock(shared->m);
-    return accepted > 0 && shared->live.empty();
-  };
-  while (!stop.requested() && !all_closed()) {
+  while (!stop.requested()) {
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       throw_errno("poll");
@@ -66,16 +62,13 @@ void serve_threads(int listen_fd, const Work& work, const Framing& framing) {
       set_nodelay(c);
       std::lock_guard<std::mutex> lock(shared->m);
       try {
-        std::thread([shared, conn = std::move(conn), work, framing, &stop_fd = stop]() mutable {
+        std::thread([shared, conn = std::move(conn), work, framing]() mutable {
           const int fd = conn.get();
           echo_connection(fd, work, framing);
           std::lock_guard<std::mutex> lock(shared->m);
           shared->live.erase(fd);
           conn.reset();  // closed under the lock (see Shared)
-          if (shared->live.empty()) {
-            stop_fd.wake();  // let the accept loop see "all closed"
-            shared->all_done.notify_all();
-          }
+          if (shared->live.empty()) shared->all_done.notify_all();
         }).detach();
       } catch (const std::system_error& e) {  // the socket went with the thread's callable: closed
         throw std::runtime_error(std::string("cpp_th: cannot start a thread for connection ") +

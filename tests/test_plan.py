@@ -1,0 +1,45 @@
+"""The plan's cells: which combinations of the run dimensions a RunConfig yields (pure logic: no
+process is started, the real registry is used)."""
+
+from __future__ import annotations
+
+import pytest
+
+from netprof.profiler.errors import InputError
+from netprof.profiler.plan import RunConfig, parse_pin, validate
+
+
+def _cells(**kw) -> list:
+    return list(validate(RunConfig(**kw)).cells())
+
+
+def test_pin_both_doubles_every_cell_and_labels_the_unpinned_one():
+    cells = _cells(backends=["thread"], connections=[10, 100], rounds=1, pin_both=True)
+    assert sorted((c.connections, c.pinned) for c in cells) == [(10, False), (10, True), (100, False), (100, True)]
+    unpinned = next(c for c in cells if not c.pinned)
+    assert "not pinned" in unpinned.label() and "not pinned" not in next(c for c in cells if c.pinned).label()
+
+
+@pytest.mark.parametrize(("mode", "no_pin", "want"), [("yes", False, (True, False)), ("no", False, (False, False)),
+                                                      ("both", False, (True, True)), ("yes", True, (False, False))])
+def test_parse_pin(mode, no_pin, want):
+    assert parse_pin(mode, no_pin) == want
+
+
+@pytest.mark.parametrize(("mode", "no_pin"), [("sometimes", False), ("both", True), ("no", True)])
+def test_parse_pin_refuses(mode, no_pin):
+    with pytest.raises(InputError):
+        parse_pin(mode, no_pin)
+
+
+def test_http_backends_frame_their_own_way_once_per_scale():
+    """--framing does not apply to a server with its own HTTP parser: one cell per scale and
+    interpreter, framing "own", and the backend is not given --framing."""
+    from netprof.profiler.cell import backend_argv
+
+    cfg = validate(RunConfig(backends=["http_asyncio"], connections=[10], rounds=2))
+    cells = list(cfg.cells())
+    assert [(c.framing, c.round) for c in cells] == [("own", 1), ("own", 2)]
+    assert "--framing" not in backend_argv("python3", "http_asyncio", cfg, cells[0].framing)
+    echo = validate(RunConfig(backends=["selector"], connections=[10], rounds=1, framings=["message", "stream"]))
+    assert sorted(c.framing for c in echo.cells()) == ["message", "stream"]

@@ -1,0 +1,194 @@
+"""`netprof run --sockwait` end to end (issue 22): real backends, the real loader, the counting and
+socket-wait probes, rows, per-connection files, rules and the report section.
+
+Each run is short (-d 3, one round). The numbers are checked against what the workload fixes
+(`--work sleep:1000` is a 1 ms handler; ten connections on one loop queue behind nine of them) and
+against the loader's own round trip over the same window.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pandas as pd
+import pytest
+
+from helpers import require_bpf, run_netprof, wait_no_children
+from netprof.profiler import results
+
+
+def sockwait_run(tmp_path, *args: str, name: str = "run", timeout: float = 300) -> tuple[dict, object]:
+    require_bpf()
+    out = tmp_path / name
+    res = run_netprof(
+        "run",
+        *args,
+        "-d",
+        "3",
+        "-r",
+        "1",
+        "--warmup",
+        "0.5",
+        "--sockwait",
+        "--wait",
+        "--json",
+        "--out",
+        str(out),
+        timeout=timeout,
+    )
+    assert res.returncode in (0, 1), res.stderr[-2000:]  # 1: a failed cell; its row says why
+    return json.loads(res.stdout), out
+
+
+def rows_by_backend(summary: dict) -> dict[str, dict]:
+    rows = {r["backend"]: r for r in summary["runs"]}
+    for r in rows.values():
+        assert r["status"] == "ok", r
+        assert r["probes"] == ["counting", "sockwait"] and r["sockwait"]["attached"] is True
+    return rows
+
+
+def test_head_of_line_on_one_loop_not_with_threads_and_no_state_between_cells(tmp_path):
+    """selector and thread, each message handled for 1 ms (`--work sleep:1000`), 10 connections:
+    on selector's single loop a message waits for the nine other handlers (median ≥ 5 ms), with
+    threads it does not (< 1 ms); the handler takes ≈ 1 ms in both. The two cells follow each other
+    with the same probe set: the second one's figures hold only its own ten connections."""
+    summary, out = sockwait_run(tmp_path, "selector", "thread", "-c", "10", "--work", "sleep:1000")
+    rows = rows_by_backend(summary)
+    sel, thr = rows["selector"]["sockwait"], rows["thread"]["sockwait"]
+    assert sel["wait_p50_us"] >= 5000, sel
+    assert thr["wait_p50_us"] < 1000, thr
+    for name, s in (("selector", sel), ("thread", thr)):
+        assert 800 <= s["handler_p50_us"] <= 2000, (name, s)
+        assert s["exact"] and s["overflow_evicted"] == s["overflow_fifo_merged"] == s["overflow_insert_failed"] == 0
+        assert s["unmeasured_unknown"] == 0, (name, s)  # attached before the loader connected
+        # the kernel's part fits in the loader's round trip of the same window (means: exact sums)
+        assert s["wait_mean_us"] + s["handler_mean_us"] <= s["rtt_mean_us"] * 1.05, (name, s)
+        assert s["server_mean_us"] <= s["rtt_mean_us"] * 1.05, (name, s)
+        # every message of the window was read and answered once (the window's edges aside)
+        assert s["handler_count"] == pytest.approx(s["messages"], rel=0.1, abs=20), (name, s)
+        assert s["sockets"] == 10, (name, s)
+    # per connection: ten each, the second cell's only its own (nothing left from the first)
+    conns = results.load_sockwait_conns(out)
+    assert conns is not None
+    for backend in ("selector", "thread"):
+        c = conns[conns["backend"] == backend]
+        assert len(c) == 10 and c["dport"].nunique() == 10, c
+        # the histograms are read a moment before the sockets: a few answers may fall in between
+        assert c["answers"].sum() == pytest.approx(rows[backend]["sockwait"]["handler_count"], abs=5)
+        assert (c["wait_us"].notna()).all()
+    sel_waits = conns[conns["backend"] == "selector"]["wait_mean_us"]
+    assert (sel_waits >= 4000).all(), list(sel_waits)
+    # the rule names the single-loop cell, not the threaded one
+    hol = [a for a in summary["anomalies"] if a["id"] == "head_of_line"]
+    assert [a["backend"] for a in hol] == ["selector"], hol
+    # the report's section, with the cost statement
+    md = (out / "report.md").read_text()
+    assert "## Where the round trip went" in md
+    assert "Socket-wait probes attached for the whole cell; their cost is included in the headline" in md
+    assert "Measured on this host during the run" in md
+    assert 'id="sockwait"' in (out / "report.html").read_text()
+    assert (out / "plots" / "sockwait_round_trip.png").exists()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["config"]["sockwait"] is True
+    assert meta["sockwait_cost_per_message"]["added_watched_ns"] > 0
+    # stored rows keep the group: `netprof report DIR` rebuilds the same rows
+    flat = pd.read_parquet(out / "results.parquet")
+    assert flat["sockwait.wait_p50_us"].notna().all()
+    assert not wait_no_children()
+
+
+def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
+    """asyncio_sock, message framing, 8 in flight, 100 connections: a connection whose `sock_recv`
+    finds data keeps the loop, so the others' data waits. With K messages in flight a connection's
+    wait is about K over its rate, so the least-served tenth's median wait over the most-served
+    tenth's follows their service ratio (kernel bytes read, never-read connections at the age of
+    their unread data). The issue's 100× holds when the loop starved them 100×, and the rule fires
+    exactly when the wait ratio reaches 100. How hard asyncio_sock starves depends on the machine
+    (measured on this 2-core host at pipeline 8: a service ratio of about 4; the seed saw 400)."""
+    summary, out = sockwait_run(tmp_path, "asyncio_sock", "-c", "100", "--pipeline", "8", "--framing", "message")
+    s = rows_by_backend(summary)["asyncio_sock"]["sockwait"]
+    assert s["sockets"] >= 10 and s["unmeasured_unknown"] == 0, s
+    ratio = s["conn_wait_ratio"]
+    served = s["conn_bytes_most"] / s["conn_bytes_least"] if s["conn_bytes_least"] else math.inf
+    assert ratio > 1, s  # the least-served waited longer
+    if served >= 100:
+        assert ratio >= 100, (ratio, served, s)  # the issue's acceptance figure
+    elif served >= 2:
+        assert 0.5 * served <= ratio <= 2 * served, (ratio, served, s)
+    fired = [a["backend"] for a in summary["anomalies"] if a["id"] == "wait_starvation"]
+    assert fired == (["asyncio_sock"] if ratio >= 100 else []), (fired, ratio)
+    # the per-connection file holds the same split
+    conns = results.load_sockwait_conns(out)
+    assert conns is not None and len(conns) == s["sockets"] + int(conns["reads"].eq(0).sum())
+    assert not wait_no_children()
+
+
+def test_without_sockwait_rows_say_so_and_the_report_has_no_section(tmp_path):
+    out = tmp_path / "plain"
+    res = run_netprof(
+        "run",
+        "selector",
+        "-c",
+        "10",
+        "-d",
+        "1",
+        "-r",
+        "1",
+        "--warmup",
+        "0.2",
+        "--no-probes",
+        "--wait",
+        "--json",
+        "--out",
+        str(out),
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads(res.stdout)["runs"]
+    assert row["sockwait"] == {"attached": False} and row["probes"] == []
+    assert "Where the round trip went" not in (out / "report.md").read_text()
+    assert not (out / results.SOCKWAIT_CONN_PARQUET).exists()
+
+
+def test_follows_forked_workers_and_own_commands(tmp_path):
+    """prefork (two forked worker processes sharing the listener) and the user's own command (--cmd,
+    the same selector loop started by the user's command line): the set follows the process tree,
+    so every message of the window is timed (without the workers the counts would be 0)."""
+    cmd = f"{sys.executable} -m netprof.backends selector --host 127.0.0.1 --port {{port}}"
+    summary, out = sockwait_run(
+        tmp_path, "prefork", "--workers", "2", "--cmd", cmd, "--name", "own_selector", "-c", "10"
+    )
+    rows = rows_by_backend(summary)
+    assert set(rows) == {"prefork", "own_selector"}
+    conns = results.load_sockwait_conns(out)
+    assert conns is not None
+    for name, row in rows.items():
+        s = row["sockwait"]
+        assert s["sockets"] == 10, (name, s)
+        assert s["handler_count"] == pytest.approx(s["messages"], rel=0.1, abs=20), (name, s)
+        assert s["wait_count"] == pytest.approx(s["messages"], rel=0.1, abs=20), (name, s)
+        assert s["wait_mean_us"] + s["handler_mean_us"] <= s["rtt_mean_us"] * 1.05, (name, s)
+        assert (conns[conns["backend"] == name]["tgid"] > 0).all()
+    assert not wait_no_children()
+
+
+def test_refuses_clearly_without_what_the_set_needs(monkeypatch):
+    """A kernel without what the set reads (here: no BTF to find the socket fields) is one line that
+    says what is missing, before any process starts (the CLI turns it into exit 2)."""
+    require_bpf()
+    from netprof.probes import ProbeError, sockwait
+    from netprof.probes.base import NO_PROBES
+
+    def no_btf(path: str = sockwait.BTF_PATH) -> dict:
+        raise ProbeError(
+            f"the socket-wait probes need the kernel's BTF ({path}): No such file or directory ({NO_PROBES})"
+        )
+
+    monkeypatch.setattr(sockwait, "_checked", [])
+    monkeypatch.setattr(sockwait, "kernel_offsets", no_btf)
+    why = sockwait.check_available()
+    assert why is not None and why.startswith("the socket-wait probes need the kernel's BTF")
+    assert "--no-probes" not in why  # that would not help: the CLI says "run without --sockwait"

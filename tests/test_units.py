@@ -1,0 +1,61 @@
+"""units: the one formatter every report uses — the unit a person reads, never 'nan', never 1e5."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from netprof.profiler import units
+
+
+@pytest.mark.parametrize(
+    "us,text",
+    [
+        (2_113_929, "2.1 s"),  # the issue's example
+        (434_460, "434 ms"),
+        (69_546, "69.5 ms"),
+        (1_000, "1 ms"),
+        (412, "412 µs"),
+        (21.24, "21.2 µs"),
+        (9.13, "9.1 µs"),
+        (0.975, "975 ns"),
+        (0.0412, "41.2 ns"),
+        (0, "0 µs"),
+    ],
+)
+def test_durations_pick_their_unit(us, text):
+    assert units.duration_us(us) == text
+
+
+@pytest.mark.parametrize(
+    "v,text", [(92_345, "92.3k"), (120_000, "120k"), (1_210_000, "1.21M"), (850, "850"), (46_600.4, "46.6k")]
+)
+def test_rates_read_like_network_ping_test(v, text):
+    assert units.rate(v) == text
+
+
+def test_missing_values_are_a_dash():
+    for fn in (units.duration_us, units.rate, units.count, units.per_message, units.number, units.share, units.seconds):
+        assert fn(None) == "–" and fn(math.nan) == "–"
+
+
+def test_interval_says_why_there_is_none():
+    assert units.interval(3.2, 3) == "±3%"
+    assert units.interval(math.nan, 1) == "1 round: no interval"
+    assert units.interval(None, 1) == "1 round: no interval"
+
+
+def test_plural_and_per_message():
+    assert units.plural(1, "cell") == "1 cell" and units.plural(2, "cell") == "2 cells"
+    assert units.plural(2, "anomaly", "anomalies") == "2 anomalies"
+    assert units.per_message(9.0213) == "9.02" and units.per_message(0.00912) == "0.0091"
+    assert units.seconds(5400) == "1.5 h" and units.seconds(120) == "2 min" and units.seconds(0.5) == "500 ms"
+
+
+def test_evidence_values_carry_their_unit():
+    assert units.value("latency p999 (µs)", 434_460.0) == ("latency p999", "434 ms")
+    assert units.value("messages", 13_887.0) == ("messages", "13,887")
+    assert units.value("Jain index (1 = fair)", 0.4) == ("Jain index (1 = fair)", "0.4")
+    assert units.value("pinned", True) == ("pinned", "True")
+    assert units.value("counts", [1, 2]) == ("counts", "1, 2")
