@@ -14,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 
 CALLS = 300_000
 REPEATS = 3
@@ -25,9 +26,11 @@ _CHILD = ("import os, resource, sys\n"
           "print(cpu(resource.getrusage(resource.RUSAGE_SELF)) - t0, flush=True)\n")
 
 
-def _cpu_per_call(probes, target_child: bool) -> float:
-    """CPU seconds per getppid() of one child run; `probes` (attached or not) re-targeted first."""
-    child = subprocess.Popen([sys.executable, "-I", "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+def child_cpu(probes, source: str, target_child: bool, per: int) -> float:
+    """CPU seconds per operation of one run of `source` in a child (it waits for a line on stdin,
+    does `per` operations and prints its CPU seconds); `probes` (attached or not) re-targeted first,
+    at the child or (bystander) at us."""
+    child = subprocess.Popen([sys.executable, "-I", "-c", source], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, cwd="/")
     try:
         if probes is not None:
@@ -37,23 +40,33 @@ def _cpu_per_call(probes, target_child: bool) -> float:
         if child.poll() is None:
             child.kill()
             child.wait()
-    return float(out.strip()) / CALLS
+    return float(out.strip()) / per
 
 
-def measure(probes) -> dict:
-    """{'bare_ns', 'added_target_ns', 'added_bystander_ns'} for a CountingProbes set (left detached)."""
-    def median(attached: bool, target: bool) -> float:
+def _cpu_per_call(probes, target_child: bool) -> float:
+    """CPU seconds per getppid() of one child run."""
+    return child_cpu(probes, _CHILD, target_child, CALLS)
+
+
+def three_medians(probes, once: Callable[[bool], float], repeats: int) -> tuple[float, float, float]:
+    """Median of `repeats` runs of `once(watched)` with the set detached, attached and watching the
+    measuring process, and attached but watching another process (bystander): the three figures
+    every probe set's self-measurement takes. Leaves the set detached."""
+    def median(attached: bool, watched: bool) -> float:
         if attached:
             probes.attach()
         else:
             probes.detach()
-        return statistics.median(_cpu_per_call(probes, target) for _ in range(REPEATS))
+        return statistics.median(once(watched) for _ in range(repeats))
 
     try:
-        bare = median(False, True)
-        target = median(True, True)
-        bystander = median(True, False)
+        return median(False, True), median(True, True), median(True, False)
     finally:
         probes.detach()
+
+
+def measure(probes) -> dict:
+    """{'bare_ns', 'added_target_ns', 'added_bystander_ns'} for a CountingProbes set (left detached)."""
+    bare, target, bystander = three_medians(probes, lambda watched: _cpu_per_call(probes, watched), REPEATS)
     return {"bare_ns": 1e9 * bare, "added_target_ns": 1e9 * (target - bare),
             "added_bystander_ns": 1e9 * (bystander - bare), "calls": CALLS, "repeats": REPEATS}

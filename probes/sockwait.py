@@ -569,20 +569,9 @@ _COST_CHILD = (
 
 def _cost_once(sw: SockWaitProbes | None, watched: bool) -> float:
     """CPU seconds per echoed message of one child run (the set re-targeted first)."""
-    import subprocess
-    import sys
+    from .selfcost import child_cpu
 
-    child = subprocess.Popen([sys.executable, "-I", "-c", _COST_CHILD], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, cwd="/")
-    try:
-        if sw is not None:
-            sw.target(child.pid if watched else os.getpid())
-        out, _ = child.communicate("go\n", timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    return float(out.strip()) / COST_MESSAGES
+    return child_cpu(sw, _COST_CHILD, watched, COST_MESSAGES)
 
 
 def measure_cost(sw: SockWaitProbes) -> dict:
@@ -591,21 +580,12 @@ def measure_cost(sw: SockWaitProbes) -> dict:
     server pays about half, its client the other half's bystander share) and attached but watching
     another process (`added_bystander_ns`: what every other socket user pays). Medians of a few
     runs; leaves the set detached and untargeted."""
-    import statistics
-
-    def median(attached: bool, watched: bool) -> float:
-        if attached:
-            sw.attach()
-        else:
-            sw.detach()
-        return statistics.median(_cost_once(sw, watched) for _ in range(COST_REPEATS))
-
     import subprocess
 
+    from .selfcost import three_medians
+
     try:
-        bare = median(False, True)
-        watched = median(True, True)
-        bystander = median(True, False)
+        bare, watched, bystander = three_medians(sw, lambda w: _cost_once(sw, w), COST_REPEATS)
     except (OSError, ValueError, subprocess.SubprocessError, ProbeError) as e:  # a figure less, not a lost run
         return {"error": f"{type(e).__name__}: {e}"}
     finally:

@@ -359,7 +359,11 @@ def check_phases(s: dict, share: float) -> None:
         assert len(ph["per_conn_messages"]) == s["connections"]
         assert sum(ph["per_conn_messages"]) == ph["messages"] == ph["latency_us"]["count"]
         if ph["duration_s"] > 0:
-            assert ph["msgs_per_sec"] == pytest.approx(ph["messages"] / ph["duration_s"], rel=1e-3, abs=0.1)
+            # duration_s is reported to the µs: for a phase cut to a few hundred µs that rounding alone
+            # moves messages/duration by more than 0.1%
+            rounding = ph["messages"] * 1e-6 / ph["duration_s"] ** 2
+            assert ph["msgs_per_sec"] == pytest.approx(ph["messages"] / ph["duration_s"], rel=1e-3,
+                                                       abs=max(0.1, 2 * rounding))
         else:
             assert ph["messages"] == 0 and ph["msgs_per_sec"] == 0
     assert u["messages"] + p["messages"] == s["messages"]

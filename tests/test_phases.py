@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 
+import psutil
 import pytest
 
 from helpers import netprof_cmd, require_bpf, require_tool, run_netprof
@@ -46,10 +47,20 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     samples: list[tuple[float, int]] = []
 
+    def backend_up() -> bool:
+        try:
+            return any("netprof.backends" in " ".join(c.cmdline())
+                       for c in psutil.Process(proc.pid).children(recursive=True))
+        except psutil.Error:
+            return False
+
     def sample() -> None:
+        # Only while the cell's backend runs: after the cells, netprof attaches the set once more
+        # for about a second (or more on a loaded machine) to measure its per-syscall cost.
         while proc.poll() is None:
             try:
-                samples.append((time.monotonic(), attached_raw_tracepoints(proc.pid)))
+                if backend_up():
+                    samples.append((time.monotonic(), attached_raw_tracepoints(proc.pid)))
             except (ValueError, subprocess.SubprocessError):
                 pass
             time.sleep(0.05)
@@ -63,7 +74,7 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     # Time attached, summed over the samples (the start-up check also attaches for a few ms).
     attached = sum(t1 - t0 for (t0, n), (t1, _) in zip(samples, samples[1:]) if n)
     detached = sum(t1 - t0 for (t0, n), (t1, _) in zip(samples, samples[1:]) if not n)
-    assert len(samples) > 100, len(samples)  # the sampler really watched the whole run
+    assert len(samples) > 50, len(samples)  # the sampler really watched the whole cell
     assert 1.0 < attached < 2.8, f"attached for {attached:.2f} s; the probed sub-window is 1.8 s"
     assert detached > 4.0, f"detached for only {detached:.2f} s of a 7 s window"
     per = row["syscalls_per_msg"]

@@ -77,7 +77,9 @@ def test_head_of_line_on_one_loop_not_with_threads_and_no_state_between_cells(tm
         c = conns[conns["backend"] == backend]
         assert len(c) == 10 and c["dport"].nunique() == 10, c
         # the histograms are read a moment before the sockets: a few answers may fall in between
-        assert c["answers"].sum() == pytest.approx(rows[backend]["sockwait"]["handler_count"], abs=5)
+        # (on a loaded machine that moment is longer: 1% of the answers as well)
+        count = rows[backend]["sockwait"]["handler_count"]
+        assert c["answers"].sum() == pytest.approx(count, abs=5 + 0.01 * count)
         assert (c["wait_us"].notna()).all()
     sel_waits = conns[conns["backend"] == "selector"]["wait_mean_us"]
     assert (sel_waits >= 4000).all(), list(sel_waits)
