@@ -25,7 +25,7 @@ FIXES = {
     "aiozmq": "pip install 'aiozmq[rpc]'",
     "aiozmq.rpc": "pip install 'aiozmq[rpc]' (aiozmq.rpc needs msgpack)",
     # The HTTP servers, pinned in pyproject.toml: `make setup` installs them into netprof's venv; the
-    # --python environments install profiler/interp-requirements.txt, which does not list them yet.
+    # --python environments get the same versions from profiler/interp-requirements.txt.
     **{mod: f"pip install '{mod}=={pin}' (netprof's own venv: make setup)" for mod, pin in (
         ("aiohttp", "3.14.*"), ("uvicorn", "0.54.*"), ("h11", "0.16.*"), ("httptools", "0.9.*"),
         ("granian", "2.8.*"), ("gunicorn", "27.0.*"))},

@@ -7,11 +7,17 @@ a round and the rounds' ratios are averaged (this machine varies ±10% between m
 
     .venv/bin/python bench/probe_window.py                       # selector, cpp_epoll, asyncio_sock; 5 rounds
     .venv/bin/python bench/probe_window.py --write               # ... and replace its section in RESULTS.md
+    .venv/bin/python bench/probe_window.py --noise 0.25 --write  # the same on a noisy host (own section)
+
+--noise D runs bench/bystander.py for the whole benchmark: one neighbour per CPU, busy a share D of
+the time with bursts of system calls (the kind of host where the counting set costs most, and where
+throughput drifts between minutes).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import statistics
@@ -25,7 +31,23 @@ from results_md import command, publish  # bench/ is sys.path[0]: these run as f
 from netprof.profiler.stats import summarize
 
 SECTION = "Probe window: headline throughput with and without probes (bench/probe_window.py)"
+NOISY = "Probe window on a noisy host (bench/probe_window.py --noise)"
 VARIANTS = {"no-probes": ["--no-probes"], "default": []}
+
+
+@contextlib.contextmanager
+def neighbours(duty: float):
+    """bench/bystander.py for the block's duration (nothing when duty is 0)."""
+    if not duty:
+        yield
+        return
+    p = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bystander.py")), "--duty", str(duty),
+                          "--seconds", "3600"])
+    try:
+        yield
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
 
 
 def one(backend: str, args: argparse.Namespace, extra: list[str]) -> dict:
@@ -45,8 +67,15 @@ def main() -> int:
     ap.add_argument("-c", "--connections", type=int, default=100)
     ap.add_argument("-d", "--duration", type=float, default=4.0)
     ap.add_argument("-r", "--rounds", type=int, default=5)
+    ap.add_argument("--noise", type=float, default=0.0, metavar="D",
+                    help="run a noisy neighbour per CPU, busy a share D of the time (bench/bystander.py)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
+    with neighbours(args.noise):
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
     ratios: dict[str, list[float]] = {b: [] for b in args.backends}
     costs: dict[str, list[float]] = {b: [] for b in args.backends}
     rates: dict[str, dict[str, list[float]]] = {b: {v: [] for v in VARIANTS} for b in args.backends}
@@ -77,7 +106,10 @@ def main() -> int:
              "of each window; headline figures from the other 70%). Ratio = default headline msgs/s ÷ --no-probes "
              "msgs/s of the same round. Probe cost = 1 − probed/unprobed msgs/s inside the default run's own cell "
              "(what the report quotes).")
-    publish(SECTION, intro, "\n".join(lines), args.write)
+    if args.noise:
+        intro += (f" Noisy host: bench/bystander.py --duty {args.noise:g} ran throughout (one neighbour per CPU "
+                  "making bursts of system calls).")
+    publish(NOISY if args.noise else SECTION, intro, "\n".join(lines), args.write)
     return 0
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from . import tree
 from .base import _TP, NR_SLOTS, LoadedProgram, ProbeError, syscall_name
 
 NS = 1e-9
@@ -186,7 +187,6 @@ class CountingProbes(LoadedProgram):
         if self.bpf is None:
             raise ProbeError("probes are closed")
         self._set_cfg(0, 0)  # stop counting while the maps are reset
-        self._children.clear()
         self._tids.clear()
         for k in self._keys:
             self._sc[k] = self._sc.Leaf()
@@ -195,12 +195,11 @@ class CountingProbes(LoadedProgram):
         for c in leaf:
             c.mark_ns = now
         self._cpu[self._cpu.Key(0)] = leaf
-        kids = _descendants(pid) if self.track_children else []
-        for k in kids:
-            self._children[self._children.Key(k)] = self._children.Leaf(1)
+        kids = tree.seed(self._children, pid, self.track_children)
         self._gen += 1
         self.pid = pid
         self._set_cfg(pid, len(kids))
+        tree.catch_late(self._children, pid, kids, self.track_children, lambda n: self._set_cfg(pid, n))
 
     def snapshot(self) -> Snapshot:
         if self.bpf is None:
@@ -215,15 +214,6 @@ class CountingProbes(LoadedProgram):
         per_cpu = self._cpu.getvalue(self._cpu.Key(0))
         cpu = {f: sum(getattr(v, f) for v in per_cpu) for f in _CPU_FIELDS}
         return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu, syscall_time=self.syscall_time)
-
-
-def _descendants(pid: int) -> list[int]:
-    import psutil
-
-    try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
 
 
 def per_message_notation(per_msg: dict[str, float]) -> str:

@@ -22,6 +22,10 @@
 //   are then dropped. A full FIFO (more than FIFO separate arrivals unread) extends its newest entry
 //   instead of appending (counted in fifo_merged): the later bytes then carry an earlier arrival, so
 //   such a wait is an upper bound.
+// - Per connection, the waits' sums (the mean: with K messages in flight a connection's mean wait is
+//   about K over its rate, Little's law, so it repeats how much it was served) and a log2 histogram
+//   of its waits (`wh`: the typical wait — whether its data usually sits unread — which the mean
+//   blurs when a well-served connection's thousands of short waits meet a few long ones).
 // - At each send: the handler time since the last read (answers the pending request), and the
 //   server time since the arrival of the request's first byte (wait + handler of that request).
 // - A connection that reaches TCP_CLOSE is marked: if its address is reused by a new connection
@@ -39,6 +43,7 @@
 //   queued by then are `unknown`.
 //
 // cflags: -DTRACK_CHILDREN=0|1 -DMAX_SOCKETS=<n> -DFIFO=<power of two> -DNSLOTS=<power of two>
+//         -DWH=<n> (per-connection log2 wait buckets: [2^i, 2^(i+1)) ns, the last one open)
 //         -DOFF_FAMILY -DOFF_PROTOCOL -DOFF_PORTPAIR -DOFF_COPIED_SEQ -DOFF_RCV_NXT (bytes from struct sock *)
 #include <uapi/linux/ptrace.h>
 #include <linux/sched.h>
@@ -96,6 +101,7 @@ struct sk_t {
     u64 req_arrival; // arrival of the oldest byte of the pending request (0: unknown)
     // per connection, cumulative since learned:
     u64 reads, bytes, waits, wait_ns, answers, handler_ns;
+    u32 wh[WH];      // its waits by log2(ns)
 };
 BPF_TABLE("lru_hash", u64, struct sk_t, socks, MAX_SOCKETS);
 BPF_PERCPU_ARRAY(zero_sk, struct sk_t, 1);   // never written: the zeroed value new sockets start from
@@ -234,6 +240,7 @@ static __always_inline struct sk_t *learn(u64 sk, u32 tgid, struct cfg_t *c, str
         s->gen = 0;  // invisible to sk_data_ready while being reset
         barrier();
         s->reads = s->bytes = s->waits = s->wait_ns = s->answers = s->handler_ns = 0;
+        __builtin_memset(s->wh, 0, sizeof(s->wh));
         s->last_read = s->req_arrival = 0;
         s->closed = 0;
     }
@@ -351,6 +358,8 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
         u64 wait = now - arrival;
         s->waits++;
         s->wait_ns += wait;
+        u32 b = log2_u64(wait);
+        s->wh[b < WH ? b : WH - 1]++;
         record(st, w, H_WAIT, wait);
     }
     if (!s->pending) {

@@ -63,8 +63,8 @@ import struct
 import time
 from dataclasses import asdict, dataclass, field
 
+from . import tree
 from .base import _TP, LoadedProgram, ProbeError
-from .counting import _descendants
 
 NSLOTS = 512
 SUB_BITS = 4
@@ -72,6 +72,7 @@ SUB = 1 << SUB_BITS
 KINDS = ("wait", "handler", "server")
 _COUNTERS = ("learned", "reused", "fifo_merged", "unknown", "unmatched", "insert_failed")
 _CONN_FIELDS = ("reads", "bytes", "waits", "wait_ns", "answers", "handler_ns")
+WH = 36  # per-connection log2 wait buckets: [2^i, 2^(i+1)) ns, the last one open (≥ 2^35 ns, 34 s)
 BTF_PATH = "/sys/kernel/btf/vmlinux"
 BATCH = 1024
 
@@ -233,6 +234,21 @@ class WaitDist:
         return cls(n, min(p50, mx), min(p99, mx), mx, sum_ns / n / 1e3, max_ns is not None)
 
 
+def log2_median_us(counts) -> float | None:
+    """The median of values counted in log2 buckets ([2^i, 2^(i+1)) ns), in µs: the bucket holding
+    the middle rank, interpolated geometrically within it (so within a factor 2 of the truth, and
+    exact for a bucket's edges); None when empty."""
+    n = sum(counts)
+    if n <= 0:
+        return None
+    rank, seen = n / 2, 0
+    for i, c in enumerate(counts):
+        if c and seen + c >= rank:
+            return 2 ** (i + (rank - seen) / c) / 1e3
+        seen += c
+    return None
+
+
 @dataclass
 class ConnWait:
     """One server socket (connection) over a window."""
@@ -245,6 +261,7 @@ class ConnWait:
     bytes: int         # bytes read
     waits: int         # reads whose queue wait was measured
     wait_mean_us: float | None
+    wait_p50_us: float | None  # its typical wait: median of its waits (log2 buckets, within a factor 2)
     answers: int       # timed answers (first send after a read)
     handler_mean_us: float | None
     unread_age_us: float | None = None  # at the window's end: age of the oldest unread arrival, if any
@@ -262,7 +279,8 @@ class SockWaitSnapshot:
     max_prev_ns: list[int | None]    # per KINDS: max since the previous snapshot (None: none recorded)
     counters: dict[str, int]         # _COUNTERS
     present: int                     # sockets of this target in the map now
-    socks: dict[tuple[int, int], tuple] = field(default_factory=dict)  # (sock, ports) -> (tgid, *_CONN_FIELDS, oldest unread ns)
+    # (sock, ports) -> (tgid, *_CONN_FIELDS, wait buckets (WH counts), oldest unread ns)
+    socks: dict[tuple[int, int], tuple] = field(default_factory=dict)
     now_ns: int = 0                  # CLOCK_MONOTONIC ns when the sockets were read
 
     @property
@@ -316,15 +334,17 @@ def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
     per_conn = []
     for key, vb in b.socks.items():
         va = a.socks.get(key)
-        tgid, *cum, unread_at = vb
-        d = dict(zip(_CONN_FIELDS, cum if va is None else [x - y for x, y in zip(cum, va[1:-1])]))
+        tgid, *cum, wh, unread_at = vb
+        d = dict(zip(_CONN_FIELDS, cum if va is None else [x - y for x, y in zip(cum, va[1:-2])]))
+        if va is not None:
+            wh = [x - y for x, y in zip(wh, va[-2])]
         if not d["reads"] and not d["answers"] and not unread_at:
             continue
         sock, ports = key
         per_conn.append(ConnWait(
             sock=sock, tgid=tgid, lport=ports >> 16, dport=int.from_bytes((ports & 0xFFFF).to_bytes(2, "little"), "big"),
             reads=d["reads"], bytes=d["bytes"], waits=d["waits"],
-            wait_mean_us=d["wait_ns"] / d["waits"] / 1e3 if d["waits"] else None,
+            wait_mean_us=d["wait_ns"] / d["waits"] / 1e3 if d["waits"] else None, wait_p50_us=log2_median_us(wh),
             answers=d["answers"], handler_mean_us=d["handler_ns"] / d["answers"] / 1e3 if d["answers"] else None,
             unread_age_us=(b.now_ns - unread_at) / 1e3 if unread_at and b.now_ns > unread_at else None))
     c = {k: b.counters[k] - a.counters[k] for k in _COUNTERS}
@@ -358,7 +378,7 @@ class SockWaitProbes(LoadedProgram):
         self._attach_ns = 0
         offsets = kernel_offsets()
         self._load("sockwait.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}", f"-DMAX_SOCKETS={max_sockets}",
-                                      f"-DFIFO={fifo}", f"-DNSLOTS={NSLOTS}",
+                                      f"-DFIFO={fifo}", f"-DNSLOTS={NSLOTS}", f"-DWH={WH}",
                                       *(f"-D{k}={v}" for k, v in sorted(offsets.items()))], attached=False)
         try:
             b = self.bpf
@@ -402,19 +422,21 @@ class SockWaitProbes(LoadedProgram):
         self._gen += 1
         self._seq = 1
         self._set_window(self._active)
-        self._children.clear()
         self._lports.clear()
         _delete_all(self._socks)
         self._bits[self._bits.Key(0)] = self._bits.Leaf()
         self._stats[self._stats.Key(0)] = self._stats.Leaf()
-        kids = _descendants(pid) if pid and self.track_children else []
-        for k in kids:
-            self._children[self._children.Key(k)] = self._children.Leaf(1)
+        kids = tree.seed(self._children, pid, self.track_children)
         for port in (listening_ports([pid, *kids]) if pid else ()):
             self._lports[self._lports.Key(port)] = self._lports.Leaf(1)
-        leaf = cfg.Leaf()
-        leaf.tgid, leaf.nchildren, leaf.gen = pid, len(kids), self._gen
-        cfg[cfg.Key(0)] = leaf
+
+        def write_cfg(n: int) -> None:
+            leaf = cfg.Leaf()
+            leaf.tgid, leaf.nchildren, leaf.gen = pid, n, self._gen
+            cfg[cfg.Key(0)] = leaf
+
+        write_cfg(len(kids))
+        tree.catch_late(self._children, pid, kids, self.track_children, write_cfg)
         self.pid = pid
 
     def target(self, pid: int) -> None:
@@ -464,7 +486,7 @@ class SockWaitProbes(LoadedProgram):
             if not v.tcp:
                 continue
             unread = v.at[v.head & fifo_mask] if v.head != v.tail else 0
-            socks[(key, v.ports)] = (v.tgid, *(getattr(v, f) for f in _CONN_FIELDS), unread)
+            socks[(key, v.ports)] = (v.tgid, *(getattr(v, f) for f in _CONN_FIELDS), tuple(v.wh), unread)
         return SockWaitSnapshot(t=time.monotonic(), pid=self.pid, seq=prev, hist=hist, sum_ns=sums,
                                 max_prev_ns=mx, counters=counters, present=present, socks=socks, now_ns=now_ns)
 
@@ -615,12 +637,13 @@ def row_fields(d: SockWaitDelta) -> dict:
 
 def conn_rows(d: SockWaitDelta) -> list[dict]:
     """One dict per connection of the window, ordered by the loader's port: the server process that
-    served it (tgid), reads, bytes, answers, mean wait and handler time, unread age, and `wait_us` — its mean wait, or, for a connection never read
-    in the window, how long its oldest unread data had waited at the end (a lower bound)."""
+    served it (tgid), reads, bytes, answers, mean and typical (median) wait, mean handler time, unread
+    age, and `wait_us` — its typical wait, or, for a connection never read in the window, how long
+    its oldest unread data had waited at the end (a lower bound)."""
     rows = []
     for i, c in enumerate(sorted(d.per_conn, key=lambda c: (c.dport, c.sock))):
-        wait = c.wait_mean_us if c.wait_mean_us is not None else c.unread_age_us
+        wait = c.wait_p50_us if c.wait_p50_us is not None else c.unread_age_us
         rows.append({"conn": i, "dport": c.dport, "tgid": c.tgid, "reads": c.reads, "bytes": c.bytes, "waits": c.waits,
-                     "wait_mean_us": c.wait_mean_us, "answers": c.answers, "handler_mean_us": c.handler_mean_us,
+                     "wait_mean_us": c.wait_mean_us, "wait_p50_us": c.wait_p50_us, "answers": c.answers, "handler_mean_us": c.handler_mean_us,
                      "unread_age_us": c.unread_age_us, "wait_us": wait})
     return rows

@@ -17,9 +17,8 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 
-from . import pyframes
+from . import pyframes, tree
 from .base import NR_SLOTS, LoadedProgram, ProbeError, syscall_name, syscall_number
-from .counting import _descendants
 
 DEFAULT_SYSCALLS = ("mmap", "munmap", "mremap", "brk", "futex", "epoll_ctl")
 STACK_ENTRIES = 16384
@@ -64,17 +63,19 @@ class StackProbes(LoadedProgram):
             raise ProbeError("probes are closed")
         cfg, children = self.bpf[b"cfg"], self.bpf[b"children"]
         cfg[cfg.Key(0)] = cfg.Leaf()  # tgid 0: paused while resetting
-        children.clear()
         self.bpf[b"counts"].clear()
         self.bpf[b"stacks"].clear()
-        kids = _descendants(pid) if self.track_children else []
-        for k in kids:
-            children[children.Key(k)] = children.Leaf(1)
+        kids = tree.seed(children, pid, self.track_children)
         if self.layout is not None:
             self._python_threads(pid)
-        leaf = cfg.Leaf()
-        leaf.tgid, leaf.nchildren = pid, len(kids)
-        cfg[cfg.Key(0)] = leaf
+
+        def write_cfg(n: int) -> None:
+            leaf = cfg.Leaf()
+            leaf.tgid, leaf.nchildren = pid, n
+            cfg[cfg.Key(0)] = leaf
+
+        write_cfg(len(kids))
+        tree.catch_late(children, pid, kids, self.track_children, write_cfg)
         self.pid = pid
 
     def _python_threads(self, pid: int) -> None:

@@ -24,7 +24,6 @@ from netprof.profiler.plan import Cell, RunConfig
 from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
 from netprof.profiler.servers import Running
 
-READY_TIMEOUT = 20.0
 EXIT_GRACE = 5.0  # how long a backend may take to exit after SIGTERM before SIGKILL
 
 
@@ -92,7 +91,7 @@ def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
     python = [env.interp.python, *env.python_options]
     proc = group.spawn(f"backend-{cell.backend}",
                        backend_argv(python, cell.backend, env.cfg, cell.framing, host, prefix), cpus=cpus)
-    line = proc.wait_line("ready", READY_TIMEOUT)
+    line = proc.wait_line("ready", servers.READY_TIMEOUT)
     return Running(proc.pid, host, int(line.split()[2]), proc)
 
 

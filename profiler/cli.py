@@ -212,6 +212,9 @@ def run(
     ready_regex: str = typer.Option(
         "", "--ready-regex", metavar="REGEX",
         help="--cmd is ready when a line of its stdout matches (default: when its port accepts)."),
+    ready_timeout: float = typer.Option(
+        20.0, "--ready-timeout", metavar="SECONDS",
+        help="How long --cmd may take to become ready before its cells fail."),
     attach: int | None = typer.Option(
         None, "--attach", metavar="PID",
         help="Profile a server that is already running (with --target): nothing is started or stopped."),
@@ -235,7 +238,7 @@ def run(
     """Run servers × connections × pipeline × rounds and report what each message costs.
 
     BACKEND...: the built-in backends to run (`netprof list`); or --cmd / --attach for your own server."""
-    own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root)
+    own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root, ready_timeout)
     if body_file is not None:
         try:
             body = body_file.read_text()
@@ -258,14 +261,14 @@ def run(
 
 
 def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: int | None, target: str,
-                 as_root: bool) -> list:
+                 as_root: bool, ready_timeout: float) -> list:
     """ServerSpecs of --cmd templates and --attach (servers.py checks each)."""
     from netprof.profiler import servers
 
     if len(names) > len(cmds) + (attach is not None):
         raise InputError("more --name than --cmd/--attach: give one --name per server, in the same order")
     own = [servers.from_cmd(c, names[i] if i < len(names) else "", ready_regex,
-                            target if "{port}" not in c else "", as_root) for i, c in enumerate(cmds)]
+                            target if "{port}" not in c else "", as_root, ready_timeout) for i, c in enumerate(cmds)]
     if attach is not None:
         if not target:
             raise InputError(f"--attach {attach} needs --target HOST:PORT: where does it listen?")

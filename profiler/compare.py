@@ -52,7 +52,7 @@ HEADLINE = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "
 # A cell "changed" when one of these changed significantly; its why-sentence opens with them.
 CHANGE_METRICS = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "per_conn.jain", stats.CPU_TOTAL)
 # ... and continues with these (what explains it), largest first.
-EXPLAIN_METRICS = ("cpu_us_per_msg.user", "cpu_us_per_msg.sys", "ctx_switches_per_msg")
+EXPLAIN_METRICS = ("cpu_us_per_msg.user", "cpu_us_per_msg.sys", "ctx_switches_per_msg", "sockwait.wait_p50_us")
 SYSCALL_MIN_DELTA = 0.01  # per message: a smaller change of one syscall is not worth a line
 FLAME_KINDS = ("oncpu",)
 MINUS = "\u2212"

@@ -3,10 +3,11 @@ and say what each one supports (mixed Python+kernel stacks need 3.13's -X perf_j
 -X perf on a frame-pointer build).
 
 An environment is a venv of that interpreter with the backends' third-party deps (uvloop, gevent,
-pyzmq, aiozmq), installed from the lock file LOCK (exact versions, hash-checked wheels), and a copy of
-netprof's pure-Python backends package; it is built once and cached under $NETPROF_CACHE (default
-~/.cache/netprof/interpreters), keyed by interpreter, netprof version and lock. Builds hold a lock on
-the cache and happen in a temp directory renamed into place, so two runs never see a half-built env.
+pyzmq, trio, twisted, the HTTP servers, ...), installed from the lock file LOCK (exact versions,
+hash-checked wheels), and a copy of netprof's pure-Python backends package; it is built once and
+cached under $NETPROF_CACHE (default ~/.cache/netprof/interpreters), keyed by interpreter, netprof
+version, lock and backends source (a changed lock builds a new one). Builds hold a lock on the cache
+and happen in a temp directory renamed into place, so two runs never see a half-built env.
 The C++ backends are compiled for netprof's own interpreter only.
 """
 

@@ -38,6 +38,7 @@ class ServerSpec:
     target: str = ""  # host:port it listens on (attach; cmd without {port})
     pid: int = 0  # attach
     as_root: bool = False  # cmd: run as root instead of the sudo caller
+    ready_timeout: float = READY_TIMEOUT  # cmd: how long it may take to become ready (--ready-timeout)
 
     @property
     def frames_own(self) -> bool:
@@ -80,7 +81,7 @@ def parse_target(text: str) -> tuple[str, int]:
 
 
 def from_cmd(template: str, name: str = "", ready_regex: str = "", target: str = "",
-             as_root: bool = False) -> ServerSpec:
+             as_root: bool = False, ready_timeout: float = READY_TIMEOUT) -> ServerSpec:
     try:
         argv = shlex.split(template)
     except ValueError as e:
@@ -97,9 +98,12 @@ def from_cmd(template: str, name: str = "", ready_regex: str = "", target: str =
             re.compile(ready_regex)
         except re.error as e:
             raise InputError(f"--ready-regex '{ready_regex}': {e}") from None
+    if not 0.1 <= ready_timeout <= 3600:
+        raise InputError(f"--ready-timeout {ready_timeout:g}: give seconds between 0.1 and 3600, "
+                         "e.g. --ready-timeout 60")
     label = name or re.sub(r"[^A-Za-z0-9_.+-]", "_", os.path.basename(argv[0]))
     return ServerSpec(label, "cmd", "cmd", "own", template=template, ready_regex=ready_regex, target=target,
-                      as_root=as_root)
+                      as_root=as_root, ready_timeout=ready_timeout)
 
 
 def attached(pid: int, target: str, name: str = "") -> ServerSpec:
@@ -169,7 +173,7 @@ def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None) -> Runnin
     # not one of netprof's root children, so the caller's directory is where it belongs.
     proc = group.spawn(f"cmd-{spec.name}", argv, cpus=cpus, user=uid, group=gid,
                        capture_stdout=bool(spec.ready_regex), cwd=os.getcwd())
-    deadline = time.monotonic() + READY_TIMEOUT
+    deadline = time.monotonic() + spec.ready_timeout
     pattern = re.compile(spec.ready_regex) if spec.ready_regex else None
     while time.monotonic() < deadline:
         if not proc.alive():
@@ -185,8 +189,9 @@ def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None) -> Runnin
             time.sleep(0.05)
     tail = proc.stderr_tail()
     where = f"port {port}" + (f" (and --ready-regex '{spec.ready_regex}')" if pattern else "")
-    raise ProcessError(f"--cmd {spec.name} did not become ready on {where} within {READY_TIMEOUT:.0f} s: does it "
-                       f"listen on 127.0.0.1:{port}?" + (f" Its stderr: {tail}" if tail else ""))
+    raise ProcessError(f"--cmd {spec.name} did not become ready on {where} within {spec.ready_timeout:g} s: does it "
+                       f"listen on 127.0.0.1:{port}? (a slow start: --ready-timeout)"
+                       + (f" Its stderr: {tail}" if tail else ""))
 
 
 def attach(spec: ServerSpec) -> Running:

@@ -137,11 +137,13 @@ CONN_WAIT_SHARE = 0.10  # the least- and most-served tenth of the connections
 def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
                     share: float = CONN_WAIT_SHARE) -> dict:
     """How queue wait is spread over connections ranked by service (bytes read in the window): the
-    median per-connection wait of the least-served `share` of them, of the most-served `share`, and
-    their ratio (≥ 100: the long waits sit on the starved connections); and the median service of
-    the same two groups (`conn_bytes_*`): with K messages in flight a connection's wait is about K
-    over its rate, so the wait ratio follows the service ratio. Medians of the deciles, so one
-    favoured connection that once lost the loop for a while does not decide. {} below 2
+    median per-connection wait (`waits`: each connection's typical wait, probes/sockwait.conn_rows)
+    of the least-served `share` of them, of the most-served `share`, and their ratio (≥ 100: the
+    long waits sit on the starved connections); and the median service of the same two groups
+    (`conn_bytes_*`). Typical, not mean, waits: with K messages in flight a connection's mean wait
+    is about K over its rate (Little's law), so a ratio of means only repeats the service ratio,
+    while a served connection's typical read finds fresh data and a starved one's finds data that
+    waited for the loop. Medians of the deciles, so one connection does not decide. {} below 2
     connections with a wait."""
     pairs = sorted(((float(s), float(w)) for s, w in zip(served, waits) if w is not None and not math.isnan(w)),
                    key=lambda p: p[0])
@@ -224,8 +226,18 @@ CELL_METRICS: dict[str, Metric] = {
     "per_conn.jain": Metric("Jain index", higher_is_better=True, judged_by=CONN_CV),
     CONN_CV: Metric("spread across connections (CV)", log=True),
     "per_conn.active_share": Metric("share of connections that handled 95% of messages", higher_is_better=True),
+    # --sockwait (probes/sockwait.py): where the server side of a round trip went. Waits are heavy-
+    # tailed and span decades between a fair and a starving backend: judged on a log scale.
+    "sockwait.wait_p50_us": Metric("socket queue wait p50", "µs", log=True),
+    "sockwait.wait_p99_us": Metric("socket queue wait p99", "µs", log=True),
+    "sockwait.handler_p50_us": Metric("handler time p50", "µs", log=True),
+    "sockwait.handler_p99_us": Metric("handler time p99", "µs", log=True),
+    SOCKWAIT_TRANSIT: Metric("loader↔server transit", "µs"),
+    "sockwait.conn_wait_ratio": Metric("queue wait, least- vs most-served tenth of connections", log=True),
 }
 SYSCALL_PREFIX = "syscalls_per_msg."
+SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith("sockwait.") and m.log]
+NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns
 
 
 def metric_info(col: str) -> Metric:
@@ -244,6 +256,9 @@ def per_round(df: pd.DataFrame) -> pd.DataFrame:
     df[CPU_TOTAL] = df["cpu_us_per_msg.user"] + df["cpu_us_per_msg.sys"]
     jain = df["per_conn.jain"].astype(float) if "per_conn.jain" in df else pd.Series(np.nan, index=df.index)
     df[CONN_CV] = np.sqrt((1 / jain - 1).clip(lower=0)).clip(lower=CV_FLOOR)
+    for col in SOCKWAIT_LOG_METRICS:  # a 0 (nothing waited) would be -inf on the log scale
+        if col in df:
+            df[col] = df[col].astype(float).clip(lower=NS_FLOOR_US)
     sc = [c for c in df.columns if c.startswith(SYSCALL_PREFIX)]
     probed = (df["probes"].fillna("").astype(str).str.len() > 0 if "probes" in df
               else pd.Series(bool(sc), index=df.index))

@@ -191,6 +191,28 @@ def test_a_negligible_fairness_change_is_no_why(tmp_path):
     assert row[-1] == "lower (negligible)" and row[3].startswith("CV ")
 
 
+def test_socket_wait_figures_are_judged(tmp_path):
+    """--sockwait columns are judged like the others, waits on a log scale: a 10× longer queue wait
+    is 'higher', the handler time that did not move is no change, and a 0 wait does not break the log."""
+    def sw(wait_p50: float, handler_p50: float, j: float) -> dict:
+        return {"sockwait": {"wait_p50_us": wait_p50 * j, "wait_p99_us": 10 * wait_p50 * j,
+                             "handler_p50_us": handler_p50 * j, "handler_p99_us": 3 * handler_p50 * j,
+                             "rtt_mean_us": 200.0 * j, "server_mean_us": 150.0 * j, "conn_wait_ratio": 1.0}}
+    a = _store(tmp_path / "a", [make_row(round=r, **sw(5.0, 20.0, j)) for r, j in ((1, 0.98), (2, 1.0), (3, 1.02))])
+    b = _store(tmp_path / "b", [make_row(round=r, **sw(50.0, 20.0, j)) for r, j in ((1, 1.01), (2, 0.97), (3, 1.02))])
+    c = _store(tmp_path / "c", [make_row(round=r, **sw(0.0, 20.0, 1.0)) for r in (1, 2, 3)])
+    (cell,) = compare.compare([a, b])["comparisons"][0]["cells"]
+    m = cell["metrics"]
+    assert m["sockwait.wait_p50_us"]["verdict"] == "higher" and m["sockwait.wait_p50_us"]["scale"] == "log"
+    assert m["sockwait.wait_p50_us"]["ratio"] == pytest.approx(10, rel=0.05)
+    assert m["sockwait.handler_p50_us"]["verdict"] == NO_CHANGE
+    assert m[stats.SOCKWAIT_TRANSIT]["mean_base"] == pytest.approx(50.0)
+    assert cell["why"] is None  # msgs/s and latency did not move: no why-sentence for a wait alone
+    (cell,) = compare.compare([a, c])["comparisons"][0]["cells"]
+    assert cell["metrics"]["sockwait.wait_p50_us"]["verdict"] == "lower"
+    assert cell["metrics"]["sockwait.wait_p50_us"]["mean_new"] == pytest.approx(1e-3)
+
+
 @pytest.mark.parametrize("bad", ["slowr:5%", "slower", "slower:+5%", "p99:-10%", "syscalls:lots"])
 def test_malformed_fail_if_names_the_fix(bad):
     with pytest.raises(InputError, match="--fail-if slower:5%,p99:\\+10%,syscalls:\\+0.5"):

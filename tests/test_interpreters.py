@@ -1,12 +1,22 @@
-"""Backends on other CPythons: rows per interpreter, side-by-side report, mixed Python+kernel stacks."""
+"""Backends on other CPythons: rows per interpreter, side-by-side report, mixed Python+kernel stacks,
+and the locked environment that runs every backend there (HTTP servers included)."""
 
 from __future__ import annotations
 
+import http.client
+import importlib.metadata
 import json
+import os
+import select
+import signal
+import subprocess
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from helpers import REQUIRE_TOOLS, require_bpf, run_netprof, wait_no_children
+from netprof.backends import registry
 from netprof.profiler import interpreters, schema
 
 
@@ -44,10 +54,10 @@ def test_two_interpreters_side_by_side(tmp_path):
     _need("3.13")
     out = tmp_path / "run"
     res = run_netprof("run", "asyncio_sock", "uvloop_sock", "-c", "100", "--python", "3.11,3.13", "-d", "2",
-                      "-r", "2", "--warmup", "0.5", "--stacks", "--wait", "--json", "--out", str(out), timeout=600)
+                      "-r", "1", "--warmup", "0.5", "--stacks", "--wait", "--json", "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     runs = json.loads(res.stdout)["runs"]
-    assert len(runs) == 8
+    assert len(runs) == 4
     labels = {r["interpreter"] for r in runs}
     assert len(labels) == 2 and all(label.startswith("cpython-3.1") for label in labels), labels
     assert {r["python_version"][:4] for r in runs} == {"3.11", "3.13"}
@@ -73,7 +83,7 @@ def test_mixed_flamegraph_joins_python_and_kernel(tmp_path):
     _need("3.13")
     out = tmp_path / "run"
     res = run_netprof("run", "selector", "-c", "100", "-d", "3", "-r", "1", "--python", "3.13", "--flamegraph",
-                      "--warmup", "0.5", "--out", str(out), timeout=300)
+                      "--warmup", "0.5", "--wait", "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     index = json.loads((out / "flamegraphs" / "index.json").read_text())
     entry = index[0]
@@ -82,3 +92,120 @@ def test_mixed_flamegraph_joins_python_and_kernel(tmp_path):
     joined = [s for s in stacks if "selector_family.py" in s and "__x64_sys_recvfrom" in s]
     assert joined, f"no stack runs from the selector backend's Python into recvfrom: {entry['notes']}"
     assert (out / entry["mixed_svg"]).stat().st_size > 1000
+
+
+HTTP_BACKENDS = {n for n in registry.names() if registry.get(n).protocol == "http"}
+
+
+@pytest.fixture(scope="module")
+def env313() -> interpreters.Interpreter:
+    """3.13's prepared environment: built once (then cached on disk, as for the tests above)."""
+    _need("3.13")
+    return interpreters.prepare("3.13")
+
+
+def test_lock_holds_every_runtime_dependency():
+    # `pip install --no-deps` of the lock would not notice a missing dependency; the backend's import
+    # would, in the middle of a run. The metadata read here is netprof's own venv's, which has the
+    # lock's versions (test_hardening checks).
+    locked = {canonicalize_name(name) for name, _, _ in interpreters.locked_requirements()}
+    dists = importlib.metadata.packages_distributions()
+    for info in registry.BACKENDS.values():  # what each backend imports comes from a locked package
+        for mod in info.requires:
+            if mod != registry.CPP_MODULE:
+                assert {canonicalize_name(d) for d in dists[mod.partition(".")[0]]} & locked, (info.name, mod)
+    missing, checked = [], 0
+    for name in locked:
+        for line in importlib.metadata.requires(name) or []:
+            req = Requirement(line)
+            for minor in (11, 12, 13):  # the CPythons the lock is for (interpreters.LOCKED_PYTHONS)
+                env = {"python_version": f"3.{minor}", "python_full_version": f"3.{minor}.0", "extra": "",
+                       "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+                       "platform_python_implementation": "CPython", "implementation_name": "cpython",
+                       "platform_machine": "x86_64"}
+                if req.marker is None or req.marker.evaluate(env):
+                    checked += 1
+                    if canonicalize_name(req.name) not in locked:
+                        missing.append(f"{name} on 3.{minor} needs {req}")
+    assert not missing, missing
+    assert checked > 50  # aiohttp, twisted, gevent, ... each require several
+
+
+# Run in the environment's interpreter: every backend module and what it needs imports there (those
+# a run would serve, not just the two loaded below), plus gunicorn's gevent worker, which gunicorn
+# imports only in the forked worker.
+IMPORT_EVERY_BACKEND = """
+import importlib, json
+from netprof.backends import registry
+failed, checked = {}, []
+for info in registry.BACKENDS.values():
+    if registry.CPP_MODULE in info.requires or registry.python_requirement(info):
+        continue
+    checked.append(info.name)
+    try:
+        why = registry.missing_requirement(info)
+        if not why:
+            importlib.import_module(info.module)
+    except Exception as e:
+        why = repr(e)
+    if why:
+        failed[info.name] = why
+try:
+    importlib.import_module("gunicorn.workers.ggevent")
+except Exception as e:
+    failed["gunicorn.workers.ggevent"] = repr(e)
+print(json.dumps({"checked": checked, "failed": failed}))
+"""
+
+
+@pytest.mark.slow
+def test_http_backends_serve_on_another_interpreter(tmp_path, env313):
+    py = env313.python
+    asked = subprocess.run([env313.base, "-V"], capture_output=True, text=True, timeout=60, check=True)
+    version = asked.stdout.split()[1]  # "Python 3.13.0": asked of the interpreter itself, not netprof's probe
+    assert version.startswith("3.13.") and py != env313.base
+
+    res = subprocess.run([py, "-I", "-c", IMPORT_EVERY_BACKEND], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = json.loads(res.stdout)
+    assert not imported["failed"], imported["failed"]
+    assert HTTP_BACKENDS and HTTP_BACKENDS <= set(imported["checked"]), imported["checked"]
+
+    # The server itself says what runs it: aiohttp's Server header names Python's and aiohttp's versions.
+    err = tmp_path / "aiohttp.stderr"
+    with err.open("w") as stderr:
+        server = subprocess.Popen([py, "-I", "-m", "netprof.backends", "aiohttp", "--host", "127.0.0.1", "--port", "0"],
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path,
+                                  start_new_session=True)
+    try:
+        ready, _, _ = select.select([server.stdout], [], [], 30)
+        line = server.stdout.readline() if ready else ""
+        assert line.startswith("ready "), (line, server.poll(), err.read_text())
+        conn = http.client.HTTPConnection("127.0.0.1", int(line.split()[2]), timeout=10)
+        conn.request("GET", "/plaintext")
+        resp = conn.getresponse()
+        assert (resp.status, resp.read()) == (200, b"Hello, World!")
+        expected = f"Python/{version.rsplit('.', 1)[0]} aiohttp/{importlib.metadata.version('aiohttp')}"
+        assert resp.getheader("Server") == expected, resp.getheaders()
+        conn.close()
+        os.kill(server.pid, signal.SIGTERM)
+        assert server.wait(10) == 0, err.read_text()
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(10)
+
+    # Through netprof: the loader's HTTP parser, a compiled-wheel server and a Rust one with a worker process.
+    out = tmp_path / "run"
+    res = run_netprof("run", "aiohttp", "granian_asgi", "--python", "3.13", "-c", "10", "-d", "1",
+                      "-r", "1", "--warmup", "0.2", "--no-probes", "--wait", "--json", "--out", str(out),
+                      timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = json.loads(res.stdout)["runs"]
+    assert sorted(r["backend"] for r in rows) == ["aiohttp", "granian_asgi"], rows
+    for r in rows:
+        assert (r["status"], r["protocol"]) == ("ok", "http"), r
+        assert r["messages"] > 0 and r["msgs_per_sec"] > 0 and not any(r["errors"].values()), r
+        assert (r["interpreter"], r["python_version"]) == (f"cpython-{version}", version), r
+    assert not wait_no_children()

@@ -126,7 +126,9 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["--cmd", "true {port}"], "exited with code 0 before it was ready"),
-    (["--cmd", f"{PY} -c 'import time; time.sleep(60)' {{port}}"], "did not become ready"),
+    (["--cmd", f"{PY} -c 'import time; time.sleep(60)' {{port}}", "--ready-timeout", "2"],
+     "within 2 s: does it listen"),
+    (["--cmd", "true {port}", "--ready-timeout", "0"], "--ready-timeout 0: give seconds between 0.1 and 3600"),
     (["--cmd", f"{PY} -m http.server --bind 127.0.0.1 1"], "has no {port}"),
     (["--attach", "999999", "--target", "127.0.0.1:9"], "no such process"),
     (["selector", "--protocol", "http"], "needs your own server"),
@@ -147,7 +149,7 @@ def test_bad_own_server_input_is_one_line(tmp_path, args, needle):
 def test_cmd_on_another_port_is_an_ff_cell_with_the_cause(tmp_path):
     other = free_port()  # the command listens here, not on the {port} netprof gave it ($0 of sh -c)
     p, summary = run(tmp_path, "--cmd", f"sh -c 'exec {PY} -m http.server --bind 127.0.0.1 {other}' {{port}}",
-                     "-c", "2", "-d", "0.5", "--no-probes", timeout=120)
+                     "-c", "2", "-d", "0.5", "--ready-timeout", "3", "--no-probes", timeout=120)
     assert p.returncode == 1, p.stderr
     (row,) = summary["runs"]
     assert "did not become ready on port" in row["error"], row["error"]

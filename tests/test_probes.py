@@ -12,6 +12,7 @@ import sys
 import time
 from importlib import metadata
 
+import psutil
 import pytest
 
 from helpers import require_tool
@@ -259,6 +260,47 @@ def test_child_forked_before_targeting_is_counted(bpf, probes, worker):
     worker.do("spawn")  # prefork: the child exists before target()
     d = window(probes, worker, ("child", 400), ("sleep", 1, 200))
     assert d.syscalls["getppid"] == 400
+
+
+# Forks a child every millisecond for at most 10 s; each child lives 0.1 s.
+FORKER = r"""
+import os, time
+end = time.monotonic() + 10
+while time.monotonic() < end:
+    if os.fork() == 0:
+        time.sleep(0.1)
+        os._exit(0)
+    time.sleep(0.001)
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+"""
+
+
+def test_children_forked_while_targeting_are_followed(bpf, probes):
+    """A process the target forks while target() runs (after the descendants were listed, before
+    the program knows the target) is added by target()'s second listing (probes/tree.py): every
+    descendant alive before and after reading the map is in it, on each of 15 re-targets of a
+    process forking every millisecond."""
+    p = subprocess.Popen([sys.executable, "-c", FORKER])
+    try:
+        time.sleep(0.3)
+        missing, checked = [], 0
+        for _ in range(15):
+            probes.target(p.pid)
+            before = {c.pid for c in psutil.Process(p.pid).children()}
+            in_map = {k.value for k in probes._children.keys()}
+            after = {c.pid for c in psutil.Process(p.pid).children()}
+            alive = before & after
+            checked += len(alive)
+            missing += sorted(alive - in_map)
+        assert checked > 15 * 30, checked  # about 100 children alive at any time
+        assert not missing, f"{len(missing)} of {checked} live children not followed: {missing[:10]}"
+    finally:
+        p.kill()
+        p.wait(timeout=10)
 
 
 def test_context_switches_of_a_sleeper(bpf, exact, worker):

@@ -9,7 +9,6 @@ against the loader's own round trip over the same window.
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 import pandas as pd
@@ -104,24 +103,17 @@ def test_head_of_line_on_one_loop_not_with_threads_and_no_state_between_cells(tm
 
 def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
     """asyncio_sock, message framing, 8 in flight, 100 connections: a connection whose `sock_recv`
-    finds data keeps the loop, so the others' data waits. With K messages in flight a connection's
-    wait is about K over its rate, so the least-served tenth's median wait over the most-served
-    tenth's follows their service ratio (kernel bytes read, never-read connections at the age of
-    their unread data). The issue's 100× holds when the loop starved them 100×, and the rule fires
-    exactly when the wait ratio reaches 100. How hard asyncio_sock starves depends on the machine
-    (measured on this 2-core host at pipeline 8: a service ratio of about 4; the seed saw 400)."""
+    finds data keeps the loop, so the others' data waits. Issue 22's figure: the least-served tenth's
+    typical wait (median per connection, then over the tenth; never-read connections at the age of
+    their unread data) is ≥ 100× the most-served tenth's, and the starvation rule fires on it. (The
+    ratio of mean waits is only the service ratio, Little's law: see test_sockwait.py.)"""
     summary, out = sockwait_run(tmp_path, "asyncio_sock", "-c", "100", "--pipeline", "8", "--framing", "message")
     s = rows_by_backend(summary)["asyncio_sock"]["sockwait"]
     assert s["sockets"] >= 10 and s["unmeasured_unknown"] == 0, s
-    ratio = s["conn_wait_ratio"]
-    served = s["conn_bytes_most"] / s["conn_bytes_least"] if s["conn_bytes_least"] else math.inf
-    assert ratio > 1, s  # the least-served waited longer
-    if served >= 100:
-        assert ratio >= 100, (ratio, served, s)  # the issue's acceptance figure
-    elif served >= 2:
-        assert 0.5 * served <= ratio <= 2 * served, (ratio, served, s)
+    assert s["conn_wait_ratio"] >= 100, s
+    assert s["conn_wait_most_us"] < 1000 < s["conn_wait_least_us"], s
     fired = [a["backend"] for a in summary["anomalies"] if a["id"] == "wait_starvation"]
-    assert fired == (["asyncio_sock"] if ratio >= 100 else []), (fired, ratio)
+    assert fired == ["asyncio_sock"], fired
     # the per-connection file holds the same split
     conns = results.load_sockwait_conns(out)
     assert conns is not None and len(conns) == s["sockets"] + int(conns["reads"].eq(0).sum())

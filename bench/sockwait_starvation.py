@@ -1,0 +1,73 @@
+"""Who waits when a loop starves connections (issue 22): per connection, the typical socket queue
+wait (median of its reads' waits) and the mean wait, for the least- and most-served tenth of the
+connections, beside how much each tenth was served — from one `netprof run --sockwait`.
+
+    .venv/bin/python bench/sockwait_starvation.py [-c 100] [--pipeline 1,4,8] [-d 3] [-r 3] [--write]
+
+With K messages in flight a connection's mean wait is about K over its rate (Little's law), so the
+ratio of mean waits repeats the ratio of service; the typical wait shows the starvation itself: a
+served connection's read finds data that arrived a few handler times ago, a starved one's data that
+waited for the loop. The table puts the three ratios side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from results_md import command, publish  # bench/ is sys.path[0]: these run as files
+
+from netprof.profiler import results, stats
+
+SECTION = "Socket waits under starvation: typical vs mean wait per connection (bench/sockwait_starvation.py)"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("backends", nargs="*", default=["asyncio_sock", "uvloop_sock"])
+    ap.add_argument("-c", "--connections", type=int, default=100)
+    ap.add_argument("--pipeline", default="1,4,8")
+    ap.add_argument("-d", "--duration", type=float, default=3.0)
+    ap.add_argument("-r", "--rounds", type=int, default=3)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="netprof-bench-") as tmp:
+        out = Path(tmp) / "run"
+        argv = [str(Path(sys.executable).with_name("netprof")), "run", *args.backends, "-c", str(args.connections),
+                "--pipeline", args.pipeline, "--framing", "message", "-d", str(args.duration), "-r", str(args.rounds),
+                "--sockwait", "--wait", "-q", "--out", str(out)]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        if p.returncode != 0:
+            raise SystemExit(f"netprof run: exit {p.returncode}: {p.stderr.strip()[-300:]}")
+        conns = results.load_sockwait_conns(out)
+    if conns is None:
+        raise SystemExit("the run wrote no sockwait_conn.parquet")
+    lines = ["| backend | pipeline | served ratio (most/least tenth) | mean-wait ratio | typical wait, least-served "
+             "| typical wait, most-served | typical-wait ratio |", "|---|---|---|---|---|---|---|"]
+    for (backend, pipeline), cell in conns.groupby(["backend", "pipeline"], sort=False):
+        per = []
+        for _, rnd in cell.groupby("round"):
+            served = rnd["bytes"].tolist()
+            typ = stats.conn_wait_split(served, rnd["wait_us"].tolist())
+            mean = stats.conn_wait_split(served, rnd["wait_mean_us"].fillna(rnd["unread_age_us"]).tolist())
+            per.append((typ["conn_bytes_most"] / max(typ["conn_bytes_least"], 1), mean["conn_wait_ratio"],
+                        typ["conn_wait_least_us"], typ["conn_wait_most_us"], typ["conn_wait_ratio"]))
+        med = [statistics.median(col) for col in zip(*per)]
+        spread = f"{min(p[4] for p in per):,.0f}–{max(p[4] for p in per):,.0f}"
+        lines.append(f"| {backend} | {pipeline} | ×{med[0]:,.1f} | ×{med[1]:,.1f} | {med[2] / 1e3:,.2f} ms "
+                     f"| {med[3]:,.0f} µs | ×{med[4]:,.0f} ({spread}) |")
+    intro = (f"{command()} — {_dt.date.today()}, {args.connections} connections, message framing, "
+             f"{args.duration:g} s windows, {args.rounds} rounds (medians over rounds; the last column's range "
+             "is over rounds). Tenths of the connections ranked by bytes the server read in the window; "
+             "each tenth's figure is the median over its connections.")
+    publish(SECTION, intro, "\n".join(lines), args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
