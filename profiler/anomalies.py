@@ -69,6 +69,10 @@ class Thresholds:
     wait_starvation_ratio: float = 100.0     # least-served tenth's median wait ÷ the most-served tenth's
     hol_min_handler_us: float = 200.0        # a handler this long is the application's work, not loop overhead
     hol_wait_handler_ratio: float = 3.0      # median queue wait ≥ this × median handler time
+    # ... and handlers ran one after another: requests in a handler at once (Little's law: msgs/s × mean
+    # handler time) at most this. Far above it the "handler" time is the loop's turn coming round
+    # between a read and its answer (uvloop_sock at 8 in flight: 50 at once), not work that blocks.
+    hol_max_overlap: float = 2.0
     busy_wait_p50_us: float = 1000.0         # "loop busy elsewhere": median queue wait at least this ...
     busy_wait_handler_ratio: float = 10.0    # ... and this × the median handler time
     busy_beyond_round: float = 3.0           # mean wait ≥ this × one round of the other messages: stalls
@@ -216,6 +220,27 @@ def rule(id: str) -> Callable[[Rule], Rule]:
     return register
 
 
+def _count(v: float) -> str:
+    """A count that may be the mean of a cell's rounds: '40', or '0.3'."""
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def unanswered(r) -> tuple[dict, str]:
+    """The requests the loader left waiting at the window's end, older than any it measured (the row's
+    `unanswered` group), as evidence and a sentence; empty when there were none (or an older loader)."""
+    n = num(r, "unanswered.count")
+    if not n:
+        return {}, ""
+    requests, conns = _count(n), _count(num(r, "unanswered.connections") or 0)
+    oldest = units.duration_us(num(r, "unanswered.max_age_us"))
+    text = (f"At the window's end {requests} requests on {conns} connections were still unanswered, the oldest "
+            f"for {oldest}, longer than any request the window measured: they are missing from its latency "
+            "figures, so the real tail is longer (a load generator that waits for them, like wrk, reports a "
+            "higher p99). ")
+    ev = {"still unanswered at the window's end": f"{requests} on {conns} connections, the oldest waiting {oldest}"}
+    return ev, text
+
+
 # 1 -------------------------------------------------------------------------------------------
 @rule("starvation")
 def starvation(ctx: Context) -> list[Anomaly]:
@@ -259,6 +284,9 @@ def starvation(ctx: Context) -> list[Anomaly]:
         text = f"{where(r)} served its connections very unevenly: {how}"
         text += f" (Jain {jain:.2f}; fair is ≈1). " if jain is not None else ". "
         text += eager_read_explanation(ctx, r, ev)
+        waiting_ev, waiting = unanswered(r)
+        ev.update(waiting_ev)
+        text += waiting
         text += ("Its throughput figure therefore measures the favoured connections, not fair service: "
                  "judge this cell by its per-connection distribution, not its msgs/s.")
         found.append(_anomaly(r, "starvation", "critical" if skewed else "warning",
@@ -557,6 +585,9 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
         ev["p999 / p50"] = r2(ratio, 1)
         text = (f"For {where(r)}, one message in a thousand took {ratio:.0f}× the median "
                 f"({units.duration_us(p999)} vs {units.duration_us(p50)}). ")
+        waiting_ev, waiting = unanswered(r)
+        ev.update(waiting_ev)
+        text += waiting
         causes = []
         jain = num(r, "per_conn.jain")
         idle = num(r, "per_conn.idle") or 0
@@ -873,10 +904,14 @@ def head_of_line(ctx: Context) -> list[Anomaly]:
             continue
         n = _in_flight(r)
         h_mean = w["handler_mean_us"] or handler
+        overlap = (num(r, "mps_mean") or 0) * h_mean / 1e6
+        if overlap > t.hol_max_overlap:
+            continue
         ahead = (n - 1) * h_mean
         work = _work_of(ctx, r)
         ev = {**_wait_evidence(w), "median wait ÷ median handler": r2(wait / handler, 1),
               "messages in flight": n, "handlers ahead of a message if run one at a time (µs)": r2(ahead, 0),
+              "requests in a handler at once (msgs/s × mean handler time)": r2(overlap, 2),
               "handler work per message (--work)": work}
         text = (f"In {where(r)} each message waited {wait / 1e3:,.1f} ms (median) unread in its socket queue while its "
                 f"own handler took {handler / 1e3:,.2f} ms: {wait / handler:.0f} handler times. With {n} messages in "

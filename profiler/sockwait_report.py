@@ -274,7 +274,7 @@ def section(
                 fig,
                 "sockwait_connections",
                 "Queue wait per connection",
-                "connections ranked by messages answered, with each one's mean socket queue wait: "
+                "connections ranked by messages answered, with each one's typical socket queue wait: "
                 "starved connections are the ones whose data waits",
                 out_dir,
             )

@@ -139,29 +139,14 @@ def _pty_run(args: list[str], cols: int = 220) -> tuple[int, str]:
 
 def test_on_a_terminal_the_bar_shows_phase_and_last_rate(tmp_path):
     # phases of a second or more: the bar redraws 10 times a second, a shorter phase may fall between two
-    rc, text = _pty_run(
-        [
-            "run",
-            "selector",
-            "-c",
-            "10",
-            "-d",
-            "2",
-            "--warmup",
-            "1",
-            "--no-probes",
-            "--wait",
-            "-r",
-            "2",
-            "-o",
-            str(tmp_path / "run"),
-        ]
-    )
+    rc, text = _pty_run(["run", "selector", "-c", "10", "-d", "1", "--warmup", "1", "--no-probes", "--wait", "-r", "2",
+                         "-o", str(tmp_path / "run")])
     assert rc == 0, text[-2000:]
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
     for phase in ("warm-up", "measuring"):
         assert phase in plain, phase
     assert re.search(r"last: [\d.]+k? msgs/s", plain), plain[-3000:]
+    assert re.search(r"live: [\d.]+k? msgs/s", plain), plain[-3000:]  # the loader's progress events, while it runs
     lines = plain.replace("\r", "\n").splitlines()
     assert not any(CELL_LINE.match(ln.strip()) for ln in lines)  # no per-cell lines on a terminal without -v
 
@@ -189,7 +174,7 @@ def test_workers_and_loader_threads_reach_their_processes(tmp_path):
             "-c",
             "10",
             "-d",
-            "3",
+            "2",
             "--warmup",
             "0.5",
             "-r",
