@@ -37,8 +37,9 @@ test-cpp: system
 	cmake --build build/cpp-tests
 	ctest --test-dir build/cpp-tests --output-on-failure
 
+# --durations: every log (CI's too) lists the slowest tests, for keeping the suite under its time limit.
 test-py: setup
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS)
 
 # Lint, types and format, all part of `make test` (so of .ci/run): ruff (ruff.toml), mypy (mypy.ini,
 # through scripts/typecheck.sh), clang-format (.clang-format). ruff and mypy come with `.[test]`,

@@ -9,6 +9,7 @@ Every measurement starts a fresh backend pinned to CPU 0 and runs the loader one
 (`netprof-loader --target ... -c N -d D --warmup 1 --json`); samplers (perf, py-spy) are pinned to
 CPU 1 too, as `sample(..., cpus=...)` allows, so the backend's CPU only pays what the sampling does
 to the backend itself. Samplers attach, settle 1 s, then the load runs; they cover the whole load.
+Each round runs every (backend, variant) once, in a shuffled order (bench/rounds.py).
 A variant's figure is the mean of its per-round ratios to that round's `none` run (95% t-interval).
 Sample counts per variant are printed too. --write puts the table into bench/RESULTS.md.
 """
@@ -25,6 +26,9 @@ import threading
 import time
 from pathlib import Path
 
+import results_md  # bench/ is sys.path[0]: these run as files
+from rounds import add_arguments, interleaved, interval
+
 from netprof.flamegraphs import sample
 from netprof.flamegraphs.offcpu import OffCpuProbe
 from netprof.flamegraphs.oncpu import PerfRecorder
@@ -32,7 +36,6 @@ from netprof.flamegraphs.pyspy import PySpyRecorder
 from netprof.profiler.procs import ProcessGroup
 
 VENV_BIN = Path(sys.executable).parent
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SETTLE_S = 1.0
 WARMUP_S = 1.0
 SAMPLER_CPUS = "1"
@@ -124,26 +127,13 @@ def one_run(backend: str, variant: str, args) -> tuple[float, int | str]:
         return float(stats["msgs_per_sec"]), s.samples
 
 
-def interval(ratios: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% t-interval (netprof's own statistics)."""
-    from netprof.profiler.stats import summarize
-
-    s = summarize(ratios)
-    return s["mean"], s["ci"]
-
-
 def main() -> int:
     import argparse
-    import random
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backends", default="selector")
-    ap.add_argument("-c", "--connections", type=int, default=100)
-    ap.add_argument("-d", "--duration", type=float, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    add_arguments(ap, rounds=3)
     ap.add_argument("--rate", type=int, default=499)
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     backends = args.backends.split(",")
@@ -152,19 +142,10 @@ def main() -> int:
         variants.insert(0, "none")
     if set(variants) - set(VARIANTS):
         ap.error(f"unknown variants {sorted(set(variants) - set(VARIANTS))}; known: {', '.join(VARIANTS)}")
-    rng = random.Random(args.seed)
-    raw = {(b, v): [] for b in backends for v in variants}
-    counts = {(b, v): [] for b in backends for v in variants}
-    for r in range(args.rounds):
-        for b in backends:
-            order = variants[:]
-            rng.shuffle(order)
-            for v in order:
-                rate, n = one_run(b, v, args)
-                raw[(b, v)].append(rate)
-                counts[(b, v)].append(n)
-                print(f"round {r + 1}/{args.rounds} {b:<10} {v:<16} {rate:10.0f} msg/s  samples {n}",
-                      file=sys.stderr, flush=True)
+    runs = interleaved(backends, variants, args.rounds, args.seed, lambda b, v: one_run(b, v, args),
+                       lambda v, m: f"{v:<16} {m[0]:10.0f} msg/s  samples {m[1]}")
+    raw = {k: [rate for rate, _ in ms] for k, ms in runs.items()}
+    counts = {k: [n for _, n in ms] for k, ms in runs.items()}
     lines = ["| backend | sampler | msgs/s (mean) | ratio vs none | 95% CI | samples per run |",
              "|---|---|---|---|---|---|"]
     for b in backends:
@@ -188,7 +169,7 @@ def write_section(table: str, cmd: str, args, raw) -> None:
             r = [x / y for x, y in zip(raw[(b, "python_blocking")], raw[(b, "python")])]
             paired += (f"\n\n{b}: py-spy blocking / non-blocking throughput, same round: "
                        f"{', '.join(f'{x:.2f}' for x in r)} (median {statistics.median(r):.2f}).")
-    body = (f"## Sampling overhead (bench/sampling_overhead.py)\n\n`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, "
+    body = (f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, "
             f"{args.connections} connections, {args.duration:g} s per run (+{WARMUP_S:g} s warm-up), {args.rounds} "
             f"interleaved rounds, {args.rate} Hz, backend pinned to CPU 0, loader and samplers on CPU 1. Ratio = "
             f"mean of per-round throughput ratios to the same round's unsampled run. Samples per run: stacks "
@@ -198,16 +179,7 @@ def write_section(table: str, cmd: str, args, raw) -> None:
             f"<details><summary>raw msgs/s</summary>\n\n```\n"
             + "\n".join(f"{b}/{v}: {[round(x) for x in xs]}" for (b, v), xs in raw.items())
             + "\n```\n</details>\n")
-    text = (RESULTS.read_text() if RESULTS.exists() else
-            "# Benchmark results\n\nMeasured figures; each section names the script and command that produced it.\n")
-    start = text.find("## Sampling overhead")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + body + (text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + body
-    RESULTS.write_text(text)
-    print(f"wrote {RESULTS}", file=sys.stderr)
+    results_md.write_section("Sampling overhead (bench/sampling_overhead.py)", body)
 
 
 if __name__ == "__main__":

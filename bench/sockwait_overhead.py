@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import shutil
 import statistics
 import subprocess
@@ -29,9 +27,9 @@ import time
 from pathlib import Path
 
 from results_md import command, publish  # bench/ is sys.path[0]: these run as files
+from rounds import add_arguments, interleaved, interval
 
 VENV_BIN = Path(sys.executable).parent
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
 def one_run(backend: str, sockwait: bool, args, tmp: Path) -> dict:
@@ -70,40 +68,18 @@ def one_run(backend: str, sockwait: bool, args, tmp: Path) -> dict:
     }
 
 
-def interval(xs: list[float]) -> tuple[float, float]:
-    m = statistics.fmean(xs)
-    if len(xs) < 2:
-        return m, math.nan
-    return m, T95.get(len(xs) - 1, 2.0) * statistics.stdev(xs) / math.sqrt(len(xs))
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backends", default="selector")
-    ap.add_argument("-c", "--connections", type=int, default=100)
-    ap.add_argument("-d", "--duration", type=float, default=5)
+    add_arguments(ap, rounds=5)
     ap.add_argument("--warmup", type=float, default=1)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     args = ap.parse_args()
     backends = args.backends.split(",")
-    rng = random.Random(args.seed)
-    raw: dict[tuple[str, bool], list[dict]] = {(b, s): [] for b in backends for s in (False, True)}
     tmp = Path(tempfile.mkdtemp(prefix="netprof-sockwait-bench-"))
     try:
-        for r in range(args.rounds):
-            order = [(b, s) for b in backends for s in (False, True)]
-            rng.shuffle(order)
-            for b, s in order:
-                m = one_run(b, s, args, tmp)
-                raw[(b, s)].append(m)
-                print(
-                    f"round {r + 1}/{args.rounds} {b:<12} {'sockwait' if s else 'plain':<8} {m['rate']:9.0f} msgs/s "
-                    f"p50 {m['p50']:.0f} µs",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        raw = interleaved(backends, (False, True), args.rounds, args.seed, lambda b, s: one_run(b, s, args, tmp),
+                          lambda s, m: f"{'sockwait' if s else 'plain':<8} {m['rate']:9.0f} msgs/s "
+                                       f"p50 {m['p50']:.0f} µs")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     lines = [

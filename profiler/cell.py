@@ -74,6 +74,8 @@ class CellEnv:
     python_options: tuple[str, ...] = ()
     sockwait: Any = None  # netprof.probes.SockWaitProbes (--sockwait), attached for the whole cell
     on_phase: Callable[[str], None] | None = None  # told each phase of the cell (PHASES): the progress bar
+    # Told the live msgs/s of each loader `progress` event (warm-up or window): the progress bar.
+    on_live: Callable[[float], None] | None = None
 
 
 def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
@@ -121,6 +123,9 @@ class Snap:
     sockwait: Any = None  # SockWaitSnapshot at the marks that bound the counted window (--sockwait)
 
 
+# Seconds between the loader's live `progress` events when someone shows them (the progress bar).
+LIVE_EVERY_S = 0.5
+
 # What the cell is doing after each of the loader's events: the progress bar's phase.
 PHASES = {"accepted": "connecting", "connected": "warm-up", "measure_start": "measuring",
           "probe_start": "measuring (probed)", "probe_stop": "measuring", "measure_stop": "stopping"}
@@ -140,8 +145,10 @@ class _Marks:
 
     def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None,
                  window: tuple[float, float] | None = None, sockwait=None,
-                 on_phase: Callable[[str], None] | None = None) -> None:
+                 on_phase: Callable[[str], None] | None = None,
+                 on_live: Callable[[float], None] | None = None) -> None:
         self.pid, self.probes, self.on_start, self.on_phase = pid, probes, on_start, on_phase
+        self.on_live = on_live
         self.window = window  # (duration, probe share) when the loader runs a probed sub-window
         # The socket-wait set stays attached all cell; it is read at the marks of the window the
         # counting set counts (the probed sub-window, else the whole window), after the counters.
@@ -189,6 +196,8 @@ class _Marks:
                     self.on_start(self.pid)
         if self.on_phase is not None and kind in PHASES:  # after the time-critical snapshots
             self.on_phase(PHASES[kind])
+        elif kind == "progress" and self.on_live is not None:
+            self.on_live(float(event.get("msgs_per_sec") or 0))
 
     def close(self) -> None:
         """After the loader's run: no probe may stay attached into the next cell's unprobed time."""
@@ -286,6 +295,9 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
         "per_conn": stats.fairness(head.get("per_conn_messages", [])),
         "errors": result.get("errors", {}),
         "loader_cpu": result.get("loader_cpu", {}),
+        # Requests still waiting at the window's end, older than any it measured (the whole window's end,
+        # whatever the phases): the tail its latency figures cannot see. Absent from older loaders.
+        "unanswered": result.get("unanswered", {}),
         "probes": probes_attached,
     })
     if phases:
@@ -371,7 +383,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             hooks.started(server.pid)
         share = cfg.probe_share if probes is not None and cfg.probe_share < 1 else None
         marks = _Marks(server.pid, probes, hooks.measuring, (cfg.duration, share) if share else None, env.sockwait,
-                       env.on_phase)
+                       env.on_phase, env.on_live)
         marks.rss_ready = tree_rss(server.pid)
         req = RunRequest(target=f"{server.host}:{server.port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
@@ -380,6 +392,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                          transport=cfg.server(cell.backend).transport, probe_share=share,
                          connect_timeout=link.connect_timeout_s(cell.connections) if link
                          else RunRequest.connect_timeout,
+                         progress=LIVE_EVERY_S if env.on_live is not None else None,
                          **cfg.protocol_fields())
         result = None
         try:

@@ -4,11 +4,12 @@
 `socket.socketpair()` whose other end only this process holds: the control channel is private (no
 listening port, nothing another local user could connect to). `Loader.run()` sends one run request on
 it, hands every event line to `on_event` as soon as it arrives (the orchestrator snapshots probes on
-`measure_start`/`measure_stop` and, with `probe_share`, `probe_start`/`probe_stop`) and returns the
-final stats dict. Requests on the channel are served one after the other: a Loader is not for
-concurrent use from several threads. Closing the channel (`stop()`, or this process dying) makes the
-loader exit at once; it also dies with this process through PR_SET_PDEATHSIG, which fires when the
-*thread* that called `Loader.start()` exits: start it from a thread that outlives it (the main thread).
+`measure_start`/`measure_stop` and, with `probe_share`, `probe_start`/`probe_stop`; with `progress`, the
+live `progress` events too) and returns the final stats dict. Requests on the channel are served one
+after the other: a Loader is not for concurrent use from several threads. Closing the channel
+(`stop()`, or this process dying) makes the loader exit at once; it also dies with this process
+through PR_SET_PDEATHSIG, which fires when the *thread* that called `Loader.start()` exits: start it
+from a thread that outlives it (the main thread).
 Validation of the request fields belongs to the loader (one owner per concept): a bad field comes back
 as `LoaderError(kind="bad_request")` naming the field.
 """
@@ -62,6 +63,9 @@ class RunRequest:
     body: str | None = None  # http: the request body (text; e.g. a --body-file's content); sent with Content-Length
     host: str | None = None  # http: the Host header's value (the loader's default: the target)
     line: str | None = None  # line: the request line without its newline (required for "line")
+    # Seconds between `progress` events (PROTOCOL.md, "Progress"): live counts during warm-up and the
+    # window. None = none are sent (the field is absent: the event sequence of old loaders and clients).
+    progress: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -71,7 +75,7 @@ class RunRequest:
         # Protocol fields only when they differ from the default: an echo request is what it always was.
         if d["protocol"] == "echo":
             del d["protocol"]
-        for key in ("request", "body", "host", "line"):
+        for key in ("request", "body", "host", "line", "progress"):
             if d[key] is None:
                 del d[key]
         if d["headers"]:

@@ -91,8 +91,9 @@ def _link(cfg: RunConfig, console: Console):
 
 def execute(cfg: RunConfig, argv: list[str], console: Console, interps: dict, verbose: bool = False) -> RunOutcome:
     """`interps` maps each --python spec of cfg.pythons to its prepared Interpreter. On a terminal a
-    progress bar shows the cell, its phase and the last cell's msgs/s (with `verbose` also a line per
-    finished cell); elsewhere the plan line and a line per finished cell."""
+    progress bar shows the cell, its phase and its live msgs/s (the loader's `progress` events; the last
+    cell's once it ends; with `verbose` also a line per finished cell); elsewhere the plan line and a
+    line per finished cell."""
     with runlock.run_lock(wait=cfg.wait), _link(cfg, console) as link:
         return _execute(cfg, argv, console, link, interps, verbose)
 
@@ -132,6 +133,9 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             def phase(text: str) -> None:  # the cell's phase, from the loader's events (cell.PHASES)
                 progress.update(task, phase=text)
 
+            def live(rate: float) -> None:  # the loader's progress events: this cell's msgs/s as it runs
+                progress.update(task, last=f"live: {units.rate(rate)} msgs/s")
+
             if not console.is_terminal or verbose:
                 console.print(plan_line(cfg), highlight=False, soft_wrap=True)
             for cell in cfg.cells():
@@ -139,7 +143,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                     raise KeyboardInterrupt
                 progress.update(task, description=cell.label(), phase="")
                 env = CellEnv(cfg, loader, interps[cell.python], probes=probes, link=link, sockwait=sockwait,
-                              on_phase=phase)
+                              on_phase=phase, on_live=live if console.is_terminal else None)
                 host_before = meta_mod.host_load()
                 outcome = run_cell(cell, env)
                 # The machine over this cell (anomalies.machine_busy reads it); meta.json is rewritten below.

@@ -1,12 +1,15 @@
-"""Plumbing shared by the tests: BPF/tool requirements, the installed CLI, process checks."""
+"""Plumbing shared by the tests: BPF/tool requirements, the installed CLI, backend processes, process checks."""
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -115,3 +118,79 @@ def backend_params(names) -> list:
         why = registry.python_requirement(registry.get(name))
         params.append(pytest.param(name, marks=pytest.mark.skipif(why is not None, reason=why or "")))
     return params
+
+
+class Backend:
+    """`python -m netprof.backends NAME --port 0 ...` in its own session (so its process group
+    holds it and every child it forks); always killed and reaped on the way out."""
+
+    def __init__(self, name: str, *args: str, env: dict | None = None):
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "netprof.backends", name, "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=self.stderr, text=True, start_new_session=True, env=env)
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout: float = 20) -> int:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        assert line.startswith("ready "), f"no ready line: {line!r}; stderr: {self.err()}"
+        _, pid, port = line.split()
+        assert int(pid) == self.pid, line  # the ready line names the process the test started
+        self.port = int(port)
+        return self.port
+
+    def connect(self) -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def err(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read()
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"backend still running {timeout} s after it was told to stop; stderr: {self.err()}")
+
+    def stop(self, timeout: float = 5) -> int:
+        """SIGTERM to the backend's main process only (as a user would): its exit code. Stopping
+        the children it started is its own job."""
+        os.kill(self.pid, signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def group(self) -> list[tuple]:
+        """(pid, ppid, status, cmdline) of every process still in the backend's group: for messages."""
+        found = []
+        for p in psutil.process_iter(["pid", "ppid", "status", "cmdline"]):
+            try:
+                if os.getpgid(p.pid) == self.pid:
+                    found.append((p.info["pid"], p.info["ppid"], p.info["status"], p.info["cmdline"]))
+            except (ProcessLookupError, psutil.Error):
+                pass
+        return found
+
+    def assert_nothing_left(self) -> None:
+        deadline = time.monotonic() + 3
+        while self.group_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not self.group_alive(), f"processes of the backend's group are still alive: {self.group()}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.group_alive():
+            os.killpg(self.pid, signal.SIGKILL)
+        self.proc.wait(5)
+        self.proc.stdout.close()
+        self.stderr.close()

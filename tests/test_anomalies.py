@@ -129,6 +129,19 @@ def test_starvation_on_idle_connections_alone_is_a_warning():
     assert a and a[0]["severity"] == "warning" and "224 of 1000 connections (22%)" in a[0]["explanation"]
 
 
+def test_starvation_and_tail_cite_requests_left_unanswered():
+    row = make_row("gevent", 100, per_conn=STARVED, lat_us={"p999": 5000.0},
+                   unanswered={"count": 40, "max_age_us": 1_200_000.0, "connections": 38})
+    for rule in ("starvation", "latency_tail"):
+        a = ids(detect(frame(row)), rule)[0]
+        assert a["evidence"]["still unanswered at the window's end"] == "40 on 38 connections, the oldest waiting 1.2 s"
+        assert "40 requests on 38 connections were still unanswered" in a["explanation"]
+    # None left (or a row of an older loader, without the group): nothing said.
+    for over in ({"unanswered": {"count": 0, "max_age_us": 0.0, "connections": 0}}, {}):
+        a = ids(detect(frame(make_row("gevent", 100, per_conn=STARVED, **over))), "starvation")[0]
+        assert "still unanswered at the window's end" not in a["evidence"] and "unanswered" not in a["explanation"]
+
+
 def test_starvation_silent_when_fair_or_too_few_connections():
     assert not ids(detect(frame(make_row(connections=1000))), "starvation")
     assert not ids(detect(frame(make_row(connections=2, per_conn=STARVED))), "starvation")

@@ -12,7 +12,7 @@ from helpers import require_bpf, run_netprof
 from netprof.profiler import compare, results, schema, stats
 from netprof.profiler.errors import InputError
 
-SHORT = ("-r", "3", "-d", "1", "--warmup", "0.5", "--wait")  # --wait: queue behind another run
+SHORT = ("-r", "3", "-d", "1", "--warmup", "0.2", "--wait")  # --wait: queue behind another run
 NO_CHANGE = "no significant change"
 
 

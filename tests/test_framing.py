@@ -15,8 +15,9 @@ import socket
 import time
 
 import pytest
-from test_backends import RUNNABLE, Backend, recv_exact, send_messages
+from test_backends import RUNNABLE, recv_exact, send_messages
 
+from helpers import Backend
 from netprof.backends import registry
 
 ALL_TCP = RUNNABLE + ["unfair"]

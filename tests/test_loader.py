@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from netprof.profiler import cell
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.paths import loader_binary
 from netprof.profiler.procs import ProcessGroup
@@ -33,11 +34,15 @@ mode = sys.argv[1] if len(sys.argv) > 1 else "echo"
 arg = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
 log_peers = "--log-peers" in sys.argv
 t0 = None
+accepted = 0
 
 class Echo(asyncio.Protocol):
     def connection_made(self, transport):
+        global accepted
         self.t = transport
         self.first = None
+        self.index = accepted  # accept order: "ignore_odd" never answers the odd-numbered ones
+        accepted += 1
         if log_peers:
             print("peer", transport.get_extra_info("peername")[0], flush=True)
 
@@ -52,6 +57,8 @@ class Echo(asyncio.Protocol):
             data = (self.first * (len(data) // len(self.first) + 1))[: len(data)]
         elif mode == "stall" and time.monotonic() - t0 > arg:
             return  # stops answering, keeps the connections open
+        elif mode == "ignore_odd" and self.index % 2:
+            return  # a starved connection: its requests wait for ever
         if mode == "delay":
             asyncio.get_running_loop().call_later(arg, self.t.write, data)
         else:
@@ -461,8 +468,12 @@ def test_probe_phases_in_zmq_mode(group, loader):
     proc = group.spawn("zmq-echo", [sys.executable, "-c", ZMQ_ECHO])
     port = int(proc.wait_line("ready", 10).split()[1])
     stats, events = run_with_events(loader, RunRequest(target=f"127.0.0.1:{port}", connections=4, duration=1.0,
-                                                       warmup=0.2, probe_share=0.5, transport="zmq"))
-    assert [e["event"] for _, e in events] == PHASE_EVENTS
+                                                       warmup=0.2, probe_share=0.5, transport="zmq", progress=0.25))
+    assert [e["event"] for _, e in events if e["event"] != "progress"] == PHASE_EVENTS
+    # Progress in zmq mode too: live counts that end at most at the result's; nothing left waiting.
+    counts = [e["messages"] for _, e in events if e["event"] == "progress" and e["phase"] == "measure"]
+    assert len(counts) >= 3 and counts == sorted(counts) and 0 < counts[-1] <= stats["messages"]
+    assert stats["unanswered"]["count"] == 0
     check_stats(stats, 4, 1.0)
     check_phases(stats, 0.5)
     assert stats["phases"]["probed"]["messages"] > 0 and stats["phases"]["unprobed"]["messages"] > 0
@@ -501,3 +512,72 @@ def test_sigterm_mid_run_stops_the_loader(group, loader):
     assert not th.is_alive()
     assert result["err"].kind in ("internal", "loader_gone")
     assert loader.proc.returncode() == 0
+
+
+# ---- requests left waiting at the window's end, live progress ----
+
+
+def test_unanswered_at_the_windows_end(group, loader):
+    # The server never answers every second connection it accepts: their first `pipeline` requests,
+    # sent when pinging starts (the warm-up's start), are still waiting at measure_stop, and nothing
+    # the window measured is that old. The answered connections' requests in flight are younger.
+    _, port = start_echo(group, "ignore_odd")
+    conns, pipeline, warmup, duration = 6, 3, 0.3, 0.8
+    events = []
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=conns, pipeline=pipeline, warmup=warmup,
+                              duration=duration), on_event=events.append)
+    check_stats(s, conns, duration)
+    ignored = conns // 2
+    served = sorted(s["per_conn_messages"])
+    assert served[:ignored] == [0] * ignored and min(served[ignored:]) > 0
+    u = s["unanswered"]
+    assert u["count"] == ignored * pipeline and u["connections"] == ignored
+    # Waiting since the first send, just after `connected` (the window's start − warm-up).
+    connected_t = next(e["t"] for e in events if e["event"] == "connected")
+    assert (s["t_stop"] - connected_t - 0.05) * 1e6 <= u["max_age_us"] <= (s["t_stop"] - connected_t) * 1e6 + 1
+    assert u["max_age_us"] > s["latency_us"]["max"]
+    # The same with the line protocol (the echo of a line is its reply).
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=conns, pipeline=2, warmup=0.1, duration=0.3,
+                              protocol="line", line="ping"))
+    assert s["messages"] > 0 and s["unanswered"]["count"] == ignored * 2 and s["unanswered"]["connections"] == ignored
+    # A server that answers everything leaves nothing that old.
+    _, fair = start_echo(group)
+    s = loader.run(RunRequest(target=f"127.0.0.1:{fair}", connections=conns, pipeline=pipeline, duration=0.3,
+                              warmup=0.1))
+    assert s["unanswered"] == {"count": 0, "max_age_us": 0.0, "connections": 0}
+
+
+def test_progress_events_live_counts(group):
+    _, port = start_echo(group)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    ldr = Loader.start(group, cpus=cpus, threads=2)  # two workers: the counts are their sum
+    req = dict(target=f"127.0.0.1:{port}", connections=8, duration=1.0, warmup=0.3)
+    stats, events = run_with_events(ldr, RunRequest(**req, progress=0.1))
+    names = [e["event"] for _, e in events]
+    assert [n for n in names if n != "progress"] == PLAIN_EVENTS
+    first, start, stop = names.index("progress"), names.index("measure_start"), names.index("measure_stop")
+    assert names.index("connected") < first < start and names[stop + 1:] == ["result"]
+    progress = [e for _, e in events if e["event"] == "progress"]
+    warm = [e for e in progress if e["phase"] == "warmup"]
+    window = [e for e in progress if e["phase"] == "measure"]
+    assert len(warm) >= 2 and len(window) >= 7 and progress == warm + window  # every 0.1 s; warm-up first
+    assert all(e["messages"] == 0 and e["msgs_per_sec"] > 0 for e in warm)
+    assert all(stats["t_start"] <= e["t"] < stats["t_stop"] for e in window)
+    counts = [e["messages"] for e in window]
+    assert counts == sorted(counts) and 0 < counts[-1] <= stats["messages"]
+    # Each rate is the count's growth over its interval; the counts keep pace with the whole window's.
+    for a, b in zip(window, window[1:]):
+        assert b["msgs_per_sec"] == pytest.approx((b["messages"] - a["messages"]) / (b["t"] - a["t"]), rel=1e-3, abs=1)
+    assert counts[-1] >= 0.7 * stats["messages"] * (window[-1]["t"] - stats["t_start"]) / stats["duration_s"]
+    # The cell hands each live rate to the progress bar (CellEnv.on_live), and only those.
+    shown: list[float] = []
+    marks = cell._Marks(os.getpid(), None, on_live=shown.append)
+    for e in progress + [{"event": "accepted"}]:
+        marks(e)
+    assert shown == [e["msgs_per_sec"] for e in progress]
+    # Without the field: exactly today's events. A too-short interval is refused.
+    _, events = run_with_events(ldr, RunRequest(**{**req, "duration": 0.3, "warmup": 0.1}))
+    assert [e["event"] for _, e in events] == PLAIN_EVENTS
+    with pytest.raises(LoaderError) as info:
+        ldr.run(RunRequest(**req, progress=0.01))
+    assert info.value.kind == "bad_request" and "progress" in info.value.message

@@ -14,7 +14,6 @@ import os
 import pytest
 from test_anomalies import frame, make_row
 
-from helpers import run_netprof, wait_no_children
 from netprof.profiler import meta as meta_mod
 from netprof.profiler import schema
 from netprof.profiler.anomalies import detect
@@ -81,15 +80,12 @@ def test_cell_load_arithmetic():
 
 
 @pytest.mark.slow
-def test_real_run_records_each_cells_load(tmp_path):
-    out = tmp_path / "run"
-    res = run_netprof("run", "selector", "-c", "10,50", "-d", "1", "-r", "2", "--warmup", "0.5", "--no-probes",
-                      "--wait", "--json", "--out", str(out), timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+def test_real_run_records_each_cells_load(standard_run):
+    out, summary, left = standard_run  # conftest's shared run: 4 cells × 2 rounds
     meta = json.loads((out / "meta.json").read_text())
-    runs = json.loads(res.stdout)["runs"]
+    runs = summary["runs"]
     per_cell = {(e["cell"], e["round"]): e for e in meta["host_per_cell"]}
-    assert len(per_cell) == len(runs) == 4
+    assert len(per_cell) == len(runs) == 8
     cpus = os.cpu_count() or 1
     for r in runs:
         h = per_cell[(schema.cell_slug(r), r["round"])]
@@ -102,4 +98,4 @@ def test_real_run_records_each_cells_load(tmp_path):
         backend_s = r["cpu"]["user_s"] + r["cpu"]["sys_s"]
         assert h["busy_cpus"] * h["seconds"] >= 0.9 * backend_s, (h, r["cpu"])
         assert h["seconds"] >= r["duration_s"]
-    assert not wait_no_children()
+    assert not left

@@ -96,7 +96,9 @@ def test_probe_share_one_counts_as_before_and_share_zero_probes_nothing(tmp_path
 
 def test_headline_rate_is_unprobed(tmp_path):
     """Sanity band only (this machine varies ±10% between runs; bench/RESULTS.md has the interleaved
-    figures): the default run's headline rate is of the same order as a --no-probes run's."""
-    probed = run_row(tmp_path, "probed", "-d", "2")
-    bare = run_row(tmp_path, "bare", "-d", "2", "--no-probes")
-    assert 0.6 < probed["msgs_per_sec"] / bare["msgs_per_sec"] < 1.6
+    figures): the default run's headline rate is of the same order as a --no-probes run's, the two
+    run back to back (a run shared with other tests comes from another moment of a noisy machine)."""
+    probed = run_row(tmp_path, "probed", "-d", "1")
+    assert "probed" in probed and probed["probes"] == ["counting"], probed  # the headline is the unprobed part
+    bare = run_row(tmp_path, "bare", "-d", "1", "--no-probes")
+    assert 0.6 < probed["msgs_per_sec"] / bare["msgs_per_sec"] < 1.6, (probed["msgs_per_sec"], bare["msgs_per_sec"])

@@ -112,35 +112,16 @@ def ink(png: Path, rect: dict) -> tuple[float, int]:
 
 
 @pytest.fixture(scope="module")
-def real_report(tmp_path_factory):
-    from helpers import REQUIRE_TOOLS, _missing_bpf, run_netprof, wait_no_children
+def real_report(request):
+    """The report of conftest's shared run (selector and asyncio_sock, 10 and 100 connections, 2 rounds)."""
+    from helpers import REQUIRE_TOOLS
 
     if chromium() is None:
         if REQUIRE_TOOLS:
             pytest.fail("CI=true but chromium is not installed (scripts/setup-system.sh installs it)")
         pytest.skip("chromium not installed")
-    out = tmp_path_factory.mktemp("shot") / "run"
-    probes = [] if _missing_bpf() is None else ["--no-probes"]
-    res = run_netprof(
-        "run",
-        "selector",
-        "asyncio_sock",
-        "-c",
-        "10,100",
-        "-d",
-        "1",
-        "-r",
-        "2",
-        "--warmup",
-        "0.3",
-        "--wait",
-        *probes,
-        "-o",
-        str(out),
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert not wait_no_children()
+    out, _, left = request.getfixturevalue("standard_run")  # only once chromium is there to look at it
+    assert not left
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -15,14 +16,11 @@ import pytest
 from helpers import default_sigint, netprof_children, netprof_cmd, require_bpf, run_netprof, wait_no_children
 
 
-def test_run_json_summary_rows_and_files(tmp_path):
-    """The issue's acceptance run: 2 backends × 2 connection counts × 2 rounds = 8 rows."""
+def test_run_json_summary_rows_and_files(standard_run, tmp_path):
+    """The issue's acceptance run: 2 backends × 2 connection counts × 2 rounds = 8 rows (conftest's
+    shared run: `netprof run selector asyncio_sock -c 10,100 -r 2 --json ...`)."""
     require_bpf()
-    out = tmp_path / "run"
-    res = run_netprof("run", "selector", "asyncio_sock", "-c", "10,100", "-d", "2", "-r", "2",
-                      "--warmup", "0.5", "--json", "--out", str(out), timeout=240)
-    assert res.returncode == 0, res.stderr[-2000:]
-    summary = json.loads(res.stdout)  # stdout is the JSON summary and nothing else
+    out, summary, left = standard_run  # its stdout parsed as JSON: the summary and nothing else
     assert set(summary) >= {"runs", "anomalies", "artifacts"}
     runs = summary["runs"]
     assert len(runs) == 8
@@ -44,13 +42,16 @@ def test_run_json_summary_rows_and_files(tmp_path):
     assert list(parquet["messages"]) == list(csv["messages"]) == [r["messages"] for r in runs]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["kernel"] and meta["python"]["version"] and "uvloop" in meta["packages"]
-    # `netprof report DIR` rebuilds the report from the stored rows without re-running
-    (out / "report.md").unlink()
-    rep = run_netprof("report", str(out), "--json", timeout=120)
+    # `netprof report DIR` rebuilds the report from the stored rows without re-running (on a copy: the
+    # shared run's files stay as the run wrote them)
+    mine = tmp_path / "run"
+    shutil.copytree(out, mine)
+    (mine / "report.md").unlink()
+    rep = run_netprof("report", str(mine), "--json", timeout=120)
     assert rep.returncode == 0, rep.stderr
-    assert (out / "report.md").exists()
+    assert (mine / "report.md").exists()
     assert json.loads(rep.stdout)["runs"] == runs
-    assert not wait_no_children()
+    assert not left
 
 
 def _find_backend(timeout: float = 20.0) -> psutil.Process:

@@ -13,30 +13,23 @@ from test_anomalies import frame, ids, make_row
 from netprof.profiler import anomalies, sockwait_report, stats
 from netprof.profiler.anomalies import detect
 
+# A `sockwait` row group: short waits and handlers, connections served alike.
+SW = {
+    "attached": True, "wait_count": 30_000, "wait_p50_us": 20.0, "wait_p99_us": 80.0, "wait_max_us": 300.0,
+    "wait_mean_us": 25.0, "handler_count": 30_000, "handler_p50_us": 8.0, "handler_p99_us": 30.0,
+    "handler_mean_us": 9.0, "server_count": 30_000, "server_p50_us": 30.0, "server_mean_us": 36.0,
+    "rtt_mean_us": 110.0, "exact": True, "conn_wait_least_us": 24.0, "conn_wait_most_us": 22.0,
+    "conn_wait_ratio": 24 / 22,
+}
 
-def sw(**over) -> dict:
-    """A `sockwait` row group: short waits and handlers, connections served alike."""
-    base = {
-        "attached": True,
-        "wait_count": 30_000,
-        "wait_p50_us": 20.0,
-        "wait_p99_us": 80.0,
-        "wait_max_us": 300.0,
-        "wait_mean_us": 25.0,
-        "handler_count": 30_000,
-        "handler_p50_us": 8.0,
-        "handler_p99_us": 30.0,
-        "handler_mean_us": 9.0,
-        "server_count": 30_000,
-        "server_p50_us": 30.0,
-        "server_mean_us": 36.0,
-        "rtt_mean_us": 110.0,
-        "exact": True,
-        "conn_wait_least_us": 24.0,
-        "conn_wait_most_us": 22.0,
-        "conn_wait_ratio": 24 / 22,
-    }
-    return {**base, **over}
+
+def sw_row(backend: str = "selector", connections: int = 100, **over) -> dict:
+    """make_row with a `sockwait` group: SW changed by the keywords named like its keys, make_row's
+    fields by the others (mps, work, pipeline, ...)."""
+    unknown = set(over) - SW.keys() - make_row().keys() - {"mps"}
+    assert not unknown, f"neither a sockwait nor a row field: {unknown}"  # a typo must not pass silently
+    group = {k: over.pop(k) for k in list(over) if k in SW}
+    return make_row(backend, connections, sockwait={**SW, **group}, **over)
 
 
 def test_conn_wait_split_ranks_by_service_and_takes_decile_medians():
@@ -60,74 +53,51 @@ def test_conn_wait_split_ranks_by_service_and_takes_decile_medians():
 
 
 def test_transit_is_round_trip_minus_server_time():
-    df = stats.derive(frame(make_row(sockwait=sw(rtt_mean_us=110.0, server_mean_us=36.0)), make_row(round=2)))
+    df = stats.derive(frame(sw_row(rtt_mean_us=110.0, server_mean_us=36.0), make_row(round=2)))
     assert df[stats.SOCKWAIT_TRANSIT].iloc[0] == pytest.approx(74.0)
     assert math.isnan(df[stats.SOCKWAIT_TRANSIT].iloc[1])
 
 
 def test_head_of_line_fires_for_a_single_loop_behind_slow_handlers_only():
     rows = [
-        make_row(
-            "selector",
-            10,
-            mps=950.0,
-            work="sleep:1000",
-            sockwait=sw(
-                wait_p50_us=9000.0,
-                wait_p99_us=12000.0,
-                wait_max_us=15000.0,
-                wait_mean_us=9100.0,
-                handler_p50_us=1050.0,
-                handler_p99_us=1200.0,
-                handler_mean_us=1060.0,
-            ),
-        ),
-        make_row(
-            "thread",
-            10,
-            mps=9000.0,
-            work="sleep:1000",
-            sockwait=sw(wait_p50_us=20.0, wait_mean_us=30.0, handler_p50_us=1050.0, handler_mean_us=1060.0),
-        ),
+        sw_row("selector", 10, mps=950.0, work="sleep:1000", wait_p50_us=9000.0, wait_p99_us=12000.0,
+               wait_max_us=15000.0, wait_mean_us=9100.0, handler_p50_us=1050.0, handler_p99_us=1200.0,
+               handler_mean_us=1060.0),
+        sw_row("thread", 10, mps=9000.0, work="sleep:1000", wait_p50_us=20.0, wait_mean_us=30.0,
+               handler_p50_us=1050.0, handler_mean_us=1060.0),
+        # waits 16 handler times, but 44k msgs/s × 1.15 ms: 50 requests between their read and answer at
+        # once — the loop's turn coming round (bench/reports/sockwait), not handlers blocking each other
+        sw_row("uvloop_sock", 100, pipeline=8, mps=43_947.0, wait_p50_us=18_350.0, wait_mean_us=18_400.0,
+               handler_p50_us=1170.0, handler_mean_us=1149.0),
     ]
     found = detect(frame(*rows))
     hol = ids(found, "head_of_line")
     assert [(a["backend"], a["connections"]) for a in hol] == [("selector", 10)]
     ev = hol[0]["evidence"]
+    assert ev["requests in a handler at once (msgs/s × mean handler time)"] == pytest.approx(950 * 1060e-6, abs=0.01)
     assert ev["messages in flight"] == 10 and ev["median wait ÷ median handler"] == pytest.approx(8.6, abs=0.1)
     assert "sleep:1000" in hol[0]["explanation"] and "selector at 10 connections" in hol[0]["explanation"]
     assert not ids(found, "loop_busy_elsewhere") and not ids(found, "wait_starvation")
 
 
 def test_wait_starvation_fires_when_waits_sit_on_few_connections():
-    starved = make_row(
-        "asyncio_sock",
-        100,
-        pipeline=8,
-        sockwait=sw(
-            wait_p50_us=5.0,
-            wait_p99_us=400_000.0,
-            wait_max_us=2e6,
-            conn_wait_least_us=6e5,
-            conn_wait_most_us=40.0,
-            conn_wait_ratio=15_000.0,
-        ),
-    )
-    even = make_row("uvloop_sock", 100, pipeline=8, sockwait=sw(conn_wait_ratio=3.0))
+    starved = sw_row("asyncio_sock", 100, pipeline=8, wait_p50_us=5.0, wait_p99_us=400_000.0, wait_max_us=2e6,
+                     conn_wait_least_us=6e5, conn_wait_most_us=40.0, conn_wait_ratio=15_000.0)
+    even = sw_row("uvloop_sock", 100, pipeline=8, conn_wait_ratio=3.0)
     found = detect(frame(starved, even))
     ws = ids(found, "wait_starvation")
     assert [(a["backend"], a["pipeline"]) for a in ws] == [("asyncio_sock", 8)]
     assert ws[0]["severity"] == "critical" and ws[0]["evidence"]["ratio"] == 15_000
     assert "600.0 ms" in ws[0]["explanation"]
     # just under the threshold: silent
-    assert not ids(detect(frame(make_row(sockwait=sw(conn_wait_ratio=99.0)))), "wait_starvation")
+    assert not ids(detect(frame(sw_row(conn_wait_ratio=99.0))), "wait_starvation")
 
 
 def test_loop_busy_elsewhere_says_whether_the_round_explains_the_wait():
     # 1000 connections at 50k msgs/s: 20 µs of server time each, one round of the others ≈ 20 ms
-    rr = make_row("selector", 1000, sockwait=sw(wait_p50_us=19_000.0, wait_mean_us=20_000.0, handler_p50_us=6.0))
-    stall = make_row("uvloop", 1000, sockwait=sw(wait_p50_us=60_000.0, wait_mean_us=90_000.0, handler_p50_us=6.0))
-    slow = make_row("gevent", 1000, sockwait=sw(wait_p50_us=60_000.0, wait_mean_us=90_000.0, handler_p50_us=900.0))
+    rr = sw_row("selector", 1000, wait_p50_us=19_000.0, wait_mean_us=20_000.0, handler_p50_us=6.0)
+    stall = sw_row("uvloop", 1000, wait_p50_us=60_000.0, wait_mean_us=90_000.0, handler_p50_us=6.0)
+    slow = sw_row("gevent", 1000, wait_p50_us=60_000.0, wait_mean_us=90_000.0, handler_p50_us=900.0)
     found = {a["backend"]: a for a in ids(detect(frame(rr, stall, slow)), "loop_busy_elsewhere")}
     assert set(found) == {"selector", "uvloop"}  # gevent's handlers are long: head-of-line instead
     assert found["selector"]["severity"] == "info" and found["uvloop"]["severity"] == "warning"
@@ -144,14 +114,8 @@ def test_rules_are_registered_with_thresholds():
 def test_report_section_only_with_sockwait_rows(tmp_path):
     plain = frame(make_row())
     assert sockwait_report.section(tmp_path, plain, stats.aggregate(plain), None, {}) is None
-    df = frame(
-        make_row(
-            "selector",
-            10,
-            mps=950.0,
-            sockwait=sw(wait_mean_us=9100.0, handler_mean_us=1060.0, server_mean_us=10_300.0, rtt_mean_us=10_500.0),
-        )
-    )
+    df = frame(sw_row("selector", 10, mps=950.0, wait_mean_us=9100.0, handler_mean_us=1060.0,
+                      server_mean_us=10_300.0, rtt_mean_us=10_500.0))
     keys = {
         "backend": "selector",
         "interpreter": "cpython-3.11.2",
@@ -193,7 +157,7 @@ def test_report_section_only_with_sockwait_rows(tmp_path):
     assert [p.name for p in ctx["plots"]] == ["sockwait_round_trip", "sockwait_connections"]
     assert all((tmp_path / p.path).stat().st_size > 1000 for p in ctx["plots"])
     (row,) = ctx["table"]["rows"]
-    assert row[1] == "20 µs" and row[4] == "8.0 µs"  # wait p50, handler p50 of sw()
+    assert row[1] == "20 µs" and row[4] == "8.0 µs"  # wait p50, handler p50 of SW
     assert row[7] == "200 µs"  # transit = 10,500 − 10,300
     parts = sockwait_report.parts(stats.aggregate(df).iloc[0])
     assert parts == {"socket queue wait": 9100.0, "handler": 1060.0, "other server time": 140.0, "transit": 200.0}

@@ -221,7 +221,12 @@ class Worker {
   int connected = 0;
   uint64_t reconnects = 0;           // request/response protocols: connections reopened
   std::array<uint64_t, 5> status{};  // http: replies completed in the window, by status class 1xx..5xx
+  Waiting waiting;                   // answered after the window's end (those never answered: gather_unanswered)
   const std::vector<Conn>& conns() const { return conns_; }
+  // Live counts for progress events, read by the coordinator mid-run: messages answered since pinging
+  // began, and those of the window.
+  uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
+  uint64_t in_window() const { return in_window_.load(std::memory_order_relaxed); }
 
  private:
   void loop() {
@@ -492,14 +497,28 @@ class Worker {
     Conn& c = conns_[i];
     const size_t K = size_t(sh_.req->pipeline);
     int phase = phase_at(window, now);
+    const int64_t sent = c.sent_at[c.recv_seq % K];
+    if (!c.recv_bad) counted(phase != kOutside);
     if (!c.recv_bad && phase != kOutside) {
       c.window_msgs[phase]++;
-      hist[phase].record(uint64_t(now - c.sent_at[c.recv_seq % K]));
+      hist[phase].record(uint64_t(now - sent));
     }
+    if (now >= window.stop) waiting.answered(c.id, sent, now, window.stop, slowest());
     c.recv_seq++;
     c.recv_off = 0;
     c.recv_bad = false;
     release_next(i, now);
+  }
+
+  // This worker's slowest answered message of the window (ns): final once an answer came after the
+  // window's end (a worker sees its answers in time order), a lower bound of the window's slowest.
+  int64_t slowest() const { return int64_t(std::max(hist[kUnprobed].max(), hist[kProbed].max())); }
+
+  // One more message answered (and in the window): single writer, so a plain relaxed store, no
+  // locked instruction on the per-message path.
+  void counted(bool in_window) {
+    completed_.store(completed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (in_window) in_window_.store(in_window_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   // An exchange completed: the next message may go (after the think time).
@@ -577,10 +596,13 @@ class Worker {
           errors.sample = "http_" + std::to_string(cls) + "xx: status " + std::to_string(status_code);
       }
     }
+    const int64_t sent = c.sent_at[c.recv_seq % size_t(sh_.req->pipeline)];
+    if (ok) counted(phase != kOutside);
     if (ok && phase != kOutside) {
       c.window_msgs[phase]++;
-      hist[phase].record(uint64_t(now - c.sent_at[c.recv_seq % size_t(sh_.req->pipeline)]));
+      hist[phase].record(uint64_t(now - sent));
     }
+    if (now >= window.stop) waiting.answered(c.id, sent, now, window.stop, slowest());
     c.recv_seq++;
     release_next(i, now);
   }
@@ -609,6 +631,11 @@ class Worker {
     close_fd(c);
     c.parser->reset();
     reconnects++;
+    // Past the window's end its unanswered requests were waiting then: count them before they are
+    // sent again with new timestamps.
+    const int64_t stop = sh_.t_stop.load(std::memory_order_relaxed);
+    if (c.sent_at && now_ns() >= stop)
+      waiting.in_flight(c.id, c.sent_at.get(), size_t(sh_.req->pipeline), c.recv_seq, c.started, stop, slowest());
     c.credits += uint32_t(c.started - c.recv_seq);
     c.started = c.send_seq = c.recv_seq;
     c.send_off = 0;
@@ -719,6 +746,9 @@ class Worker {
   size_t resolved_ = 0;  // connections up or given up on
   std::vector<uint8_t> buf_, sbuf_;
   std::thread thread_;
+  // Own cache line each: the coordinator reads them (rarely) while this worker writes them.
+  alignas(64) std::atomic<uint64_t> completed_{0};
+  alignas(64) std::atomic<uint64_t> in_window_{0};
 };
 
 // The coordinator: the thread that called run_load. It owns the timeline and watches the control
@@ -757,6 +787,7 @@ class Coordinator {
       st.add_latency(w->hist);
       for (auto& c : w->conns()) st.add_conn(c.id, c.window_msgs);
     }
+    if (window_.opened()) gather_unanswered(st, window_.bounds().stop);
     st.errors = sum_errors();
     if (no_connection)
       out.error_message = "no connection to " + req_.target + " could be made (" + std::to_string(st.errors.connect) +
@@ -816,9 +847,12 @@ class Coordinator {
     for (auto& w : workers_) w->wake();
     auto stop_early = [&] { return backend_gone() || sh_.failed.load(); };
     while (!window_.closed()) {
-      if (!wait_until(window_.next_mark(), out, stop_early)) return false;  // client gone or signal
+      // One timer for both: the window's marks and (when asked for) progress events.
+      if (!wait_until(std::min(window_.next_mark(), window_.next_progress()), out, stop_early))
+        return false;  // client gone or signal
       if (stop_early()) break;
-      if (!window_.advance(now_ns())) {
+      const int64_t now = now_ns();
+      if (!window_.advance(now) || (now >= window_.next_progress() && !send_progress(now))) {
         out.client_gone = true;
         return false;
       }
@@ -828,6 +862,33 @@ class Coordinator {
           out, err::kBackendGone,
           "the backend closed or reset all " + std::to_string(up) + " connections mid-run (did it crash or exit?)");
     return false;
+  }
+
+  // A progress event with the counts summed over the workers.
+  bool send_progress(int64_t now) {
+    uint64_t completed = 0, in_window = 0;
+    for (auto& w : workers_) {
+      completed += w->completed();
+      in_window += w->in_window();
+    }
+    return window_.progress(now, completed, in_window);
+  }
+
+  // The messages still waiting at the window's end `stop`, after the workers stopped: those answered
+  // late (counted as they came) plus those never answered, on connections still open (a dead one's
+  // requests are lost, counted in errors).
+  // Call after the latencies are merged (st.latency: the window's slowest).
+  void gather_unanswered(Stats& st, int64_t stop) const {
+    const size_t K = size_t(req_.pipeline);
+    const int64_t slowest = int64_t(st.latency.max());
+    Waiting all;
+    for (auto& w : workers_) {
+      all.msgs.insert(all.msgs.end(), w->waiting.msgs.begin(), w->waiting.msgs.end());
+      for (auto& c : w->conns())
+        if ((c.state == Conn::Up || c.reconnecting) && c.sent_at)
+          all.in_flight(c.id, c.sent_at.get(), K, c.recv_seq, c.started, stop, slowest);
+    }
+    st.set_unanswered(all.msgs, stop);
   }
 
   void stop_workers() {

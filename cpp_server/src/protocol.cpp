@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <set>
@@ -187,7 +188,8 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   static const std::set<std::string> ping_fields{"cmd"};
   static const std::set<std::string> run_fields{
       "cmd",     "target",    "connections", "msize",    "duration", "warmup",  "pipeline", "think", "connect_timeout",
-      "sources", "transport", "probe_share", "protocol", "request",  "headers", "body",     "host",  "line"};
+      "sources", "transport", "probe_share", "protocol", "request",  "headers", "body",     "host",  "line",
+      "progress"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -228,6 +230,8 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       !get_num(o, "probe_share", 0, 1, &r.probe_share, why))
     return false;
   r.probe_share_given = o.contains("probe_share");
+  // Not below 0.05 s: one line per interval, so a tiny interval would flood the client.
+  if (!get_num(o, "progress", 0.05, 3600, &r.progress, why)) return false;
   if (!parse_protocol(o, &r, why)) return false;
   const uint64_t in_flight = uint64_t(r.connections) * uint64_t(r.pipeline);
   if (in_flight > kMaxInFlightMessages) {
@@ -342,6 +346,22 @@ void Stats::add_latency(const PerPhase<Histogram>& by_phase) {
   }
 }
 
+void Stats::set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop) {
+  // Their latency, once answered, will exceed every one the window measured: the tail it misses.
+  const int64_t slowest = int64_t(latency.max());
+  std::vector<bool> seen(size_t(connections), false);
+  for (const WaitingMsg& w : waiting) {
+    const int64_t age = stop - w.sent;
+    if (age <= slowest) continue;
+    unanswered++;
+    unanswered_max_age_ns = std::max(unanswered_max_age_ns, age);
+    if (w.conn < seen.size() && !seen[w.conn]) {
+      seen[w.conn] = true;
+      unanswered_conns++;
+    }
+  }
+}
+
 json stats_json(const Stats& s) {
   json j = {{"connections", s.connections},
             {"connected", s.connected},
@@ -359,7 +379,11 @@ json stats_json(const Stats& s) {
             {"loader_cpu", {{"user_s", r6(s.user_s)}, {"sys_s", r6(s.sys_s)}, {"cpu_frac", r6(s.cpu_frac)}}},
             {"t_start", r6(s.t_start)},
             {"t_stop", r6(s.t_stop)},
-            {"aborted", s.aborted}};
+            {"aborted", s.aborted},
+            {"unanswered",
+             {{"count", s.unanswered},
+              {"max_age_us", std::round(double(s.unanswered_max_age_ns) / 1e3 * 10) / 10},
+              {"connections", s.unanswered_conns}}}};
   if (s.protocol != Protocol::Echo) {
     j["request_bytes"] = s.request_bytes;
     j["reconnects"] = s.reconnects;

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -65,6 +66,8 @@ struct RunRequest {
   // Absent = 1 with no probe events and no `phases` in the stats (the single-phase protocol).
   double probe_share = 1.0;
   bool probe_share_given = false;
+  // Seconds between `progress` events (PROTOCOL.md, "Progress"); 0 = absent: none are sent.
+  double progress = 0;
   Protocol protocol = Protocol::Echo;
   HttpRequestSpec http;  // protocol http
   std::string line;      // protocol line: the request line without its newline
@@ -111,6 +114,30 @@ struct PhaseStats {
   Histogram latency;
 };
 
+// Messages sent before the window's end (`stop`) and not answered by then (PROTOCOL.md, "Stats
+// object"), gathered per engine thread: their connection and send time (monotonic ns). Only those
+// already older at `stop` than `floor` are kept (a lower bound of the window's slowest answered
+// message): an ordinary message in flight at the end takes no memory, only the ones that may count.
+struct WaitingMsg {
+  uint32_t conn;
+  int64_t sent;
+};
+struct Waiting {
+  std::vector<WaitingMsg> msgs;
+  static bool old(int64_t sent, int64_t stop, int64_t floor) { return sent < stop && stop - sent > floor; }
+  // A message sent at `sent` was answered at `done`: kept when it was still waiting at `stop`.
+  void answered(uint32_t conn, int64_t sent, int64_t done, int64_t stop, int64_t floor) {
+    if (done >= stop && old(sent, stop, floor)) msgs.push_back({conn, sent});
+  }
+  // Never answered: the messages [from, to) of `conn`, their send times in the ring `sent_at` of `k`
+  // slots (indexed by sequence % k).
+  void in_flight(uint32_t conn, const int64_t* sent_at, size_t k, uint64_t from, uint64_t to, int64_t stop,
+                 int64_t floor) {
+    for (uint64_t s = from; s < to; s++)
+      if (old(sent_at[s % k], stop, floor)) msgs.push_back({conn, sent_at[s % k]});
+  }
+};
+
 struct Stats {
   int connections = 0, connected = 0;
   uint64_t messages = 0;
@@ -134,6 +161,11 @@ struct Stats {
   double probe_share = 1.0;
   double probe_t_start = 0, probe_t_stop = 0;
   PerPhase<PhaseStats> phases;
+  // Left waiting at the window's end, longer than its slowest answered message: messages, connections
+  // with one, age of the oldest (ns).
+  uint64_t unanswered = 0;
+  int unanswered_conns = 0;
+  int64_t unanswered_max_age_ns = 0;
 
   // Counting, shared by both engines: size the per-connection lists for n connections, then add each
   // connection's window messages by phase and each latency histogram by phase. The whole-window
@@ -141,6 +173,9 @@ struct Stats {
   void init_counts(int n);
   void add_conn(uint32_t conn, const PerPhase<uint64_t>& messages_by_phase);
   void add_latency(const PerPhase<Histogram>& by_phase);
+  // The messages waiting at the window's end `stop` (of all threads): those already older then than the
+  // window's slowest answered message (`latency`, so call after add_latency) are `unanswered`.
+  void set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop);
 };
 
 json stats_json(const Stats& s);

@@ -56,6 +56,28 @@ void RunWindow::fix(int64_t t1) {
   marks_[kProbeStart] = {"probe_start", bounds_.probe_start, probes, false};
   marks_[kProbeStop] = {"probe_stop", bounds_.probe_stop, probes, false};
   marks_[kMeasureStop] = {"measure_stop", bounds_.stop, true, false};
+  if (req_.progress > 0) {
+    progress_every_ = std::max<int64_t>(1, s_to_ns(req_.progress));
+    next_progress_ = t1 + progress_every_;
+    last_progress_t_ = t1;
+  }
+}
+
+bool RunWindow::progress(int64_t now, uint64_t completed, uint64_t in_window) {
+  if (closed_ || now < next_progress_) return true;
+  // The rate of every answer since the previous event: inside the window that is the window's messages,
+  // and across measure_start it spans both, never a sliver of an interval.
+  const double dt = ns_to_s(now - last_progress_t_);
+  const double rate = dt > 0 && completed >= last_completed_ ? double(completed - last_completed_) / dt : 0;
+  json ev = event_at("progress", ns_to_s(now));
+  ev["phase"] = opened_ ? "measure" : "warmup";
+  ev["messages"] = opened_ ? in_window : 0;
+  ev["msgs_per_sec"] = std::round(rate * 10) / 10;
+  last_progress_t_ = now;
+  last_completed_ = completed;
+  // The next one on the interval's grid (a late wake-up skips the slots it missed).
+  next_progress_ += progress_every_ * ((now - next_progress_) / progress_every_ + 1);
+  return emit_(ev);
 }
 
 int64_t RunWindow::next_mark() const {

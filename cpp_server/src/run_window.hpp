@@ -56,6 +56,13 @@ class RunWindow {
   bool opened() const { return opened_; }  // measure_start sent
   bool closed() const { return closed_; }  // measure_stop sent
 
+  // Progress events (PROTOCOL.md, "Progress"), when the request asked for them: the time the next
+  // one is due (INT64_MAX when none is), and sending it. `completed` counts the messages answered since
+  // pinging began (the rate), `in_window` those of the window so far; call after advance(), so a
+  // progress line never comes after measure_stop. False when the client is gone.
+  int64_t next_progress() const { return closed_ ? INT64_MAX : next_progress_; }
+  bool progress(int64_t now, uint64_t completed, uint64_t in_window);
+
   // The run stops early at t_end: see cut_window(). A probed sub-window that had not begun sends no
   // probe marks.
   void cut(int64_t t_end);
@@ -86,6 +93,9 @@ class RunWindow {
                          {"probe_stop", 0, false, false},
                          {"measure_stop", 0, false, false}};
   rusage ru0_{}, ru1_{};
+  // Progress: interval, next due time, and the counts at the previous event (rates are per interval).
+  int64_t progress_every_ = 0, next_progress_ = INT64_MAX, last_progress_t_ = 0;
+  uint64_t last_completed_ = 0;
 };
 
 }  // namespace netprof

@@ -107,6 +107,14 @@ class ZmqRun {
     }
     if (running_) st.connected = up_;  // a DEALER that died mid-run still counts as connected
     st.add_latency(hist_);
+    if (window_.opened()) {  // still waiting at the window's end: answered late, or not at all (DEALERs up)
+      const int64_t stop = window_.bounds().stop;
+      for (uint32_t i = 0; i < conns_.size(); i++)
+        if (conns_[i].state == ZConn::Up && conns_[i].sent_at)
+          waiting_.in_flight(i, conns_[i].sent_at.get(), size_t(req_.pipeline), conns_[i].recvd, conns_[i].sent, stop,
+                             int64_t(st.latency.max()));
+      st.set_unanswered(waiting_.msgs, stop);
+    }
     st.errors = errors_;
     if (no_connection)
       out.error_message = "no ZeroMQ peer at tcp://" + req_.target + " answered a hello within " +
@@ -175,13 +183,13 @@ class ZmqRun {
           again.swap(retry_);
           for (uint32_t i : again) try_send(i);
         }
-        if (!window_.advance(now)) {
+        if (!window_.advance(now) || !window_.progress(now, completed_, in_window_)) {
           out.client_gone = true;
           return false;
         }
         if (window_.closed()) return false;
       }
-      int64_t next = !running_ ? connect_deadline : window_.next_mark();
+      int64_t next = !running_ ? connect_deadline : std::min(window_.next_mark(), window_.next_progress());
       if (!think_.empty()) next = std::min(next, think_.top().due);
       long timeout_ms = long(std::max<int64_t>(0, (next - now + 999'999) / 1'000'000));
       if (!retry_.empty()) timeout_ms = std::min(timeout_ms, 1L);
@@ -289,11 +297,19 @@ class ZmqRun {
     size_t bad = frames_.diff_whole(i, c.recvd, data, len);
     errors_.mismatch += bad;
     const size_t K = size_t(req_.pipeline);
-    int phase = phase_at(window_.bounds(), now);
+    const WindowBounds& window = window_.bounds();
+    const int phase = phase_at(window, now);
+    const int64_t sent = c.sent_at[c.recvd % K];
+    if (!bad) {
+      completed_++;
+      in_window_ += phase != kOutside;
+    }
     if (!bad && phase != kOutside) {
       c.window_msgs[phase]++;
-      hist_[phase].record(uint64_t(now - c.sent_at[c.recvd % K]));
+      hist_[phase].record(uint64_t(now - sent));
     }
+    if (now >= window.stop)
+      waiting_.answered(i, sent, now, window.stop, int64_t(std::max(hist_[kUnprobed].max(), hist_[kProbed].max())));
     c.recvd++;
     if (req_.think.active()) {
       think_.push({now + int64_t(req_.think.sample_ns(rng_)), i});
@@ -350,6 +366,8 @@ class ZmqRun {
   size_t resolved_ = 0;       // DEALERs up or given up on
   PerPhase<Histogram> hist_;  // by phase
   Errors errors_;
+  Waiting waiting_;                         // answered after the window's end (those never answered: added at the end)
+  uint64_t completed_ = 0, in_window_ = 0;  // answered since pinging began / in the window: progress events
 };
 
 }  // namespace

@@ -232,3 +232,81 @@ TEST(Stats, PhasesAddUpToTheWindow) {
   st.has_phases = false;
   EXPECT_FALSE(stats_json(st).contains("phases"));  // single-phase requests: today's stats
 }
+
+TEST(Stats, UnansweredAtTheWindowsEnd) {
+  const int64_t stop = 10 * kS;
+  Waiting w;
+  w.answered(0, 9 * kS, 9 * kS + 5, stop, 0);  // answered inside the window: not waiting
+  w.answered(0, stop, stop + 5, stop, 0);      // sent at the end: not sent before it
+  w.answered(1, 8 * kS, stop, stop, 0);        // answered exactly at the end: was still waiting
+  w.answered(1, 7 * kS, 12 * kS, stop, 0);     // answered late
+  // Never answered: sequences 5..8 of connection 2 in a ring of 4 slots; the one sent after the end is left out.
+  int64_t ring[4] = {6 * kS, stop - 1000, stop + 1, 3 * kS};  // seq 8, 5, 6, 7 (seq % 4)
+  w.in_flight(2, ring, 4, 5, 9, stop, 0);
+  w.in_flight(3, ring, 4, 5, 5, stop, 0);  // nothing in flight
+  ASSERT_EQ(w.msgs.size(), 5u);            // 8 s, 7 s (conn 1); stop − 1 µs, 3 s, 6 s (conn 2)
+  // A floor (the thread's slowest answer so far) keeps only those older than it at the end.
+  Waiting floored;
+  floored.answered(1, 8 * kS, stop, stop, 2 * kS);  // 2 s old: not older than 2 s
+  floored.answered(1, 7 * kS, 12 * kS, stop, 2 * kS);
+  floored.in_flight(2, ring, 4, 5, 9, stop, 2 * kS);
+  EXPECT_EQ(floored.msgs.size(), 3u);  // 7 s, 3 s, 6 s
+
+  Stats st;
+  st.connections = 4;
+  PerPhase<Histogram> h;
+  h[kUnprobed].record(2 * kS);  // the window's slowest answered message: 2 s
+  st.add_latency(h);
+  st.set_unanswered(w.msgs, stop);
+  // Older than 2 s at the end: those sent at 7 s, 3 s and 6 s (the one sent at 8 s is not older), on 2 connections.
+  json u = stats_json(st)["unanswered"];
+  EXPECT_EQ(u["count"], 3);
+  EXPECT_EQ(u["connections"], 2);
+  EXPECT_EQ(u["max_age_us"], 7e6);  // 10 s − 3 s
+  Stats quiet;                      // nothing answered in the window: everything waiting counts
+  quiet.connections = 4;
+  quiet.set_unanswered(w.msgs, stop);
+  EXPECT_EQ(quiet.unanswered, 5u);
+  EXPECT_EQ(stats_json(Stats{})["unanswered"], json({{"count", 0}, {"max_age_us", 0.0}, {"connections", 0}}));
+}
+
+TEST(RunWindow, ProgressEventsOnlyWhenAskedAndNeverAfterTheEnd) {
+  Recorder rec;
+  Emit emit = rec.emit();
+  RunRequest r = request(2, 1, 1, false);  // warm-up [0, 1 s), window [1 s, 3 s)
+  RunWindow quiet(r, emit);
+  quiet.fix(0);
+  EXPECT_EQ(quiet.next_progress(), INT64_MAX);  // absent: no progress events at all
+  EXPECT_TRUE(quiet.progress(2 * kS, 100, 50));
+  EXPECT_TRUE(rec.events.empty());
+
+  r.progress = 0.5;
+  RunWindow win(r, emit);
+  win.fix(0);
+  EXPECT_EQ(win.next_progress(), kS / 2);
+  EXPECT_TRUE(win.progress(kS / 4, 10, 0));  // not due yet
+  EXPECT_TRUE(rec.events.empty());
+  EXPECT_TRUE(win.progress(kS / 2, 1000, 0));  // warm-up: 1000 answered in 0.5 s
+  ASSERT_EQ(rec.events.size(), 1u);
+  EXPECT_EQ(rec.events[0]["phase"], "warmup");
+  EXPECT_EQ(rec.events[0]["messages"], 0);
+  EXPECT_EQ(rec.events[0]["msgs_per_sec"], 2000.0);
+  EXPECT_EQ(rec.events[0]["t"], 0.5);
+  EXPECT_TRUE(win.advance(kS));  // measure_start
+  // Woken late at 1.75 s: the 1.0 and 1.5 s slots are skipped; the rate spans the last interval.
+  EXPECT_TRUE(win.progress(kS * 7 / 4, 2000, 300));
+  ASSERT_EQ(rec.events.size(), 3u);
+  EXPECT_EQ(rec.events[2]["phase"], "measure");
+  EXPECT_EQ(rec.events[2]["messages"], 300);
+  EXPECT_EQ(rec.events[2]["msgs_per_sec"], 800.0);  // 1000 answers in 1.25 s
+  EXPECT_EQ(win.next_progress(), 2 * kS);
+  EXPECT_TRUE(win.progress(2 * kS, 2500, 800));
+  EXPECT_EQ(rec.events.back()["msgs_per_sec"], 2000.0);  // 500 in 0.25 s
+  EXPECT_TRUE(win.advance(3 * kS));                      // measure_stop
+  EXPECT_EQ(win.next_progress(), INT64_MAX);
+  size_t n = rec.events.size();
+  EXPECT_TRUE(win.progress(3 * kS, 3000, 900));
+  EXPECT_EQ(rec.events.size(), n);  // nothing after measure_stop
+  EXPECT_EQ(rec.names(),
+            std::vector<std::string>({"progress", "measure_start", "progress", "progress", "measure_stop"}));
+}
