@@ -103,7 +103,14 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
     s = split(d)
     assert s["conn_wait_ratio"] >= 100, s
     assert s["conn_wait_most_us"] < 1000 < s["conn_wait_least_us"], s
-    assert 0.7 <= s["mean_ratio"] / s["served_ratio"] <= 1.4, s  # Little's law
+    # Little's law: the ratio of mean waits is the ratio of service — while the least-served read enough
+    # for the window's edges not to matter (10 rounds of their 8 in flight). Starved harder, their mean
+    # wait is capped by the window while their service is not (CI once: one message read, ×16,078 served,
+    # ×7,457 in mean wait, ×61,981 in typical wait).
+    if s["conn_bytes_least"] >= 64 * 8 * 10:
+        assert 0.7 <= s["mean_ratio"] / s["served_ratio"] <= 1.4, s
+    else:
+        assert s["mean_ratio"] <= 1.4 * s["served_ratio"], s
     # the kernel's view of who was served is the loader's: the most-served tenth read about what the
     # loader's most-served tenth got answered (the kernel's window also holds the connect phase and warm-up)
     loader = sorted(stats["per_conn_messages"])
