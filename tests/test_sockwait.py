@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -34,7 +34,7 @@ def sw():
 
 
 def run_load(sw: SockWaitProbes, backend: str, connections: int, pipeline: int = 1, work: str = "none",
-             duration: float = 2.0, framing: str = "message"):
+             duration: float = 2.0, framing: str = "message", skip: float = 0.0):
     """(loader stats, SockWaitDelta, backend pid) of one loader run against a fresh backend."""
     loader = require_tool("netprof-loader")
     with ProcessGroup() as group:
@@ -44,9 +44,14 @@ def run_load(sw: SockWaitProbes, backend: str, connections: int, pipeline: int =
         _, pid, port = be.wait_line("ready", 30).split()[:3]
         sw.target(int(pid))
         a = sw.snapshot()
-        out = subprocess.run([loader, "--target", f"127.0.0.1:{port}", "-c", str(connections), "-d", str(duration),
+        p = subprocess.Popen([loader, "--target", f"127.0.0.1:{port}", "-c", str(connections), "-d", str(duration),
                               "--warmup", "0.5", "--pipeline", str(pipeline), "--cpus", "1", "--json"],
-                             capture_output=True, text=True, timeout=duration + 60)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if skip:  # the window starts `skip` s into the load (the sockets were learned at connection setup)
+            time.sleep(skip)
+            a = sw.snapshot()
+        stdout, stderr = p.communicate(timeout=duration + 60)
+        out = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
         b = sw.snapshot()
     assert out.returncode == 0, out.stderr[-500:]
     stats = json.loads(out.stdout.strip().splitlines()[-1])
@@ -63,7 +68,7 @@ def split(d) -> dict:
     means = [r["wait_mean_us"] if r["wait_mean_us"] is not None else r["unread_age_us"] for r in rows]
     mean = stats_mod.conn_wait_split(served, means)
     return {**typ, "mean_ratio": mean["conn_wait_ratio"],
-            "served_ratio": typ["conn_bytes_most"] / typ["conn_bytes_least"]}
+            "served_ratio": typ["conn_bytes_most"] / max(typ["conn_bytes_least"], 1)}  # never read: 0 bytes
 
 
 def test_histogram_slots_round_trip():
@@ -94,8 +99,10 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
     starved one's finds data that waited for the loop (ms to s). The mean per connection cannot show
     it: with 8 in flight a connection's mean wait is 8 over its rate (Little's law), so the ratio of
     means is the ratio of service — checked here too, against the kernel's own byte counts, and the
-    service against the loader's. Pipeline 1 is the control: strict ping-pong, no starvation."""
-    stats, d, _ = run_load(sw, "asyncio_sock", 100, pipeline=8, duration=3.0)
+    service against the loader's. Pipeline 1 is the control: strict ping-pong, no starvation.
+    The window starts 1 s into the load: in the connect phase the loop is still idle, and a connection
+    read a few times then and starved since would count its fast early reads (CI once: ×11)."""
+    stats, d, _ = run_load(sw, "asyncio_sock", 100, pipeline=8, duration=3.0, skip=1.0)
     assert d.exact, d.overflow
     assert 10 <= d.sockets <= 100  # the starved may not be read at all (they are in per_conn: unread)
     assert d.unmeasured == {"unknown": 0, "unmatched": 0}  # learned at connection setup
@@ -111,10 +118,11 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
         assert 0.7 <= s["mean_ratio"] / s["served_ratio"] <= 1.4, s
     else:
         assert s["mean_ratio"] <= 1.4 * s["served_ratio"], s
-    # the kernel's view of who was served is the loader's: the most-served tenth read about what the
-    # loader's most-served tenth got answered (the kernel's window also holds the connect phase and warm-up)
-    loader = sorted(stats["per_conn_messages"])
-    assert 0.5 <= s["conn_bytes_most"] / (64 * statistics.median(loader[-10:])) <= 3, (s, loader[-10:])
+    # the kernel's count is the loader's: the messages the server read from 1 s in to the end are at
+    # most those the loader's window (0.5 s in, 3 s long) got answered, plus what was in flight, and at
+    # least most of them (decile medians do not compare: which connections are favoured rotates)
+    read = sum(c.bytes for c in d.per_conn) / 64
+    assert 0.5 * stats["messages"] <= read <= stats["messages"] + 100 * 8, (read, stats["messages"])
 
     _, d1, _ = run_load(sw, "asyncio_sock", 100, pipeline=1, duration=1.0)
     s1 = split(d1)
