@@ -8,11 +8,11 @@ instrumentation attached, relative to none, interleaved, several rounds.
     sudo .venv/bin/python bench/probe_overhead.py --micro-sock [--write]
 
 Every measurement starts a fresh backend pinned to CPU 0 and runs the loader one-shot
-(`netprof-loader --target ... -c N -d D --json`) on CPU 1. In each round, every variant runs once
-per backend, in a shuffled order. A variant's figure is the mean of its per-round ratios to that
-round's `none` run, with a 95% t-interval: for throughput, and for CPU time per message of the
-backend (/proc schedstat over the loader's run) and of the loader (its own report). On a shared,
-noisy machine the CPU-per-message ratios are the steadier measure of what a probe costs.
+(`netprof-loader --target ... -c N -d D --json`) on CPU 1. In each round, every (backend,
+variant) runs once, in an order shuffled anew (bench/rounds.py). A variant's figure is the mean of
+its per-round ratios to that round's `none` run, with a 95% t-interval: for throughput, and for
+CPU time per message of the backend (/proc schedstat over the loader's run) and of the loader (its
+own report). On a shared, noisy machine the CPU-per-message ratios are the steadier measure of what a probe costs.
 
 --micro measures the probes' cost per syscall directly: CPU time (rusage) of `perf bench syscall
 basic` (a getppid loop) pinned to CPU 0, as the probes' target and as a bystander (the loader's
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import statistics
@@ -38,7 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-from results_md import write_section  # bench/ is sys.path[0]: these run as files
+import rounds  # bench/ is sys.path[0]: these run as files
+from results_md import write_section
 
 from netprof.probes import CountingProbes, SockWaitProbes, StackProbes, proc_cpu_times
 from netprof.profiler.procs import ProcessGroup
@@ -133,23 +133,12 @@ def one_run(backend: str, variant: str, args) -> dict:
                 "loader_us": (lcpu.get("user_s", 0) + lcpu.get("sys_s", 0)) / msgs * 1e6}
 
 
-def interval(ratios: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% t-interval (netprof's own statistics)."""
-    from netprof.profiler.stats import summarize
-
-    s = summarize(ratios)
-    return s["mean"], s["ci"]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backends", default="selector,cpp_epoll")
-    ap.add_argument("-c", "--connections", type=int, default=100)
-    ap.add_argument("-d", "--duration", type=float, default=5)
-    ap.add_argument("--rounds", type=int, default=5)
+    rounds.add_arguments(ap, rounds=5)
+    ap.set_defaults(backends="selector,cpp_epoll")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--loader-cpus", default="1")
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     ap.add_argument("--micro", action="store_true", help="per-syscall cost of each probe set instead")
     ap.add_argument("--micro-sock", action="store_true", help="per-message cost (loopback TCP) of the socket-wait set")
@@ -185,17 +174,9 @@ def main() -> int:
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         ap.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
-    rng = random.Random(args.seed)
-    raw: dict[tuple[str, str], list[dict]] = {(b, v): [] for b in backends for v in variants}
-    for r in range(args.rounds):
-        for b in backends:
-            order = variants[:]
-            rng.shuffle(order)
-            for v in order:
-                m = one_run(b, v, args)
-                raw[(b, v)].append(m)
-                print(f"round {r + 1}/{args.rounds} {b:<10} {v:<15} {m['rate']:8.0f} msg/s  backend "
-                      f"{m['backend_us']:.2f} µs/msg  loader {m['loader_us']:.2f} µs/msg", file=sys.stderr, flush=True)
+    raw = rounds.interleaved(backends, variants, args.rounds, args.seed, lambda b, v: one_run(b, v, args),
+                             lambda v, m: f"{v:<15} {m['rate']:8.0f} msg/s  backend {m['backend_us']:.2f} µs/msg  "
+                                          f"loader {m['loader_us']:.2f} µs/msg")
     lines = ["| backend | instrumentation | msgs/s (mean) | throughput vs none | backend CPU/msg vs none "
              "| loader CPU/msg vs none |", "|---|---|---|---|---|---|"]
     for b in backends:
@@ -203,7 +184,7 @@ def main() -> int:
         for v in variants:
             cells = []
             for key in ("rate", "backend_us", "loader_us"):
-                m, hw = interval([x[key] / n[key] for x, n in zip(raw[(b, v)], base) if n[key]])
+                m, hw = rounds.interval([x[key] / n[key] for x, n in zip(raw[(b, v)], base) if n[key]])
                 cells.append(f"{m:.3f} ± {hw:.3f}")
             rate = statistics.fmean(x["rate"] for x in raw[(b, v)])
             lines.append(f"| {b} | {v} | {rate:.0f} | " + " | ".join(cells) + " |")

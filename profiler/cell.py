@@ -8,7 +8,6 @@ failed row with the reason (network_ping_test's "FF"). Only Ctrl-C and netprof's
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -125,6 +124,17 @@ class Snap:
 
 # Seconds between the loader's live `progress` events when someone shows them (the progress bar).
 LIVE_EVERY_S = 0.5
+# Seconds on each side of the probed sub-window that count in neither phase (the loader's probe_guard):
+# the probes attach during the first guard (~1 ms: compiled once per run) and detach during the
+# second (the event's read and the counters' snapshot come first: ~7-10 ms here), so no probe runs
+# in the unprobed time the headline comes from. Each row records how far inside the guards that was.
+PROBE_GUARD_S = 0.1
+
+
+def probe_guard(duration: float, share: float) -> float:
+    """The guard for a window: PROBE_GUARD_S, but at most half of each unprobed part (a short window
+    keeps a headline; the row's attach timing says whether the probes still fitted)."""
+    return min(PROBE_GUARD_S, duration * (1 - share) / 4)
 
 # What the cell is doing after each of the loader's events: the progress bar's phase.
 PHASES = {"accepted": "connecting", "connected": "warm-up", "measure_start": "measuring",
@@ -133,15 +143,11 @@ PHASES = {"accepted": "connecting", "connected": "warm-up", "measure_start": "me
 
 class _Marks:
     """Snapshots taken the moment the loader reports a mark, and the probes' attach/detach around
-    the probed sub-window (probe_start / probe_stop): outside it no probe runs, so the headline
-    numbers (the unprobed phase) carry no probe cost.
-
-    Attaching takes ~14 ms on a quiet machine (detaching ~0.3 ms), so the probes are armed
-    ARM_LEAD_S before the planned probe_start (the loader's formula, cpp_server/src/run_window.cpp)
-    and both counter snapshots are read while attached: the two edges of the counted window then
-    lag their marks by the same event-read time."""
-
-    ARM_LEAD_S = 0.05
+    the probed sub-window: attached at guard_start, counters read at probe_start and probe_stop
+    (both while attached, so the two edges of the counted window lag their marks by the same
+    event-read time), detached right after probe_stop. The guards count in neither phase, so the
+    headline numbers (the unprobed phase) come from time when no probe was attached.
+    `attached_t`/`detached_t` (monotonic) say when that really happened, for the row."""
 
     def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None,
                  window: tuple[float, float] | None = None, sockwait=None,
@@ -158,7 +164,8 @@ class _Marks:
         self.connected: dict = {}
         self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
         self.rss_start: int | None = None  # ... and at measure_start
-        self._arm: threading.Timer | None = None
+        self.attached_t: float | None = None  # when the probes' attach returned (probed sub-window only)
+        self.detached_t: float | None = None  # ... and their detach
 
     def _snap(self, kind: str, counters=None) -> None:
         if counters is None and self.probes is not None and self.probes.attached:
@@ -167,30 +174,24 @@ class _Marks:
         if self.sockwait is not None and kind in self.sockwait_marks:
             self.snaps[kind].sockwait = self.sockwait.snapshot()
 
-    def _arm_probes(self, measure_start_t: float) -> None:
-        assert self.window is not None  # armed only for a probed sub-window
-        duration, share = self.window
-        probe_start_t = measure_start_t + (duration - duration * share) / 2
-        delay = max(0.0, probe_start_t - self.ARM_LEAD_S - time.monotonic())
-        self._arm = threading.Timer(delay, self.probes.attach)
-        self._arm.daemon = True
-        self._arm.start()
-
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
         if kind == "connected":
             self.connected = event
-        elif kind == "probe_start" and self.probes is not None:
-            self.probes.attach()  # normally armed already; idempotent
-            self._snap(kind)
+        elif kind in ("guard_start", "probe_start") and self.probes is not None:
+            if not self.probes.attached:  # at guard_start (probe_start only for a loader without guards)
+                self.probes.attach()
+                self.attached_t = time.monotonic()
+            self._snap(kind)  # guard_start: /proc, whose guards are not headline time; probe_start: counters
         elif kind == "probe_stop" and self.probes is not None:
             self._snap(kind)  # read while attached (the same lag as at probe_start), then stop
             self.probes.detach()
+            self.detached_t = time.monotonic()
+        elif kind == "guard_stop":
+            self._snap(kind)
         elif kind in ("measure_start", "measure_stop"):
             self._snap(kind)
             if kind == "measure_start":
-                if self.window and self.probes is not None and "t" in event:
-                    self._arm_probes(float(event["t"]))
                 self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
                 if self.on_start:
                     self.on_start(self.pid)
@@ -201,11 +202,9 @@ class _Marks:
 
     def close(self) -> None:
         """After the loader's run: no probe may stay attached into the next cell's unprobed time."""
-        if self._arm is not None:
-            self._arm.cancel()
-            self._arm.join()
-        if self.window and self.probes is not None:
+        if self.window and self.probes is not None and self.probes.attached:
             self.probes.detach()
+            self.detached_t = time.monotonic()
         if self.sockwait is not None:
             self.sockwait.detach()
 
@@ -262,17 +261,32 @@ def _proc_delta(a: Snap, b: Snap) -> dict:
 
 
 def _unprobed_proc(marks: _Marks) -> dict | None:
-    """/proc counters of the unprobed phase: the window minus the probed sub-window (the probes
-    inflate system time while attached)."""
+    """/proc counters of the unprobed phase: the window minus the probed sub-window and its guards
+    (the probes inflate system time while attached)."""
     window = marks.pair("measure_start", "measure_stop")
     if window is None:
         return None
     whole = _proc_delta(*window)
-    probed = marks.pair("probe_start", "probe_stop")
-    if probed is None:
+    excluded = marks.pair("guard_start", "guard_stop") or marks.pair("probe_start", "probe_stop")
+    if excluded is None:
         return whole
-    sub = _proc_delta(*probed)
+    sub = _proc_delta(*excluded)
     return {k: whole[k] - sub[k] for k in whole}
+
+
+def _attach_timing(result: dict, marks: _Marks) -> dict:
+    """When the probes really ran, against the loader's phases (ms): `attach_lead_ms` = attached
+    this long before the probed sub-window began, `detach_lag_ms` = detached this long after it ended;
+    `late_ms` > 0 when they attached after it began (its counts miss that much time) and `spill_ms`
+    > 0 when they stayed attached beyond the guard into headline time. Empty without guards."""
+    guard = result.get("probe_guard")
+    probed = (result.get("phases") or {}).get("probed") or {}
+    if not guard or marks.attached_t is None or marks.detached_t is None or "t_start" not in probed:
+        return {}
+    lead = 1e3 * (float(probed["t_start"]) - marks.attached_t)
+    lag = 1e3 * (marks.detached_t - float(probed["t_stop"]))
+    return {"guard_s": float(guard), "attach_lead_ms": lead, "detach_lag_ms": lag,
+            "late_ms": max(0.0, -lead), "spill_ms": max(0.0, lag - 1e3 * float(guard))}
 
 
 def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[str]) -> None:
@@ -302,7 +316,8 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
     })
     if phases:
         row["probed"] = {"messages": probed.get("messages"), "duration_s": probed.get("duration_s"),
-                         "msgs_per_sec": probed.get("msgs_per_sec"), "share": result.get("probe_share")}
+                         "msgs_per_sec": probed.get("msgs_per_sec"), "share": result.get("probe_share"),
+                         **_attach_timing(result, marks)}
         row["probe_cost"] = stats.probe_cost(head.get("msgs_per_sec"), probed.get("msgs_per_sec"))
     conns = result.get("connected") or 0
     if marks.rss_ready is not None and marks.rss_start is not None and conns:
@@ -390,6 +405,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
                          sources=list(link.loader_hosts) if link else list(cfg.sources),
                          transport=cfg.server(cell.backend).transport, probe_share=share,
+                         probe_guard=probe_guard(cfg.duration, share) if share else None,
                          connect_timeout=link.connect_timeout_s(cell.connections) if link
                          else RunRequest.connect_timeout,
                          progress=LIVE_EVERY_S if env.on_live is not None else None,

@@ -167,7 +167,7 @@ def check_pyspy() -> Check:
 
 def check_interpreters() -> list[Check]:
     """Informational: which interpreters can run backends, and which give mixed Python+kernel stacks."""
-    from netprof.profiler.interpreters import InterpreterError, available, pyenv_versions
+    from netprof.profiler.interpreters import InterpreterError, available, cache_summary, pyenv_versions
 
     checks = []
     try:
@@ -180,6 +180,11 @@ def check_interpreters() -> list[Check]:
         why = note if flag else note.split(": ", 1)[-1]
         detail = f"{it.base}: probes yes; mixed stacks {'yes' if flag else 'no'} ({why})"
         checks.append(Check(f"python {it.version}", True, detail, required=False))
+    try:
+        checks.append(Check("python environments", True, cache_summary(), required=False))
+    except InterpreterError as e:
+        checks.append(Check("python environments", False, str(e).split("; ", 1)[0],
+                            "make it root's or set NETPROF_CACHE elsewhere", required=False))
     return checks
 
 

@@ -9,6 +9,11 @@ cached under $NETPROF_CACHE (default ~/.cache/netprof/interpreters), keyed by in
 version, lock and backends source (a changed lock builds a new one). Builds hold a lock on the cache
 and happen in a temp directory renamed into place, so two runs never see a half-built env.
 The C++ backends are compiled for netprof's own interpreter only.
+
+Every netprof upgrade or backend change makes a new environment (~90 MB), so a build prunes: per
+interpreter it keeps the KEEP_PER_INTERPRETER most recently used, and drops those whose interpreter is
+gone. A run holds a shared flock on its environment's `.in-use` for its whole life, and the pruner
+only removes an environment it can lock exclusively, so no run ever loses the Python it is running.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ from netprof.profiler.errors import CapabilityError
 # What the backends import beyond the standard library: exact versions and wheel hashes.
 LOCK = Path(__file__).with_name("interp-requirements.txt")
 LOCKED_PYTHONS = "CPython 3.11-3.13"
+# Environments kept per interpreter (by last use): two, so alternating between two netprof versions
+# does not rebuild on every run.
+KEEP_PER_INTERPRETER = 2
+IN_USE = ".in-use"
+# Shared holds on the environments this process runs (closed, hence released, when it exits).
+_HELD: list[int] = []
 
 _PROBE = r"""
 import json, platform, sys, sysconfig
@@ -213,10 +224,10 @@ def prepare(spec: str) -> Interpreter:
         return _make(spec, base, sys.executable, info)  # netprof's own environment has everything
     root = cache_root()
     env = root / f"{info['implementation']}-{info['version']}-{_fingerprint(info)}"
-    if not (env / ".ready").exists():
+    if not _hold_ready(env):
         with _cache_lock(root):
-            if not (env / ".ready").exists():  # another run may have built it while we waited
-                for stale in [*root.glob(".build-*"), env]:  # builds of dead runs (we hold the lock)
+            if not _hold_ready(env):  # another run may have built it while we waited
+                for stale in [*root.glob(".build-*"), *root.glob(".prune-*"), env]:  # dead runs' (we hold the lock)
                     shutil.rmtree(stale, ignore_errors=True)
                 build = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
                 try:
@@ -225,7 +236,80 @@ def prepare(spec: str) -> Interpreter:
                 except BaseException:
                     shutil.rmtree(build, ignore_errors=True)
                     raise
+                if not _hold_ready(env):
+                    raise InterpreterError(f"{env}: built but cannot be opened; remove {root} and run again")
+                prune(root)
     return _make(spec, base, str(env / "bin" / "python"), info)
+
+
+def _hold_ready(env: Path) -> bool:
+    """Hold `env` shared for this process's life if it is ready (False, holding nothing, if not).
+    The hold comes before the readiness check: an environment pruned in between has lost `.ready`."""
+    try:
+        fd = os.open(env / IN_USE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise InterpreterError(f"{env / IN_USE}: {e.strerror}; remove {env}") from None
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    if not (env / ".ready").exists():
+        os.close(fd)
+        return False
+    os.utime(fd)  # last use, which the pruner ranks by
+    _HELD.append(fd)
+    return True
+
+
+def prune(root: Path) -> list[str]:
+    """Remove the environments no run holds that are beyond KEEP_PER_INTERPRETER for their
+    interpreter (by last use) or whose interpreter is gone. Call with the cache lock held.
+    Returns the names removed."""
+    by_interpreter: dict[str, list[tuple[float, Path]]] = {}
+    for env in root.iterdir():
+        if env.name.startswith(".") or not env.is_dir() or env.is_symlink():
+            continue
+        try:
+            executable = json.loads((env / ".ready").read_text())["executable"]
+            used = max(os.stat(env / name).st_mtime for name in (".ready", IN_USE) if (env / name).exists())
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not one of ours, or half-written: a build of a dead run is removed by prepare()
+        gone = not os.access(executable, os.X_OK)
+        by_interpreter.setdefault("" if gone else executable, []).append((used, env))
+    removed = []
+    for executable, envs in by_interpreter.items():
+        envs.sort(reverse=True)
+        for _, env in envs if not executable else envs[KEEP_PER_INTERPRETER:]:
+            if _remove_unheld(env):
+                removed.append(env.name)
+    return removed
+
+
+def cache_summary() -> str:
+    """'3 in /root/.cache/netprof/interpreters, 270 MiB (...)': what doctor prints."""
+    root = cache_root()
+    envs = [e for e in root.iterdir() if (e / ".ready").is_file()] if root.is_dir() else []
+    size = sum(os.lstat(os.path.join(d, f)).st_size for e in envs for d, _, files in os.walk(e) for f in files)
+    return (f"{len(envs)} in {root}, {size / 2**20:.0f} MiB (a build keeps the {KEEP_PER_INTERPRETER} "
+            "last used per interpreter)")
+
+
+def _remove_unheld(env: Path) -> bool:
+    """Delete `env` unless a run holds it: taken exclusively, renamed out of the way, then removed."""
+    try:
+        fd = os.open(env / IN_USE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a run is using it
+        gone = env.with_name(f".prune-{env.name}")
+        env.rename(gone)  # one step: a run that opens it later finds no `.ready` and rebuilds
+        shutil.rmtree(gone, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _build(base: str, info: dict, env: Path) -> None:

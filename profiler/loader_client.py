@@ -4,7 +4,8 @@
 `socket.socketpair()` whose other end only this process holds: the control channel is private (no
 listening port, nothing another local user could connect to). `Loader.run()` sends one run request on
 it, hands every event line to `on_event` as soon as it arrives (the orchestrator snapshots probes on
-`measure_start`/`measure_stop` and, with `probe_share`, `probe_start`/`probe_stop`; with `progress`, the
+`measure_start`/`measure_stop` and, with `probe_share`, `probe_start`/`probe_stop` (with `probe_guard`,
+`guard_start`/`guard_stop` around them, where it attaches and detaches the probes); with `progress`, the
 live `progress` events too) and returns the final stats dict. Requests on the channel are served one
 after the other: a Loader is not for concurrent use from several threads. Closing the channel
 (`stop()`, or this process dying) makes the loader exit at once; it also dies with this process
@@ -55,6 +56,9 @@ class RunRequest:
     # Probed share of the window (PROTOCOL.md, "Probe phases"): None = single phase (no probe events, no
     # "phases" in the stats); 0 < share <= 1 adds probe_start/probe_stop events and per-phase stats.
     probe_share: float | None = None
+    # Seconds on each side of the probed sub-window that count in neither phase (needs probe_share):
+    # guard_start/guard_stop events, stats phases.guard. None = no guards (the field is absent).
+    probe_guard: float | None = None
     # What one message is (PROTOCOL.md, "Protocols"): "echo" (msize bytes echoed back), "http" (one
     # HTTP/1.1 keep-alive request and its response) or "line" (one line and its newline-terminated reply).
     protocol: str = "echo"
@@ -75,7 +79,7 @@ class RunRequest:
         # Protocol fields only when they differ from the default: an echo request is what it always was.
         if d["protocol"] == "echo":
             del d["protocol"]
-        for key in ("request", "body", "host", "line", "progress"):
+        for key in ("request", "body", "host", "line", "progress", "probe_guard"):
             if d[key] is None:
                 del d[key]
         if d["headers"]:

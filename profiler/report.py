@@ -190,8 +190,26 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
     return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
             f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, the "
             f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell)."
+            + _guard_sentence(cells)
             + (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
                "every figure, the headline included." if _sockwait_on(cells) else ""))
+
+
+def _guard_sentence(cells: pd.DataFrame) -> str:
+    """Whether the probes really ran only inside the guards around the probed part (measured per round)."""
+    if "probed.guard_s" not in cells or cells["probed.guard_s"].dropna().empty:
+        return ""
+    g = cells.dropna(subset=["probed.guard_s"])
+    guard = units.duration_us(1e6 * float(g["probed.guard_s"].max()))
+    spill = g[(g["probed.spill_ms"] > 0) | (g["probed.late_ms"] > 0)]
+    if spill.empty:
+        return (f" They were attached {units.duration_us(1e3 * float(g['probed.attach_lead_ms'].min()))} or more "
+                f"before it and detached within {units.duration_us(1e3 * float(g['probed.detach_lag_ms'].max()))} "
+                f"after it, inside the {guard} on each side that counts in neither part: no probe ran in headline "
+                "time.")
+    where = ", ".join(schema.cell_label(r) for _, r in spill.iterrows())
+    return (f" In {units.plural(len(spill), 'cell')} ({where}) the probes attached late or stayed attached past the "
+            f"{guard} guard (probed.late_ms, probed.spill_ms): there the headline holds some probed time.")
 
 
 def _sockwait_on(cells: pd.DataFrame) -> bool:

@@ -155,6 +155,14 @@ class Backend:
         except subprocess.TimeoutExpired:
             pytest.fail(f"backend still running {timeout} s after it was told to stop; stderr: {self.err()}")
 
+    def assert_running_after(self, seconds: float, why: str) -> None:
+        """Fails if the backend exits within `seconds` (`why` says what should not have stopped it)."""
+        try:
+            code = self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return
+        pytest.fail(f"{why}: exit {code}; stderr: {self.err()}")
+
     def stop(self, timeout: float = 5) -> int:
         """SIGTERM to the backend's main process only (as a user would): its exit code. Stopping
         the children it started is its own job."""

@@ -10,6 +10,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 
 import pytest
 from packaging.requirements import Requirement
@@ -209,3 +210,66 @@ def test_http_backends_serve_on_another_interpreter(tmp_path, env313):
         assert r["messages"] > 0 and r["msgs_per_sec"] > 0 and not any(r["errors"].values()), r
         assert (r["interpreter"], r["python_version"]) == (f"cpython-{version}", version), r
     assert not wait_no_children()
+
+
+def _fake_env(root, name: str, executable: str, used: float):
+    env = root / name
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "payload").write_bytes(b"x" * 4096)
+    (env / ".ready").write_text(json.dumps({"executable": executable}))
+    os.utime(env / ".ready", (used, used))
+    return env
+
+
+def test_prune_keeps_the_last_used_and_every_env_a_run_holds(tmp_path):
+    # The cache grew by one ~90 MB environment per netprof change (933 MB here after a day). Fake
+    # environments stand in for built ones (building four takes minutes); the holds are real flocks
+    # of real processes.
+    root = tmp_path / "interpreters"
+    now = 1_800_000_000.0
+    envs = [_fake_env(root, f"cpython-3.13.0-{i}", sys.executable, now - i * 3600) for i in range(4)]
+    orphan = _fake_env(root, "cpython-3.9.1-x", str(tmp_path / "uninstalled" / "python"), now)
+    foreign = root / "not-an-env"
+    foreign.mkdir()
+    (root / ".lock").touch()
+    # Another run is using the oldest: it holds its .in-use shared, as prepare() does.
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(envs[3] / interpreters.IN_USE)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        os.utime(envs[3] / interpreters.IN_USE, (now - 4 * 3600, now - 4 * 3600))
+        removed = interpreters.prune(root)
+        assert sorted(removed) == sorted([envs[2].name, orphan.name])
+        assert [e.exists() for e in envs] == [True, True, False, True]
+        assert not orphan.exists() and foreign.exists()
+    finally:
+        holder.kill()
+        holder.wait(10)
+    # Released: it is beyond the two last used, so the next build's prune removes it.
+    assert interpreters.prune(root) == [envs[3].name]
+    assert sorted(p.name for p in root.iterdir()) == sorted([envs[0].name, envs[1].name, "not-an-env", ".lock"])
+
+
+def test_an_env_this_process_holds_is_never_pruned(tmp_path):
+    root = tmp_path / "interpreters"
+    envs = [_fake_env(root, f"cpython-3.11.7-{i}", sys.executable, 1_800_000_000.0 - i) for i in range(3)]
+    assert not interpreters._hold_ready(root / "cpython-3.11.7-absent")  # nothing there: build it
+    assert interpreters._hold_ready(envs[2])  # what prepare() does before returning an env (marks it used)
+    os.utime(envs[2] / interpreters.IN_USE, (1, 1))  # ... and make it the least recently used
+    try:
+        assert interpreters.prune(root) == []
+        assert all(e.exists() for e in envs)
+    finally:
+        os.close(interpreters._HELD.pop())
+    assert interpreters.prune(root) == [envs[2].name]
+    # Pruned: the name no longer opens, so a run that looks for it afterwards rebuilds it.
+    assert not interpreters._hold_ready(envs[2])
+
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("held", flush=True)
+time.sleep(60)
+"""

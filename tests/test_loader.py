@@ -359,8 +359,8 @@ while True:
 def check_phases(s: dict, share: float) -> None:
     """Invariants of the per-phase stats: the phases partition the window."""
     assert s["probe_share"] == share
-    u, p = s["phases"]["unprobed"], s["phases"]["probed"]
-    for ph in (u, p):
+    p = s["phases"]["probed"]
+    for ph in s["phases"].values():
         assert set(ph) >= {"messages", "duration_s", "msgs_per_sec", "per_conn_messages", "latency_us"}
         assert set(ph["latency_us"]) == set(s["latency_us"])
         assert len(ph["per_conn_messages"]) == s["connections"]
@@ -373,11 +373,17 @@ def check_phases(s: dict, share: float) -> None:
                                                        abs=max(0.1, 2 * rounding))
         else:
             assert ph["messages"] == 0 and ph["msgs_per_sec"] == 0
-    assert u["messages"] + p["messages"] == s["messages"]
-    assert [a + b for a, b in zip(u["per_conn_messages"], p["per_conn_messages"])] == s["per_conn_messages"]
-    assert u["duration_s"] + p["duration_s"] == pytest.approx(s["duration_s"], abs=3e-6)
+    phases = list(s["phases"].values())  # unprobed, probed and (with probe_guard) the guards
+    assert set(s["phases"]) == ({"unprobed", "probed", "guard"} if s.get("probe_guard") else {"unprobed", "probed"})
+    assert sum(ph["messages"] for ph in phases) == s["messages"]
+    assert [sum(c) for c in zip(*(ph["per_conn_messages"] for ph in phases))] == s["per_conn_messages"]
+    assert sum(ph["duration_s"] for ph in phases) == pytest.approx(s["duration_s"], abs=4e-6)
     assert s["t_start"] <= p["t_start"] <= p["t_stop"] <= s["t_stop"]
     assert p["t_stop"] - p["t_start"] == pytest.approx(p["duration_s"], abs=2e-6)
+    if "guard" in s["phases"]:
+        g = s["phases"]["guard"]
+        assert s["t_start"] <= g["t_start"] <= p["t_start"] <= p["t_stop"] <= g["t_stop"] <= s["t_stop"]
+        assert (p["t_start"] - g["t_start"]) + (g["t_stop"] - p["t_stop"]) == pytest.approx(g["duration_s"], abs=4e-6)
 
 
 def run_with_events(loader, req: RunRequest) -> tuple[dict, list[tuple[float, dict]]]:
@@ -411,6 +417,31 @@ def test_probe_phases_events_and_stats(group, loader):
     # Both phases carry traffic on every connection (ping-pong never pauses at a boundary).
     for ph in stats["phases"].values():
         assert ph["messages"] > 0 and ph["msgs_per_sec"] > 0 and min(ph["per_conn_messages"]) > 0
+
+
+def test_guards_around_the_probed_sub_window(group, loader):
+    # netprof attaches its probes in the first guard and detaches them in the second: the guards
+    # count in neither phase, so no probe runs in the unprobed (headline) time.
+    _, port = start_echo(group)
+    stats, events = run_with_events(loader, RunRequest(target=f"127.0.0.1:{port}", connections=20, duration=1.5,
+                                                       warmup=0.2, probe_share=0.3, probe_guard=0.1))
+    assert [e["event"] for _, e in events] == ["accepted", "connected", "measure_start", "guard_start", "probe_start",
+                                              "probe_stop", "guard_stop", "measure_stop", "result"]
+    ev = {e["event"]: e for _, e in events}
+    assert ev["probe_start"]["t"] - ev["guard_start"]["t"] == pytest.approx(0.1, abs=2e-6)
+    assert ev["guard_stop"]["t"] - ev["probe_stop"]["t"] == pytest.approx(0.1, abs=2e-6)
+    check_stats(stats, 20, 1.5)
+    check_phases(stats, 0.3)
+    assert stats["probe_guard"] == 0.1
+    assert stats["phases"]["guard"]["duration_s"] == pytest.approx(0.2, abs=2e-6)
+    assert stats["phases"]["probed"]["duration_s"] == pytest.approx(0.45, abs=2e-6)
+    assert stats["phases"]["unprobed"]["duration_s"] == pytest.approx(0.85, abs=2e-6)
+    for ph in stats["phases"].values():
+        assert ph["messages"] > 0 and min(ph["per_conn_messages"]) > 0
+    # Guards need a probed sub-window to guard.
+    with pytest.raises(LoaderError) as info:
+        loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=0.5, probe_guard=0.1))
+    assert info.value.kind == "bad_request" and "probe_guard needs probe_share" in str(info.value)
 
 
 def test_probe_share_zero_one_and_absent(group, loader):

@@ -83,6 +83,15 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     assert 0.2 < row["probed"]["duration_s"] / (row["probed"]["duration_s"] + row["duration_s"]) < 0.4
     assert row["msgs_per_sec"] == pytest.approx(row["messages"] / row["duration_s"], rel=0.02)
     assert row["probe_cost"] is not None
+    # The probes ran inside the guards (0.1 s each side, counted in neither phase): attached before the
+    # probed sub-window began, detached before the headline time after it resumed. The headline is
+    # the window minus the probed sub-window and both guards.
+    timing = row["probed"]
+    assert timing["guard_s"] == pytest.approx(0.1)
+    assert 0 < timing["attach_lead_ms"] < 100 and 0 < timing["detach_lag_ms"] < 100, timing
+    assert timing["late_ms"] == 0 and timing["spill_ms"] == 0, timing
+    assert row["duration_s"] == pytest.approx(6 * 0.7 - 0.2, abs=0.01)
+    assert "no probe ran in headline time" in (out / "report.md").read_text()
 
 
 def test_probe_share_one_counts_as_before_and_share_zero_probes_nothing(tmp_path):

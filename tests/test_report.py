@@ -217,6 +217,25 @@ def test_fairness_is_stated_plainly_either_way():
     assert broke.startswith("Fairness broke in 1 cell") and "asyncio_sock at 100 connections, 4 in flight" in broke
 
 
+def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
+    """The report's claim that no probe ran in headline time follows each cell's measured attach and
+    detach times (probed.late_ms / probed.spill_ms), and names the cells where it does not hold."""
+    from netprof.profiler.report import _probe_sentence
+
+    def cells(spill: float) -> pd.DataFrame:
+        return pd.DataFrame({"backend": ["selector", "cpp_epoll"], "interpreter": ["cpython-3.11.2"] * 2,
+                             "connections": [100, 100], "pipeline": [1, 1], "probe_cost": [0.03, 0.05],
+                             "probed.share": [0.3, 0.3], "probed.guard_s": [0.1, 0.1],
+                             "probed.attach_lead_ms": [98.0, 97.5], "probed.detach_lag_ms": [9.0, 9.5 + spill],
+                             "probed.late_ms": [0.0, 0.0], "probed.spill_ms": [0.0, spill]})
+
+    inside = _probe_sentence(cells(0.0))
+    assert "97.5 ms or more before it" in inside and "within 9.5 ms after it" in inside
+    assert "no probe ran in headline time" in inside
+    past = _probe_sentence(cells(20.0))
+    assert "In 1 cell (cpp_epoll" in past and "no probe ran" not in past and "100 ms guard" in past
+
+
 # --- the first screen, units, links -------------------------------------------------------------
 
 def _headline_rows(md: str) -> list[list[str]]:

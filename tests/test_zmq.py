@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 import os
 import resource
-import select
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
-from helpers import require_bpf, run_netprof, wait_no_children
+from helpers import Backend, require_bpf, run_netprof, wait_no_children
 from netprof.backends import registry
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.paths import loader_binary
@@ -25,44 +22,6 @@ from netprof.profiler.procs import ProcessGroup
 zmq = pytest.importorskip("zmq")
 
 ZMQ_BACKENDS = [n for n in registry.names() if registry.get(n).transport == "zmq"]
-
-
-class ZBackend:
-    """`python -m netprof.backends NAME --port 0`, always killed and reaped on the way out."""
-
-    def __init__(self, name: str, env: dict | None = None):
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "netprof.backends", name, "--port", "0"],
-                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-                                     start_new_session=True, env=env)
-
-    def wait_ready(self, timeout: float = 20) -> int:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        assert line.startswith("ready "), f"no ready line: {line!r}; stderr: {self.err()}"
-        _, pid, port = line.split()
-        assert int(pid) == self.proc.pid
-        return int(port)
-
-    def err(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read()
-
-    def wait_exit(self, timeout: float) -> int | None:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        self.proc.stdout.close()
-        self.stderr.close()
 
 
 def dealers(ctx, port: int, n: int) -> list:
@@ -90,7 +49,7 @@ def test_registry_entries():
 def test_echo_exact_then_serve_on_until_sigterm(name):
     ctx = zmq.Context()
     try:
-        with ZBackend(name) as b:
+        with Backend(name) as b:
             port = b.wait_ready()
             socks = dealers(ctx, port, 4)
             # Distinct payloads per DEALER and round, several in flight, multipart and empty frames too.
@@ -111,18 +70,16 @@ def test_echo_exact_then_serve_on_until_sigterm(name):
             for d in socks:
                 d.close()
             # Every peer gone is no reason to stop: only SIGTERM is.
-            assert b.wait_exit(0.5) is None, f"exited once its peers were gone: {b.err()}"
-            os.kill(b.proc.pid, signal.SIGTERM)
-            assert b.wait_exit(5) == 0, b.err()
+            b.assert_running_after(0.5, "exited once its peers were gone")
+            assert b.stop(5) == 0, b.err()
             assert "Traceback" not in b.err(), b.err()
 
-        with ZBackend(name) as b:  # and SIGTERM with a peer still connected
+        with Backend(name) as b:  # and SIGTERM with a peer still connected
             port = b.wait_ready()
             (d,) = dealers(ctx, port, 1)
             d.send(b"ping")
             assert d.recv() == b"ping"
-            os.kill(b.proc.pid, signal.SIGTERM)
-            assert b.wait_exit(5) == 0, b.err()
+            assert b.stop(5) == 0, b.err()
             assert "Traceback" not in b.err(), b.err()
             d.close()
     finally:
@@ -139,7 +96,7 @@ def test_broken_library_is_one_line_exit_1(tmp_path):
         "    raise AttributeError(\"module 'asyncio' has no attribute 'async'\")\n")
     (pkg / "rpc" / "__init__.py").write_text("")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
-    with ZBackend("aiozmq_core", env=env) as b:
+    with Backend("aiozmq_core", env=env) as b:
         assert b.wait_exit(30) == 1
         err = b.err().strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and "has no attribute 'async'" in err, err
@@ -148,7 +105,7 @@ def test_broken_library_is_one_line_exit_1(tmp_path):
 def test_missing_dependency_is_one_line_exit_3(tmp_path):
     (tmp_path / "aiozmq.py").write_text("raise ImportError('No module named aiozmq')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
-    with ZBackend("aiozmq_rpc", env=env) as b:
+    with Backend("aiozmq_rpc", env=env) as b:
         assert b.wait_exit(30) == 3
         err = b.err().strip()
     assert "pip install 'aiozmq[rpc]'" in err and len(err.splitlines()) == 1, err
@@ -157,7 +114,7 @@ def test_missing_dependency_is_one_line_exit_3(tmp_path):
 @pytest.mark.slow
 def test_loader_zmq_mode_against_zmq_poller():
     events = []
-    with ProcessGroup() as group, ZBackend("zmq_poller") as b:
+    with ProcessGroup() as group, Backend("zmq_poller") as b:
         port = b.wait_ready()
         loader = Loader.start(group)
         stats = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=2.0, warmup=0.3,
@@ -170,9 +127,8 @@ def test_loader_zmq_mode_against_zmq_poller():
         assert sum(stats["per_conn_messages"]) == stats["messages"] == stats["latency_us"]["count"]
         assert stats["duration_s"] == pytest.approx(2.0, abs=1e-3)
         # The loader closed its DEALERs: the backend serves on until SIGTERM, then exits 0.
-        assert b.wait_exit(0.5) is None, f"exited once the loader's peers were gone: {b.err()}"
-        os.kill(b.proc.pid, signal.SIGTERM)
-        assert b.wait_exit(5) == 0, b.err()
+        b.assert_running_after(0.5, "exited once the loader's peers were gone")
+        assert b.stop(5) == 0, b.err()
         # Nobody there any more: no hello is answered, so the run fails as `connect`.
         with pytest.raises(LoaderError) as e:
             loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=3, duration=0.5, connect_timeout=0.3,

@@ -132,20 +132,25 @@ struct Shared {
   const Payload* payload;
   std::atomic<int> phase{kConnect};
   // The window's boundaries, published by the coordinator (fixed before the first ping, cut on abort).
-  std::atomic<int64_t> t_start{INT64_MAX}, probe_start{INT64_MAX}, probe_stop{INT64_MAX}, t_stop{INT64_MAX};
+  std::atomic<int64_t> t_start{INT64_MAX}, guard_start{INT64_MAX}, probe_start{INT64_MAX}, probe_stop{INT64_MAX},
+      guard_stop{INT64_MAX}, t_stop{INT64_MAX};
   void publish(const WindowBounds& w) {
-    // Stop first: on a cut, a worker that sees the new stop with old probe bounds still classifies
-    // every echo before the new stop the same way as with the new bounds.
+    // Stop first: on a cut, a worker that sees the new stop with old probe/guard bounds still
+    // classifies every echo before the new stop the same way as with the new bounds.
     t_stop.store(w.stop);
+    guard_stop.store(w.guard_stop);
     probe_stop.store(w.probe_stop);
     probe_start.store(w.probe_start);
+    guard_start.store(w.guard_start);
     t_start.store(w.start);
   }
   WindowBounds bounds() const {
     WindowBounds w;
     w.start = t_start.load(std::memory_order_relaxed);
+    w.guard_start = guard_start.load(std::memory_order_relaxed);
     w.probe_start = probe_start.load(std::memory_order_relaxed);
     w.probe_stop = probe_stop.load(std::memory_order_relaxed);
+    w.guard_stop = guard_stop.load(std::memory_order_relaxed);
     w.stop = t_stop.load(std::memory_order_relaxed);
     return w;
   }
@@ -512,7 +517,9 @@ class Worker {
 
   // This worker's slowest answered message of the window (ns): final once an answer came after the
   // window's end (a worker sees its answers in time order), a lower bound of the window's slowest.
-  int64_t slowest() const { return int64_t(std::max(hist[kUnprobed].max(), hist[kProbed].max())); }
+  int64_t slowest() const {
+    return int64_t(std::max({hist[kUnprobed].max(), hist[kProbed].max(), hist[kGuard].max()}));
+  }
 
   // One more message answered (and in the window): single writer, so a plain relaxed store, no
   // locked instruction on the per-message path.

@@ -23,7 +23,7 @@ const char* kUsage = R"(usage:
   netprof-loader --control-fd N [--threads T] [--cpus LIST]
   netprof-loader --target IP:PORT -c N [-d SECONDS] [-s MSIZE] [--warmup S] [--pipeline K]
                  [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq]
-                 [--probe-share F] [--protocol echo|http|line] [--request 'METHOD /path']
+                 [--probe-share F [--probe-guard S]] [--protocol echo|http|line] [--request 'METHOD /path']
                  [--header 'Name: value']... [--body TEXT] [--host HOST] [--line TEXT]
                  [--threads T] [--cpus LIST] [--json]
 Control mode serves JSON-lines requests (PROTOCOL.md) on the stream socket N its parent passed (one end
@@ -32,7 +32,8 @@ The loader dies with its parent (SIGKILL) in both modes.
 think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
 --transport zmq: N ZeroMQ DEALER sockets instead of TCP connections (the backend is a ROUTER).
 --probe-share F: split the window into a centred probed sub-window (F of it, 0..1) and the rest,
-                 and report both phases (stats "phases").
+                 and report both phases (stats "phases"); --probe-guard S: S seconds on each side of
+                 it count in neither phase (stats phases.guard).
 --protocol http: HTTP/1.1 keep-alive exchanges (--request, --header, --body, --host);
 --protocol line: send --line and a newline, read one newline-terminated reply.
 )";
@@ -122,9 +123,10 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
       if (!s.errors.sample.empty()) printf("first protocol error: %s\n", s.errors.sample.c_str());
     }
     if (s.has_phases) {
-      for (int p : {kUnprobed, kProbed}) {
+      for (int p : {kUnprobed, kProbed, kGuard}) {
+        if (p == kGuard && s.probe_guard <= 0) continue;
         const PhaseStats& ph = s.phases[p];
-        printf("%s: %llu messages in %.3f s = %.1f msgs/s\n", p == kProbed ? "probed" : "unprobed",
+        printf("%s: %llu messages in %.3f s = %.1f msgs/s\n", p == kProbed ? "probed" : p == kGuard ? "guard" : "unprobed",
                (unsigned long long)ph.messages, ph.duration_s,
                ph.duration_s > 0 ? double(ph.messages) / ph.duration_s : 0.0);
       }
@@ -159,6 +161,7 @@ int run_main(int argc, char** argv) {
     kJson,
     kTransport,
     kProbeShare,
+    kProbeGuard,
     kProtocol,
     kRequest,
     kHeader,
@@ -183,6 +186,7 @@ int run_main(int argc, char** argv) {
                                 {"json", no_argument, nullptr, kJson},
                                 {"transport", required_argument, nullptr, kTransport},
                                 {"probe-share", required_argument, nullptr, kProbeShare},
+                                {"probe-guard", required_argument, nullptr, kProbeGuard},
                                 {"protocol", required_argument, nullptr, kProtocol},
                                 {"request", required_argument, nullptr, kRequest},
                                 {"header", required_argument, nullptr, kHeader},
@@ -236,6 +240,7 @@ int run_main(int argc, char** argv) {
       case kJson: as_json = true; break;
       case kTransport: request["transport"] = optarg; break;
       case kProbeShare: request["probe_share"] = need_num("--probe-share"); break;
+      case kProbeGuard: request["probe_guard"] = need_num("--probe-guard"); break;
       case kProtocol: request["protocol"] = optarg; break;
       case kRequest: request["request"] = optarg; break;
       case kHeader: request["headers"].push_back(optarg); break;

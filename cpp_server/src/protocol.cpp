@@ -189,7 +189,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   static const std::set<std::string> run_fields{
       "cmd",     "target",    "connections", "msize",    "duration", "warmup",  "pipeline", "think", "connect_timeout",
       "sources", "transport", "probe_share", "protocol", "request",  "headers", "body",     "host",  "line",
-      "progress"};
+      "progress", "probe_guard"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -230,6 +230,11 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       !get_num(o, "probe_share", 0, 1, &r.probe_share, why))
     return false;
   r.probe_share_given = o.contains("probe_share");
+  if (!get_num(o, "probe_guard", 0, 60, &r.probe_guard, why)) return false;
+  if (o.contains("probe_guard") && !r.probe_share_given) {
+    *why = "probe_guard needs probe_share (the guards surround the probed sub-window)";
+    return false;
+  }
   // Not below 0.05 s: one line per interval, so a tiny interval would flood the client.
   if (!get_num(o, "progress", 0.05, 3600, &r.progress, why)) return false;
   if (!parse_protocol(o, &r, why)) return false;
@@ -398,6 +403,13 @@ json stats_json(const Stats& s) {
     probed["t_start"] = r6(s.probe_t_start);
     probed["t_stop"] = r6(s.probe_t_stop);
     j["phases"] = {{"unprobed", phase_json(s.phases[kUnprobed])}, {"probed", probed}};
+    if (s.probe_guard > 0) {  // only for clients that asked for guards: the others see two phases
+      j["probe_guard"] = s.probe_guard;
+      json guard = phase_json(s.phases[kGuard]);
+      guard["t_start"] = r6(s.guard_t_start);
+      guard["t_stop"] = r6(s.guard_t_stop);
+      j["phases"]["guard"] = guard;
+    }
   }
   return j;
 }

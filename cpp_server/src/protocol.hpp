@@ -66,6 +66,9 @@ struct RunRequest {
   // Absent = 1 with no probe events and no `phases` in the stats (the single-phase protocol).
   double probe_share = 1.0;
   bool probe_share_given = false;
+  // Seconds on each side of the probed sub-window that count in neither phase (PROTOCOL.md, "Probe
+  // phases"): the profiler attaches its probes during the first guard and detaches them during the second.
+  double probe_guard = 0;
   // Seconds between `progress` events (PROTOCOL.md, "Progress"); 0 = absent: none are sent.
   double progress = 0;
   Protocol protocol = Protocol::Echo;
@@ -101,9 +104,10 @@ struct Errors {
   void add(const Errors& o);
 };
 
-// The two phases of the window: the probed sub-window and the rest of the window.
-enum ProbePhase : int { kUnprobed = 0, kProbed = 1 };
-constexpr int kPhases = 2;
+// The phases of the window: the probed sub-window, the guards on either side of it (where the
+// profiler attaches and detaches its probes: counted in neither), and the rest of the window.
+enum ProbePhase : int { kUnprobed = 0, kProbed = 1, kGuard = 2 };
+constexpr int kPhases = 3;
 template <class T>
 using PerPhase = std::array<T, kPhases>;
 
@@ -158,8 +162,8 @@ struct Stats {
   bool aborted = false;
   // Probe phases: reported when the request gave probe_share.
   bool has_phases = false;
-  double probe_share = 1.0;
-  double probe_t_start = 0, probe_t_stop = 0;
+  double probe_share = 1.0, probe_guard = 0;
+  double probe_t_start = 0, probe_t_stop = 0, guard_t_start = 0, guard_t_stop = 0;
   PerPhase<PhaseStats> phases;
   // Left waiting at the window's end, longer than its slowest answered message: messages, connections
   // with one, age of the oldest (ns).

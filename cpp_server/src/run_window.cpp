@@ -17,7 +17,7 @@ rusage self_rusage() {
 }
 }  // namespace
 
-WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_share) {
+WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_share, int64_t guard_ns) {
   duration_ns = std::max<int64_t>(0, duration_ns);
   probe_share = std::min(1.0, std::max(0.0, probe_share));
   int64_t probed = std::min(duration_ns, int64_t(std::llround(double(duration_ns) * probe_share)));
@@ -26,14 +26,19 @@ WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_shar
   w.stop = start + duration_ns;
   w.probe_start = start + (duration_ns - probed) / 2;
   w.probe_stop = w.probe_start + probed;
+  const int64_t guard = probed > 0 ? std::max<int64_t>(0, guard_ns) : 0;
+  w.guard_start = std::max(w.start, w.probe_start - guard);
+  w.guard_stop = std::min(w.stop, w.probe_stop + guard);
   return w;
 }
 
 WindowBounds cut_window(const WindowBounds& w, int64_t t_end) {
   WindowBounds c = w;
   c.stop = std::max(std::min(t_end, w.stop), w.start);
+  c.guard_start = std::min(w.guard_start, c.stop);
   c.probe_start = std::min(w.probe_start, c.stop);
   c.probe_stop = std::max(std::min(w.probe_stop, c.stop), c.probe_start);
+  c.guard_stop = std::max(std::min(w.guard_stop, c.stop), c.probe_stop);
   return c;
 }
 
@@ -48,13 +53,17 @@ bool RunWindow::connected(Stats& st, int64_t t0, int64_t t1, long up) {
 
 void RunWindow::fix(int64_t t1) {
   int64_t start = t1 + s_to_ns(req_.warmup);
-  bounds_ = window_bounds(start, s_to_ns(req_.duration), req_.probe_share);
+  // Probe marks only when the client asked for phases, and none when nothing is probed; guard marks
+  // only when it asked for guards too.
+  const bool probes = req_.probe_share_given && req_.probe_share > 0;
+  const bool guards = probes && req_.probe_guard > 0;
+  bounds_ = window_bounds(start, s_to_ns(req_.duration), req_.probe_share, guards ? s_to_ns(req_.probe_guard) : 0);
   fixed_ = true;
-  // Probe marks only when the client asked for phases, and none when nothing is probed.
-  bool probes = req_.probe_share_given && req_.probe_share > 0;
   marks_[kMeasureStart] = {"measure_start", bounds_.start, true, false};
+  marks_[kGuardStart] = {"guard_start", bounds_.guard_start, guards, false};
   marks_[kProbeStart] = {"probe_start", bounds_.probe_start, probes, false};
   marks_[kProbeStop] = {"probe_stop", bounds_.probe_stop, probes, false};
+  marks_[kGuardStop] = {"guard_stop", bounds_.guard_stop, guards, false};
   marks_[kMeasureStop] = {"measure_stop", bounds_.stop, true, false};
   if (req_.progress > 0) {
     progress_every_ = std::max<int64_t>(1, s_to_ns(req_.progress));
@@ -121,12 +130,17 @@ void RunWindow::cut(int64_t t_end) {
     if (bounds_.probe_start == bounds_.probe_stop) marks_[kProbeStart].wanted = marks_[kProbeStop].wanted = false;
   }
   if (!marks_[kProbeStop].sent) marks_[kProbeStop].t = bounds_.probe_stop;
+  if (!marks_[kGuardStart].sent) {
+    marks_[kGuardStart].t = bounds_.guard_start;
+    if (bounds_.guard_start == bounds_.guard_stop) marks_[kGuardStart].wanted = marks_[kGuardStop].wanted = false;
+  }
+  if (!marks_[kGuardStop].sent) marks_[kGuardStop].t = bounds_.guard_stop;
 }
 
 bool RunWindow::close(bool send_owed) {
   if (!opened_ || closed_) return true;
   bool ok = true;
-  for (int id = kProbeStart; id < kMarks; id++) {
+  for (int id = kGuardStart; id < kMarks; id++) {
     Mark& m = marks_[id];
     if (!m.wanted || m.sent) continue;
     if (send_owed && ok) {
@@ -146,15 +160,20 @@ void RunWindow::finish(Stats& st, int cpu_threads) const {
   st.warmup_s = fixed_ ? req_.warmup : 0;
   st.has_phases = req_.probe_share_given;
   st.probe_share = req_.probe_share;
+  st.probe_guard = req_.probe_guard;
   if (!opened_) return;
   st.t_start = ns_to_s(bounds_.start);
   st.t_stop = ns_to_s(bounds_.stop);
   st.duration_s = ns_to_s(bounds_.stop - bounds_.start);
   st.probe_t_start = ns_to_s(bounds_.probe_start);
   st.probe_t_stop = ns_to_s(bounds_.probe_stop);
+  st.guard_t_start = ns_to_s(bounds_.guard_start);
+  st.guard_t_stop = ns_to_s(bounds_.guard_stop);
   st.phases[kProbed].duration_s = ns_to_s(bounds_.probe_stop - bounds_.probe_start);
+  st.phases[kGuard].duration_s =
+      ns_to_s((bounds_.probe_start - bounds_.guard_start) + (bounds_.guard_stop - bounds_.probe_stop));
   st.phases[kUnprobed].duration_s =
-      ns_to_s((bounds_.stop - bounds_.start) - (bounds_.probe_stop - bounds_.probe_start));
+      ns_to_s((bounds_.stop - bounds_.start) - (bounds_.guard_stop - bounds_.guard_start));
   if (closed_) {
     st.user_s = tv_s(ru1_.ru_utime) - tv_s(ru0_.ru_utime);
     st.sys_s = tv_s(ru1_.ru_stime) - tv_s(ru0_.ru_stime);

@@ -13,26 +13,30 @@
 
 namespace netprof {
 
-// The window [start, stop) and its probed sub-window [probe_start, probe_stop), monotonic ns.
-// Unfixed (the default) it contains no instant.
+// The window [start, stop), its probed sub-window [probe_start, probe_stop) and the guarded span
+// around that [guard_start, guard_stop) (guard_start <= probe_start <= probe_stop <= guard_stop),
+// monotonic ns. Unfixed (the default) it contains no instant.
 struct WindowBounds {
-  int64_t start = INT64_MAX, probe_start = INT64_MAX, probe_stop = INT64_MAX, stop = INT64_MAX;
+  int64_t start = INT64_MAX, guard_start = INT64_MAX, probe_start = INT64_MAX, probe_stop = INT64_MAX,
+          guard_stop = INT64_MAX, stop = INT64_MAX;
 };
 
 // The window that starts at `start` and lasts `duration_ns`, with a probed sub-window of
-// probe_share × duration centred in it (share 0: empty, at the middle; share 1: the whole window).
-WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_share);
+// probe_share × duration centred in it (share 0: empty, at the middle; share 1: the whole window),
+// and guards of `guard_ns` on each side of a non-empty one, cut to the window.
+WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_share, int64_t guard_ns = 0);
 
 // The same window cut short at t_end (a run that stops early): it ends at t_end, but never before it
 // began, and the probed sub-window ends there too (empty if it had not begun).
 WindowBounds cut_window(const WindowBounds& w, int64_t t_end);
 
 constexpr int kOutside = -1;
-// The phase an echo completed at `t` counts in: kOutside, kUnprobed or kProbed. Every instant of the
-// window belongs to exactly one phase, so the phases' counts add up to the window's.
+// The phase an echo completed at `t` counts in: kOutside, kUnprobed, kProbed or kGuard. Every instant
+// of the window belongs to exactly one phase, so the phases' counts add up to the window's.
 inline int phase_at(const WindowBounds& w, int64_t t) {
   if (t < w.start || t >= w.stop) return kOutside;
-  return t >= w.probe_start && t < w.probe_stop ? kProbed : kUnprobed;
+  if (t >= w.probe_start && t < w.probe_stop) return kProbed;
+  return t >= w.guard_start && t < w.guard_stop ? kGuard : kUnprobed;
 }
 
 class RunWindow {
@@ -75,7 +79,7 @@ class RunWindow {
   void finish(Stats& st, int cpu_threads) const;
 
  private:
-  enum MarkId { kMeasureStart, kProbeStart, kProbeStop, kMeasureStop, kMarks };
+  enum MarkId { kMeasureStart, kGuardStart, kProbeStart, kProbeStop, kGuardStop, kMeasureStop, kMarks };
   struct Mark {
     const char* name;
     int64_t t;
@@ -88,10 +92,9 @@ class RunWindow {
   const Emit& emit_;
   WindowBounds bounds_;
   bool fixed_ = false, opened_ = false, closed_ = false;
-  Mark marks_[kMarks] = {{"measure_start", 0, false, false},
-                         {"probe_start", 0, false, false},
-                         {"probe_stop", 0, false, false},
-                         {"measure_stop", 0, false, false}};
+  Mark marks_[kMarks] = {{"measure_start", 0, false, false}, {"guard_start", 0, false, false},
+                         {"probe_start", 0, false, false},   {"probe_stop", 0, false, false},
+                         {"guard_stop", 0, false, false},    {"measure_stop", 0, false, false}};
   rusage ru0_{}, ru1_{};
   // Progress: interval, next due time, and the counts at the previous event (rates are per interval).
   int64_t progress_every_ = 0, next_progress_ = INT64_MAX, last_progress_t_ = 0;

@@ -199,6 +199,17 @@ TEST(Protocol, ProbeShare) {
         << bad;
 }
 
+TEST(Protocol, ProbeGuard) {
+  const std::string base = R"({"cmd":"run","target":"127.0.0.1:5000","connections":2)";
+  EXPECT_EQ(ok(base + "}").run.probe_guard, 0.0);
+  EXPECT_EQ(ok(base + R"(,"probe_share":0.3,"probe_guard":0.1})").run.probe_guard, 0.1);
+  EXPECT_NE(why_of(base + R"(,"probe_guard":0.1})").find("probe_guard needs probe_share"), std::string::npos);
+  for (const char* bad : {"-0.1", "61"})
+    EXPECT_NE(why_of(base + R"(,"probe_share":0.3,"probe_guard":)" + bad + "}").find("probe_guard must be in"),
+              std::string::npos)
+        << bad;
+}
+
 TEST(Protocol, InFlightLimits) {
   const std::string base = R"({"cmd":"run","target":"127.0.0.1:5000",)";
   // connections × pipeline above 2^24 messages

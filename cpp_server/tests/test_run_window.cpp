@@ -93,6 +93,90 @@ TEST(WindowBounds, CutShortensBothWindows) {
   EXPECT_EQ(late.stop, 1100);
 }
 
+TEST(WindowBounds, GuardsAroundTheProbedSubWindowCountInNeitherPhase) {
+  WindowBounds w = window_bounds(1000, 100, 0.3, 10);  // guards [1025, 1035) and [1065, 1075)
+  EXPECT_EQ(w.guard_start, 1025);
+  EXPECT_EQ(w.guard_stop, 1075);
+  EXPECT_EQ(phase_at(w, 1024), kUnprobed);
+  EXPECT_EQ(phase_at(w, 1025), kGuard);
+  EXPECT_EQ(phase_at(w, 1034), kGuard);
+  EXPECT_EQ(phase_at(w, 1035), kProbed);
+  EXPECT_EQ(phase_at(w, 1065), kGuard);
+  EXPECT_EQ(phase_at(w, 1074), kGuard);
+  EXPECT_EQ(phase_at(w, 1075), kUnprobed);
+  int counts[kPhases] = {0, 0, 0};
+  for (int64_t t = 900; t < 1200; t++)
+    if (int p = phase_at(w, t); p != kOutside) counts[p]++;
+  EXPECT_EQ(counts[kProbed], 30);
+  EXPECT_EQ(counts[kGuard], 20);
+  EXPECT_EQ(counts[kUnprobed], 50);
+  WindowBounds wide = window_bounds(1000, 100, 0.3, 50);  // cut to the window
+  EXPECT_EQ(wide.guard_start, 1000);
+  EXPECT_EQ(wide.guard_stop, 1100);
+  WindowBounds none = window_bounds(1000, 100, 0.0, 10);  // nothing probed: nothing to guard
+  EXPECT_EQ(none.guard_start, none.guard_stop);
+  EXPECT_EQ(phase_at(none, 1050), kUnprobed);
+  WindowBounds plain = window_bounds(1000, 100, 0.3);  // no guard: empty guards at the probed edges
+  EXPECT_EQ(plain.guard_start, plain.probe_start);
+  EXPECT_EQ(plain.guard_stop, plain.probe_stop);
+  WindowBounds cut = cut_window(w, 1030);  // inside the first guard
+  EXPECT_EQ(cut.guard_start, 1025);
+  EXPECT_EQ(cut.probe_start, 1030);
+  EXPECT_EQ(cut.probe_stop, 1030);
+  EXPECT_EQ(cut.guard_stop, 1030);
+  WindowBounds cut2 = cut_window(w, 1070);  // inside the second guard
+  EXPECT_EQ(cut2.probe_stop, 1065);
+  EXPECT_EQ(cut2.guard_stop, 1070);
+}
+
+TEST(RunWindow, GuardMarksAroundTheProbeMarks) {
+  RunRequest r = request(1.0, 0, 0.4, true);  // probed [0.3, 0.7) s
+  r.probe_guard = 0.1;
+  {
+    Recorder rec;
+    Emit emit = rec.emit();
+    RunWindow win(r, emit);
+    win.fix(10 * kS);
+    EXPECT_TRUE(win.advance(20 * kS));
+    EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start", "guard_start", "probe_start", "probe_stop",
+                                                     "guard_stop", "measure_stop"}));
+    EXPECT_DOUBLE_EQ(rec.events[1]["t"].get<double>(), 10.2);
+    EXPECT_DOUBLE_EQ(rec.events[4]["t"].get<double>(), 10.8);
+    Stats st;
+    win.finish(st, 1);
+    EXPECT_NEAR(st.phases[kProbed].duration_s, 0.4, 1e-9);
+    EXPECT_NEAR(st.phases[kGuard].duration_s, 0.2, 1e-9);
+    EXPECT_NEAR(st.phases[kUnprobed].duration_s, 0.4, 1e-9);
+    EXPECT_NEAR(st.guard_t_start, 10.2, 1e-9);
+    EXPECT_NEAR(st.guard_t_stop, 10.8, 1e-9);
+    json j = stats_json(st);
+    EXPECT_DOUBLE_EQ(j["probe_guard"].get<double>(), 0.1);
+    EXPECT_NEAR(j["phases"]["guard"]["duration_s"].get<double>(), 0.2, 1e-6);
+  }
+  {
+    Recorder rec;  // aborted in the first guard: the probes never ran, the guard is closed
+    Emit emit = rec.emit();
+    RunWindow win(r, emit);
+    win.fix(0);
+    win.advance(kS / 4);
+    win.cut(kS / 4);
+    EXPECT_TRUE(win.close(true));
+    EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start", "guard_start", "guard_stop", "measure_stop"}));
+  }
+  {
+    RunRequest plain = request(1.0, 0, 0.4, true);  // no guard asked: the two-phase events and stats
+    Recorder rec;
+    Emit emit = rec.emit();
+    RunWindow win(plain, emit);
+    win.fix(0);
+    win.advance(INT64_MAX);
+    EXPECT_EQ(rec.names(), std::vector<std::string>({"measure_start", "probe_start", "probe_stop", "measure_stop"}));
+    Stats st;
+    win.finish(st, 1);
+    EXPECT_FALSE(stats_json(st)["phases"].contains("guard"));
+  }
+}
+
 TEST(RunWindow, MarksInOrderWithTheirBoundaries) {
   RunRequest r = request(1.0, 0.5, 0.4, true);
   Recorder rec;
