@@ -78,6 +78,9 @@ def main() -> int:
 def measure(args: argparse.Namespace) -> int:
     ratios: dict[str, list[float]] = {b: [] for b in args.backends}
     costs: dict[str, list[float]] = {b: [] for b in args.backends}
+    # When the probes really attached before / detached after the probed sub-window (ms), per round.
+    leads: dict[str, list[float]] = {b: [] for b in args.backends}
+    lags: dict[str, list[float]] = {b: [] for b in args.backends}
     rates: dict[str, dict[str, list[float]]] = {b: {v: [] for v in VARIANTS} for b in args.backends}
     for rnd in range(args.rounds):
         for b in args.backends:
@@ -88,22 +91,29 @@ def measure(args: argparse.Namespace) -> int:
             ratios[b].append(got["default"]["msgs_per_sec"] / got["no-probes"]["msgs_per_sec"])
             if got["default"].get("probe_cost") is not None:
                 costs[b].append(got["default"]["probe_cost"])
+            timing = got["default"].get("probed") or {}
+            if "attach_lead_ms" in timing:
+                leads[b].append(timing["attach_lead_ms"])
+                lags[b].append(timing["detach_lag_ms"])
             print(f"round {rnd + 1} {b}: ratio {ratios[b][-1]:.3f}, cell's probe cost "
                   f"{100 * costs[b][-1] if costs[b] else float('nan'):+.1f}%", file=sys.stderr)
     # The median beside the mean: one round that another process on the machine disturbed moves the
     # mean by several percent either way; the median says what a typical round shows.
     lines = ["| backend | no-probes msgs/s | default headline msgs/s | headline ratio (95% CI) | median ratio "
-             "| probe cost measured in the cell (mean, range) |", "|---|---|---|---|---|---|"]
+             "| probe cost measured in the cell (mean, range) | attached before / detached after the probed part "
+             "(worst round) |", "|---|---|---|---|---|---|---|"]
     for b in args.backends:
         s = summarize(ratios[b])
         lines.append(f"| {b} | {statistics.mean(rates[b]['no-probes']):,.0f} "
                      f"| {statistics.mean(rates[b]['default']):,.0f} "
                      f"| {s['mean']:.3f} ±{s['ci']:.3f} | {statistics.median(ratios[b]):.3f} "
                      f"| {100 * statistics.mean(costs[b]):+.1f}% "
-                     f"({100 * min(costs[b]):+.1f} … {100 * max(costs[b]):+.1f}%) |")
+                     f"({100 * min(costs[b]):+.1f} … {100 * max(costs[b]):+.1f}%) "
+                     + (f"| {min(leads[b]):.1f} ms / {max(lags[b]):.1f} ms |" if leads[b] else "| - |"))
     intro = (f"{command()} — {_dt.date.today()}, {args.connections} connections, {args.duration:g} s per run, "
              f"{args.rounds} interleaved rounds; default = `--probe-share 0.3` (probes attached in the middle 30% "
-             "of each window; headline figures from the other 70%). Ratio = default headline msgs/s ÷ --no-probes "
+             "of each window, 0.1 s guards on either side of it that count in neither part; headline figures "
+             "from the rest). Ratio = default headline msgs/s ÷ --no-probes "
              "msgs/s of the same round. Probe cost = 1 − probed/unprobed msgs/s inside the default run's own cell "
              "(what the report quotes).")
     if args.noise:

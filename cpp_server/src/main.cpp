@@ -126,7 +126,10 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
       for (int p : {kUnprobed, kProbed, kGuard}) {
         if (p == kGuard && s.probe_guard <= 0) continue;
         const PhaseStats& ph = s.phases[p];
-        printf("%s: %llu messages in %.3f s = %.1f msgs/s\n", p == kProbed ? "probed" : p == kGuard ? "guard" : "unprobed",
+        printf("%s: %llu messages in %.3f s = %.1f msgs/s\n",
+               p == kProbed  ? "probed"
+               : p == kGuard ? "guard"
+                             : "unprobed",
                (unsigned long long)ph.messages, ph.duration_s,
                ph.duration_s > 0 ? double(ph.messages) / ph.duration_s : 0.0);
       }

@@ -187,9 +187,10 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   if (!get_str(o, "cmd", &cmd, why)) return false;
   static const std::set<std::string> ping_fields{"cmd"};
   static const std::set<std::string> run_fields{
-      "cmd",     "target",    "connections", "msize",    "duration", "warmup",  "pipeline", "think", "connect_timeout",
-      "sources", "transport", "probe_share", "protocol", "request",  "headers", "body",     "host",  "line",
-      "progress", "probe_guard"};
+      "cmd",       "target",      "connections", "msize",           "duration",
+      "warmup",    "pipeline",    "think",       "connect_timeout", "sources",
+      "transport", "probe_share", "protocol",    "request",         "headers",
+      "body",      "host",        "line",        "progress",        "probe_guard"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;

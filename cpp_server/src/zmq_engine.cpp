@@ -309,7 +309,8 @@ class ZmqRun {
       hist_[phase].record(uint64_t(now - sent));
     }
     if (now >= window.stop)
-      waiting_.answered(i, sent, now, window.stop, int64_t(std::max({hist_[kUnprobed].max(), hist_[kProbed].max(), hist_[kGuard].max()})));
+      waiting_.answered(i, sent, now, window.stop,
+                        int64_t(std::max({hist_[kUnprobed].max(), hist_[kProbed].max(), hist_[kGuard].max()})));
     c.recvd++;
     if (req_.think.active()) {
       think_.push({now + int64_t(req_.think.sample_ns(rng_)), i});
