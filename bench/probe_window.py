@@ -12,6 +12,14 @@ a round and the rounds' ratios are averaged (this machine varies ±10% between m
 --noise D runs bench/bystander.py for the whole benchmark: one neighbour per CPU, busy a share D of
 the time with bursts of system calls (the kind of host where the counting set costs most, and where
 throughput drifts between minutes).
+
+--edges measures the design itself, with no probe anywhere: the loader splits each window into the same
+phases (one-shot `netprof-loader --probe-share 0.3 --probe-guard 0.1`, backend pinned to CPU 0, loader
+on CPU 1) and nothing attaches. The unprobed part ÷ the whole window says whether taking the headline
+from the window's edges biases it; the probed part ÷ the unprobed part is what a cell reports as the
+probes' cost when there are none: the noise floor of that per-cell figure.
+
+    .venv/bin/python bench/probe_window.py --edges -r 12 --write [--noise 0.25]
 """
 
 from __future__ import annotations
@@ -28,10 +36,14 @@ from pathlib import Path
 
 from results_md import command, publish  # bench/ is sys.path[0]: these run as files
 
+from netprof.profiler import stats
 from netprof.profiler.stats import summarize
 
 SECTION = "Probe window: headline throughput with and without probes (bench/probe_window.py)"
 NOISY = "Probe window on a noisy host (bench/probe_window.py --noise)"
+EDGES = "Probe window with no probe attached: the phases' own spread (bench/probe_window.py --edges)"
+EDGES_NOISY = "Probe window with no probe attached, noisy host (bench/probe_window.py --edges --noise)"
+SHARE, GUARD = 0.3, 0.1  # netprof's defaults (plan.RunConfig.probe_share, cell.PROBE_GUARD_S)
 VARIANTS = {"no-probes": ["--no-probes"], "default": []}
 
 
@@ -69,10 +81,58 @@ def main() -> int:
     ap.add_argument("-r", "--rounds", type=int, default=5)
     ap.add_argument("--noise", type=float, default=0.0, metavar="D",
                     help="run a noisy neighbour per CPU, busy a share D of the time (bench/bystander.py)")
+    ap.add_argument("--edges", action="store_true",
+                    help="no probes at all: the loader's phases against each other (see the docstring)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     with neighbours(args.noise):
-        return measure(args)
+        return edges(args) if args.edges else measure(args)
+
+
+def phases_once(backend: str, args: argparse.Namespace) -> dict:
+    """One one-shot loader run with the default phase split and nothing attached: its stats."""
+    from netprof.profiler.procs import ProcessGroup
+
+    loader = str(Path(sys.executable).with_name("netprof-loader"))
+    with ProcessGroup() as group:
+        be = group.spawn(f"backend-{backend}", [sys.executable, "-m", "netprof.backends", backend,
+                                                "--host", "127.0.0.1", "--port", "0"], cpus="0")
+        port = be.wait_line("ready", 30).split()[2]
+        p = subprocess.run([loader, "--target", f"127.0.0.1:{port}", "-c", str(args.connections),
+                            "-d", str(args.duration), "--probe-share", str(SHARE), "--probe-guard", str(GUARD),
+                            "--cpus", "1", "--json"], capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise SystemExit(f"{backend}: loader exit {p.returncode}: {p.stderr.strip()[-300:]}")
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def edges(args: argparse.Namespace) -> int:
+    whole: dict[str, list[float]] = {b: [] for b in args.backends}
+    edge: dict[str, list[float]] = {b: [] for b in args.backends}  # unprobed part ÷ whole window
+    floor: dict[str, list[float]] = {b: [] for b in args.backends}  # 1 − probed ÷ unprobed: a "probe cost"
+    for rnd in range(args.rounds):
+        for b in args.backends:
+            s = phases_once(b, args)
+            u, p = s["phases"]["unprobed"]["msgs_per_sec"], s["phases"]["probed"]["msgs_per_sec"]
+            whole[b].append(s["msgs_per_sec"])
+            edge[b].append(u / s["msgs_per_sec"])
+            floor[b].append(stats.probe_cost(u, p))
+            print(f"round {rnd + 1} {b}: unprobed/whole {edge[b][-1]:.4f}, "
+                  f"'probe cost' with no probes {100 * floor[b][-1]:+.1f}%", file=sys.stderr)
+    lines = ["| backend | whole-window msgs/s | unprobed part ÷ whole window (95% CI) | sd of one cell "
+             "| \"probe cost\" with no probe attached (95% CI) | sd of one cell |", "|---|---|---|---|---|---|"]
+    for b in args.backends:
+        e, f = summarize(edge[b]), summarize(floor[b])
+        lines.append(f"| {b} | {statistics.mean(whole[b]):,.0f} | {e['mean']:.4f} ±{e['ci']:.4f} | {e['std']:.4f} "
+                     f"| {100 * f['mean']:+.1f}% ±{100 * f['ci']:.1f}% | {100 * f['std']:.1f}% |")
+    intro = (f"{command()} — {_dt.date.today()}, {args.connections} connections, {args.duration:g} s windows, "
+             f"{args.rounds} rounds; the one-shot loader splits each window as netprof does by default "
+             f"(`--probe-share {SHARE:g} --probe-guard {GUARD:g}`) and no probe is attached. Probe cost as a "
+             "report computes it: 1 − probed ÷ unprobed msgs/s of the same window.")
+    if args.noise:
+        intro += f" Noisy host: bench/bystander.py --duty {args.noise:g} ran throughout."
+    publish(EDGES_NOISY if args.noise else EDGES, intro, "\n".join(lines), args.write)
+    return 0
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -81,6 +141,8 @@ def measure(args: argparse.Namespace) -> int:
     # When the probes really attached before / detached after the probed sub-window (ms), per round.
     leads: dict[str, list[float]] = {b: [] for b in args.backends}
     lags: dict[str, list[float]] = {b: [] for b in args.backends}
+    # How far apart the default run's unprobed parts were (the cell's own noise floor), per round.
+    drifts: dict[str, list[float]] = {b: [] for b in args.backends}
     rates: dict[str, dict[str, list[float]]] = {b: {v: [] for v in VARIANTS} for b in args.backends}
     for rnd in range(args.rounds):
         for b in args.backends:
@@ -92,6 +154,8 @@ def measure(args: argparse.Namespace) -> int:
             if got["default"].get("probe_cost") is not None:
                 costs[b].append(got["default"]["probe_cost"])
             timing = got["default"].get("probed") or {}
+            if got["default"].get("unprobed_drift") is not None:
+                drifts[b].append(got["default"]["unprobed_drift"])
             if "attach_lead_ms" in timing:
                 leads[b].append(timing["attach_lead_ms"])
                 lags[b].append(timing["detach_lag_ms"])
@@ -100,8 +164,8 @@ def measure(args: argparse.Namespace) -> int:
     # The median beside the mean: one round that another process on the machine disturbed moves the
     # mean by several percent either way; the median says what a typical round shows.
     lines = ["| backend | no-probes msgs/s | default headline msgs/s | headline ratio (95% CI) | median ratio "
-             "| probe cost measured in the cell (mean, range) | attached before / detached after the probed part "
-             "(worst round) |", "|---|---|---|---|---|---|---|"]
+             "| probe cost measured in the cell (mean, range) | the cell's unprobed parts apart (mean) "
+             "| attached before / detached after the probed part (worst round) |", "|---|---|---|---|---|---|---|---|"]
     for b in args.backends:
         s = summarize(ratios[b])
         lines.append(f"| {b} | {statistics.mean(rates[b]['no-probes']):,.0f} "
@@ -109,13 +173,15 @@ def measure(args: argparse.Namespace) -> int:
                      f"| {s['mean']:.3f} ±{s['ci']:.3f} | {statistics.median(ratios[b]):.3f} "
                      f"| {100 * statistics.mean(costs[b]):+.1f}% "
                      f"({100 * min(costs[b]):+.1f} … {100 * max(costs[b]):+.1f}%) "
+                     + (f"| {100 * statistics.mean(drifts[b]):.1f}% " if drifts[b] else "| - ")
                      + (f"| {min(leads[b]):.1f} ms / {max(lags[b]):.1f} ms |" if leads[b] else "| - |"))
     intro = (f"{command()} — {_dt.date.today()}, {args.connections} connections, {args.duration:g} s per run, "
              f"{args.rounds} interleaved rounds; default = `--probe-share 0.3` (probes attached in the middle 30% "
              "of each window, 0.1 s guards on either side of it that count in neither part; headline figures "
              "from the rest). Ratio = default headline msgs/s ÷ --no-probes "
              "msgs/s of the same round. Probe cost = 1 − probed/unprobed msgs/s inside the default run's own cell "
-             "(what the report quotes).")
+             "(what the report quotes); beside it, how far apart the same cell's two unprobed parts (before and "
+             "after the probed part) were: its noise floor with no probe attached (the row's unprobed_drift).")
     if args.noise:
         intro += (f" Noisy host: bench/bystander.py --duty {args.noise:g} ran throughout (one neighbour per CPU "
                   "making bursts of system calls).")

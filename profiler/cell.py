@@ -319,6 +319,11 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
                          "msgs_per_sec": probed.get("msgs_per_sec"), "share": result.get("probe_share"),
                          **_attach_timing(result, marks)}
         row["probe_cost"] = stats.probe_cost(head.get("msgs_per_sec"), probed.get("msgs_per_sec"))
+        parts = head.get("parts") or []  # before and after the probed sub-window (absent from older loaders)
+        if len(parts) == 2:
+            before, after = (p.get("msgs_per_sec") for p in parts)
+            row["unprobed_parts"] = {"before_msgs_per_sec": before, "after_msgs_per_sec": after}
+            row["unprobed_drift"] = stats.unprobed_drift(before, after)
     conns = result.get("connected") or 0
     if marks.rss_ready is not None and marks.rss_start is not None and conns:
         # backend memory per open connection: (RSS at measure_start − RSS after ready) / connections

@@ -33,8 +33,9 @@ TABLES = (  # a function may return None: the table does not apply to this run (
     ("Fairness across connections", tables.fairness_table),
     ("Backend CPU", tables.cpu_table),
     ("Syscalls per message", tables.syscalls_table),
-    ("Probe cost in each cell: probed sub-window msgs/s vs the unprobed rest (headline numbers exclude it, "
-     "not the --sockwait set's)",
+    ("Probe cost in each cell: probed sub-window msgs/s vs the unprobed rest, ± 95% interval over the rounds, "
+     "and how far apart the unprobed parts before and after it were (headline numbers exclude it, not the "
+     "--sockwait set's)",
      tables.probe_cost_table),
 )
 FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu", "mixed")
@@ -190,9 +191,19 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
     return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
             f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, the "
             f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell)."
+            + _drift_sentence(cells)
             + _guard_sentence(cells)
             + (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
                "every figure, the headline included." if _sockwait_on(cells) else ""))
+
+
+def _drift_sentence(cells: pd.DataFrame) -> str:
+    """The cells' own noise floor for that cost: how far apart their two unprobed parts were."""
+    if "unprobed_drift" not in cells or cells["unprobed_drift"].dropna().empty:
+        return ""
+    drift = 100 * cells["unprobed_drift"].dropna()
+    return (f" With no probe attached, the two unprobed parts of the same windows (before and after the probed "
+            f"part) were {_span_pct(drift)} apart: a cost within that is within the cell's own noise.")
 
 
 def _guard_sentence(cells: pd.DataFrame) -> str:

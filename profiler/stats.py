@@ -68,6 +68,16 @@ def probe_cost(unprobed_rate: float | None, probed_rate: float | None) -> float 
     return 1.0 - probed_rate / unprobed_rate
 
 
+def unprobed_drift(before_rate: float | None, after_rate: float | None) -> float | None:
+    """How far one cell's rate moved with no probe attached: |after − before| over their mean, the
+    unprobed parts before and after the probed sub-window. The cell's own noise floor for its
+    probe_cost: with no probe at all, one window's probed-vs-unprobed figure moves about this much
+    (bench/RESULTS.md, probe_window.py --edges). None when a part is empty."""
+    if not before_rate or not after_rate:
+        return None
+    return abs(after_rate - before_rate) / ((before_rate + after_rate) / 2)
+
+
 def per_message(counts: Mapping[str, float], messages: int) -> dict[str, float]:
     if messages <= 0:
         return {}
@@ -160,8 +170,8 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "loader_cpu.", "faults.",
-                 "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.")
-MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost")
+                 "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.")
+MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift")
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:
@@ -181,6 +191,10 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         for col in g.columns:
             if (col.startswith(MEAN_PREFIXES) or col in MEAN_COLUMNS) and pd.api.types.is_numeric_dtype(g[col]):
                 row[col] = float(g[col].mean())
+        if "probe_cost" in g and pd.api.types.is_numeric_dtype(g["probe_cost"]):
+            # One window's figure moves by a few percent with no probe attached at all (bench/RESULTS.md,
+            # --edges): over rounds, its interval says how much of it is the probes.
+            row["probe_cost_ci"] = summarize(g["probe_cost"])["ci"]
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:

@@ -116,7 +116,11 @@ def probe_cost_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]] | N
         cost = _get(r, "probe_cost")
         if cost is None:  # --no-probes, or --probe-share 1 (no unprobed part to compare with)
             return units.DASH
-        return f"{-100 * cost:+.0f}% ({units.rate(_get(r, 'probed.msgs_per_sec'))} probed)"
+        ci = _get(r, "probe_cost_ci")  # None below 2 rounds
+        spread = f" ±{100 * ci:.0f}%" if ci is not None else ""
+        drift = _get(r, "unprobed_drift")  # the cell's own noise: its two unprobed parts, no probe attached
+        apart = f"; unprobed parts {100 * drift:.0f}% apart" if drift is not None else ""
+        return f"{-100 * cost:+.0f}%{spread} ({units.rate(_get(r, 'probed.msgs_per_sec'))} probed{apart})"
     return _pivot(agg, fmt)
 
 

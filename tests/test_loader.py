@@ -380,6 +380,12 @@ def check_phases(s: dict, share: float) -> None:
     assert sum(ph["duration_s"] for ph in phases) == pytest.approx(s["duration_s"], abs=4e-6)
     assert s["t_start"] <= p["t_start"] <= p["t_stop"] <= s["t_stop"]
     assert p["t_stop"] - p["t_start"] == pytest.approx(p["duration_s"], abs=2e-6)
+    # the unprobed phase's two parts, before and after the probed sub-window and its guards
+    u, parts = s["phases"]["unprobed"], s["phases"]["unprobed"]["parts"]
+    assert len(parts) == 2 and sum(x["messages"] for x in parts) == u["messages"]
+    assert sum(x["duration_s"] for x in parts) == pytest.approx(u["duration_s"], abs=2e-6)
+    if share < 1 and not s["aborted"]:  # the parts are the halves of the unprobed time (the window is centred)
+        assert parts[0]["duration_s"] == pytest.approx(parts[1]["duration_s"], abs=2e-6)
     if "guard" in s["phases"]:
         g = s["phases"]["guard"]
         assert s["t_start"] <= g["t_start"] <= p["t_start"] <= p["t_stop"] <= g["t_stop"] <= s["t_stop"]
@@ -520,6 +526,7 @@ def test_one_shot_probe_share(group):
     check_phases(s, 0.4)
     r = one_shot("--target", f"127.0.0.1:{port}", "-c", "2", "-d", "0.3", "--warmup", "0", "--probe-share", "0.5")
     assert r.returncode == 0 and "probed:" in r.stdout and "unprobed:" in r.stdout, r.stdout
+    assert "(before the probed part " in r.stdout and ", after it " in r.stdout, r.stdout
     r = one_shot("--target", f"127.0.0.1:{port}", "-c", "2", "--probe-share", "1.5")
     assert r.returncode == 2 and "probe_share" in r.stderr
 

@@ -83,6 +83,13 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     assert 0.2 < row["probed"]["duration_s"] / (row["probed"]["duration_s"] + row["duration_s"]) < 0.4
     assert row["msgs_per_sec"] == pytest.approx(row["messages"] / row["duration_s"], rel=0.02)
     assert row["probe_cost"] is not None
+    # The unprobed parts before and after the probed sub-window last as long as each other, so the
+    # headline rate is their mean; how far apart they are is the cell's own noise floor.
+    parts = row["unprobed_parts"]
+    assert row["msgs_per_sec"] == pytest.approx((parts["before_msgs_per_sec"] + parts["after_msgs_per_sec"]) / 2,
+                                                rel=2e-3)
+    assert row["unprobed_drift"] == pytest.approx(
+        abs(parts["after_msgs_per_sec"] - parts["before_msgs_per_sec"]) / row["msgs_per_sec"], rel=2e-3)
     # The probes ran inside the guards (0.1 s each side, counted in neither phase): attached before the
     # probed sub-window began, detached before the headline time after it resumed. The headline is
     # the window minus the probed sub-window and both guards.

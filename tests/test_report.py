@@ -231,9 +231,32 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
 
     inside = _probe_sentence(cells(0.0))
     assert "97.5 ms or more before it" in inside and "within 9.5 ms after it" in inside
+    assert "unprobed parts" not in inside  # rows of a loader without the parts say nothing of them
+    drifting = cells(0.0).assign(unprobed_drift=[0.012, 0.061])
+    assert "were 1% to 6% apart: a cost within that is within the cell's own noise" in _probe_sentence(drifting)
     assert "no probe ran in headline time" in inside
     past = _probe_sentence(cells(20.0))
     assert "In 1 cell (cpp_epoll" in past and "no probe ran" not in past and "100 ms guard" in past
+
+
+def test_probe_cost_table_gives_the_interval_over_rounds():
+    """One window's probe cost moves by a few percent with no probe attached (bench/RESULTS.md,
+    --edges): over rounds the table gives the 95% interval beside the mean; one round gives none."""
+    from netprof.profiler import stats, tables
+
+    def rows(costs: list[float], drift: list[float] | None = None) -> pd.DataFrame:
+        df = pd.DataFrame({"backend": "selector", "interpreter": "cpython-3.11.2", "framing": "message",
+                           "connections": 100, "pipeline": 1, "round": range(1, len(costs) + 1),
+                           "status": "ok", "messages": 100_000, "msgs_per_sec": 50_000.0,
+                           "probe_cost": costs, "probed.msgs_per_sec": 45_000.0})
+        if drift is not None:
+            df["unprobed_drift"] = drift
+        return df
+
+    (_, three), = tables.probe_cost_table(stats.aggregate(rows([0.04, 0.06, 0.08], [0.02, 0.03, 0.04])))[1]
+    assert three == "-6% ±5% (45k probed; unprobed parts 3% apart)"  # t(2) 4.30 × 2% / √3 = 4.97%
+    (_, one), = tables.probe_cost_table(stats.aggregate(rows([0.05])))[1]  # an older loader: no parts
+    assert one == "-5% (45k probed)"
 
 
 # --- the first screen, units, links -------------------------------------------------------------

@@ -517,9 +517,7 @@ class Worker {
 
   // This worker's slowest answered message of the window (ns): final once an answer came after the
   // window's end (a worker sees its answers in time order), a lower bound of the window's slowest.
-  int64_t slowest() const {
-    return int64_t(std::max({hist[kUnprobed].max(), hist[kProbed].max(), hist[kGuard].max()}));
-  }
+  int64_t slowest() const { return int64_t(slowest_of(hist)); }
 
   // One more message answered (and in the window): single writer, so a plain relaxed store, no
   // locked instruction on the per-message path.

@@ -123,15 +123,16 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
       if (!s.errors.sample.empty()) printf("first protocol error: %s\n", s.errors.sample.c_str());
     }
     if (s.has_phases) {
-      for (int p : {kUnprobed, kProbed, kGuard}) {
+      auto per_s = [](const PhaseStats& ph) { return ph.duration_s > 0 ? double(ph.messages) / ph.duration_s : 0.0; };
+      const PhaseStats unprobed = s.unprobed();
+      printf("unprobed: %llu messages in %.3f s = %.1f msgs/s (before the probed part %.1f, after it %.1f)\n",
+             (unsigned long long)unprobed.messages, unprobed.duration_s, per_s(unprobed), per_s(s.phases[kUnprobed]),
+             per_s(s.phases[kUnprobedAfter]));
+      for (int p : {kProbed, kGuard}) {
         if (p == kGuard && s.probe_guard <= 0) continue;
         const PhaseStats& ph = s.phases[p];
-        printf("%s: %llu messages in %.3f s = %.1f msgs/s\n",
-               p == kProbed  ? "probed"
-               : p == kGuard ? "guard"
-                             : "unprobed",
-               (unsigned long long)ph.messages, ph.duration_s,
-               ph.duration_s > 0 ? double(ph.messages) / ph.duration_s : 0.0);
+        printf("%s: %llu messages in %.3f s = %.1f msgs/s\n", p == kProbed ? "probed" : "guard",
+               (unsigned long long)ph.messages, ph.duration_s, per_s(ph));
       }
     }
   }

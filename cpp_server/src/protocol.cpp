@@ -331,6 +331,17 @@ json phase_json(const PhaseStats& p) {
 }
 }  // namespace
 
+PhaseStats Stats::unprobed() const {
+  PhaseStats u = phases[kUnprobed];
+  const PhaseStats& after = phases[kUnprobedAfter];
+  u.messages += after.messages;
+  u.duration_s += after.duration_s;
+  for (size_t i = 0; i < u.per_conn_messages.size() && i < after.per_conn_messages.size(); i++)
+    u.per_conn_messages[i] += after.per_conn_messages[i];
+  u.latency.merge(after.latency);
+  return u;
+}
+
 void Stats::init_counts(int n) {
   per_conn_messages.assign(size_t(n), 0);
   for (auto& p : phases) p.per_conn_messages.assign(size_t(n), 0);
@@ -403,7 +414,16 @@ json stats_json(const Stats& s) {
     json probed = phase_json(s.phases[kProbed]);
     probed["t_start"] = r6(s.probe_t_start);
     probed["t_stop"] = r6(s.probe_t_stop);
-    j["phases"] = {{"unprobed", phase_json(s.phases[kUnprobed])}, {"probed", probed}};
+    json unprobed = phase_json(s.unprobed());
+    json parts = json::array();
+    for (int p : {kUnprobed, kUnprobedAfter}) {
+      const PhaseStats& part = s.phases[p];
+      parts.push_back({{"messages", part.messages},
+                       {"duration_s", r6(part.duration_s)},
+                       {"msgs_per_sec", rate(part.messages, part.duration_s)}});
+    }
+    unprobed["parts"] = parts;  // before and after the probed sub-window (and its guards)
+    j["phases"] = {{"unprobed", unprobed}, {"probed", probed}};
     if (s.probe_guard > 0) {  // only for clients that asked for guards: the others see two phases
       j["probe_guard"] = s.probe_guard;
       json guard = phase_json(s.phases[kGuard]);

@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
@@ -105,9 +106,11 @@ struct Errors {
 };
 
 // The phases of the window: the probed sub-window, the guards on either side of it (where the
-// profiler attaches and detaches its probes: counted in neither), and the rest of the window.
-enum ProbePhase : int { kUnprobed = 0, kProbed = 1, kGuard = 2 };
-constexpr int kPhases = 3;
+// profiler attaches and detaches its probes: counted in neither), and the rest of the window, counted
+// in its two parts, before and after the guards (kUnprobed, kUnprobedAfter): reported together as
+// "unprobed", with each part's rate beside it, so a cell shows how far its rate moves with no probe.
+enum ProbePhase : int { kUnprobed = 0, kProbed = 1, kGuard = 2, kUnprobedAfter = 3 };
+constexpr int kPhases = 4;
 template <class T>
 using PerPhase = std::array<T, kPhases>;
 
@@ -117,6 +120,13 @@ struct PhaseStats {
   std::vector<uint64_t> per_conn_messages;
   Histogram latency;
 };
+
+// The slowest message of any phase (ns).
+inline uint64_t slowest_of(const std::array<Histogram, kPhases>& by_phase) {
+  uint64_t m = 0;
+  for (const Histogram& h : by_phase) m = std::max(m, h.max());
+  return m;
+}
 
 // Messages sent before the window's end (`stop`) and not answered by then (PROTOCOL.md, "Stats
 // object"), gathered per engine thread: their connection and send time (monotonic ns). Only those
@@ -165,6 +175,8 @@ struct Stats {
   double probe_share = 1.0, probe_guard = 0;
   double probe_t_start = 0, probe_t_stop = 0, guard_t_start = 0, guard_t_stop = 0;
   PerPhase<PhaseStats> phases;
+  // The unprobed phase whole: its two parts (kUnprobed, kUnprobedAfter) added up.
+  PhaseStats unprobed() const;
   // Left waiting at the window's end, longer than its slowest answered message: messages, connections
   // with one, age of the oldest (ns).
   uint64_t unanswered = 0;

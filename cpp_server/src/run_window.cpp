@@ -172,8 +172,8 @@ void RunWindow::finish(Stats& st, int cpu_threads) const {
   st.phases[kProbed].duration_s = ns_to_s(bounds_.probe_stop - bounds_.probe_start);
   st.phases[kGuard].duration_s =
       ns_to_s((bounds_.probe_start - bounds_.guard_start) + (bounds_.guard_stop - bounds_.probe_stop));
-  st.phases[kUnprobed].duration_s =
-      ns_to_s((bounds_.stop - bounds_.start) - (bounds_.guard_stop - bounds_.guard_start));
+  st.phases[kUnprobed].duration_s = ns_to_s(bounds_.guard_start - bounds_.start);
+  st.phases[kUnprobedAfter].duration_s = ns_to_s(bounds_.stop - bounds_.guard_stop);
   if (closed_) {
     st.user_s = tv_s(ru1_.ru_utime) - tv_s(ru0_.ru_utime);
     st.sys_s = tv_s(ru1_.ru_stime) - tv_s(ru0_.ru_stime);

@@ -31,12 +31,14 @@ WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_shar
 WindowBounds cut_window(const WindowBounds& w, int64_t t_end);
 
 constexpr int kOutside = -1;
-// The phase an echo completed at `t` counts in: kOutside, kUnprobed, kProbed or kGuard. Every instant
-// of the window belongs to exactly one phase, so the phases' counts add up to the window's.
+// The phase an echo completed at `t` counts in: kOutside, kUnprobed (before the guards), kProbed,
+// kGuard or kUnprobedAfter. Every instant of the window belongs to exactly one phase, so the phases'
+// counts add up to the window's.
 inline int phase_at(const WindowBounds& w, int64_t t) {
   if (t < w.start || t >= w.stop) return kOutside;
   if (t >= w.probe_start && t < w.probe_stop) return kProbed;
-  return t >= w.guard_start && t < w.guard_stop ? kGuard : kUnprobed;
+  if (t >= w.guard_start && t < w.guard_stop) return kGuard;
+  return t < w.guard_start ? kUnprobed : kUnprobedAfter;
 }
 
 class RunWindow {

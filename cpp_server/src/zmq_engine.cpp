@@ -308,9 +308,7 @@ class ZmqRun {
       c.window_msgs[phase]++;
       hist_[phase].record(uint64_t(now - sent));
     }
-    if (now >= window.stop)
-      waiting_.answered(i, sent, now, window.stop,
-                        int64_t(std::max({hist_[kUnprobed].max(), hist_[kProbed].max(), hist_[kGuard].max()})));
+    if (now >= window.stop) waiting_.answered(i, sent, now, window.stop, int64_t(slowest_of(hist_)));
     c.recvd++;
     if (req_.think.active()) {
       think_.push({now + int64_t(req_.think.sample_ns(rng_)), i});

@@ -61,16 +61,20 @@ TEST(WindowBounds, EveryInstantInExactlyOnePhase) {
   EXPECT_EQ(phase_at(w, 1034), kUnprobed);
   EXPECT_EQ(phase_at(w, 1035), kProbed);
   EXPECT_EQ(phase_at(w, 1064), kProbed);
-  EXPECT_EQ(phase_at(w, 1065), kUnprobed);
-  EXPECT_EQ(phase_at(w, 1099), kUnprobed);
+  EXPECT_EQ(phase_at(w, 1065), kUnprobedAfter);
+  EXPECT_EQ(phase_at(w, 1099), kUnprobedAfter);
   EXPECT_EQ(phase_at(w, 1100), kOutside);
-  int counts[2] = {0, 0};
+  int counts[kPhases] = {0, 0, 0, 0};
   for (int64_t t = 900; t < 1200; t++)
     if (int p = phase_at(w, t); p != kOutside) counts[p]++;
   EXPECT_EQ(counts[kProbed], 30);
-  EXPECT_EQ(counts[kUnprobed], 70);
+  EXPECT_EQ(counts[kUnprobed], 35);
+  EXPECT_EQ(counts[kUnprobedAfter], 35);
+  EXPECT_EQ(counts[kGuard], 0);
   EXPECT_EQ(phase_at(WindowBounds{}, 0), kOutside);  // unfixed: contains nothing
-  EXPECT_EQ(phase_at(window_bounds(0, 100, 0.0), 50), kUnprobed);
+  // Nothing probed: the unprobed window's halves
+  EXPECT_EQ(phase_at(window_bounds(0, 100, 0.0), 49), kUnprobed);
+  EXPECT_EQ(phase_at(window_bounds(0, 100, 0.0), 50), kUnprobedAfter);
 }
 
 TEST(WindowBounds, CutShortensBothWindows) {
@@ -103,19 +107,20 @@ TEST(WindowBounds, GuardsAroundTheProbedSubWindowCountInNeitherPhase) {
   EXPECT_EQ(phase_at(w, 1035), kProbed);
   EXPECT_EQ(phase_at(w, 1065), kGuard);
   EXPECT_EQ(phase_at(w, 1074), kGuard);
-  EXPECT_EQ(phase_at(w, 1075), kUnprobed);
-  int counts[kPhases] = {0, 0, 0};
+  EXPECT_EQ(phase_at(w, 1075), kUnprobedAfter);
+  int counts[kPhases] = {0, 0, 0, 0};
   for (int64_t t = 900; t < 1200; t++)
     if (int p = phase_at(w, t); p != kOutside) counts[p]++;
   EXPECT_EQ(counts[kProbed], 30);
   EXPECT_EQ(counts[kGuard], 20);
-  EXPECT_EQ(counts[kUnprobed], 50);
+  EXPECT_EQ(counts[kUnprobed], 25);
+  EXPECT_EQ(counts[kUnprobedAfter], 25);
   WindowBounds wide = window_bounds(1000, 100, 0.3, 50);  // cut to the window
   EXPECT_EQ(wide.guard_start, 1000);
   EXPECT_EQ(wide.guard_stop, 1100);
   WindowBounds none = window_bounds(1000, 100, 0.0, 10);  // nothing probed: nothing to guard
   EXPECT_EQ(none.guard_start, none.guard_stop);
-  EXPECT_EQ(phase_at(none, 1050), kUnprobed);
+  EXPECT_EQ(phase_at(none, 1050), kUnprobedAfter);
   WindowBounds plain = window_bounds(1000, 100, 0.3);  // no guard: empty guards at the probed edges
   EXPECT_EQ(plain.guard_start, plain.probe_start);
   EXPECT_EQ(plain.guard_stop, plain.probe_stop);
@@ -146,7 +151,9 @@ TEST(RunWindow, GuardMarksAroundTheProbeMarks) {
     win.finish(st, 1);
     EXPECT_NEAR(st.phases[kProbed].duration_s, 0.4, 1e-9);
     EXPECT_NEAR(st.phases[kGuard].duration_s, 0.2, 1e-9);
-    EXPECT_NEAR(st.phases[kUnprobed].duration_s, 0.4, 1e-9);
+    EXPECT_NEAR(st.phases[kUnprobed].duration_s, 0.2, 1e-9);
+    EXPECT_NEAR(st.phases[kUnprobedAfter].duration_s, 0.2, 1e-9);
+    EXPECT_NEAR(st.unprobed().duration_s, 0.4, 1e-9);
     EXPECT_NEAR(st.guard_t_start, 10.2, 1e-9);
     EXPECT_NEAR(st.guard_t_stop, 10.8, 1e-9);
     json j = stats_json(st);
@@ -201,7 +208,7 @@ TEST(RunWindow, MarksInOrderWithTheirBoundaries) {
   EXPECT_TRUE(st.has_phases);
   EXPECT_NEAR(st.duration_s, 1.0, 1e-9);
   EXPECT_NEAR(st.phases[kProbed].duration_s, 0.4, 1e-9);
-  EXPECT_NEAR(st.phases[kUnprobed].duration_s, 0.6, 1e-9);
+  EXPECT_NEAR(st.unprobed().duration_s, 0.6, 1e-9);
   EXPECT_NEAR(st.probe_t_start, 10.8, 1e-9);
 }
 
@@ -256,6 +263,7 @@ TEST(RunWindow, AbortPairsWhatWasSent) {
     win.finish(st, 1);
     EXPECT_EQ(st.phases[kProbed].duration_s, 0);
     EXPECT_NEAR(st.phases[kUnprobed].duration_s, 0.1, 1e-9);
+    EXPECT_EQ(st.phases[kUnprobedAfter].duration_s, 0);
   }
   {
     Recorder rec;
@@ -288,26 +296,35 @@ TEST(RunWindow, ClientGoneStopsSending) {
 TEST(Stats, PhasesAddUpToTheWindow) {
   Stats st;
   st.init_counts(3);
-  st.add_conn(0, {5, 2});
-  st.add_conn(2, {1, 0});
+  st.add_conn(0, {5, 2, 0, 3});  // unprobed before, probed, guard, unprobed after
+  st.add_conn(2, {1, 0, 0, 0});
   PerPhase<Histogram> h;
   h[kUnprobed].record(1000);
   h[kProbed].record(3000);
   h[kProbed].record(5000);
+  h[kUnprobedAfter].record(7000);
   st.add_latency(h);
-  EXPECT_EQ(st.messages, 8u);
-  EXPECT_EQ(st.per_conn_messages, std::vector<uint64_t>({7, 0, 1}));
+  EXPECT_EQ(st.messages, 11u);
+  EXPECT_EQ(st.per_conn_messages, std::vector<uint64_t>({10, 0, 1}));
   EXPECT_EQ(st.phases[kProbed].per_conn_messages, std::vector<uint64_t>({2, 0, 0}));
-  EXPECT_EQ(st.latency.count(), 3u);
+  EXPECT_EQ(st.latency.count(), 4u);
+  EXPECT_EQ(slowest_of(h), h[kUnprobedAfter].max());
   st.has_phases = true;
   st.probe_share = 0.25;
   st.duration_s = 4;
-  st.phases[kUnprobed].duration_s = 3;
+  st.phases[kUnprobed].duration_s = 2;
+  st.phases[kUnprobedAfter].duration_s = 1;
   st.phases[kProbed].duration_s = 1;
   json j = stats_json(st);
   EXPECT_EQ(j["probe_share"], 0.25);
-  EXPECT_EQ(j["phases"]["unprobed"]["messages"], 6);
-  EXPECT_EQ(j["phases"]["unprobed"]["msgs_per_sec"], 2.0);
+  // "unprobed" is both parts together, each part's rate beside it
+  EXPECT_EQ(j["phases"]["unprobed"]["messages"], 9);
+  EXPECT_EQ(j["phases"]["unprobed"]["msgs_per_sec"], 3.0);
+  EXPECT_EQ(j["phases"]["unprobed"]["per_conn_messages"], json::array({8, 0, 1}));
+  EXPECT_EQ(j["phases"]["unprobed"]["latency_us"]["count"], 2);
+  EXPECT_EQ(j["phases"]["unprobed"]["parts"][0]["msgs_per_sec"], 3.0);
+  EXPECT_EQ(j["phases"]["unprobed"]["parts"][1]["messages"], 3);
+  EXPECT_EQ(j["phases"]["unprobed"]["parts"][1]["duration_s"], 1.0);
   EXPECT_EQ(j["phases"]["probed"]["msgs_per_sec"], 2.0);
   EXPECT_EQ(j["phases"]["probed"]["latency_us"]["count"], 2);
   for (const char* k : {"messages", "duration_s", "msgs_per_sec", "per_conn_messages", "latency_us"})
