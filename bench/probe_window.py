@@ -20,6 +20,12 @@ from the window's edges biases it; the probed part ÷ the unprobed part is what 
 probes' cost when there are none: the noise floor of that per-cell figure.
 
     .venv/bin/python bench/probe_window.py --edges -r 12 --write [--noise 0.25]
+
+--aa adds the control for the ratio itself: a second --no-probes run in every round (the three runs in
+rotating order), whose ratio to the first is what this host does to two identical runs; the table
+gains that A/A column, to judge the default's ratios against.
+
+    .venv/bin/python bench/probe_window.py --aa -r 24 --noise 0.25 --write [backends]
 """
 
 from __future__ import annotations
@@ -43,8 +49,10 @@ SECTION = "Probe window: headline throughput with and without probes (bench/prob
 NOISY = "Probe window on a noisy host (bench/probe_window.py --noise)"
 EDGES = "Probe window with no probe attached: the phases' own spread (bench/probe_window.py --edges)"
 EDGES_NOISY = "Probe window with no probe attached, noisy host (bench/probe_window.py --edges --noise)"
+AA_NOISY = "Probe window with an A/A control, noisy host (bench/probe_window.py --aa --noise)"
 SHARE, GUARD = 0.3, 0.1  # netprof's defaults (plan.RunConfig.probe_share, cell.PROBE_GUARD_S)
 VARIANTS = {"no-probes": ["--no-probes"], "default": []}
+AGAIN = "no-probes again"  # --aa: the control run
 
 
 @contextlib.contextmanager
@@ -83,6 +91,8 @@ def main() -> int:
                     help="run a noisy neighbour per CPU, busy a share D of the time (bench/bystander.py)")
     ap.add_argument("--edges", action="store_true",
                     help="no probes at all: the loader's phases against each other (see the docstring)")
+    ap.add_argument("--aa", action="store_true",
+                    help="a second --no-probes run in every round: the ratio's own spread (the A/A column)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     with neighbours(args.noise):
@@ -143,14 +153,19 @@ def measure(args: argparse.Namespace) -> int:
     lags: dict[str, list[float]] = {b: [] for b in args.backends}
     # How far apart the default run's unprobed parts were (the cell's own noise floor), per round.
     drifts: dict[str, list[float]] = {b: [] for b in args.backends}
-    rates: dict[str, dict[str, list[float]]] = {b: {v: [] for v in VARIANTS} for b in args.backends}
+    variants = {**VARIANTS, **({AGAIN: ["--no-probes"]} if args.aa else {})}
+    rates: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in args.backends}
+    aa: dict[str, list[float]] = {b: [] for b in args.backends}  # --aa: again ÷ no-probes, per round
     for rnd in range(args.rounds):
         for b in args.backends:
-            order = list(VARIANTS) if rnd % 2 == 0 else list(reversed(VARIANTS))
-            got = {v: one(b, args, VARIANTS[v]) for v in order}
+            names = list(variants)
+            order = names[rnd % len(names):] + names[:rnd % len(names)]  # each variant first in turn
+            got = {v: one(b, args, variants[v]) for v in order}
             for v, row in got.items():
                 rates[b][v].append(row["msgs_per_sec"])
             ratios[b].append(got["default"]["msgs_per_sec"] / got["no-probes"]["msgs_per_sec"])
+            if args.aa:
+                aa[b].append(got[AGAIN]["msgs_per_sec"] / got["no-probes"]["msgs_per_sec"])
             if got["default"].get("probe_cost") is not None:
                 costs[b].append(got["default"]["probe_cost"])
             timing = got["default"].get("probed") or {}
@@ -160,12 +175,15 @@ def measure(args: argparse.Namespace) -> int:
                 leads[b].append(timing["attach_lead_ms"])
                 lags[b].append(timing["detach_lag_ms"])
             print(f"round {rnd + 1} {b}: ratio {ratios[b][-1]:.3f}, cell's probe cost "
-                  f"{100 * costs[b][-1] if costs[b] else float('nan'):+.1f}%", file=sys.stderr)
+                  f"{100 * costs[b][-1] if costs[b] else float('nan'):+.1f}%"
+                  + (f", A/A ratio {aa[b][-1]:.3f}" if args.aa else ""), file=sys.stderr)
     # The median beside the mean: one round that another process on the machine disturbed moves the
     # mean by several percent either way; the median says what a typical round shows.
     lines = ["| backend | no-probes msgs/s | default headline msgs/s | headline ratio (95% CI) | median ratio "
              "| probe cost measured in the cell (mean, range) | the cell's unprobed parts apart (mean) "
-             "| attached before / detached after the probed part (worst round) |", "|---|---|---|---|---|---|---|---|"]
+             "| attached before / detached after the probed part (worst round) |"
+             + (" A/A ratio (95% CI), median |" if args.aa else ""), "|---|---|---|---|---|---|---|---|"
+             + ("---|" if args.aa else "")]
     for b in args.backends:
         s = summarize(ratios[b])
         lines.append(f"| {b} | {statistics.mean(rates[b]['no-probes']):,.0f} "
@@ -174,7 +192,9 @@ def measure(args: argparse.Namespace) -> int:
                      f"| {100 * statistics.mean(costs[b]):+.1f}% "
                      f"({100 * min(costs[b]):+.1f} … {100 * max(costs[b]):+.1f}%) "
                      + (f"| {100 * statistics.mean(drifts[b]):.1f}% " if drifts[b] else "| - ")
-                     + (f"| {min(leads[b]):.1f} ms / {max(lags[b]):.1f} ms |" if leads[b] else "| - |"))
+                     + (f"| {min(leads[b]):.1f} ms / {max(lags[b]):.1f} ms |" if leads[b] else "| - |")
+                     + (f" {summarize(aa[b])['mean']:.3f} ±{summarize(aa[b])['ci']:.3f}, "
+                        f"{statistics.median(aa[b]):.3f} |" if args.aa else ""))
     intro = (f"{command()} — {_dt.date.today()}, {args.connections} connections, {args.duration:g} s per run, "
              f"{args.rounds} interleaved rounds; default = `--probe-share 0.3` (probes attached in the middle 30% "
              "of each window, 0.1 s guards on either side of it that count in neither part; headline figures "
@@ -185,7 +205,14 @@ def measure(args: argparse.Namespace) -> int:
     if args.noise:
         intro += (f" Noisy host: bench/bystander.py --duty {args.noise:g} ran throughout (one neighbour per CPU "
                   "making bursts of system calls).")
-    publish(NOISY if args.noise else SECTION, intro, "\n".join(lines), args.write)
+    if args.aa:
+        intro += (" A/A: a second --no-probes run in the same round (the three runs in rotating order), ÷ the "
+                  "first: how far two identical runs differ here.")
+    if args.aa:
+        section = AA_NOISY if args.noise else SECTION + ", with an A/A control"
+    else:
+        section = NOISY if args.noise else SECTION
+    publish(section, intro, "\n".join(lines), args.write)
     return 0
 
 
