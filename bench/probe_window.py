@@ -208,7 +208,6 @@ def measure(args: argparse.Namespace) -> int:
     if args.aa:
         intro += (" A/A: a second --no-probes run in the same round (the three runs in rotating order), ÷ the "
                   "first: how far two identical runs differ here.")
-    if args.aa:
         section = AA_NOISY if args.noise else SECTION + ", with an A/A control"
     else:
         section = NOISY if args.noise else SECTION
