@@ -26,6 +26,12 @@ rotating order), whose ratio to the first is what this host does to two identica
 gains that A/A column, to judge the default's ratios against.
 
     .venv/bin/python bench/probe_window.py --aa -r 24 --noise 0.25 --write [backends]
+
+--probe-args gives the default variant more probe options; `--probe-args=--syscall-time` (every syscall
+timed: the probes cost about twice as much in the probed part) checks that a costlier probe set still
+leaves the headline alone: were any of its cost in headline time, the ratio would fall with it.
+
+    .venv/bin/python bench/probe_window.py --probe-args=--syscall-time -r 12 --write
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import argparse
 import contextlib
 import datetime as _dt
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -93,6 +100,8 @@ def main() -> int:
                     help="no probes at all: the loader's phases against each other (see the docstring)")
     ap.add_argument("--aa", action="store_true",
                     help="a second --no-probes run in every round: the ratio's own spread (the A/A column)")
+    ap.add_argument("--probe-args", default="", metavar="ARGS",
+                    help="more netprof options for the default variant, e.g. --probe-args=--syscall-time")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     with neighbours(args.noise):
@@ -153,7 +162,8 @@ def measure(args: argparse.Namespace) -> int:
     lags: dict[str, list[float]] = {b: [] for b in args.backends}
     # How far apart the default run's unprobed parts were (the cell's own noise floor), per round.
     drifts: dict[str, list[float]] = {b: [] for b in args.backends}
-    variants = {**VARIANTS, **({AGAIN: ["--no-probes"]} if args.aa else {})}
+    extra = shlex.split(args.probe_args)  # a list for argv: no shell sees it
+    variants = {**VARIANTS, "default": [*VARIANTS["default"], *extra], **({AGAIN: ["--no-probes"]} if args.aa else {})}
     rates: dict[str, dict[str, list[float]]] = {b: {v: [] for v in variants} for b in args.backends}
     aa: dict[str, list[float]] = {b: [] for b in args.backends}  # --aa: again ÷ no-probes, per round
     for rnd in range(args.rounds):
@@ -205,12 +215,17 @@ def measure(args: argparse.Namespace) -> int:
     if args.noise:
         intro += (f" Noisy host: bench/bystander.py --duty {args.noise:g} ran throughout (one neighbour per CPU "
                   "making bursts of system calls).")
+    if extra:
+        intro += (f" The default variant also ran with `{args.probe_args}`: a costlier probe set in the probed part, "
+                  "the same headline time with none.")
     if args.aa:
         intro += (" A/A: a second --no-probes run in the same round (the three runs in rotating order), ÷ the "
                   "first: how far two identical runs differ here.")
         section = AA_NOISY if args.noise else SECTION + ", with an A/A control"
     else:
         section = NOISY if args.noise else SECTION
+    if extra:
+        section += f", default with {args.probe_args}"
     publish(section, intro, "\n".join(lines), args.write)
     return 0
 
