@@ -24,8 +24,9 @@
 //   such a wait is an upper bound.
 // - Per connection, the waits' sums (the mean: with K messages in flight a connection's mean wait is
 //   about K over its rate, Little's law, so it repeats how much it was served) and a log2 histogram
-//   of its waits (`wh`: the typical wait — whether its data usually sits unread — which the mean
-//   blurs when a well-served connection's thousands of short waits meet a few long ones).
+//   of its waits (`wh`: its own wait, the p90 in sockwait.py — whether its data sits unread for the
+//   loop — which the mean blurs when a well-served connection's thousands of short waits meet a few
+//   long ones).
 // - At each send: the handler time since the last read (answers the pending request), and the
 //   server time since the arrival of the request's first byte (wait + handler of that request).
 // - A connection that reaches TCP_CLOSE is marked: if its address is reused by a new connection

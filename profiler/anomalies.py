@@ -857,7 +857,7 @@ def _in_flight(r) -> int:
 @rule("wait_starvation")
 def wait_starvation(ctx: Context) -> list[Anomaly]:
     """Long queue waits concentrated on few connections: the least-served tenth of the connections
-    waited ≥ 100× (median) what the most-served tenth waited — their data sat unread."""
+    waited ≥ 100× (median of their p90 waits) what the most-served tenth waited — their data sat unread."""
     t, found = ctx.t, []
     for _, r in ctx.cells.iterrows():
         w = _waits(r)
@@ -865,14 +865,14 @@ def wait_starvation(ctx: Context) -> list[Anomaly]:
         if ratio is None or least is None or most is None or ratio < t.wait_starvation_ratio \
                 or r["connections"] < t.starvation_min_connections:
             continue
-        ev = {"typical wait, least-served 10% of connections (µs)": r2(least, 0),
-              "typical wait, most-served 10% of connections (µs)": r2(most, 1),
+        ev = {"p90 wait, least-served 10% of connections (µs)": r2(least, 0),
+              "p90 wait, most-served 10% of connections (µs)": r2(most, 1),
               "ratio": r2(ratio, 0), **_wait_evidence(w),
               "bytes read in the window, least / most-served 10% (median)": _served(r),
               "Jain index (1 = fair)": r2(num(r, "per_conn.jain"))}
         text = (f"In {where(r)} the kernel saw the queue waits fall on a few connections: the data of the least-served "
-                f"tenth of the connections typically waited {least / 1e3:,.1f} ms unread in their socket queues (the "
-                f"median of each connection's reads), {ratio:,.0f}× the {most:,.1f} µs of the most-served tenth. "
+                f"tenth of the connections waited {least / 1e3:,.1f} ms unread in their socket queues (the slowest "
+                f"tenth of each connection's reads), {ratio:,.0f}× the {most:,.1f} µs of the most-served tenth. "
                 "Their messages had arrived; the server did not read them while it kept serving others. ")
         if w["handler_p50_us"] is not None:
             text += (f"Handlers took {w['handler_p50_us']:,.0f} µs (median), so the starved connections' time went to "

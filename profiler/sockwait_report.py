@@ -1,6 +1,6 @@
 """The report's "Where the round trip went" section (`netprof run --sockwait`): per cell, the loader's
-mean round trip split into transit, queue wait and handler time; per connection, the typical
-(median) queue wait beside the messages the connection got; the wait/handler table; and what the probes cost.
+mean round trip split into transit, queue wait and handler time; per connection, its queue
+wait (p90 of its reads) beside the messages the connection got; the wait/handler table; and what the probes cost.
 
 Everything here takes explicit inputs (the per-cell aggregate, the per-connection rows, meta, the
 results directory) and returns a template context; report.py only calls `section()` and the
@@ -107,7 +107,7 @@ def round_trip_plot(cells: pd.DataFrame):
 
 def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
     """Per cell (its first round): connections ranked by the messages the server answered on them
-    (bars), and each one's typical queue wait, the median of its reads' (dots, log scale; hollow:
+    (bars), and each one's own queue wait, the p90 of its reads' (dots, log scale; hollow:
     never read in the window, the age of its unread data)."""
     if conns is None or conns.empty:
         return None
@@ -135,7 +135,7 @@ def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
         ax2 = ax.twinx()
         wait = sub["wait_us"].to_numpy(dtype=float)
         read = sub["wait_mean_us"].notna().to_numpy()
-        ax2.scatter(x[read], wait[read], s=8, color="C3", label="typical queue wait (median)")
+        ax2.scatter(x[read], wait[read], s=8, color="C3", label="queue wait (p90 of its reads)")
         if (~read).any():
             ax2.scatter(x[~read], wait[~read], s=10, facecolors="none", edgecolors="C3", label="never read: unread age")
         pos = wait[wait > 0]
@@ -150,7 +150,7 @@ def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
             ax2.legend(fontsize=6, loc="upper left")
     for ax in list(axes.flat)[len(picked) :]:
         ax.axis("off")
-    fig.suptitle("Per connection: messages answered (bars) and typical socket queue wait (dots: median of its reads)",
+    fig.suptitle("Per connection: messages answered (bars) and socket queue wait (dots: p90 of its reads)",
                  fontsize=9)
     fig.tight_layout()
     return fig
@@ -274,7 +274,7 @@ def section(
                 fig,
                 "sockwait_connections",
                 "Queue wait per connection",
-                "connections ranked by messages answered, with each one's typical socket queue wait: "
+                "connections ranked by messages answered, with each one's socket queue wait (p90 of its reads): "
                 "starved connections are the ones whose data waits",
                 out_dir,
             )

@@ -147,14 +147,14 @@ CONN_WAIT_SHARE = 0.10  # the least- and most-served tenth of the connections
 def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
                     share: float = CONN_WAIT_SHARE) -> dict:
     """How queue wait is spread over connections ranked by service (bytes read in the window): the
-    median per-connection wait (`waits`: each connection's typical wait, probes/sockwait.conn_rows)
-    of the least-served `share` of them, of the most-served `share`, and their ratio (≥ 100: the
-    long waits sit on the starved connections); and the median service of the same two groups
-    (`conn_bytes_*`). Typical, not mean, waits: with K messages in flight a connection's mean wait
-    is about K over its rate (Little's law), so a ratio of means only repeats the service ratio,
-    while a served connection's typical read finds fresh data and a starved one's finds data that
-    waited for the loop. Medians of the deciles, so one connection does not decide. {} below 2
-    connections with a wait."""
+    median per-connection wait (`waits`: each connection's own wait, the p90 of its reads' waits,
+    probes/sockwait.conn_rows) of the least-served `share` of them, of the most-served `share`, and
+    their ratio (≥ 100: the long waits sit on the starved connections); and the median service of the
+    same two groups (`conn_bytes_*`). Not mean waits: with K messages in flight a connection's mean
+    wait is about K over its rate (Little's law), so a ratio of means only repeats the service ratio,
+    while a served connection's reads find fresh data and a starved one's, at each turn it gets,
+    data that waited for the loop (why p90, not the median: probes/sockwait.CONN_WAIT_QUANTILE).
+    Medians of the deciles, so one connection does not decide. {} below 2 connections with a wait."""
     pairs = sorted(((float(s), float(w)) for s, w in zip(served, waits) if w is not None and not math.isnan(w)),
                    key=lambda p: p[0])
     if len(pairs) < 2:

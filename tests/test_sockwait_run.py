@@ -104,8 +104,8 @@ def test_head_of_line_on_one_loop_not_with_threads_and_no_state_between_cells(tm
 def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
     """asyncio_sock, message framing, 8 in flight, 100 connections: a connection whose `sock_recv`
     finds data keeps the loop, so the others' data waits. Issue 22's figure: the least-served tenth's
-    typical wait (median per connection, then over the tenth; never-read connections at the age of
-    their unread data) is ≥ 100× the most-served tenth's, and the starvation rule fires on it. (The
+    own wait (p90 of its reads per connection, then the median over the tenth; never-read connections
+    at the age of their unread data) is ≥ 100× the most-served tenth's, and the starvation rule fires on it. (The
     ratio of mean waits is only the service ratio, Little's law: see test_sockwait.py.)"""
     summary, out = sockwait_run(tmp_path, "asyncio_sock", "-c", "100", "--pipeline", "8", "--framing", "message")
     s = rows_by_backend(summary)["asyncio_sock"]["sockwait"]
