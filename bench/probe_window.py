@@ -3,7 +3,9 @@ of each cell's window) against a --no-probes run's, interleaved, plus the probes
 measured on itself (probed sub-window vs the rest).
 
 Each round runs every backend twice, once per variant, in alternating order; a ratio is taken within
-a round and the rounds' ratios are averaged (this machine varies ±10% between minutes).
+a round and the rounds' ratios are averaged (this machine varies ±10% between minutes). Separate runs
+carry that spread into every ratio; bench/probe_window_paired.py pairs cells on one backend process
+and takes the host's speed out, for intervals of about ±1% instead of ±5-10%.
 
     .venv/bin/python bench/probe_window.py                       # selector, cpp_epoll, asyncio_sock; 5 rounds
     .venv/bin/python bench/probe_window.py --write               # ... and replace its section in RESULTS.md
@@ -63,13 +65,13 @@ AGAIN = "no-probes again"  # --aa: the control run
 
 
 @contextlib.contextmanager
-def neighbours(duty: float):
-    """bench/bystander.py for the block's duration (nothing when duty is 0)."""
+def neighbours(duty: float, log: str | None = None):
+    """bench/bystander.py for the block's duration (nothing when duty is 0); `log`: its --log PREFIX."""
     if not duty:
         yield
         return
     p = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bystander.py")), "--duty", str(duty),
-                          "--seconds", "3600"])
+                          "--seconds", "3600", *(["--log", log] if log else [])])
     try:
         yield
     finally:
