@@ -79,6 +79,16 @@ def neighbours(duty: float, log: str | None = None):
         p.wait(timeout=10)
 
 
+def add_load_arguments(ap: argparse.ArgumentParser, rounds: int) -> None:
+    """The options both probe-window benchmarks take: which backends, the load, how many rounds, noise."""
+    ap.add_argument("backends", nargs="*", default=["selector", "cpp_epoll", "asyncio_sock"])
+    ap.add_argument("-c", "--connections", type=int, default=100)
+    ap.add_argument("-d", "--duration", type=float, default=4.0)
+    ap.add_argument("-r", "--rounds", type=int, default=rounds)
+    ap.add_argument("--noise", type=float, default=0.0, metavar="D",
+                    help="run a noisy neighbour per CPU, busy a share D of the time (bench/bystander.py)")
+
+
 def one(backend: str, args: argparse.Namespace, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="netprof-bench-") as tmp:
         argv = [str(Path(sys.executable).with_name("netprof")), "run", backend, "-c", str(args.connections),
@@ -92,12 +102,7 @@ def one(backend: str, args: argparse.Namespace, extra: list[str]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("backends", nargs="*", default=["selector", "cpp_epoll", "asyncio_sock"])
-    ap.add_argument("-c", "--connections", type=int, default=100)
-    ap.add_argument("-d", "--duration", type=float, default=4.0)
-    ap.add_argument("-r", "--rounds", type=int, default=5)
-    ap.add_argument("--noise", type=float, default=0.0, metavar="D",
-                    help="run a noisy neighbour per CPU, busy a share D of the time (bench/bystander.py)")
+    add_load_arguments(ap, rounds=5)
     ap.add_argument("--edges", action="store_true",
                     help="no probes at all: the loader's phases against each other (see the docstring)")
     ap.add_argument("--aa", action="store_true",

@@ -1,7 +1,9 @@
-"""Headline numbers no probe can touch (issue 23), measured paired: one backend process, one loader and
-one compiled counting set per backend; cells alternate (ABBA) between netprof's default (the counting
-set attached in the probed sub-window, headline from the rest) and --no-probes (one window, nothing
-attached), through the same `cell.run_cell` that `netprof run --attach` uses.
+"""Headline numbers no probe can touch (issue 23), measured in cells paired on one backend process.
+
+One backend process, one loader and one compiled counting set per backend; cells alternate (ABBA)
+between netprof's default (the counting set attached in the probed sub-window, headline from the
+rest) and --no-probes (one window, nothing attached), through the same `cell.run_cell` that
+`netprof run --attach` uses.
 
 Why paired, and why covariates: this host's throughput moves with how fast the hypervisor runs the
 backend's CPU, at times in regimes of 0.3-3 s (0.1 s slices of one window at about 0.8, 1.1 or 1.2
@@ -41,7 +43,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from probe_window import neighbours  # bench/ is sys.path[0]: these run as files
+from probe_window import add_load_arguments, neighbours  # bench/ is sys.path[0]: these run as files
 from results_md import command, publish
 from scipy import stats as sps
 
@@ -321,12 +323,7 @@ def table(results: dict[str, list[dict]], arms: list[str]) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("backends", nargs="*", default=["selector", "cpp_epoll", "asyncio_sock"])
-    ap.add_argument("-c", "--connections", type=int, default=100)
-    ap.add_argument("-d", "--duration", type=float, default=4.0)
-    ap.add_argument("-r", "--rounds", type=int, default=20, help="pairs of cells per backend")
-    ap.add_argument("--noise", type=float, default=0.0, metavar="D",
-                    help="run a noisy neighbour per CPU, busy a share D of the time (bench/bystander.py)")
+    add_load_arguments(ap, rounds=20)  # -r: rounds of the arms per backend
     ap.add_argument("--arms", default=f"{DEFAULT},{NONE}",
                     help=f"comma list of {', '.join(ARMS)}: split = the loader splits the window, nothing attaches")
     ap.add_argument("--raw", metavar="FILE", help="also write every cell's row, spans and covariates (a new file)")
