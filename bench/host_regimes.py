@@ -1,5 +1,6 @@
-"""How this host's throughput moves within one window, and whether the backend CPU's speed explains it:
-one backend pinned to CPU 0, the loader on CPU 1, no probes; the loader's `progress` events give the
+"""How this host's throughput moves within one window, and whether the backend CPU's speed explains it.
+
+One backend pinned to CPU 0, the loader on CPU 1, no probes; the loader's `progress` events give the
 rate of each 0.1 s slice, and bench/speed_canary.py times a syscall-free loop on CPU 0 throughout.
 
     .venv/bin/python bench/host_regimes.py [backend] [-d 30] [--write]

@@ -1,5 +1,6 @@
-"""How fast one CPU runs, moment by moment, with no system call in what it times: every `--every`
-seconds a fixed loop of pure Python arithmetic is timed (time.perf_counter_ns reads the vDSO clock,
+"""How fast one CPU runs, moment by moment, with no system call in what it times.
+
+Every `--every` seconds a fixed loop of pure Python arithmetic is timed (time.perf_counter_ns reads the vDSO clock,
 no syscall) and "monotonic-time nanoseconds" is appended to `--out`. Bounded: it exits after
 `--seconds`, or at SIGTERM.
 
