@@ -49,20 +49,32 @@ def _cpu_per_call(probes, target_child: bool) -> float:
 
 
 def three_medians(probes, once: Callable[[bool], float], repeats: int) -> tuple[float, float, float]:
-    """Median of `repeats` runs of `once(watched)` with the set detached, attached and watching the
-    measuring process, and attached but watching another process (bystander): the three figures
-    every probe set's self-measurement takes. Leaves the set detached."""
-    def median(attached: bool, watched: bool) -> float:
-        if attached:
-            probes.attach()
-        else:
-            probes.detach()
-        return statistics.median(once(watched) for _ in range(repeats))
-
+    """`once(watched)` with the set detached, attached and watching the measuring process, and attached
+    but watching another process (bystander): the three figures every probe set's self-measurement
+    takes. Returns the detached run's median and, for the other two, that median plus the median of
+    their differences to the detached run of the same repeat. Each repeat runs all three, each first in
+    turn: this host's speed moves in regimes of seconds (bench/host_regimes.py), which blocks of one
+    variant each would put into the differences (a sockwait cost once came out at -305 ns).
+    Leaves the set detached."""
+    variants = [(False, True), (True, True), (True, False)]  # (attached, watched): bare, watched, bystander
+    got: dict[tuple[bool, bool], list[float]] = {v: [] for v in variants}
     try:
-        return median(False, True), median(True, True), median(True, False)
+        for i in range(repeats):
+            for attached, watched in variants[i % 3:] + variants[:i % 3]:
+                if attached:
+                    probes.attach()
+                else:
+                    probes.detach()
+                got[(attached, watched)].append(once(watched))
     finally:
         probes.detach()
+    bare = got[variants[0]]
+    base = statistics.median(bare)
+
+    def paired(v: tuple[bool, bool]) -> float:
+        return base + statistics.median(x - b for x, b in zip(got[v], bare))
+
+    return base, paired(variants[1]), paired(variants[2])
 
 
 def measure(probes) -> dict:

@@ -82,8 +82,8 @@ def check_probe_cost(compiled_ok: bool) -> Check:
 
     with CountingProbes(attached=False) as probes:
         c = selfcost.measure(probes)
-    return Check("probe cost", True, f"+{c['added_target_ns']:.0f} ns per watched syscall, "
-                 f"+{c['added_bystander_ns']:.0f} ns per syscall of other processes while attached "
+    return Check("probe cost", True, f"{c['added_target_ns']:+.0f} ns per watched syscall, "
+                 f"{c['added_bystander_ns']:+.0f} ns per syscall of other processes while attached "
                  f"(getppid from Python: {c['bare_ns']:.0f} ns)", required=False)
 
 

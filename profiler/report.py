@@ -329,7 +329,7 @@ def _message_words(df: pd.DataFrame, cfg: dict) -> str:
 def _syscall_cost(c: dict | None) -> str:
     if not c:
         return ""
-    return (f"+{c['added_target_ns']:.0f} ns per syscall of the watched server, +{c['added_bystander_ns']:.0f} ns per "
+    return (f"{c['added_target_ns']:+.0f} ns per syscall of the watched server, {c['added_bystander_ns']:+.0f} ns per "
             f"syscall of every other process, while attached (a getppid() costs {c['bare_ns']:.0f} ns from Python "
             "here; measured on this host during the run)")
 

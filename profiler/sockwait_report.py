@@ -216,8 +216,8 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
     if watched is None:
         return text + " Their cost was not measured in this run."
     text += (
-        f" Measured on this host during the run: +{watched:,.0f} ns of CPU per loopback message with both "
-        f"of its ends watched (about half of it on the server's side), +{c.get('added_bystander_ns', 0):,.0f} ns "
+        f" Measured on this host during the run: {watched:+,.0f} ns of CPU per loopback message with both "
+        f"of its ends watched (about half of it on the server's side), {c.get('added_bystander_ns', 0):+,.0f} ns "
         f"for every other process's socket messages (a bare echo costs {c.get('bare_ns', 0):,.0f} ns here)."
     )
     cpu = [

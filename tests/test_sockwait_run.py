@@ -9,6 +9,7 @@ against the loader's own round trip over the same window.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pandas as pd
@@ -94,7 +95,10 @@ def test_head_of_line_on_one_loop_not_with_threads_and_no_state_between_cells(tm
     assert (out / "plots" / "sockwait_round_trip.png").exists()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["config"]["sockwait"] is True
-    assert meta["sockwait_cost_per_message"]["added_watched_ns"] > 0
+    # Measured, not judged: a timing figure's sign is this host's noise as much as the probes' cost
+    # (once -305 ns here); bench/probe_overhead.py --micro-sock measures it. A bare echo costs CPU.
+    cost = meta["sockwait_cost_per_message"]
+    assert "error" not in cost and cost["bare_ns"] > 0 and math.isfinite(cost["added_watched_ns"]), cost
     # stored rows keep the group: `netprof report DIR` rebuilds the same rows
     flat = pd.read_parquet(out / "results.parquet")
     assert flat["sockwait.wait_p50_us"].notna().all()
