@@ -250,7 +250,7 @@ def pooled_estimate(parts: list[LogRatio]) -> LogRatio:
 
 
 def measured(args: argparse.Namespace) -> dict[str, list[dict]]:
-    """Runs the rounds (with the canaries, and the neighbours with --noise); each record gains its
+    """Runs the rounds (with the canary, and the neighbours with --noise); each record gains its
     covariates; with --raw the records are written out for --from."""
     budget = 60 + len(args.backends) * args.rounds * len(args.arms) * (args.duration + 4)  # bounds the canary
     with tempfile.TemporaryDirectory(prefix="netprof-paired-") as tmp:
