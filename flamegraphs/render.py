@@ -8,11 +8,12 @@ less capable FlameGraph to maintain.
 from __future__ import annotations
 
 import os
-import shutil
+import tempfile
 
-from netprof.profiler import atomic, procs
+from netprof.profiler import atomic, paths, procs
 
 RENDER_TIMEOUT = 60.0
+MAX_FOLDED = 64 << 20  # a folded file named on the command line (`flamegraph diff`): far above a real one
 
 # Per view: palette and background. `java` colours by our annotation suffixes (fold.py):
 # kernel orange, Python-jit green, interpreter aqua, other native red. `python` colours py-spy
@@ -27,46 +28,71 @@ VIEW_STYLE = {
 
 
 def inferno_binary(name: str) -> str | None:
-    """`inferno-flamegraph` etc.: PATH, else where setup/cargo put them."""
-    found = shutil.which(name)
+    """`inferno-flamegraph` etc.: PATH, else where setup/cargo put them; only a binary root may run
+    (paths.untrusted_reason): a PATH entry or a ~/.cargo/bin of another user (sudo -E keeps the
+    caller's PATH and, outside the CLI, HOME) supplies none."""
+    found = paths.trusted_which(name)
     if found:
         return found
     for d in ("/usr/local/bin", os.path.expanduser("~/.cargo/bin")):
         path = os.path.join(d, name)
-        if os.access(path, os.X_OK):
+        if os.access(path, os.X_OK) and paths.untrusted_reason(path) is None:
             return path
     return None
 
 
+def read_folded(path: str) -> str:
+    """The folded stacks at `path`, a file of a results directory, for inferno's stdin. inferno never
+    gets a path in a results directory: under sudo the caller owns that directory and could swap the
+    file for a link to a root-only file (/etc/shadow), whose lines root's inferno would draw into the
+    SVG. Read as results.py reads a run: no link of another user's on the way, none at the file, a
+    regular file of root's or the sudo caller's."""
+    from netprof.profiler import results  # not at import time: it loads pandas
+
+    with results.open_input_path(path) as f:
+        return f.read().decode("utf-8", "replace")
+
+
 def render(folded: str, out_svg: str, *, view: str, title: str, subtitle: str | None = None) -> None:
-    """Render one view's folded file. Raises RuntimeError with inferno's message on failure."""
+    """Render one view's folded file. Raises RuntimeError with inferno's message on failure, InputError
+    for a file netprof may not read (read_folded)."""
     exe = inferno_binary("inferno-flamegraph")
     if exe is None:
         raise RuntimeError("inferno-flamegraph not installed (make setup, or: cargo install inferno --locked)")
     style = VIEW_STYLE.get(view, VIEW_STYLE["oncpu"])
     argv = [exe, "--title", title, "--colors", style["colors"], "--bgcolors", style["bgcolors"],
-            "--countname", style["countname"], "--hash", "--minwidth", "0.05", os.path.abspath(folded)]
+            "--countname", style["countname"], "--hash", "--minwidth", "0.05"]  # no file: stdin
     if subtitle:
         argv[1:1] = ["--subtitle", subtitle]
-    _run_to_file(argv, out_svg)
+    _run_to_file(argv, out_svg, stdin=read_folded(folded))
 
 
 def diff(folded_a: str, folded_b: str, out_svg: str, *, title: str) -> str:
-    """Differential flamegraph of B against A: shapes are B, red = grew, blue = shrank.
+    """Differential flamegraph of B against A, both files of results directories (read_folded)."""
+    return diff_stacks(read_folded(folded_a), read_folded(folded_b), out_svg, title=title,
+                       names=(os.path.basename(folded_a), os.path.basename(folded_b)))
+
+
+def diff_stacks(a: str, b: str, out_svg: str, *, title: str, names: tuple[str, str] = ("A", "B")) -> str:
+    """Differential flamegraph of folded stacks `b` against `a`: shapes are B, red = grew, blue = shrank.
 
     `inferno-diff-folded --normalize` scales A's counts to B's total first, so runs with different
-    sample counts (or durations) compare by share of time, not raw sample numbers.
+    sample counts (or durations) compare by share of time, not raw sample numbers. It reads files by
+    name only: it gets private copies (a 0700 directory of root's), never a path the caller named.
     """
     diff_exe = inferno_binary("inferno-diff-folded")
     fg_exe = inferno_binary("inferno-flamegraph")
     if diff_exe is None or fg_exe is None:
         raise RuntimeError("inferno not installed (make setup, or: cargo install inferno --locked)")
-    d = procs.run([diff_exe, "--normalize", os.path.abspath(folded_a), os.path.abspath(folded_b)],
-                  timeout=RENDER_TIMEOUT)
+    with tempfile.TemporaryDirectory(prefix="netprof-diff-") as tmp:
+        copies = [os.path.join(tmp, f"{side}.folded") for side in "AB"]
+        for copy, text in zip(copies, (a, b)):
+            with open(copy, "x", encoding="utf-8") as f:
+                f.write(text)
+        d = procs.run([diff_exe, "--normalize", *copies], timeout=RENDER_TIMEOUT)
     if d.returncode != 0:
         raise RuntimeError(f"inferno-diff-folded failed: {d.stderr.strip()[-300:]}")
-    sub = (f"B = {os.path.basename(folded_b)} vs A = {os.path.basename(folded_a)}; "
-           "red grew, blue shrank (A normalised to B)")
+    sub = f"B = {names[1]} vs A = {names[0]}; red grew, blue shrank (A normalised to B)"
     argv = [fg_exe, "--title", title, "--subtitle", sub, "--hash", "--minwidth", "0.05"]
     _run_to_file(argv, out_svg, stdin=d.stdout)
     return out_svg

@@ -21,7 +21,8 @@ from netprof.flamegraphs import render
 from netprof.flamegraphs.fold import write_folded
 from netprof.flamegraphs.oncpu import MIXED_MAX_HZ, PerfRecorder, perf_binary
 from netprof.flamegraphs.pyspy import PySpyRecorder, pyspy_binary
-from netprof.profiler import procs
+from netprof.profiler import atomic, procs
+from netprof.profiler.errors import InputError
 
 VIEWS = ("oncpu", "python", "offcpu", "mixed")
 DEFAULT_VIEWS = ("oncpu", "python", "offcpu")
@@ -112,8 +113,7 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
     `cpus` pins the samplers (perf, py-spy), e.g. to the loader's CPUs, keeping the backend's CPU to
     the backend. Never raises for a view that fails; see `FlameArtifacts.notes`.
     """
-    outdir = os.path.abspath(outdir)
-    os.makedirs(outdir, exist_ok=True)
+    outdir = os.fspath(atomic.ensure_out_dir(os.path.abspath(outdir)))  # made as results are (atomic.py)
     art = FlameArtifacts()
     pids = process_tree(pid)
     wanted = []
@@ -184,7 +184,7 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
             render.render(folded, svg, view=v, title=f"{title} — {VIEW_LABEL[v]}",
                           subtitle=_subtitle(v, art.samples, rate_hz, duration))
             setattr(art, f"{v}_svg", svg)
-        except (RuntimeError, OSError) as e:
+        except (RuntimeError, OSError, InputError) as e:  # InputError: a folded file swapped for a link
             art.notes.append(f"{v}: no SVG: {e}")
     return art
 

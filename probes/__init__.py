@@ -18,8 +18,8 @@ Nothing needs bcc until a probe set is created, so `check_available()`, `proc_cp
 `per_message_notation()` work everywhere.
 """
 
-from .base import ProbeError, check_available, syscall_name, syscall_number
-from .counting import CountingProbes, ProbeDelta, Snapshot, delta, per_message_notation
+from .base import ProbeError, syscall_name, syscall_number
+from .counting import CountingProbes, ProbeDelta, Snapshot, check_available, delta, per_message_notation
 from .proc import proc_cpu_times, proc_delta
 from .sockwait import ConnWait, SockWaitDelta, SockWaitProbes, SockWaitSnapshot, WaitDist, sockwait_delta
 from .stacks import DEFAULT_SYSCALLS, StackProbes

@@ -1,4 +1,4 @@
-"""What every probe set shares: availability checks, errors, loading a `*.bpf.c` file, syscall names."""
+"""What every probe set shares: prerequisites, errors, loading a `*.bpf.c` file, syscall names."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _tracefs_ready() -> bool:
     return os.path.isdir(os.path.join(TRACEFS, "events", "sched"))
 
 
-def _prerequisites() -> str | None:
+def prerequisites() -> str | None:
     if os.geteuid() != 0:
         return f"BPF probes need root (or CAP_BPF+CAP_PERFMON): run as root, {NO_PROBES}"
     try:
@@ -37,31 +37,6 @@ def _prerequisites() -> str | None:
     if not os.path.isdir(build):
         return f"no kernel headers for BCC at {build}: run `make setup` (links Debian's headers), {NO_PROBES}"
     return None
-
-
-_checked: dict[bool, str | None] = {}
-
-
-def check_available(syscall_time: bool = False) -> str | None:
-    """None if the probes can run here, else one line: what is missing and the fix.
-
-    Checks the prerequisites, mounts tracefs if needed, then really compiles, attaches and detaches
-    the run's counting set once per process, so header, verifier or attach trouble shows up here.
-    The compiled set is kept: the run's own `CountingProbes(syscall_time=...)` with the other
-    compile options at their defaults (`attached` may differ) takes it over instead of compiling.
-    """
-    why = _prerequisites()
-    if why:
-        return why
-    if syscall_time not in _checked:
-        try:
-            from .counting import CountingProbes
-
-            CountingProbes(syscall_time=syscall_time).park()
-            _checked[syscall_time] = None
-        except ProbeError as e:
-            _checked[syscall_time] = str(e)
-    return _checked[syscall_time]
 
 
 def ensure_tracefs() -> None:
@@ -152,7 +127,7 @@ class LoadedProgram:
 
     def park(self) -> None:
         """Detach and hand the compiled set to the next load() of the same source and cflags in this
-        process (check_available() compiles the run's set this way only once). Resident programs stay
+        process (counting.check_available() compiles the run's set this way only once). Resident programs stay
         attached (they record nothing untargeted), which spares their slow detach and re-attach."""
         self.detach()
         bpf, self.bpf = self.bpf, None
@@ -221,7 +196,7 @@ def _bpf_class():
 def load(src: str | Path, cflags: list[str]):
     """Compile probes/<src> (or the file at path `src`) and load its programs, none attached
     (LoadedProgram.attach does that). Raises ProbeError."""
-    why = _prerequisites()
+    why = prerequisites()
     if why:
         raise ProbeError(why)
     ensure_tracefs()

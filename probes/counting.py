@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from . import tree
-from .base import _TP, NR_SLOTS, LoadedProgram, ProbeError, syscall_name
+from .base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, syscall_name
 
 NS = 1e-9
 _CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits")
@@ -228,3 +228,26 @@ def per_message_notation(per_msg: dict[str, float]) -> str:
         text = f"{c:.2f}".rstrip("0").rstrip(".")
         terms.append(name if text == "1" else f"{text} × {name}")
     return " + ".join(terms)
+
+
+_checked: dict[bool, str | None] = {}
+
+
+def check_available(syscall_time: bool = False) -> str | None:
+    """None if the probes can run here, else one line: what is missing and the fix.
+
+    Checks the prerequisites, mounts tracefs if needed, then really compiles, attaches and detaches
+    the run's counting set once per process, so header, verifier or attach trouble shows up here.
+    The compiled set is kept: the run's own `CountingProbes(syscall_time=...)` with the other
+    compile options at their defaults (`attached` may differ) takes it over instead of compiling.
+    """
+    why = prerequisites()
+    if why:
+        return why
+    if syscall_time not in _checked:
+        try:
+            CountingProbes(syscall_time=syscall_time).park()
+            _checked[syscall_time] = None
+        except ProbeError as e:
+            _checked[syscall_time] = str(e)
+    return _checked[syscall_time]

@@ -572,10 +572,10 @@ def check_available() -> str | None:
     """None if the socket-wait set can run here, else one line: what is missing. Compiles, attaches
     and detaches the set once per process (BTF offsets, the sock tracepoints, the verifier), and
     parks it for the run's own `SockWaitProbes(attached=False)` to take over."""
-    from .base import NO_PROBES, _prerequisites
+    from .base import NO_PROBES, prerequisites
 
     if not _checked:
-        why = _prerequisites()
+        why = prerequisites()
         if why is None:
             try:
                 SockWaitProbes().park()

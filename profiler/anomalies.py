@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import math
 import platform
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from netprof.profiler import schema, stats, units
+from netprof.profiler import results, schema, stats, units
 from netprof.profiler.stats import num, syscalls_of
 
 
@@ -125,10 +124,11 @@ class Context:
         """Top user stacks of these syscalls from stacks/<cell slug>.json, if collected."""
         if self.out_dir is None:
             return []
-        path = self.out_dir / "stacks" / f"{schema.cell_slug(row)}.json"
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+        try:  # read as every results file is: no link followed
+            doc = results.read_json(self.out_dir, f"stacks/{schema.cell_slug(row)}.json", {})
+        except (OSError, ValueError):  # InputError (a link, another user's file) too: no evidence from it
+            return []
+        if not isinstance(doc, dict):
             return []
         found = []
         for name in syscalls:

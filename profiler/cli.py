@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import typer
 from pyarrow.lib import ArrowException
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperCommand
 
@@ -19,6 +19,7 @@ from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, N
 from netprof.profiler.plan import (
     RunConfig,
     parse_framings,
+    parse_header_file,
     parse_int_list,
     parse_pin,
     parse_pythons,
@@ -71,7 +72,8 @@ class _PlainUsage(TyperCommand):
 
 
 def say_error(message: str) -> None:
-    err.print(f"[bold red]netprof:[/bold red] {message}", highlight=False, soft_wrap=True)
+    # Messages quote paths and values the user gave: text, never rich markup ("[/x]" would raise).
+    err.print(f"[bold red]netprof:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -222,32 +224,49 @@ def run(
         "", "--target", metavar="HOST:PORT",
         help="Where --attach's server (or a --cmd without {port}) listens."),
     as_root: bool = typer.Option(False, "--as-root", help="Run --cmd as root instead of the user who invoked sudo."),
+    env: list[str] | None = typer.Option(
+        None, "--env", metavar="NAME=VALUE",
+        help="Set a variable in --cmd's environment (repeatable). Through sudo, --cmd gets your environment (your "
+             "HOME, USER, and the PATH netprof got: sudo's secure_path unless kept); --env PATH=... sets another."),
     protocol: str = typer.Option(
         "echo", "--protocol", metavar="echo|http|line",
         help="echo (64-byte echo), http (HTTP/1.1 keep-alive), line (a request line, one reply line)."),
     request: str = typer.Option("GET /", "--request", metavar="'METHOD /path'", help="--protocol http: the request."),
     header: list[str] | None = typer.Option(
         None, "--header", metavar="'Name: value'",
-        help="--protocol http: an extra header (repeatable)."),
+        help="--protocol http: an extra header (repeatable). A value on the command line is visible to every local "
+             "user in /proc/PID/cmdline while netprof runs: give secrets with --header-file (the body with "
+             "--body-file)."),
     body: str | None = typer.Option(None, "--body", metavar="TEXT", help="--protocol http: the request body."),
     body_file: Path | None = typer.Option(
         None, "--body-file", metavar="FILE",
         help="--protocol http: the request body, from a file."),
+    header_file: Path | None = typer.Option(
+        None, "--header-file", metavar="FILE",
+        help="--protocol http: extra headers from a file, one 'Name: value' per line (blank lines and # comments "
+             "skipped); unlike --header, not visible to other users."),
+    keep_secrets: bool = typer.Option(
+        False, "--keep-secrets",
+        help="Write header values and the body into meta.json and the reports as given (default: the values of "
+             "Authorization, Cookie and headers named like *key*, *token*, *secret*, *auth*, and the body, are "
+             "redacted to their length and a hash)."),
     line: str = typer.Option("PING", "--line", metavar="TEXT", help="--protocol line: the request line."),
 ) -> None:
     """Run servers × connections × pipeline × rounds and report what each message costs.
 
     BACKEND...: the built-in backends to run (`netprof list`); or --cmd / --attach for your own server."""
-    own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root, ready_timeout)
+    own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root, ready_timeout, env or [])
+    from netprof.profiler.results import read_named_file  # not at import time: it loads pandas
+
     if body_file is not None:
-        try:
-            body = body_file.read_text()
-        except OSError as e:
-            raise InputError(f"--body-file {body_file}: {e.strerror}") from None
+        body = read_named_file(body_file, "--body-file")
+    headers = list(header or [])
+    if header_file is not None:
+        headers += parse_header_file(read_named_file(header_file, "--header-file"), str(header_file))
     pin, pin_both = parse_pin(pin_mode, no_pin)
     cfg = validate(RunConfig(
-            backends=list(backends or []), own=own, protocol=protocol, request=request, headers=list(header or []),
-            body=body, line=line, connections=parse_int_list(connections, "--connections"),
+            backends=list(backends or []), own=own, protocol=protocol, request=request, headers=headers,
+            body=body, keep_secrets=keep_secrets, line=line, connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             probe_share=probe_share, syscall_time=syscall_time, sockwait=sockwait,
@@ -255,20 +274,25 @@ def run(
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
+            env=list(env or []),
         ))
     _confirm_long_plan(cfg, yes)
     _execute(cfg, as_json, quiet=quiet, verbose=verbose)
 
 
 def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: int | None, target: str,
-                 as_root: bool, ready_timeout: float) -> list:
+                 as_root: bool, ready_timeout: float, env_items: list[str]) -> list:
     """ServerSpecs of --cmd templates and --attach (servers.py checks each)."""
     from netprof.profiler import servers
 
     if len(names) > len(cmds) + (attach is not None):
         raise InputError("more --name than --cmd/--attach: give one --name per server, in the same order")
+    env = servers.parse_env(env_items)
+    if env and not cmds:
+        raise InputError("--env sets the environment of a --cmd server: give --cmd, or drop --env")
     own = [servers.from_cmd(c, names[i] if i < len(names) else "", ready_regex,
-                            target if "{port}" not in c else "", as_root, ready_timeout) for i, c in enumerate(cmds)]
+                            target if "{port}" not in c else "", as_root, ready_timeout, env)
+           for i, c in enumerate(cmds)]
     if attach is not None:
         if not target:
             raise InputError(f"--attach {attach} needs --target HOST:PORT: where does it listen?")
@@ -327,7 +351,7 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
         if why:
             fail(f"flamegraphs cannot be sampled: {why}")
 
-    from netprof.profiler import interpreters, report, runner
+    from netprof.profiler import interpreters, report, results, runner
 
     console = Console(stderr=True, quiet=quiet) if as_json else Console(quiet=quiet)
     progress = Console(stderr=True, quiet=quiet)
@@ -348,18 +372,18 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
             print(json.dumps(summary, default=str))
         elif quiet:
             print(summary["artifacts"]["report_html"])
-    elif (outcome.out_dir / "flamegraphs" / "index.json").exists():
-        index = (outcome.out_dir / "flamegraphs" / "index.json").read_text()
-        print(index if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
+    elif (index := results.read_json(outcome.out_dir, "flamegraphs/index.json")) is not None:
+        # read as results.py reads: under sudo the directory is the caller's, who could swap in a link
+        print(json.dumps(index) if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
     if outcome.error:
         fail(f"netprof's own error: {outcome.error} (traceback in {outcome.out_dir}/{runner.ERROR_LOG}); "
              f"{len(outcome.store.rows)} finished cells and their report are kept in {outcome.out_dir}",
              EXIT_INTERNAL)
     if outcome.interrupted:
-        err.print(f"interrupted: {len(outcome.store.rows)} finished cells kept in {outcome.out_dir}")
+        err.print(f"interrupted: {len(outcome.store.rows)} finished cells kept in {escape(str(outcome.out_dir))}")
         raise typer.Exit(130)
     if outcome.failed:
-        err.print(f"{outcome.failed} cell(s) failed (FF); see {outcome.out_dir}/report.md")
+        err.print(f"{outcome.failed} cell(s) failed (FF); see {escape(str(outcome.out_dir))}/report.md")
         raise typer.Exit(1)
 
 
@@ -393,18 +417,26 @@ def flamegraph(
     if args and args[0] == "diff":
         if len(args) != 3:
             fail("usage: netprof flamegraph diff A.folded B.folded [-o diff.svg]")
-        from netprof.flamegraphs import diff
+        from netprof.flamegraphs.render import MAX_FOLDED, diff_stacks
+        from netprof.profiler.atomic import check_out_dir
+        from netprof.profiler.results import read_named_file
 
+        stacks = []
         for f in args[1:]:
             if not Path(f).is_file():
                 raise InputError(f"{f}: no such folded-stacks file (flamegraphs/<cell>/*.folded of a run)")
-            if not Path(f).read_text(errors="replace").strip():
+            # Read as root for the caller (no link; under sudo, a file they could read), then handed to inferno.
+            stacks.append(read_named_file(f, "flamegraph diff", limit=MAX_FOLDED))
+            if not stacks[-1].strip():
                 raise InputError(f"{f} holds no stacks (the sampler saw nothing): diff two non-empty .folded files")
         target = Path(out or "diff.svg")
-        if not target.parent.is_dir() or not os.access(target.parent, os.W_OK):
-            raise InputError(f"-o {target}: cannot write into {target.parent or '.'}; give a writable path")
+        if not target.parent.is_dir():
+            raise InputError(f"-o {target}: {target.parent} is not a directory; give a path in an existing one")
+        check_out_dir(target.parent, "-o")  # the rules of --out; the SVG is written by atomic.py: a link is replaced
         try:
-            diff(args[1], args[2], str(target), title=f"{Path(args[2]).parent.name} vs {Path(args[1]).parent.name}")
+            a, b = Path(args[1]), Path(args[2])
+            diff_stacks(stacks[0], stacks[1], str(target), title=f"{b.parent.name} vs {a.parent.name}",
+                        names=(a.name, b.name))
         except (OSError, RuntimeError) as e:
             raise NetprofError(f"flamegraph diff failed: {e}") from None
         print(target)
@@ -433,6 +465,7 @@ def report_cmd(
     DIR: a results directory written by `netprof run`; nothing is re-run."""
     from netprof.profiler import report
     from netprof.profiler.atomic import ensure_out_dir
+    from netprof.profiler.paths import caller_uids, untrusted_reason
     from netprof.profiler.results import RESULTS_PARQUET
 
     if not directory.is_dir():
@@ -443,8 +476,15 @@ def report_cmd(
         if (out / RESULTS_PARQUET).exists() and out.resolve() != directory.resolve():
             raise InputError(f"--out {out} holds another run's results: give a directory of its own for the report")
         ensure_out_dir(out)  # refuses an existing non-directory, /proc, and directories others may write
+    else:  # in place: only where --out itself could go (whoever else may write there chooses what root overwrites)
+        why = untrusted_reason(directory, uids=caller_uids())
+        if why:
+            raise InputError(f"{directory}: {why}, so netprof (root) does not write its report there; write it "
+                             "elsewhere with --out OTHER")
     try:
         summary = report.finish(directory, console=None if as_json or quiet else Console(), dest=out)
+    except InputError:  # a link or another user's file in DIR: its own line says so
+        raise
     except FileNotFoundError as e:
         raise InputError(str(e)) from None
     except (OSError, ValueError, ArrowException) as e:  # a corrupt or truncated results file
@@ -480,7 +520,10 @@ def compare_cmd(
 
 def main() -> None:
     """The one handler: netprof's own errors are one line and their exit code, never a traceback."""
+    from netprof.profiler import rootenv
+
     try:
+        rootenv.setup()  # first: nothing may find files through the caller's HOME or TMPDIR
         app()
     except NetprofError as e:
         say_error(str(e))

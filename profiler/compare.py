@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,20 +84,19 @@ def load_run(path: str | Path) -> Run:
     if not p.exists():
         raise _not_a_run(str(path), "no such file or directory")
     d = p if p.is_dir() else p.parent
-    try:
-        if p.is_dir() and (p / results.RESULTS_PARQUET).exists():
+    try:  # through results.py's readers: no link followed, control characters dropped
+        if p.is_dir() and results.input_kind(p, results.RESULTS_PARQUET):
             df, _, meta = results.load(p)
         else:
-            summary_path = p / results.SUMMARY_JSON if p.is_dir() else p
-            if not summary_path.is_file():
+            doc = results.read_json(d, p.name if not p.is_dir() else results.SUMMARY_JSON)
+            if doc is None:
                 raise _not_a_run(str(path), f"not a netprof run (it holds no {results.RESULTS_PARQUET} "
                                             f"or {results.SUMMARY_JSON})")
-            doc = json.loads(summary_path.read_text())
             if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
                 raise _not_a_run(str(path), 'not a netprof summary (no "runs" list)')
             df = pd.DataFrame([results.flatten(r) for r in doc["runs"]])
-            meta = doc.get("meta") or (json.loads((d / results.META_JSON).read_text())
-                                       if (d / results.META_JSON).is_file() else {})
+            meta = doc.get("meta") or results.read_json(d, results.META_JSON, {})
+            meta = meta if isinstance(meta, dict) else {}
     except InputError:
         raise
     except (OSError, ValueError, ArrowException) as e:
@@ -472,23 +473,45 @@ def _flame_diff(base: Run, new: Run, brow, nrow, cell: dict, out_dir: Path | Non
         return None
     found = {}
     for kind in FLAME_KINDS:
-        a = base.dir / "flamegraphs" / schema.cell_slug(brow) / f"{kind}.folded"
-        b = new.dir / "flamegraphs" / schema.cell_slug(nrow) / f"{kind}.folded"
-        if not (a.is_file() and b.is_file() and a.stat().st_size and b.stat().st_size):
+        a = _folded(base.dir, f"flamegraphs/{schema.cell_slug(brow)}/{kind}.folded")
+        b = _folded(new.dir, f"flamegraphs/{schema.cell_slug(nrow)}/{kind}.folded")
+        if not (a and b):
             continue
         if out_dir is None:
             found[kind] = {"note": "both runs have flamegraphs: pass --out DIR to write the differential one"}
             continue
         rel = f"flamegraphs/{i}-{schema.cell_slug(nrow)}-{kind}-diff.svg"
-        (out_dir / "flamegraphs").mkdir(exist_ok=True)
+        atomic.make_subdir(out_dir, "flamegraphs")
         try:
-            from netprof.flamegraphs import diff
-
-            diff(str(a), str(b), str(out_dir / rel), title=f"{cell['label']}: {new.name} vs {base.name} ({kind})")
+            _diff_svg(a, b, out_dir / rel, kind, f"{cell['label']}: {new.name} vs {base.name} ({kind})")
             found[kind] = {"svg": rel}
         except (OSError, RuntimeError) as e:
             found[kind] = {"note": f"differential flamegraph failed: {e}"}
     return found or None
+
+
+def _folded(run_dir: Path, name: str) -> bytes | None:
+    """A run's folded stacks (read as results.py reads: no link followed), or None when missing or empty."""
+    f = results.open_input(run_dir, name)
+    if f is None:
+        return None
+    with f:
+        return f.read() or None
+
+
+def _diff_svg(a: bytes, b: bytes, svg: Path, kind: str, title: str) -> None:
+    """inferno reads files by name: it gets private copies of what was read, never a path in a run."""
+    from netprof.flamegraphs import diff
+
+    with tempfile.TemporaryDirectory(prefix="netprof-diff-") as tmp:
+        paths = []
+        for side, data in (("A", a), ("B", b)):
+            os.mkdir(os.path.join(tmp, side))
+            path = os.path.join(tmp, side, f"{kind}.folded")
+            with open(path, "wb") as f:
+                f.write(data)
+            paths.append(path)
+        diff(paths[0], paths[1], str(svg), title=title)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,7 +544,7 @@ def _ratio(c: dict) -> str:
     if c.get("judged_by"):  # Jain: the ratio is that of the spread across connections (CV)
         short = re.search(r"\((.+)\)", stats.metric_info(c["judged_by"]).label)
         return f"{short.group(1) if short else c['judged_by']} {_ratio({**c, 'judged_by': None})}"
-    if c["ratio"] != c["ratio"]:
+    if _missing(c["ratio"]):
         return "–"
     if c["ratio_lo"] is None:
         return f"{_r(c['ratio'])}× [{'unbounded' if c['n_base'] >= 2 and c['n_new'] >= 2 else 'n < 2'}]"
@@ -532,8 +555,13 @@ def _r(x: float) -> str:
     return f"{x:.2f}" if abs(x) >= 0.1 else f"{x:.2g}"
 
 
+def _missing(v) -> bool:
+    """NaN, or the null _json_ready made of it (one round a side has no p-value)."""
+    return v is None or v != v
+
+
 def _p(c: dict) -> str:
-    return "–" if c["p"] != c["p"] else f"{c['p']:.3f}" if c["p"] >= 0.001 else "<0.001"
+    return "–" if _missing(c["p"]) else f"{c['p']:.3f}" if c["p"] >= 0.001 else "<0.001"
 
 
 def _verdict_text(col: str, c: dict) -> str:
@@ -622,25 +650,25 @@ def print_doc(doc: dict, console: Console) -> None:
     console.print(f"[bold]BASE[/bold] {escape(doc['base']['path'])}")
     for comp in v["comparisons"]:
         console.print(f"[bold]NEW[/bold]  {escape(comp['path'])}")
-        console.print(f"matched on: {comp['matched_on']}"
+        console.print(f"matched on: {escape(comp['matched_on'])}"
                       + (f"; compared across: [bold]{escape(comp['across'])}[/bold]" if comp["across"] else ""))
         for w in comp["warnings"]:
             console.print(f"[yellow]warning:[/yellow] {escape(w)}")
-        t = Table(*v["summary_header"], title=f"{comp['name']} vs {doc['base']['name']}", title_justify="left",
+        t = Table(*v["summary_header"], title=escape(f"{comp['name']} vs {doc['base']['name']}"), title_justify="left",
                   header_style="bold")
         for row in comp["summary"]:
             style = _style(row[-1])
             t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
         console.print(t)
         for d in comp["details"]:
-            t = Table(*v["detail_header"], title=f"{d['label']} ({d['rounds']})", title_justify="left",
+            t = Table(*v["detail_header"], title=escape(f"{d['label']} ({d['rounds']})"), title_justify="left",
                       header_style="bold", box=None)
             for row in d["rows"]:
                 style = _style(row[-1])
                 t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
             console.print(t)
             for f in d["flames"]:
-                console.print(f"  {f['kind']} differential flamegraph: {f.get('svg') or f.get('note')}")
+                console.print(f"  {f['kind']} differential flamegraph: {escape(str(f.get('svg') or f.get('note')))}")
         if comp["whys"]:
             console.print("[bold]Why[/bold]")
             for line in comp["whys"]:
@@ -654,10 +682,10 @@ def print_doc(doc: dict, console: Console) -> None:
         for line in doc["fail_if"]["breaches"]:
             console.print(f"[red]FAIL[/red] {escape(line)}")
         if not doc["fail_if"]["breaches"]:
-            console.print(f"--fail-if {','.join(doc['fail_if']['checks'])}: "
+            console.print(f"--fail-if {escape(','.join(doc['fail_if']['checks']))}: "
                           "no significant regression beyond the thresholds")
     if doc["artifacts"]:
-        console.print(f"compare: {doc['artifacts']['compare_html']} (also compare.md, compare.json)")
+        console.print(f"compare: {escape(doc['artifacts']['compare_html'])} (also compare.md, compare.json)")
 
 
 def _json_ready(obj):

@@ -126,7 +126,7 @@ def check_perf() -> Check:
 def check_loader() -> Check:
     try:
         return Check("netprof-loader", True, paths.loader_binary())
-    except FileNotFoundError as e:
+    except paths.LoaderMissingError as e:
         return Check("netprof-loader", False, "not found", str(e).split(": ", 1)[-1])
     except paths.UntrustedPathError as e:
         return Check("netprof-loader", False, str(e).split("; ", 1)[0], "make NETPROF_LOADER root's and not "

@@ -62,7 +62,7 @@ def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
                  for name, stacks in top.items()}
     doc["_about"] = {"python_frames": stack_probes.python_note or "walked at each syscall (CPython 3.11 frame stack)",
                      "native_frames": NATIVE_NOTE, "error": got.get("error")}
-    (out / "stacks").mkdir(exist_ok=True)
+    atomic.make_subdir(out, "stacks")
     atomic.write_text(out / "stacks" / f"{schema.cell_slug(outcome.row)}.json", json.dumps(doc, indent=1))
     return doc
 
@@ -82,8 +82,7 @@ def flamegraph_round(cell: Cell, env: CellEnv, out: Path) -> dict:
     slug = schema.cell_slug({"backend": cell.backend, "interpreter": interp.label, "framing": cell.framing,
                              "connections": cell.connections, "pipeline": cell.pipeline, "pinned": cfg.pin})
     views = DEFAULT_VIEWS + (("mixed",) if mixed_flag else ())
-    outdir = out / "flamegraphs" / slug
-    outdir.mkdir(parents=True, exist_ok=True)
+    outdir = atomic.make_subdir(out, f"flamegraphs/{slug}")
     done: dict = {}
 
     def start_sampling(pid: int) -> None:

@@ -107,12 +107,17 @@ class Interpreter:
 
 
 def pyenv_versions() -> list[str]:
-    """pyenv's interpreters; $PYENV_ROOT only when it is trusted (InterpreterError otherwise)."""
+    """pyenv's interpreters that root may run: $PYENV_ROOT only when it is trusted (InterpreterError
+    otherwise), else ~/.pyenv only when that is (someone else's, as under `sudo -E`, counts as none);
+    an interpreter under either that is not trusted is left out."""
     try:
         root = paths.env_path("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
     except paths.UntrustedPathError as e:
         raise InterpreterError(str(e)) from None
-    return sorted(glob.glob(os.path.join(root, "versions", "*", "bin", "python3")))
+    if paths.untrusted_reason(root):
+        return []
+    found = glob.glob(os.path.join(root, "versions", "*", "bin", "python3"))
+    return sorted(p for p in found if paths.untrusted_reason(p) is None)
 
 
 def resolve(spec: str) -> str:
@@ -128,21 +133,22 @@ def resolve(spec: str) -> str:
                    if Path(p).parents[1].name == spec or Path(p).parents[1].name.startswith(spec + ".")]
         if matches:
             return max(matches, key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".") if x.isdigit()])
-        found = shutil.which(f"python{spec}")
+        found = paths.trusted_which(f"python{spec}")
         if found:
             return found
         raise InterpreterError(f"--python {spec}: no such interpreter (pyenv has "
                                f"{', '.join(Path(p).parents[1].name for p in pyenv_versions()) or 'none'}); "
                                f"install it (`pyenv install {spec}`) or give a path")
-    found = shutil.which(spec)
+    found = paths.trusted_which(spec)
     if found:
         return found
     raise InterpreterError(f"--python {spec}: not found on PATH; give a version (3.13) or a path")
 
 
 def inspect(python: str) -> dict:
+    # -I: no user site-packages (a caller's ~/.local/.../*.pth would run as root), no PYTHON* variables.
     try:
-        out = procs.run([python, "-c", _PROBE], timeout=60)
+        out = procs.run([python, "-I", "-c", _PROBE], timeout=60)
     except OSError as e:
         raise InterpreterError(f"{python}: cannot run it ({e.strerror})") from e
     if out.returncode != 0:
@@ -151,13 +157,17 @@ def inspect(python: str) -> dict:
 
 
 def cache_root() -> Path:
-    """Where prepared environments live; $NETPROF_CACHE only when it is trusted (root executes what
-    is in there): InterpreterError otherwise."""
+    """Where prepared environments live: $NETPROF_CACHE or ~/.cache/netprof, only when trusted (root
+    executes what is in there, so someone else's cache is never read): InterpreterError otherwise."""
     try:
         base = paths.env_path("NETPROF_CACHE") or os.path.expanduser("~/.cache/netprof")
     except paths.UntrustedPathError as e:
         raise InterpreterError(str(e)) from None
-    return Path(base) / "interpreters"
+    root = Path(base) / "interpreters"
+    why = paths.untrusted_reason(root)
+    if why:
+        raise InterpreterError(f"interpreter cache {root}: {why}; make it root's or set NETPROF_CACHE elsewhere")
+    return root
 
 
 def _backends_source() -> Path:
@@ -202,7 +212,7 @@ def _run(cmd: list[str], what: str, fix: str) -> None:
 def _cache_lock(root: Path) -> Iterator[None]:
     """Exclusive hold on the interpreter cache (an flock; released when the process dies)."""
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    why = paths.untrusted_reason(root)
+    why = paths.untrusted_reason(root)  # again: cache_root() checked it before it existed
     if why:
         raise InterpreterError(f"interpreter cache {root}: {why}; make it root's or set NETPROF_CACHE elsewhere")
     try:
@@ -244,7 +254,11 @@ def prepare(spec: str) -> Interpreter:
 
 def _hold_ready(env: Path) -> bool:
     """Hold `env` shared for this process's life if it is ready (False, holding nothing, if not).
-    The hold comes before the readiness check: an environment pruned in between has lost `.ready`."""
+    The hold comes before the readiness check: an environment pruned in between has lost `.ready`.
+    Ready means root's too: an environment, `.ready` or `bin/python` someone else could have planted
+    or changed is not (the build replaces it)."""
+    if paths.untrusted_reason(env):
+        return False
     try:
         fd = os.open(env / IN_USE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except (FileNotFoundError, NotADirectoryError):
@@ -252,7 +266,7 @@ def _hold_ready(env: Path) -> bool:
     except OSError as e:
         raise InterpreterError(f"{env / IN_USE}: {e.strerror}; remove {env}") from None
     fcntl.flock(fd, fcntl.LOCK_SH)
-    if not (env / ".ready").exists():
+    if not (env / ".ready").exists() or any(paths.untrusted_reason(env / p) for p in (".ready", "bin/python")):
         os.close(fd)
         return False
     os.utime(fd)  # last use, which the pruner ranks by
@@ -316,12 +330,13 @@ def _build(base: str, info: dict, env: Path) -> None:
     """A venv of `base` at `env` with the locked deps and netprof's backends, marked `.ready`."""
     python = env / "bin" / "python"
     label = f"{info['implementation']}-{info['version']}"
-    _run([base, "-m", "venv", str(env)], f"creating a venv for {label}",
+    # -I throughout: nothing from the user site-packages or PYTHON* variables runs in root's build.
+    _run([base, "-I", "-m", "venv", str(env)], f"creating a venv for {label}",
          "install its venv module (Debian: python3-venv) or pick another --python")
-    _run([str(python), "-m", "pip", "install", "-q", "--require-hashes", "--only-binary=:all:", "--no-deps",
+    _run([str(python), "-I", "-m", "pip", "install", "-q", "--require-hashes", "--only-binary=:all:", "--no-deps",
           "-r", str(LOCK)], f"installing the backends' locked dependencies for {label}",
          f"{LOCK.name} holds wheels for {LOCKED_PYTHONS}: pick one of those with --python")
-    site = Path(procs.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    site = Path(procs.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           timeout=60, check=True).stdout.strip())
     pkg = site / "netprof"
     (pkg / "backends").mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import sys
 from importlib import metadata
 
 import netprof
+from netprof.profiler import redact
 
 
 def _version(dist: str) -> str | None:
@@ -79,6 +80,10 @@ def cell_load(before: dict, after: dict) -> dict:
 
 
 def collect(argv: list[str], config: dict) -> dict:
+    """meta.json: what ran and on what. Header credentials and the body are redacted (redact.py) in the
+    config and the command line unless the run was given --keep-secrets."""
+    if not config.get("keep_secrets"):
+        argv, config = redact.argv(argv), redact.config(config)
     return {
         "netprof_version": netprof.__version__,
         "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -67,6 +67,33 @@ def untrusted_reason(path: str | os.PathLike, *, uids: set[int] | None = None) -
     return None
 
 
+def sudo_caller() -> tuple[int, int] | None:
+    """(uid, gid) of the user who ran `sudo netprof` (SUDO_UID/SUDO_GID) when netprof runs as root,
+    else None: whose results these are, and as whom the --cmd server runs."""
+    uid, gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
+    if os.geteuid() != 0 or not uid.isdigit() or int(uid) == 0 or not gid.isdigit():
+        return None
+    return int(uid), int(gid)
+
+
+def caller_uids() -> set[int]:
+    """trusted_uids() plus, under root, the user who ran `sudo netprof` (SUDO_UID): who may own a
+    directory root writes its own files into (results, the private temp directory)."""
+    caller = sudo_caller()
+    return trusted_uids([caller[0]] if caller else [])
+
+
+def trusted_which(name: str) -> str | None:
+    """shutil.which(name), skipping hits that fail untrusted_reason: a PATH entry another user
+    controls (sudo -E keeps the caller's PATH) must not supply what root executes. Empty and relative
+    entries (the working directory) are skipped too."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        found = shutil.which(name, path=d) if os.path.isabs(d) else None
+        if found and untrusted_reason(found) is None:
+            return found
+    return None
+
+
 def check_trusted(path: str | os.PathLike, what: str) -> str:
     """`path` itself when root may use it; else UntrustedPathError naming `what` and the fix."""
     why = untrusted_reason(path)
@@ -82,20 +109,25 @@ def env_path(name: str) -> str | None:
     return check_trusted(value, name) if value else None
 
 
+class LoaderMissingError(CapabilityError):
+    """No usable netprof-loader binary (one line, with the fix)."""
+
+
 def loader_binary() -> str:
-    """The `netprof-loader` binary: $NETPROF_LOADER, else next to this interpreter, else PATH."""
+    """The `netprof-loader` binary: $NETPROF_LOADER, else next to this interpreter, else a trusted
+    PATH entry (sudo -E keeps the caller's PATH)."""
     env = env_path("NETPROF_LOADER")
     if env:
         if not os.access(env, os.X_OK):
-            raise FileNotFoundError(f"NETPROF_LOADER={env}: not an executable file; fix it or unset it")
+            raise LoaderMissingError(f"NETPROF_LOADER={env}: not an executable file; fix it or unset it")
         return env
     beside = os.path.join(os.path.dirname(sys.executable), "netprof-loader")
     if os.access(beside, os.X_OK):
         return beside
-    found = shutil.which("netprof-loader")
+    found = trusted_which("netprof-loader")
     if found:
         return found
-    raise FileNotFoundError("netprof-loader not found: run `make setup` (it builds and installs it)")
+    raise LoaderMissingError("netprof-loader not found: run `make setup` (it builds and installs it)")
 
 
 def backend_python() -> str:

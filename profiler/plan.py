@@ -99,12 +99,14 @@ class RunConfig:
     framings: list[str] = field(default_factory=lambda: ["message"])
     # The user's own servers (--cmd, --attach): their names are in `backends` too.
     own: list = field(default_factory=list)  # [servers.ServerSpec]
+    env: list[str] = field(default_factory=list)  # --env NAME=VALUE for the --cmd servers (in their specs too)
     # echo | http | line: what one message is (one request/response exchange); validate() sets it
     # from the built-in backends' registry entries (builtin_protocol)
     protocol: str = "echo"
     request: str = "GET /"  # http: METHOD /path
     headers: list[str] = field(default_factory=list)  # http: extra "Name: value" headers
     body: str | None = None  # http: request body (--body, or --body-file's content)
+    keep_secrets: bool = False  # --keep-secrets: meta.json and the reports keep header values and the body
     line: str = "PING"  # line: the request line
     force: bool = False  # --force: replace the run already in out_dir
     wait: bool = False  # --wait: queue behind another netprof run instead of refusing
@@ -287,6 +289,24 @@ def builtin_protocol(cfg: RunConfig, builtin: list[str]) -> None:
                          "drop --framing")
 
 
+HEADER = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+: [^\r\n]*")  # one request header: 'Name: value'
+
+
+def parse_header_file(text: str, path: str) -> list[str]:
+    """--header-file: one 'Name: value' per line; blank lines and # comments skipped. A bad line is
+    named by its number only: the file may hold secrets."""
+    headers = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not HEADER.fullmatch(line):
+            raise InputError(f"--header-file {path}: line {n} is not 'Name: value' (blank lines and # comments "
+                             "are skipped)")
+        headers.append(line)
+    return headers
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     known = registry.names(include_test_only=True)
     own = [s.name for s in cfg.own]
@@ -310,7 +330,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     if cfg.protocol == "http" and not re.fullmatch(r"[A-Z]+ /\S*", cfg.request):
         raise InputError(f"--request '{cfg.request}' is not 'METHOD /path', e.g. 'GET /plaintext'")
     for h in cfg.headers:
-        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+: [^\r\n]*", h):
+        if not HEADER.fullmatch(h):
             raise InputError(f"--header '{h}' is not 'Name: value'")
     if own and cfg.remote:
         raise InputError("--cmd/--attach run on this host's loopback; drop --remote")

@@ -15,16 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # no display; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
-
-from netprof.profiler import atomic, schema, units  # noqa: E402
+from netprof.profiler import atomic, schema, units
+from netprof.profiler.mpl import FixedLocator, FuncFormatter, Line2D, NullLocator, matplotlib, plt
 
 MAX_STACKED_SYSCALLS = 7  # the rest are summed as "other" so the legend stays readable
 MAX_ERROR_BARS = 8  # lines in the throughput plot up to which each point carries its interval
@@ -371,7 +366,7 @@ PLOTS = (  # name, title, caption, function, input
 def render_all(cells: pd.DataFrame, per_conn: pd.DataFrame | None, out_dir: Path) -> list[Plot]:
     if cells.empty:
         return []
-    (out_dir / "plots").mkdir(exist_ok=True)
+    atomic.make_subdir(out_dir, "plots")  # a link planted at plots/ is refused, never written through
     made = []
     with plt.rc_context(STYLE):
         for name, title, caption, fn, source in PLOTS:

@@ -1,8 +1,10 @@
 """The one way netprof starts an external process (backend, loader, perf, py-spy, bpftrace).
 
 Every child gets: optional CPU pinning, its own session (so the whole process tree can be signalled),
-stderr captured to a file (kept for failure reasons), and a guaranteed stop — on normal exit, on an
-exception and on Ctrl-C — through `ProcessGroup`. Short tools (perf script, ip, nm, pip) run through
+stderr captured through a pipe whose last STDERR_CAP bytes netprof keeps in memory for failure reasons
+(no file: one in a temp directory someone else controls could be swapped for a link, and a file grows
+without bound), and a guaranteed stop — on normal exit, on an exception and on Ctrl-C — through
+`ProcessGroup`. Short tools (perf script, ip, nm, pip) run through
 `run()`. Both give every child a fixed working directory and an environment in which a Python child
 imports nothing from the caller's directory or PYTHONPATH: netprof runs as root.
 
@@ -26,15 +28,64 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from netprof.profiler import rootenv
+
 
 class ProcessError(RuntimeError):
     """A child did not start, did not become ready in time, or died."""
+
+
+class LineTimeout(ProcessError):
+    """No stdout line within the time given (the child may just be quiet: callers with a longer
+    deadline of their own keep waiting)."""
+
+
+# The longest stdout line kept whole: a longer one comes cut into pieces of this size, so what is
+# buffered of a child's stdout never exceeds it.
+LINE_CAP = 64 * 1024
+# The bytes of a child's stderr kept (its last ones): enough for any failure reason.
+STDERR_CAP = 64 * 1024
+
+
+class StderrTail:
+    """Reads a child's stderr pipe in a daemon thread until EOF, keeping only the last STDERR_CAP
+    bytes: the child never blocks on a full pipe and netprof's memory stays bounded. The thread owns
+    the read end and closes it at EOF (when every process holding the write end is gone)."""
+
+    def __init__(self, fd: int, name: str) -> None:
+        self._fd = fd
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, name=f"stderr-{name}", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 65536):
+                with self._lock:
+                    self._buf += chunk
+                    del self._buf[:-STDERR_CAP]
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)
+
+    def text(self, settle: float = 0.0) -> str:
+        """What is kept, after waiting up to `settle` seconds for the pipe's EOF (a child that has
+        exited may have written its last words just before)."""
+        if settle > 0:
+            self.thread.join(settle)
+        with self._lock:
+            return self._buf.decode(errors="replace")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._buf)
 
 
 def parse_cpus(spec: str | Iterable[int] | None) -> list[int] | None:
@@ -59,7 +110,7 @@ class ManagedProcess:
     name: str
     argv: list[str]
     popen: subprocess.Popen
-    stderr_path: str
+    _stderr: StderrTail = field(repr=False)
     cpus: list[int] | None = None
     _buf: bytes = field(default=b"", repr=False)
 
@@ -74,26 +125,39 @@ class ManagedProcess:
         return self.popen.poll()
 
     def readline(self, timeout: float) -> str | None:
-        """One stdout line (without newline), or None on EOF. Raises ProcessError on timeout."""
+        """One stdout line (without newline; one longer than LINE_CAP comes in pieces), or None on EOF.
+        Raises LineTimeout when no line came within `timeout`."""
         assert self.popen.stdout is not None, f"{self.name}: stdout was not captured"
         fd = self.popen.stdout.fileno()
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf:
+        while b"\n" not in self._buf and len(self._buf) < LINE_CAP:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ProcessError(f"{self.name}: no output line within {timeout:.1f}s")
+                raise LineTimeout(f"{self.name}: no output line within {timeout:.1f}s")
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
                 continue
-            chunk = os.read(fd, 65536)
+            chunk = os.read(fd, LINE_CAP - len(self._buf))  # never more than the cap buffered
             if not chunk:
                 if self._buf:
                     line, self._buf = self._buf, b""
                     return line.decode(errors="replace")
                 return None
             self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
+        end = self._buf.find(b"\n", 0, LINE_CAP)
+        line, self._buf = (self._buf[:LINE_CAP], self._buf[LINE_CAP:]) if end < 0 else \
+            (self._buf[:end], self._buf[end + 1:])
         return line.decode(errors="replace")
+
+    def drain_stdout(self) -> None:
+        """Read and drop the rest of stdout in a daemon thread (after a ready line): a server that
+        keeps printing must not block on a pipe nobody reads."""
+        out = self.popen.stdout
+        if out is None:
+            return
+        self._buf = b""
+        threading.Thread(target=_drop_until_eof, args=(os.dup(out.fileno()),), name=f"stdout-{self.name}",
+                         daemon=True).start()
 
     def wait_line(self, prefix: str, timeout: float) -> str:
         """Read stdout until a line starting with `prefix`; ProcessError if it exits or times out."""
@@ -112,15 +176,14 @@ class ManagedProcess:
 
     def stderr_tail(self, max_chars: int = 400) -> str:
         """The last meaningful line(s) of stderr, for one-line failure reasons."""
-        try:
-            with open(self.stderr_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 8192))
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        # A child that has exited: give the reader a moment for what it wrote last.
+        text = self._stderr.text(settle=0.5 if self.popen.poll() is not None else 0.0)
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         return " | ".join(lines[-3:])[-max_chars:]
+
+    def stderr_bytes(self) -> int:
+        """How many bytes of stderr are kept (at most STDERR_CAP)."""
+        return len(self._stderr)
 
     def signal_group(self, sig: int) -> None:
         try:
@@ -147,22 +210,27 @@ class ManagedProcess:
         return self.popen.returncode
 
     def discard(self) -> tuple[int | None, str]:
-        """stop(), then remove the stderr file; returns (exit code, last stderr lines) for messages."""
+        """stop(); returns (exit code, last stderr lines) for messages."""
         rc = self.stop()
-        tail = self.stderr_tail()
-        try:
-            os.unlink(self.stderr_path)
-        except OSError:
+        return rc, self.stderr_tail()
+
+
+def _drop_until_eof(fd: int) -> None:
+    try:
+        while os.read(fd, 65536):
             pass
-        return rc, tail
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 # A child's working directory: nothing there is importable or writable by other users.
 SAFE_CWD = "/"
 # Variables that make a Python child import or run code from somewhere the caller chose.
 UNSAFE_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
-# stderr files are named for the netprof process that owns them, so a later run can tell stale ones.
-STDERR_PREFIX = "netprof-"
+# stderr files of earlier netprof versions (now a pipe) were named for the netprof process that owned
+# them, so a later run can tell stale ones and remove them.
 _STDERR_NAME = re.compile(r"^netprof-(\d+)-.*\.stderr$")
 
 
@@ -173,6 +241,8 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
         return env
     clean = {k: v for k, v in os.environ.items() if k not in UNSAFE_PYTHON_ENV}
     clean["PYTHONSAFEPATH"] = "1"
+    if private := rootenv.private_dir():  # root's children (pip, perf, ...) too: not in the caller's TMPDIR
+        clean["TMPDIR"] = private
     return clean
 
 
@@ -249,10 +319,11 @@ def pid_alive(pid: int) -> bool:
 
 
 def remove_stale(pattern: re.Pattern, directory: str | None = None) -> list[str]:
-    """Remove entries of `directory` (the temp dir by default) whose name matches `pattern`, whose
-    first group is the pid of a netprof process that is gone, and which are ours (not links).
-    Returns the removed paths."""
-    directory = directory or tempfile.gettempdir()
+    """Remove entries of `directory` (by default each of `rootenv.temp_dirs()`: /tmp, not only this
+    process's private temp directory) whose name matches `pattern`, whose first group is the pid of a
+    netprof process that is gone, and which are ours (not links). Returns the removed paths."""
+    if directory is None:
+        return [path for d in rootenv.temp_dirs() for path in remove_stale(pattern, d)]
     removed: list[str] = []
     try:
         names = os.listdir(directory)
@@ -278,8 +349,9 @@ def remove_stale(pattern: re.Pattern, directory: str | None = None) -> list[str]
 
 
 def cleanup_stale(directory: str | None = None) -> list[str]:
-    """stderr files of netprof runs that died without cleaning up (e.g. SIGKILL)."""
-    return remove_stale(_STDERR_NAME, directory)
+    """stderr files and private temp directories (rootenv) of netprof runs that died without cleaning
+    up (e.g. SIGKILL)."""
+    return remove_stale(_STDERR_NAME, directory) + remove_stale(rootenv.PRIVATE_NAME, directory)
 
 
 def cleanup_dead_runs() -> list[str]:
@@ -345,17 +417,16 @@ def spawn(
     cpus: Iterable[int] | str | None = None,
     env: dict[str, str] | None = None,
     capture_stdout: bool = True,
-    stderr_dir: str | None = None,
     cwd: str | None = None,
     pass_fds: Sequence[int] = (),
     user: int | None = None,
     group: int | None = None,
 ) -> ManagedProcess:
     """Start `argv` (as uid `user`/gid `group` when given, with no supplementary groups) in its own
-    session, pinned to `cpus`, stderr to a file, in SAFE_CWD (or `cwd`) with `child_env(env)`,
-    inheriting no descriptor but `pass_fds`, killed when the calling thread exits (PR_SET_PDEATHSIG,
-    armed after the uid change, which would clear it: call spawn from a thread that outlives the
-    child). A CPython child asked to write
+    session, pinned to `cpus`, stderr to a pipe netprof reads (StderrTail), in SAFE_CWD (or `cwd`) with
+    `child_env(env)`, inheriting no descriptor but `pass_fds`, killed when the calling thread exits
+    (PR_SET_PDEATHSIG, armed after the uid change, which would clear it: call spawn from a thread that
+    outlives the child). A CPython child asked to write
     perf maps (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it
     first, so no planted link is followed."""
     from netprof.flamegraphs import jitdump
@@ -365,14 +436,13 @@ def spawn(
     cpu_list = parse_cpus(cpus) if isinstance(cpus, (str, type(None))) else parse_cpus(list(cpus))
     env = child_env(env)
     perf_files = jitdump.perf_files(argv, env)
-    fd, stderr_path = tempfile.mkstemp(prefix=f"{STDERR_PREFIX}{os.getpid()}-{name}-", suffix=".stderr",
-                                       dir=stderr_dir)
+    err_r, err_w = os.pipe()  # both close-on-exec: only the child's fd 2 (a dup) holds the write end
     try:
         popen = subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
-            stderr=fd,
+            stderr=err_w,
             env=env,
             cwd=cwd or SAFE_CWD,
             start_new_session=True,
@@ -381,27 +451,24 @@ def spawn(
             user=user, group=group, extra_groups=[] if user is not None else None,
         )
     except OSError as e:
-        os.close(fd)
+        os.close(err_w)
+        os.close(err_r)
         raise ProcessError(f"cannot start {name} ({argv[0]}): {e.strerror}") from e
-    except subprocess.SubprocessError as e:  # _preexec refused (its line is in the stderr file)
-        os.close(fd)
-        with open(stderr_path, errors="replace") as f:
-            why = f.read().strip().splitlines()[-1:] or [str(e)]
-        os.unlink(stderr_path)
+    except subprocess.SubprocessError as e:  # _preexec refused (its line is on the pipe)
+        os.close(err_w)
+        why = StderrTail(err_r, name).text(settle=2.0).strip().splitlines()[-1:] or [str(e)]
         raise ProcessError(f"cannot start {name}: {why[0]}") from None
-    os.close(fd)
-    return ManagedProcess(name=name, argv=list(argv), popen=popen, stderr_path=stderr_path, cpus=cpu_list)
+    os.close(err_w)
+    return ManagedProcess(name=name, argv=list(argv), popen=popen, _stderr=StderrTail(err_r, name), cpus=cpu_list)
 
 
 class ProcessGroup:
     """Owns every child of one scope; `with ProcessGroup() as pg:` stops them all on exit."""
 
-    def __init__(self, stderr_dir: str | None = None) -> None:
+    def __init__(self) -> None:
         self.procs: list[ManagedProcess] = []
-        self.stderr_dir = stderr_dir
 
     def spawn(self, name: str, argv: Sequence[str], **kw) -> ManagedProcess:
-        kw.setdefault("stderr_dir", self.stderr_dir)
         proc = spawn(name, argv, **kw)
         self.procs.append(proc)
         return proc

@@ -23,6 +23,7 @@ from rich.markup import escape
 from netprof.profiler import anomalies as anomalies_mod
 from netprof.profiler import atomic, results, schema, stats, tables, units
 from netprof.profiler import plots as plots_mod
+from netprof.profiler.errors import InputError
 from netprof.profiler.stats import num, syscalls_of
 
 HEADLINE = "Headline: every cell"
@@ -368,24 +369,29 @@ def sampling_cost(entry: dict, df: pd.DataFrame) -> str | None:
 
 def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
     """flamegraphs/<cell>/{oncpu,python,offcpu,mixed}.svg that exist (paths relative to `out`), with the
-    sampler's notes and what sampling cost."""
-    root = out / "flamegraphs"
-    index = {}
+    sampler's notes and what sampling cost. Read as results.py reads (a link is refused)."""
     try:
-        for e in json.loads((root / "index.json").read_text()):
-            index[Path(e.get("dir", "")).name] = e
-    except (OSError, ValueError, TypeError):
-        pass
+        doc = results.read_json(out, "flamegraphs/index.json", [])
+    except InputError:  # a link or another user's file: refused, not skipped
+        raise
+    except ValueError:  # not JSON (a run cut off while writing it): the SVGs are still linked
+        doc = []
+    index = {Path(str(e.get("dir", ""))).name: e for e in (doc if isinstance(doc, list) else [])
+             if isinstance(e, dict)}
     found = []
-    for d in sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []:
-        svgs = {k: f"flamegraphs/{d.name}/{k}.svg" for k in FLAMEGRAPH_KINDS if (d / f"{k}.svg").exists()}
-        entry = index.get(d.name, {})
+    for name in results.list_input_dir(out, "flamegraphs") or []:
+        if results.input_kind(out / "flamegraphs", name) != "dir":
+            continue
+        cell = out / "flamegraphs" / name
+        svgs = {k: f"flamegraphs/{name}/{k}.svg" for k in FLAMEGRAPH_KINDS
+                if results.input_kind(cell, f"{k}.svg") == "file"}
+        entry = index.get(name, {})
         notes = list(entry.get("notes") or [])
         if entry.get("mixed_stacks") and "mixed" not in svgs:
             notes.append(f"no mixed Python+kernel view: {entry['mixed_stacks']}")
         cost = sampling_cost(entry, df if df is not None else pd.DataFrame())
         if svgs or notes:
-            found.append({"cell": d.name, "svgs": svgs, "notes": notes, "cost": cost})
+            found.append({"cell": name, "svgs": svgs, "notes": notes, "cost": cost})
     return found
 
 
@@ -499,7 +505,11 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     then links the flamegraphs where they are, in DIR."""
     src = Path(out_dir)
     out = Path(dest) if dest is not None else src
+    # Everything read from DIR is read before anything is written: a refused input leaves no half report.
     df, per_conn, meta = results.load(src)
+    sockwait_conns = results.load_sockwait_conns(src)
+    flames = find_flamegraphs(src, df)
+    stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
     cells = stats.aggregate(df)
     found = anomalies_mod.detect(df, per_conn, meta, src, cells=cells)
     rendered = ([{"title": t, "header": made[0], "rows": made[1]} for t, fn in TABLES
@@ -509,7 +519,6 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         header, rows = tables.headline_table(cells)
         headline = {"title": HEADLINE, "header": header, "rows": rows}
     figures = plots_mod.render_all(cells, per_conn, out)
-    flames = find_flamegraphs(src, df)
     if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
         back = os.path.relpath(src.resolve(), out.resolve())
         for f in flames:
@@ -518,7 +527,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
                "headline": headline, "headline_note": headline_note(cells),
                "tables": rendered, "plots": figures, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
     from netprof.profiler import sockwait_report  # --sockwait's section: "Where the round trip went"
-    context["sockwait"] = sockwait_report.section(out, df, cells, results.load_sockwait_conns(src), meta)
+    context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
     context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])))
                             for a in found]  # links are for the page only: summary.json keeps `found`
     md_path, html_path = render(out, context)
@@ -527,7 +536,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
                  "results_parquet": str(src / results.RESULTS_PARQUET), "results_csv": str(src / results.RESULTS_CSV),
                  "plots": [str(out / p.path) for p in figures],
                  "flamegraphs": [os.path.normpath(out / s) for f in flames for s in f["svgs"].values()],
-                 "stacks": sorted(str(p) for p in (src / "stacks").glob("*.json")) if (src / "stacks").is_dir() else []}
+                 "stacks": stack_files}
     summary = {"schema": 1, "runs": results.rows_of(df), "cells": stats.cell_summaries(df),
                "anomalies": found, "artifacts": artifacts, "meta": meta}
     atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
@@ -541,7 +550,7 @@ def _print(console: Console, context: dict, out: Path) -> None:
     tables are in the report)."""
     if context["headline"]:
         h = context["headline"]
-        console.print(tables.to_rich(h["title"], h["header"], h["rows"]))
+        console.print(tables.to_rich(h["title"], h["header"], [[escape(str(c)) for c in r] for r in h["rows"]]))
     console.print()
     for line in context["findings"]:
         console.print(line.replace("**", ""), markup=False, highlight=False)
@@ -549,4 +558,4 @@ def _print(console: Console, context: dict, out: Path) -> None:
         console.print(f"[{SEVERITY_STYLE[a['severity']]}]{a['severity'].upper():8}[/] {escape(a['title'])}")
     if len(context["anomalies"]) > 8:
         console.print(f"… and {len(context['anomalies']) - 8} more in the report")
-    console.print(f"report: {out}/report.html (also report.md, summary.json, results.parquet)")
+    console.print(f"report: {escape(str(out))}/report.html (also report.md, summary.json, results.parquet)")

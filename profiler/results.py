@@ -8,13 +8,21 @@ per-connection message counts go to `per_conn.parquet` (long format), since one 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import pwd
+import re
+import stat
 from pathlib import Path
+from typing import IO
 
 import pandas as pd
 
-from netprof.profiler import atomic, schema
+from netprof.profiler import atomic, paths, schema
+from netprof.profiler.errors import InputError
+from netprof.profiler.paths import caller_uids
 
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
@@ -108,21 +116,239 @@ class ResultsStore:
                 sw.to_parquet(f, index=False)
 
 
+# ---------------------------------------------------------------------------------------------
+# Reading a results directory. netprof reads them as root, and a results directory may be another
+# user's (or the sudo caller's, who may plant what they like in it): every file is opened without
+# following a link, at any level below the directory named, and (read by root) must be a regular file
+# of root's or the sudo caller's; its text loses its control characters (an ESC sequence in a crafted
+# backend name would otherwise reach the terminal through compare and report).
+
+# C0 and C1 control characters but newline and tab (stderr tails and stacks are multi-line).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: str) -> str:
+    return _CONTROL.sub("", text)
+
+
+def clean(obj):
+    """Every string in a JSON-like object (keys too) without its control characters."""
+    if isinstance(obj, str):
+        return clean_text(obj)
+    if isinstance(obj, dict):
+        return {clean(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def clean_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """String columns (and column names) without control characters."""
+    df = df.rename(columns=lambda c: clean_text(c) if isinstance(c, str) else c)
+    for col in df.columns:
+        if df[col].dtype == object or pd.api.types.is_string_dtype(df[col]):
+            df[col] = df[col].map(lambda v: clean_text(v) if isinstance(v, str) else v)
+    return df
+
+
+def _refuse(path: str, why: str) -> InputError:
+    return InputError(f"{path} {why}: netprof reads only regular files and directories of a results directory "
+                      "that root, you or the sudo caller own (a link could make root read any file); replace it "
+                      "with the real one")
+
+
+def _check(fd: int, path: str, directory: bool) -> None:
+    st = os.fstat(fd)
+    if directory != stat.S_ISDIR(st.st_mode) or not (directory or stat.S_ISREG(st.st_mode)):
+        raise _refuse(path, "is not a directory" if directory else "is not a regular file")
+    if os.geteuid() != 0:  # not root: what we can open is ours to read anyway
+        return
+    if st.st_uid not in caller_uids():
+        raise _refuse(path, f"is owned by uid {st.st_uid}")
+    if not directory and st.st_nlink > 1:  # a hard link to a file of root's
+        raise _refuse(path, f"has {st.st_nlink} hard links")
+
+
+_OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a planted FIFO would hang
+
+
+def _open_at(dir_fd: int, base: str, parts: tuple[str, ...], directory: bool) -> int | None:
+    """fd of `base/parts…` (dir_fd: `base`), opened without following a link at any part; None when
+    missing."""
+    fd = dir_fd
+    try:
+        for i, part in enumerate(parts):
+            is_dir = directory or i < len(parts) - 1
+            path = os.path.join(base, *parts[: i + 1])
+            try:
+                nxt = os.open(part, _OPEN | (os.O_DIRECTORY if is_dir else 0), dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise _refuse(path, "is a symlink" if os.path.islink(path) else "is not a directory") from None
+            if fd != dir_fd:
+                os.close(fd)
+            fd = nxt
+            _check(fd, path, is_dir)
+        opened, fd = fd, dir_fd
+        return opened
+    finally:
+        if fd != dir_fd:
+            os.close(fd)
+
+
+def open_input(directory: str | os.PathLike, name: str) -> IO[bytes] | None:
+    """The file `name` ("meta.json", "flamegraphs/index.json") of a results directory, open for
+    reading, or None when it is not there; InputError (one line naming it) for a link, a file that
+    is not regular, or one another user owns."""
+    base = os.fspath(directory)
+    dir_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the directory named: followed
+    return _open_file_at(dir_fd, base, Path(name).parts)
+
+
+def _open_file_at(dir_fd: int, base: str, parts: tuple[str, ...]) -> IO[bytes] | None:
+    """_open_at for a file, as a file object (None when missing); closes `dir_fd`."""
+    try:
+        fd = _open_at(dir_fd, base, parts, directory=False)
+    finally:
+        os.close(dir_fd)
+    if fd is None:
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def open_input_path(path: str | os.PathLike) -> IO[bytes]:
+    """open_input for a file named by its whole path (a .folded file netprof hands to inferno): its
+    directory is walked as root's writes walk it (atomic.open_dir: only root's links followed), so a
+    directory swapped for a link cannot send the read elsewhere either. FileNotFoundError when missing."""
+    full = os.path.abspath(os.fspath(path))
+    base, name = os.path.split(full)
+    opened = _open_file_at(atomic.open_dir(base), base, (name,))
+    if opened is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), full)
+    return opened
+
+
+def list_input_dir(directory: str | os.PathLike, name: str) -> list[str] | None:
+    """The entries of the subdirectory `name` ("stacks", "flamegraphs") checked as open_input checks
+    a file, sorted; None when it is not there. Entries are names only: read them with open_input."""
+    base = os.fspath(directory)
+    dir_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = _open_at(dir_fd, base, Path(name).parts, directory=True)
+    finally:
+        os.close(dir_fd)
+    if fd is None:
+        return None
+    try:
+        return sorted(clean_text(n) for n in os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def input_kind(directory: str | os.PathLike, name: str) -> str | None:
+    """"dir", "file" or None (missing) for an entry of a results directory; InputError for a link."""
+    path = os.path.join(os.fspath(directory), name)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(path, "is a symlink")
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+# ---------------------------------------------------------------------------------------------
+# A file named on the command line (--body-file, --header-file): root reads it on the caller's behalf
+# and sends it to a server (perhaps the caller's own), so it must be a file the caller could read.
+
+MAX_NAMED_FILE = 1 << 20
+
+
+def read_named_file(path: str | os.PathLike, what: str, limit: int = MAX_NAMED_FILE) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes, not a link; under sudo, one the sudo
+    caller may read. InputError (one line naming `what` and the path) otherwise."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(shown, _OPEN)
+    except OSError as e:
+        why = "is a symlink: name the file itself" if e.errno == errno.ELOOP else e.strerror
+        raise InputError(f"{what} {shown}: {why}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {shown}: not a regular file")
+        why = _unreadable_by_caller(shown, st)
+        if why:
+            raise InputError(f"{what} {shown}: {why}; netprof reads it as root for you, so it must be a file you "
+                             "can read yourself")
+        os.set_blocking(fd, True)
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{what} {shown}: larger than {limit} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {shown}: not UTF-8 text") from None
+
+
+def _unreadable_by_caller(path: str, st: os.stat_result) -> str | None:
+    """Why the sudo caller could not read `path` (stat: the opened file), or None (also: not under sudo).
+    Mode bits only: an ACL that grants more is not consulted (refusing is the safe side)."""
+    owner = paths.sudo_caller()
+    if owner is None:
+        return None
+    uid, gid = owner
+    try:
+        entry = pwd.getpwuid(uid)
+        gid = gid if gid >= 0 else entry.pw_gid
+        groups = set(os.getgrouplist(entry.pw_name, gid))
+    except KeyError:
+        groups = {gid}
+
+    def may(s: os.stat_result, bit: int) -> bool:
+        shift = 6 if s.st_uid == uid else 3 if s.st_gid in groups else 0
+        return bool(s.st_mode & (bit << shift))
+
+    for d in reversed(Path(os.path.realpath(path)).parents):
+        if not may(os.stat(d), 1):
+            return f"uid {uid} may not enter {d}"
+    return None if may(st, 4) else f"uid {uid} may not read it"
+
+
+def read_json(directory: str | os.PathLike, name: str, default=None):
+    """A JSON file of a results directory, its strings cleaned; `default` when it is not there.
+    ValueError when it is not JSON."""
+    f = open_input(directory, name)
+    if f is None:
+        return default
+    with f:
+        return clean(json.loads(f.read().decode("utf-8", "replace")))
+
+
+def read_parquet(directory: str | os.PathLike, name: str) -> pd.DataFrame | None:
+    f = open_input(directory, name)
+    if f is None:
+        return None
+    with f:
+        return clean_frame(pd.read_parquet(f))
+
+
 def load(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
     """(results, per-connection counts or None, meta) of a results directory."""
-    d = Path(out_dir)
-    if not (d / RESULTS_PARQUET).exists():
-        raise FileNotFoundError(f"{d} holds no {RESULTS_PARQUET}: is it a netprof results directory?")
-    df = pd.read_parquet(d / RESULTS_PARQUET)
-    pc = pd.read_parquet(d / PER_CONN_PARQUET) if (d / PER_CONN_PARQUET).exists() else None
-    meta = json.loads((d / META_JSON).read_text()) if (d / META_JSON).exists() else {}
-    return df, pc, meta
+    df = read_parquet(out_dir, RESULTS_PARQUET)
+    if df is None:
+        raise FileNotFoundError(f"{out_dir} holds no {RESULTS_PARQUET}: is it a netprof results directory?")
+    meta = read_json(out_dir, META_JSON, {})
+    return df, read_parquet(out_dir, PER_CONN_PARQUET), meta if isinstance(meta, dict) else {}
 
 
 def load_sockwait_conns(out_dir: str | Path) -> pd.DataFrame | None:
     """--sockwait's per-connection waits of a results directory, or None."""
-    path = Path(out_dir) / SOCKWAIT_CONN_PARQUET
-    return pd.read_parquet(path) if path.exists() else None
+    return read_parquet(out_dir, SOCKWAIT_CONN_PARQUET)
 
 
 def rows_of(df: pd.DataFrame) -> list[dict]:

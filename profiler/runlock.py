@@ -85,13 +85,10 @@ def run_lock(wait: bool, path: str | None = None) -> Iterator[None]:
 def unique_out_dir(base: str | os.PathLike = "runs") -> Path:
     """A new directory `base/<YYYYmmdd-HHMMSS>-<random>`, created exclusively (never shared with
     another run started in the same second)."""
-    from netprof.profiler.atomic import ensure_out_dir
+    from netprof.profiler.atomic import create_dir, ensure_out_dir
 
     base = ensure_out_dir(base)
     while True:
         path = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return path
+        if create_dir(path):  # 0700, the sudo caller's, like every results directory
+            return path

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from netprof.flamegraphs.session import cleanup_stale as cleanup_stale_flame
@@ -24,7 +25,7 @@ from netprof.profiler.errors import NetprofError
 from netprof.profiler.loader_client import Loader
 from netprof.profiler.plan import RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
-from netprof.profiler.results import ResultsStore
+from netprof.profiler.results import ResultsStore, clean_text
 
 ERROR_LOG = "netprof-error.log"
 # Set by the CLI's SIGINT/SIGTERM handler; checked between cells (see cli._terminate_like_ctrl_c).
@@ -153,7 +154,9 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 store.add(outcome.row, outcome.per_conn_messages, outcome.sockwait_conns)
                 if not outcome.ok:
                     failed += 1
-                    progress.console.print(f"[red]FF[/red] {cell.label()}: {outcome.row['error']}")
+                    # the error quotes a server's stderr: text for rich, and no terminal control sequences
+                    why = escape(clean_text(f"{cell.label()}: {outcome.row['error']}"))
+                    progress.console.print(f"[red]FF[/red] {why}")
                 elif not console.is_terminal or verbose:  # no progress bar off a terminal: one line per cell
                     progress.console.print(cell_line(cell, outcome.row), highlight=False, soft_wrap=True)
                 if outcome.ok:

@@ -14,15 +14,12 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # no display; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from netprof.profiler import atomic, schema, stats  # noqa: E402
-from netprof.profiler.stats import num  # noqa: E402
+from netprof.profiler import atomic, schema, stats
+from netprof.profiler.mpl import plt
+from netprof.profiler.stats import num
 
 MAX_CONN_PANELS = 6  # per-connection panels (one per cell, its first round); the table has every cell
 # The round trip's parts, in the stacked bar's order: (label, colour).
@@ -242,7 +239,7 @@ def _save(fig, name: str, title: str, caption: str, out_dir: Path) -> Figure:
     fig.savefig(buf, format="png", bbox_inches="tight")
     plt.close(fig)
     rel = f"plots/{name}.png"
-    (out_dir / "plots").mkdir(exist_ok=True)
+    atomic.make_subdir(out_dir, "plots")
     atomic.write_bytes(out_dir / rel, buf.getvalue())
     return Figure(name, title, caption, rel, base64.b64encode(buf.getvalue()).decode())
 

@@ -78,3 +78,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _needs_bpf(item):
             item.add_marker(pytest.mark.bpf)
+
+
+@pytest.fixture
+def local_user():
+    """A second local user, created for the test and removed after it (helpers.LocalUser)."""
+    from helpers import LocalUser
+
+    user = LocalUser()
+    try:
+        yield user
+    finally:
+        user.remove()

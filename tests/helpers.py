@@ -202,3 +202,48 @@ class Backend:
         self.proc.wait(5)
         self.proc.stdout.close()
         self.stderr.close()
+
+
+class LocalUser:
+    """A second, unprivileged local user (the one who wants root), created for a test and removed
+    after it with its home: `name`, `uid`, `gid`, `home`. `run(argv)` runs a command as that user
+    (its own uid/gid, no supplementary groups, its own HOME), e.g. to plant files in its home."""
+
+    def __init__(self) -> None:
+        require(os.geteuid() == 0 and shutil.which("useradd") is not None, "root with useradd (to make a second user)")
+        import pwd
+        import secrets
+
+        self.name = f"npt{secrets.token_hex(3)}"
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", "--user-group", self.name],
+                       check=True, capture_output=True, timeout=30)
+        entry = pwd.getpwnam(self.name)
+        self.uid, self.gid, self.home = entry.pw_uid, entry.pw_gid, entry.pw_dir
+
+    def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 60)
+        env = {"HOME": self.home, "USER": self.name, "LOGNAME": self.name, "PATH": "/usr/bin:/bin"}
+        return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], env=env, cwd=self.home, **kw)
+
+    def must(self, *argv: str) -> None:
+        """run(argv), which must succeed (the user's half of an attack: mkdir, mv, ln -s ...)."""
+        res = self.run(list(argv))
+        assert res.returncode == 0, res.stderr
+
+    def sudo_env(self) -> dict[str, str]:
+        """What `sudo -E` as this user leaves in root's environment: the caller's HOME and SUDO_*."""
+        return {"HOME": self.home, "SUDO_UID": str(self.uid), "SUDO_GID": str(self.gid), "SUDO_USER": self.name}
+
+    def remove(self) -> None:
+        # Its processes first (userdel refuses a logged-in user), then the account and its home.
+        subprocess.run(["pkill", "-KILL", "-u", self.name], capture_output=True, timeout=30)
+        subprocess.run(["userdel", "--remove", "--force", self.name], capture_output=True, timeout=30)
+
+
+def root_only_dir(tmp_path):
+    """A directory only root may use, like /root/somedir: the victim of a planted link."""
+    d = tmp_path / "victim"
+    d.mkdir(mode=0o700)
+    return d

@@ -132,7 +132,7 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
     (["--cmd", f"{PY} -m http.server --bind 127.0.0.1 1"], "has no {port}"),
     (["--attach", "999999", "--target", "127.0.0.1:9"], "no such process"),
     (["selector", "--protocol", "http"], "needs your own server"),
-    (["--cmd", "x {port}", "--protocol", "gopher"], "--protocol 'gopher' is not known"),
+    (["--cmd", "true {port}", "--protocol", "gopher"], "--protocol 'gopher' is not known"),
 ])
 def test_bad_own_server_input_is_one_line(tmp_path, args, needle):
     p, _ = run(tmp_path, *args, "-c", "2", "-d", "0.5", "--no-probes", timeout=120)

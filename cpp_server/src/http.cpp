@@ -121,7 +121,13 @@ bool build_http_request(const HttpRequestSpec& spec, const std::string& default_
 void HttpParser::reset() {
   state_ = kStatus;
   part_bytes_ = 0;
-  line_.clear();
+  // A huge head (up to kMaxHttpHead) once, finished or cut by a reconnect: do not keep its buffer for
+  // the life of the connection (20k connections × 64 KiB).
+  if (line_.capacity() > kKeptLineCapacity) {
+    std::string().swap(line_);
+  } else {
+    line_.clear();
+  }
   line_used_ = false;
   left_ = 0;
   status_ = 0;
@@ -271,7 +277,6 @@ ReplyParser::Result HttpParser::done(Reply* reply) {
   reply->status = status_;
   reply->close = conn_close_ || (http10_ && !conn_keep_alive_);
   const bool head = head_requests_;
-  if (line_.capacity() > 4096) std::string().swap(line_);  // a huge head once: do not keep its buffer
   reset();
   head_requests_ = head;
   return Complete;

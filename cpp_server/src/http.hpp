@@ -43,7 +43,12 @@ class HttpParser final : public ReplyParser {
   explicit HttpParser(bool head_requests = false) : head_requests_(head_requests) {}
   Result feed(const uint8_t** p, const uint8_t* end, Reply* reply) override;
   bool idle() const override { return state_ == kStatus && part_bytes_ == 0; }
+  // Also releases a split-line buffer grown beyond kKeptLineCapacity.
   void reset() override;
+  // Bytes reserved for a line split across reads (what a connection's parser keeps between replies).
+  size_t line_capacity() const { return line_.capacity(); }
+  // What reset() lets a connection keep of that buffer: a usual split line fits, a huge head does not.
+  static constexpr size_t kKeptLineCapacity = 4096;
 
  private:
   enum State : uint8_t { kStatus, kHeaders, kBody, kChunkSize, kChunkData, kChunkEnd, kTrailers };

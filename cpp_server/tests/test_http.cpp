@@ -270,6 +270,28 @@ TEST(HttpParser, IdleAndPartial) {
             std::vector<std::string>{"partial"});
 }
 
+TEST(HttpParser, ResetReleasesAHugePartialHead) {
+  // A reconnect in the middle of a 60 KiB head: the connection's parser must not keep that buffer.
+  HttpParser p;
+  const std::string part = "HTTP/1.1 200 OK\r\nX-Big: " + std::string(60 * 1024, 'h');
+  const auto* d = reinterpret_cast<const uint8_t*>(part.data());
+  for (size_t off = 0; off < part.size(); off += 1000) {  // split: the line is buffered
+    const uint8_t* cur = d + off;
+    Reply r;
+    ASSERT_EQ(p.feed(&cur, d + std::min(part.size(), off + 1000), &r), ReplyParser::NeedMore);
+  }
+  ASSERT_GE(p.line_capacity(), 60u * 1024);
+  p.reset();
+  EXPECT_LE(p.line_capacity(), HttpParser::kKeptLineCapacity);
+  EXPECT_TRUE(p.idle());
+  // The next connection's reply parses as usual.
+  const auto* ok = reinterpret_cast<const uint8_t*>(kOk.data());
+  const uint8_t* cur = ok;
+  Reply r;
+  EXPECT_EQ(p.feed(&cur, ok + kOk.size(), &r), ReplyParser::Complete);
+  EXPECT_EQ(r.status, 200);
+}
+
 // ---- request fields ----
 
 namespace {
