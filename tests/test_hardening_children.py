@@ -255,15 +255,18 @@ def _stderr_files(pid: int) -> list[str]:
     return [n for n in os.listdir(tmp) if n.startswith(f"netprof-{pid}-") and n.endswith(".stderr")]
 
 
-def test_fifty_megabytes_of_stderr_take_no_disk_and_little_memory(tmp_path):
-    """A server writes 50 MB to stderr before it serves: it is not stalled (netprof drains the pipe),
-    no file grows on disk, netprof's memory grows by far less than 50 MB, and the tail is there."""
-    script = tmp_path / "srv.py"
+def test_fifty_megabytes_of_stderr_take_no_disk_and_little_memory(local_user):
+    """The user's hostile server (run as that user, as --cmd runs it under sudo) writes 50 MB to stderr
+    before it serves: it is not stalled (netprof drains the pipe), no file grows on disk, netprof's
+    memory grows by far less than 50 MB, and the tail is there."""
+    script = Path(local_user.home) / "srv.py"
     script.write_text(SERVER)
+    _own(script, local_user)
     port = _free_port()
     me = psutil.Process()
     rss_before = me.memory_info().rss
-    proc = procs.spawn("noisy", [sys.executable, str(script), str(port), "0", "0", str(50 << 20)])
+    proc = procs.spawn("noisy", [sys.executable, str(script), str(port), "0", "0", str(50 << 20)],
+                       user=local_user.uid, group=local_user.gid)
     try:
         assert proc.wait_line("listening", 60)
         assert not _stderr_files(os.getpid())
@@ -320,11 +323,14 @@ def test_a_child_blocked_on_stderr_never_stalls_and_its_reader_ends():
 # Item 8: --attach re-checks per cell that the same process still listens
 
 
-def _server(tmp_path: Path, port: int) -> subprocess.Popen:
-    script = tmp_path / "srv.py"
+def _server(user, port: int) -> subprocess.Popen:
+    """The user's own server (a process of theirs, which they can stop and replace at will)."""
+    script = Path(user.home) / "srv.py"
     script.write_text(SERVER)
+    _own(script, user)
     srv = subprocess.Popen([sys.executable, str(script), str(port), "0", "0", "0"], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, text=True, user=user.uid, group=user.gid, extra_groups=[],
+                           cwd=user.home)
     assert srv.stdout.readline().strip() == "server READY"
     assert srv.stdout.readline().strip() == "listening"
     return srv
@@ -335,12 +341,12 @@ def _stop(srv: subprocess.Popen) -> None:
     srv.wait(10)
 
 
-def test_attach_recheck_sees_a_replaced_process(tmp_path):
+def test_attach_recheck_sees_a_replaced_process(local_user):
     """The attached server is killed and another one listens on its port: the cell's re-check fails
     (its pid is gone). Real PID reuse (the same pid, another process) cannot be staged cheaply here:
     the spec is given a start time other than the process's, which is what a reused pid shows."""
     port = _free_port()
-    first = _server(tmp_path, port)
+    first = _server(local_user, port)
     try:
         spec = servers.attached(first.pid, f"127.0.0.1:{port}")
         assert spec.start_time > 0
@@ -349,7 +355,7 @@ def test_attach_recheck_sees_a_replaced_process(tmp_path):
             servers.attach(dataclasses.replace(spec, start_time=spec.start_time - 1000))
     finally:
         _stop(first)
-    second = _server(tmp_path, port)
+    second = _server(local_user, port)
     try:
         with pytest.raises(procs.ProcessError, match=f"--attach {first.pid}: the process is gone"):
             servers.attach(spec)
@@ -357,11 +363,11 @@ def test_attach_recheck_sees_a_replaced_process(tmp_path):
         _stop(second)
 
 
-def test_attach_cell_fails_when_the_process_no_longer_listens(tmp_path):
+def test_attach_cell_fails_when_the_process_no_longer_listens(local_user):
     """The attached server closes its listening socket but its process lives on: the re-check each
     cell makes (cell.start_server → servers.attach) fails with one line saying so."""
     port = _free_port()
-    srv = _server(tmp_path, port)
+    srv = _server(local_user, port)
     try:
         spec = servers.attached(srv.pid, f"127.0.0.1:{port}")
         srv.stdin.write("close\n")
