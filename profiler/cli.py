@@ -24,6 +24,7 @@ from netprof.profiler.plan import (
     parse_pin,
     parse_pythons,
     parse_sources,
+    parse_tags,
     validate,
 )
 
@@ -142,6 +143,10 @@ def run(
         help="message: each receive asks for one message (the reference harness's way); stream: read up to 64 KiB "
              "and echo what came; or message,stream."),
     warmup: float = typer.Option(1.0, "--warmup", metavar="SECONDS", help="Seconds of load before measuring."),
+    tag: str = typer.Option(
+        "", "--tag", metavar="TAG[,TAG...]",
+        help="Label the cells (a run dimension, in every row, table, label and file name): --tag old / --tag new "
+             "names what two runs compare; --tag a,b runs every cell once per tag (an A/A control)."),
     work: str = typer.Option(
         "none", "--work", metavar="SPEC",
         help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
@@ -274,7 +279,7 @@ def run(
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
-            env=list(env or []),
+            env=list(env or []), extra_dims=parse_tags(tag),
         ))
     _confirm_long_plan(cfg, yes)
     _execute(cfg, as_json, quiet=quiet, verbose=verbose)

@@ -203,6 +203,23 @@ def parse_framings(text: str) -> list[str]:
     return values
 
 
+TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,31}")  # it lands in file names (schema.cell_slug)
+
+
+def parse_tags(text: str) -> dict[str, list[str]]:
+    """`--tag a,b` → RunConfig.extra_dims {"tag": ["a", "b"]}; "" → {} (no tag dimension)."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        return {}
+    bad = [v for v in values if not TAG.fullmatch(v)]
+    if bad:
+        raise InputError(f"--tag '{bad[0]}': a tag is 1-32 letters, digits and _.+- (it names files), e.g. "
+                         "--tag before,after")
+    if len(set(values)) != len(values):
+        raise InputError("--tag: a tag is listed twice")
+    return {"tag": values}
+
+
 def parse_int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace(" ", "").split(",") if v]

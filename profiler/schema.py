@@ -44,6 +44,10 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("connections", None, lambda v: f"c={int(v)}", lambda v: f"c{int(v)}"),
     Dimension("pipeline", 1, _pipeline_text, lambda v: f"p{int(v)}"),
     Dimension("pinned", True, _pinned_text, lambda v: "" if bool(v) else "nopin"),
+    # --tag: a label the user gives a run's cells (netprof itself varies nothing by it): `--tag a,b`
+    # runs every cell twice, an A/A control within one run; `--tag old` / `--tag new` names what two
+    # runs compare. Untagged rows have "".
+    Dimension("tag", "", lambda v: f"tag {v}" if v else "", lambda v: f"tag-{v}" if v else ""),
 )
 BY_NAME = {d.name: d for d in DIMENSIONS}
 CELL_KEYS: list[str] = [d.name for d in DIMENSIONS]
@@ -97,7 +101,7 @@ def cell_label(row: Mapping, dims: list[str] | None = None, with_round: bool = F
 
 def _plain(d: Dimension, v) -> bool:
     """True when a label may leave `d` out because `v` is what a plain run has."""
-    return d.name in ("interpreter",) and not v or d.name == "pipeline" and int(v) == 1 \
+    return d.name in ("interpreter", "tag") and not v or d.name == "pipeline" and int(v) == 1 \
         or d.name == "pinned" and bool(v) or d.name == "protocol" and v == "echo"
 
 
