@@ -8,7 +8,7 @@ SOURCES := $(shell find profiler backends probes flamegraphs cpp_server cmake -t
 
 RUN_ARGS ?= uvloop_sock
 
-.PHONY: setup system run test test-cpp test-py lint lint-py typecheck lint-cpp format-cpp clean
+.PHONY: setup system run test test-fast test-cpp test-py lint lint-py typecheck lint-imports lint-cpp format-cpp clean
 
 setup: system $(VENV)/.installed
 
@@ -41,16 +41,27 @@ test-cpp: system
 test-py: setup
 	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS)
 
-# Lint, types and format, all part of `make test` (so of .ci/run): ruff (ruff.toml), mypy (mypy.ini,
-# through scripts/typecheck.sh), clang-format (.clang-format). ruff and mypy come with `.[test]`,
+# The edit loop's tier: no BPF, no e2e (no netprof run, backend server or loader; tests/conftest.py says
+# how a test is classed), under 2 minutes with its set-up check. `make test` still runs everything.
+test-fast: setup
+	$(PY) -m pytest -q -m "not bpf and not e2e" --durations=10 $(PYTEST_ARGS)
+
+# Lint, types, layers and format, all part of `make test` (so of .ci/run): ruff (ruff.toml), mypy
+# (mypy.ini, through scripts/typecheck.sh), import-linter's layer contracts ([tool.importlinter] in
+# pyproject.toml), clang-format (.clang-format). ruff, mypy and import-linter come with `.[test]`,
 # clang-format with scripts/setup-system.sh.
-lint: lint-py typecheck lint-cpp
+lint: lint-py typecheck lint-imports lint-cpp
 
 lint-py: setup
 	$(VENV)/bin/ruff check .
 
 typecheck: setup
 	bash scripts/typecheck.sh
+
+# On the sources, not the installed copy: build/typecheck/netprof is the package layout made of links
+# to them (typecheck makes it), so an edit needs no reinstall to be checked.
+lint-imports: typecheck
+	PYTHONPATH=build/typecheck $(VENV)/bin/lint-imports --no-cache
 
 # C++ style (.clang-format at the root): one style for both C++ trees.
 CPP_FORMATTED := cpp_server backends/cpp

@@ -8,7 +8,7 @@ sustained — every round ok, every connection connected and given at least one 
 connections idle). Also per cell: msgs/s (mean ± 95% CI over rounds), latency p50/p99, connection
 setup time and backend RSS per connection.
 
-Default is `--no-probes`: the matrix is about throughput and scale, and BPF costs 5–20% (FACTS.md);
+Default is `--no-probes`: the matrix is about throughput and scale, and BPF costs 5–20% (docs/facts.md);
 `--probes` runs it with the counting probes instead (slower, adds syscalls/msg). The full default
 matrix takes ~25 minutes on the 2-core machine; run it when the machine is quiet:
 

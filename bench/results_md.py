@@ -17,7 +17,9 @@ def write_section(heading: str, body: str) -> None:
     section = f"## {heading}\n\n{body.strip()}\n"
     start = text.find(f"## {heading}\n")
     if start >= 0:
-        end = text.find("\n## ", start + 1)
+        # up to the next section or topic heading (RESULTS.md groups sections under `# topic`)
+        ends = [e for e in (text.find("\n## ", start + 1), text.find("\n# ", start + 1)) if e >= 0]
+        end = min(ends) if ends else -1
         text = text[:start] + section + (text[end:] if end >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section

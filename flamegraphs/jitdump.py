@@ -16,7 +16,9 @@ We append them to a private copy of the dump (see `copy_dump`): root never write
 Safety: CPython writes /tmp/perf-PID.map and /tmp/jit-PID.dump as the (root) backend, following a
 link planted at that name. `procs.spawn` therefore creates both files itself (`reserve`, O_EXCL |
 O_NOFOLLOW) between fork and exec, when the pid is known and before the interpreter opens them, and
-refuses to start the backend when a file it did not create stands there.
+refuses to start the backend when a file it did not create stands there. This module tells it which
+(`spawn_reservation`, a spawn hook registered when it is imported: the run path imports it through
+profiler/reap.py before its first child).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import re
 import stat
 import struct
 from collections.abc import Mapping, Sequence
+
+from netprof.profiler import procs
 
 STATE_SYMBOLS = ("perf_jit_map_state", "perf_map_jit_state")  # 3.13 name first
 _WRITE_BASE, _WRITE_PTR = 32, 40  # offsets in glibc's x86-64 struct _IO_FILE
@@ -53,6 +57,15 @@ def perf_files(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
     if options & _PERF_OPTIONS or any(env.get(name, "0") not in ("", "0") for name in _PERF_ENV):
         return (PERF_MAP, JIT_DUMP)
     return ()
+
+
+def spawn_reservation(argv: Sequence[str], env: Mapping[str, str]) -> procs.Reservation | None:
+    """procs' spawn hook: `reserve` the perf files of a child that writes them, before it execs."""
+    files = perf_files(argv, env)  # looked up at call time: tests move the templates
+    return (reserve, files) if files else None
+
+
+procs.add_spawn_hook(spawn_reservation)
 
 
 def _check_ours(path: str, st: os.stat_result) -> None:
@@ -187,8 +200,6 @@ def _state_address(pid: int) -> int:
 
 
 def _symbol_offset(lib: str) -> int | None:
-    from netprof.profiler import procs
-
     out = procs.run(["nm", "--defined-only", lib], timeout=30).stdout
     for line in out.splitlines():
         fields = line.split()

@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from netprof.profiler.errors import NetprofError
+
 HERE = Path(__file__).resolve().parent
 TRACEFS = "/sys/kernel/tracing"
 # x86_64 syscall numbers are below 512; the last slot collects anything out of range.
@@ -17,8 +19,10 @@ OTHER_SLOT = NR_SLOTS - 1
 NO_PROBES = "or run with --no-probes"
 
 
-class ProbeError(RuntimeError):
-    """Probes cannot be loaded or attached; the message says how to fix it."""
+class ProbeError(NetprofError, RuntimeError):
+    """Probes cannot be loaded or attached; the message says how to fix it. Exit code 3: before a run
+    `check_available` turns a missing capability into exit 2, so one after it is unexpected, and the
+    run keeps its finished cells (runner.execute)."""
 
 
 def _tracefs_ready() -> bool:

@@ -1,21 +1,34 @@
 """What the counting set costs per syscall on this host, measured in about a second.
 
-The cost of a sys_enter hook depends on the host (mitigations, hypervisor: FACTS.md saw +43 ns on one
+The cost of a sys_enter hook depends on the host (mitigations, hypervisor: docs/facts.md saw +43 ns on one
 machine of this kind and +147 ns on another), so `netprof doctor` and every probed run measure it
 rather than quote a benchmark. A child process makes N getppid() calls; its CPU time per call is read
 with the probes detached, attached and watching it (target), and attached but watching another process
 (bystander: what every other task on the machine pays). Medians of a few repetitions; the Python loop's
 own cost is the same in all three and cancels in the differences.
+
+The figure is a property of the host as booted, so `cached` measures it once per boot and keeps it in a
+root-owned file keyed by kernel release, boot id and netprof version (and the probe variant): a probed
+run then spends no second on it. `netprof doctor` re-measures and rewrites it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
+import netprof
+from netprof.profiler import cache
+
+CACHE_FILE = "probe-cost{variant}.json"  # one per probe variant: runs with and without --syscall-time alternate
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 CALLS = 300_000
 REPEATS = 3
 _CHILD = ("import os, resource, sys\n"
@@ -82,3 +95,43 @@ def measure(probes) -> dict:
     bare, target, bystander = three_medians(probes, lambda watched: _cpu_per_call(probes, watched), REPEATS)
     return {"bare_ns": 1e9 * bare, "added_target_ns": 1e9 * (target - bare),
             "added_bystander_ns": 1e9 * (bystander - bare), "calls": CALLS, "repeats": REPEATS}
+
+
+def cache_key(probes) -> dict:
+    """What the figure holds for: this boot of this kernel, this netprof and its BPF programs, this probe
+    variant."""
+    try:
+        with open(BOOT_ID, encoding="ascii") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    programs = hashlib.sha256()  # netprof's version stays put while the BPF programs change under development
+    for src in sorted(Path(__file__).parent.glob("*.bpf.[ch]")):
+        programs.update(src.read_bytes())
+    return {"kernel": os.uname().release, "boot_id": boot, "netprof": netprof.__version__,
+            "programs": programs.hexdigest()[:16],
+            "syscall_time": bool(getattr(probes, "syscall_time", False)),
+            "track_children": bool(getattr(probes, "track_children", True)), "calls": CALLS, "repeats": REPEATS}
+
+
+def cached(probes, refresh: bool = False) -> dict:
+    """measure(probes), or the figure measured earlier in this boot by the same netprof for the same
+    probe variant. The result says which: 'source' is 'measured' (now) or 'cache', with 'measured_at'
+    (Unix time) and 'age_s'. `refresh` (doctor) always measures and rewrites the cache."""
+    key = cache_key(probes)
+    where = cache.directory()
+    name = CACHE_FILE.format(variant="-syscall-time" if key["syscall_time"] else "")
+    path = os.path.join(where, name) if where else None
+    raw = cache.read_bytes(path) if path and not refresh else None
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("key") == key and isinstance(doc.get("cost"), dict):
+        at = float(doc.get("measured_at") or 0)
+        return {**doc["cost"], "source": "cache", "measured_at": at, "age_s": max(0.0, time.time() - at)}
+    cost = measure(probes)
+    at = time.time()
+    if path:
+        cache.write_bytes(path, json.dumps({"key": key, "measured_at": at, "cost": cost}).encode())
+    return {**cost, "source": "measured", "measured_at": at, "age_s": 0.0}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -15,7 +16,15 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 import netprof
+from netprof.backends import registry
+from netprof.flamegraphs import check_available as flame_missing
+from netprof.flamegraphs.render import MAX_FOLDED, diff_stacks
+from netprof.probes import check_available
+from netprof.probes.sockwait import check_available as sockwait_missing
+from netprof.profiler import rootenv, servers
+from netprof.profiler.atomic import check_out_dir, ensure_out_dir
 from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
+from netprof.profiler.paths import caller_uids, untrusted_reason
 from netprof.profiler.plan import (
     RunConfig,
     parse_framings,
@@ -62,7 +71,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="eBPF/perf syscall profiler for Python network backends.\n" + EXAMPLES + EXIT_CODES,
 )
-err = Console(stderr=True)
+# Off a terminal (a pipe, a CI log) rich would lay tables out in 80 columns and cut cells short with "…"
+# (`uvloop_s…`); there is no width to fit, so lines get as long as their content (COLUMNS still wins).
+WIDE_OFF_TERMINAL = 1000
+
+
+def out_console(**kwargs) -> Console:
+    """A Console for netprof's output: the terminal's width on one, else wide enough for any table."""
+    console = Console(**kwargs)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = WIDE_OFF_TERMINAL
+    return console
+
+
+err = out_console(stderr=True)
 
 
 class _PlainUsage(TyperCommand):
@@ -101,20 +123,18 @@ def list_backends(all_: bool = typer.Option(False, "--all", help="Include test-o
     """The backends netprof can run: family, how each reads under --framing message (exact: asks the
     kernel for the rest of one message; split: a callback gets what arrived and splits it into
     messages; frames: ZeroMQ messages are already framed), and a description."""
-    from netprof.backends import registry
-
     table = Table("backend", "family", "reads", "description", box=None, header_style="bold")
     for name in registry.names(include_test_only=all_):
         info = registry.get(name)
         needs = registry.uninstalled_requirement(info)  # too old an interpreter, or a dependency not installed
         table.add_row(name, info.family, info.reads, info.description + (f" — {needs}" if needs else ""))
-    Console().print(table)
+    out_console().print(table)
 
 
 @app.command()
 def doctor() -> None:
     """Check every capability a profiled run needs; exit 0 only when one can work."""
-    from netprof.profiler.doctor import all_ok, run_checks
+    from netprof.profiler.doctor import all_ok, run_checks  # deferred: the checks load the run layer
 
     checks = run_checks()
     out = Console(highlight=False)
@@ -288,8 +308,6 @@ def run(
 def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: int | None, target: str,
                  as_root: bool, ready_timeout: float, env_items: list[str]) -> list:
     """ServerSpecs of --cmd templates and --attach (servers.py checks each)."""
-    from netprof.profiler import servers
-
     if len(names) > len(cmds) + (attach is not None):
         raise InputError("more --name than --cmd/--attach: give one --name per server, in the same order")
     env = servers.parse_env(env_items)
@@ -315,7 +333,7 @@ def _confirm_long_plan(cfg: RunConfig, yes: bool) -> None:
     total = cfg.estimate_s()
     if total <= LONG_PLAN_S or yes:
         return
-    from netprof.profiler.runner import plan_line
+    from netprof.profiler.runner import plan_line  # deferred: the run layer, only for commands that run
 
     text = plan_line(cfg)
     if not sys.stdin.isatty():
@@ -328,7 +346,7 @@ def _terminate_like_ctrl_c(signum, frame) -> None:
     """SIGTERM and Ctrl-C: clean up, keep finished cells. The flag survives where the exception may
     not: Python swallows an exception raised inside an at-fork hook (a signal that lands while a
     child is being started), so the runner also checks the flag between cells."""
-    from netprof.profiler import runner
+    from netprof.profiler import runner  # deferred: the run layer, only for commands that run
 
     runner.STOP.set()
     raise KeyboardInterrupt
@@ -338,28 +356,22 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
     """Shared tail of `run` and `flamegraph`: capability checks, the run, the report, the exit code.
     Progress goes to stderr (stdout: the summary, or the JSON); -q silences both but the report's path."""
     if cfg.probes or cfg.stacks:
-        from netprof.probes import check_available
-
         why = check_available(syscall_time=cfg.syscall_time)
         if why:
             fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
     if cfg.sockwait:
-        from netprof.probes.sockwait import check_available as sockwait_missing
-
         why = sockwait_missing()
         if why:
             fail(f"--sockwait cannot work here: {why}; run without --sockwait")
     if cfg.flamegraph:
-        from netprof.flamegraphs import check_available as flame_missing
-
         why = flame_missing()
         if why:
             fail(f"flamegraphs cannot be sampled: {why}")
 
-    from netprof.profiler import interpreters, report, results, runner
+    from netprof.profiler import interpreters, report, results, runner  # deferred: run layer, pandas, report
 
-    console = Console(stderr=True, quiet=quiet) if as_json else Console(quiet=quiet)
-    progress = Console(stderr=True, quiet=quiet)
+    console = out_console(stderr=True, quiet=quiet) if as_json else out_console(quiet=quiet)
+    progress = out_console(stderr=True, quiet=quiet)
     interps: dict[str, interpreters.Interpreter] = {}
     for spec in cfg.pythons:
         if not spec:  # netprof's own interpreter: nothing to prepare, nothing to say
@@ -422,9 +434,7 @@ def flamegraph(
     if args and args[0] == "diff":
         if len(args) != 3:
             fail("usage: netprof flamegraph diff A.folded B.folded [-o diff.svg]")
-        from netprof.flamegraphs.render import MAX_FOLDED, diff_stacks
-        from netprof.profiler.atomic import check_out_dir
-        from netprof.profiler.results import read_named_file
+        from netprof.profiler.results import read_named_file  # deferred: it loads pandas
 
         stacks = []
         for f in args[1:]:
@@ -468,9 +478,7 @@ def report_cmd(
     """Rebuild report.md / report.html (and summary.json) from a results directory.
 
     DIR: a results directory written by `netprof run`; nothing is re-run."""
-    from netprof.profiler import report
-    from netprof.profiler.atomic import ensure_out_dir
-    from netprof.profiler.paths import caller_uids, untrusted_reason
+    from netprof.profiler import report  # deferred: pandas, jinja2 and the report's modules
     from netprof.profiler.results import RESULTS_PARQUET
 
     if not directory.is_dir():
@@ -487,7 +495,7 @@ def report_cmd(
             raise InputError(f"{directory}: {why}, so netprof (root) does not write its report there; write it "
                              "elsewhere with --out OTHER")
     try:
-        summary = report.finish(directory, console=None if as_json or quiet else Console(), dest=out)
+        summary = report.finish(directory, console=None if as_json or quiet else out_console(), dest=out)
     except InputError:  # a link or another user's file in DIR: its own line says so
         raise
     except FileNotFoundError as e:
@@ -517,16 +525,14 @@ def compare_cmd(
     Welch's t-test verdicts, and the syscall and CPU deltas that explain each change.
 
     BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."""
-    from netprof.profiler import compare
+    from netprof.profiler import compare  # deferred: pandas and the comparison's statistics
 
     raise typer.Exit(compare.main([str(r) for r in runs], as_json=as_json, out=str(out) if out else None,
-                                  fail_if=fail_if))
+                                  fail_if=fail_if, console=out_console()))
 
 
 def main() -> None:
     """The one handler: netprof's own errors are one line and their exit code, never a traceback."""
-    from netprof.profiler import rootenv
-
     try:
         rootenv.setup()  # first: nothing may find files through the caller's HOME or TMPDIR
         app()

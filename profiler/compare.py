@@ -27,7 +27,7 @@ from rich.table import Table
 
 from netprof.profiler import atomic, results, schema, stats
 from netprof.profiler.errors import InputError
-from netprof.profiler.tables import human
+from netprof.profiler.units import rate as human
 
 ALPHA = 0.05
 CONFIDENCE = 0.95

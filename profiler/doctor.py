@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from netprof.profiler import paths, plan, procs
+from netprof.profiler import paths, plan, procs, reap
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 # Capability bits (linux/capability.h)
@@ -75,16 +75,17 @@ def check_compile(prereqs_ok: bool) -> Check:
 
 
 def check_probe_cost(compiled_ok: bool) -> Check:
-    """This host's price of the counting set per syscall (hosts differ by 3x: FACTS.md)."""
+    """This host's price of the counting set per syscall (hosts differ by 3x: docs/facts.md)."""
     if not compiled_ok:
         return Check("probe cost", False, "skipped: the probes do not compile", "", required=False)
     from netprof.probes import CountingProbes, selfcost
 
     with CountingProbes(attached=False) as probes:
-        c = selfcost.measure(probes)
+        c = selfcost.cached(probes, refresh=True)  # runs then reuse this figure until the next boot
     return Check("probe cost", True, f"{c['added_target_ns']:+.0f} ns per watched syscall, "
                  f"{c['added_bystander_ns']:+.0f} ns per syscall of other processes while attached "
-                 f"(getppid from Python: {c['bare_ns']:.0f} ns)", required=False)
+                 f"(getppid from Python: {c['bare_ns']:.0f} ns; runs reuse this figure until the next boot)",
+                 required=False)
 
 
 def _tracefs() -> str | None:
@@ -211,9 +212,7 @@ def check_netns_leftovers() -> Check:
     """Namespaces of a netprof killed during a --remote netns run are removed here (and by the next run)."""
     if os.geteuid() != 0 or not shutil.which("ip"):
         return Check("netns leftovers", True, "not checked (needs root and iproute2)", required=False)
-    from netprof.profiler.netns import cleanup_leftovers
-
-    removed = cleanup_leftovers()
+    removed = reap.reap_dead_runs("namespaces")["namespaces"]
     return Check("netns leftovers", True, f"removed {', '.join(removed)}" if removed else "none", required=False)
 
 
@@ -236,10 +235,7 @@ def check_symlink_protection() -> Check:
 def check_stale_files() -> Check:
     """stderr files and sampling scratch of netprof runs that died without cleaning up: removed here
     (and by the next run)."""
-    from netprof.flamegraphs.session import cleanup_stale as flame_cleanup
-    from netprof.profiler.procs import cleanup_stale
-
-    removed = cleanup_stale() + flame_cleanup()
+    removed = [path for paths in reap.reap_dead_runs("temp files", "sampling scratch").values() for path in paths]
     return Check("stale temp files", True, f"removed {len(removed)} of dead runs" if removed else "none",
                  required=False)
 

@@ -25,11 +25,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
+from netprof.profiler.errors import NetprofError
 from netprof.profiler.paths import loader_binary
-from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
+from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup, parse_cpus
 
 PROTOCOL_VERSION = 1
-MAX_REQUEST_LINE = 64 * 1024  # the loader refuses longer request lines
 MAX_REPLY_LINE = 256 * 1024 * 1024  # a result carries one count per connection: allow it to be long
 STALL_GRACE_S = 15.0  # on top of connect_timeout + warmup + duration
 
@@ -92,8 +92,9 @@ class RunRequest:
         return self.connect_timeout + self.warmup + self.duration + STALL_GRACE_S
 
 
-class LoaderError(RuntimeError):
-    """The loader reported an error (or stalled, or went away).
+class LoaderError(NetprofError, RuntimeError):
+    """The loader reported an error (or stalled, or went away). Inside a cell it makes the cell FF
+    (cell.run_cell); elsewhere it is netprof's own error (exit 3, finished cells kept).
 
     `kind` is one of LOADER_ERROR_KINDS, STALL or LOADER_GONE; `stats` the partial stats dict the loader
     sent before the error (a run that had started), else None.
@@ -171,8 +172,6 @@ class Loader:
             # The loader pins each worker thread itself; spawn() pins the whole process to the same set.
             cpu_list = None
             if cpus is not None and cpus != "":
-                from netprof.profiler.procs import parse_cpus
-
                 cpu_list = parse_cpus(cpus if isinstance(cpus, str) else list(cpus))
                 argv += ["--cpus", ",".join(str(c) for c in cpu_list)]
             proc = group.spawn("loader", argv, cpus=cpu_list, capture_stdout=False, pass_fds=(theirs.fileno(),))

@@ -30,11 +30,6 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def interpreter_label() -> str:
-    """How rows name the interpreter that ran the backend, e.g. 'cpython-3.11.2'."""
-    return f"{sys.implementation.name}-{platform.python_version()}"
-
-
 def host_load() -> dict:
     """How busy the machine is now: load averages and the CPU time counters of /proc/stat (steal is
     time a hypervisor gave this VM's CPUs to someone else). Taken before and after a run, the

@@ -45,7 +45,10 @@ namespace whose creating pid is gone — run by netprof's watchdog as soon as it
 
 from __future__ import annotations
 
+import argparse
 import ctypes
+import fcntl
+import gzip
 import heapq
 import json
 import math
@@ -56,23 +59,19 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 from netprof.profiler.errors import NetprofError
-
-if TYPE_CHECKING:
-    from netprof.profiler.procs import ManagedProcess
+from netprof.profiler.procs import ManagedProcess, pid_alive, run, spawn
 
 NS_PREFIX = "netprof-"
 _NS_RE = re.compile(r"^netprof-(\d+)-[bl]$")
-NET = "198.18.0.0/29"  # inside the RFC 2544 benchmarking range 198.18.0.0/15
-BACKEND_ADDR = "198.18.0.1"
-LOADER_ADDR = "198.18.0.2"  # the first of the loader's addresses
+BACKEND_ADDR = "198.18.0.1"  # a /29 inside the RFC 2544 benchmarking range 198.18.0.0/15
 MAX_LOADER_ADDRS = 5  # 198.18.0.2 … 198.18.0.6 in the /29
 BACKLOG_SYSCTLS = {"net.core.somaxconn": "65535", "net.ipv4.tcp_max_syn_backlog": "65535"}
 IP_TIMEOUT = 15.0
@@ -191,8 +190,6 @@ class Netem:
 
 
 def _ip(*args: str, check: bool = True, timeout: float = IP_TIMEOUT) -> subprocess.CompletedProcess:
-    from netprof.profiler.procs import run
-
     res = run(args, timeout=timeout)
     if check and res.returncode != 0:
         msg = (res.stderr or res.stdout).strip().splitlines()
@@ -231,8 +228,6 @@ def _kill_and_delete(ns: str) -> None:
 def cleanup_leftovers() -> list[str]:
     """Delete every `netprof-<pid>-b|l` namespace whose creating process is gone (a netprof killed with
     SIGKILL), with any process still inside it. Returns the names removed."""
-    from netprof.profiler.procs import pid_alive
-
     removed = []
     for ns in list_namespaces():
         m = _NS_RE.match(ns)
@@ -285,8 +280,6 @@ def socket_in_netns(name: str | None, family=socket.AF_INET, type_=socket.SOCK_S
 
 def kernel_has_netem() -> bool | None:
     """Whether the running kernel has the netem qdisc (None: cannot tell)."""
-    import gzip
-
     try:
         with gzip.open("/proc/config.gz", "rt") as f:
             for line in f:
@@ -398,8 +391,6 @@ class RemoteLink:
             _ip("ip", "-n", ns, "route", "add", f"{BACKEND_ADDR[:-1]}0/{prefixlen}", "dev", dev)
 
     def _make_tun_pair(self) -> None:
-        from netprof.profiler.procs import spawn
-
         assert self.netem is not None  # the user-space forwarder stands in for netem
 
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -510,9 +501,6 @@ _PR_SET_TIMERSLACK = 29
 
 
 def _open_tun(name: str) -> int:
-    import fcntl
-    import struct
-
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
     fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH22x", name.encode(), _IFF_TUN | _IFF_NO_PI))
     return fd
@@ -601,8 +589,6 @@ def forward(fd_a: int, fd_b: int, netem: Netem, stop: list[bool] | None = None, 
 
 
 def _forward_main(argv: list[str]) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m netprof.profiler.netns forward")
     p.add_argument("--ns-backend", required=True)
     p.add_argument("--dev-backend", required=True)

@@ -128,8 +128,3 @@ def loader_binary() -> str:
     if found:
         return found
     raise LoaderMissingError("netprof-loader not found: run `make setup` (it builds and installs it)")
-
-
-def backend_python() -> str:
-    """The interpreter that runs backends by default: the one running netprof."""
-    return sys.executable

@@ -474,9 +474,14 @@ THINK = (r"none|fixed:\d+(\.\d+)?|uniform:\d+(\.\d+)?-\d+(\.\d+)?|poisson:\d+(\.
          "none, fixed:US, uniform:MIN-MAX or poisson:MEAN (microseconds)")
 
 
+THINK_MAX_US = 6e7  # the loader's bound (think.hpp kMaxUs)
+
+
 def check_think(spec: str) -> None:
-    if not re.fullmatch(THINK[0], spec):
-        raise InputError(f"--think '{spec}' is not understood; use {THINK[1]}")
+    values = [float(v) for v in re.findall(r"\d+(?:\.\d+)?", spec)]
+    if not re.fullmatch(THINK[0], spec) or any(v > THINK_MAX_US for v in values) \
+            or spec.startswith("uniform:") and values[0] > values[1]:
+        raise InputError(f"--think '{spec}' is not understood; use {THINK[1]}, MIN <= MAX, at most 60 s")
 
 
 def loader_cpus(cfg: RunConfig) -> str | None:

@@ -1,6 +1,6 @@
 """The report's plots (matplotlib, Agg): each function draws one figure from the per-cell table (or the
-per-connection counts); `render_all` saves them as SVG under plots/ and returns them as data URIs for
-the self-contained HTML. SVG: sharp at any width, text stays text (svg.fonttype none).
+per-connection counts); `draw` makes one as SVG, which plotset.py saves under plots/ and embeds as a data
+URI in the self-contained HTML. SVG: sharp at any width, text stays text (svg.fonttype none).
 
 Axis labels go through `units`, the report's one formatter: plain ticks (10, 100, 1,000; 92k; 2.1 ms),
 never a 1e5 offset.
@@ -8,17 +8,14 @@ never a 1e5 offset.
 
 from __future__ import annotations
 
-import base64
 import io
 import math
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from netprof.profiler import atomic, schema, units
+from netprof.profiler import schema, units
 from netprof.profiler.mpl import FixedLocator, FuncFormatter, Line2D, NullLocator, matplotlib, plt
 
 MAX_STACKED_SYSCALLS = 7  # the rest are summed as "other" so the legend stays readable
@@ -32,19 +29,6 @@ STYLE: Any = {"figure.dpi": 100, "font.size": 12, "axes.titlesize": 13, "axes.la
          "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3,
          "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none",
          "axes.formatter.useoffset": False}  # Any: matplotlib types rc_context with a Literal per key
-
-
-@dataclass
-class Plot:
-    name: str
-    title: str
-    caption: str
-    path: str   # relative to the results directory
-    data_uri: str  # data:image/svg+xml;base64,… for the self-contained HTML
-
-    @property
-    def anchor(self) -> str:
-        return f"plot-{self.name}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,33 +335,20 @@ def per_connection(per_conn: pd.DataFrame | None):
                    "messages ÷ fair share")
 
 
-PLOTS = (  # name, title, caption, function, input
-    ("throughput", "Throughput", "messages per second, one line per backend (and other varying dimension)",
-     throughput, "cells"),
-    ("latency", "Latency", "p50 / p95 / p99 / p999 round-trip latency seen by the loader", latency, "cells"),
-    ("syscalls", "Syscalls per message", "what every message costs in system calls", syscalls, "cells"),
-    ("cpu", "CPU split", "backend CPU time per message, kernel vs user", cpu_split, "cells"),
-    ("fairness", "Fairness", "how messages were spread across connections (Lorenz curves)", fairness, "per_conn"),
-    ("per_conn", "Per-connection distribution", "messages each connection got, against the fair share",
-     per_connection, "per_conn"),
-)
+FIGURES = {  # plotset.PLOTS's name → (function, its input); titles and captions are plotset's
+    "throughput": (throughput, "cells"), "latency": (latency, "cells"), "syscalls": (syscalls, "cells"),
+    "cpu": (cpu_split, "cells"), "fairness": (fairness, "per_conn"), "per_conn": (per_connection, "per_conn"),
+}
 
 
-def render_all(cells: pd.DataFrame, per_conn: pd.DataFrame | None, out_dir: Path) -> list[Plot]:
-    if cells.empty:
-        return []
-    atomic.make_subdir(out_dir, "plots")  # a link planted at plots/ is refused, never written through
-    made = []
+def draw(name: str, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> bytes | None:
+    """The SVG of the plot `name`, or None when it does not apply to this run."""
+    fn, source = FIGURES[name]
     with plt.rc_context(STYLE):
-        for name, title, caption, fn, source in PLOTS:
-            fig = fn(cells if source == "cells" else per_conn)
-            if fig is None:
-                continue
-            buf = io.BytesIO()
-            fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # reproducible bytes
-            plt.close(fig)
-            rel = f"plots/{name}.svg"
-            atomic.write_bytes(out_dir / rel, buf.getvalue())
-            uri = "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode()
-            made.append(Plot(name, title, caption, rel, uri))
-    return made
+        fig = fn(cells if source == "cells" else per_conn)
+        if fig is None:
+            return None
+        buf = io.BytesIO()
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # no date in the bytes
+        plt.close(fig)
+    return buf.getvalue()

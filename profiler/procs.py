@@ -15,7 +15,10 @@ not the process: a child spawned from a worker thread (the flamegraph samplers) 
 ends, so such a thread must stop its children before it returns (the samplers do). What a killed run
 leaves in the file system and in `ip netns` is removed by the watchdog (`start_watchdog`, started
 with the first child: it waits for this process to die, then cleans up), by the next run and by
-`netprof doctor` (`cleanup_stale`, `netns.cleanup_leftovers`).
+`netprof doctor` (`reap.reap_dead_runs`).
+
+procs is part of the leaf core: it imports no other netprof module but the core's. What layers above it
+add to a child's start (the flamegraph side's perf-map files) comes in through `add_spawn_hook`.
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from netprof.profiler import rootenv
+from netprof.profiler.errors import NetprofError
 
 
-class ProcessError(RuntimeError):
-    """A child did not start, did not become ready in time, or died."""
+class ProcessError(NetprofError, RuntimeError):
+    """A child did not start, did not become ready in time, or died. Exit code 3 (netprof's own error)
+    unless a subclass says otherwise: callers that expect it (a cell's backend) catch it first."""
 
 
 class LineTimeout(ProcessError):
@@ -254,7 +259,7 @@ def run(argv: Sequence[str], *, timeout: float, cwd: str | None = None, env: dic
     kw.setdefault("text", True)
     start_watchdog()
     return subprocess.run(list(argv), timeout=timeout, cwd=cwd or SAFE_CWD, env=child_env(env),
-                          preexec_fn=_die_with(os.getpid()), **kw)
+                          preexec_fn=die_with(os.getpid()), **kw)
 
 
 PR_SET_PDEATHSIG = 1
@@ -271,7 +276,7 @@ def _resolve_prctl():
     return _prctl
 
 
-def _die_with(parent: int):
+def die_with(parent: int):
     """preexec_fn: SIGKILL this child when the thread that forked it exits (PR_SET_PDEATHSIG). If
     `parent` (this process, as seen before the fork) is already gone, the child was re-parented
     before prctl() could arm the signal: it kills itself at once instead of living on as an orphan."""
@@ -285,9 +290,10 @@ def _die_with(parent: int):
     return run
 
 
-def _preexec(cpus: list[int] | None, reserve):
-    """`reserve`: (function, paths) creating the files a child writes under its own pid, before exec."""
-    die_with_parent = _die_with(os.getpid())
+def _preexec(cpus: list[int] | None, reservations: Sequence[Reservation]):
+    """`reservations`: (function, path templates) creating the files a child writes under its own pid,
+    before exec."""
+    die_with_parent = die_with(os.getpid())
 
     def run() -> None:
         die_with_parent()
@@ -295,9 +301,8 @@ def _preexec(cpus: list[int] | None, reserve):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if cpus:
             os.sched_setaffinity(0, cpus)
-        if reserve:
-            create, templates = reserve
-            pid = os.getpid()  # exec keeps it: the files are the child's own
+        pid = os.getpid()  # exec keeps it: the files are the child's own
+        for create, templates in reservations:
             try:
                 for template in templates:
                     create(template.format(pid=pid))
@@ -354,31 +359,23 @@ def cleanup_stale(directory: str | None = None) -> list[str]:
     return remove_stale(_STDERR_NAME, directory) + remove_stale(rootenv.PRIVATE_NAME, directory)
 
 
-def cleanup_dead_runs() -> list[str]:
-    """Everything runs that died without cleaning up left behind: stderr files, sampling scratch,
-    network namespaces (each only when its netprof pid is gone). Returns what was removed."""
-    from netprof.flamegraphs.session import cleanup_stale as flame_cleanup
-    from netprof.profiler.netns import cleanup_leftovers
-
-    removed = cleanup_stale() + flame_cleanup()
-    if os.geteuid() == 0 and shutil.which("ip"):
-        removed += cleanup_leftovers()
-    return removed
-
-
 # The watchdog: the one child that must outlive us. Its stdin is a pipe whose write end only this
 # process holds (O_CLOEXEC, never passed on); EOF means we are gone, however we died.
 WATCHDOG_GRACE_S = 10.0  # how long the watchdog waits for a dying parent to be gone
+# The module the watchdog runs (`python -m WATCHDOG_MODULE watchdog PID`). Named, not imported: after we
+# die it runs the reapers of the layers above procs (namespaces, sampling scratch), which procs must not
+# import; reap.py imports them all.
+WATCHDOG_MODULE = "netprof.profiler.reap"
 _watchdog: subprocess.Popen | None = None
 _watchdog_lock = threading.Lock()
 _is_watchdog = False  # the watchdog itself starts none (its cleanup runs `ip` through run())
 
 
 def start_watchdog() -> subprocess.Popen | None:
-    """Start (once per process) `python -m netprof.profiler.procs watchdog PID`, which sleeps until this
-    process exits and then runs `cleanup_dead_runs()`: a netprof killed with SIGKILL leaves no stderr
-    files, scratch or namespaces even if netprof never runs again. None when it cannot start (the next
-    run and `netprof doctor` clean up then)."""
+    """Start (once per process) `python -m WATCHDOG_MODULE watchdog PID`, which sleeps until this
+    process exits and then runs every reaper (`reap.reap_dead_runs()`): a netprof killed with SIGKILL
+    leaves no stderr files, scratch or namespaces even if netprof never runs again. None when it cannot
+    start (the next run and `netprof doctor` clean up then)."""
     global _watchdog
     if _is_watchdog:
         return None
@@ -387,7 +384,7 @@ def start_watchdog() -> subprocess.Popen | None:
             return _watchdog
         try:
             _watchdog = subprocess.Popen(
-                [sys.executable, "-m", "netprof.profiler.procs", "watchdog", str(os.getpid())],
+                [sys.executable, "-m", WATCHDOG_MODULE, "watchdog", str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=SAFE_CWD,
                 env=child_env(), start_new_session=True)  # no PDEATHSIG: it is meant to outlive us
         except OSError:
@@ -395,7 +392,9 @@ def start_watchdog() -> subprocess.Popen | None:
         return _watchdog
 
 
-def _watchdog_main(parent: int) -> int:
+def wait_for_parent_exit(parent: int) -> bool:
+    """The watchdog's wait: until stdin's EOF (`parent` is gone or going), then until `parent` has
+    exited (up to WATCHDOG_GRACE_S). True when it is gone; the caller then reaps."""
     global _is_watchdog
     _is_watchdog = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -405,9 +404,21 @@ def _watchdog_main(parent: int) -> int:
     deadline = time.monotonic() + WATCHDOG_GRACE_S
     while pid_alive(parent) and time.monotonic() < deadline:  # EOF comes before the exit completes
         time.sleep(0.05)
-    if not pid_alive(parent):
-        cleanup_dead_runs()
-    return 0
+    return not pid_alive(parent)
+
+
+# What a child needs created before exec, under its own pid: (create(path), path templates with {pid}).
+Reservation = tuple[Callable[[str], None], Sequence[str]]
+# A spawn hook: given the child's argv and environment, its reservation or None. Layers above procs
+# register theirs (flamegraphs/jitdump.py: CPython's perf-map files) at import.
+SpawnHook = Callable[[Sequence[str], Mapping[str, str]], Reservation | None]
+_spawn_hooks: list[SpawnHook] = []
+
+
+def add_spawn_hook(hook: SpawnHook) -> None:
+    """Have every later `spawn` ask `hook` what to create for the child before it execs (once per hook)."""
+    if hook not in _spawn_hooks:
+        _spawn_hooks.append(hook)
 
 
 def spawn(
@@ -428,14 +439,12 @@ def spawn(
     (PR_SET_PDEATHSIG, armed after the uid change, which would clear it: call spawn from a thread that
     outlives the child). A CPython child asked to write
     perf maps (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it
-    first, so no planted link is followed."""
-    from netprof.flamegraphs import jitdump
-
+    first (jitdump's spawn hook), so no planted link is followed."""
     start_watchdog()
 
     cpu_list = parse_cpus(cpus) if isinstance(cpus, (str, type(None))) else parse_cpus(list(cpus))
     env = child_env(env)
-    perf_files = jitdump.perf_files(argv, env)
+    reservations = [r for hook in _spawn_hooks if (r := hook(argv, env))]
     err_r, err_w = os.pipe()  # both close-on-exec: only the child's fd 2 (a dup) holds the write end
     try:
         popen = subprocess.Popen(
@@ -447,7 +456,7 @@ def spawn(
             cwd=cwd or SAFE_CWD,
             start_new_session=True,
             pass_fds=tuple(pass_fds),
-            preexec_fn=_preexec(cpu_list, (jitdump.reserve, perf_files) if perf_files else None),
+            preexec_fn=_preexec(cpu_list, reservations),
             user=user, group=group, extra_groups=[] if user is not None else None,
         )
     except OSError as e:
@@ -485,11 +494,3 @@ class ProcessGroup:
     def __exit__(self, *exc) -> None:
         self.stop_all()
 
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["watchdog"] and len(sys.argv) == 3 and sys.argv[2].isdigit():
-        from netprof.profiler import procs as imported  # the module netns & co. see, not this __main__
-
-        sys.exit(imported._watchdog_main(int(sys.argv[2])))
-    print("usage: python -m netprof.profiler.procs watchdog PID", file=sys.stderr)
-    sys.exit(2)

@@ -8,11 +8,13 @@ judgements from `anomalies`, the figures from `plots`, the layout from `template
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import pandas as pd
@@ -21,8 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from netprof.profiler import anomalies as anomalies_mod
-from netprof.profiler import atomic, results, schema, stats, tables, units
-from netprof.profiler import plots as plots_mod
+from netprof.profiler import atomic, cache, plotset, results, schema, stats, tables, units
 from netprof.profiler.errors import InputError
 from netprof.profiler.stats import num, syscalls_of
 
@@ -330,9 +331,13 @@ def _message_words(df: pd.DataFrame, cfg: dict) -> str:
 def _syscall_cost(c: dict | None) -> str:
     if not c:
         return ""
+    if c.get("source") == "cache":  # selfcost.cached: measured earlier in this boot (doctor, or a probed run)
+        when = f"measured on this host {units.seconds(float(c.get('age_s') or 0))} earlier in this boot, and cached"
+    else:
+        when = "measured on this host during the run"
     return (f"{c['added_target_ns']:+.0f} ns per syscall of the watched server, {c['added_bystander_ns']:+.0f} ns per "
             f"syscall of every other process, while attached (a getppid() costs {c['bare_ns']:.0f} ns from Python "
-            "here; measured on this host during the run)")
+            f"here; {when})")
 
 
 def _pinning(p: dict) -> str:
@@ -471,9 +476,25 @@ def _md_cell(v) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    def dump_bytecode(self, bucket) -> None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written (read-only /var) is only a miss
+            super().dump_bytecode(bucket)
+
+
+def _bytecode_cache(autoescape: bool) -> jinja2.BytecodeCache | None:
+    """Compiled templates kept in netprof's cache (jinja checks each against its template's source):
+    compiling the report's templates is ~0.1 s of every report. One set per autoescape setting, which is
+    compiled into the code but not part of jinja's key. Only in the root-owned, checked cache directory:
+    what is stored there is code that runs."""
+    where = cache.directory("jinja")
+    return _BytecodeCache(where, f"%s.{int(autoescape)}.cache") if where else None
+
+
 def _env(autoescape: bool) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=autoescape,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             bytecode_cache=_bytecode_cache(autoescape))
     env.filters["inline_md"] = _inline_md
     env.filters["md_cell"] = _md_cell
     env.filters["md_table"] = lambda t: tables.to_markdown(t["header"], [[_md_cell(c) for c in r] for r in t["rows"]])
@@ -496,6 +517,14 @@ def render(out: Path, context: dict) -> tuple[Path, Path]:
     return out / "report.md", out / "report.html"
 
 
+def _draw(name: str, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> bytes | None:
+    """One plot's SVG, for plotset (which calls it in its drawing children, or not at all when its cache
+    has the set). The import is deferred on purpose: matplotlib takes ~0.5 s to import."""
+    from netprof.profiler import plots
+
+    return plots.draw(name, cells, per_conn)
+
+
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -511,23 +540,26 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     flames = find_flamegraphs(src, df)
     stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
     cells = stats.aggregate(df)
-    found = anomalies_mod.detect(df, per_conn, meta, src, cells=cells)
-    rendered = ([{"title": t, "header": made[0], "rows": made[1]} for t, fn in TABLES
-                 if (made := fn(cells)) is not None] if not cells.empty else [])
-    headline = None
-    if not cells.empty:
-        header, rows = tables.headline_table(cells)
-        headline = {"title": HEADLINE, "header": header, "rows": rows}
-    figures = plots_mod.render_all(cells, per_conn, out)
-    if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
-        back = os.path.relpath(src.resolve(), out.resolve())
-        for f in flames:
-            f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
-    context = {"facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
-               "headline": headline, "headline_note": headline_note(cells),
-               "tables": rendered, "plots": figures, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
-    from netprof.profiler import sockwait_report  # --sockwait's section: "Where the round trip went"
-    context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
+    with plotset.start(cells, per_conn, out, _draw) as pending:  # drawn in children meanwhile
+        found = anomalies_mod.detect(df, per_conn, meta, src, cells=cells)
+        rendered = ([{"title": t, "header": made[0], "rows": made[1]} for t, fn in TABLES
+                     if (made := fn(cells)) is not None] if not cells.empty else [])
+        headline = None
+        if not cells.empty:
+            header, rows = tables.headline_table(cells)
+            headline = {"title": HEADLINE, "header": header, "rows": rows}
+        if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
+            back = os.path.relpath(src.resolve(), out.resolve())
+            for f in flames:
+                f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
+        context: dict[str, Any] = {
+            "facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
+            "headline": headline, "headline_note": headline_note(cells),
+            "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
+        from netprof.profiler import sockwait_report  # --sockwait's section: "Where the round trip went"
+        context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
+        cell_summaries = stats.cell_summaries(df)
+        figures = context["plots"] = pending.result()
     context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])))
                             for a in found]  # links are for the page only: summary.json keeps `found`
     md_path, html_path = render(out, context)
@@ -537,7 +569,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
                  "plots": [str(out / p.path) for p in figures],
                  "flamegraphs": [os.path.normpath(out / s) for f in flames for s in f["svgs"].values()],
                  "stacks": stack_files}
-    summary = {"schema": 1, "runs": results.rows_of(df), "cells": stats.cell_summaries(df),
+    summary = {"schema": 1, "runs": results.rows_of(df), "cells": cell_summaries,
                "anomalies": found, "artifacts": artifacts, "meta": meta}
     atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
     if console is not None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from netprof.profiler.atomic import create_dir, ensure_out_dir
 from netprof.profiler.errors import EXIT_BAD_INPUT, NetprofError
 from netprof.profiler.paths import trusted_uids, untrusted_reason
 
@@ -85,8 +86,6 @@ def run_lock(wait: bool, path: str | None = None) -> Iterator[None]:
 def unique_out_dir(base: str | os.PathLike = "runs") -> Path:
     """A new directory `base/<YYYYmmdd-HHMMSS>-<random>`, created exclusively (never shared with
     another run started in the same second)."""
-    from netprof.profiler.atomic import create_dir, ensure_out_dir
-
     base = ensure_out_dir(base)
     while True:
         path = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"

@@ -17,11 +17,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from netprof.flamegraphs.session import cleanup_stale as cleanup_stale_flame
-from netprof.profiler import atomic, evidence, procs, runlock, schema, units
+from netprof.profiler import atomic, evidence, netns, reap, runlock, schema, units
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
-from netprof.profiler.errors import NetprofError
+from netprof.profiler.errors import EXIT_INTERNAL, NetprofError
 from netprof.profiler.loader_client import Loader
 from netprof.profiler.plan import RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
@@ -78,16 +77,11 @@ def _open_sockwait(cfg: RunConfig):
     return SockWaitProbes(attached=False)
 
 
-def _link(cfg: RunConfig, console: Console):
+def _link(cfg: RunConfig):
     """`--remote netns`: the two namespaces and their link (profiler/netns.py); else nothing."""
     if cfg.remote != "netns":
         return contextlib.nullcontext(None)
-    from netprof.profiler.netns import RemoteLink, cleanup_leftovers
-
-    removed = cleanup_leftovers()  # namespaces of a netprof that was killed with SIGKILL
-    if removed:
-        console.print(f"removed leftover namespaces of dead netprof runs: {', '.join(removed)}")
-    return RemoteLink(cfg.netem or None, sources=len(cfg.sources))  # validate() sized cfg.sources
+    return netns.RemoteLink(cfg.netem or None, sources=len(cfg.sources))  # validate() sized cfg.sources
 
 
 def execute(cfg: RunConfig, argv: list[str], console: Console, interps: dict, verbose: bool = False) -> RunOutcome:
@@ -95,14 +89,17 @@ def execute(cfg: RunConfig, argv: list[str], console: Console, interps: dict, ve
     progress bar shows the cell, its phase and its live msgs/s (the loader's `progress` events; the last
     cell's once it ends; with `verbose` also a line per finished cell); elsewhere the plan line and a
     line per finished cell."""
-    with runlock.run_lock(wait=cfg.wait), _link(cfg, console) as link:
-        return _execute(cfg, argv, console, link, interps, verbose)
+    with runlock.run_lock(wait=cfg.wait):
+        # What runs killed with SIGKILL left behind, where their watchdog could not remove it.
+        removed = reap.reap_dead_runs()["namespaces"]
+        if removed:
+            console.print(f"removed leftover namespaces of dead netprof runs: {', '.join(removed)}")
+        with _link(cfg) as link:
+            return _execute(cfg, argv, console, link, interps, verbose)
 
 
 def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: dict,
              verbose: bool = False) -> RunOutcome:
-    procs.cleanup_stale()  # what runs killed with SIGKILL left behind
-    cleanup_stale_flame()
     out = Path(cfg.out_dir) if cfg.out_dir else runlock.unique_out_dir()
     store = ResultsStore(out)
     lcpus = loader_cpus(cfg)
@@ -167,8 +164,9 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             if probes is not None:
                 from netprof.probes import selfcost
 
-                # This host's price of the probes per syscall (it varies between hosts): ~4 s, once per run.
-                meta["probe_cost_per_syscall"] = selfcost.measure(probes)
+                # This host's price of the probes per syscall (it varies between hosts): ~1 s to measure,
+                # so measured once per boot and cached (the figure says when, and that it came from the cache).
+                meta["probe_cost_per_syscall"] = selfcost.cached(probes)
                 store.write_meta(meta)
                 probes.close()  # the evidence rounds run without the counting set
                 probes = None
@@ -199,9 +197,11 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                     progress.advance(task)
     except KeyboardInterrupt:
         interrupted = True
-    except NetprofError:
-        raise
-    except Exception as e:  # a bug must not lose the finished cells: the caller still writes the report
+    except Exception as e:
+        if isinstance(e, NetprofError) and e.exit_code != EXIT_INTERNAL:
+            raise  # bad input or a missing capability: one line and its exit code
+        # A bug or netprof's own error (a child, the loader or the probes failing outside a cell) must not
+        # lose the finished cells: the caller still writes the report.
         error = f"{type(e).__name__}: {e}"
         atomic.write_text(out / ERROR_LOG, traceback.format_exc())
     finally:

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from netprof.profiler import atomic, schema, stats
-from netprof.profiler.mpl import plt
 from netprof.profiler.stats import num
 
 MAX_CONN_PANELS = 6  # per-connection panels (one per cell, its first round); the table has every cell
@@ -75,6 +74,8 @@ def round_trip_plot(cells: pd.DataFrame):
     rows = [(r, p) for _, r in cells.iterrows() if (p := parts(r)) is not None]
     if not rows:
         return None
+    from netprof.profiler.mpl import plt  # deferred: matplotlib costs ~0.5 s, and only --sockwait runs draw these
+
     fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(rows) + 1.6))
     y = np.arange(len(rows))
     left = np.zeros(len(rows))
@@ -122,6 +123,8 @@ def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
         return None
     ncols = min(2, len(picked))
     nrows = -(-len(picked) // ncols)
+    from netprof.profiler.mpl import plt  # deferred: see round_trip_plot
+
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.0 * nrows), squeeze=False)
     for ax, (r, sub) in zip(axes.flat, picked):
         sub = sub.sort_values("answers", ascending=False, kind="stable")
@@ -235,6 +238,8 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
 
 
 def _save(fig, name: str, title: str, caption: str, out_dir: Path) -> Figure:
+    from netprof.profiler.mpl import plt  # deferred: see round_trip_plot
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     plt.close(fig)

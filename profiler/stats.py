@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from netprof.profiler import schema
 
@@ -84,6 +83,15 @@ def per_message(counts: Mapping[str, float], messages: int) -> dict[str, float]:
     return {k: v / messages for k, v in counts.items() if v}
 
 
+def _t_quantile(q: float, dof: float) -> float:
+    """Student's t quantile: scipy.stats.t.ppf(q, dof) computes exactly this, stdtrit(dof, q).
+    Imported here, not at the top: scipy.special costs ~0.2 s and scipy.stats ~0.9 s at start-up, and a
+    one-round run never needs either."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(dof, q))
+
+
 def summarize(values: Sequence[float], confidence: float = 0.95) -> dict:
     """mean, std, Student-t half-interval, its share of the mean, CV, n."""
     x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
@@ -93,7 +101,7 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> dict:
                 "cv": float("nan"), "n": 0}
     mean = float(x.mean())
     std = float(x.std(ddof=1)) if n > 1 else 0.0
-    ci = float(sps.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)) if n > 1 else float("nan")
+    ci = _t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
     return {
         "mean": mean,
         "std": std,
@@ -359,6 +367,8 @@ def compare_samples(base: Sequence[float], new: Sequence[float], alpha: float = 
     if vb == 0 and vn == 0:
         out["p"] = 1.0 if n.mean() == b.mean() else 0.0
     else:
+        from scipy import stats as sps  # deferred: ~0.9 s to import, and only comparisons need it
+
         with warnings.catch_warnings():  # nearly identical rounds: scipy warns, the p is still right
             warnings.simplefilter("ignore", RuntimeWarning)
             out["p"] = float(sps.ttest_ind(n, b, equal_var=False).pvalue)
@@ -393,7 +403,7 @@ def compare_metric(col: str, base: pd.DataFrame, new: pd.DataFrame, alpha: float
 def _t(vb: float, nb: int, vn: float, nn: int, confidence: float) -> float:
     """Student's t quantile at Welch's degrees of freedom (those of the t-test)."""
     dof = (vn + vb) ** 2 / (vn * vn / (nn - 1) + vb * vb / (nb - 1))
-    return float(sps.t.ppf(0.5 + confidence / 2, dof))
+    return _t_quantile(0.5 + confidence / 2, dof)
 
 
 def _fieller(mb: float, vb: float, nb: int, mn: float, vn: float, nn: int,

@@ -5,8 +5,19 @@ reason when the machine cannot do it, and fail instead when NETPROF_REQUIRE_BPF=
 probes really run there. Every test that uses the fixture carries the `bpf` marker, so
 `-m "not bpf"` leaves them out.
 
-Tests that only read the results of an ordinary short run share one (`standard_run`, once a session):
-each `netprof run` costs the suite seconds of start-up, and the suite has a 20-minute limit.
+Tests that only read the results of a run share it (once a session, read-only: copy the directory to
+change it): `standard_run` (an ordinary short run) and `message_run` (asyncio_sock and uvloop_sock, 8
+in flight, message and stream framing). Each `netprof run` costs the suite seconds of start-up, and
+the whole suite (`make test`) must stay under 10 minutes on a 2-core machine.
+
+The fast tier, `make test-fast` (`-m "not bpf and not e2e"`, under 2 minutes): every test not marked
+`bpf` or `e2e`. A test is marked `e2e` here when it starts a netprof run, a backend server or the
+loader, decided from what it uses: the fixtures in E2E_FIXTURES (the shared runs, `loader`, `group`,
+`local_user`), or the names in E2E_NAMES (`run_netprof`, `netprof_cmd`, `helpers.Backend`, `Loader`,
+`ProcessGroup`) used by the test, by a fixture it uses, or by a function of its own module that either
+calls (followed transitively). A CLI call that starts nothing (help, list, refused input: exit 2) goes
+through `helpers.netprof_cli`, which is not in E2E_NAMES: those tests stay in the fast tier. Other
+subprocesses (a child `python -c`, `ip netns`) do not count: they take milliseconds.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import types
 
 import pytest
 
@@ -27,7 +39,7 @@ TEST_TAG = f"pytest-{os.getpid()}"
 os.environ["NETPROF_TEST_TAG"] = TEST_TAG
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # session: the shared runs that need BPF depend on it too
 def bpf():
     require_bpf()
 
@@ -50,18 +62,31 @@ def loader(group):
         os.kill(pid, 0)
 
 
+def _shared_run(tmp_path_factory, name: str, *args: str) -> tuple:
+    out = tmp_path_factory.mktemp(name) / "run"
+    res = run_netprof("run", *args, "--wait", "--json", "--out", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out, json.loads(res.stdout), wait_no_children()
+
+
 @pytest.fixture(scope="session")
 def standard_run(tmp_path_factory) -> tuple:
     """One ordinary `netprof run` for the tests that only read what it wrote: selector and asyncio_sock
     at 10 and 100 connections, 2 rounds of 1 s cells, the counting probes where BPF is. Shared because
     each such run costs the suite ~20 s: read its files, never change them (copy the directory first).
     (directory, JSON summary, netprof processes still alive after it)"""
-    out = tmp_path_factory.mktemp("standard") / "run"
     probes = [] if _missing_bpf() is None else ["--no-probes"]
-    res = run_netprof("run", "selector", "asyncio_sock", "-c", "10,100", "-d", "1", "-r", "2", "--warmup", "0.3",
-                      "--wait", "--json", *probes, "--out", str(out), timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return out, json.loads(res.stdout), wait_no_children()
+    return _shared_run(tmp_path_factory, "standard", "selector", "asyncio_sock", "-c", "10,100", "-d", "1", "-r", "2",
+                       "--warmup", "0.3", *probes)
+
+
+@pytest.fixture(scope="session")
+def message_run(bpf, tmp_path_factory) -> tuple:
+    """asyncio_sock and uvloop_sock, 100 connections, 8 in flight, message and stream framing, 20 µs of
+    handler CPU per message (the condition of sock_recv's starvation: tests/test_report_e2e.py), 3 rounds
+    of 1 s, counting probes. Shared and read-only, like standard_run."""
+    return _shared_run(tmp_path_factory, "message", "asyncio_sock", "uvloop_sock", "-c", "100", "--pipeline", "8",
+                       "--framing", "message,stream", "--work", "spin:20", "-d", "1", "-r", "3", "--warmup", "0.3")
 
 
 def _needs_bpf(item) -> bool:
@@ -74,10 +99,53 @@ def _needs_bpf(item) -> bool:
         return False
 
 
+# What makes a test e2e (see the module docstring): these fixtures, or these names used by the test, by a
+# fixture it uses, or by a function of the same test module they call (transitively).
+E2E_FIXTURES = frozenset({"standard_run", "message_run", "loader", "group", "local_user"})
+E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "ProcessGroup"})
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    """Every global, attribute and string constant a function's code (nested code included) names."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+        elif isinstance(c, str):
+            names.add(c)  # request.getfixturevalue("standard_run")
+    return names
+
+
+def _starts_processes(func, seen: set) -> bool:
+    code = getattr(func, "__code__", None)
+    if code is None or code in seen:
+        return False
+    seen.add(code)
+    names = _code_names(code)
+    if names & (E2E_NAMES | E2E_FIXTURES):
+        return True
+    scope = getattr(func, "__globals__", {})
+    return any(isinstance(f := scope.get(n), types.FunctionType) and f.__module__ == func.__module__
+               and _starts_processes(f, seen) for n in names)
+
+
+def _is_e2e(item) -> bool:
+    if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    seen: set = set()
+    if _starts_processes(getattr(item, "function", None), seen):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(_starts_processes(d.func, seen) for ds in defs for d in ds)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _needs_bpf(item):
             item.add_marker(pytest.mark.bpf)
+        if _is_e2e(item):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture

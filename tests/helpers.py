@@ -76,6 +76,13 @@ def run_netprof(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedP
     return subprocess.run(netprof_cmd(*args), capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def netprof_cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    """The installed CLI for a command that starts nothing: help, list, version, completion, or input it
+    refuses (exit 2). The fast tier runs the tests that use only this (conftest's e2e rule): its short
+    timeout fails a test whose command started a run after all."""
+    return run_netprof(*args, timeout=30, **kw)
+
+
 OUR_PROCESS_MARKERS = ("netprof.backends", "netprof-loader")
 
 

@@ -1,10 +1,10 @@
-"""Bad input: one line naming the fix, exit 2, nothing started."""
+"""Bad input: one line naming the fix, exit 2, nothing started (the fast tier: no run starts here)."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import run_netprof, wait_no_children
+from helpers import netprof_cli, wait_no_children
 
 BAD = [
     (["run", "no_such_backend", "--no-probes"], "unknown backend 'no_such_backend'"),
@@ -16,12 +16,32 @@ BAD = [
     (["run", "selector", "--pipeline", "5000", "--no-probes"], "--pipeline 5000 is out of range"),
     (["run", "selector", "--work", "nap:5", "--no-probes"], "bad --work 'nap:5'"),
     (["run", "selector", "--think", "poisson", "--no-probes"], "--think 'poisson' is not understood"),
+    (["run", "selector", "-s", "0", "--no-probes"], "--msize 0 is out of range"),
+    (["run", "selector", "--framing", "chunk", "--no-probes"], "--framing 'chunk' is not understood"),
+    (["run", "selector", "--warmup", "-1", "--no-probes"], "--warmup -1.0 is out of range"),
+    (["run", "selector", "--probe-share", "2"], "is out of range: use 0.0 … 1.0"),
+    (["run", "selector", "--pin", "maybe", "--no-probes"], "--pin 'maybe' is not understood"),
+    (["run", "selector", "--backend-cpu", "4096", "--no-probes"], "CPU 4096 is not available"),
+    (["run", "selector", "--loader-cpus", "x", "--no-probes"], "--loader-cpus 'x' is not a CPU list"),
+    (["run", "selector", "--loader-threads", "0", "--no-probes"], "0 is out of range: use 1 … 64"),
+    (["run", "prefork", "--workers", "0", "--no-probes"], "--workers 0 is out of range"),
+    (["run", "selector", "--remote", "ssh", "--no-probes"], "--remote 'ssh' is not known"),
+    (["run", "selector", "--netem", "delay=1", "--no-probes"], "--netem needs --remote netns"),
+    (["run", "selector", "--sources", "10.0.0.1", "--no-probes"], "10.0.0.1 is not a loopback address"),
+    (["run", "selector", "--protocol", "gopher", "--no-probes"], "--protocol 'gopher' is not known"),
+    (["run", "selector", "--protocol", "http", "--no-probes"], "--protocol http needs your own server"),
+    (["run", "--cmd", "no-such-server-xyz {port}", "--no-probes"], "'no-such-server-xyz' is not found on the PATH"),
+    (["run", "--cmd", "true {port}", "--env", "NOEQUALS", "--no-probes"], "--env 'NOEQUALS' is not NAME=VALUE"),
+    (["run", "--attach", "99999999", "--target", "127.0.0.1:1", "--no-probes"], "--attach 99999999: no such process"),
+    (["run", "selector", "--target", "127.0.0.1:1", "--no-probes"], "--target is for --attach"),
+    (["run", "selector", "--name", "x", "--no-probes"], "more --name than --cmd/--attach"),
+    (["run", "selector", "--work", "spin:-3", "--no-probes"], "bad --work 'spin:-3'"),
 ]
 
 
-@pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a[:3]) for a, _ in BAD])
+@pytest.mark.parametrize("args,expected", BAD, ids=[" ".join(a[:4]) for a, _ in BAD])
 def test_bad_input_is_one_line_exit_2(args, expected, tmp_path):
-    res = run_netprof(*args, "--out", str(tmp_path / "out"), timeout=60)
+    res = netprof_cli(*args, "--out", str(tmp_path / "out"))
     assert res.returncode == 2, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, res.stderr
@@ -31,19 +51,40 @@ def test_bad_input_is_one_line_exit_2(args, expected, tmp_path):
 
 
 def test_unknown_backend_lists_known_ones():
-    res = run_netprof("run", "nope", "--no-probes")
+    res = netprof_cli("run", "nope", "--no-probes")
     assert "selector" in res.stderr and "uvloop_sock" in res.stderr
 
 
 def test_version_and_help():
-    assert run_netprof("--version").stdout.startswith("netprof ")
-    helptext = run_netprof("--help").stdout
+    assert netprof_cli("--version").stdout.startswith("netprof ")
+    helptext = netprof_cli("--help").stdout
     assert "Examples" in helptext and "netprof run uvloop_sock" in helptext
 
 
 def test_list_shows_seed_backends():
-    out = run_netprof("list").stdout
+    out = netprof_cli("list").stdout
     for name in ("asyncio", "asyncio_proto", "asyncio_sock", "uvloop", "uvloop_proto", "uvloop_sock",
                  "gevent", "selector", "thread", "cpp_epoll", "cpp_poll", "cpp_th"):
         assert name in out
     assert "unfair" not in out  # test-only backends are hidden by default
+
+
+OTHER_COMMANDS = [
+    (["report", "/nonexistent_netprof_dir"], "no such directory; give a results directory"),
+    (["compare", "/nonexistent_netprof_a", "/nonexistent_netprof_b"], "no such file or directory"),
+    (["flamegraph", "diff", "/nonexistent_a.folded", "/nonexistent_b.folded"], "no such folded-stacks file"),
+]
+
+
+@pytest.mark.parametrize("args,expected", OTHER_COMMANDS, ids=[a[0] for a, _ in OTHER_COMMANDS])
+def test_other_commands_refuse_a_missing_input_in_one_line(args, expected):
+    res = netprof_cli(*args)
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and expected in lines[0], res.stderr
+
+
+def test_report_of_a_directory_without_results_is_one_line_exit_2(tmp_path):
+    res = netprof_cli("report", str(tmp_path))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().endswith("holds no results.parquet: is it a netprof results directory?"), res.stderr

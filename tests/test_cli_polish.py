@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import netprof_children, netprof_cmd, run_netprof, wait_no_children
+from helpers import netprof_children, netprof_cli, netprof_cmd, run_netprof, wait_no_children
 
 SHORT = ("-c", "10", "-d", "1", "--warmup", "0.2", "--no-probes", "--wait")
 COMMANDS = ("run", "report", "compare", "flamegraph", "list", "doctor")
@@ -26,10 +26,10 @@ COMMANDS = ("run", "report", "compare", "flamegraph", "list", "doctor")
 
 
 def test_h_is_help_everywhere():
-    top = run_netprof("-h")
-    assert top.returncode == 0 and "Examples" in top.stdout and top.stdout == run_netprof("--help").stdout
+    top = netprof_cli("-h")
+    assert top.returncode == 0 and "Examples" in top.stdout and top.stdout == netprof_cli("--help").stdout
     for cmd in COMMANDS:
-        res = run_netprof(cmd, "-h", timeout=60)
+        res = netprof_cli(cmd, "-h")
         assert res.returncode == 0, res.stderr
         assert res.stdout.startswith("Usage: netprof " + cmd), res.stdout[:200]
 
@@ -37,29 +37,29 @@ def test_h_is_help_everywhere():
 @pytest.mark.parametrize("cmd", COMMANDS)
 def test_help_placeholders_are_plain(cmd):
     """No Python types (<list[str]>, <float>) and no typer braces ({DIR}) in any command's help."""
-    text = run_netprof(cmd, "-h", timeout=60).stdout
+    text = netprof_cli(cmd, "-h").stdout
     assert not re.search(r"<(str|int|float|path|list\[[a-z]+\])>", text), text
     usage = text.splitlines()[0]
     assert "{" not in usage and "[[" not in usage, usage
 
 
 def test_usage_names_the_arguments():
-    assert run_netprof("run", "-h").stdout.splitlines()[0] == "Usage: netprof run [OPTIONS] [BACKEND]..."
-    assert run_netprof("report", "-h").stdout.splitlines()[0] == "Usage: netprof report [OPTIONS] DIR"
-    assert "BACKEND...: the built-in backends" in run_netprof("run", "-h").stdout
+    assert netprof_cli("run", "-h").stdout.splitlines()[0] == "Usage: netprof run [OPTIONS] [BACKEND]..."
+    assert netprof_cli("report", "-h").stdout.splitlines()[0] == "Usage: netprof report [OPTIONS] DIR"
+    assert "BACKEND...: the built-in backends" in netprof_cli("run", "-h").stdout
 
 
 def test_shell_completion_is_offered_and_works():
-    assert "--install-completion" in run_netprof("-h").stdout
-    script = run_netprof("--show-completion", "bash")
+    assert "--install-completion" in netprof_cli("-h").stdout
+    script = netprof_cli("--show-completion", "bash")
     assert script.returncode == 0, script.stderr
     assert "_NETPROF_COMPLETE" in script.stdout and "complete " in script.stdout
     # what bash would ask: the subcommands after `netprof `, and the options of `netprof run --con`
     env = {**os.environ, "_NETPROF_COMPLETE": "complete_bash", "COMP_WORDS": "netprof ", "COMP_CWORD": "1"}
-    words = subprocess.run(netprof_cmd(), env=env, capture_output=True, text=True, timeout=60).stdout.split()
+    words = netprof_cli(env=env).stdout.split()
     assert {"run", "report", "compare", "list"} <= set(words), words
     env.update(COMP_WORDS="netprof run --con", COMP_CWORD="2")
-    words = subprocess.run(netprof_cmd(), env=env, capture_output=True, text=True, timeout=60).stdout.split()
+    words = netprof_cli(env=env).stdout.split()
     assert "--connections" in words, words
 
 
@@ -67,7 +67,7 @@ def test_shell_completion_is_offered_and_works():
     "typo,meant", [("uvloop_sok", "uvloop_sock"), ("selectr", "selector"), ("asyncio_proto_", "asyncio_proto")]
 )
 def test_did_you_mean(typo, meant, tmp_path):
-    res = run_netprof("run", typo, *SHORT, "-o", str(tmp_path / "out"), timeout=60)
+    res = netprof_cli("run", typo, *SHORT, "-o", str(tmp_path / "out"))
     assert res.returncode == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"unknown backend '{typo}'" in lines[0] and f"did you mean {meant}?" in lines[0]
@@ -75,7 +75,7 @@ def test_did_you_mean(typo, meant, tmp_path):
 
 
 def test_no_suggestion_for_a_name_like_none():
-    res = run_netprof("run", "zzzzzz", *SHORT, timeout=60)
+    res = netprof_cli("run", "zzzzzz", *SHORT)
     assert res.returncode == 2 and "did you mean" not in res.stderr and "selector" in res.stderr
 
 

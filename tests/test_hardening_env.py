@@ -207,7 +207,8 @@ def test_report_reads_no_matplotlibrc_and_writes_nothing_in_the_callers_home(tmp
     results = tmp_path / "run"
     shutil.copytree(small_results, results)
 
-    res = run_netprof("report", str(results), env=_sudo_env(local_user), timeout=300)
+    # NETPROF_NO_CACHE: plots drawn now (a cached set would spare matplotlib's import, and the test)
+    res = run_netprof("report", str(results), env=_sudo_env(local_user, NETPROF_NO_CACHE="1"), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "ROOT-ONLY-SECRET" not in res.stdout + res.stderr
     assert not _root_files(local_user.home), "root wrote into the caller's home"
@@ -232,7 +233,8 @@ def test_report_reads_no_matplotlibrc_from_the_working_directory(tmp_path, local
     results = tmp_path / "run"
     shutil.copytree(small_results, results)
 
-    res = run_netprof("report", str(results), env=_sudo_env(local_user), cwd=local_user.home, timeout=300)
+    res = run_netprof("report", str(results), env=_sudo_env(local_user, NETPROF_NO_CACHE="1"), cwd=local_user.home,
+                      timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "ROOT-ONLY-SECRET" not in res.stdout + res.stderr
 

@@ -16,7 +16,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from helpers import REQUIRE_TOOLS, require_bpf, run_netprof, wait_no_children
+from helpers import REQUIRE_TOOLS, netprof_cli, require_bpf, run_netprof, wait_no_children
 from netprof.backends import registry
 from netprof.profiler import interpreters, schema
 
@@ -42,7 +42,7 @@ def test_mixed_stack_support_by_version():
 
 
 def test_missing_interpreter_is_one_line_exit_2(tmp_path):
-    res = run_netprof("run", "selector", "--python", "3.99", "--no-probes", "--out", str(tmp_path / "o"))
+    res = netprof_cli("run", "selector", "--python", "3.99", "--no-probes", "--out", str(tmp_path / "o"))
     assert res.returncode == 2
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "--python 3.99" in lines[0] and "pyenv install" in lines[0], res.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import require_bpf, run_netprof, wait_no_children
+from helpers import netprof_cli, require_bpf, run_netprof, wait_no_children
 
 pytestmark = [pytest.mark.slow]
 PY = sys.executable
@@ -124,26 +124,36 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
         srv.wait(timeout=10)
 
 
+# Input netprof can judge before it starts anything: one line, exit 2, no run (the fast tier runs these).
 @pytest.mark.parametrize("args, needle", [
-    (["--cmd", "true {port}"], "exited with code 0 before it was ready"),
-    (["--cmd", f"{PY} -c 'import time; time.sleep(60)' {{port}}", "--ready-timeout", "2"],
-     "within 2 s: does it listen"),
     (["--cmd", "true {port}", "--ready-timeout", "0"], "--ready-timeout 0: give seconds between 0.1 and 3600"),
     (["--cmd", f"{PY} -m http.server --bind 127.0.0.1 1"], "has no {port}"),
-    (["--attach", "999999", "--target", "127.0.0.1:9"], "no such process"),
+    (["--attach", "99999999", "--target", "127.0.0.1:9"], "no such process"),
     (["selector", "--protocol", "http"], "needs your own server"),
     (["--cmd", "true {port}", "--protocol", "gopher"], "--protocol 'gopher' is not known"),
 ])
-def test_bad_own_server_input_is_one_line(tmp_path, args, needle):
-    p, _ = run(tmp_path, *args, "-c", "2", "-d", "0.5", "--no-probes", timeout=120)
+def test_bad_own_server_input_is_one_line_exit_2(tmp_path, args, needle):
+    p = netprof_cli("run", *args, "-c", "2", "-d", "0.5", "--no-probes", "--out", str(tmp_path / "out"))
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    if p.returncode == 2:
-        assert len(lines) == 1 and needle in lines[0], p.stderr
-    else:  # failed while running: an FF cell whose error names the cause
-        assert p.returncode == 1, p.stderr
-        row = json.loads(p.stdout)["runs"][0]
-        assert row["status"] == "failed" and needle in row["error"], row["error"]
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+    assert not (tmp_path / "out").exists(), "nothing may start on bad input"
+
+
+# A server that exits or never listens is known only once it was started: like a backend that dies, a
+# failed (FF) row naming the cause, the run goes on to its other cells, exit 1.
+@pytest.mark.parametrize("args, needle", [
+    (["--cmd", "true {port}"], "exited with code 0 before it was ready"),
+    (["--cmd", f"{PY} -c 'import time; time.sleep(60)' {{port}}", "--ready-timeout", "1"],
+     "within 1 s: does it listen"),
+])
+def test_own_server_that_does_not_start_is_a_failed_row(tmp_path, args, needle):
+    p, summary = run(tmp_path, *args, "-c", "2", "-d", "0.5", "--no-probes", timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert summary is not None, p.stdout[-2000:]
+    (row,) = summary["runs"]
+    assert row["status"] == "failed" and needle in row["error"], row["error"]
     assert "Traceback" not in p.stderr
+    assert not wait_no_children()
 
 
 def test_cmd_on_another_port_is_an_ff_cell_with_the_cause(tmp_path):

@@ -2,7 +2,10 @@
 counters from the probed phase, and no probe attached outside it.
 
 Independent truth: the loader's per-phase message counts (selector makes exactly one sendto and
-one recvfrom per message), `bpftool perf list` for what is attached, and a --no-probes run.
+one recvfrom per message) and `bpftool perf list` for what is attached. No rate ratio against a
+--no-probes run: rates on this 2-core machine move by more than a probe's cost between runs (and
+between the phases of one cell), so such a band could not catch the probes leaking into headline time;
+the attachment timeline and the guards below do.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ pytestmark = [pytest.mark.bpf, pytest.mark.slow]
 
 def run_row(tmp_path, name: str, *args: str) -> dict:
     out = tmp_path / name
-    p = run_netprof("run", "selector", "-c", "100", "-r", "1", "--warmup", "0.5", "--json", "--out", str(out),
+    p = run_netprof("run", "selector", "-c", "100", "-r", "1", "--warmup", "0.2", "--json", "--out", str(out),
                     *args, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     (row,) = json.loads(p.stdout)["runs"]
@@ -102,19 +105,9 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
 
 
 def test_probe_share_one_counts_as_before_and_share_zero_probes_nothing(tmp_path):
-    whole = run_row(tmp_path, "whole", "-d", "2", "--probe-share", "1")
+    whole = run_row(tmp_path, "whole", "-d", "1", "--probe-share", "1")
     per = whole["syscalls_per_msg"]
     assert abs(per["sendto"] - 1) <= 0.02 and abs(per["recvfrom"] - 1) <= 0.02, per
     assert "probed" not in whole and whole["probes"] == ["counting"]
     none = run_row(tmp_path, "none", "-d", "1", "--probe-share", "0")
     assert not none.get("syscalls_per_msg") and none["probes"] == []
-
-
-def test_headline_rate_is_unprobed(tmp_path):
-    """Sanity band only (this machine varies ±10% between runs; bench/RESULTS.md has the interleaved
-    figures): the default run's headline rate is of the same order as a --no-probes run's, the two
-    run back to back (a run shared with other tests comes from another moment of a noisy machine)."""
-    probed = run_row(tmp_path, "probed", "-d", "1")
-    assert "probed" in probed and probed["probes"] == ["counting"], probed  # the headline is the unprobed part
-    bare = run_row(tmp_path, "bare", "-d", "1", "--no-probes")
-    assert 0.6 < probed["msgs_per_sec"] / bare["msgs_per_sec"] < 1.6, (probed["msgs_per_sec"], bare["msgs_per_sec"])

@@ -43,3 +43,16 @@ def test_http_backends_frame_their_own_way_once_per_scale():
     assert "--framing" not in backend_argv("python3", "http_asyncio", cfg, cells[0].framing)
     echo = validate(RunConfig(backends=["selector"], connections=[10], rounds=1, framings=["message", "stream"]))
     assert sorted(c.framing for c in echo.cells()) == ["message", "stream"]
+
+
+@pytest.mark.parametrize("spec", ["uniform:5-1", "fixed:70000000", "poisson:1e3", "uniform:1-"])
+def test_think_the_loader_would_refuse_is_refused_before_anything_starts(spec):
+    """The loader (think.hpp) refuses MIN > MAX and pauses over a minute: netprof says so first (exit 2),
+    instead of starting a run whose loader then fails."""
+    with pytest.raises(InputError, match="--think"):
+        validate(RunConfig(backends=["selector"], think=spec))
+
+
+@pytest.mark.parametrize("spec", ["none", "fixed:50", "uniform:1-5", "uniform:5-5", "poisson:12.5"])
+def test_think_the_loader_takes_passes(spec):
+    validate(RunConfig(backends=["selector"], think=spec))

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_ordinary_run_raises_no_false_alarm(standard_run):
     assert not false, false
 
 
-def test_sock_recv_starvation_reproduced_with_message_framing(tmp_path):
+def test_sock_recv_starvation_reproduced_with_message_framing(message_run):
     """network_ping_test's effect: asyncio_sock reading one message per sock_recv with 8 in flight
     starves most connections (measured here: Jain 0.3-0.5); the same cell with stream framing (one
     64 KiB read drains the queue) and uvloop_sock (its sock_recv always waits on the loop) stay fair.
@@ -63,25 +64,30 @@ def test_sock_recv_starvation_reproduced_with_message_framing(tmp_path):
     20 µs of handler CPU per message keeps the backend the slower side, the condition of the effect: a
     connection keeps the loop only while its queue never drains, and on this host the loader's CPU slows
     in regimes of seconds (bench/host_regimes.py; fresh-clone CI without work: Jain 0.84 and 0.89)."""
-    summary = run_json(tmp_path, "asyncio_sock", "uvloop_sock", "-c", "100", "--pipeline", "8",
-                       "--framing", "message,stream", "--work", "spin:20")
-    runs = {(r["backend"], r["framing"]): r for r in summary["runs"]}
-    assert len(runs) == 4 and all(r["status"] == "ok" for r in runs.values()), runs
-    starved = runs[("asyncio_sock", "message")]
+    out, summary, _ = message_run  # conftest's shared run: these cells, 3 rounds of 1 s
+    assert len(summary["runs"]) == 12 and all(r["status"] == "ok" for r in summary["runs"]), summary["runs"]
+    rounds: dict = {}
+    for r in summary["runs"]:
+        rounds.setdefault((r["backend"], r["framing"]), []).append(r)
+
+    def jain(key) -> float:  # the cell's median round
+        return statistics.median(r["per_conn"]["jain"] for r in rounds[key])
+
     # The monopolies break when the loader is descheduled (a busy machine): Jain then varies 0.3-0.8
     # from run to run; the active share stays near 0.9 here, so only Jain is asserted.
-    assert starved["per_conn"]["jain"] < 0.8, starved["per_conn"]
+    assert jain(("asyncio_sock", "message")) < 0.8, [r["per_conn"] for r in rounds[("asyncio_sock", "message")]]
     for key in (("asyncio_sock", "stream"), ("uvloop_sock", "message"), ("uvloop_sock", "stream")):
-        assert runs[key]["per_conn"]["jain"] > 0.9, (key, runs[key]["per_conn"])
+        assert jain(key) > 0.9, (key, [r["per_conn"] for r in rounds[key]])
     # one read per message: the framing reached the backend
-    assert 0.9 < starved["syscalls_per_msg"]["recvfrom"] < 1.3, starved["syscalls_per_msg"]
+    for starved in rounds[("asyncio_sock", "message")]:
+        assert 0.9 < starved["syscalls_per_msg"]["recvfrom"] < 1.3, starved["syscalls_per_msg"]
     fired = [(a["backend"], a["framing"]) for a in summary["anomalies"] if a["id"] == "starvation"]
     assert fired == [("asyncio_sock", "message")], fired
     a = next(a for a in summary["anomalies"] if a["id"] == "starvation")
     assert "sock_recv" in a["explanation"] and "without yielding" in a["explanation"]
     assert "already waiting" in a["explanation"] and "one message" in a["explanation"]
     assert a["evidence"]["Jain index of the same cell with stream framing"] > 0.9
-    md = (tmp_path / "run" / "report.md").read_text()
+    md = (out / "report.md").read_text()
     assert "Fairness broke in 1 cell" in md and "returned without yielding" in md
     # uvloop's sock_recv always registers the reader: several epoll_ctl per message (network_ping_test: uvloop_sock)
     churn = [a["backend"] for a in summary["anomalies"] if a["id"] == "readiness_churn"]

@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from helpers import REQUIRE_TOOLS, netprof_cmd, run_netprof, wait_until_empty
+from helpers import REQUIRE_TOOLS, netprof_cli, netprof_cmd, run_netprof, wait_until_empty
 from netprof.profiler import plan
 from netprof.profiler.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
@@ -111,7 +111,7 @@ def test_plan_validation_of_remote_netem_and_sources():
     assert plan.auto_sources(19_500) == ["127.0.0.1", "127.0.0.2"]  # ~12k per address: quick connects
     cfg = plan.validate(plan.RunConfig(backends=["selector"], connections=[10], sources=["auto"]))
     assert cfg.sources == ["127.0.0.1"]
-    res = run_netprof("run", "selector", "--netem", "delay=1", "--remote", "netns", timeout=60)
+    res = netprof_cli("run", "selector", "--netem", "delay=1", "--remote", "netns")
     assert res.returncode == 2 and "delay=200us[,jitter=50us]" in res.stderr, res.stderr
 
 

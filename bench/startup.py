@@ -1,0 +1,149 @@
+"""How long a short run and a report take, wall clock, as a user sees them (issue 32's targets).
+
+Two commands, interleaved round by round (their order alternating, so a slow spell of this shared host
+falls on both alike):
+
+    netprof run selector -c 10 -d 1 -r 1 --warmup 0.2 --json      (1.2 s of load; target ≤ 2.5 s)
+    netprof report DIR                                             (DIR: the unmeasured first run's; ≤ 1.0 s)
+
+One unmeasured run comes first: it fills what a user's first run of a boot fills (the probes' self-cost
+cache, the matplotlib font cache, the page cache) and gives `report` its directory. Prints best and
+median wall time of each; --raw keeps every measurement (with the commit and the host), --from prints
+them again.
+
+    sudo .venv/bin/python bench/startup.py                   # 5 rounds
+    sudo .venv/bin/python bench/startup.py --rounds 1        # does it work
+    sudo .venv/bin/python bench/startup.py --raw bench/data/startup/$(date +%F).json
+    .venv/bin/python bench/startup.py --from bench/data/startup/2026-11-25.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import fcntl
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from netprof.profiler import runlock
+
+ROOT = Path(__file__).resolve().parents[1]
+NETPROF = ROOT / ".venv" / "bin" / "netprof"
+TARGETS = {"run": 2.5, "report": 1.0}  # seconds of wall time, best of the rounds (issue 32)
+
+
+def commands(backend: str, out: Path, report_dir: Path) -> dict[str, list[str]]:
+    return {"run": [str(NETPROF), "run", backend, "-c", "10", "-d", "1", "-r", "1", "--warmup", "0.2", "--json",
+                    "-o", str(out)],
+            "report": [str(NETPROF), "report", str(report_dir), "-q"]}
+
+
+def _lock_free() -> None:
+    """Wait, untimed, until no other netprof run holds the machine's run lock (a test suite may be running)."""
+    try:
+        fd = os.open(runlock.lock_path(), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # no run has taken it yet
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def timed(argv: list[str]) -> dict:
+    """One command's wall time (from fork to exit) and exit code; its output is discarded. A run that
+    found another run holding the lock is not a measurement: it waits for the lock and starts again."""
+    for _ in range(20):
+        _lock_free()
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+        wall = time.perf_counter() - t0
+        if not (done.returncode == 2 and "another netprof run" in done.stderr):
+            break
+    if done.returncode:
+        print(f"  {' '.join(argv[1:3])}: exit {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
+    return {"wall_s": wall, "rc": done.returncode}
+
+
+def measure(args) -> dict:
+    scratch = Path(tempfile.mkdtemp(prefix="netprof-startup-"))
+    try:
+        first = scratch / "first"
+        print("unmeasured first run (fills the caches, gives `report` its directory)", file=sys.stderr)
+        warm = timed(commands(args.backend, first, first)["run"])
+        if warm["rc"]:
+            raise SystemExit("the first run failed: see above (run as root; `netprof doctor`)")
+        records = []
+        for r in range(args.rounds):
+            cmds = commands(args.backend, scratch / f"run-{r + 1}", first)
+            order = ["run", "report"] if r % 2 == 0 else ["report", "run"]
+            for name in order:
+                m = timed(cmds[name])
+                records.append({"round": r + 1, "command": name, **m})
+                print(f"round {r + 1}/{args.rounds} {name:<6} {m['wall_s']:.2f} s", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"benchmark": "startup", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "commit": _commit(), "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
+                                          "loadavg_after": list(os.getloadavg())},
+            "backend": args.backend, "first_run_s": warm["wall_s"], "records": records}
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + ("+dirty" if dirty else "")
+
+
+def summary(doc: dict) -> str:
+    lines = [f"startup, {doc['date']}, commit {doc['commit']}, {doc['host']['cpus']} CPUs, "
+             f"kernel {doc['host']['kernel']}; first (unmeasured) run {doc['first_run_s']:.2f} s"]
+    for name, target in TARGETS.items():
+        ok = [r["wall_s"] for r in doc["records"] if r["command"] == name and r["rc"] == 0]
+        failed = sum(1 for r in doc["records"] if r["command"] == name and r["rc"] != 0)
+        if not ok:
+            lines.append(f"{name:<6} no successful round ({failed} failed)")
+            continue
+        best = min(ok)
+        lines.append(f"{name:<6} best {best:.2f} s, median {statistics.median(ok):.2f} s over {len(ok)} rounds"
+                     f"{f' ({failed} failed)' if failed else ''}; target ≤ {target:g} s: "
+                     f"{'met' if best <= target else 'NOT met'}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--backend", default="selector")
+    ap.add_argument("--raw", type=Path, help="write every measurement here (JSON), for --from")
+    ap.add_argument("--from", dest="source", type=Path, help="print the summary of a --raw file; nothing runs")
+    args = ap.parse_args()
+    if args.source:
+        doc = json.loads(args.source.read_text())
+    else:
+        if not NETPROF.exists():
+            raise SystemExit(f"{NETPROF} is missing: run `make setup` first")
+        doc = measure(args)
+        if args.raw:
+            args.raw.parent.mkdir(parents=True, exist_ok=True)
+            args.raw.write_text(json.dumps(doc, indent=1) + "\n")
+    print(summary(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
