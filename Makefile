@@ -18,15 +18,26 @@ system:
 $(VENV)/bin/python:
 	$(SYSPY) -m venv --system-site-packages $(VENV)
 
-$(VENV)/.deps: $(VENV)/bin/python pyproject.toml requirements-build.txt
+# The backends' lock pins what netprof's own environment shares with every --python environment
+# (tests/test_hardening.py checks they agree): its names and versions are constraints of every install
+# here (pip takes no hashes in a constraints file), so an upstream release changes neither until the
+# lock does.
+LOCK := profiler/interp-requirements.txt
+CONSTRAINTS := build/lock-constraints.txt
+
+$(CONSTRAINTS): $(LOCK)
+	@mkdir -p build
+	grep -oE '^[A-Za-z0-9_.-]+(\[[^]]*\])?==[^ \\]+' $(LOCK) | sed -E 's/\[[^]]*\]//' > $@
+
+$(VENV)/.deps: $(VENV)/bin/python pyproject.toml requirements-build.txt $(CONSTRAINTS)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-build.txt
+	$(PY) -m pip install -q -r requirements-build.txt -c $(CONSTRAINTS)
 	@touch $@
 
 # Non-editable install, no build isolation: CMake keeps its tree in build/, so a re-install after an
 # edit is incremental, and an unchanged tree skips the install entirely.
-$(VENV)/.installed: $(VENV)/.deps $(SOURCES)
-	flock build.lock $(PY) -m pip install -q --no-build-isolation ".[test]"
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES) $(CONSTRAINTS)
+	flock build.lock $(PY) -m pip install -q --no-build-isolation ".[test]" -c $(CONSTRAINTS)
 	@touch $@
 
 run: setup

@@ -217,13 +217,16 @@ def test_bad_env_is_one_line_exit_2(tmp_path, value):
 
 @pytest.mark.parametrize("before, after", [(1.0, 0.0), (0.0, 0.5)],
                          ids=["quiet-1s-before-ready", "ready-before-listen"])
-def test_ready_regex_waits_for_the_line_and_then_the_port(tmp_path, before, after):
-    """A server quiet for 1 s before its ready line, and one that prints it 0.5 s before it listens:
-    both get --ready-timeout (here 10 s) and their cell succeeds."""
-    script = tmp_path / "srv.py"
+def test_ready_regex_waits_for_the_line_and_then_the_port(tmp_path, local_user, before, after):
+    """The user's server (run through sudo, as the user) quiet for 1 s before its ready line, and one
+    that prints it 0.5 s before it listens: both get --ready-timeout (here 10 s) and their cell succeeds
+    (a quiet server failed at once: a 0.2 s read timeout was taken for a failure)."""
+    script = Path(local_user.home) / "srv.py"
     script.write_text(SERVER)
-    p, summary = _netprof(tmp_path, "--cmd", f"{sys.executable} {script} {{port}} {before} {after} 0",
-                          "--ready-regex", "READY$", "--ready-timeout", "10")
+    _own(script, local_user)
+    p, summary = _netprof(tmp_path, "--cmd", f"{sys.executable} srv.py {{port}} {before} {after} 0",
+                          "--ready-regex", "READY$", "--ready-timeout", "10", env=_sudo_caller_env(local_user),
+                          cwd=local_user.home)
     row = _one_row(p, summary)
     assert p.returncode == 0 and row["status"] == "ok", row["error"]
 
