@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from netprof.flamegraphs.render import diff_stacks
 from netprof.profiler import atomic, results, schema, stats
 from netprof.profiler.errors import InputError
 from netprof.profiler.units import rate as human
@@ -483,7 +482,10 @@ def _flame_diff(base: Run, new: Run, brow, nrow, cell: dict, out_dir: Path | Non
         rel = f"flamegraphs/{i}-{schema.cell_slug(nrow)}-{kind}-diff.svg"
         atomic.make_subdir(out_dir, "flamegraphs")
         try:
-            _diff_svg(a, b, out_dir / rel, kind, f"{cell['label']}: {new.name} vs {base.name} ({kind})")
+            # inferno gets private copies of what was read (diff_stacks), never a path inside a run
+            diff_stacks(a.decode(errors="replace"), b.decode(errors="replace"), str(out_dir / rel),
+                        title=f"{cell['label']}: {new.name} vs {base.name} ({kind})",
+                        names=(f"{base.name} {kind}", f"{new.name} {kind}"))
             found[kind] = {"svg": rel}
         except (OSError, RuntimeError) as e:
             found[kind] = {"note": f"differential flamegraph failed: {e}"}
@@ -497,21 +499,6 @@ def _folded(run_dir: Path, name: str) -> bytes | None:
         return None
     with f:
         return f.read() or None
-
-
-def _diff_svg(a: bytes, b: bytes, svg: Path, kind: str, title: str) -> None:
-    """inferno reads files by name: it gets private copies of what was read, never a path in a run."""
-    from netprof.flamegraphs import diff
-
-    with tempfile.TemporaryDirectory(prefix="netprof-diff-") as tmp:
-        paths = []
-        for side, data in (("A", a), ("B", b)):
-            os.mkdir(os.path.join(tmp, side))
-            path = os.path.join(tmp, side, f"{kind}.folded")
-            with open(path, "wb") as f:
-                f.write(data)
-            paths.append(path)
-        diff(paths[0], paths[1], str(svg), title=title)
 
 
 # ---------------------------------------------------------------------------------------------

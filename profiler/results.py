@@ -22,7 +22,6 @@ import pandas as pd
 
 from netprof.profiler import atomic, paths, schema
 from netprof.profiler.errors import InputError
-from netprof.profiler.paths import caller_uids
 
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
@@ -163,7 +162,7 @@ def _check(fd: int, path: str, directory: bool) -> None:
         raise _refuse(path, "is not a directory" if directory else "is not a regular file")
     if os.geteuid() != 0:  # not root: what we can open is ours to read anyway
         return
-    if st.st_uid not in caller_uids():
+    if st.st_uid not in paths.caller_uids():
         raise _refuse(path, f"is owned by uid {st.st_uid}")
     if not directory and st.st_nlink > 1:  # a hard link to a file of root's
         raise _refuse(path, f"has {st.st_nlink} hard links")

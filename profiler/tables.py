@@ -11,8 +11,6 @@ from rich.table import Table
 
 from netprof.profiler import schema, units
 
-human = units.rate  # compare.py's name for it
-
 
 def _get(row, key, scale: float = 1.0):
     v = row.get(key) if hasattr(row, "get") else None

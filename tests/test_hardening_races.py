@@ -15,10 +15,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from helpers import require, require_tool, root_only_dir, run_netprof
-from netprof.profiler import atomic
+from netprof.profiler import atomic, compare
 from netprof.profiler.errors import InputError
 
 SECRET = "s3cr3t-ROOT-ONLY-race-5b9e"
@@ -197,3 +198,33 @@ def test_flamegraph_diff_reads_only_files_the_sudo_caller_could_read(local_user,
     assert res.returncode == 0, res.stderr
     st = (home / "ok.svg").lstat()
     assert stat.S_ISREG(st.st_mode) and st.st_uid == local_user.uid
+
+
+def test_compare_gives_inferno_the_folded_stacks_it_read_not_a_path_in_a_run(tmp_path):
+    """compare's differential flamegraph reads each run's .folded through results.open_input (no link)
+    and hands inferno private copies (render.diff_stacks): a .folded swapped for a link is refused, and
+    the real pair renders, its subtitle naming the two runs. The Run records are built here (a changed
+    cell needs two 3-round runs with --flamegraph, ~40 s); the files and inferno are real."""
+    require_tool("inferno-diff-folded")
+    row = {"backend": "selector", "interpreter": "", "framing": "message", "protocol": "echo", "connections": 2,
+           "pipeline": 1, "pinned": True}
+    runs = []
+    for name, stacks in (("base", "main;recv 10\nmain;send 10\n"), ("new", "main;recv 10\nmain;send 30\n")):
+        cell_dir = tmp_path / name / "flamegraphs" / compare.schema.cell_slug(row)
+        cell_dir.mkdir(parents=True)
+        (cell_dir / "oncpu.folded").write_text(stacks)
+        runs.append(compare.Run(given=name, dir=tmp_path / name, name=name, df=pd.DataFrame(), meta={}))
+    changed = {"label": "selector c=2", "metrics": {"msgs_per_sec": {"verdict": "slower", "delta": -0.5}}}
+    out = tmp_path / "cmp"
+    out.mkdir()
+    found = compare._flame_diff(runs[0], runs[1], row, row, changed, out, 1)
+    svg = (out / found["oncpu"]["svg"]).read_text()
+    assert "B = new oncpu vs A = base oncpu" in svg and "send" in svg
+
+    secret = root_only_dir(tmp_path) / "secret.folded"
+    secret.write_text("ROOT-ONLY-SECRET 1\n")
+    folded = runs[1].dir / "flamegraphs" / compare.schema.cell_slug(row) / "oncpu.folded"
+    folded.unlink()
+    folded.symlink_to(secret)
+    with pytest.raises(InputError):
+        compare._flame_diff(runs[0], runs[1], row, row, changed, out, 2)
