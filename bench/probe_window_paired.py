@@ -47,9 +47,11 @@ from probe_window import add_load_arguments, neighbours  # bench/ is sys.path[0]
 from results_md import command, publish
 from scipy import stats as sps
 
+from netprof.probes.instrument import Instrument
 from netprof.profiler import interpreters, servers
+from netprof.profiler.ab import RecordingLoader
 from netprof.profiler.cell import CellEnv, run_cell, start_server
-from netprof.profiler.loader_client import Loader
+from netprof.profiler.paired import disturbed, headline_spans, loop_ns
 from netprof.profiler.plan import Cell, RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
 
@@ -57,36 +59,20 @@ SECTION = "Probe window, paired and adjusted for the host (bench/probe_window_pa
 DEFAULT, NONE, SPLIT = "default", "no-probes", "split"
 ARMS = (DEFAULT, NONE, SPLIT)
 BACKEND_CPU = 0  # netprof's --backend-cpu default; the loader runs on the other CPU
-# A cell whose backend CPU ran this much slower than the median of its backend's cells in the same run
-# (the canary's loop time over its headline spans) caught the host disturbed: another process, or the
-# hypervisor, took that CPU (here: 107k msgs/s for 205k, loop +9%; loop +64%). Judged on the canary
-# alone, which the probes cannot slow, so leaving such pairs out cannot favour either arm.
-SLOW = 0.05
 CPUS = (0, 1)  # a neighbour on each (--noise)
 
 
-class RecordingLoader:
-    """The run's loader, keeping each run's events (with the loader's monotonic `t`) for the bench."""
+class NeverAttached(Instrument):
+    """A sub-window instrument that never attaches: the loader still splits the window (probe_share,
+    guards) and the cell takes its headline from the unprobed part, with nothing attached (the "split" arm)."""
 
-    def __init__(self, loader: Loader) -> None:
-        self.loader, self.events = loader, []
+    name = "split"
+    sub_window = True
+    attached = False  # type: ignore[assignment]  # a constant, where real instruments ask their probes
 
-    def run(self, req, on_event=None, timeout=None):
-        self.events = []
-
-        def record(evt: dict) -> None:
-            self.events.append(evt)
-            if on_event is not None:
-                on_event(evt)
-
-        return self.loader.run(req, on_event=record, timeout=timeout)
-
-
-class NeverAttached:
-    """Counting probes that never attach: the loader still splits the window (probe_share, guards) and
-    the cell takes its headline from the unprobed part, with nothing attached (the "split" arm)."""
-
-    attached = False
+    @classmethod
+    def open(cls, cfg) -> NeverAttached:
+        return cls()
 
     def target(self, pid: int) -> None:
         pass
@@ -97,22 +83,14 @@ class NeverAttached:
     def detach(self) -> None:
         pass
 
+    def snapshot(self) -> None:
+        return None
 
-def headline_spans(events: list[dict]) -> list[tuple[float, float]]:
-    """The monotonic spans the headline msgs/s came from: the window, minus the probed sub-window and its
-    guards when there was one."""
-    t = {e["event"]: float(e["t"]) for e in events if "t" in e}
-    if "guard_start" in t:
-        return [(t["measure_start"], t["guard_start"]), (t["guard_stop"], t["measure_stop"])]
-    return [(t["measure_start"], t["measure_stop"])]
+    def row(self, row: dict, first, last, counted) -> list[dict]:
+        return []
 
-
-def loop_ns(samples: np.ndarray, spans: list[tuple[float, float]]) -> float:
-    """The canary's median loop time over `spans` (samples: rows of monotonic t, ns)."""
-    inside = np.zeros(len(samples), dtype=bool)
-    for t0, t1 in spans:
-        inside |= (samples[:, 0] >= t0) & (samples[:, 0] < t1)
-    return float(np.median(samples[inside, 1])) if inside.any() else math.nan
+    def close(self) -> None:
+        pass
 
 
 def busy_share(bursts: np.ndarray, spans: list[tuple[float, float]]) -> float:
@@ -136,7 +114,7 @@ def canary(path: Path, seconds: float):
 
 def measure(backend: str, args: argparse.Namespace) -> list[dict]:
     """`args.rounds` rounds of the arms against one process of `backend`: one record per cell."""
-    from netprof.probes import CountingProbes
+    from netprof.probes.counting import Counting, CountingProbes
 
     base = RunConfig(backends=[backend], connections=[args.connections], duration=args.duration, rounds=1)
     interp = interpreters.prepare("")
@@ -147,24 +125,24 @@ def measure(backend: str, args: argparse.Namespace) -> list[dict]:
             server = start_server(group, Cell(backend, args.connections, 1, 0), CellEnv(base, None, interp))
             spec = servers.attached(server.pid, f"{server.host}:{server.port}", name=backend)
             cfg = dataclasses.replace(base, own=[spec])
-            arm_probes = {DEFAULT: probes, NONE: None, SPLIT: NeverAttached()}
-            loader = RecordingLoader(Loader.start(group, cpus=loader_cpus(base)))
+            arms = {DEFAULT: (Counting(probes),), NONE: (), SPLIT: (NeverAttached(),)}
+            loader = RecordingLoader.start(group, cpus=loader_cpus(base))
             for rnd in range(1, args.rounds + 1):
                 # Each arm first in turn, and the order reversed every other round (ABBA for two arms):
                 # drift falls on every arm alike.
                 k = (rnd - 1) // 2 % len(args.arms)
                 order = args.arms[k:] + args.arms[:k]
                 for variant in order if rnd % 2 else order[::-1]:
-                    v_cfg = dataclasses.replace(cfg, probes=arm_probes[variant] is not None)
+                    v_cfg = dataclasses.replace(cfg, probes=bool(arms[variant]))
                     cell = next(v_cfg.combinations(rnd))
-                    out = run_cell(cell, CellEnv(v_cfg, loader, interp, probes=arm_probes[variant]))
+                    out = run_cell(cell, CellEnv(v_cfg, loader, interp, instruments=arms[variant]))
                     if not out.ok:
                         raise SystemExit(f"{backend} {variant} round {rnd}: {out.row['error']}")
                     records.append({"round": rnd, "variant": variant, "row": out.row,
                                     "spans": headline_spans(loader.events)})
                     print(f"round {rnd} {backend:<12} {variant:<9} {out.row['msgs_per_sec']:>9,.0f} msgs/s",
                           file=sys.stderr, flush=True)
-            loader.loader.stop()
+            loader.stop()
     finally:
         probes.close()
     return records
@@ -197,10 +175,10 @@ class LogRatio:
 
 
 def mark_disturbed(records: list[dict]) -> None:
-    """Sets each record's "disturbed" (see SLOW); `records`: one backend's cells of one run."""
-    usual = statistics.median(r["covariates"]["log loop0"] for r in records)
-    for r in records:
-        r["disturbed"] = r["covariates"]["log loop0"] - usual > math.log1p(SLOW)
+    """Sets each record's "disturbed" (paired.SLOW); `records`: one backend's cells of one run."""
+    flags = disturbed([math.exp(r["covariates"]["log loop0"]) for r in records])
+    for r, flag in zip(records, flags):
+        r["disturbed"] = flag
 
 
 def paired_log_ratio(records: list[dict], arm: str, base: str) -> LogRatio:

@@ -11,9 +11,15 @@ cache, the matplotlib font cache, the page cache) and gives `report` its directo
 median wall time of each; --raw keeps every measurement (with the commit and the host), --from prints
 them again.
 
+--build NAME=COMMAND (repeatable) measures several builds of netprof side by side, every command of
+every build in each round (their order rotating), so a before/after comparison shares the host's
+minutes: COMMAND is anything that runs as `netprof` (a venv's bin/netprof, or a script running
+`python -m netprof.profiler` with PYTHONPATH at another tree). By default: .venv/bin/netprof.
+
     sudo .venv/bin/python bench/startup.py                   # 5 rounds
     sudo .venv/bin/python bench/startup.py --rounds 1        # does it work
     sudo .venv/bin/python bench/startup.py --raw bench/data/startup/$(date +%F).json
+    sudo .venv/bin/python bench/startup.py --build before=/tmp/base/netprof --build after=.venv/bin/netprof
     .venv/bin/python bench/startup.py --from bench/data/startup/2026-11-25.json
 """
 
@@ -40,10 +46,10 @@ NETPROF = ROOT / ".venv" / "bin" / "netprof"
 TARGETS = {"run": 2.5, "report": 1.0}  # seconds of wall time, best of the rounds (issue 32)
 
 
-def commands(backend: str, out: Path, report_dir: Path) -> dict[str, list[str]]:
-    return {"run": [str(NETPROF), "run", backend, "-c", "10", "-d", "1", "-r", "1", "--warmup", "0.2", "--json",
+def commands(backend: str, out: Path, report_dir: Path, netprof: str | Path = NETPROF) -> dict[str, list[str]]:
+    return {"run": [str(netprof), "run", backend, "-c", "10", "-d", "1", "-r", "1", "--warmup", "0.2", "--json",
                     "-o", str(out)],
-            "report": [str(NETPROF), "report", str(report_dir), "-q"]}
+            "report": [str(netprof), "report", str(report_dir), "-q"]}
 
 
 def _lock_free() -> None:
@@ -75,27 +81,38 @@ def timed(argv: list[str]) -> dict:
 
 
 def measure(args) -> dict:
+    builds = args.builds
     scratch = Path(tempfile.mkdtemp(prefix="netprof-startup-"))
     try:
-        first = scratch / "first"
-        print("unmeasured first run (fills the caches, gives `report` its directory)", file=sys.stderr)
-        warm = timed(commands(args.backend, first, first)["run"])
-        if warm["rc"]:
-            raise SystemExit("the first run failed: see above (run as root; `netprof doctor`)")
+        first_run_s = {}
+        for build, netprof in builds.items():
+            first = scratch / build / "first"
+            first.parent.mkdir()
+            print(f"{build}: unmeasured first run (fills the caches, gives `report` its directory)", file=sys.stderr)
+            warm = timed(commands(args.backend, first, first, netprof)["run"])
+            if warm["rc"]:
+                raise SystemExit(f"{build}: the first run failed: see above (run as root; `netprof doctor`)")
+            first_run_s[build] = warm["wall_s"]
         records = []
+        names = list(builds)
         for r in range(args.rounds):
-            cmds = commands(args.backend, scratch / f"run-{r + 1}", first)
             order = ["run", "report"] if r % 2 == 0 else ["report", "run"]
-            for name in order:
-                m = timed(cmds[name])
-                records.append({"round": r + 1, "command": name, **m})
-                print(f"round {r + 1}/{args.rounds} {name:<6} {m['wall_s']:.2f} s", file=sys.stderr, flush=True)
+            turn = names[r % len(names):] + names[:r % len(names)]  # each build first in turn
+            for build in turn:
+                here = scratch / build
+                cmds = commands(args.backend, here / f"run-{r + 1}", here / "first", builds[build])
+                for name in order:
+                    m = timed(cmds[name])
+                    records.append({"round": r + 1, "build": build, "command": name, **m})
+                    print(f"round {r + 1}/{args.rounds} {build} {name:<6} {m['wall_s']:.2f} s", file=sys.stderr,
+                          flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"benchmark": "startup", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "commit": _commit(), "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
                                           "loadavg_after": list(os.getloadavg())},
-            "backend": args.backend, "first_run_s": warm["wall_s"], "records": records}
+            "backend": args.backend, "builds": {b: str(c) for b, c in builds.items()},
+            "first_run_s": first_run_s if len(builds) > 1 else first_run_s[names[0]], "records": records}
 
 
 def _commit() -> str:
@@ -110,18 +127,25 @@ def _commit() -> str:
 
 
 def summary(doc: dict) -> str:
+    first = doc["first_run_s"]
+    firsts = ", ".join(f"{b} {v:.2f} s" for b, v in first.items()) if isinstance(first, dict) else f"{first:.2f} s"
     lines = [f"startup, {doc['date']}, commit {doc['commit']}, {doc['host']['cpus']} CPUs, "
-             f"kernel {doc['host']['kernel']}; first (unmeasured) run {doc['first_run_s']:.2f} s"]
-    for name, target in TARGETS.items():
-        ok = [r["wall_s"] for r in doc["records"] if r["command"] == name and r["rc"] == 0]
-        failed = sum(1 for r in doc["records"] if r["command"] == name and r["rc"] != 0)
-        if not ok:
-            lines.append(f"{name:<6} no successful round ({failed} failed)")
-            continue
-        best = min(ok)
-        lines.append(f"{name:<6} best {best:.2f} s, median {statistics.median(ok):.2f} s over {len(ok)} rounds"
-                     f"{f' ({failed} failed)' if failed else ''}; target ≤ {target:g} s: "
-                     f"{'met' if best <= target else 'NOT met'}")
+             f"kernel {doc['host']['kernel']}; first (unmeasured) run {firsts}"]
+    builds = list(doc.get("builds") or {None: None})  # files of one build name none
+    for build in builds:
+        if build is not None and len(builds) > 1:
+            lines.append(f"{build}: {doc['builds'][build]}")
+        for name, target in TARGETS.items():
+            mine = [r for r in doc["records"] if r["command"] == name and r.get("build") == build]
+            ok = [r["wall_s"] for r in mine if r["rc"] == 0]
+            failed = sum(1 for r in mine if r["rc"] != 0)
+            if not ok:
+                lines.append(f"  {name:<6} no successful round ({failed} failed)")
+                continue
+            best = min(ok)
+            lines.append(f"  {name:<6} best {best:.2f} s, median {statistics.median(ok):.2f} s over {len(ok)} rounds"
+                         f"{f' ({failed} failed)' if failed else ''}; target ≤ {target:g} s: "
+                         f"{'met' if best <= target else 'NOT met'}")
     return "\n".join(lines)
 
 
@@ -129,14 +153,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--backend", default="selector")
+    ap.add_argument("--build", action="append", default=[], metavar="NAME=COMMAND",
+                    help="a build of netprof to measure (repeatable: interleaved); default: .venv/bin/netprof")
     ap.add_argument("--raw", type=Path, help="write every measurement here (JSON), for --from")
     ap.add_argument("--from", dest="source", type=Path, help="print the summary of a --raw file; nothing runs")
     args = ap.parse_args()
     if args.source:
         doc = json.loads(args.source.read_text())
     else:
-        if not NETPROF.exists():
-            raise SystemExit(f"{NETPROF} is missing: run `make setup` first")
+        args.builds = dict(b.split("=", 1) for b in args.build) if args.build else {"netprof": str(NETPROF)}
+        for build, netprof in args.builds.items():
+            if not Path(netprof).exists():
+                raise SystemExit(f"{build}: {netprof} is missing (.venv/bin/netprof: run `make setup` first)")
         doc = measure(args)
         if args.raw:
             args.raw.parent.mkdir(parents=True, exist_ok=True)

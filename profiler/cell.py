@@ -15,7 +15,8 @@ from typing import Any
 
 import psutil
 
-from netprof.probes import proc_cpu_times
+from netprof.probes import proc_cpu_times, registry
+from netprof.probes.instrument import Counted, Instrument
 from netprof.profiler import servers, stats
 from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
@@ -31,7 +32,7 @@ class CellOutcome:
     row: dict
     per_conn_messages: list[int] = field(default_factory=list)
     backend_pid: int | None = None
-    sockwait_conns: list[dict] = field(default_factory=list)  # --sockwait: per connection (sockwait.conn_rows)
+    conn_rows: dict[str, list[dict]] = field(default_factory=dict)  # instrument name -> its per-connection rows
 
     @property
     def ok(self) -> bool:
@@ -61,17 +62,16 @@ class CellHooks:
 @dataclass
 class CellEnv:
     """What a cell runs with, passed explicitly: the run's configuration, the loader, the backend's
-    interpreter (plus options such as `-X perf_jit`), the counting probes (None: no probes), the
+    interpreter (plus options such as `-X perf_jit`), the run's open instruments (none: no probes), the
     remote link (None: loopback) and the evidence rounds' hooks."""
 
     cfg: RunConfig
     loader: Loader
     interp: Interpreter
-    probes: Any = None  # netprof.probes.CountingProbes
+    instruments: tuple[Instrument, ...] = ()  # opened once per run (runner.open_instruments), in reading order
     link: Any = None  # netprof.profiler.netns.RemoteLink
     hooks: CellHooks = field(default_factory=CellHooks)
     python_options: tuple[str, ...] = ()
-    sockwait: Any = None  # netprof.probes.SockWaitProbes (--sockwait), attached for the whole cell
     on_phase: Callable[[str], None] | None = None  # told each phase of the cell (PHASES): the progress bar
     # Told the live msgs/s of each loader `progress` event (warm-up or window): the progress bar.
     on_live: Callable[[float], None] | None = None
@@ -114,12 +114,12 @@ def tree_rss(pid: int) -> int | None:
 
 @dataclass
 class Snap:
-    """Counters at one of the loader's marks: probes (None when not counting), /proc CPU, time."""
+    """What was read at one of the loader's marks: /proc CPU, time, and at the two marks that bound the
+    counted window each instrument's snapshot (by name)."""
 
-    probes: Any
     proc: dict
     t: float
-    sockwait: Any = None  # SockWaitSnapshot at the marks that bound the counted window (--sockwait)
+    counters: dict[str, Any] = field(default_factory=dict)
 
 
 # Seconds between the loader's live `progress` events when someone shows them (the progress bar).
@@ -142,50 +142,56 @@ PHASES = {"accepted": "connecting", "connected": "warm-up", "measure_start": "me
 
 
 class _Marks:
-    """Snapshots taken the moment the loader reports a mark, and the probes' attach/detach around
-    the probed sub-window: attached at guard_start, counters read at probe_start and probe_stop
-    (both while attached, so the two edges of the counted window lag their marks by the same
-    event-read time), detached right after probe_stop. The guards count in neither phase, so the
-    headline numbers (the unprobed phase) come from time when no probe was attached.
-    `attached_t`/`detached_t` (monotonic) say when that really happened, for the row."""
+    """Snapshots taken the moment the loader reports a mark, and the instruments' attach/detach
+    around the probed sub-window. The instruments that live in the sub-window (`sub_window`: the
+    counting set) are attached at guard_start, read at probe_start and probe_stop (both while
+    attached, so the two edges of the counted window lag their marks by the same event-read time) and
+    detached right after probe_stop; the guards count in neither phase, so the headline numbers (the
+    unprobed phase) come from time when none of them was attached. The others stay attached all cell
+    (run_cell) and are read at the same two marks. Without a sub-window the counted window is the
+    whole one (measure_start to measure_stop). At a counted mark the sub-window instruments are read
+    first (time-critical), then /proc, then the others. `attached_t`/`detached_t` (monotonic) say when
+    the attach and detach really happened, for the row."""
 
-    def __init__(self, pid: int, probes, on_start: Callable[[int], None] | None = None,
-                 window: tuple[float, float] | None = None, sockwait=None,
+    def __init__(self, pid: int, instruments: tuple[Instrument, ...] = (),
+                 on_start: Callable[[int], None] | None = None, window: tuple[float, float] | None = None,
                  on_phase: Callable[[str], None] | None = None,
                  on_live: Callable[[float], None] | None = None) -> None:
-        self.pid, self.probes, self.on_start, self.on_phase = pid, probes, on_start, on_phase
-        self.on_live = on_live
+        self.pid, self.on_start, self.on_phase, self.on_live = pid, on_start, on_phase, on_live
         self.window = window  # (duration, probe share) when the loader runs a probed sub-window
-        # The socket-wait set stays attached all cell; it is read at the marks of the window the
-        # counting set counts (the probed sub-window, else the whole window), after the counters.
-        self.sockwait = sockwait
-        self.sockwait_marks = ("probe_start", "probe_stop") if window else ("measure_start", "measure_stop")
+        self.first = [i for i in instruments if i.sub_window]  # read before /proc at a counted mark
+        self.then = [i for i in instruments if not i.sub_window]
+        self.windowed = self.first if window else []  # attached only around the sub-window
+        self.counted_marks = ("probe_start", "probe_stop") if window else ("measure_start", "measure_stop")
         self.snaps: dict[str, Snap] = {}
         self.connected: dict = {}
         self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
         self.rss_start: int | None = None  # ... and at measure_start
-        self.attached_t: float | None = None  # when the probes' attach returned (probed sub-window only)
+        self.attached_t: float | None = None  # when the sub-window instruments' attach returned
         self.detached_t: float | None = None  # ... and their detach
 
-    def _snap(self, kind: str, counters=None) -> None:
-        if counters is None and self.probes is not None and self.probes.attached:
-            counters = self.probes.snapshot()
-        self.snaps[kind] = Snap(counters, proc_cpu_times(self.pid), time.monotonic())
-        if self.sockwait is not None and kind in self.sockwait_marks:
-            self.snaps[kind].sockwait = self.sockwait.snapshot()
+    def _snap(self, kind: str) -> None:
+        counted = kind in self.counted_marks
+        counters = {i.name: i.snapshot() for i in self.first if counted and i.attached}
+        proc = proc_cpu_times(self.pid)
+        snap = self.snaps[kind] = Snap(proc, time.monotonic(), counters)
+        if counted:
+            snap.counters.update({i.name: i.snapshot() for i in self.then})
 
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
         if kind == "connected":
             self.connected = event
-        elif kind in ("guard_start", "probe_start") and self.probes is not None:
-            if not self.probes.attached:  # at guard_start (probe_start only for a loader without guards)
-                self.probes.attach()
+        elif kind in ("guard_start", "probe_start") and self.windowed:
+            if not all(i.attached for i in self.windowed):  # at guard_start (probe_start: a loader without guards)
+                for inst in self.windowed:
+                    inst.attach()
                 self.attached_t = time.monotonic()
             self._snap(kind)  # guard_start: /proc, whose guards are not headline time; probe_start: counters
-        elif kind == "probe_stop" and self.probes is not None:
+        elif kind == "probe_stop" and self.windowed:
             self._snap(kind)  # read while attached (the same lag as at probe_start), then stop
-            self.probes.detach()
+            for inst in self.windowed:
+                inst.detach()
             self.detached_t = time.monotonic()
         elif kind == "guard_stop":
             self._snap(kind)
@@ -201,12 +207,11 @@ class _Marks:
             self.on_live(float(event.get("msgs_per_sec") or 0))
 
     def close(self) -> None:
-        """After the loader's run: no probe may stay attached into the next cell's unprobed time."""
-        if self.window and self.probes is not None and self.probes.attached:
-            self.probes.detach()
+        """After the loader's run: no instrument may stay attached into the next cell."""
+        if any(i.attached for i in self.windowed):
             self.detached_t = time.monotonic()
-        if self.sockwait is not None:
-            self.sockwait.detach()
+        for inst in self.first + self.then:
+            inst.detach()
 
     def pair(self, first: str, last: str) -> tuple[Snap, Snap] | None:
         a, b = self.snaps.get(first), self.snaps.get(last)
@@ -224,6 +229,8 @@ def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cell.pinned, "workers": cfg.workers,
         **dict(cell.extra), "status": "failed", "error": None,
+        # Each instrument's group, in every row: its figures join it when it ran (Instrument.row).
+        **{group: {"attached": False} for group in registry.groups()},
     }
 
 
@@ -289,11 +296,12 @@ def _attach_timing(result: dict, marks: _Marks) -> dict:
             "late_ms": max(0.0, -lead), "spill_ms": max(0.0, lag - 1e3 * float(guard))}
 
 
-def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[str]) -> None:
-    """Fill `row` from the loader's stats and the snapshots at its marks.
+def measure_row(row: dict, result: dict, marks: _Marks, instruments: tuple[Instrument, ...]) -> dict:
+    """Fill `row` from the loader's stats and the snapshots at its marks; {instrument name: its
+    per-connection rows}.
 
     With a probed sub-window (stats["phases"]), the headline figures (msgs/s, latency, fairness,
-    /proc CPU) come from the unprobed phase and the probe counters are divided by the probed
+    /proc CPU) come from the unprobed phase and the instruments' counters are divided by the probed
     phase's own message count; `probe_cost` is the probes' cost measured in this very cell."""
     phases = result.get("phases")
     head = phases["unprobed"] if phases else result
@@ -312,7 +320,7 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
         # Requests still waiting at the window's end, older than any it measured (the whole window's end,
         # whatever the phases): the tail its latency figures cannot see. Absent from older loaders.
         "unanswered": result.get("unanswered", {}),
-        "probes": probes_attached,
+        "probes": [i.name for i in instruments],
     })
     if phases:
         row["probed"] = {"messages": probed.get("messages"), "duration_s": probed.get("duration_s"),
@@ -338,53 +346,42 @@ def measure_row(row: dict, result: dict, marks: _Marks, probes_attached: list[st
             "busy_frac": (user + sys_) / dur if dur else None,  # share of one CPU the backend used
         }
         row["faults"] = {"minor_per_msg": stats.ratio(proc["minflt"], messages), "major": proc["majflt"]}
-    counted = marks.pair("probe_start", "probe_stop") if phases else marks.pair("measure_start", "measure_stop")
-    if counted and counted[0].probes is not None and counted[1].probes is not None:
-        from netprof.probes import delta
-
-        d = delta(counted[0].probes, counted[1].probes)
-        n = int(probed.get("messages", 0))
-        row["syscalls"] = dict(d.syscalls)
-        row["syscalls_per_msg"] = stats.per_message(d.syscalls, n)
-        row["ctx_switches_per_msg"] = stats.ratio(d.ctx_voluntary + d.ctx_involuntary, n)
-        row["ctx"] = {"voluntary_per_msg": stats.ratio(d.ctx_voluntary, n),
-                      "involuntary_per_msg": stats.ratio(d.ctx_involuntary, n),
-                      "migrations_per_msg": stats.ratio(d.migrations, n)}
-        if d.syscall_time:  # --syscall-time: the BPF-side split of on-CPU time
-            probed_proc = _proc_delta(*counted)
-            row["syscall_time_s"] = dict(d.syscall_time_s)
-            row["cpu_bpf"] = {"oncpu_s": d.oncpu_s, **d.cpu_split(proc_sys_s=probed_proc["sys_s"])}
-    elif proc is not None:
-        # /proc context-switch counters still give a probe-free figure
+    conns = instrument_rows(row, result, marks, instruments)
+    if "ctx_switches_per_msg" not in row and proc is not None:
+        # no counting set in this window: the /proc context-switch counters still give a probe-free figure
         row["ctx_switches_per_msg"] = stats.ratio(proc["vol_ctx"] + proc["invol_ctx"], messages)
         row["ctx"] = {"voluntary_per_msg": stats.ratio(proc["vol_ctx"], messages),
                       "involuntary_per_msg": stats.ratio(proc["invol_ctx"], messages)}
+    return conns
 
 
-def sockwait_row(row: dict, result: dict, marks: _Marks) -> list[dict]:
-    """--sockwait: the socket-wait figures of the counted window into row["sockwait"] (beside the
-    loader's round trip of the same window, for the transit), and its per-connection rows."""
-    from netprof.probes import sockwait
-
-    pair = marks.pair(*marks.sockwait_marks)
-    if pair is None or pair[0].sockwait is None or pair[1].sockwait is None:
-        return []
-    d = sockwait.sockwait_delta(pair[0].sockwait, pair[1].sockwait)
+def instrument_rows(row: dict, result: dict, marks: _Marks, instruments: tuple[Instrument, ...]) -> dict:
+    """Each instrument's figures of the counted window into `row` (the probed sub-window when the loader
+    ran one, else the whole window); {name: its per-connection rows}. An instrument whose two snapshots
+    are missing (the load ended early) adds nothing."""
+    pair = marks.pair(*marks.counted_marks)
+    if pair is None:
+        return {}
     window = (result.get("phases") or {}).get("probed") if marks.window else result
-    lat = (window or {}).get("latency_us") or {}
-    conns = sockwait.conn_rows(d)
-    row["sockwait"].update(sockwait.row_fields(d), rtt_mean_us=lat.get("mean"), rtt_p50_us=lat.get("p50"),
-                           messages=(window or {}).get("messages"),
-                           **stats.conn_wait_split([c["bytes"] for c in conns], [c["wait_us"] for c in conns]))
+    counted = Counted(messages=int((window or {}).get("messages", 0)), duration_s=(window or {}).get("duration_s"),
+                      latency_us=(window or {}).get("latency_us") or {}, proc=_proc_delta(*pair))
+    conns = {}
+    for inst in instruments:
+        a, b = pair[0].counters.get(inst.name), pair[1].counters.get(inst.name)
+        if a is not None and b is not None:
+            if rows := inst.row(row, a, b, counted):
+                conns[inst.name] = rows
     return conns
 
 
 def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
-    """Run one cell: the backend under env.interp, the load from env.loader, the counting set
-    (env.probes) on the backend's process tree, env.hooks for evidence rounds."""
-    cfg, loader, probes, hooks, link = env.cfg, env.loader, env.probes, env.hooks, env.link
+    """Run one cell: the backend under env.interp, the load from env.loader, the run's instruments
+    (env.instruments) on the backend's process tree, env.hooks for evidence rounds."""
+    cfg, loader, instruments, hooks, link = env.cfg, env.loader, env.instruments, env.hooks, env.link
     row = _base_row(cell, cfg, env.interp)
-    row["sockwait"] = {"attached": env.sockwait is not None}  # --sockwait: its figures join it (sockwait_row)
+    for inst in instruments:
+        if inst.group:
+            row[inst.group]["attached"] = True
     if env.on_phase is not None:
         env.on_phase("starting the server")
     with ProcessGroup() as group:
@@ -394,15 +391,14 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             row["error"] = f"server did not start: {e}"
             return CellOutcome(row)
         proc = server.proc  # None when attached: nothing of ours to wait for or stop
-        if probes is not None:
-            probes.target(server.pid)
-        if env.sockwait is not None:  # before the loader connects: every connection timed from its first byte
-            env.sockwait.target(server.pid)
-            env.sockwait.attach()
+        share = cfg.probe_share if any(i.sub_window for i in instruments) and cfg.probe_share < 1 else None
+        for inst in instruments:  # before the loader connects: every connection seen from its first byte
+            inst.target(server.pid)
+            if not (inst.sub_window and share):
+                inst.attach()
         if hooks.started:
             hooks.started(server.pid)
-        share = cfg.probe_share if probes is not None and cfg.probe_share < 1 else None
-        marks = _Marks(server.pid, probes, hooks.measuring, (cfg.duration, share) if share else None, env.sockwait,
+        marks = _Marks(server.pid, instruments, hooks.measuring, (cfg.duration, share) if share else None,
                        env.on_phase, env.on_live)
         marks.rss_ready = tree_rss(server.pid)
         req = RunRequest(target=f"{server.host}:{server.port}",
@@ -423,16 +419,12 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             row["error"] = _failure_reason(proc, f"loader: {e.kind}: {e.message}")
         finally:
             marks.close()
-        sw_conns: list[dict] = []
+        conns: dict[str, list[dict]] = {}
+        per_conn: list[int] = []
         if result:
-            attached = ["counting"] * (probes is not None) + ["sockwait"] * (env.sockwait is not None)
-            measure_row(row, result, marks, attached)
+            conns = measure_row(row, result, marks, instruments)
             head = (result.get("phases") or {}).get("unprobed") or result
             per_conn = list(head.get("per_conn_messages", []))
-            if env.sockwait is not None:
-                sw_conns = sockwait_row(row, result, marks)
-        else:
-            per_conn = []
         if row["error"] is None:
             row["error"] = _verdict(cell, result, row, proc)  # before the stop: a hang is a stall
         # A built-in backend serves until netprof stops it, and must then exit 0 by itself; the
@@ -442,7 +434,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             row["error"] = row["error"] or stop_error
         if row["error"] is None:
             row["status"] = "ok"
-        return CellOutcome(row, per_conn, server.pid, sw_conns)
+        return CellOutcome(row, per_conn, server.pid, conns)
 
 
 def _verdict(cell: Cell, result: dict | None, row: dict, proc: ManagedProcess | None) -> str | None:

@@ -20,7 +20,7 @@ from netprof.backends import registry
 from netprof.flamegraphs import check_available as flame_missing
 from netprof.flamegraphs.render import MAX_FOLDED, diff_stacks
 from netprof.probes import check_available
-from netprof.probes.sockwait import check_available as sockwait_missing
+from netprof.probes import registry as instrument_registry
 from netprof.profiler import rootenv, servers
 from netprof.profiler.atomic import check_out_dir, ensure_out_dir
 from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
@@ -184,6 +184,10 @@ def run(
         False, "--sockwait",
         help="Also time where each message waits: unread in the socket queue vs in the handler, per connection "
              "(socket-wait probes, attached for the whole cell: their cost, ~10% on a fast loop, is in the headline)."),
+    instrument: list[str] = typer.Option(
+        None, "--instrument", metavar="NAME",
+        help="Also carry this instrument of probes/registry.py (repeatable); the counting set and --sockwait have "
+             "options of their own."),
     stacks: bool = typer.Option(
         False, "--stacks",
         help="Also collect user stacks of selected syscalls (evidence set)."),
@@ -281,13 +285,7 @@ def run(
 
     BACKEND...: the built-in backends to run (`netprof list`); or --cmd / --attach for your own server."""
     own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root, ready_timeout, env or [])
-    from netprof.profiler.results import read_named_file  # not at import time: it loads pandas
-
-    if body_file is not None:
-        body = read_named_file(body_file, "--body-file")
-    headers = list(header or [])
-    if header_file is not None:
-        headers += parse_header_file(read_named_file(header_file, "--header-file"), str(header_file))
+    headers, body = _http_request(header, header_file, body, body_file)
     pin, pin_both = parse_pin(pin_mode, no_pin)
     cfg = validate(RunConfig(
             backends=list(backends or []), own=own, protocol=protocol, request=request, headers=headers,
@@ -295,6 +293,7 @@ def run(
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             probe_share=probe_share, syscall_time=syscall_time, sockwait=sockwait,
+            instruments=tuple(dict.fromkeys(instrument or [])),
             flamegraph=flamegraph, pin=pin, pin_both=pin_both, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
@@ -302,7 +301,25 @@ def run(
             env=list(env or []), extra_dims=parse_tags(tag),
         ))
     _confirm_long_plan(cfg, yes)
-    _execute(cfg, as_json, quiet=quiet, verbose=verbose)
+    from netprof.profiler import plotset, report  # deferred: pandas and the report's modules
+
+    # The report's drawing process, started before the capability checks: its matplotlib import runs beside
+    # their BPF compile (and is waited for before the run, never during a measured load), not after the run.
+    with plotset.warm(report._draw, preload=["netprof.profiler.plots"]):
+        _execute(cfg, as_json, quiet=quiet, verbose=verbose)
+
+
+def _http_request(header: list[str] | None, header_file: Path | None, body: str | None,
+                  body_file: Path | None) -> tuple[list[str], str | None]:
+    """--header/--header-file and --body/--body-file → (headers, body)."""
+    from netprof.profiler.results import read_named_file  # not at import time: it loads pandas
+
+    if body_file is not None:
+        body = read_named_file(body_file, "--body-file")
+    headers = list(header or [])
+    if header_file is not None:
+        headers += parse_header_file(read_named_file(header_file, "--header-file"), str(header_file))
+    return headers, body
 
 
 def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: int | None, target: str,
@@ -352,17 +369,23 @@ def _terminate_like_ctrl_c(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _stop_on_signals() -> None:
+    """SIGTERM, and Ctrl-C unless started ignoring it (nohup), end a run like Ctrl-C: finished cells kept."""
+    signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _terminate_like_ctrl_c)
+
+
 def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool = False) -> None:
     """Shared tail of `run` and `flamegraph`: capability checks, the run, the report, the exit code.
     Progress goes to stderr (stdout: the summary, or the JSON); -q silences both but the report's path."""
-    if cfg.probes or cfg.stacks:
+    for inst in instrument_registry.wanted(cfg):  # each compiles once here and is parked for the run
+        if why := inst.missing(cfg):
+            fail(why)
+    if cfg.stacks and not cfg.probes:
         why = check_available(syscall_time=cfg.syscall_time)
         if why:
             fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
-    if cfg.sockwait:
-        why = sockwait_missing()
-        if why:
-            fail(f"--sockwait cannot work here: {why}; run without --sockwait")
     if cfg.flamegraph:
         why = flame_missing()
         if why:
@@ -379,9 +402,10 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
             continue
         with progress.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
             interps[spec] = interpreters.prepare(spec)
-    signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # started under nohup: keep ignoring it
-        signal.signal(signal.SIGINT, _terminate_like_ctrl_c)
+    _stop_on_signals()
+    from netprof.profiler import plotset
+
+    plotset.ready()  # run's warm drawing process has done its import: none of it overlaps the load
     outcome = runner.execute(cfg, sys.argv, progress, interps, verbose=verbose)
     if outcome.store.rows:
         summary = report.finish(outcome.out_dir, console=None if as_json or quiet else console)
@@ -525,10 +549,118 @@ def compare_cmd(
     Welch's t-test verdicts, and the syscall and CPU deltas that explain each change.
 
     BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."""
-    from netprof.profiler import compare  # deferred: pandas and the comparison's statistics
+    from netprof.profiler import compare_report  # deferred: pandas and the comparison's statistics
 
-    raise typer.Exit(compare.main([str(r) for r in runs], as_json=as_json, out=str(out) if out else None,
+    raise typer.Exit(compare_report.main([str(r) for r in runs], as_json=as_json, out=str(out) if out else None,
                                   fail_if=fail_if, console=out_console()))
+
+
+@app.command("ab", cls=_PlainUsage)
+def ab_cmd(
+    variants: list[str] | None = typer.Argument(None, metavar="VARIANT", hidden=True),  # in the docstring (see `run`)
+    cmd: list[str] | None = typer.Option(
+        None, "--cmd", metavar="TEMPLATE",
+        help="A variant that is your own server's command, {port} replaced by a free port (repeatable; after the "
+             "built-in VARIANTs, in order); runs as the sudo caller unless --as-root."),
+    name: list[str] | None = typer.Option(None, "--name", metavar="NAME",
+                                          help="Label of the --cmd of the same position."),
+    aa: bool = typer.Option(False, "--aa", help="The one variant given against itself (two servers of it): the "
+                                                "control, whose interval should hold 1."),
+    python: str = typer.Option(
+        "", "--python", metavar="SPEC[,SPEC...]",
+        help="Interpreter of the built-in variants: one value = all of them; a comma list = one per variant in order "
+             "(empty = netprof's own; a --cmd's place stays empty), e.g. --python 3.12,3.13."),
+    env: list[str] | None = typer.Option(
+        None, "--env", metavar="[X:]NAME=VALUE",
+        help="Set a variable in the --cmd variants' environment (repeatable); X: (a variant's letter, A = the first) "
+             "sets it for that variant only, e.g. --env B:PYTHONMALLOC=malloc."),
+    connections: int = typer.Option(100, "-c", "--connections", metavar="N", help="Connections (one value)."),
+    pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Messages in flight per connection."),
+    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes."),
+    framing: str = typer.Option("message", "--framing", metavar="message|stream",
+                                help="How the built-in echo backends read (as in `run`; one value)."),
+    work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
+    window: float = typer.Option(1.0, "--window", metavar="SECONDS", help="Measured seconds per cell."),
+    warmup: float = typer.Option(0.2, "--warmup", metavar="SECONDS",
+                                 help="Seconds of load before each cell's window (the servers stay warm)."),
+    precision: str = typer.Option("1%", "--precision", metavar="SHARE",
+                                  help="Stop once the --metric ratio's 95% interval is within ± this (1% or 0.01)."),
+    metric: str = typer.Option("msgs_per_sec", "--metric", metavar="NAME",
+                               help="The figure the stopping rule reads: msgs_per_sec, lat_us.p50, lat_us.p99, "
+                                    "cpu_us_per_msg.user, cpu_us_per_msg.sys or cpu_us_per_msg_total."),
+    max_time: float = typer.Option(300.0, "--max-time", metavar="SECONDS",
+                                   help="Stop after this long whatever the interval (no pair starts that would end "
+                                        "later)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Restart every server before each pair (cold processes)."),
+    no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: no syscalls per message."),
+    backend_cpu: str = typer.Option("0", "--backend-cpu", metavar="CPUS",
+                                    help="CPU(s) the servers (and the speed canary) are pinned to."),
+    loader_cpus: str = typer.Option("", "--loader-cpus", metavar="CPUS",
+                                    help="CPUs for the loader (default: all others)."),
+    protocol: str = typer.Option("echo", "--protocol", metavar="echo|http|line", help="As in `run`."),
+    request: str = typer.Option("GET /", "--request", metavar="'METHOD /path'", help="--protocol http: the request."),
+    header: list[str] | None = typer.Option(None, "--header", metavar="'Name: value'",
+                                            help="--protocol http: an extra header (repeatable)."),
+    header_file: Path | None = typer.Option(None, "--header-file", metavar="FILE",
+                                            help="--protocol http: extra headers from a file (as in `run`)."),
+    body: str | None = typer.Option(None, "--body", metavar="TEXT", help="--protocol http: the request body."),
+    body_file: Path | None = typer.Option(None, "--body-file", metavar="FILE",
+                                          help="--protocol http: the request body, from a file."),
+    line: str = typer.Option("PING", "--line", metavar="TEXT", help="--protocol line: the request line."),
+    keep_secrets: bool = typer.Option(False, "--keep-secrets", help="As in `run`."),
+    ready_regex: str = typer.Option("", "--ready-regex", metavar="REGEX", help="As in `run`, for every --cmd."),
+    ready_timeout: float = typer.Option(20.0, "--ready-timeout", metavar="SECONDS", help="As in `run`."),
+    as_root: bool = typer.Option(False, "--as-root", help="Run --cmd as root instead of the user who invoked sudo."),
+    out: Path | None = typer.Option(None, "--out", "-o", metavar="DIR",
+                                    help="Results directory (default runs/<timestamp>/)."),
+    force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
+    wait: bool = typer.Option(False, "--wait", help="If another netprof run is measuring, wait for it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout, nothing else there."),
+    fail_if: str = typer.Option("", "--fail-if", metavar="RULES",
+                                help="Exit 1 on a significant regression beyond a threshold, as in `compare`, e.g. "
+                                     "slower:2%,p99:+10%."),
+) -> None:
+    """Did my change make it faster? Variants alternate in pairs (A B, B A, ...) on warm servers, with a speed
+    canary on the backend CPU, until the ratio's 95% interval is within ±--precision or --max-time ends.
+    Prints compare's tables (base = the first variant) and writes ab.json, compare.md/html and the rows.
+
+    VARIANT...: built-in backends (`netprof list`); --cmd variants follow them, in order. Letters name the
+    variants in that order (A, B, ...). Two identical variants are labelled apart (selector, selector′)."""
+    from netprof.profiler import ab  # deferred: the run layer, pandas and the comparison's pages
+
+    headers, body = _http_request(header, header_file, body, body_file)
+    template = RunConfig(
+        backends=[], connections=[connections], pipeline=[pipeline], duration=window, warmup=warmup, rounds=1,
+        msize=msize, work=work, probes=not no_probes, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
+        out_dir=str(out) if out else "", force=force, wait=wait, framings=parse_framings(framing), protocol=protocol,
+        request=request, headers=headers, body=body, line=line, keep_secrets=keep_secrets)
+    plan = ab.plan(template, list(variants or []), list(cmd or []), cmd_names=list(name or []), python=python,
+                   env_items=list(env or []), aa=aa, fresh=fresh, window=window,
+                   precision=ab.parse_precision(precision), metric=metric, max_time=max_time, fail_if=fail_if,
+                   wait=wait, ready_regex=ready_regex, ready_timeout=ready_timeout, as_root=as_root)
+    if why := ab.missing_capability(plan):
+        fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
+    _stop_on_signals()
+    outcome = ab.execute(plan, sys.argv, out_console(stderr=True), out_dir=str(out) if out else "")
+    doc = outcome.doc
+    if doc is not None:
+        if as_json:
+            print(json.dumps(doc, default=str))
+        else:
+            ab.report(doc, out_console())
+        for line_ in doc["fail_if"]["breaches"]:
+            if as_json:
+                err.print(f"FAIL {line_}", markup=False, highlight=False)
+    where = escape(str(outcome.out_dir))
+    if outcome.interrupted:
+        err.print(f"interrupted: the pairs measured so far are in {where}")
+        raise typer.Exit(130)
+    if outcome.failed:
+        fail(f"{outcome.failed} (the pairs measured before are in {outcome.out_dir})", 1)
+    if doc is None:
+        fail(f"no pair was measured within --max-time {max_time:g} s (every one lost: see {outcome.out_dir})", 1)
+    if doc is not None and doc["fail_if"]["breaches"]:
+        raise typer.Exit(1)
 
 
 def main() -> None:

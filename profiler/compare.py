@@ -3,13 +3,13 @@
 pyperf's `compare_to`, for a profiler: cells of two runs are matched on every dimension, every
 judged figure (stats.CELL_METRICS and each syscall per message) becomes a ratio NEW/BASE with a 95%
 interval from the per-round values and a verdict, and a significant change gets one sentence saying
-which syscall and CPU deltas explain it. This module loads, matches, judges and renders; the
-numbers come from `stats` (per_round, compare_samples), a cell's identity from `schema`.
+which syscall and CPU deltas explain it. This module loads, matches and judges; the numbers come
+from `stats` (per_round, compare_samples), a cell's identity from `schema`, and the pages (terminal,
+compare.md, compare.html, compare.json) are `compare_report`'s.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -19,9 +19,6 @@ from typing import Any, TypeGuard
 
 import pandas as pd
 from pyarrow.lib import ArrowException
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from netprof.flamegraphs.render import diff_stacks
 from netprof.profiler import atomic, results, schema, stats
@@ -41,15 +38,9 @@ METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful round
           f"on either side gets \"not enough rounds\". Rounds of one run share its machine state, so a "
           f"small significant change can still be run-to-run drift: confirm it by running both again.")
 
-# Run-wide settings that are columns of newer rows but not (yet) cell dimensions in schema: matched
-# too when a run has them. A run without the column ran with the value here (what netprof did then).
-RUN_SETTINGS = {"msize": 64, "work": "none", "think": "none", "protocol": "echo"}
 # The load shape is always matched; any other dimension with one value in each run that differs
 # between them is what the comparison is about (`--work spin:20`, `--framing stream`, a backend).
 LOAD_KEYS = ("connections", "pipeline")
-# Shown for every cell; syscalls per message are shown when they changed.
-HEADLINE = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys",
-            stats.CPU_TOTAL, stats.SYSCALLS_TOTAL, "ctx_switches_per_msg", "per_conn.jain")
 # A cell "changed" when one of these changed significantly; its why-sentence opens with them.
 CHANGE_METRICS = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "per_conn.jain", stats.CPU_TOTAL)
 # ... and continues with these (what explains it), largest first.
@@ -69,7 +60,7 @@ class Run:
     name: str
     df: pd.DataFrame  # stats.per_round rows, schema-normalized, every round (failed ones too)
     meta: dict
-    filled: list[str] = field(default_factory=list)  # RUN_SETTINGS this run's rows lack
+    filled: list[str] = field(default_factory=list)  # schema.RUN_SETTINGS this run's rows lack
 
 
 def _not_a_run(path: str, why: str) -> InputError:
@@ -107,15 +98,15 @@ def load_run(path: str | Path) -> Run:
 
 
 def _settings(base: Run, new: Run) -> list[str]:
-    """RUN_SETTINGS that are columns of either run; a run without one gets the value from its
+    """schema.RUN_SETTINGS that are columns of either run; a run without one gets the value from its
     meta.json config, else the value netprof used before the column existed."""
-    present = [s for s in RUN_SETTINGS if s in base.df or s in new.df]
+    present = [s for s in schema.RUN_SETTINGS if s in base.df or s in new.df]
     for run in (base, new):
         cfg = run.meta.get("config") or {}
         for col in present:
             if col not in run.df:
-                value = cfg.get(col, RUN_SETTINGS[col])
-                run.df[col] = value if isinstance(value, (str, int, float)) else RUN_SETTINGS[col]
+                value = cfg.get(col, schema.RUN_SETTINGS[col])
+                run.df[col] = value if isinstance(value, (str, int, float)) else schema.RUN_SETTINGS[col]
                 run.filled.append(col)
     return present
 
@@ -141,7 +132,7 @@ def _values(df: pd.DataFrame, key: str) -> list:
 
 def _keys_of(df: pd.DataFrame, keys: list[str]) -> pd.Series:
     """Each row's match key (schema.key_of for the cell dimensions, then the run settings)."""
-    cells = [dict(zip(schema.CELL_KEYS, schema.key_of(r))) | {s: r.get(s) for s in RUN_SETTINGS if s in keys}
+    cells = [dict(zip(schema.CELL_KEYS, schema.key_of(r))) | {s: r.get(s) for s in schema.RUN_SETTINGS if s in keys}
              for _, r in df.iterrows()]
     return pd.Series([tuple(_scalar(c[k]) for k in keys) for c in cells], index=df.index)
 
@@ -193,7 +184,7 @@ def _labeller(base: Run, new: Run, keys: list[str], across: dict):
 
     def label(row, side: str = "base") -> str:
         text = schema.cell_label(row, dims + (["pipeline"] if pipe else []))
-        settings = [f"{k}={_scalar(row[k])}" for k in RUN_SETTINGS
+        settings = [f"{k}={_scalar(row[k])}" for k in schema.RUN_SETTINGS
                     if k in keys and k in schema.varying(both, keys)]
         if "backend" in across:
             text = f"{across['backend'][0]} → {across['backend'][1]} {text}"
@@ -217,6 +208,17 @@ def _verdict(col: str, c: dict) -> tuple[str, bool | None]:
     return ("higher" if up else "lower"), better
 
 
+def describe(col: str, c: dict) -> dict:
+    """A judged figure `c` (stats.compare_samples' fields) with its label, unit, verdict and whether the
+    pages show it (a syscall only when it changed); `netprof ab` judges its pairs and describes them here."""
+    info = stats.metric_info(col)
+    c["label"], c["unit"], c["higher_is_better"] = info.label, info.unit, info.higher_is_better
+    c["verdict"], c["better"] = _verdict(col, c)
+    syscall = col.startswith(stats.SYSCALL_PREFIX)
+    c["shown"] = not syscall or (c["verdict"] in ("higher", "lower") and abs(c["delta"]) >= SYSCALL_MIN_DELTA)
+    return c
+
+
 def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
     """Every judged metric of one matched cell: stats.compare_metric plus label, verdict, shown."""
     bok = b[b["status"] == "ok"] if "status" in b else b
@@ -226,12 +228,7 @@ def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
         c = stats.compare_metric(col, bok, nok, alpha, CONFIDENCE)
         if c["n_base"] == 0 and c["n_new"] == 0:
             continue
-        info = stats.metric_info(col)
-        c["label"], c["unit"], c["higher_is_better"] = info.label, info.unit, info.higher_is_better
-        c["verdict"], c["better"] = _verdict(col, c)
-        syscall = col.startswith(stats.SYSCALL_PREFIX)
-        c["shown"] = not syscall or (c["verdict"] in ("higher", "lower") and abs(c["delta"]) >= SYSCALL_MIN_DELTA)
-        metrics[col] = c
+        metrics[col] = describe(col, c)
     return {"rounds": {"base": int(len(bok)), "new": int(len(nok)),
                        "base_failed": int(len(b) - len(bok)), "new_failed": int(len(n) - len(nok))},
             "metrics": metrics}
@@ -245,7 +242,7 @@ def _judged(c: dict | None) -> TypeGuard[dict]:
 MIN_NOTABLE = {"per_conn.jain": 0.02}
 
 
-def _notable(col: str, c: dict | None) -> bool:
+def notable(col: str, c: dict | None) -> bool:
     return _judged(c) and abs(c["delta"]) >= MIN_NOTABLE.get(col, 0.0)
 
 
@@ -256,24 +253,24 @@ def why(label: str, metrics: dict) -> str | None:
     head = []
     for col in CHANGE_METRICS:
         c = metrics.get(col)
-        if c is None or not _notable(col, c):
+        if c is None or not notable(col, c):
             continue
         if col == "msgs_per_sec":
             head.append(f"{_pct(c['ratio'])} msgs/s")
         else:
-            head.append(f"{c['label']} {_fmt(col, c['mean_base'])} → {_fmt(col, c['mean_new'])}"
+            head.append(f"{c['label']} {fmt(col, c['mean_base'])} → {fmt(col, c['mean_new'])}"
                         + (f" ({_pct(c['ratio'])})" if col.startswith("lat_us.") else ""))
     if not head:
         return None
     explain = sorted((c for col, c in metrics.items() if col.startswith(stats.SYSCALL_PREFIX)
                       and c["shown"] and _judged(c)), key=lambda c: -abs(c["delta"]))[:3]
-    parts = [f"{c['label']} {_fmt(stats.SYSCALL_PREFIX, c['mean_base'])} → {_fmt(stats.SYSCALL_PREFIX, c['mean_new'])}"
+    parts = [f"{c['label']} {fmt(stats.SYSCALL_PREFIX, c['mean_base'])} → {fmt(stats.SYSCALL_PREFIX, c['mean_new'])}"
              for c in explain]
     for col in EXPLAIN_METRICS:
         c = metrics.get(col)
         if _judged(c):
             parts.append(f"{c['label']} {_signed(c['delta'])}{' ' + c['unit'] if c['unit'] else ''}"
-                         if c["unit"] else f"{c['label']} {_fmt(col, c['mean_base'])} → {_fmt(col, c['mean_new'])}")
+                         if c["unit"] else f"{c['label']} {fmt(col, c['mean_base'])} → {fmt(col, c['mean_new'])}")
     if not parts:
         parts.append("no syscall, CPU or context-switch figure per message changed significantly"
                      + ("" if stats.SYSCALLS_TOTAL in metrics else " (syscalls not counted: the runs had no probes)"))
@@ -410,7 +407,7 @@ def breaches(doc: dict, checks: list[Check]) -> list[str]:
                 if c is not None and ch.breached(c):
                     size = _pct(c["ratio"]) if ch.relative else _signed(c["delta"])
                     out.append(f"{ch.text}: {comp['new']['name']} {cell['label']}: {c['label']} "
-                               f"{_fmt(ch.column, c['mean_base'])} → {_fmt(ch.column, c['mean_new'])} "
+                               f"{fmt(ch.column, c['mean_base'])} → {fmt(ch.column, c['mean_new'])} "
                                f"({size}, p={c['p']:.3g})")
     return out
 
@@ -419,8 +416,8 @@ def breaches(doc: dict, checks: list[Check]) -> list[str]:
 # The comparison document
 
 def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if: str = "") -> dict:
-    """Compare NEW… against BASE (paths[0]); with `out`, write compare.md/.html/.json and the
-    differential flamegraphs there. Returns the JSON document (see docs/results-format.md)."""
+    """Compare NEW… against BASE (paths[0]); with `out`, write the differential flamegraphs there
+    (compare_report.compare writes the pages too). Returns the JSON document (docs/results-format.md)."""
     checks = parse_fail_if(fail_if)
     if len(paths) < 2:
         raise InputError("netprof compare needs BASE and at least one NEW: netprof compare runs/A runs/B")
@@ -460,15 +457,12 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if:
         "fail_if": {"checks": [c.text for c in checks], "breaches": []},
         "artifacts": {}}
     doc["fail_if"]["breaches"] = breaches(doc, checks)
-    doc = _json_ready(doc)
-    if out_dir is not None:
-        doc["artifacts"] = render(doc, out_dir)
-    return doc
+    return _json_ready(doc)
 
 
 def _flame_diff(base: Run, new: Run, brow, nrow, cell: dict, out_dir: Path | None, i: int) -> dict | None:
     """The differential flamegraph of a changed cell when both runs sampled it (needs --out)."""
-    if not any(_notable(c, cell["metrics"].get(c)) for c in CHANGE_METRICS):
+    if not any(notable(c, cell["metrics"].get(c)) for c in CHANGE_METRICS):
         return None
     found = {}
     for kind in FLAME_KINDS:
@@ -502,9 +496,10 @@ def _folded(run_dir: Path, name: str) -> bytes | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Formatting (one path for the terminal, compare.md and compare.html)
+# Formatting (the why-sentences and --fail-if lines here; the pages' tables in compare_report)
 
-def _fmt(col: str, v) -> str:
+def fmt(col: str, v) -> str:
+    """A figure of column `col` as a person reads it: '92.3k', '120 µs', '0.98'."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if col == "msgs_per_sec":
@@ -527,154 +522,6 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.0f}%".replace("-", MINUS) if ratio == ratio else "–"
 
 
-def _ratio(c: dict) -> str:
-    if c.get("judged_by"):  # Jain: the ratio is that of the spread across connections (CV)
-        short = re.search(r"\((.+)\)", stats.metric_info(c["judged_by"]).label)
-        return f"{short.group(1) if short else c['judged_by']} {_ratio({**c, 'judged_by': None})}"
-    if _missing(c["ratio"]):
-        return "–"
-    if c["ratio_lo"] is None:
-        return f"{_r(c['ratio'])}× [{'unbounded' if c['n_base'] >= 2 and c['n_new'] >= 2 else 'n < 2'}]"
-    return f"{_r(c['ratio'])}× [{_r(c['ratio_lo'])}, {_r(c['ratio_hi'])}]".replace("-", MINUS)
-
-
-def _r(x: float) -> str:
-    return f"{x:.2f}" if abs(x) >= 0.1 else f"{x:.2g}"
-
-
-def _missing(v) -> bool:
-    """NaN, or the null _json_ready made of it (one round a side has no p-value)."""
-    return v is None or v != v
-
-
-def _p(c: dict) -> str:
-    return "–" if _missing(c["p"]) else f"{c['p']:.3f}" if c["p"] >= 0.001 else "<0.001"
-
-
-def _verdict_text(col: str, c: dict) -> str:
-    """'lower (better)', 'slower', 'no significant change'."""
-    if c["better"] is None or col == "msgs_per_sec":
-        return c["verdict"]
-    if not _notable(col, c):
-        return f"{c['verdict']} (negligible)"
-    return f"{c['verdict']} ({'better' if c['better'] else 'worse'})"
-
-
-def view(doc: dict) -> dict:
-    """The document as table rows of strings: what the terminal, compare.md and compare.html show."""
-    comps = []
-    for comp in doc["comparisons"]:
-        summary = [[cell["label"], _fmt("msgs_per_sec", m.get("mean_base")), _fmt("msgs_per_sec", m.get("mean_new")),
-                    _ratio(m) if m else "–", cell["verdict"]]
-                   for cell in comp["cells"] for m in [cell["metrics"].get("msgs_per_sec") or {}]]
-        details = []
-        for cell in comp["cells"]:
-            ms = cell["metrics"]
-            order = [c for c in HEADLINE if c in ms] + [c for c in ms
-                                                        if c.startswith(stats.SYSCALL_PREFIX) and ms[c]["shown"]]
-            rows = [[ms[c]["label"], _fmt(c, ms[c]["mean_base"]), _fmt(c, ms[c]["mean_new"]), _ratio(ms[c]), _p(ms[c]),
-                     _verdict_text(c, ms[c])] for c in order]
-            r = cell["rounds"]
-            rounds = f"rounds: {r['base']} vs {r['new']}" + (
-                f" (failed: {r['base_failed']} vs {r['new_failed']})" if r["base_failed"] or r["new_failed"] else "")
-            flames = [{"kind": k, **v} for k, v in (cell.get("flamegraph_diff") or {}).items()]
-            details.append({"label": cell["label"], "rounds": rounds, "rows": rows, "why": cell["why"],
-                            "flames": flames})
-        across = ", ".join(f"{k} {b} → {n}" for k, (b, n) in comp["compared_across"].items())
-        comps.append({"name": comp["new"]["name"], "path": comp["new"]["path"],
-                      "matched_on": ", ".join(comp["matched_on"]), "across": across,
-                      "warnings": comp["warnings"], "unmatched": comp["unmatched"],
-                      "summary": summary, "details": details,
-                      "whys": [c["why"] for c in comp["cells"] if c["why"]]})
-    return {"base": doc["base"], "comparisons": comps, "method": doc["method"]["text"],
-            "fail_if": doc["fail_if"],
-            "summary_header": ["cell", "BASE msgs/s", "NEW msgs/s", "NEW/BASE [95%]", "verdict"],
-            "detail_header": ["metric", "BASE", "NEW", "NEW/BASE [95%]", "p", "verdict"]}
-
-
-def _report_style() -> str:
-    """The run report's stylesheet, so compare.html looks the same."""
-    from netprof.profiler import report
-
-    text = (report.TEMPLATES / "report.html.j2").read_text()
-    m = re.search(r"<style>(.*?)</style>", text, re.S)
-    return m.group(1) if m else ""
-
-
-def render(doc: dict, out_dir: Path) -> dict:
-    """compare.md, compare.html and compare.json in `out_dir`; returns their paths."""
-    from markupsafe import Markup
-
-    from netprof.profiler import report
-
-    context = view(doc)
-    md = report._env(False).get_template("compare.md.j2").render(**context)
-    env = report._env(True)
-    env.filters["quality"] = _quality
-    page = env.get_template("compare.html.j2").render(**context, style=Markup(_report_style()))
-    paths = {"compare_md": out_dir / "compare.md", "compare_html": out_dir / "compare.html",
-             "compare_json": out_dir / "compare.json"}
-    atomic.write_text(paths["compare_md"], md)
-    atomic.write_text(paths["compare_html"], page)
-    artifacts = {k: str(v) for k, v in paths.items()}
-    atomic.write_text(paths["compare_json"], json.dumps({**doc, "artifacts": artifacts}, indent=1, default=str))
-    return artifacts
-
-
-def _quality(verdict: str) -> str:
-    """'better', 'worse' or '' for a verdict text (the colour of its cell)."""
-    return "better" if verdict == "faster" or "(better)" in verdict else \
-        "worse" if verdict == "slower" or "(worse)" in verdict else ""
-
-
-def _style(verdict: str) -> str | None:
-    return {"better": "green", "worse": "red"}.get(_quality(verdict))
-
-
-def print_doc(doc: dict, console: Console) -> None:
-    """The rich terminal rendering."""
-    v = view(doc)
-    console.print(f"[bold]BASE[/bold] {escape(doc['base']['path'])}")
-    for comp in v["comparisons"]:
-        console.print(f"[bold]NEW[/bold]  {escape(comp['path'])}")
-        console.print(f"matched on: {escape(comp['matched_on'])}"
-                      + (f"; compared across: [bold]{escape(comp['across'])}[/bold]" if comp["across"] else ""))
-        for w in comp["warnings"]:
-            console.print(f"[yellow]warning:[/yellow] {escape(w)}")
-        t = Table(*v["summary_header"], title=escape(f"{comp['name']} vs {doc['base']['name']}"), title_justify="left",
-                  header_style="bold")
-        for row in comp["summary"]:
-            style = _style(row[-1])
-            t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
-        console.print(t)
-        for d in comp["details"]:
-            t = Table(*v["detail_header"], title=escape(f"{d['label']} ({d['rounds']})"), title_justify="left",
-                      header_style="bold", box=None)
-            for row in d["rows"]:
-                style = _style(row[-1])
-                t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
-            console.print(t)
-            for f in d["flames"]:
-                console.print(f"  {f['kind']} differential flamegraph: {escape(str(f.get('svg') or f.get('note')))}")
-        if comp["whys"]:
-            console.print("[bold]Why[/bold]")
-            for line in comp["whys"]:
-                console.print(f"  {escape(line)}", highlight=False)
-        for side, cells in (("only in BASE", comp["unmatched"]["base_only"]),
-                            ("only in NEW", comp["unmatched"]["new_only"])):
-            if cells:
-                console.print(f"unmatched, {side}: {escape(', '.join(cells))}")
-    console.print(f"[dim]{escape(v['method'])}[/dim]")
-    if doc["fail_if"]["checks"]:
-        for line in doc["fail_if"]["breaches"]:
-            console.print(f"[red]FAIL[/red] {escape(line)}")
-        if not doc["fail_if"]["breaches"]:
-            console.print(f"--fail-if {escape(','.join(doc['fail_if']['checks']))}: "
-                          "no significant regression beyond the thresholds")
-    if doc["artifacts"]:
-        console.print(f"compare: {escape(doc['artifacts']['compare_html'])} (also compare.md, compare.json)")
-
-
 def _json_ready(obj):
     """NaN → null (strict JSON), numpy scalars → Python, recursively."""
     if isinstance(obj, dict):
@@ -682,17 +529,3 @@ def _json_ready(obj):
     if isinstance(obj, (list, tuple)):
         return [_json_ready(v) for v in obj]
     return results._clean(obj)
-
-
-def main(paths: list[str], as_json: bool = False, out: str | None = None, fail_if: str = "",
-         console: Console | None = None) -> int:
-    """The CLI's body: compare, print (rich, or only JSON), return the exit code (1 = --fail-if breached)."""
-    doc = compare(paths, out=out, fail_if=fail_if)
-    if as_json:
-        print(json.dumps(doc, default=str))
-        if doc["fail_if"]["breaches"]:
-            Console(stderr=True).print("\n".join(f"FAIL {b}" for b in doc["fail_if"]["breaches"]),
-                                       markup=False, highlight=False)
-    else:
-        print_doc(doc, console or Console())
-    return 1 if doc["fail_if"]["breaches"] else 0

@@ -51,7 +51,7 @@ def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
         got["thread"].start()
 
     longer = dataclasses.replace(env.cfg, duration=env.cfg.duration + STACKS_EXTRA_S)
-    env = dataclasses.replace(env, cfg=longer, probes=None,
+    env = dataclasses.replace(env, cfg=longer, instruments=(),
                               hooks=CellHooks(started=stack_probes.target, measuring=collect_later))
     outcome = run_cell(cell, env)
     if "thread" in got:
@@ -99,7 +99,7 @@ def flamegraph_round(cell: Cell, env: CellEnv, out: Path) -> dict:
 
     longer = dataclasses.replace(cfg, duration=cfg.duration + SAMPLING_EXTRA_S)
     options = ("-X", mixed_flag) if mixed_flag else ()
-    outcome = run_cell(cell, dataclasses.replace(env, cfg=longer, probes=None, python_options=options,
+    outcome = run_cell(cell, dataclasses.replace(env, cfg=longer, instruments=(), python_options=options,
                                                  hooks=CellHooks(measuring=start_sampling)))
     if "thread" in done:
         done["thread"].join(timeout=cfg.duration + 60)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from netprof.backends import registry
+from netprof.probes import registry as instruments
 from netprof.profiler import schema
 from netprof.profiler.errors import InputError
 
@@ -114,9 +115,12 @@ class RunConfig:
     # unprobed and gives the headline figures (1 = probes throughout, 0 = no probes).
     probe_share: float = 0.3
     syscall_time: bool = False  # --syscall-time: also time syscalls (the sys_exit program)
-    # --sockwait: the socket-wait set (probes/sockwait.py) attached for the whole of each cell, so it
+    # --sockwait: the socket-wait set (probes/sockwait/) attached for the whole of each cell, so it
     # sees every connection from its first byte; its cost is in the headline figures too.
     sockwait: bool = False
+    # --instrument NAME: further instruments of probes/registry.py (those with an option of their own,
+    # the counting set and --sockwait, are asked for by it).
+    instruments: tuple[str, ...] = ()
 
     def cells(self) -> Iterator[Cell]:
         """Rounds outermost, so a noisy period of the machine spreads over all backends alike."""
@@ -338,6 +342,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     for name in cfg.extra_dims:
         if name not in schema.BY_NAME:
             raise InputError(f"run dimension '{name}' is not declared in profiler/schema.py")
+    for name in cfg.instruments:
+        if instruments.by_name(name) is None:
+            raise InputError(f"--instrument '{name}' is not known; use one of {', '.join(instruments.NAMES)}")
     if not cfg.backends:
         raise InputError("name at least one backend, e.g. `netprof run selector` (see `netprof list`), "
                          "or your own server with --cmd or --attach")

@@ -4,6 +4,11 @@ Drawing is a second of a report's time (importing matplotlib ~0.5 s, drawing six
 - `start` forks children that import matplotlib and draw while the report does the rest of its work
   (analysis, tables, templates); `Pending.result` collects their SVGs. The parent never imports
   matplotlib. A child that fails leaves its plots to be drawn in the parent, as before.
+- `netprof run` starts its drawing process before the run (`warm`: while BPF compiles, and waited for
+  before the first cell, so its import never overlaps a measured load): it imports matplotlib and
+  then sleeps on a pipe until the report hands it the data, when it forks a sibling (matplotlib
+  already imported: the fork is free) and the two draw half the set each. The report's wait for its
+  plots is then the drawing alone, shared by both CPUs, instead of an import and six plots in a row.
 - A set already drawn for the same data is reused: `netprof report DIR` after the run (or again) finds
   it in netprof's cache (profiler/cache.py) and draws nothing. The key hashes everything that decides
   the pictures: the per-cell table and per-connection rows (every value, exactly), netprof's and
@@ -13,12 +18,16 @@ Drawing is a second of a report's time (importing matplotlib ~0.5 s, drawing six
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import importlib
 import importlib.metadata
 import json
 import os
 import pickle
-from collections.abc import Callable
+import select
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +48,10 @@ SOURCES = ("plots.py", "mpl.py", "units.py", "schema.py")  # what draws; a chang
 # Drawing processes: each imports matplotlib (~0.45 s of CPU), so on 2 CPUs one child beside the parent
 # (which writes the rest of the report meanwhile) is as quick as two and much lighter on a busy host.
 CHILDREN = 1 if (os.cpu_count() or 1) <= 2 else 2
+# A warm drawing process (`warm`) forks its helpers from itself, matplotlib already imported: a fork costs
+# nothing, so the set is split in two whatever the CPU count (the report's own work is the third share).
+WARM_SHARES = 2
+READY_TIMEOUT_S = 10.0  # a warm process not ready by then is stopped (the report forks its own children)
 KEEP = 32  # plot sets kept in the cache (newest first): a set is ~100 KB
 SVG_URI = "data:image/svg+xml;base64,"
 
@@ -126,17 +139,71 @@ def _store(k: str, svgs: dict[str, bytes | None]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Drawing in children.
 
+def _shares(names: list[str], n: int) -> list[list[str]]:
+    """`names` dealt out to n processes: alternate, so the per-connection panels (the slow ones) go one each."""
+    return [share for i in range(n) if (share := names[i::n])]
+
+
+def _draw_share(names: list[str], draw: Draw, cells: pd.DataFrame,
+                per_conn: pd.DataFrame | None) -> dict[str, bytes | None]:
+    return {n: draw(n, cells, per_conn) for n in names}
+
+
 def _child(fd: int, names: list[str], draw: Draw, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> None:
     """In the forked child: draw `names`, send {name: SVG or None} down `fd`, and leave without running
     the parent's exit handlers (they remove its temp directory)."""
     code = 1
     try:
-        got = {n: draw(n, cells, per_conn) for n in names}
+        got = _draw_share(names, draw, cells, per_conn)
         with os.fdopen(fd, "wb") as f:
             pickle.dump(got, f)
         code = 0
     finally:
         os._exit(code)
+
+
+def _fork_shares(shares: list[list[str]], draw: Draw, cells: pd.DataFrame,
+                 per_conn: pd.DataFrame | None) -> list[tuple[int, int]]:
+    """A child per share, each drawing it (`_child`); (pid, read end of its pipe) of each one started (a
+    refused fork: fewer, and the caller draws what no child took)."""
+    children: list[tuple[int, int]] = []
+    die_with_parent = procs.die_with(os.getpid())
+    for share in shares:
+        r, w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            break
+        if pid == 0:
+            die_with_parent()  # a netprof killed meanwhile leaves no drawing child behind
+            os.close(r)
+            for _, fd in children:
+                os.close(fd)
+            _child(w, share, draw, cells, per_conn)
+        os.close(w)
+        children.append((pid, r))
+    return children
+
+
+def _collect(children: list[tuple[int, int]]) -> dict[str, bytes | None]:
+    """What the children drew (a child that failed: nothing of its share); every child reaped."""
+    got: dict[str, bytes | None] = {}
+    for pid, fd in children:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()  # read before waiting: an SVG set outgrows the pipe's buffer
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) == 0 and data:
+            got.update(pickle.loads(data))
+    return got
+
+
+def _abandon(children: list[tuple[int, int]]) -> None:
+    """Reap children whose result is not wanted: their pipe closed, a child still writing gets EPIPE."""
+    for pid, fd in children:
+        os.close(fd)
+        os.waitpid(pid, 0)
 
 
 class Pending:
@@ -149,35 +216,11 @@ class Pending:
         self.children: list[tuple[int, int]] = []  # (pid, read end of its pipe)
 
     def fork(self) -> None:
-        names = [n for n, _, _ in PLOTS]
-        die_with_parent = procs.die_with(os.getpid())
-        for i in range(CHILDREN):
-            share = names[i::CHILDREN]  # alternate: the per-connection panels (the slow ones) go one each
-            r, w = os.pipe()
-            try:
-                pid = os.fork()
-            except OSError:
-                os.close(r)
-                os.close(w)
-                return  # result() draws what no child took
-            if pid == 0:
-                die_with_parent()  # a netprof killed meanwhile leaves no drawing child behind
-                os.close(r)
-                for _, fd in self.children:
-                    os.close(fd)
-                _child(w, share, self.draw, self.cells, self.per_conn)
-            os.close(w)
-            self.children.append((pid, r))
+        self.children += _fork_shares(_shares([n for n, _, _ in PLOTS], CHILDREN), self.draw, self.cells,
+                                      self.per_conn)
 
     def _collect(self) -> dict[str, bytes | None]:
-        """What the children drew (a child that failed: nothing of its share); every child reaped."""
-        got: dict[str, bytes | None] = {}
-        for pid, fd in self.children:
-            with os.fdopen(fd, "rb") as f:
-                data = f.read()  # read before waiting: an SVG set outgrows the pipe's buffer
-            _, status = os.waitpid(pid, 0)
-            if os.waitstatus_to_exitcode(status) == 0 and data:
-                got.update(pickle.loads(data))
+        got = _collect(self.children)
         self.children = []
         return got
 
@@ -195,22 +238,157 @@ class Pending:
 
     def __exit__(self, *exc) -> None:
         """Reap children whose result was never asked for (the report failed on the way)."""
-        for pid, fd in self.children:
-            os.close(fd)  # a child still writing gets EPIPE and leaves
-            os.waitpid(pid, 0)
+        _abandon(self.children)
         self.children = []
+
+
+# ---------------------------------------------------------------------------------------------
+# A drawing process started ahead of the report.
+
+def _warm_main(ready_w: int, job_r: int, out_w: int, draw: Draw, preload: Sequence[str]) -> None:
+    """In the warm process: import `preload`, say so on `ready_w`, sleep until the job comes down `job_r`
+    (EOF without one: nothing to draw), draw it with helpers forked from here, send {name: SVG or None}
+    down `out_w`; leave without running the parent's exit handlers."""
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it still wants its plots
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # never holds the command's stdout (`--json` readers wait for its EOF)
+        os.close(null)
+        for name in preload:
+            importlib.import_module(name)
+        os.write(ready_w, b"R")
+        os.close(ready_w)
+        with os.fdopen(job_r, "rb") as f:
+            job = f.read()
+        if not job:
+            code = 0
+            return
+        shares, cells, per_conn = pickle.loads(job)
+        helpers = _fork_shares(shares[1:], draw, cells, per_conn)
+        got: dict[str, bytes | None] = {}
+        try:
+            got = _draw_share(shares[0], draw, cells, per_conn)
+        except Exception:
+            pass  # this share is drawn by the parent instead, as a failed child's is
+        got.update(_collect(helpers))
+        with os.fdopen(out_w, "wb") as f:
+            pickle.dump(got, f)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+class Warm:
+    """One drawing process, forked now (its `preload` imported at once) and given its job by `start`.
+    `ready()` waits until the import is done; `close()` ends and reaps it if no report took it."""
+
+    def __init__(self, draw: Draw, preload: Sequence[str]) -> None:
+        self.draw = draw
+        self.pid: int | None = None
+        self.ready_r = self.job_w = self.out_r = -1
+        self.is_ready = False
+        fds = [*os.pipe(), *os.pipe(), *os.pipe()]
+        ready_r, ready_w, job_r, job_w, out_r, out_w = fds
+        try:
+            die_with_parent = procs.die_with(os.getpid())
+            pid = os.fork()
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            return  # no warm process: the report forks its own children
+        if pid == 0:
+            die_with_parent()  # a netprof killed meanwhile leaves no drawing process behind
+            for fd in (ready_r, job_w, out_r):
+                os.close(fd)
+            _warm_main(ready_w, job_r, out_w, draw, preload)
+        for fd in (ready_w, job_r, out_w):
+            os.close(fd)
+        self.pid, self.ready_r, self.job_w, self.out_r = pid, ready_r, job_w, out_r
+
+    def ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        """Wait until the process has imported what it draws with (True), or is gone: failed, or not
+        ready in `timeout` seconds and killed (False; the report forks its own children then)."""
+        if self.pid is None or self.is_ready:
+            return self.is_ready
+        readable, _, _ = select.select([self.ready_r], [], [], timeout)
+        self.is_ready = bool(readable) and os.read(self.ready_r, 1) == b"R"
+        if not self.is_ready:
+            if not readable:  # still importing: it must not work on into the measured load
+                os.kill(self.pid, signal.SIGKILL)
+            self.close()
+        return self.is_ready
+
+    def take(self, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> tuple[int, int] | None:
+        """Hand the process its job: (pid, read end of its result), as a child of `Pending`; None when it
+        cannot take one (gone, or already used)."""
+        if self.pid is None:
+            return None
+        job = pickle.dumps((_shares([n for n, _, _ in PLOTS], WARM_SHARES), cells, per_conn),
+                           protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            with os.fdopen(self.job_w, "wb") as f:  # the process reads as it comes: the pipe never fills
+                self.job_w = -1
+                f.write(job)
+        except OSError:  # it died (EPIPE): the report forks its own
+            self.close()
+            return None
+        child = (self.pid, self.out_r)
+        os.close(self.ready_r)
+        self.pid, self.ready_r, self.out_r = None, -1, -1
+        return child
+
+    def close(self) -> None:
+        """End the process unless a report took it: its job pipe closed, it leaves once its import is
+        done; reaped."""
+        for fd in (self.ready_r, self.job_w, self.out_r):
+            if fd >= 0:
+                os.close(fd)
+        self.ready_r = self.job_w = self.out_r = -1
+        if self.pid is not None:
+            os.waitpid(self.pid, 0)
+            self.pid = None
+
+
+_warm: Warm | None = None  # the process `start` gives its job to, while `warm` keeps one
+
+
+@contextlib.contextmanager
+def warm(draw: Draw, preload: Sequence[str]) -> Iterator[Warm]:
+    """A drawing process for the report of what the `with` block runs: forked now, importing `preload`
+    (what `draw` imports) meanwhile; `start(..., draw)` gives it its job; ended and reaped at the
+    block's end whatever happens (the kernel kills it if netprof itself is killed)."""
+    global _warm
+    w = Warm(draw, preload)
+    _warm = w
+    try:
+        yield w
+    finally:
+        _warm = None
+        w.close()
+
+
+def ready(timeout: float = READY_TIMEOUT_S) -> None:
+    """Wait until the warm process (if any) has done its import: call it before the first measured load."""
+    if _warm is not None:
+        _warm.ready(timeout)
 
 
 def start(cells: pd.DataFrame, per_conn: pd.DataFrame | None, out_dir: Path, draw: Draw) -> Pending:
     """The plots of this report: from the cache, or being drawn by `draw(name, cells, per_conn)` in
-    forked children meanwhile (the caller's `draw` imports matplotlib, so only they do)."""
+    forked children meanwhile (the caller's `draw` imports matplotlib, so only they do): the warm
+    process when one waits with the same `draw` (`warm`), else children forked now."""
     if cells.empty:
         return Pending(out_dir, draw, cells, per_conn, svgs={})
     k = key(cells, per_conn)
     svgs = _cached(k)
     pending = Pending(out_dir, draw, cells, per_conn, k, svgs)
     if svgs is None:
-        pending.fork()
+        child = _warm.take(cells, per_conn) if _warm is not None and _warm.draw is draw else None
+        if child is not None:
+            pending.children.append(child)
+        else:
+            pending.fork()
     return pending
 
 

@@ -3,7 +3,7 @@ their evidence, network_ping_test's tables and the plots — as terminal output,
 report.html, and summary.json (the interface contract's JSON summary).
 
 This module only gathers and renders; the numbers come from `stats.aggregate`, the
-judgements from `anomalies`, the figures from `plots`, the layout from `templates/`.
+judgements from `rules`, the figures from `plots`, the layout from `templates/`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from markupsafe import Markup
 from rich.console import Console
 from rich.markup import escape
 
-from netprof.profiler import anomalies as anomalies_mod
-from netprof.profiler import atomic, cache, plotset, results, schema, stats, tables, units
+from netprof.profiler import atomic, cache, plotset, results, rules, schema, stats, tables, units
 from netprof.profiler.errors import InputError
 from netprof.profiler.stats import num, syscalls_of
 
@@ -271,7 +270,7 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
     if probe:
         out.append(probe)
     if found:
-        by_sev = {s: sum(a["severity"] == s for a in found) for s in anomalies_mod.SEVERITIES}
+        by_sev = {s: sum(a["severity"] == s for a in found) for s in rules.SEVERITIES}
         counts = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
         top = [a for a in found if a["severity"] == found[0]["severity"]][:3]
         lead = "Most severe" if found[0]["severity"] != "info" else "Informational only"
@@ -416,17 +415,6 @@ def headline_note(cells: pd.DataFrame) -> str:
 # ---------------------------------------------------------------------------------------------
 # Where each anomaly can be seen: its plot, the flamegraph of its cell.
 
-PLOT_OF = {  # rule id → the plots that show it (first = the main one); rules not listed link none
-    "starvation": ("per_conn", "fairness"), "wait_starvation": ("per_conn", "fairness"),
-    "readiness_churn": ("syscalls",), "mmap_churn": ("syscalls",), "lock_contention": ("syscalls", "cpu"),
-    "cpu_split": ("cpu",), "latency_tail": ("latency",), "head_of_line": ("latency",),
-    "loop_busy_elsewhere": ("latency",), "throughput_collapse": ("throughput", "syscalls"),
-    "loader_bottleneck": ("throughput",), "noisy": ("throughput",), "machine_busy": ("throughput",),
-    "connection_errors": ("throughput",),
-}
-SOCKWAIT_RULES = ("wait_starvation", "head_of_line", "loop_busy_elsewhere")
-
-
 def _anomaly_cells(a: dict, cells: pd.DataFrame) -> pd.DataFrame:
     """The aggregate's cells an anomaly is about (all of its backend's when it names no scale)."""
     if cells.empty or "backend" not in cells:
@@ -439,12 +427,13 @@ def _anomaly_cells(a: dict, cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def anomaly_links(a: dict, cells: pd.DataFrame, plots: list, flames: list[dict], sockwait: bool) -> list[dict]:
-    """[{text, href, anchor}]: the anomaly's plots (anchor in the page, file for report.md) and, when
-    its cell was sampled, that cell's flamegraphs."""
+    """[{text, href, anchor}]: the anomaly's plots (its rule's, anchor in the page, file for report.md),
+    its section and, when its cell was sampled, that cell's flamegraphs."""
+    rule = rules.META[a["id"]]
     made = {p.name: p for p in plots}
     links = [{"text": f"{made[n].title} plot", "anchor": f"#{made[n].anchor}", "href": made[n].path}
-             for n in PLOT_OF.get(a["id"], ()) if n in made]
-    if sockwait and a["id"] in SOCKWAIT_RULES:
+             for n in rule.plots if n in made]
+    if sockwait and rule.section == "sockwait":
         links.append({"text": "where the round trip went", "anchor": "#sockwait", "href": "#sockwait"})
     by_cell = {f["cell"]: f for f in flames}
     for slug in dict.fromkeys(schema.cell_slug(r) for _, r in _anomaly_cells(a, cells).iterrows()):
@@ -491,7 +480,8 @@ def _bytecode_cache(autoescape: bool) -> jinja2.BytecodeCache | None:
     return _BytecodeCache(where, f"%s.{int(autoescape)}.cache") if where else None
 
 
-def _env(autoescape: bool) -> jinja2.Environment:
+def template_env(autoescape: bool) -> jinja2.Environment:
+    """The templates/ environment with the report's filters (compare_report renders its pages with it too)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=autoescape,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              bytecode_cache=_bytecode_cache(autoescape))
@@ -510,8 +500,8 @@ def _stack_text(s: dict) -> str:
 
 
 def render(out: Path, context: dict) -> tuple[Path, Path]:
-    md = _env(False).get_template("report.md.j2").render(**context, stack_text=_stack_text)
-    page = _env(True).get_template("report.html.j2").render(**context, stack_text=_stack_text)
+    md = template_env(False).get_template("report.md.j2").render(**context, stack_text=_stack_text)
+    page = template_env(True).get_template("report.html.j2").render(**context, stack_text=_stack_text)
     atomic.write_text(out / "report.md", md)
     atomic.write_text(out / "report.html", page)
     return out / "report.md", out / "report.html"
@@ -541,7 +531,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
     cells = stats.aggregate(df)
     with plotset.start(cells, per_conn, out, _draw) as pending:  # drawn in children meanwhile
-        found = anomalies_mod.detect(df, per_conn, meta, src, cells=cells)
+        found = rules.detect(df, per_conn, meta, src, cells=cells)
         rendered = ([{"title": t, "header": made[0], "rows": made[1]} for t, fn in TABLES
                      if (made := fn(cells)) is not None] if not cells.empty else [])
         headline = None

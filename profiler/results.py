@@ -26,7 +26,9 @@ from netprof.profiler.errors import InputError
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
 PER_CONN_PARQUET = "per_conn.parquet"
-SOCKWAIT_CONN_PARQUET = "sockwait_conn.parquet"  # --sockwait: per connection, as per_conn.parquet
+# An instrument's per-connection rows (probes/instrument.py), beside the row's keys, as per_conn.parquet.
+CONN_PARQUET = "{}_conn.parquet"
+SOCKWAIT_CONN_PARQUET = CONN_PARQUET.format("sockwait")
 META_JSON = "meta.json"
 SUMMARY_JSON = "summary.json"
 
@@ -58,9 +60,11 @@ def _clean(v):
 
 def unflatten(flat: dict) -> dict:
     row: dict = {}
+    # An instrument's group is in every row with its `attached` flag (cell._base_row): nested as well.
+    nested = set(NESTED) | {k.split(".", 1)[0] for k in flat if k.endswith(".attached")}
     for k, v in flat.items():
         v = _clean(v)
-        if "." in k and k.split(".", 1)[0] in NESTED:
+        if "." in k and k.split(".", 1)[0] in nested:
             group, name = k.split(".", 1)
             if v is not None:
                 row.setdefault(group, {})[name] = v
@@ -76,24 +80,26 @@ class ResultsStore:
         self.dir = atomic.ensure_out_dir(out_dir)
         self.rows: list[dict] = []
         self.per_conn: list[pd.DataFrame] = []
-        self.sockwait_conns: list[pd.DataFrame] = []
+        self.conn_frames: dict[str, list[pd.DataFrame]] = {}  # instrument name -> its per-connection rows
 
     def write_meta(self, meta: dict) -> None:
         atomic.write_text(self.dir / META_JSON, json.dumps(meta, indent=2, default=str))
 
     def add(self, row: dict, per_conn_messages: list[int] | None = None,
-            sockwait_conns: list[dict] | None = None) -> None:
+            conn_rows: dict[str, list[dict]] | None = None) -> None:
+        """One finished cell: its row, the loader's per-connection counts, each instrument's
+        per-connection rows ({name: rows}); everything is on disk when it returns."""
         self.rows.append(row)
         if per_conn_messages:
             self.per_conn.append(pd.DataFrame({
                 **{k: row.get(k) for k in schema.ROW_KEYS},
                 "conn": range(len(per_conn_messages)), "messages": per_conn_messages,
             }))
-        if sockwait_conns:  # the row keys, then probes/sockwait.conn_rows' columns
-            frame = pd.DataFrame(sockwait_conns)
+        for name, rows in (conn_rows or {}).items():  # the row keys, then the instrument's columns
+            frame = pd.DataFrame(rows)
             for i, k in enumerate(schema.ROW_KEYS):
                 frame.insert(i, k, row.get(k))
-            self.sockwait_conns.append(frame)
+            self.conn_frames.setdefault(name, []).append(frame)
         self.flush()
 
     def frame(self) -> pd.DataFrame:
@@ -109,10 +115,9 @@ class ResultsStore:
             pc = pd.concat(self.per_conn, ignore_index=True)
             with atomic.open_atomic(self.dir / PER_CONN_PARQUET, "wb") as f:
                 pc.to_parquet(f, index=False)
-        if self.sockwait_conns:
-            sw = pd.concat(self.sockwait_conns, ignore_index=True)
-            with atomic.open_atomic(self.dir / SOCKWAIT_CONN_PARQUET, "wb") as f:
-                sw.to_parquet(f, index=False)
+        for name, frames in self.conn_frames.items():
+            with atomic.open_atomic(self.dir / CONN_PARQUET.format(name), "wb") as f:
+                pd.concat(frames, ignore_index=True).to_parquet(f, index=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,9 +350,14 @@ def load(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
     return df, read_parquet(out_dir, PER_CONN_PARQUET), meta if isinstance(meta, dict) else {}
 
 
+def load_conn_rows(out_dir: str | Path, instrument: str) -> pd.DataFrame | None:
+    """An instrument's per-connection rows of a results directory, or None."""
+    return read_parquet(out_dir, CONN_PARQUET.format(instrument))
+
+
 def load_sockwait_conns(out_dir: str | Path) -> pd.DataFrame | None:
     """--sockwait's per-connection waits of a results directory, or None."""
-    return read_parquet(out_dir, SOCKWAIT_CONN_PARQUET)
+    return load_conn_rows(out_dir, "sockwait")
 
 
 def rows_of(df: pd.DataFrame) -> list[dict]:

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from netprof.probes import registry
+from netprof.probes.instrument import Instrument
 from netprof.profiler import atomic, evidence, netns, reap, runlock, schema, units
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
@@ -57,24 +59,22 @@ def cell_line(cell, row: dict) -> str:
             f"{per_message_notation(per) if per else 'no probes'}")
 
 
-def _open_probes(cfg: RunConfig):
-    """Compile the counting programs once per run; re-targeted per cell."""
-    if not cfg.probes:
-        return None
-    from netprof.probes import CountingProbes
+def open_instruments(cfg: RunConfig) -> list[Instrument]:
+    """Compile each instrument the run asks for once, detached (probes/instrument.py); each cell
+    targets and attaches them. One that fails to open closes those opened before it."""
+    opened: list[Instrument] = []
+    try:
+        for cls in registry.wanted(cfg):
+            opened.append(cls.open(cfg))
+    except BaseException:
+        close_instruments(opened)
+        raise
+    return opened
 
-    # Compiled once; attached only inside each cell's probed sub-window unless --probe-share 1.
-    return CountingProbes(track_children=True, syscall_time=cfg.syscall_time, attached=cfg.probe_share >= 1)
 
-
-def _open_sockwait(cfg: RunConfig):
-    """--sockwait: compile the socket-wait set once per run, detached; each cell targets it and
-    attaches it before the loader connects (cell.run_cell)."""
-    if not cfg.sockwait:
-        return None
-    from netprof.probes import SockWaitProbes
-
-    return SockWaitProbes(attached=False)
+def close_instruments(instruments: list[Instrument]) -> None:
+    for inst in instruments:
+        inst.close()
 
 
 def _link(cfg: RunConfig):
@@ -112,8 +112,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
     failed = 0
     interrupted = False
     error = None
-    probes = _open_probes(cfg)
-    sockwait = _open_sockwait(cfg)
+    instruments = open_instruments(cfg)
     progress = Progress(
         TextColumn("[bold]{task.description}"), TextColumn("{task.fields[phase]}", style="cyan"), BarColumn(),
         TextColumn("{task.completed}/{task.total} cells"), TextColumn("{task.fields[last]}"),
@@ -140,7 +139,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 if STOP.is_set():
                     raise KeyboardInterrupt
                 progress.update(task, description=cell.label(), phase="")
-                env = CellEnv(cfg, loader, interps[cell.python], probes=probes, link=link, sockwait=sockwait,
+                env = CellEnv(cfg, loader, interps[cell.python], instruments=tuple(instruments), link=link,
                               on_phase=phase, on_live=live if console.is_terminal else None)
                 host_before = meta_mod.host_load()
                 outcome = run_cell(cell, env)
@@ -148,7 +147,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 meta["host_per_cell"].append({"cell": schema.cell_slug(outcome.row), "round": cell.round,
                                               **meta_mod.cell_load(host_before, meta_mod.host_load())})
                 store.write_meta(meta)
-                store.add(outcome.row, outcome.per_conn_messages, outcome.sockwait_conns)
+                store.add(outcome.row, outcome.per_conn_messages, outcome.conn_rows)
                 if not outcome.ok:
                     failed += 1
                     # the error quotes a server's stderr: text for rich, and no terminal control sequences
@@ -161,23 +160,13 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 progress.advance(task)
             if STOP.is_set():
                 raise KeyboardInterrupt
-            if probes is not None:
-                from netprof.probes import selfcost
-
-                # This host's price of the probes per syscall (it varies between hosts): ~1 s to measure,
-                # so measured once per boot and cached (the figure says when, and that it came from the cache).
-                meta["probe_cost_per_syscall"] = selfcost.cached(probes)
+            while instruments:  # what each costs on this host; the evidence rounds run without them
+                inst = instruments.pop(0)
+                try:
+                    meta.update(inst.cost())
+                finally:
+                    inst.close()
                 store.write_meta(meta)
-                probes.close()  # the evidence rounds run without the counting set
-                probes = None
-            if sockwait is not None:
-                from netprof.probes.sockwait import measure_cost
-
-                # Its price per loopback message on this host (~2 s): the report states it beside the headline.
-                meta["sockwait_cost_per_message"] = measure_cost(sockwait)
-                store.write_meta(meta)
-                sockwait.close()
-                sockwait = None
             if cfg.stacks:
                 from netprof.probes import StackProbes
 
@@ -205,9 +194,6 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
         error = f"{type(e).__name__}: {e}"
         atomic.write_text(out / ERROR_LOG, traceback.format_exc())
     finally:
-        if probes is not None:
-            probes.close()
-        if sockwait is not None:
-            sockwait.close()
+        close_instruments(instruments)
         store.write_meta({**meta, "host_after": meta_mod.host_load()})
     return RunOutcome(out, store, failed, interrupted, error)

@@ -55,6 +55,16 @@ ROW_KEYS: list[str] = CELL_KEYS + ["round"]
 # Dimensions that are one value per run today but still part of a cell's identity in tables when
 # a results frame mixes runs (compare): they are not split into separate cells.
 SERIES_KEYS: list[str] = [k for k in CELL_KEYS if k != "connections"]  # one plotted line per these
+# What names a server as a whole (its program and the interpreter it runs on): the findings about a
+# backend rather than one cell are one per these.
+SERVER_KEYS: tuple[str, ...] = ("backend", "interpreter")
+# How a finding (an anomaly in summary.json) names its cell: the interface contract's two first
+# (connections None: the backend as a whole), then the dimensions added since, after the finding.
+FINDING_KEYS: tuple[str, ...] = ("backend", "connections")
+FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing")
+# Run-wide settings rows record that are not cell dimensions (one value per run; `compare` matches
+# runs on them too), with the value of rows written before they were recorded (as Dimension.legacy).
+RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none"}
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
@@ -119,6 +129,34 @@ def column_label(row: Mapping, frame: pd.DataFrame) -> str:
     if "pipeline" in varying(frame):
         text += f" ×{int(_value(row, BY_NAME['pipeline']))}"
     return text
+
+
+def cell_phrase(row: Mapping) -> str:
+    """'asyncio_sock at 100 connections, 8 in flight (message framing)': a cell in a sentence."""
+    pipe = f", {int(row['pipeline'])} in flight" if (row.get("pipeline") or 1) > 1 else ""
+    framing = BY_NAME["framing"].text(row.get("framing") or "own")
+    framing = f" ({framing})" if framing else ""
+    return f"{row['backend']} at {int(row['connections'])} connections{pipe}{framing}"
+
+
+def scale_phrase(cell: Mapping, beside: Mapping) -> str:
+    """'100 ×8 stream framing': a cell's connections, messages in flight (when more than one) and
+    framing (when it differs from `beside`'s), for the other cells a finding also covers."""
+    text = f"{cell['connections']}" + (f" ×{cell['pipeline']}" if (cell.get("pipeline") or 1) > 1 else "")
+    framing = BY_NAME["framing"].text(cell.get("framing")) if cell.get("framing") != beside.get("framing") else ""
+    return text + (f" {framing}" if framing else "")
+
+
+def finding_cell(row: Mapping, whole_server: bool = False) -> dict:
+    """The cell a finding is about, by FINDING_KEYS and FINDING_MORE_KEYS, as summary.json has it:
+    counts as ints (pipeline 1 when unset); with `whole_server`, only SERVER_KEYS (the rest None)."""
+    cell: dict = {k: row.get(k) for k in FINDING_KEYS + FINDING_MORE_KEYS}
+    cell["backend"] = str(row["backend"])
+    if whole_server:
+        return {k: v if k in SERVER_KEYS else None for k, v in cell.items()}
+    cell["connections"] = int(row["connections"])
+    cell["pipeline"] = int(row.get("pipeline", 1) or 1)
+    return cell
 
 
 def cell_slug(row: Mapping) -> str:

@@ -156,12 +156,12 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
                     share: float = CONN_WAIT_SHARE) -> dict:
     """How queue wait is spread over connections ranked by service (bytes read in the window): the
     median per-connection wait (`waits`: each connection's own wait, the p90 of its reads' waits,
-    probes/sockwait.conn_rows) of the least-served `share` of them, of the most-served `share`, and
+    probes/sockwait/instrument.conn_rows) of the least-served `share` of them, of the most-served `share`, and
     their ratio (≥ 100: the long waits sit on the starved connections); and the median service of the
     same two groups (`conn_bytes_*`). Not mean waits: with K messages in flight a connection's mean
     wait is about K over its rate (Little's law), so a ratio of means only repeats the service ratio,
     while a served connection's reads find fresh data and a starved one's, at each turn it gets,
-    data that waited for the loop (why p90, not the median: probes/sockwait.CONN_WAIT_QUANTILE).
+    data that waited for the loop (why p90, not the median: probes/sockwait/sockwait.CONN_WAIT_QUANTILE).
     Medians of the deciles, so one connection does not decide. {} below 2 connections with a wait."""
     pairs = sorted(((float(s), float(w)) for s, w in zip(served, waits) if w is not None and not math.isnan(w)),
                    key=lambda p: p[0])
@@ -248,7 +248,7 @@ CELL_METRICS: dict[str, Metric] = {
     "per_conn.jain": Metric("Jain index", higher_is_better=True, judged_by=CONN_CV),
     CONN_CV: Metric("spread across connections (CV)", log=True),
     "per_conn.active_share": Metric("share of connections that handled 95% of messages", higher_is_better=True),
-    # --sockwait (probes/sockwait.py): where the server side of a round trip went. Waits are heavy-
+    # --sockwait (probes/sockwait/): where the server side of a round trip went. Waits are heavy-
     # tailed and span decades between a fair and a starving backend: judged on a log scale.
     "sockwait.wait_p50_us": Metric("socket queue wait p50", "µs", log=True),
     "sockwait.wait_p99_us": Metric("socket queue wait p99", "µs", log=True),

@@ -11,7 +11,7 @@ import pytest
 from test_anomalies import make_row
 
 from helpers import run_netprof
-from netprof.profiler import compare, results, schema, stats
+from netprof.profiler import compare, compare_report, results, schema, stats
 from netprof.profiler.errors import InputError
 
 SHORT = ("-r", "3", "-d", "1", "--warmup", "0.2", "--wait")  # --wait: queue behind another run
@@ -196,7 +196,7 @@ def test_a_negligible_fairness_change_is_no_why(tmp_path):
     jain = cell["metrics"]["per_conn.jain"]
     assert jain["verdict"] == "lower" and jain["judged_by"] == stats.CONN_CV and jain["scale"] == "log"
     assert cell["why"] is None
-    (detail,) = compare.view(doc)["comparisons"][0]["details"]
+    (detail,) = compare_report.view(doc)["comparisons"][0]["details"]
     row = next(r for r in detail["rows"] if r[0] == "Jain index")
     assert row[-1] == "lower (negligible)" and row[3].startswith("CV ")
 

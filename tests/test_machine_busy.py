@@ -16,7 +16,7 @@ from test_anomalies import frame, make_row
 
 from netprof.profiler import meta as meta_mod
 from netprof.profiler import schema
-from netprof.profiler.anomalies import detect
+from netprof.profiler.rules import detect
 
 
 def _three_rounds(slow_busy: float, slow_loader: float, slow_factor: float = 0.7) -> list[dict]:

@@ -19,5 +19,5 @@ def test_subpackages_and_binaries_are_installed():
 
     names = {str(f) for f in metadata.files("netprof")}
     assert any(n.endswith("bin/netprof-loader") for n in names)
-    assert any(n.endswith("probes/counting.bpf.c") for n in names)
+    assert any(n.endswith("probes/counting/counting.bpf.c") for n in names)
     assert not any("backends/cpp/" in n for n in names)  # C++ sources are compiled, not shipped

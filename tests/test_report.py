@@ -319,7 +319,7 @@ def test_evidence_reads_in_units(reported):
 def test_uvloop_churn_card_names_every_epoll_ctl_call():
     """6 epoll_ctl per read on a uvloop backend: the card explains each call (traced on uvloop 0.23: 1 ADD,
     5 DEL, 3 of them ENOENT) and quotes uvloop's own source; asyncio's 2 per read gets the plain model."""
-    from netprof.profiler import anomalies
+    from netprof.profiler import rules as anomalies
 
     uv = make_row("uvloop_sock", 100, family="uvloop",
                   syscalls_per_msg={"epoll_ctl": 6.0, "ioctl": 1.0, "sendto": 1.0, "recvfrom": 1.0})

@@ -103,7 +103,7 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
     connection's reads find data that arrived a few handler times ago (tens of µs, 8 in flight), a
     starved one's, at each turn it gets, data that waited for the loop (ms to s). Not the median: a
     starved connection that got one long turn in the window has mostly fast reads (CI once: median
-    ratio ×1.09; here 2 windows of 14; probes/sockwait.CONN_WAIT_QUANTILE). The mean per connection cannot show
+    ratio ×1.09; here 2 windows of 14; probes/sockwait/sockwait.CONN_WAIT_QUANTILE). The mean per connection cannot show
     it: with 8 in flight a connection's mean wait is 8 over its rate (Little's law), so the ratio of
     means is the ratio of service — checked here too, against the kernel's own byte counts, and the
     service against the loader's. Pipeline 1 is the control: strict ping-pong, no starvation.

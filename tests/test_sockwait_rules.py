@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from test_anomalies import frame, ids, make_row
 
-from netprof.profiler import anomalies, sockwait_report, stats
-from netprof.profiler.anomalies import detect
+from netprof.profiler import rules as anomalies
+from netprof.profiler import sockwait_report, stats
+from netprof.profiler.rules import detect
 
 # A `sockwait` row group: short waits and handlers, connections served alike.
 SW = {

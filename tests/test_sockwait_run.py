@@ -182,8 +182,9 @@ def test_refuses_clearly_without_what_the_set_needs(monkeypatch):
     """A kernel without what the set reads (here: no BTF to find the socket fields) is one line that
     says what is missing, before any process starts (the CLI turns it into exit 2)."""
     require_bpf()
-    from netprof.probes import ProbeError, sockwait
+    from netprof.probes import ProbeError
     from netprof.probes.base import NO_PROBES
+    from netprof.probes.sockwait import sockwait
 
     def no_btf(path: str = sockwait.BTF_PATH) -> dict:
         raise ProbeError(

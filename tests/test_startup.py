@@ -1,13 +1,16 @@
 """What keeps a run and a report quick (bench/startup.py measures it): scipy and matplotlib imported only
-when needed, the report's plots drawn in forked children and reused by content, and the probes'
-self-cost measured once per boot and cached."""
+when needed, the report's plots drawn in forked children and reused by content, a run's drawing process
+started (and its import done) before the run, and the probes' self-cost measured once per boot and cached."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +18,7 @@ from scipy import stats as sps
 from test_report import build_results
 
 from netprof.probes import selfcost
-from netprof.profiler import cache, plotset, report, stats
+from netprof.profiler import cache, cli, plotset, procs, report, stats
 
 
 @pytest.fixture
@@ -104,6 +107,120 @@ def test_report_twice_same_plots_second_from_cache(tmp_path, cache_root, monkeyp
     monkeypatch.setattr(report, "_draw", refuse)
     report.finish(d)
     assert {p.name: p.read_bytes() for p in (d / "plots").glob("*.svg")} == svgs
+
+
+def _gone(pid: int) -> bool:
+    """`pid` was reaped by this process (or never was its child)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_warm_process_imports_first_then_draws_the_report_with_a_sibling(tmp_path, cache_root):
+    cells = stats.aggregate(_df(tmp_path))
+    with plotset.warm(_fake_svg, preload=["json"]) as warm:
+        pid = warm.pid
+        assert pid is not None and warm.ready(timeout=30)
+        with plotset.start(cells, None, tmp_path, _fake_svg) as pending:
+            assert [c for c, _ in pending.children] == [pid]  # no new child: the warm one took the job
+            made = pending.result()
+        assert _gone(pid)
+    assert [p.name for p in made] == [n for n, _, _ in plotset.PLOTS]
+    drawn_by = {p.name: (tmp_path / p.path).read_text().split()[1] for p in made}
+    shares = plotset._shares([n for n, _, _ in plotset.PLOTS], plotset.WARM_SHARES)
+    assert {drawn_by[n] for n in shares[0]} == {str(pid)}  # its own share
+    helper = {drawn_by[n] for n in shares[1]}
+    assert len(helper) == 1 and helper != {str(pid)} and str(os.getpid()) not in helper  # a sibling's
+    assert plotset._warm is None
+
+
+def test_warm_process_unused_or_other_draw_is_reaped_and_report_forks_its_own(tmp_path, cache_root):
+    cells = stats.aggregate(_df(tmp_path))
+
+    def other(name, c, p):
+        return _fake_svg(name, c, p)
+
+    with plotset.warm(_fake_svg, preload=[]) as warm:
+        pid = warm.pid
+        with plotset.start(cells, None, tmp_path, other) as pending:  # not the draw it was started for
+            assert pid not in [c for c, _ in pending.children] and len(pending.children) == plotset.CHILDREN
+            pending.result()
+    assert pid is not None and _gone(pid)  # never given a job: ended at the block's end
+    with pytest.raises(RuntimeError):
+        with plotset.warm(_fake_svg, preload=[]) as warm:
+            pid = warm.pid
+            raise RuntimeError("the run failed")
+    assert pid is not None and _gone(pid)
+
+
+def test_warm_process_that_cannot_import_is_not_used(tmp_path, cache_root):
+    cells = stats.aggregate(_df(tmp_path))
+    with plotset.warm(_fake_svg, preload=["netprof_no_such_module"]) as warm:
+        pid = warm.pid
+        assert not warm.ready(timeout=30) and warm.pid is None and _gone(pid)
+        with plotset.start(cells, None, tmp_path, _fake_svg) as pending:
+            assert pid not in [c for c, _ in pending.children]
+            assert len(pending.result()) == len(plotset.PLOTS)
+
+
+def test_warm_process_still_importing_when_the_run_starts_is_killed(tmp_path, monkeypatch):
+    (tmp_path / "netprof_slow_import.py").write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t0 = time.monotonic()
+    with plotset.warm(_fake_svg, preload=["netprof_slow_import"]) as warm:
+        pid = warm.pid
+        assert not warm.ready(timeout=0.3)  # never works on into the load: killed and reaped
+        assert _gone(pid)
+    assert time.monotonic() - t0 < 10
+
+
+def test_warm_process_dies_with_a_killed_netprof(tmp_path):
+    """SIGKILL runs no cleanup: the kernel ends the warm process (and a drawing sibling) itself."""
+    code = textwrap.dedent("""
+        import os, sys, time
+        from netprof.profiler import plotset
+        def draw(name, cells, per_conn):
+            return b"<svg/>"
+        with plotset.warm(draw, preload=[]) as warm:
+            assert warm.ready(timeout=30)
+            print(warm.pid, flush=True)
+            time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        warm_pid = int(proc.stdout.readline())
+        assert procs.pid_alive(warm_pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while procs.pid_alive(warm_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not procs.pid_alive(warm_pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_run_command_starts_the_warm_process_for_its_report(monkeypatch, tmp_path):
+    """`netprof run` wraps the checks, the run and the report in plotset.warm with the report's draw; the
+    flamegraph command (no report) starts none."""
+    seen = []
+
+    def fake_execute(cfg, as_json, quiet=False, verbose=False):
+        w = plotset._warm
+        seen.append(None if w is None else (w.draw is report._draw, w.pid is not None))
+
+    monkeypatch.setattr(cli, "_execute", fake_execute)
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    got = runner.invoke(cli.app, ["run", "selector", "-c", "10", "-d", "1", "-r", "1", "-o", str(tmp_path / "r")])
+    assert got.exit_code == 0, got.output
+    got = runner.invoke(cli.app, ["flamegraph", "selector", "-c", "10", "-d", "1", "-o", str(tmp_path / "f")])
+    assert got.exit_code == 0, got.output
+    assert seen == [(True, True), None] and plotset._warm is None
 
 
 def _df(tmp_path):

@@ -1,6 +1,6 @@
 """The socket-wait set: where each message's server-side time goes — unread in the socket's receive
 queue (queue wait) or in the handler (the read that took the request → the send that answered it) —
-per window and per connection, from probes/sockwait.bpf.c.
+per window and per connection, from probes/sockwait/sockwait.bpf.c.
 
     with SockWaitProbes() as sw:               # compiles once (~1 s)
         sw.target(backend_pid)                 # the tree's sockets; clears everything
@@ -63,8 +63,8 @@ import struct
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import tree
-from .base import _TP, LoadedProgram, ProbeError
+from .. import tree
+from ..base import _TP, LoadedProgram, ProbeError
 
 NSLOTS = 512
 SUB_BITS = 4
@@ -355,7 +355,8 @@ def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
             continue
         sock, ports = key
         per_conn.append(ConnWait(
-            sock=sock, tgid=tgid, lport=ports >> 16, dport=int.from_bytes((ports & 0xFFFF).to_bytes(2, "little"), "big"),
+            sock=sock, tgid=tgid, lport=ports >> 16,
+            dport=int.from_bytes((ports & 0xFFFF).to_bytes(2, "little"), "big"),
             reads=d["reads"], bytes=d["bytes"], waits=d["waits"],
             wait_mean_us=d["wait_ns"] / d["waits"] / 1e3 if d["waits"] else None, wait_p50_us=log2_quantile_us(wh, 0.5),
             wait_p90_us=log2_quantile_us(wh, CONN_WAIT_QUANTILE),
@@ -391,11 +392,13 @@ class SockWaitProbes(LoadedProgram):
         self._seq = 0
         self._attach_ns = 0
         offsets = kernel_offsets()
-        self._load("sockwait.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}", f"-DMAX_SOCKETS={max_sockets}",
-                                      f"-DFIFO={fifo}", f"-DNSLOTS={NSLOTS}", f"-DWH={WH}",
-                                      *(f"-D{k}={v}" for k, v in sorted(offsets.items()))], attached=False)
+        self._load("sockwait/sockwait.bpf.c",
+                   [f"-DTRACK_CHILDREN={int(track_children)}", f"-DMAX_SOCKETS={max_sockets}", f"-DFIFO={fifo}",
+                    f"-DNSLOTS={NSLOTS}", f"-DWH={WH}", *(f"-D{k}={v}" for k, v in sorted(offsets.items()))],
+                   attached=False)
         try:
             b = self.bpf
+            assert b is not None  # _load() succeeded
             self._cfg, self._children, self._socks = b[b"cfg"], b[b"children"], b[b"socks"]
             self._lports, self._bits = b[b"lports"], b[b"known_bits"]
             self._stats, self._window = b[b"stats"], b[b"window"]
@@ -514,7 +517,7 @@ def listening_ports(pids) -> set[int]:
     """TCP ports the processes listen on (their new connections are learned at setup)."""
     import psutil
 
-    ports = set()
+    ports: set[int] = set()
     for pid in pids:
         try:
             p = psutil.Process(pid)
@@ -572,7 +575,7 @@ def check_available() -> str | None:
     """None if the socket-wait set can run here, else one line: what is missing. Compiles, attaches
     and detaches the set once per process (BTF offsets, the sock tracepoints, the verifier), and
     parks it for the run's own `SockWaitProbes(attached=False)` to take over."""
-    from .base import NO_PROBES, prerequisites
+    from ..base import NO_PROBES, prerequisites
 
     if not _checked:
         why = prerequisites()
@@ -605,7 +608,7 @@ _COST_CHILD = (
 
 def _cost_once(sw: SockWaitProbes | None, watched: bool) -> float:
     """CPU seconds per echoed message of one child run (the set re-targeted first)."""
-    from .selfcost import child_cpu
+    from ..selfcost import child_cpu
 
     return child_cpu(sw, _COST_CHILD, watched, COST_MESSAGES)
 
@@ -618,7 +621,7 @@ def measure_cost(sw: SockWaitProbes) -> dict:
     runs; leaves the set detached and untargeted."""
     import subprocess
 
-    from .selfcost import three_medians
+    from ..selfcost import three_medians
 
     try:
         bare, watched, bystander = three_medians(sw, lambda w: _cost_once(sw, w), COST_REPEATS)
@@ -629,36 +632,3 @@ def measure_cost(sw: SockWaitProbes) -> dict:
         sw.target(0)
     return {"bare_ns": 1e9 * bare, "added_watched_ns": 1e9 * (watched - bare),
             "added_bystander_ns": 1e9 * (bystander - bare), "messages": COST_MESSAGES, "repeats": COST_REPEATS}
-
-
-# ---------------------------------------------------------------------------------------------
-# A window as a results row's `sockwait` group and as per-connection rows (profiler/cell.py).
-
-def row_fields(d: SockWaitDelta) -> dict:
-    """Flat figures of a window: {wait,handler,server}_{p50,p99,max,mean}_us and _count, max_exact,
-    overflow_*, unmeasured_*, exact, sockets, reused, window_s."""
-    out: dict = {"window_s": d.window_s, "sockets": d.sockets, "exact": d.exact, "reused": d.reused}
-    for kind in KINDS:
-        dist: WaitDist = getattr(d, kind)
-        out[f"{kind}_count"] = dist.count
-        for q in ("p50", "p99", "max", "mean"):
-            out[f"{kind}_{q}_us"] = getattr(dist, f"{q}_us")
-    out["max_exact"] = d.wait.max_exact
-    out.update({f"overflow_{k}": v for k, v in d.overflow.items()})
-    out.update({f"unmeasured_{k}": v for k, v in d.unmeasured.items()})
-    return out
-
-
-def conn_rows(d: SockWaitDelta) -> list[dict]:
-    """One dict per connection of the window, ordered by the loader's port: the server process that
-    served it (tgid), reads, bytes, answers, mean, median and p90 wait, mean handler time, unread age,
-    and `wait_us` — its own wait (p90, CONN_WAIT_QUANTILE), or, for a connection never read in the
-    window, how long its oldest unread data had waited at the end (a lower bound)."""
-    rows = []
-    for i, c in enumerate(sorted(d.per_conn, key=lambda c: (c.dport, c.sock))):
-        wait = c.wait_p90_us if c.wait_p90_us is not None else c.unread_age_us
-        rows.append({"conn": i, "dport": c.dport, "tgid": c.tgid, "reads": c.reads, "bytes": c.bytes, "waits": c.waits,
-                     "wait_mean_us": c.wait_mean_us, "wait_p50_us": c.wait_p50_us,
-                     "wait_p90_us": c.wait_p90_us, "answers": c.answers, "handler_mean_us": c.handler_mean_us,
-                     "unread_age_us": c.unread_age_us, "wait_us": wait})
-    return rows

@@ -1,5 +1,5 @@
 """The counting set: every syscall of the target process tree (counts; with syscall_time also wall
-and on-CPU time), context switches, migrations and on-CPU time, from probes/counting.bpf.c.
+and on-CPU time), context switches, migrations and on-CPU time, from probes/counting/counting.bpf.c.
 
 Attached only when wanted: `attach()` / `detach()` hook the compiled set on and off in milliseconds
 (CountingProbes(attached=False) starts detached); counters keep their values while detached, so a
@@ -24,8 +24,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from . import tree
-from .base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, syscall_name
+from .. import tree
+from ..base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, syscall_name
 
 NS = 1e-9
 _CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits")
@@ -133,7 +133,7 @@ class CountingProbes(LoadedProgram):
         self.time_every = time_every
         self.pid = 0
         self._gen = 0
-        self._load("counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}",
+        self._load("counting/counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}",
                                       f"-DTIME_EVERY={time_every if syscall_time else 0}"], attached=False)
         try:
             assert self.bpf is not None  # _load() succeeded

@@ -1,0 +1,126 @@
+"""An instrument: one kind of kernel measurement a run can carry — the counting set, socket waits, and
+the next ones — behind one protocol that the run loop and each cell's marks loop over.
+
+The life of an instrument in a run (profiler/runner.py and profiler/cell.py do the calls):
+
+    inst = Cls.open(cfg)            # once per run: compile (BCC, ~1 s), detached
+    for each cell:
+        inst.target(pid)            # the cell's server tree, before the loader connects; clears counters
+        inst.attach()               # `sub_window` False: now, for the whole cell;
+                                    #   True: at the loader's guard_start (never in headline time)
+        a = inst.snapshot()         # at the first mark of the counted window, b = ... at the last
+        inst.detach()               # after the counted window (sub_window) or when the cell ends
+        conns = inst.row(row, a, b, counted)   # its figures into the row; its per-connection rows
+    meta.update(inst.cost())        # once, after the cells: what it costs on this host
+    inst.close()
+
+The counted window is the probed sub-window when the run has one, else the whole window; `Counted`
+carries what the loader and /proc measured over it, so figures per message use the same window.
+
+An instrument is one folder under probes/ (its BPF C, its Python, its row shaping) whose package exports
+`INSTRUMENT`, the class; registry.py lists the folders. Nothing here imports bcc or the run layer:
+`cfg` is the run's configuration (profiler.plan.RunConfig), read by attribute. A remote agent serving
+the probes on another host runs the same calls on its side of a channel.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass
+class Counted:
+    """The window an instrument's snapshots bound, as the loader and /proc saw it."""
+
+    messages: int  # answered requests the loader counted in it
+    duration_s: float | None
+    latency_us: dict = field(default_factory=dict)  # the loader's round trip over it: p50, p99, mean, ...
+    proc: dict | None = None  # the server's /proc deltas over it (user_s, sys_s, minflt, vol_ctx, ...)
+
+
+class Instrument(ABC):
+    """The protocol. A subclass sets `name` and implements the abstract methods; the class methods
+    decide, check and open it for a run."""
+
+    name: ClassVar[str]  # its name in rows' `probes` list and in `--instrument NAME`
+    # The row's dict of its figures, present in every row: {"attached": False} in a run without it.
+    # None: the instrument writes top-level fields (the counting set: syscalls_per_msg, ...).
+    group: ClassVar[str | None] = None
+    # True: attached only around each cell's probed sub-window, so the headline never sees its cost;
+    # False: attached from target() to the end of the cell (it must see each connection from its first byte).
+    sub_window: ClassVar[bool] = False
+
+    @classmethod
+    def wanted(cls, cfg: Any) -> bool:
+        """Does this run carry it? By default: named in `--instrument`."""
+        return cls.name in getattr(cfg, "instruments", ())
+
+    @classmethod
+    def missing(cls, cfg: Any) -> str | None:
+        """None if it can run here, else one line naming what is missing (checked before any cell)."""
+        return None
+
+    @classmethod
+    @abstractmethod
+    def open(cls, cfg: Any) -> Instrument:
+        """Compile for this run, detached."""
+
+    @property
+    @abstractmethod
+    def attached(self) -> bool: ...
+
+    @abstractmethod
+    def target(self, pid: int) -> None:
+        """Watch the process tree of `pid` from now on; zero what was counted."""
+
+    @abstractmethod
+    def attach(self) -> None: ...
+
+    @abstractmethod
+    def detach(self) -> None: ...
+
+    @abstractmethod
+    def snapshot(self) -> Any:
+        """Its counters now (cumulative since target())."""
+
+    @abstractmethod
+    def row(self, row: dict, first: Any, last: Any, counted: Counted) -> list[dict]:
+        """Put the counted window's figures (from two snapshots) into `row`; return its per-connection
+        rows (written to `<name>_conn.parquet` beside the row's keys), or []."""
+
+    def cost(self) -> dict:
+        """What it costs on this host, as meta.json entries (measured once per run, after the cells)."""
+        return {}
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class ProbeInstrument(Instrument):
+    """An instrument over one compiled probe set (`probes`: a base.LoadedProgram with target() and
+    snapshot()): the life-cycle calls go to the set, so a subclass writes only open(), row() and, if it
+    has one, cost()."""
+
+    def __init__(self, probes: Any) -> None:
+        self.probes = probes
+
+    @property
+    def attached(self) -> bool:
+        return bool(self.probes.attached)
+
+    def target(self, pid: int) -> None:
+        self.probes.target(pid)
+
+    def attach(self) -> None:
+        self.probes.attach()
+
+    def detach(self) -> None:
+        self.probes.detach()
+
+    def snapshot(self) -> Any:
+        return self.probes.snapshot()
+
+    def close(self) -> None:
+        self.probes.close()

@@ -1,0 +1,793 @@
+"""`netprof ab A B [C…]`: did my change make it faster? Paired cells on warm servers, to a stated precision.
+
+Each variant's server starts once and stays warm (`--fresh`: restarted for every pair); one loader plays
+the load against each in turn, in pairs whose order alternates (A B, B A, …: ABBA blocks), each cell a
+real `cell.run_cell` with the run's instruments; a speed canary on the backend's CPU times the host
+through every cell. After each pair the ratio's interval is re-estimated (`paired`), and the run stops
+when it is within ±`--precision` or at `--max-time`. The answer is `compare`'s document (base = variant
+A, one comparison per other variant, one cell), so its pages, why-sentence and --fail-if apply as they
+are, plus an "ab" object saying how it was measured (docs/ab.md).
+
+This module sits above the report layer: it drives cells (the run layer) and hands what they measured to
+`compare` and `compare_report`. The statistics are `paired`'s, pure and below the run layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from netprof.probes import registry as instrument_registry
+from netprof.profiler import atomic, compare, compare_report, interpreters, paired, results, runlock, servers, stats
+from netprof.profiler import meta as meta_mod
+from netprof.profiler.cell import CellEnv, run_cell, start_server
+from netprof.profiler.errors import InputError
+from netprof.profiler.interpreters import Interpreter
+from netprof.profiler.loader_client import Loader
+from netprof.profiler.plan import RunConfig, loader_cpus, validate
+from netprof.profiler.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup, parse_cpus
+from netprof.profiler.results import ResultsStore
+from netprof.profiler.rules.registry import Thresholds
+from netprof.profiler.runner import STOP, close_instruments, open_instruments
+
+AB_JSON = "ab.json"
+PRIME = "\u2032"  # the second of two identical variants is "selector′"
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# The figures judged per pair (stats' names), then each syscall per message when probes ran. Positive ones
+# are judged on log ratios; counts that can be 0 (context switches, syscalls) on differences.
+JUDGED = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys", stats.CPU_TOTAL,
+          "ctx_switches_per_msg", stats.SYSCALLS_TOTAL)
+LOG_JUDGED = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys",
+              stats.CPU_TOTAL)
+METRICS = LOG_JUDGED  # what --metric may name: the stopping rule reads a log-ratio interval
+LIMITS = {"window": (0.2, 60.0), "warmup": (0.0, 60.0), "max_time": (1.0, 24 * 3600.0), "precision": (1e-4, 0.5)}
+CANARY_SLACK_S = 120.0  # the canary outlives the planned run by this much at most (it is bounded by itself too)
+MAX_STALLS = 3  # cells in a row in which a live server answered nothing end the run: it hangs
+CANARY_START_S = 30.0  # how long the canary may take to give its first sample (an interpreter starting)
+CANARY_WAIT_S = 1.0  # how long to wait after a cell for the canary's samples of its last span
+METHOD = (f"Paired cells on warm servers (netprof ab): each variant's server started once and stayed warm "
+          f"(--fresh: restarted every pair), and cells alternated in pairs BASE, NEW then NEW, BASE on one loader. "
+          f"Per pair d = log(NEW) − log(BASE) (NEW − BASE for counts per message that may be 0); NEW/BASE = exp of "
+          f"the mean d with its {paired.CONFIDENCE:.0%} Student-t interval, adjusted for the host's speed (OLS of d "
+          f"on the pair's Δlog of the speed canary's loop time on the backend CPU, with an intercept: the ratio at "
+          f"equal speed) once there are {paired.MIN_ADJUSTED} pairs. Pairs with a cell whose canary ran "
+          f"{paired.SLOW:.0%} or more slower than the median cell are dropped (the host was disturbed). The verdict "
+          f"is the t-test of d: significant when p < {paired.ALPHA}. The run stopped when the --metric interval was "
+          f"within ±--precision (a rule on the spread only) or at --max-time. docs/ab.md has the formulas.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan: variants and settings, checked before anything starts
+
+@dataclass(frozen=True)
+class Variant:
+    letter: str  # A, B, …: how --env names it
+    label: str  # the variant's name in every table, and its rows' tag
+    cfg: RunConfig  # validated; its one server is cfg.backends[0]; extra_dims tag = label
+
+    @property
+    def server(self) -> str:
+        return self.cfg.backends[0]
+
+    @property
+    def kind(self) -> str:
+        return self.cfg.server(self.server).kind
+
+
+@dataclass
+class AbPlan:
+    variants: list[Variant]
+    window: float
+    warmup: float
+    precision: float  # half-width of the ratio's interval, as a share (0.01 = ±1%)
+    metric: str
+    max_time: float
+    fresh: bool = False
+    aa: bool = False
+    fail_if: str = ""
+    wait: bool = False
+    min_pairs: int = paired.MIN_PAIRS
+
+    @property
+    def base(self) -> RunConfig:
+        return self.variants[0].cfg
+
+
+def parse_precision(text: str) -> float:
+    """'1%' or '0.01' → 0.01."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise InputError(f"--precision '{text}' is not a share: give e.g. 1% (or 0.01) for an interval of "
+                         "±1%") from None
+    _check("precision", value, "--precision")
+    return value
+
+
+def _check(name: str, value: float, option: str) -> None:
+    lo, hi = LIMITS[name]
+    if not lo <= value <= hi:
+        raise InputError(f"{option} {value:g} is out of range: use {lo:g} … {hi:g}")
+
+
+def _per_variant_pythons(text: str, kinds: list[str]) -> list[str]:
+    """--python: one value = every built-in variant; a comma list = one per variant, in order ('' = netprof's
+    own). A --cmd variant runs its own interpreter: its entry must be empty."""
+    values = [v.strip() for v in text.split(",")] if text.strip() else [""]
+    if len(values) == 1:
+        values = [values[0] if k == "builtin" else "" for k in kinds]
+    if len(values) != len(kinds):
+        raise InputError(f"--python gives {len(values)} interpreters for {len(kinds)} variants: give one (every "
+                         "built-in variant) or one per variant in order, e.g. --python 3.12,3.13")
+    for letter, value, kind in zip(LETTERS, values, kinds):
+        if value and kind != "builtin":
+            raise InputError(f"--python for variant {letter}: a --cmd runs its own interpreter; put it in the command "
+                             f"(or leave its place empty: --python ,{value})")
+    return values
+
+
+_TARGETED = re.compile(r"(?P<letter>[A-Z]):(?P<rest>.*)", re.S)
+
+
+def _per_variant_env(items: list[str], kinds: list[str]) -> list[dict[str, str]]:
+    """--env NAME=VALUE (every --cmd variant) or --env B:NAME=VALUE (variant B only). A name cannot hold ':',
+    so a letter and ':' before the first '=' can only be a target."""
+    env: list[dict[str, str]] = [{} for _ in kinds]
+    for item in items:
+        m = _TARGETED.fullmatch(item)
+        if m and "=" not in item.split(":", 1)[0]:
+            i = LETTERS.index(m["letter"])
+            if i >= len(kinds):
+                raise InputError(f"--env {item}: there is no variant {m['letter']} (variants: "
+                                 f"{', '.join(LETTERS[:len(kinds)])})")
+            if kinds[i] != "cmd":
+                raise InputError(f"--env {item}: variant {m['letter']} is a built-in backend; --env sets a --cmd "
+                                 "server's environment")
+            env[i].update(servers.parse_env([m["rest"]]))
+        else:
+            pair = servers.parse_env([item])
+            if "cmd" not in kinds:
+                raise InputError("--env sets the environment of a --cmd server: give --cmd, or drop --env")
+            for i, k in enumerate(kinds):
+                if k == "cmd":
+                    env[i].update(pair)
+    return env
+
+
+def _labels(names: list[str]) -> list[str]:
+    """Names made distinct: a repeat gets a prime per earlier one ('selector', 'selector′')."""
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        out.append(n + PRIME * seen.get(n, 0))
+        seen[n] = seen.get(n, 0) + 1
+    return out
+
+
+def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: list[str] | None = None,
+         python: str = "", env_items: list[str] | None = None, aa: bool = False, fresh: bool = False,
+         window: float = 1.0, precision: float = 0.01, metric: str = "msgs_per_sec", max_time: float = 300.0,
+         fail_if: str = "", wait: bool = False, ready_regex: str = "", ready_timeout: float = servers.READY_TIMEOUT,
+         as_root: bool = False) -> AbPlan:
+    """The variants (built-in `names` first, then the --cmd templates, in order) over the settings both sides
+    share (`template`: connections, pipeline, protocol, msize, …), each validated as a run of its own."""
+    cmd_names = list(cmd_names or [])
+    kinds = ["builtin"] * len(names) + ["cmd"] * len(cmds)
+    if aa:
+        if len(kinds) != 1:
+            raise InputError(f"--aa runs one variant against itself; {len(kinds)} were given: give one, "
+                             "e.g. netprof ab selector --aa")
+        kinds, names, cmds = kinds * 2, names * 2, cmds * 2
+        cmd_names = cmd_names * 2
+    elif len(kinds) < 2:
+        raise InputError("netprof ab compares at least two variants: e.g. netprof ab selector asyncio_sock, or "
+                         "--cmd 'python old.py --port {port}' --cmd 'python new.py --port {port}'; "
+                         "one against itself: --aa")
+    if len(kinds) > len(LETTERS):
+        raise InputError(f"netprof ab takes at most {len(LETTERS)} variants")
+    if len(cmd_names) > len(cmds):
+        raise InputError("more --name than --cmd: give one --name per --cmd, in the same order")
+    if len(template.connections) != 1 or len(template.pipeline) != 1 or len(template.framings) != 1:
+        raise InputError("netprof ab compares one cell: give one value of -c, --pipeline and --framing")
+    if metric not in METRICS:
+        raise InputError(f"--metric '{metric}' is not one netprof ab stops on: use one of {', '.join(METRICS)}")
+    _check("window", window, "--window")
+    _check("warmup", template.warmup, "--warmup")
+    _check("max_time", max_time, "--max-time")
+    _check("precision", precision, "--precision")
+    compare.parse_fail_if(fail_if)  # a malformed rule fails now, not after the measurement
+    pythons = _per_variant_pythons(python, kinds)
+    envs = _per_variant_env(list(env_items or []), kinds)
+    specs: list[servers.ServerSpec | None] = []
+    for i, kind in enumerate(kinds):
+        if kind == "builtin":
+            specs.append(None)
+            continue
+        j = i - len(names)
+        if servers.PORT_PLACEHOLDER not in cmds[j]:
+            raise InputError(f"--cmd '{cmds[j]}' has no {servers.PORT_PLACEHOLDER}: put it where the port goes "
+                             "(netprof ab starts each variant's server on a free port of its own)")
+        specs.append(servers.from_cmd(cmds[j], cmd_names[j] if j < len(cmd_names) else "", ready_regex, "",
+                                      as_root, ready_timeout, envs[i]))
+    raw = [names[i] if s is None else s.name for i, s in enumerate(specs)]
+    labels = _labels(raw)
+    variants = []
+    for i, (spec, label) in enumerate(zip(specs, labels)):
+        cfg = dataclasses.replace(
+            template, backends=[] if spec else [raw[i]], own=[spec] if spec else [], pythons=[pythons[i]],
+            env=[f"{k}={v}" for k, v in (spec.env if spec else ())], extra_dims={"tag": [label]},
+            duration=window, rounds=1, evidence_only=False, stacks=False, flamegraph=False, pin=True, pin_both=False)
+        variants.append(Variant(LETTERS[i], label, validate(cfg)))
+    protocols = {v.cfg.protocol for v in variants}
+    if len(protocols) > 1:
+        raise InputError(f"the variants speak different protocols ({', '.join(sorted(protocols))}): compare like "
+                         "with like (--protocol applies to --cmd variants)")
+    return AbPlan(variants, window, template.warmup, precision, metric, max_time, fresh, aa, fail_if, wait)
+
+
+def missing_capability(p: AbPlan) -> str | None:
+    """Why the run's instruments cannot work here (one line), or None."""
+    for inst in instrument_registry.wanted(p.base):
+        if why := inst.missing(p.base):
+            return why
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The processes: canary, loader, the variants' servers
+
+class Canary:
+    """`python -I -m netprof.profiler.canary` on the backend's CPU for the whole run (through the run's
+    ProcessGroup); a thread keeps its samples (monotonic s, loop ns) as they come."""
+
+    def __init__(self, proc: ManagedProcess) -> None:
+        self.proc = proc
+        self._samples: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="canary", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, group: ProcessGroup, cpu: int, seconds: float) -> Canary:
+        argv = [sys.executable, "-I", "-m", "netprof.profiler.canary", "--cpu", str(cpu), "--seconds", f"{seconds:.0f}"]
+        return cls(group.spawn("canary", argv, cpus=[cpu]))
+
+    def _read(self) -> None:
+        while True:
+            try:
+                line = self.proc.readline(1.0)
+            except LineTimeout:
+                continue
+            except (OSError, ValueError):  # the pipe closed under us at the end of the run
+                return
+            if line is None:
+                return
+            try:
+                t, ns = line.split()
+                sample = (float(t), float(ns))
+            except ValueError:
+                continue
+            with self._lock:
+                self._samples.append(sample)
+
+    def samples(self, until: float, wait: float = CANARY_WAIT_S) -> np.ndarray:
+        """Every sample so far, once one at or after `until` (monotonic) has come or `wait` has passed."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                done = bool(self._samples) and self._samples[-1][0] >= until
+                if done or time.monotonic() >= deadline or not self.proc.alive():
+                    return np.array(self._samples, dtype=float).reshape(-1, 2)
+            time.sleep(0.02)
+
+    def wait_started(self, timeout: float = CANARY_START_S) -> None:
+        """Until its first sample: its own start-up (an interpreter on the backend's CPU) must not fall in a
+        measured cell. ProcessError when it gives none in time."""
+        deadline = time.monotonic() + timeout
+        while not self.count():
+            if not self.proc.alive() or time.monotonic() > deadline:
+                raise ProcessError(f"the speed canary gave no sample within {timeout:g} s"
+                                   + (f": {tail}" if (tail := self.proc.stderr_tail()) else ""))
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Stop it and let the reader see its end of file (before the group closes the pipe under it)."""
+        self.proc.signal_group(signal.SIGTERM)
+        self._thread.join(timeout=5)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._samples)
+
+
+class RecordingLoader(Loader):
+    """The run's loader, keeping the last run's events: their `t` (the loader's monotonic clock, the
+    canary's too) bound the spans a cell's headline came from."""
+
+    events: list[dict]
+
+    def run(self, req, on_event=None, timeout=None):
+        self.events = []
+
+        def record(evt: dict) -> None:
+            self.events.append(evt)
+            if on_event is not None:
+                on_event(evt)
+
+        return super().run(req, on_event=record, timeout=timeout)
+
+
+class WarmServer:
+    """One variant's server, started once (or once a pair with --fresh) in a process group of its own,
+    and seen by each cell as an attached server: run_cell neither starts nor stops it."""
+
+    def __init__(self, variant: Variant, interp: Interpreter) -> None:
+        self.variant, self.interp = variant, interp
+        self.group = ProcessGroup()
+        self.cfg: RunConfig | None = None  # the variant's configuration with the running server attached
+        self.starts = 0
+
+    def start(self, loader: Loader) -> None:
+        v = self.variant
+        running = start_server(self.group, next(v.cfg.combinations(0)), CellEnv(v.cfg, loader, self.interp))
+        spec = servers.attached(running.pid, f"{running.host}:{running.port}", name=v.server)
+        # the loader speaks to it as to the server it is (ZeroMQ backends: DEALER sockets)
+        spec = dataclasses.replace(spec, transport=v.cfg.server(v.server).transport)
+        self.cfg = dataclasses.replace(v.cfg, own=[spec])
+        self.starts += 1
+
+    def failure(self) -> str | None:
+        """Why the server is gone, when it is."""
+        proc = self.group.procs[0] if self.group.procs else None
+        if proc is None or proc.alive():
+            return None
+        tail = proc.stderr_tail()
+        return f"the {self.variant.label} server exited with code {proc.returncode()}" + (f": {tail}" if tail else "")
+
+    def stop(self) -> None:
+        self.group.stop_all()
+        self.cfg = None
+
+
+def _as_started(row: dict, v: Variant, interp: Interpreter) -> None:
+    """A warm server is attached to each cell; its row says what it really is."""
+    spec = v.cfg.server(v.server)
+    row.update(server_kind=spec.kind, family=spec.family, reads=spec.reads)
+    if spec.kind == "builtin":
+        row.update(interpreter=interp.label, python_version=interp.version, python_build=interp.build_flags)
+
+
+# ---------------------------------------------------------------------------------------------
+# What each cell gives, and the pairs
+
+@dataclass
+class CellRecord:
+    variant: int
+    pair: int
+    t: float  # the window's middle (monotonic)
+    figures: dict[str, float]  # the judged columns this cell has
+    probed: bool
+    canary_ns: float
+    row: dict
+
+
+def figures(row: dict) -> dict[str, float]:
+    """The judged columns of one row (stats.per_round derives CPU and syscall totals)."""
+    df = stats.per_round(pd.DataFrame([results.flatten(row)]))
+    r = df.iloc[0]
+    cols = [c for c in JUDGED if c in df] + sorted(c for c in df.columns if c.startswith(stats.SYSCALL_PREFIX))
+    return {c: v for c in cols if (v := stats.num(r, c)) is not None}
+
+
+def _value(rec: CellRecord, col: str) -> float | None:
+    """A probed cell that never made a syscall has no column for it: that is 0, not unknown."""
+    if col in rec.figures:
+        return rec.figures[col]
+    return 0.0 if rec.probed and col.startswith(stats.SYSCALL_PREFIX) else None
+
+
+@dataclass
+class Stall:
+    """A cell in which a live server answered nothing."""
+
+    why: str
+
+
+@dataclass
+class Pairs:
+    """One comparison's pairs: (base cell, new cell, order)."""
+
+    new: int  # the variant index
+    items: list[tuple[CellRecord, CellRecord, str]] = field(default_factory=list)
+    stalled: int = 0  # pairs lost to a cell in which a live server answered nothing
+
+    def dropped(self) -> list[bool]:
+        return paired.dropped_pairs([(b.canary_ns, n.canary_ns) for b, n, _ in self.items])
+
+    def kept(self) -> list[tuple[CellRecord, CellRecord, str]]:
+        return [p for p, drop in zip(self.items, self.dropped()) if not drop]
+
+    def values(self, col: str) -> tuple[list[float], list[float], list[float]]:
+        """One figure over the kept pairs that have it: base values, new values, each pair's Δlog canary."""
+        base, new, x = [], [], []
+        for b, n, _ in self.kept():
+            vb, vn = _value(b, col), _value(n, col)
+            if vb is None or vn is None:
+                continue
+            base.append(vb)
+            new.append(vn)
+            x.append(math.log(n.canary_ns / b.canary_ns) if b.canary_ns > 0 and n.canary_ns > 0 else math.nan)
+        return base, new, x
+
+    def judge(self, col: str) -> dict | None:
+        """`paired.judge` of one figure over the kept pairs that have it; None when none does."""
+        base, new, x = self.values(col)
+        if not base:
+            return None
+        return paired.judge(base, new, x, log=col in LOG_JUDGED and min(base + new) > 0)
+
+    def columns(self) -> list[str]:
+        have = {c for b, n, _ in self.items for c in (*b.figures, *n.figures)}
+        return [c for c in JUDGED if c in have] + sorted(c for c in have if c.startswith(stats.SYSCALL_PREFIX))
+
+
+def converged(pairs: Pairs, metric: str, precision: float, min_pairs: int) -> bool:
+    """The stopping rule (paired.converged) on the --metric's log ratios of one comparison."""
+    base, new, x = pairs.values(metric)
+    if not base or min(base + new) <= 0:
+        return False
+    d = np.log(new) - np.log(base)
+    return paired.converged(paired.estimate(d, x), precision, min_pairs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+@dataclass
+class AbOutcome:
+    out_dir: Path
+    doc: dict | None = None
+    failed: str | None = None  # why the measurement ended early (a cell failed, a server died)
+    interrupted: bool = False
+
+
+def execute(p: AbPlan, argv: list[str], console: Console, out_dir: str = "") -> AbOutcome:
+    """Run the pairs under the machine's run lock and write the results directory; `console`: progress
+    (stderr)."""
+    with runlock.run_lock(wait=p.wait):
+        return _Session(p, console).run(argv, out_dir)
+
+
+class _Session:
+    def __init__(self, p: AbPlan, console: Console) -> None:
+        self.p, self.console = p, console
+        self.records: list[CellRecord] = []
+        self.comparisons = [Pairs(j) for j in range(1, len(p.variants))]
+        self.stop_reason, self.stop_text = "", ""
+        self.started = time.monotonic()
+        self.elapsed = 0.0
+        self.canary: Canary | None = None
+
+    def run(self, argv: list[str], out_dir: str) -> AbOutcome:
+        p = self.p
+        out = Path(out_dir) if out_dir else runlock.unique_out_dir()
+        store = ResultsStore(out)
+        lcpus = loader_cpus(p.base)
+        config = p.base.to_dict() | {"loader_cpus_effective": lcpus, "out_dir": str(out),
+                                     "ab": {"variants": [v.label for v in p.variants], "window": p.window,
+                                            "precision": p.precision, "metric": p.metric, "max_time": p.max_time,
+                                            "fresh": p.fresh}}
+        meta = meta_mod.collect(argv, config)
+        store.write_meta(meta)
+        outcome = AbOutcome(out)
+        instruments: list = []
+        warm: list[WarmServer] = []
+        cpu = (parse_cpus(p.base.backend_cpu) or [0])[0]
+        try:  # Ctrl-C anywhere, even while an interpreter is prepared or the probes compile: what ran is kept
+            interps = self._interpreters()
+            meta["interpreters"] = [i.describe() for i in interps]
+            store.write_meta(meta)
+            instruments = open_instruments(p.base)
+            warm = [WarmServer(v, i) for v, i in zip(p.variants, interps)]
+            with ProcessGroup() as group, contextlib.ExitStack() as stack:
+                for w in warm:
+                    stack.callback(w.stop)
+                self.canary = Canary.start(group, cpu, p.max_time + CANARY_SLACK_S)
+                try:
+                    loader = RecordingLoader.start(group, cpus=lcpus, threads=p.base.loader_threads)
+                    assert isinstance(loader, RecordingLoader)
+                    outcome.failed = self._pairs(warm, loader, instruments, store, interps)
+                finally:
+                    self.canary.close()
+                while instruments:  # what each costs on this host, as `run` records it
+                    inst = instruments.pop(0)
+                    try:
+                        meta.update(inst.cost())
+                    finally:
+                        inst.close()
+        except KeyboardInterrupt:
+            outcome.interrupted = True
+            self.stop_reason, self.stop_text = "interrupted", "interrupted (Ctrl-C)"
+        finally:
+            close_instruments(instruments)
+            store.write_meta({**meta, "host_after": meta_mod.host_load()})
+        self.elapsed = time.monotonic() - self.started
+        if any(c.items for c in self.comparisons):
+            outcome.doc = self.document(out, warm)
+            outcome.doc["artifacts"] = {**compare_report.render(outcome.doc, out), "ab_json": str(out / AB_JSON)}
+            atomic.write_text(out / AB_JSON, json.dumps(outcome.doc, indent=1, default=str))
+        return outcome
+
+    def _interpreters(self) -> list[Interpreter]:
+        found: dict[str, Interpreter] = {}
+        for v in self.p.variants:
+            spec = v.cfg.pythons[0]
+            if spec not in found:
+                with self.console.status(f"preparing the backends' environment for --python {spec} (cached after "
+                                         "the first run)") if spec else contextlib.nullcontext():
+                    found[spec] = interpreters.prepare(spec)
+        return [found[v.cfg.pythons[0]] for v in self.p.variants]
+
+    def _pairs(self, warm: list[WarmServer], loader: RecordingLoader, instruments, store: ResultsStore,
+               interps: list[Interpreter]) -> str | None:
+        """Pairs until the interval is narrow enough or the time is up; why it ended early, or None."""
+        p = self.p
+        progress = Progress(TextColumn("[bold]{task.description}"), TextColumn("{task.fields[live]}"), BarColumn(),
+                            TimeElapsedColumn(), console=self.console, transient=True,
+                            disable=not self.console.is_terminal)
+        with progress:
+            task = progress.add_task(escape(f"ab {' vs '.join(v.label for v in p.variants)}"), total=p.max_time,
+                                     live="")
+            assert self.canary is not None
+            self.canary.wait_started()
+            for w in warm:
+                try:
+                    w.start(loader)
+                except ProcessError as e:
+                    return self._failed(f"the {w.variant.label} server did not start: {e}")
+            self.started = time.monotonic()  # --max-time counts from the first pair: start-up is not measuring
+            pair_s = 0.0
+            k = stalls = 0
+            while True:
+                elapsed = time.monotonic() - self.started
+                if k and all(converged(c, p.metric, p.precision, p.min_pairs) for c in self.comparisons):
+                    self.stop_reason = "precision"
+                    self.stop_text = f"the {p.metric} interval is within ±{p.precision:.1%}"
+                    return None
+                if k and elapsed + pair_s > p.max_time:
+                    self.stop_reason, self.stop_text = "max-time", f"--max-time {p.max_time:g} s reached"
+                    return None
+                if STOP.is_set():
+                    raise KeyboardInterrupt
+                k += 1
+                t0 = time.monotonic()
+                if p.fresh and k > 1:
+                    for w in warm:
+                        w.stop()
+                        try:
+                            w.start(loader)
+                        except ProcessError as e:
+                            return self._failed(f"the {w.variant.label} server did not start: {e}")
+                for comp in self.comparisons:
+                    order = (0, comp.new) if k % 2 else (comp.new, 0)
+                    got = {}
+                    for i in order:
+                        rec = self._cell(warm[i], i, k, loader, instruments, store, interps[i])
+                        if isinstance(rec, Stall):
+                            # a live server that answered nothing in a window: the host took its CPU (or it
+                            # hangs, which MAX_STALLS in a row says); the pair is lost, and counted
+                            comp.stalled += 1
+                            stalls += 1
+                            if stalls >= MAX_STALLS:
+                                return self._failed(f"{rec.why}, {stalls} cells in a row")
+                            break
+                        if isinstance(rec, str):
+                            return self._failed(rec)
+                        got[i] = rec
+                    else:
+                        stalls = 0
+                        comp.items.append((got[0], got[comp.new], "".join(p.variants[i].letter for i in order)))
+                pair_s = time.monotonic() - t0
+                line = self._live(k)
+                progress.update(task, completed=min(time.monotonic() - self.started, p.max_time), live=escape(line))
+                if not self.console.is_terminal:
+                    self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def _failed(self, why: str) -> str:
+        self.stop_reason, self.stop_text = "failed", why
+        return why
+
+    def _cell(self, server: WarmServer, i: int, k: int, loader: RecordingLoader, instruments, store: ResultsStore,
+              interp: Interpreter) -> CellRecord | Stall | str:
+        """One cell of variant `i` in pair `k`, its row written at once; a string says why it failed."""
+        v = self.p.variants[i]
+        assert server.cfg is not None and self.canary is not None
+        cell = next(v.cfg.combinations(k))
+        out = run_cell(cell, CellEnv(server.cfg, loader, interp, instruments=tuple(instruments)))
+        _as_started(out.row, v, interp)
+        store.add(out.row, out.per_conn_messages, out.conn_rows)
+        if not out.ok:
+            gone = server.failure()
+            why = f"{v.label}, pair {k}: {gone or out.row.get('error')}"
+            return Stall(why) if not gone and str(out.row.get("error")).startswith("stalled") else why
+        spans = paired.headline_spans(loader.events)
+        canary = paired.loop_ns(self.canary.samples(until=spans[-1][1]), spans) if spans else math.nan
+        mid = (spans[0][0] + spans[-1][1]) / 2 if spans else time.monotonic()
+        rec = CellRecord(i, k, mid, figures(out.row), bool(out.row.get("probes")), canary, out.row)
+        self.records.append(rec)
+        return rec
+
+    def _live(self, k: int) -> str:
+        """'pair 7: B/A msgs/s 0.512× [0.498, 0.527] ±2.9% (target ±1.0%), 0 dropped, 11 s'."""
+        p, parts = self.p, []
+        for comp in self.comparisons:
+            c = comp.judge(p.metric)
+            name = f"{p.variants[comp.new].letter}/A"
+            if c is None or c["ratio_lo"] is None:
+                parts.append(f"{name} {c['ratio']:.3f}× (no interval yet)" if c else f"{name} – (no pair yet)")
+                continue
+            half = max(c["ratio_hi"] / c["ratio"], c["ratio"] / c["ratio_lo"]) - 1
+            parts.append(f"{name} {c['ratio']:.3f}× [{c['ratio_lo']:.3f}, {c['ratio_hi']:.3f}] ±{half:.1%}")
+        dropped = sum(sum(c.dropped()) for c in self.comparisons)
+        return (f"pair {k}: {p.metric} " + "; ".join(parts) + f" (target ±{p.precision:.1%}), {dropped} dropped, "
+                f"{time.monotonic() - self.started:.0f} s")
+
+    # -----------------------------------------------------------------------------------------
+    # The document
+
+    def document(self, out: Path, warm: list[WarmServer]) -> dict:
+        p = self.p
+        base = p.variants[0]
+        checks = compare.parse_fail_if(p.fail_if)
+        loader_frac = _loader_fracs(self.records, p.variants)
+        limit = Thresholds().loader_saturated  # the loader_bottleneck rule's
+        saturated = {label: f for label, f in loader_frac.items() if f is not None and f >= limit}
+        comparisons, ab_comps = [], []
+        for comp in self.comparisons:
+            new = p.variants[comp.new]
+            kept, dropped = comp.kept(), comp.dropped()
+            metrics = {}
+            for col in comp.columns():
+                c = comp.judge(col)
+                if c is not None:
+                    metrics[col] = compare.describe(col, _finite(c))
+            label = f"{base.label} → {new.label} c={base.cfg.connections[0]}" + (
+                f" pipeline {base.cfg.pipeline[0]}" if base.cfg.pipeline[0] != 1 else "")
+            cell = {"connections": base.cfg.connections[0], "pipeline": base.cfg.pipeline[0], "label": label,
+                    "rounds": {"base": len(kept), "new": len(kept), "base_failed": 0, "new_failed": 0},
+                    "metrics": metrics}
+            cell["verdict"] = metrics.get("msgs_per_sec", {}).get("verdict", "not measured")
+            cell["why"] = compare.why(label, metrics)
+            cell["flamegraph_diff"] = None
+            warnings = _warnings(saturated, sum(dropped), len(comp.items), p.fresh, comp.stalled)
+            comparisons.append({"new": {"path": str(out), "name": new.label}, "matched_on": ["connections", "pipeline"],
+                                "compared_across": {"variant": [base.label, new.label]}, "warnings": warnings,
+                                "unmatched": {"base_only": [], "new_only": []}, "cells": [cell]})
+            head = metrics.get(p.metric, {})
+            ab_comps.append({
+                "new": new.label, "pairs": len(comp.items), "kept": len(kept), "dropped": int(sum(dropped)),
+                "stalled": comp.stalled,
+                "estimator": head.get("estimator"), "canary_shift": _finite(comp_canary_shift(comp)),
+                "pairs_detail": [_pair_record(b, n, order, drop, self.started, p.variants)
+                                 for (b, n, order), drop in zip(comp.items, dropped)]})
+        doc: dict = {
+            "schema": compare.SCHEMA,
+            "method": {"text": METHOD, "alpha": paired.ALPHA, "confidence": paired.CONFIDENCE,
+                       "min_rounds": compare.MIN_ROUNDS, "test": "paired Student t-test of the per-pair differences",
+                       "interval": "Student t on the per-pair log ratios (differences for counts), adjusted for the "
+                                   "speed canary by OLS once there are enough pairs"},
+            "base": {"path": str(out), "name": base.label},
+            "comparisons": comparisons,
+            "fail_if": {"checks": [c.text for c in checks], "breaches": []},
+            "artifacts": {},
+            "ab": {
+                "variants": [{"letter": v.letter, "label": v.label, "server": v.server, "kind": v.kind,
+                              "python": v.cfg.pythons[0], "command": v.cfg.server(v.server).template or None}
+                             for v in p.variants],
+                "aa": p.aa, "measured": "fresh" if p.fresh else "warm",
+                "measured_text": ("fresh servers: every variant's server restarted before each pair" if p.fresh
+                                  else "warm servers: each variant's server started once and kept for every pair"),
+                "server_starts": {w.variant.label: w.starts for w in warm},
+                "window_s": p.window, "warmup_s": p.warmup, "metric": p.metric, "precision": p.precision,
+                "max_time_s": p.max_time, "min_pairs": p.min_pairs, "elapsed_s": round(self.elapsed, 2),
+                "stop": {"reason": self.stop_reason, "text": self.stop_text},
+                "slow_canary_share": paired.SLOW, "canary_samples": self.canary.count() if self.canary else 0,
+                "loader_bound": bool(saturated), "loader_cpu_frac": loader_frac,
+                "comparisons": ab_comps,
+            },
+        }
+        doc["fail_if"]["breaches"] = compare.breaches(doc, checks)
+        doc["method"]["text"] += " This run: " + "; ".join(x.strip() for x in summary_lines(doc))[len("ab: "):] + "."
+        return doc
+
+
+def comp_canary_shift(comp: Pairs) -> dict:
+    """The canary's own NEW/BASE ratio over the kept pairs: the adjustment assumes no variant slows the canary,
+    so this should hold 1."""
+    loops = [(b.canary_ns, n.canary_ns) for b, n, _ in comp.kept() if b.canary_ns > 0 and n.canary_ns > 0]
+    if len(loops) < 2:
+        return {}
+    c = paired.judge([b for b, _ in loops], [n for _, n in loops])
+    return {"ratio": c["ratio"], "ratio_lo": c["ratio_lo"], "ratio_hi": c["ratio_hi"], "p": c["p"]}
+
+
+def _pair_record(b: CellRecord, n: CellRecord, order: str, dropped: bool, t0: float, variants: list[Variant]) -> dict:
+    d = {}
+    for col in sorted(set(b.figures) | set(n.figures)):
+        vb, vn = _value(b, col), _value(n, col)
+        if vb is None or vn is None:
+            continue
+        d[col] = math.log(vn / vb) if col in LOG_JUDGED and vb > 0 and vn > 0 else vn - vb
+    return _finite({"pair": b.pair, "t_s": round((b.t + n.t) / 2 - t0, 3), "order": order, "dropped": dropped,
+                    "canary_ns": {"base": b.canary_ns, "new": n.canary_ns}, "d": d})
+
+
+def _finite(obj):
+    """NaN → None, numpy scalars → Python (strict JSON)."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item"):
+        obj = obj.item()
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
+
+
+def _loader_fracs(records: list[CellRecord], variants: list[Variant]) -> dict[str, float | None]:
+    """Each variant's median loader CPU share (of its CPUs) over its cells."""
+    out: dict[str, float | None] = {}
+    for i, v in enumerate(variants):
+        fr = [float(f) for r in records if r.variant == i and (f := (r.row.get("loader_cpu") or {}).get("cpu_frac"))
+              is not None]
+        out[v.label] = float(np.median(fr)) if fr else None
+    return out
+
+
+def _warnings(saturated: dict[str, float], dropped: int, pairs: int, fresh: bool, stalled: int) -> list[str]:
+    out = []
+    if stalled:
+        out.append(f"{stalled} pair(s) lost: a live server answered nothing in a cell's window (the host took its CPU)")
+    for label, frac in saturated.items():
+        out.append(f"the loader, not the servers, set the pace: it used {frac:.0%} of its CPU in {label}'s cells, so "
+                   "a server-side change can be invisible here (give the loader more CPUs, or use fewer connections)")
+    if dropped:
+        out.append(f"{dropped} of {pairs} pairs dropped: a cell ran with the backend CPU's canary "
+                   f"≥{paired.SLOW:.0%} slower than the median cell (the host was disturbed)")
+    if fresh:
+        out.append("--fresh: servers restarted before every pair, so this compares cold processes")
+    return out
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """What the terminal adds to compare's pages: how the answer was measured and why it stopped."""
+    ab = doc["ab"]
+    lines = [f"ab: {ab['measured_text']}; {ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up; "
+             f"stopped after {ab['elapsed_s']:.0f} s: {ab['stop']['text']}"]
+    for c in ab["comparisons"]:
+        lines.append(f"  {c['new']}: {c['kept']} pairs kept, {c['dropped']} dropped (host disturbed); "
+                     f"estimator: {c['estimator'] or '–'}")
+    return lines
+
+
+def report(doc: dict, console: Console) -> None:
+    """compare's terminal pages, then the ab lines."""
+    compare_report.print_doc(doc, console)
+    for line in summary_lines(doc):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+

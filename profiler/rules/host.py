@@ -1,0 +1,95 @@
+"""Whether the measurement can be trusted: rounds that disagree, and a round held back by the machine
+(other processes, steal) while neither the backend nor the loader was busy."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from netprof.profiler import schema
+from netprof.profiler.rules.common import r2, where
+from netprof.profiler.rules.registry import Anomaly, Context, Thresholds, rule
+from netprof.profiler.stats import num
+
+
+@rule("noisy", consolidate=True, plots=("throughput",))
+def noisy(ctx: Context) -> list[Anomaly]:
+    """Rounds disagree: coefficient of variation of msgs/s across rounds above 10%."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        cv, n = num(r, "mps_cv"), num(r, "mps_n") or 0
+        if n < 2 or cv is None or cv <= t.noisy_cv:
+            continue
+        rounds = _rounds_of(ctx.df, r)
+        ev = {"coefficient of variation": f"{100 * cv:.0f}%", "rounds": int(n),
+              "msgs/s per round": ", ".join(f"{v:.0f}" for v in rounds) or None,
+              "95% interval": f"±{num(r, 'mps_ci_pct') or float('nan'):.0f}%"}
+        text = (f"The rounds of {where(r)} disagree by {100 * cv:.0f}% (CV): differences between backends smaller than "
+                "its interval are not findings. This machine is noisy; run more rounds, or compare interleaved runs.")
+        sev = "warning" if cv > t.noisy_cv_warning else "info"
+        found.append(Anomaly.at(r, "noisy", sev, f"Noisy measurement: {where(r)}", text, ev))
+    return found
+
+
+@rule("machine_busy", plots=("throughput",))
+def machine_busy(ctx: Context) -> list[Anomaly]:
+    """A round fell ≥ 15% below its cell's best round while neither the backend nor the loader was busy
+    (> 0.9 of a core): what held it back was outside both — the machine (other processes, steal)."""
+    t = ctx.t
+    found: list[Anomaly] = []
+    if "status" not in ctx.df or "msgs_per_sec" not in ctx.df:
+        return []
+    host = {(e.get("cell"), e.get("round")): e for e in ctx.meta.get("host_per_cell") or [] if isinstance(e, dict)}
+    df = schema.normalize(ctx.df)
+    df = df[df["status"] == "ok"]
+    for _, g in df.groupby(schema.CELL_KEYS, dropna=False, sort=False):
+        if len(g) < 2:
+            continue
+        best = g.loc[g["msgs_per_sec"].idxmax()]
+        found.extend(_busy_round(r, best, host) for _, r in g.iterrows() if _held_back(r, best, t))
+    return found
+
+
+def _held_back(r, best, t: Thresholds) -> bool:
+    """The round fell far below its cell's best while neither the backend nor the loader was saturated."""
+    busy, lf = num(r, "cpu.busy_frac"), num(r, "loader_cpu.cpu_frac")
+    if float(r["msgs_per_sec"]) >= (1 - t.machine_busy_drop) * float(best["msgs_per_sec"]) or busy is None \
+            or lf is None:
+        return False
+    return not (busy > t.machine_busy_core or lf > t.machine_busy_core)  # a saturated one set the pace
+
+
+def _busy_round(r, best, host: dict) -> Anomaly:
+    mps, top = float(r["msgs_per_sec"]), float(best["msgs_per_sec"])
+    busy, lf = num(r, "cpu.busy_frac") or 0.0, num(r, "loader_cpu.cpu_frac") or 0.0
+    rnd = int(r["round"])
+    ev = {"msgs/s this round": round(mps), f"msgs/s best round ({int(best['round'])})": round(top),
+          "backend busy (share of one CPU)": r2(busy), "loader CPU (share of its CPUs)": r2(lf)}
+    text = (f"Round {rnd} of {where(r)} made {mps:.0f} msgs/s, {100 * (1 - mps / top):.0f}% below its best "
+            f"round ({top:.0f}), while the backend used {100 * busy:.0f}% of a CPU and the loader "
+            f"{100 * lf:.0f}% of its CPUs: neither was the limit, so something outside them held the round "
+            "back. ")
+    text += _host_figures(host.get((schema.cell_slug(r), rnd)), ev)
+    text += "Machine busy: this measurement is not trustworthy; re-run it on a quiet machine."
+    title = f"Machine busy: measurement not trustworthy: {where(r)}, round {rnd}"
+    return Anomaly.at(r, "machine_busy", "warning", title, text, ev)
+
+
+def _host_figures(h: dict | None, ev: dict) -> str:
+    """What meta.json's host_per_cell saw of the machine during the cell (runner.py records it)."""
+    if not h:
+        return ""
+    ev["1-min load average before / after the cell"] = f"{h.get('loadavg_before')} / {h.get('loadavg_after')}"
+    if h.get("steal_frac") is not None:
+        ev["CPU time stolen by the hypervisor during the cell"] = f"{100 * h['steal_frac']:.1f}%"
+    if h.get("busy_cpus") is None:
+        return ""
+    ev["CPUs busy during the cell (all processes)"] = r2(h["busy_cpus"])
+    return (f"During the cell the machine's CPUs were busy {h['busy_cpus']:.2f} on average (every "
+            f"process) and {100 * (h.get('steal_frac') or 0):.1f}% of CPU time was stolen. ")
+
+
+def _rounds_of(df: pd.DataFrame, r) -> list[float]:
+    g = schema.select(schema.normalize(df), r)
+    if "status" in g:
+        g = g[g["status"] == "ok"]
+    return [float(v) for v in g["msgs_per_sec"]]

@@ -1,0 +1,195 @@
+"""`netprof ab`: real servers, a real loader and the canary, end to end with short windows; its input rules
+without starting anything. The statistics alone are tests/test_paired.py's."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import psutil
+import pytest
+
+from helpers import netprof_cli, run_netprof, wait_no_children
+from netprof.profiler import ab
+from netprof.profiler.errors import InputError
+from netprof.profiler.plan import RunConfig
+
+# One 64-byte recv per message, then --spin-ns of busy CPU, then the echo: a server whose cost per message the
+# test chooses. Non-blocking sockets under one selector, as the `selector` backend.
+ECHO = '''
+import argparse, selectors, socket, time
+ap = argparse.ArgumentParser()
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--spin-ns", type=int, default=0)
+args = ap.parse_args()
+sel = selectors.DefaultSelector()
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", args.port))
+srv.listen(1024)
+srv.setblocking(False)
+sel.register(srv, selectors.EVENT_READ)
+while True:
+    for key, _ in sel.select():
+        s = key.fileobj
+        if s is srv:
+            conn, _ = srv.accept()
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sel.register(conn, selectors.EVENT_READ)
+            continue
+        try:
+            data = s.recv(64)
+        except BlockingIOError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            sel.unregister(s)
+            s.close()
+            continue
+        end = time.perf_counter_ns() + args.spin_ns
+        while time.perf_counter_ns() < end:
+            pass
+        s.sendall(data)
+'''
+# Short cells: the whole file runs in well under a minute.
+SHORT = ("--window", "0.5", "--warmup", "0.2", "--max-time", "10", "--wait")
+
+
+# netprof ab v1's end-to-end tests: never yet seen to pass, because the host was starved the whole session
+# they were written in (cells stalled with 0 messages, plain `netprof run` 20x slow). Held out, visibly, until
+# they pass on a quiet host (issue 33's note); then this marker goes.
+UNVERIFIED = pytest.mark.skip(reason="netprof ab v1 end to end: not yet validated on a quiet host (issue 33)")
+
+
+@pytest.fixture
+def echo(tmp_path):
+    script = tmp_path / "spin_echo.py"
+    script.write_text(ECHO)
+
+    def command(spin_ns: int) -> str:
+        return f"{sys.executable} {script} --spin-ns {spin_ns} --port {{port}}"
+
+    yield command
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])]
+    assert not left, f"echo servers left running: {left}"
+
+
+def _ab(*args: str, timeout: float = 90) -> tuple[dict, str]:
+    res = run_netprof("ab", *args, *SHORT, "--json", timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout), res.stderr
+
+
+def _msgs(doc: dict, i: int = 0) -> dict:
+    return doc["comparisons"][i]["cells"][0]["metrics"]["msgs_per_sec"]
+
+
+@UNVERIFIED
+def test_a_slower_variant_is_resolved_as_slower(echo, tmp_path):
+    out = tmp_path / "ab"
+    doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
+                   "--out", str(out))
+    m = _msgs(doc)
+    print(f"slow/fast: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}], "
+          f"{doc['ab']['comparisons'][0]['kept']} pairs, {doc['ab']['elapsed_s']} s")
+    assert m["verdict"] == "slower" and m["ratio_hi"] < 1 and m["significant"]
+    cell = doc["comparisons"][0]["cells"][0]
+    assert cell["verdict"] == "slower" and cell["why"].startswith("fast → slow c=100: ")
+    assert cell["metrics"]["cpu_us_per_msg.user"]["verdict"] == "higher"  # the spin is user CPU
+    info = doc["ab"]
+    assert doc["base"]["name"] == "fast" and doc["comparisons"][0]["new"]["name"] == "slow"
+    assert info["measured"] == "warm" and info["server_starts"] == {"fast": 1, "slow": 1}
+    assert info["stop"]["reason"] in ("max-time", "precision") and info["elapsed_s"] <= 10 + 3
+    comp = info["comparisons"][0]
+    assert comp["kept"] + comp["dropped"] == comp["pairs"] >= 3
+    assert [p["order"] for p in comp["pairs_detail"][:4]] == ["AB", "BA", "AB", "BA"][:len(comp["pairs_detail"])]
+    assert all(p["canary_ns"]["base"] and p["d"]["msgs_per_sec"] < 0 for p in comp["pairs_detail"])
+    assert info["canary_samples"] > 100  # ~100 a second
+    # the results directory: rows tagged by variant (what `netprof report` reads), ab.json, compare's pages
+    rows = pd.read_parquet(out / "results.parquet")
+    assert set(rows["tag"]) == {"fast", "slow"} and set(rows["server_kind"]) == {"cmd"}
+    assert len(rows) == 2 * comp["pairs"] and (rows["status"] == "ok").all()
+    assert json.loads((out / "ab.json").read_text())["ab"]["comparisons"][0]["pairs"] == comp["pairs"]
+    assert "| msgs/s |" in (out / "compare.md").read_text() and (out / "compare.html").exists()
+    assert "pair 1:" in err  # off a terminal, one progress line per pair on stderr
+    assert wait_no_children() == []
+
+
+@UNVERIFIED
+def test_an_aa_interval_holds_1(echo, tmp_path):
+    doc, _ = _ab("--cmd", echo(0), "--aa", "--no-probes", "--out", str(tmp_path / "aa"))
+    m = _msgs(doc)
+    print(f"A/A: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}]")
+    # Fails 5% of the time by construction if the method is right (the interval's confidence); a real
+    # bias (an order effect, one server favoured) would show here far more often.
+    assert m["ratio_lo"] <= 1 <= m["ratio_hi"] and m["verdict"] == "no significant change"
+    names = [v["label"] for v in doc["ab"]["variants"]]
+    assert names[1] == names[0] + ab.PRIME and doc["ab"]["aa"] and doc["ab"]["server_starts"] == {n: 1 for n in names}
+
+
+@UNVERIFIED
+def test_builtin_variants_with_probes_count_syscalls_and_report_works(bpf, tmp_path):
+    out = tmp_path / "ab"
+    res = run_netprof("ab", "selector", "selector", "--window", "0.5", "--warmup", "0.2", "--max-time", "5",
+                      "--wait", "--json", "--out", str(out), "--fail-if", "slower:50%", timeout=90)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert [v["label"] for v in doc["ab"]["variants"]] == ["selector", "selector" + ab.PRIME]
+    metrics = doc["comparisons"][0]["cells"][0]["metrics"]
+    assert metrics["syscalls_per_msg.recvfrom"]["mean_base"] == pytest.approx(1.0, abs=0.1)
+    assert doc["fail_if"] == {"checks": ["slower:50%"], "breaches": []}
+    rows = pd.read_parquet(out / "results.parquet")
+    assert set(rows["backend"]) == {"selector"} and set(rows["server_kind"]) == {"builtin"}
+    rep = run_netprof("report", str(out), "-q", timeout=120)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["selector"], "at least two variants"),
+    (["selector", "nosuch"], "unknown backend 'nosuch'"),
+    (["selector", "--cmd", "true {port}", "--env", "C:X=1"], "there is no variant C"),
+    (["selector", "selector", "--precision", "abc"], "--precision 'abc'"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    res = netprof_cli("ab", *args)
+    assert res.returncode == 2, res.stderr
+    assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("names, cmds, kw, says", [
+    (["selector", "asyncio_sock"], [], {"aa": True}, "--aa runs one variant against itself"),
+    (["selector", "selector"], [], {"metric": "bogus"}, "--metric 'bogus'"),
+    (["selector", "selector"], [], {"precision": 0.8}, "--precision 0.8 is out of range"),
+    (["selector", "selector"], [], {"window": 0.01}, "--window 0.01 is out of range"),
+    (["selector", "selector"], [], {"env_items": ["X=1"]}, "--env sets the environment of a --cmd server"),
+    (["selector"], ["true {port}"], {"env_items": ["A:X=1"]}, "variant A is a built-in backend"),
+    (["selector", "selector"], [], {"python": "3.11,3.12,3.13"}, "3 interpreters for 2 variants"),
+    (["selector"], ["true {port}"], {"python": ",3.12"}, "--python for variant B"),
+    (["selector", "selector"], [], {"fail_if": "faster:5%"}, "--fail-if 'faster:5%'"),
+    (["selector"], ["true"], {}, "has no {port}"),
+    (["selector"], ["true {port}"], {"cmd_names": ["a", "b"]}, "more --name than --cmd"),
+])
+def test_bad_variants_and_settings_are_refused_before_anything_starts(names, cmds, kw, says):
+    with pytest.raises(InputError) as e:
+        ab.plan(RunConfig(backends=[], connections=[10]), names, cmds, **kw)
+    assert says in str(e.value)
+
+
+def test_variant_syntax_without_starting_anything():
+    kinds = ["builtin", "cmd", "cmd"]
+    assert ab._per_variant_pythons("3.12", kinds) == ["3.12", "", ""]
+    assert ab._per_variant_pythons("3.12,,", kinds) == ["3.12", "", ""]
+    assert ab._per_variant_env(["X=1", "C:Y=2", "B:Z=a:b=c"], kinds) == [{}, {"X": "1", "Z": "a:b=c"},
+                                                                          {"X": "1", "Y": "2"}]
+    assert ab._labels(["a", "b", "a", "a"]) == ["a", "b", "a" + ab.PRIME, "a" + ab.PRIME * 2]
+    assert ab.parse_precision("0.5%") == pytest.approx(0.005) and ab.parse_precision("0.02") == 0.02
+    p = ab.plan(RunConfig(backends=[], connections=[10]), ["selector"], [], aa=True, window=0.5, max_time=20)
+    assert [v.label for v in p.variants] == ["selector", "selector" + ab.PRIME]
+    assert all(v.cfg.extra_dims == {"tag": [v.label]} and v.cfg.duration == 0.5 for v in p.variants)
+    with pytest.raises(InputError, match="one value of -c"):
+        ab.plan(RunConfig(backends=[], connections=[10, 100]), ["selector", "selector"], [])
+
