@@ -666,7 +666,7 @@ class _Session:
             for col in comp.columns():
                 c = comp.judge(col)
                 if c is not None:
-                    metrics[col] = compare.describe(col, _finite(c))
+                    metrics[col] = compare.describe(col, compare.json_ready(c))
             label = f"{base.label} → {new.label} c={base.cfg.connections[0]}" + (
                 f" pipeline {base.cfg.pipeline[0]}" if base.cfg.pipeline[0] != 1 else "")
             cell = {"connections": base.cfg.connections[0], "pipeline": base.cfg.pipeline[0], "label": label,
@@ -683,7 +683,7 @@ class _Session:
             ab_comps.append({
                 "new": new.label, "pairs": len(comp.items), "kept": len(kept), "dropped": int(sum(dropped)),
                 "stalled": comp.stalled,
-                "estimator": head.get("estimator"), "canary_shift": _finite(comp_canary_shift(comp)),
+                "estimator": head.get("estimator"), "canary_shift": compare.json_ready(comp_canary_shift(comp)),
                 "pairs_detail": [_pair_record(b, n, order, drop, self.started, p.variants)
                                  for (b, n, order), drop in zip(comp.items, dropped)]})
         doc: dict = {
@@ -734,19 +734,8 @@ def _pair_record(b: CellRecord, n: CellRecord, order: str, dropped: bool, t0: fl
         if vb is None or vn is None:
             continue
         d[col] = math.log(vn / vb) if col in LOG_JUDGED and vb > 0 and vn > 0 else vn - vb
-    return _finite({"pair": b.pair, "t_s": round((b.t + n.t) / 2 - t0, 3), "order": order, "dropped": dropped,
-                    "canary_ns": {"base": b.canary_ns, "new": n.canary_ns}, "d": d})
-
-
-def _finite(obj):
-    """NaN → None, numpy scalars → Python (strict JSON)."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if hasattr(obj, "item"):
-        obj = obj.item()
-    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
+    return compare.json_ready({"pair": b.pair, "t_s": round((b.t + n.t) / 2 - t0, 3), "order": order,
+                               "dropped": dropped, "canary_ns": {"base": b.canary_ns, "new": n.canary_ns}, "d": d})
 
 
 def _loader_fracs(records: list[CellRecord], variants: list[Variant]) -> dict[str, float | None]:

@@ -457,7 +457,7 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if:
         "fail_if": {"checks": [c.text for c in checks], "breaches": []},
         "artifacts": {}}
     doc["fail_if"]["breaches"] = breaches(doc, checks)
-    return _json_ready(doc)
+    return json_ready(doc)
 
 
 def _flame_diff(base: Run, new: Run, brow, nrow, cell: dict, out_dir: Path | None, i: int) -> dict | None:
@@ -522,10 +522,11 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.0f}%".replace("-", MINUS) if ratio == ratio else "–"
 
 
-def _json_ready(obj):
-    """NaN → null (strict JSON), numpy scalars → Python, recursively."""
+def json_ready(obj):
+    """NaN and infinities → null (strict JSON), numpy scalars → Python, recursively (ab's document too)."""
     if isinstance(obj, dict):
-        return {k: _json_ready(v) for k, v in obj.items()}
+        return {k: json_ready(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_ready(v) for v in obj]
-    return results._clean(obj)
+        return [json_ready(v) for v in obj]
+    obj = results._clean(obj)
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj

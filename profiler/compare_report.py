@@ -35,7 +35,7 @@ def _r(x: float) -> str:
 
 
 def _missing(v) -> bool:
-    """NaN, or the null compare._json_ready made of it (one round a side has no p-value)."""
+    """NaN, or the null compare.json_ready made of it (one round a side has no p-value)."""
     return v is None or v != v
 
 
