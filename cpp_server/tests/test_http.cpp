@@ -451,14 +451,16 @@ TEST(HttpEngine, ServerClosesAfterNReplies) {
   EXPECT_EQ(s.stats.errors.truncated + s.stats.errors.malformed, 0u) << s.stats.errors.sample;
   EXPECT_EQ(s.stats.errors.connect, 0u);
 
-  // With think time the released requests wait on timers across the reopenings: none is lost.
+  // With think time the released requests wait on timers across the reopenings: none is lost. A lost
+  // one would leave its connection with fewer requests in flight, and after two it stops for good; so
+  // every connection must keep being answered through several reopenings. (No rate threshold: speed
+  // is a benchmark's business, and this host's stalls made one fail CI.)
   Served t = run_http([](int n) { return ServerAction{kHello, n == 3}; }, R"(,"pipeline":2,"think":"fixed:200")");
   ASSERT_EQ(t.error_kind, nullptr) << t.error_message;
-  EXPECT_GT(t.stats.messages, 100u);
-  EXPECT_GT(t.stats.reconnects, 20u);
+  EXPECT_GT(t.stats.reconnects, 12u);  // 4 connections, each reopened more than 3 times on average
   EXPECT_EQ(t.stats.errors.truncated + t.stats.errors.malformed + t.stats.errors.connect, 0u);
-  // 4 connections × 2 in flight, each exchange then 200 µs of think: the rate stays near its bound.
-  EXPECT_GT(double(t.stats.messages) / t.stats.duration_s, 2000.0);
+  ASSERT_EQ(t.stats.per_conn_messages.size(), 4u);
+  for (uint64_t m : t.stats.per_conn_messages) EXPECT_GT(m, 6u);  // 3 replies per opening: 3+ openings each
 }
 
 TEST(HttpEngine, ConnectionCloseHeader) {
