@@ -361,3 +361,13 @@ def test_connection_errors_silent_on_a_clean_row():
     rows = [make_row(), make_row(round=2, status="failed", error="only 90 of 100 connections could be opened",
                                  errors={"timeout": 10})]
     assert not ids(detect(frame(*rows)), "connection_errors")
+
+
+def test_probe_spill_names_the_rounds_whose_probes_left_their_guard():
+    clean = {"probed": {"guard_s": 0.1, "late_ms": 0.0, "spill_ms": 0.0, "attach_lead_ms": 2.0}}
+    rows = [make_row(round=1, **clean), make_row(round=2, probed={**clean["probed"], "late_ms": 420.0}),
+            make_row(round=3, **clean)]
+    found = [a for a in detect(frame(*rows)) if a["id"] == "probe_spill"]
+    assert len(found) == 1 and found[0]["evidence"]["rounds affected"] == "2"
+    assert "attached up to 420 ms late" in found[0]["explanation"]
+    assert not [a for a in detect(frame(make_row(**clean))) if a["id"] == "probe_spill"]

@@ -93,3 +93,32 @@ def _rounds_of(df: pd.DataFrame, r) -> list[float]:
     if "status" in g:
         g = g[g["status"] == "ok"]
     return [float(v) for v in g["msgs_per_sec"]]
+
+
+@rule("probe_spill", consolidate=True, plots=("throughput",))
+def probe_spill(ctx: Context) -> list[Anomaly]:
+    """A round whose probes attached after the probed sub-window began, or stayed attached past the guard
+    after it (probed.late_ms, probed.spill_ms, measured per round): its headline figures hold probed time."""
+    t, df = ctx.t, ctx.df
+    if "probed.spill_ms" not in df or "probed.late_ms" not in df:
+        return []
+    found = []
+    bad = df[(df["probed.spill_ms"].fillna(0) > t.probe_spill_ms) | (df["probed.late_ms"].fillna(0) > t.probe_spill_ms)]
+    keys = [k for k in schema.CELL_KEYS if k in bad]
+    for _, g in bad.groupby(keys, dropna=False, sort=False):
+        r = g.iloc[0]
+        late, spill = float(g["probed.late_ms"].max()), float(g["probed.spill_ms"].max())
+        guard = num(r, "probed.guard_s")
+        ev = {"rounds affected": ", ".join(str(int(x)) for x in sorted(g["round"].dropna())) if "round" in g else None,
+              "attached after the probed part began, at most (ms)": r2(late),
+              "detached after the guard ended, at most (ms)": r2(spill),
+              "guard on each side (ms)": r2(1e3 * guard) if guard else None}
+        what = " and ".join(w for w in (f"attached up to {late:.0f} ms late" if late else "",
+                                         f"stayed attached up to {spill:.0f} ms past the guard" if spill else "") if w)
+        text = (f"In {where(r)} the probes {what}: "
+                "part of that round's headline window ran with probes on, so its msgs/s and latency include some of "
+                "their cost (the probed part's counts miss the late time). Attaching a tracepoint stops every CPU "
+                "for a moment; on a host whose CPUs are descheduled (steal) that takes far longer than the guard. "
+                "Re-run the cell, or compare its rounds: the others are clean.")
+        found.append(Anomaly.at(r, "probe_spill", "warning", f"Probes outside their guard: {where(r)}", text, ev))
+    return found

@@ -70,6 +70,13 @@ class Thresholds:
     busy_wait_p50_us: float = 1000.0         # "loop busy elsewhere": median queue wait at least this ...
     busy_wait_handler_ratio: float = 10.0    # ... and this × the median handler time
     busy_beyond_round: float = 3.0           # mean wait ≥ this × one round of the other messages: stalls
+    # a round whose probes attached late or detached past the guard by more than this (ms)
+    probe_spill_ms: float = 1.0
+    # --rate (open loop): a server behind its schedule, and the bend of the latency–throughput curve
+    overload_shortfall: float = 0.05         # achieved below (1 − this) × the target rate
+    overload_behind_share: float = 0.01      # or more than this share of requests waited for their connection
+    knee_factor: float = 3.0                 # the bend: p99 this × its value at the lowest rate
+    knee_change: float = 0.25                # a per-message figure that moved this much (relative) is evidence
 
 
 THRESHOLDS = Thresholds()
