@@ -369,5 +369,5 @@ def test_probe_spill_names_the_rounds_whose_probes_left_their_guard():
             make_row(round=3, **clean)]
     found = [a for a in detect(frame(*rows)) if a["id"] == "probe_spill"]
     assert len(found) == 1 and found[0]["evidence"]["rounds affected"] == "2"
-    assert "attached up to 420 ms late" in found[0]["explanation"]
+    assert "attached up to 420 ms late" in found[0]["explanation"] and "its 2 other rounds" in found[0]["explanation"]
     assert not [a for a in detect(frame(make_row(**clean))) if a["id"] == "probe_spill"]

@@ -115,10 +115,11 @@ def probe_spill(ctx: Context) -> list[Anomaly]:
               "guard on each side (ms)": r2(1e3 * guard) if guard else None}
         what = " and ".join(w for w in (f"attached up to {late:.0f} ms late" if late else "",
                                          f"stayed attached up to {spill:.0f} ms past the guard" if spill else "") if w)
+        clean = len(schema.select(df, r)) - len(g)
         text = (f"In {where(r)} the probes {what}: "
                 "part of that round's headline window ran with probes on, so its msgs/s and latency include some of "
                 "their cost (the probed part's counts miss the late time). Attaching a tracepoint stops every CPU "
                 "for a moment; on a host whose CPUs are descheduled (steal) that takes far longer than the guard. "
-                "Re-run the cell, or compare its rounds: the others are clean.")
+                "Re-run the cell" + (f", or read its {clean} other rounds, which were clean." if clean > 0 else "."))
         found.append(Anomaly.at(r, "probe_spill", "warning", f"Probes outside their guard: {where(r)}", text, ev))
     return found
