@@ -391,7 +391,9 @@ struct HttpRequests {
 
 // A server whose every connection answers each request with reply(conn_requests_so_far), closing
 // when reply() says so.
-Served run_http(const std::function<ServerAction(int)>& reply, const std::string& extra = "", int connections = 4) {
+// `enough`: as in run_until (no minimum when empty).
+Served run_http(const std::function<ServerAction(int)>& reply, const std::string& extra = "", int connections = 4,
+                const Enough& enough = {}) {
   TestServer server([reply](ServerConn& c) {
     HttpRequests reqs;
     int answered = 0;
@@ -403,13 +405,15 @@ Served run_http(const std::function<ServerAction(int)>& reply, const std::string
       }
     }
   });
-  return run_against(server, R"("protocol":"http")" + extra, connections);
+  const std::string fields = R"("protocol":"http")" + extra;
+  return enough ? run_until(server, fields, connections, enough) : run_against(server, fields, connections);
 }
 
 }  // namespace
 
 TEST(HttpEngine, KeepAlive) {
-  Served s = run_http([](int) { return ServerAction{kHello}; });
+  Served s =
+      run_http([](int) { return ServerAction{kHello}; }, "", 4, [](const Served& r) { return r.stats.messages > 50; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_GT(s.stats.messages, 50u);
   EXPECT_EQ(s.stats.status[1], s.stats.messages);  // every 2xx in the window is a message
@@ -433,7 +437,8 @@ TEST(HttpEngine, RepliesSplitAndMerged) {
         if (!c.write(out.substr(off, 17))) return;
     }
   });
-  Served s = run_against(server, R"("protocol":"http","pipeline":8)", 2);
+  Served s =
+      run_until(server, R"("protocol":"http","pipeline":8)", 2, [](const Served& r) { return r.stats.messages > 50; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_GT(s.stats.messages, 50u);
   EXPECT_EQ(s.stats.errors.malformed, 0u) << s.stats.errors.sample;
@@ -443,7 +448,11 @@ TEST(HttpEngine, RepliesSplitAndMerged) {
 TEST(HttpEngine, ServerClosesAfterNReplies) {
   // Closes after 5 replies without saying so, with requests still in flight (pipeline 4): each close
   // is a reconnect, the unanswered requests are sent again, nothing is an error.
-  Served s = run_http([](int n) { return ServerAction{kHello, n == 5}; }, R"(,"pipeline":4)");
+  Served s = run_http(
+      [](int n) {
+        return ServerAction{kHello, n == 5};
+      },
+      R"(,"pipeline":4)", 4, [](const Served& r) { return r.stats.messages > 20 && r.stats.reconnects > 4; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_GT(s.stats.messages, 20u);
   EXPECT_GT(s.stats.reconnects, 4u);
@@ -455,7 +464,11 @@ TEST(HttpEngine, ServerClosesAfterNReplies) {
   // one would leave its connection with fewer requests in flight, and after two it stops for good; so
   // every connection must keep being answered through several reopenings. (No rate threshold: speed
   // is a benchmark's business, and this host's stalls made one fail CI.)
-  Served t = run_http([](int n) { return ServerAction{kHello, n == 3}; }, R"(,"pipeline":2,"think":"fixed:200")");
+  Served t = run_http(
+      [](int n) {
+        return ServerAction{kHello, n == 3};
+      },
+      R"(,"pipeline":2,"think":"fixed:200")", 4, [](const Served& r) { return r.stats.reconnects > 12; });
   ASSERT_EQ(t.error_kind, nullptr) << t.error_message;
   EXPECT_GT(t.stats.reconnects, 12u);  // 4 connections, each reopened more than 3 times on average
   EXPECT_EQ(t.stats.errors.truncated + t.stats.errors.malformed + t.stats.errors.connect, 0u);
@@ -465,7 +478,11 @@ TEST(HttpEngine, ServerClosesAfterNReplies) {
 
 TEST(HttpEngine, ConnectionCloseHeader) {
   const std::string closing = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok";
-  Served s = run_http([&](int) { return ServerAction{closing, true}; });
+  Served s = run_http(
+      [&](int) {
+        return ServerAction{closing, true};
+      },
+      "", 4, [](const Served& r) { return r.stats.messages > 10; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_GT(s.stats.messages, 10u);
   EXPECT_GE(s.stats.reconnects, s.stats.messages);  // one per reply
@@ -473,7 +490,8 @@ TEST(HttpEngine, ConnectionCloseHeader) {
 }
 
 TEST(HttpEngine, ServerErrors) {
-  Served s500 = run_http([](int) { return ServerAction{"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\noops"}; });
+  Served s500 = run_http([](int) { return ServerAction{"HTTP/1.1 500 Oops\r\nContent-Length: 4\r\n\r\noops"}; }, "", 4,
+                         [](const Served& r) { return r.stats.errors.http_5xx > 10; });
   ASSERT_EQ(s500.error_kind, nullptr) << s500.error_message;
   EXPECT_EQ(s500.stats.messages, 0u);  // non-2xx replies are errors, not messages
   EXPECT_GT(s500.stats.errors.http_5xx, 10u);
@@ -483,7 +501,8 @@ TEST(HttpEngine, ServerErrors) {
 
   // Every other reply a 404.
   Served s404 = run_http(
-      [](int n) { return ServerAction{n % 2 ? kHello : "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"}; });
+      [](int n) { return ServerAction{n % 2 ? kHello : "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"}; }, "", 4,
+      [](const Served& r) { return r.stats.messages > 10 && r.stats.errors.http_4xx > 10; });
   ASSERT_EQ(s404.error_kind, nullptr) << s404.error_message;
   EXPECT_GT(s404.stats.messages, 10u);
   EXPECT_GT(s404.stats.errors.http_4xx, 10u);
@@ -498,7 +517,8 @@ TEST(HttpEngine, Garbage) {
     while (c.read(&data))
       if (!c.write(data)) return;
   });
-  Served s = run_against(echo, R"("protocol":"http")", 2);
+  Served s = run_until(echo, R"("protocol":"http")", 2,
+                       [](const Served& r) { return r.stats.errors.malformed > 2 && r.stats.reconnects > 2; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_EQ(s.stats.messages, 0u);
   EXPECT_GT(s.stats.errors.malformed, 2u);
@@ -510,7 +530,11 @@ TEST(HttpEngine, Garbage) {
 
 TEST(HttpEngine, TruncatedBody) {
   // Content-Length larger than what arrives, then close.
-  Served s = run_http([](int) { return ServerAction{"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", true}; });
+  Served s = run_http(
+      [](int) {
+        return ServerAction{"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", true};
+      },
+      "", 4, [](const Served& r) { return r.stats.errors.truncated > 2; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_EQ(s.stats.messages, 0u);
   EXPECT_GT(s.stats.errors.truncated, 2u);

@@ -128,7 +128,8 @@ TestServer::Handler line_server(std::string reply, size_t piece, int close_after
 
 TEST(LineEngine, PipelinedSplitReplies) {
   TestServer server(line_server("+PONG a somewhat longer reply\r\n", 5));
-  Served s = run_against(server, R"("protocol":"line","line":"PING","pipeline":4)", 3);
+  Served s = run_until(server, R"("protocol":"line","line":"PING","pipeline":4)", 3,
+                       [](const Served& r) { return r.stats.messages > 50; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_GT(s.stats.messages, 50u);
   EXPECT_EQ(s.stats.errors.malformed + s.stats.errors.truncated, 0u) << s.stats.errors.sample;
@@ -139,7 +140,8 @@ TEST(LineEngine, PipelinedSplitReplies) {
 
 TEST(LineEngine, ServerClosesAfterN) {
   TestServer server(line_server("ok\n", 64, 3));
-  Served s = run_against(server, R"("protocol":"line","line":"x","pipeline":2)", 2);
+  Served s = run_until(server, R"("protocol":"line","line":"x","pipeline":2)", 2,
+                       [](const Served& r) { return r.stats.messages > 10 && r.stats.reconnects > 3; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   EXPECT_GT(s.stats.messages, 10u);
   EXPECT_GT(s.stats.reconnects, 3u);
