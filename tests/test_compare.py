@@ -92,6 +92,7 @@ def test_work_spin_is_slower_and_the_cpu_delta_is_named(base, spin, tmp_path):
     user = cell["metrics"]["cpu_us_per_msg.user"]
     assert user["verdict"] == "higher" and user["delta"] > 50  # spin is wall time: less CPU when preempted
     assert cell["why"].startswith("selector c=10: −") and "user CPU per message +" in cell["why"]
+    compare_report.render(doc, tmp_path / "cmp")  # the pages, as `netprof compare --out` writes them
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| selector c=10 |" in md and "slower" in md and "Welch" in md and "only in BASE: selector c=100" in md
     page = (tmp_path / "cmp" / "compare.html").read_text()
