@@ -77,6 +77,8 @@ class Thresholds:
     overload_behind_share: float = 0.01      # or more than this share of requests waited for their connection
     knee_factor: float = 3.0                 # the bend: p99 this × its value at the lowest rate
     knee_change: float = 0.25                # a per-message figure that moved this much (relative) is evidence
+    knee_share_drop: float = 0.02            # ... at a rate whose achieved share fell this much below the lowest's
+    loader_late_min: float = 1               # requests the loader itself sent late (past its threshold), per round
 
 
 THRESHOLDS = Thresholds()
