@@ -47,7 +47,8 @@ def overloaded(ctx: Context) -> list[Anomaly]:
         pipe = int(r.get("pipeline") or 1)
         text += (f", and {_pct(behind)} of the requests came due while their connection still waited for its "
                  f"{pipe} in flight, so they queued in the loader. " if behind else ". ")
-        text += "The server could not keep up with this rate: requests pile up and wait longer the longer the load runs. "
+        text += ("The server could not keep up with this rate: requests pile up and wait longer the longer the load "
+                 "runs. ")
         if p99 is not None and p99_sent is not None:
             text += (f"Latency from each request's intended send time has p99 {units.duration_us(p99)}; from its "
                      f"actual send, {units.duration_us(p99_sent)}: the difference is the queue a closed-loop load, "
