@@ -269,7 +269,7 @@ def test_loader_late_names_its_threshold_and_count():
     ev = a["evidence"]
     assert ev["lateness threshold (µs)"] == 1000.0 and ev["requests the loader sent late"] == 12
     assert ev["schedule lateness p99 (µs)"] == 4000.0
-    assert "loader" in a["explanation"] and "1 ms" in a["explanation"]
+    assert "the load generator itself fell behind" in a["explanation"] and "1 ms" in a["explanation"]
     assert not ids(detect_rows(open_row(1000, 1000.0)), "loader_late")
 
 
@@ -316,3 +316,32 @@ def test_latency_against_load_is_drawn_with_two_rates_only():
     assert plots.draw("latency_load", one, None) is None
     closed = one.drop(columns=["rate"])
     assert plots.draw("latency_load", closed, None) is None
+
+
+# --------------------------------------------------------------------------------------------- the report
+
+
+def test_report_of_an_open_loop_run(tmp_path, monkeypatch):
+    """A results directory of two rates × two backends: the report labels cells by rate, draws latency
+    against load, and finds the overload and the knee."""
+    from netprof.profiler import cache, report
+
+    monkeypatch.setattr(cache, "ROOT", str(tmp_path / "cache"))  # not the real /var/cache/netprof
+    store = results.ResultsStore(tmp_path / "run")
+    store.write_meta({"config": {"backends": ["selector", "uvloop"], "arrivals": "constant"}})
+    for rnd in (1, 2):
+        for backend, top in (("selector", 1000.0), ("uvloop", 5000.0)):
+            for rate in (500, 2000):
+                mps = min(rate, top) * (1 - 0.002 * rnd)
+                p99 = 2_000.0 if rate <= top else 1.5e6
+                store.add(open_row(rate, mps, p99=p99, round=rnd, backend=backend,
+                                   behind=0 if rate <= top else 2900), [int(mps * 0.3)] * 10)
+    report.finish(tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / results.SUMMARY_JSON).read_text())
+    assert {c["rate"] for c in summary["cells"]} == {500, 2000}
+    assert [(a["backend"], a["evidence"]["asked (requests/s)"]) for a in summary["anomalies"]
+            if a["id"] == "overloaded"] == [("selector", 2000)]
+    assert [a["backend"] for a in summary["anomalies"] if a["id"] == "latency_knee"] == ["selector"]
+    assert any(p.endswith("plots/latency_load.svg") for p in summary["artifacts"]["plots"])
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "at 2,000/s" in md and "Latency against load" in md
