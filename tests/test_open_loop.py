@@ -266,11 +266,19 @@ def test_overloaded_fires_on_requests_behind_alone_and_is_silent_when_kept_up():
 
 def test_loader_late_names_its_threshold_and_count():
     (a,) = ids(detect_rows(open_row(1000, 1000.0, loader_late=12)), "loader_late")
+    assert a["severity"] == "warning"  # its p99 lateness (4 ms) is past the threshold
     ev = a["evidence"]
     assert ev["lateness threshold (µs)"] == 1000.0 and ev["requests the loader sent late"] == 12
     assert ev["schedule lateness p99 (µs)"] == 4000.0
     assert "the load generator itself fell behind" in a["explanation"] and "1 ms" in a["explanation"]
     assert not ids(detect_rows(open_row(1000, 1000.0)), "loader_late")
+    # A few late sends, the p99 well inside the threshold (a loader disturbed on a busy host): an info.
+    row = open_row(500, 500.0)
+    row["open_loop"] |= {"loader_late": 9, "schedule_late_us.p99": 314.0}
+    (a,) = ids(detect_rows(row), "loader_late")
+    assert a["severity"] == "info" and a["evidence"]["share of the requests sent"] == "0.6%"
+    (a,) = ids(detect_rows(row, loader_late_warning_share=0.001), "loader_late")
+    assert a["severity"] == "warning"
 
 
 def test_latency_knee_says_between_which_rates_and_what_moved():

@@ -19,7 +19,8 @@ def _open(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pct(v: float | None) -> str:
-    return units.share(v, 1 if v is not None and 0.99 < v < 1 else 0)
+    """'48%'; with one decimal near 0 and 1 ('0.6%', '99.4%'), where the rounded whole would mislead."""
+    return units.share(v, 1 if v is not None and (0 < v < 0.01 or 0.99 < v < 1) else 0)
 
 
 @rule("overloaded", plots=("latency_load", "throughput", "latency"))
@@ -74,21 +75,31 @@ def loader_late(ctx: Context) -> list[Anomaly]:
               "schedule lateness p50 (µs)": r2(num(r, "open_loop.schedule_late_us.p50"), 1),
               "schedule lateness p99 (µs)": r2(p99, 1), "schedule lateness max (µs)": r2(worst, 1),
               "loader CPU (share of its CPUs)": r2(num(r, "loader_cpu.cpu_frac"))}
-        text = (f"For {where(r)} the loader sent {late:.0f} requests more than {units.duration_us(threshold)} after "
-                f"their intended time although their connection was free (schedule lateness p99 "
-                f"{units.duration_us(p99)}, worst {units.duration_us(worst)}): the load generator itself fell behind "
-                "its schedule, so this cell's rate and latency describe the loader as much as the server. "
-                "Give the loader more CPUs or threads (--loader-threads), or ask for a lower rate.")
+        sent = num(r, "open_loop.sent")
+        share = late / sent if sent else None
+        ev["share of the requests sent"] = _pct(share) if share is not None else None
+        text = (f"For {where(r)} the loader sent {late:.0f} requests"
+                + (f" ({_pct(share)} of those it sent)" if share is not None else "")
+                + f" more than {units.duration_us(threshold)} after their intended time although their connection "
+                f"was free (schedule lateness p99 {units.duration_us(p99)}, worst {units.duration_us(worst)}): the "
+                "load generator itself fell behind its schedule. ")
+        serious = (share is None or share > t.loader_late_warning_share
+                   or (p99 is not None and threshold is not None and p99 > threshold))
+        text += ("This cell's rate and latency describe the loader as much as the server: give the loader more "
+                 "CPUs or threads (--loader-threads), ask for a lower rate, or run on a quieter machine."
+                 if serious else "Few and brief: the cell's figures stand, but the loader was disturbed (a busy "
+                 "machine, or too few CPUs for it).")
         title = f"The loader fell behind its schedule: {where(r)}"
-        found.append(Anomaly.at(r, "loader_late", "warning", title, text, ev))
+        found.append(Anomaly.at(r, "loader_late", "warning" if serious else "info", title, text, ev))
     return found
 
 
 # Per-message figures that explain a bend: how each moved from the lowest rate to the knee.
 SYSCALLS = "syscalls"  # every counted syscall per message (stats.syscalls_of), when the cell ran with probes
-KNEE_FIGURES = (("syscalls per message", SYSCALLS), ("CPU µs per message, user", "cpu_us_per_msg.user"),
-                ("CPU µs per message, kernel", "cpu_us_per_msg.sys"),
-                ("context switches per message", "ctx_switches_per_msg"))
+KNEE_FIGURES = (("syscalls per message", SYSCALLS, units.per_message),
+                ("user CPU per message", "cpu_us_per_msg.user", units.duration_us),
+                ("kernel CPU per message", "cpu_us_per_msg.sys", units.duration_us),
+                ("context switches per message", "ctx_switches_per_msg", units.per_message))
 
 
 @rule("latency_knee", plots=("latency_load", "latency"))
@@ -141,12 +152,11 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
             f"{units.rate(num(r, 'mps_mean'))}/s ({_pct(num(r, 'open_loop.achieved_share'))}), "
             f"{units.duration_us(num(r, 'lat_us.p99'))}")
     moved = []
-    for label, col in KNEE_FIGURES:
+    for label, col, fmt in KNEE_FIGURES:
         a, b = _figure(base, col), _figure(at, col)
         if a and b is not None and abs(b - a) / a >= t.knee_change:
-            ev[f"{label} at {units.number(base['rate'])}/s → {units.number(hi)}/s"] = \
-                f"{units.per_message(a)} → {units.per_message(b)}"
-            moved.append(f"{label} {'rose' if b > a else 'fell'} from {units.per_message(a)} to {units.per_message(b)}")
+            ev[f"{label} at {units.number(base['rate'])}/s → {units.number(hi)}/s"] = f"{fmt(a)} → {fmt(b)}"
+            moved.append(f"{label} {'rose' if b > a else 'fell'} from {fmt(a)} to {fmt(b)}")
     p99_0, p99 = num(base, "lat_us.p99"), num(at, "lat_us.p99")
     text = (f"{where(at)}: the latency–throughput curve bends between {units.number(lo)} and {units.number(hi)} "
             f"requests/s. At {units.number(hi)}/s the p99 from the intended send is {units.duration_us(p99)}, "
