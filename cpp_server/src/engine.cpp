@@ -247,7 +247,6 @@ class Worker {
   Waiting waiting;                   // answered after the window's end (those never answered: gather_unanswered)
   PerPhase<Histogram> hist_sent;     // open loop: latency from the actual send, by phase
   OpenLoopStats ol;                  // open loop: the schedule's figures (the coordinator adds the unsent)
-  const ScheduleParams& schedule() const { return sched_; }
   const std::vector<Conn>& conns() const { return conns_; }
   // Live counts for progress events, read by the coordinator mid-run: messages answered since pinging
   // began, and those of the window.
@@ -807,6 +806,8 @@ class Worker {
   // waits: for the timer, or for a reply). `now` is taken when first needed.
   bool start_scheduled(Conn& c, int64_t& now) {
     const size_t K = size_t(sh_.req->pipeline);
+    // Not scheduled: a reply read in the loop pass that saw the load start, before its schedule began.
+    if (!c.scheduled) return false;
     if (c.started - c.recv_seq >= K) return false;  // all slots taken: a reply will send it ("behind")
     const int64_t due = c.arrival.next(sched_);
     const int64_t start = sh_.t_start.load(std::memory_order_relaxed),

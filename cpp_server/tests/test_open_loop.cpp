@@ -239,7 +239,7 @@ TEST(OpenLoopEngine, SlowServerQueuesBehindAndTheLatencyShowsIt) {
   const std::string ol = stats_json(s.stats)["open_loop"].dump();
   EXPECT_NEAR(double(o.intended), 1000 * d, 2) << ol;  // scheduled whatever the server does
   EXPECT_GT(o.behind, 0u) << ol;
-  EXPECT_LT(double(s.stats.messages) / d, 400) << ol;   // well below the asked 1000/s
+  EXPECT_LT(double(s.stats.messages) / d, 400) << ol;  // well below the asked 1000/s
   EXPECT_GT(o.queued_at_end, o.intended / 3) << ol;    // most of the schedule never went out
   EXPECT_EQ(o.sent + o.queued_at_end, o.intended) << ol;
   EXPECT_GT(o.behind_late.quantile(0.99), 100e6) << ol;  // the queue grew for the whole second
