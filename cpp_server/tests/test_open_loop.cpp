@@ -289,3 +289,31 @@ TEST(OpenLoopEngine, PipelinedLineProtocolWithPhases) {
   EXPECT_EQ(ph["probed"]["latency_us"]["count"], ph["probed"]["messages"]);
   EXPECT_GE(s.stats.latency.max(), s.stats.latency_sent.max());
 }
+
+// A server that closes every connection after 5 replies: the requests in flight are sent again on the
+// reopened connection (keeping their intended times), the schedule goes on, and the counts add up.
+TEST(OpenLoopEngine, ReopenedConnectionsKeepTheSchedule) {
+  TestServer server([](ServerConn& c) {
+    std::string data;
+    int answered = 0;
+    while (c.read(&data)) {
+      std::string out;
+      for (char ch : data)
+        if (ch == '\n' && answered < 5) {
+          out += "+OK\r\n";
+          answered++;
+        }
+      if (!c.write(out) || answered == 5) return;
+    }
+  });
+  Served s = run_timed(server, R"("rate":500,"pipeline":2,"protocol":"line","line":"PING")", 2,
+                       [](const Served& r) { return r.stats.ol.queued_at_end <= 2; });
+  ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
+  const OpenLoopStats& o = s.stats.ol;
+  const std::string ol = stats_json(s.stats)["open_loop"].dump();
+  EXPECT_GT(s.stats.reconnects, 20u);
+  EXPECT_NEAR(double(o.intended), 500 * s.stats.duration_s, 2) << ol;
+  EXPECT_EQ(o.sent + o.queued_at_end, o.intended) << ol;
+  EXPECT_GT(double(s.stats.messages), 0.8 * double(o.intended)) << ol;  // reopening takes well under 2 ms
+  EXPECT_EQ(s.stats.latency.count(), s.stats.messages);
+}
