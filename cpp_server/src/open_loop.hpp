@@ -22,8 +22,9 @@ struct ScheduleParams {
   static ScheduleParams make(const RunRequest& r, int64_t start) {
     ScheduleParams p;
     p.start = start;
-    p.gap_ns = double(r.connections) / r.rate * 1e9;
-    p.stagger_ns = 1e9 / r.rate;
+    // At most 1e18 ns (30 years, far beyond any run): a tiny rate gives finite gaps, never inf or NaN.
+    p.gap_ns = std::min(double(r.connections) / r.rate * 1e9, 1e18);
+    p.stagger_ns = std::min(1e9 / r.rate, 1e18);
     p.poisson = r.arrivals == Arrivals::Poisson;
     return p;
   }
@@ -40,7 +41,7 @@ class Arrival {
     off_ns_ = p.poisson ? exp_gap(p) : double(id) * p.stagger_ns;
     base_ns_ = off_ns_;
   }
-  int64_t next(const ScheduleParams& p) const { return p.start + int64_t(off_ns_); }
+  int64_t next(const ScheduleParams& p) const { return at_ns(p, off_ns_); }
   // On to the request after it: previous intended time + gap.
   void advance(const ScheduleParams& p) {
     n_++;
@@ -59,13 +60,17 @@ class Arrival {
     // Constant: the first index m with start + (base + m gap) >= until, estimated then made exact.
     uint64_t m = uint64_t(std::max(0.0, std::ceil((double(until - p.start) - base_ns_) / p.gap_ns)));
     m = std::max(m, n_);
-    auto at = [&](uint64_t i) { return p.start + int64_t(base_ns_ + double(i) * p.gap_ns); };
+    auto at = [&](uint64_t i) { return at_ns(p, base_ns_ + double(i) * p.gap_ns); };
     while (m > n_ && at(m - 1) >= until) m--;
     while (at(m) < until) m++;
     return m - n_;
   }
 
  private:
+  // start + off, for any off: a tiny rate (gaps of years) lands far beyond any run instead of
+  // overflowing int64.
+  static int64_t at_ns(const ScheduleParams& p, double off_ns) { return p.start + int64_t(std::min(off_ns, 4e18)); }
+
   double exp_gap(const ScheduleParams& p) {
     rng_ += 0x9e3779b97f4a7c15ULL;
     const double u = double(splitmix64(rng_) >> 11) * 0x1p-53;  // [0, 1)

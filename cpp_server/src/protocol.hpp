@@ -200,7 +200,9 @@ struct OpenLoopStats {
 
 // Lateness (ns) above which a request that had a free slot counts as `loader_late`: one tenth of the
 // mean gap between two requests of the run (1 / rate), but at least 1 ms.
-inline int64_t loader_late_threshold_ns(double rate) { return std::max<int64_t>(1'000'000, int64_t(0.1 / rate * 1e9)); }
+inline int64_t loader_late_threshold_ns(double rate) {
+  return std::max<int64_t>(1'000'000, int64_t(std::min(0.1 / rate * 1e9, 4e18)));  // min: a tiny rate cannot overflow
+}
 
 struct Stats {
   int connections = 0, connected = 0;

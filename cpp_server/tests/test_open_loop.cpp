@@ -317,3 +317,16 @@ TEST(OpenLoopEngine, ReopenedConnectionsKeepTheSchedule) {
   EXPECT_GT(double(s.stats.messages), 0.8 * double(o.intended)) << ol;  // reopening takes well under 2 ms
   EXPECT_EQ(s.stats.latency.count(), s.stats.messages);
 }
+
+TEST(OpenLoopSchedule, TinyRatesStayFarAwayWithoutOverflow) {
+  for (Arrivals arr : {Arrivals::Constant, Arrivals::Poisson})
+    for (double rate : {1e-3, 1e-12, 5e-324}) {
+      ScheduleParams p = ScheduleParams::make(open_request(1000, rate, arr), 5 * kS);
+      Arrival a;
+      a.init(p, 999);
+      for (int i = 0; i < 3; i++) a.advance(p);
+      EXPECT_GT(a.next(p), 5 * kS + 86400 * kS) << rate;  // beyond a day-long run
+      EXPECT_EQ(a.count_before(p, 10 * kS), 0u) << rate;
+      EXPECT_GE(loader_late_threshold_ns(rate), 1'000'000) << rate;
+    }
+}
