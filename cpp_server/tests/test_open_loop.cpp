@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "open_loop.hpp"
@@ -47,12 +48,12 @@ TestServer::Handler echo(int delay_ms = 0) {
   };
 }
 
-// This host stalls for milliseconds at a time (a benchmark shares its 2 cores): a timing check that
-// fails is run again, at most 3 times. A loader that sends late for real (the lost attempt's 815 ms)
-// fails every time.
+// This host stalls for milliseconds at a time (a benchmark shares its 2 cores, the tests run at nice
+// 19): a run whose timing falls short is run again, at most 4 times. A loader that sends late for real
+// (the lost attempt's 815 ms) fails every time.
 Served run_timed(TestServer& server, const std::string& fields, int connections, const Enough& good) {
   Served s;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     s = run_against(server, fields, connections);
     if (s.error_kind || good(s)) break;
   }
@@ -208,14 +209,16 @@ TEST(OpenLoopFields, StatsJsonOnlyWithRate) {
 TEST(OpenLoopEngine, FastServerGetsTheAskedRateOnTime) {
   TestServer server(echo());
   Served s = run_timed(server, R"("rate":2000)", 4, [](const Served& r) {
-    return late_p99_us(r) < 2000 && r.stats.ol.behind <= r.stats.ol.sent / 100;
+    const double per_s = r.stats.duration_s > 0 ? double(r.stats.messages) / r.stats.duration_s : 0;
+    return late_p99_us(r) < 2000 && r.stats.ol.behind <= r.stats.ol.sent / 100 && std::abs(per_s - 2000) < 80 &&
+           r.stats.ol.queued_at_end <= 4;
   });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   const OpenLoopStats& o = s.stats.ol;
   const double d = s.stats.duration_s;
   EXPECT_NEAR(double(o.intended), 2000 * d, 4);  // the schedule alone: one per connection per 2 ms
   EXPECT_EQ(o.sent + o.queued_at_end, o.intended);
-  EXPECT_NEAR(double(s.stats.messages) / d, 2000, 2000 * 0.04);
+  EXPECT_NEAR(double(s.stats.messages) / d, 2000, 2000 * 0.04) << stats_json(s.stats)["open_loop"].dump();
   EXPECT_LT(late_p99_us(s), 2000) << stats_json(s.stats)["open_loop"].dump();
   EXPECT_LE(o.behind, o.sent / 100) << stats_json(s.stats)["open_loop"].dump();
   EXPECT_LE(o.queued_at_end, 4u);
