@@ -71,6 +71,8 @@ constexpr size_t kIoBuf = 256 * 1024;
 // A request/response connection the server closed is reopened at once; attempts that are refused or
 // time out are retried with backoff this many times, then the connection is given up.
 constexpr uint32_t kMaxReconnectAttempts = 8;
+// Open loop: a sleep longer than 1.5x this wakes this much before the next send is due (see loop()).
+constexpr int64_t kPreWakeNs = 200'000;
 
 struct Conn {
   enum State : uint8_t { Idle, Backoff, Connecting, Up, Dead };
@@ -301,6 +303,10 @@ class Worker {
       int64_t wait = connect_done ? -1 : std::max<int64_t>(0, sh_.connect_deadline - now);
       if (!timers_.empty()) {
         int64_t t = std::max<int64_t>(0, timers_.top().due - now_ns());
+        // Open loop: a long sleep ends in a deep idle state (a halted virtual CPU, a deep C-state) that
+        // takes tens of µs to leave (here: 67 µs p50 after 5 ms). Waking kPreWakeNs early and sleeping
+        // the rest, a short sleep the CPU leaves at once, lands on time (13 µs p50); no spinning.
+        if (open_ && t > kPreWakeNs + kPreWakeNs / 2) t -= kPreWakeNs;
         wait = wait < 0 ? t : std::min(wait, t);
       }
       timespec ts = ns_to_timespec(wait);
