@@ -218,6 +218,11 @@ class _Marks:
         return (a, b) if a and b else None
 
 
+def open_loop_fields(cell: Cell, cfg: RunConfig) -> dict:
+    """The RunRequest fields of an open-loop cell (--rate): its rate and the run's arrivals; {} closed loop."""
+    return {"rate": cell.rate, "arrivals": cfg.arrivals_setting()} if cell.rate else {}
+
+
 def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
     spec = cfg.server(cell.backend)
     own = spec.kind != "builtin"  # the user's server runs its own interpreter
@@ -227,7 +232,8 @@ def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "python_build": None if own else interp.build_flags,
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
-        "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "pinned": cell.pinned, "workers": cfg.workers,
+        "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "arrivals": cfg.arrivals_setting(),
+        "pinned": cell.pinned, "workers": cfg.workers,
         **dict(cell.extra), "status": "failed", "error": None,
         # Each instrument's group, in every row: its figures join it when it ran (Instrument.row).
         **{group: {"attached": False} for group in registry.groups()},
@@ -313,7 +319,7 @@ def measure_row(row: dict, result: dict, marks: _Marks, instruments: tuple[Instr
         "msgs_per_sec": head.get("msgs_per_sec"),
         "connected": result.get("connected"),
         "setup_s": result.get("setup_s"),
-        "lat_us": {k: head["latency_us"].get(k) for k in ("p50", "p90", "p95", "p99", "p999", "max", "mean")},
+        "lat_us": {k: head["latency_us"].get(k) for k in LATENCY_KEYS},
         "per_conn": stats.fairness(head.get("per_conn_messages", [])),
         "errors": result.get("errors", {}),
         "loader_cpu": result.get("loader_cpu", {}),
@@ -322,6 +328,7 @@ def measure_row(row: dict, result: dict, marks: _Marks, instruments: tuple[Instr
         "unanswered": result.get("unanswered", {}),
         "probes": [i.name for i in instruments],
     })
+    open_loop_row(row, result, head)
     if phases:
         row["probed"] = {"messages": probed.get("messages"), "duration_s": probed.get("duration_s"),
                          "msgs_per_sec": probed.get("msgs_per_sec"), "share": result.get("probe_share"),
@@ -353,6 +360,23 @@ def measure_row(row: dict, result: dict, marks: _Marks, instruments: tuple[Instr
         row["ctx"] = {"voluntary_per_msg": stats.ratio(proc["vol_ctx"], messages),
                       "involuntary_per_msg": stats.ratio(proc["invol_ctx"], messages)}
     return conns
+
+
+LATENCY_KEYS = ("p50", "p90", "p95", "p99", "p999", "max", "mean")
+
+
+def open_loop_row(row: dict, result: dict, head: dict) -> None:
+    """An open-loop cell's own figures (--rate; PROTOCOL.md, "Open loop"): `lat_us` is already from each
+    request's intended time; `lat_sent_us` is from its actual send, and `open_loop` says how far the
+    load kept to its schedule (stats.open_loop). The headline phase's figures where the loader split
+    them by phase, else the whole window's. Nothing for a closed-loop cell."""
+    ol = head.get("open_loop") or result.get("open_loop")
+    if not row.get("rate") and not isinstance(ol, dict):
+        return
+    sent = head.get("latency_sent_us") or result.get("latency_sent_us") or {}
+    row["lat_sent_us"] = {k: sent.get(k) for k in LATENCY_KEYS}
+    row["open_loop"] = stats.open_loop(ol if isinstance(ol, dict) else {}, head.get("msgs_per_sec"),
+                                       row.get("rate") or result.get("rate"))
 
 
 def instrument_rows(row: dict, result: dict, marks: _Marks, instruments: tuple[Instrument, ...]) -> dict:
@@ -410,7 +434,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                          connect_timeout=link.connect_timeout_s(cell.connections) if link
                          else RunRequest.connect_timeout,
                          progress=LIVE_EVERY_S if env.on_live is not None else None,
-                         **cfg.protocol_fields())
+                         **open_loop_fields(cell, cfg), **cfg.protocol_fields())
         result = None
         try:
             result = loader.run(req, on_event=marks)

@@ -32,6 +32,7 @@ from netprof.profiler.plan import (
     parse_int_list,
     parse_pin,
     parse_pythons,
+    parse_rates,
     parse_sources,
     parse_tags,
     validate,
@@ -51,6 +52,8 @@ Examples:
   netprof run asyncio_sock uvloop_sock -c 100 --pipeline 1,4,8
 
   netprof run thread --no-pin -c 100               # network_ping_test's futex storm
+
+  netprof run selector --work sleep:1000 -c 10 --rate 500,2000   # latency at the load you ask for
 
   netprof run selector -c 100 --remote netns --netem delay=500us   # over a link with 1 ms RTT
 
@@ -172,6 +175,14 @@ def run(
         help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
     think: str = typer.Option("none", "--think", metavar="SPEC",
                               help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
+    rate: str = typer.Option(
+        "", "--rate", metavar="R[,R...]",
+        help="Open-loop load: requests/s over all connections, sent on a schedule whatever the replies do (a run "
+             "dimension: 500,2k,1.5m runs each); latency counts from each request's intended send time. "
+             "Default: closed loop (each connection sends when its reply came)."),
+    arrivals: str = typer.Option(
+        "", "--arrivals", metavar="constant|poisson",
+        help="With --rate: requests evenly spaced (constant, the default) or at random (poisson) times."),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
         0.3, "--probe-share", metavar="SHARE",
@@ -298,7 +309,7 @@ def run(
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
-            env=list(env or []), extra_dims=parse_tags(tag),
+            env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate)}, arrivals=arrivals,
         ))
     _confirm_long_plan(cfg, yes)
     from netprof.profiler import plotset, report  # deferred: pandas and the report's modules

@@ -70,6 +70,11 @@ class RunRequest:
     # Seconds between `progress` events (PROTOCOL.md, "Progress"): live counts during warm-up and the
     # window. None = none are sent (the field is absent: the event sequence of old loaders and clients).
     progress: float | None = None
+    # Open loop (PROTOCOL.md, "Run request"): requests/s over all connections, sent on a schedule whatever the
+    # replies do, latency from each one's intended time; `arrivals` "constant" or "poisson". None = closed loop
+    # (the fields are absent: a closed-loop request is byte for byte what it always was).
+    rate: float | None = None
+    arrivals: str | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -79,7 +84,7 @@ class RunRequest:
         # Protocol fields only when they differ from the default: an echo request is what it always was.
         if d["protocol"] == "echo":
             del d["protocol"]
-        for key in ("request", "body", "host", "line", "progress", "probe_guard"):
+        for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals"):
             if d[key] is None:
                 del d[key]
         if d["headers"]:

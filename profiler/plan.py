@@ -56,9 +56,14 @@ class Cell:
     python: str = ""  # --python spec the backend runs under; "" = netprof's own interpreter
     framing: str = "message"
     pinned: bool = True  # the backend pinned to --backend-cpu (False: unpinned, or a --pin both cell)
-    # Dimensions declared only in schema.py (recorded in rows, labels and slugs; no process needs
-    # them): ((name, value), ...), from RunConfig.extra_dims.
+    # Dimensions declared only in schema.py (recorded in rows, labels and slugs): ((name, value), ...),
+    # from RunConfig.extra_dims. No process needs them but `rate`, which the loader's request carries.
     extra: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def rate(self) -> float:
+        """The open-loop target of this cell, requests/s (--rate); 0 = closed loop."""
+        return dict(self.extra).get("rate", 0)
 
     def label(self) -> str:
         row = {"backend": self.backend, "interpreter": self.python, "framing": self.framing,
@@ -78,6 +83,9 @@ class RunConfig:
     msize: int = 64
     work: str = "none"
     think: str = "none"
+    # --arrivals: how an open-loop load (--rate, a run dimension in extra_dims) spaces its requests:
+    # constant or poisson; "" = not given (validate() makes it "constant" with --rate).
+    arrivals: str = ""
     probes: bool = True
     stacks: bool = False
     flamegraph: bool = False
@@ -155,6 +163,14 @@ class RunConfig:
 
         return next((s for s in self.own if s.name == name), None) or servers.builtin(name)
 
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.extra_dims.get("rate"))
+
+    def arrivals_setting(self) -> str:
+        """What rows record as `arrivals` (schema.RUN_SETTINGS): the open-loop spacing, or "closed"."""
+        return (self.arrivals or ARRIVALS[0]) if self.open_loop else schema.RUN_SETTINGS["arrivals"]
+
     def protocol_fields(self) -> dict:
         """What the loader needs to speak this run's protocol (RunRequest fields)."""
         if self.protocol == "http":
@@ -222,6 +238,37 @@ def parse_tags(text: str) -> dict[str, list[str]]:
     if len(set(values)) != len(values):
         raise InputError("--tag: a tag is listed twice")
     return {"tag": values}
+
+
+RATE_MAX = 1e7  # requests/s over all connections: the loader's bound (PROTOCOL.md, "Run request")
+ARRIVALS = ("constant", "poisson")
+_RATE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([km]?)", re.IGNORECASE)
+
+
+def parse_rates(text: str) -> dict[str, list[float]]:
+    """`--rate 500,2k,1.5m` → RunConfig.extra_dims {"rate": [500, 2000, 1500000]} (whole numbers as
+    int); "" → {} (closed loop, no rate dimension)."""
+    items = [v.strip() for v in text.split(",")]
+    if not text.strip():
+        return {}
+    values: list[float] = []
+    for item in items:
+        m = _RATE.fullmatch(item)
+        if not m:
+            raise InputError(f"--rate '{item}' is not a rate: give requests/s as a comma list, e.g. --rate 500,2k,1.5m "
+                             "(k = thousand, m = million)")
+        v = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2).lower()]
+        values.append(int(v) if v.is_integer() else v)
+    check_rates(values)
+    return {"rate": values}
+
+
+def check_rates(values: list) -> None:
+    for v in values:
+        if not 0 < v <= RATE_MAX:
+            raise InputError(f"--rate {v:g} is out of range: use more than 0 and at most 10m (10,000,000) requests/s")
+    if len(set(values)) != len(values):
+        raise InputError("--rate: a rate is listed twice")
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
@@ -383,6 +430,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise InputError(f"--framing '{framing}' is not known; use {' or '.join(FRAMINGS)}")
     check_work(cfg.work)
     check_think(cfg.think)
+    check_open_loop(cfg)
     if cfg.remote not in REMOTE_MODES:
         raise InputError(f"--remote '{cfg.remote}' is not known; use --remote netns (or leave it out for loopback)")
     if cfg.netem and cfg.remote != "netns":
@@ -464,6 +512,27 @@ def check_out(cfg: RunConfig) -> None:
     check_out_dir(cfg.out_dir)
     if os.path.exists(os.path.join(cfg.out_dir, RESULTS_PARQUET)) and not cfg.force:
         raise InputError(f"--out {cfg.out_dir} already holds a run; give a new directory, or --force to replace it")
+
+def check_open_loop(cfg: RunConfig) -> None:
+    """--rate and --arrivals: the rates in range, and nothing the loader's open-loop mode refuses
+    (think time, ZeroMQ) reaches it; --arrivals defaults to constant with --rate."""
+    if cfg.arrivals and cfg.arrivals not in ARRIVALS:
+        raise InputError(f"--arrivals '{cfg.arrivals}' is not known; use constant (evenly spaced) or poisson")
+    if not cfg.open_loop:
+        if cfg.arrivals:
+            raise InputError("--arrivals says how requests arrive at a --rate: add --rate R (e.g. --rate 1000), "
+                             "or drop --arrivals")
+        return
+    check_rates(list(cfg.extra_dims["rate"]))
+    if cfg.think != "none":
+        raise InputError("--rate and --think cannot go together: an open-loop load sends on a schedule, not after "
+                         "a think time; drop one of them")
+    zmq = [b for b in cfg.backends if cfg.server(b).transport == "zmq"]
+    if zmq:
+        raise InputError(f"--rate is not for the ZeroMQ backends ({', '.join(zmq)}): the loader drives them "
+                         "closed-loop only; run them without --rate")
+    cfg.arrivals = cfg.arrivals or ARRIVALS[0]
+
 
 def check_work(spec: str) -> None:
     """A malformed --work fails before any process starts, by the backends' own parser."""

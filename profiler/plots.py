@@ -158,6 +158,44 @@ def latency(cells: pd.DataFrame):
     return fig
 
 
+def latency_load(cells: pd.DataFrame):
+    """Latency against load (--rate with two rates or more): p50 and p99 from each request's intended
+    send time against the rate asked, one colour per backend (and other varying dimension); p99 from
+    the actual send dotted, where the loader gave it. Log scales on both axes."""
+    if "rate" not in cells or "lat_us.p99" not in cells:
+        return None
+    open_ = cells[cells["rate"].fillna(0).astype(float) > 0]
+    if open_["rate"].nunique() < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(WIDTH, 5.0))
+    lines = list(_series(open_, "rate"))
+    styles = [("lat_us.p50", "-", "p50 from the intended send"), ("lat_us.p99", "--", "p99 from the intended send"),
+              ("lat_sent_us.p99", ":", "p99 from the actual send")]
+    have = [(c, ls, text) for c, ls, text in styles if c in open_ and open_[c].notna().any()]
+    handles = []
+    for (label, g), color in zip(lines, palette(len(lines))):
+        for col, ls, _ in have:
+            ax.plot(g["rate"], g[col], ls, marker="o", ms=4, lw=1.8 if ls != ":" else 1.2, color=color)
+        handles.append(Line2D([], [], color=color, lw=3, label=label))
+    values = sorted(float(v) for v in open_["rate"].unique())
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(values))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: units.rate(v)))
+    ax.set_xlim(values[0] / 1.4, values[-1] * 1.4)
+    ax.set_xlabel("requests / s asked (open loop)")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.duration_us(v)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_ylabel("latency")
+    handles.append(Line2D([], [], color="none", label=""))
+    handles += [Line2D([], [], color="0.3", ls=ls, lw=1.8, label=text) for _, ls, text in have]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.set_title("Latency against load: p50 / p99 at each rate asked")
+    fig.tight_layout()
+    return fig
+
+
 def _bars(cells: pd.DataFrame, col: str, xlabel: str, fmt, title: str, err: str | None = None):
     """One horizontal bar per cell, its value written at its end."""
     labels = cell_labels(cells)
@@ -338,6 +376,7 @@ def per_connection(per_conn: pd.DataFrame | None):
 FIGURES = {  # plotset.PLOTS's name → (function, its input); titles and captions are plotset's
     "throughput": (throughput, "cells"), "latency": (latency, "cells"), "syscalls": (syscalls, "cells"),
     "cpu": (cpu_split, "cells"), "fairness": (fairness, "per_conn"), "per_conn": (per_connection, "per_conn"),
+    "latency_load": (latency_load, "cells"),
 }
 
 

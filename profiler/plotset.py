@@ -39,6 +39,8 @@ from netprof.profiler import atomic, cache, procs
 PLOTS = (  # name, title, caption: the page's order (plots.FIGURES draws each)
     ("throughput", "Throughput", "messages per second, one line per backend (and other varying dimension)"),
     ("latency", "Latency", "p50 / p95 / p99 / p999 round-trip latency seen by the loader"),
+    ("latency_load", "Latency against load", "open loop (--rate): p50 / p99 from each request's intended send time "
+     "at each rate asked"),
     ("syscalls", "Syscalls per message", "what every message costs in system calls"),
     ("cpu", "CPU split", "backend CPU time per message, kernel vs user"),
     ("fairness", "Fairness", "how messages were spread across connections (Lorenz curves)"),

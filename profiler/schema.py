@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from netprof.profiler import units
+
 
 @dataclass(frozen=True)
 class Dimension:
@@ -34,6 +36,16 @@ def _pinned_text(v) -> str:
     return "pinned" if bool(v) else "not pinned"
 
 
+def _rate_text(v) -> str:
+    return f"at {units.number(v)}/s" if v else "closed loop"
+
+
+def _rate_slug(v) -> str:
+    if not v:
+        return ""
+    return f"r{int(v)}" if float(v).is_integer() else f"r{float(v):g}"
+
+
 DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("backend", None, str, str),
     Dimension("interpreter", "", str, lambda v: str(v) or "default"),
@@ -48,6 +60,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
     # runs every cell twice, an A/A control within one run; `--tag old` / `--tag new` names what two
     # runs compare. Untagged rows have "".
     Dimension("tag", "", lambda v: f"tag {v}" if v else "", lambda v: f"tag-{v}" if v else ""),
+    # --rate: the open-loop load's target, requests/s over all connections (the loader sends on a schedule
+    # and measures latency from each request's intended time); 0 = closed loop, as every run before it.
+    Dimension("rate", 0, _rate_text, _rate_slug),
 )
 BY_NAME = {d.name: d for d in DIMENSIONS}
 CELL_KEYS: list[str] = [d.name for d in DIMENSIONS]
@@ -64,7 +79,8 @@ FINDING_KEYS: tuple[str, ...] = ("backend", "connections")
 FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing")
 # Run-wide settings rows record that are not cell dimensions (one value per run; `compare` matches
 # runs on them too), with the value of rows written before they were recorded (as Dimension.legacy).
-RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none"}
+# arrivals: how an open-loop load spaces its requests (constant, poisson); "closed" for a closed-loop run.
+RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none", "arrivals": "closed"}
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
@@ -111,7 +127,7 @@ def cell_label(row: Mapping, dims: list[str] | None = None, with_round: bool = F
 
 def _plain(d: Dimension, v) -> bool:
     """True when a label may leave `d` out because `v` is what a plain run has."""
-    return d.name in ("interpreter", "tag") and not v or d.name == "pipeline" and int(v) == 1 \
+    return d.name in ("interpreter", "tag", "rate") and not v or d.name == "pipeline" and int(v) == 1 \
         or d.name == "pinned" and bool(v) or d.name == "protocol" and v == "echo"
 
 
@@ -132,11 +148,14 @@ def column_label(row: Mapping, frame: pd.DataFrame) -> str:
 
 
 def cell_phrase(row: Mapping) -> str:
-    """'asyncio_sock at 100 connections, 8 in flight (message framing)': a cell in a sentence."""
+    """'asyncio_sock at 100 connections, 8 in flight (message framing)': a cell in a sentence; an
+    open-loop cell adds its asked rate ('selector at 10 connections, 2,000 requests/s asked')."""
     pipe = f", {int(row['pipeline'])} in flight" if (row.get("pipeline") or 1) > 1 else ""
+    rate = _value(row, BY_NAME["rate"])
+    asked = f", {units.number(rate)} requests/s asked" if rate else ""
     framing = BY_NAME["framing"].text(row.get("framing") or "own")
     framing = f" ({framing})" if framing else ""
-    return f"{row['backend']} at {int(row['connections'])} connections{pipe}{framing}"
+    return f"{row['backend']} at {int(row['connections'])} connections{pipe}{asked}{framing}"
 
 
 def scale_phrase(cell: Mapping, beside: Mapping) -> str:

@@ -77,6 +77,22 @@ def unprobed_drift(before_rate: float | None, after_rate: float | None) -> float
     return abs(after_rate - before_rate) / ((before_rate + after_rate) / 2)
 
 
+def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None) -> dict:
+    """An open-loop cell's `open_loop` group from the loader's stats of the same name (PROTOCOL.md,
+    "Open loop"): its counts and lateness percentiles, flat ("behind_late_us.p99"), plus two shares:
+    `behind_share` = requests that waited for their connection (it had `pipeline` in flight) ÷ those
+    due in the window, and `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up)."""
+    out: dict[str, Any] = {k: ol.get(k) for k in ("intended", "sent", "behind", "queued_at_end", "in_flight_at_end",
+                                                 "loader_late", "loader_late_threshold_us")}
+    for group in ("behind_late_us", "schedule_late_us"):
+        late = ol.get(group) or {}
+        out.update({f"{group}.{p}": late.get(p) for p in ("p50", "p99", "max")})
+    intended, behind = ol.get("intended"), ol.get("behind")
+    out["behind_share"] = behind / intended if intended and behind is not None else None
+    out["achieved_share"] = msgs_per_sec / rate if rate and msgs_per_sec is not None else None
+    return out
+
+
 def per_message(counts: Mapping[str, float], messages: int) -> dict[str, float]:
     if messages <= 0:
         return {}
@@ -178,7 +194,8 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "loader_cpu.", "faults.",
-                 "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.")
+                 "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
+                 "lat_sent_us.", "open_loop.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift")
 
 

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -29,6 +30,7 @@
 #include "http.hpp"
 #include "line.hpp"
 #include "netprof/fd.hpp"
+#include "open_loop.hpp"
 #include "payload.hpp"
 #include "run_window.hpp"
 #include "sys.hpp"
@@ -69,6 +71,8 @@ constexpr size_t kIoBuf = 256 * 1024;
 // A request/response connection the server closed is reopened at once; attempts that are refused or
 // time out are retried with backoff this many times, then the connection is given up.
 constexpr uint32_t kMaxReconnectAttempts = 8;
+// Open loop: a sleep longer than 1.5x this wakes this much before the next send is due (see loop()).
+constexpr int64_t kPreWakeNs = 200'000;
 
 struct Conn {
   enum State : uint8_t { Idle, Backoff, Connecting, Up, Dead };
@@ -95,6 +99,16 @@ struct Conn {
   // connection is being reopened (states Idle/Backoff/Connecting then mean a reconnect, not setup).
   std::unique_ptr<ReplyParser> parser;
   bool reconnecting = false;
+  // Open loop: the intended times of the messages in flight (the same ring as sent_at), the
+  // connection's place in its schedule (started when the load starts, if it is up then), the due time
+  // of its pending send timer (0: none), and when a slot last freed up on it while it was full (a
+  // request due before that waited for the slot: "behind"). In open loop `credits` counts only the
+  // requests to send again after a reopening.
+  std::unique_ptr<int64_t[]> intended_at;
+  Arrival arrival;
+  bool scheduled = false;
+  int64_t timer_due = 0;
+  int64_t freed_at = INT64_MIN;
 };
 
 std::unique_ptr<ReplyParser> new_parser(const RunRequest& r) {
@@ -109,7 +123,7 @@ struct Timer {
   int64_t due;
   uint32_t conn;
   uint32_t gen;
-  enum Kind : uint8_t { Retry, AttemptTimeout, Think } kind;
+  enum Kind : uint8_t { Retry, AttemptTimeout, Think, Send } kind;  // Send: open loop, a request is due
   bool operator>(const Timer& o) const { return due > o.due; }
 };
 
@@ -158,7 +172,8 @@ struct Shared {
   std::atomic<long> alive{0};         // connections up now
   std::atomic<long> ever_up{0};       // connections that came up
   int64_t connect_deadline = 0;
-  Fd notify_fd;  // eventfd: worker -> coordinator
+  ScheduleParams schedule;  // open loop: set before the phase turns kRun (published by its release store)
+  Fd notify_fd;             // eventfd: worker -> coordinator
   void notify() { bump(notify_fd.get()); }
 
   // A worker that hit an unexpected error (an exception) stops; the coordinator aborts the run.
@@ -179,7 +194,12 @@ constexpr uint64_t kWakeTag = UINT64_MAX;
 
 class Worker {
  public:
-  Worker(Shared& sh, int index, int nworkers, int cpu) : sh_(sh), cpu_(cpu), rng_(splitmix64(index + 1) ^ now_ns()) {
+  Worker(Shared& sh, int index, int nworkers, int cpu)
+      : sh_(sh),
+        cpu_(cpu),
+        rng_(splitmix64(index + 1) ^ now_ns()),
+        open_(sh.req->open_loop()),
+        late_threshold_(open_ ? loader_late_threshold_ns(sh.req->rate) : 0) {
     const RunRequest& r = *sh.req;
     for (int i = index; i < r.connections; i += nworkers) {
       conns_.emplace_back();
@@ -227,6 +247,8 @@ class Worker {
   uint64_t reconnects = 0;           // request/response protocols: connections reopened
   std::array<uint64_t, 5> status{};  // http: replies completed in the window, by status class 1xx..5xx
   Waiting waiting;                   // answered after the window's end (those never answered: gather_unanswered)
+  PerPhase<Histogram> hist_sent;     // open loop: latency from the actual send, by phase
+  OpenLoopStats ol;                  // open loop: the schedule's figures (the coordinator adds the unsent)
   const std::vector<Conn>& conns() const { return conns_; }
   // Live counts for progress events, read by the coordinator mid-run: messages answered since pinging
   // began, and those of the window.
@@ -243,6 +265,10 @@ class Worker {
       if (int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set); rc != 0)
         throw std::system_error(rc, std::generic_category(), "pthread_setaffinity_np");
     }
+    // Open loop: epoll's timeout is this thread's send clock. The default timer slack (50 µs) would let
+    // the kernel wake us that late; 1 ns makes the wake-up as punctual as the hardware allows, without
+    // spinning.
+    if (open_ && prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) != 0) throw_errno("prctl(PR_SET_TIMERSLACK)");
     for (size_t i = 0; i < conns_.size(); i++) pending_.push_back(uint32_t(i));
     bool connect_done = false, running = false;
     std::vector<epoll_event> evs(1024);
@@ -261,15 +287,26 @@ class Worker {
         }
       } else if (phase == kRun && !running) {
         running = true;
+        sched_ = sh_.schedule;
         for (uint32_t i = 0; i < conns_.size(); i++) {
-          if (conns_[i].state != Conn::Up && !conns_[i].reconnecting) continue;
-          conns_[i].credits = uint32_t(sh_.req->pipeline);
-          if (conns_[i].state == Conn::Up) try_send(i);  // a reconnecting one sends when it is up
+          Conn& c = conns_[i];
+          if (c.state != Conn::Up && !c.reconnecting) continue;
+          if (open_) {  // the schedule starts now for every connection that is up; no credits
+            c.arrival.init(sched_, c.id);
+            c.scheduled = true;
+          } else {
+            c.credits = uint32_t(sh_.req->pipeline);
+          }
+          if (c.state == Conn::Up) try_send(i);  // a reconnecting one sends when it is up
         }
       }
       int64_t wait = connect_done ? -1 : std::max<int64_t>(0, sh_.connect_deadline - now);
       if (!timers_.empty()) {
         int64_t t = std::max<int64_t>(0, timers_.top().due - now_ns());
+        // Open loop: a long sleep ends in a deep idle state (a halted virtual CPU, a deep C-state) that
+        // takes tens of µs to leave (here: 67 µs p50 after 5 ms). Waking kPreWakeNs early and sleeping
+        // the rest, a short sleep the CPU leaves at once, lands on time (13 µs p50); no spinning.
+        if (open_ && t > kPreWakeNs + kPreWakeNs / 2) t -= kPreWakeNs;
         wait = wait < 0 ? t : std::min(wait, t);
       }
       timespec ts = ns_to_timespec(wait);
@@ -370,10 +407,13 @@ class Worker {
     if (c.reconnecting) {  // reopened: its unanswered requests go out again
       c.reconnecting = false;
       c.state = Conn::Up;
+      // Open loop: requests due while it was closed waited for it, as for a slot ("behind").
+      if (open_) c.freed_at = now_ns();
       try_send(i);
       return;
     }
     c.sent_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));  // bad_alloc: the run fails as `internal`
+    if (open_) c.intended_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));
     c.state = Conn::Up;
     connected++;
     resolved_++;
@@ -431,6 +471,12 @@ class Worker {
           if (c.state == Conn::Up || c.reconnecting) {
             c.credits++;
             if (c.state == Conn::Up) try_send(t.conn);
+          }
+          break;
+        case Timer::Send:
+          if (c.timer_due == t.due) {  // else stale: a later arming replaced it
+            c.timer_due = 0;
+            if (c.state == Conn::Up) try_send(t.conn);  // starts the due request and arms the next
           }
           break;
       }
@@ -500,19 +546,46 @@ class Worker {
 
   void complete(uint32_t i, int64_t now, const WindowBounds& window) {
     Conn& c = conns_[i];
-    const size_t K = size_t(sh_.req->pipeline);
     int phase = phase_at(window, now);
-    const int64_t sent = c.sent_at[c.recv_seq % K];
     if (!c.recv_bad) counted(phase != kOutside);
     if (!c.recv_bad && phase != kOutside) {
       c.window_msgs[phase]++;
-      hist[phase].record(uint64_t(now - sent));
+      record_latency(c, phase, now);
     }
-    if (now >= window.stop) waiting.answered(c.id, sent, now, window.stop, slowest());
+    answered(c, now, window.stop);
+    freed(c, now);
     c.recv_seq++;
     c.recv_off = 0;
     c.recv_bad = false;
     release_next(i, now);
+  }
+
+  // The latency of the reply to message recv_seq, completed at `now` in `phase`: from its send (closed
+  // loop) or from its intended time, and also from its send (open loop).
+  void record_latency(const Conn& c, int phase, int64_t now) {
+    const size_t slot = c.recv_seq % size_t(sh_.req->pipeline);
+    const int64_t sent = c.sent_at[slot];
+    if (!open_) {
+      hist[phase].record(uint64_t(now - sent));
+      return;
+    }
+    hist[phase].record(uint64_t(now - c.intended_at[slot]));
+    hist_sent[phase].record(uint64_t(now - sent));
+  }
+
+  // Message recv_seq is answered at `now`: if that is past the window's end `stop`, it was still
+  // waiting then (unanswered when old enough; open loop: in flight at the end when sent before it).
+  void answered(const Conn& c, int64_t now, int64_t stop) {
+    if (now < stop) return;
+    const size_t slot = c.recv_seq % size_t(sh_.req->pipeline);
+    const int64_t sent = c.sent_at[slot];
+    waiting.answered(c.id, open_ ? c.intended_at[slot] : sent, sent, now, stop, slowest());
+    if (open_ && sent < stop) ol.in_flight_at_end++;
+  }
+
+  // Open loop: a reply frees a slot; if the connection was full, requests due until now waited for it.
+  void freed(Conn& c, int64_t now) {
+    if (open_ && c.started - c.recv_seq + c.credits >= uint64_t(sh_.req->pipeline)) c.freed_at = now;
   }
 
   // This worker's slowest answered message of the window (ns): final once an answer came after the
@@ -531,7 +604,7 @@ class Worker {
     const Think& th = sh_.req->think;
     if (th.active())
       timers_.push({now + int64_t(th.sample_ns(rng_)), i, 0, Timer::Think});
-    else
+    else if (!open_)  // open loop: the schedule starts the next request, try_send() sees the free slot
       conns_[i].credits++;
   }
 
@@ -601,13 +674,13 @@ class Worker {
           errors.sample = "http_" + std::to_string(cls) + "xx: status " + std::to_string(status_code);
       }
     }
-    const int64_t sent = c.sent_at[c.recv_seq % size_t(sh_.req->pipeline)];
     if (ok) counted(phase != kOutside);
     if (ok && phase != kOutside) {
       c.window_msgs[phase]++;
-      hist[phase].record(uint64_t(now - sent));
+      record_latency(c, phase, now);
     }
-    if (now >= window.stop) waiting.answered(c.id, sent, now, window.stop, slowest());
+    answered(c, now, window.stop);
+    freed(c, now);
     c.recv_seq++;
     release_next(i, now);
   }
@@ -639,8 +712,12 @@ class Worker {
     // Past the window's end its unanswered requests were waiting then: count them before they are
     // sent again with new timestamps.
     const int64_t stop = sh_.t_stop.load(std::memory_order_relaxed);
-    if (c.sent_at && now_ns() >= stop)
-      waiting.in_flight(c.id, c.sent_at.get(), size_t(sh_.req->pipeline), c.recv_seq, c.started, stop, slowest());
+    if (c.sent_at && now_ns() >= stop) {
+      waiting.in_flight(c.id, c.sent_at.get(), c.intended_at.get(), size_t(sh_.req->pipeline), c.recv_seq, c.started,
+                        stop, slowest());
+      if (open_) ol.in_flight_at_end += in_flight_before(c, stop);
+    }
+    // Open loop: these credits are the requests to send again (with their intended times kept).
     c.credits += uint32_t(c.started - c.recv_seq);
     c.started = c.send_seq = c.recv_seq;
     c.send_off = 0;
@@ -678,11 +755,14 @@ class Worker {
       int64_t now = 0;
       while (len < buf_.size()) {
         if (seq >= c.started) {
-          if (c.credits == 0) break;
-          if (!now) now = now_ns();
-          c.credits--;
-          c.sent_at[c.started % K] = now;
-          c.started++;
+          if (c.credits > 0) {  // closed loop: a free slot; open loop: a request sent again after a reopening
+            if (!now) now = now_ns();
+            c.credits--;
+            c.sent_at[c.started % K] = now;
+            c.started++;
+          } else if (!open_ || !start_scheduled(c, now)) {
+            break;
+          }
         }
         size_t take = std::min(msize - off, buf_.size() - len);
         if (fixed)
@@ -723,8 +803,80 @@ class Worker {
       if (epoll_ctl(ep_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) < 0) return lost(i);  // cannot be watched: give it up
       c.want_out = blocked;
     }
+    if (open_) arm(i);
   }
 
+  // ---- open loop ----
+
+  // Starts the connection's next scheduled request if its time has come and a slot is free (else it
+  // waits: for the timer, or for a reply). `now` is taken when first needed.
+  bool start_scheduled(Conn& c, int64_t& now) {
+    const size_t K = size_t(sh_.req->pipeline);
+    // Not scheduled: a reply read in the loop pass that saw the load start, before its schedule began.
+    if (!c.scheduled) return false;
+    if (c.started - c.recv_seq >= K) return false;  // all slots taken: a reply will send it ("behind")
+    const int64_t due = c.arrival.next(sched_);
+    const int64_t start = sh_.t_start.load(std::memory_order_relaxed),
+                  stop = sh_.t_stop.load(std::memory_order_relaxed);
+    if (due >= stop) return false;  // the schedule ends with the window
+    if (!now) now = now_ns();
+    if (due > now) return false;  // not yet: the send timer wakes us then
+    c.sent_at[c.started % K] = now;
+    c.intended_at[c.started % K] = due;
+    c.started++;
+    c.arrival.advance(sched_);
+    if (now >= stop) ol.queued_at_end++;  // due before the end, still waiting then
+    if (due < start) return true;         // warm-up: only the window's requests are counted
+    ol.intended++;
+    if (now >= stop) return true;
+    ol.sent++;
+    const uint64_t late = uint64_t(now - due);
+    if (due < c.freed_at) {  // its time came while every slot was taken: the server's doing
+      ol.behind++;
+      ol.behind_late.record(late);
+    } else {  // a slot was free: any lateness is the loader's own
+      ol.schedule_late.record(late);
+      if (int64_t(late) > late_threshold_) ol.loader_late++;
+    }
+    return true;
+  }
+
+  // Arms the send timer for the connection's next scheduled request, unless a reply (all slots taken,
+  // or requests to send again) or the window's end comes first, or that timer is armed already.
+  void arm(uint32_t i) {
+    Conn& c = conns_[i];
+    if (c.state != Conn::Up || !c.scheduled || c.credits > 0 || c.started - c.recv_seq >= uint64_t(sh_.req->pipeline))
+      return;
+    const int64_t due = c.arrival.next(sched_);
+    if (due >= sh_.t_stop.load(std::memory_order_relaxed) || due == c.timer_due) return;
+    timers_.push({due, i, 0, Timer::Send});
+    c.timer_due = due;
+  }
+
+  // Messages [recv_seq, started) of `c` sent before `stop` (open loop: in flight at the end).
+  uint64_t in_flight_before(const Conn& c, int64_t stop) const {
+    const size_t K = size_t(sh_.req->pipeline);
+    uint64_t k = 0;
+    for (uint64_t s = c.recv_seq; s < c.started; s++) k += c.sent_at[s % K] < stop;
+    return k;
+  }
+
+ public:
+  // Open loop, after join(): the requests each connection's schedule still held (never started) with
+  // intended times before the window's end `stop`, and the messages its open connections still had in
+  // flight, sent before `stop`.
+  void finish_open_loop(int64_t start, int64_t stop) {
+    for (const Conn& c : conns_) {
+      if (!c.scheduled) continue;
+      const uint64_t before_stop = c.arrival.count_before(sched_, stop);
+      const uint64_t before_start = c.arrival.count_before(sched_, start);
+      ol.queued_at_end += before_stop;
+      ol.intended += before_stop - std::min(before_stop, before_start);
+      if ((c.state == Conn::Up || c.reconnecting) && c.sent_at) ol.in_flight_at_end += in_flight_before(c, stop);
+    }
+  }
+
+ private:
   // The backend closed or reset the connection.
   void lost(uint32_t i) {
     Conn& c = conns_[i];
@@ -743,6 +895,9 @@ class Worker {
   Shared& sh_;
   int cpu_;
   std::mt19937_64 rng_;
+  const bool open_;               // open-loop load (the request has a rate)
+  const int64_t late_threshold_;  // open loop: lateness above which a request is `loader_late`
+  ScheduleParams sched_;          // open loop: a copy of the run's schedule, taken when the load starts
   Fd ep_, wake_fd_;
   std::vector<Conn> conns_;
   std::deque<uint32_t> pending_;
@@ -772,6 +927,9 @@ class Coordinator {
     st.pipeline = req_.pipeline;
     st.protocol = req_.protocol;
     st.request_bytes = req_.request_bytes.size();
+    st.open_loop = req_.open_loop();
+    st.rate = req_.rate;
+    st.arrivals = req_.arrivals;
     const bool no_connection = play_guarded(out, [&] { return play(out); });
     if (sh_.failed.load()) {
       std::lock_guard<std::mutex> lock(sh_.failure_mu);
@@ -791,6 +949,11 @@ class Coordinator {
       for (size_t k = 0; k < st.status.size(); k++) st.status[k] += w->status[k];
       st.add_latency(w->hist);
       for (auto& c : w->conns()) st.add_conn(c.id, c.window_msgs);
+      if (st.open_loop) {
+        st.add_latency_sent(w->hist_sent);
+        if (window_.opened()) w->finish_open_loop(window_.bounds().start, window_.bounds().stop);
+        st.ol.add(w->ol);
+      }
     }
     if (window_.opened()) gather_unanswered(st, window_.bounds().stop);
     st.errors = sum_errors();
@@ -848,6 +1011,8 @@ class Coordinator {
     // classify each echo by its own timestamp: the window is exact, whatever our wake-up lag.
     window_.fix(t1);
     sh_.publish(window_.bounds());
+    // Open loop: the schedule starts with the load, at the warm-up's start.
+    if (req_.open_loop()) sh_.schedule = ScheduleParams::make(req_, t1);
     sh_.phase.store(kRun, std::memory_order_release);
     for (auto& w : workers_) w->wake();
     auto stop_early = [&] { return backend_gone() || sh_.failed.load(); };
@@ -891,7 +1056,7 @@ class Coordinator {
       all.msgs.insert(all.msgs.end(), w->waiting.msgs.begin(), w->waiting.msgs.end());
       for (auto& c : w->conns())
         if ((c.state == Conn::Up || c.reconnecting) && c.sent_at)
-          all.in_flight(c.id, c.sent_at.get(), K, c.recv_seq, c.started, stop, slowest);
+          all.in_flight(c.id, c.sent_at.get(), c.intended_at.get(), K, c.recv_seq, c.started, stop, slowest);
     }
     st.set_unanswered(all.msgs, stop);
   }

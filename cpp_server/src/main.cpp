@@ -25,7 +25,7 @@ const char* kUsage = R"(usage:
                  [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq]
                  [--probe-share F [--probe-guard S]] [--protocol echo|http|line] [--request 'METHOD /path']
                  [--header 'Name: value']... [--body TEXT] [--host HOST] [--line TEXT]
-                 [--threads T] [--cpus LIST] [--json]
+                 [--rate R [--arrivals constant|poisson]] [--threads T] [--cpus LIST] [--json]
 Control mode serves JSON-lines requests (PROTOCOL.md) on the stream socket N its parent passed (one end
 of a socketpair) and exits when the parent closes it; one-shot mode runs once and prints the stats.
 The loader dies with its parent (SIGKILL) in both modes.
@@ -36,6 +36,8 @@ think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
                  it count in neither phase (stats phases.guard).
 --protocol http: HTTP/1.1 keep-alive exchanges (--request, --header, --body, --host);
 --protocol line: send --line and a newline, read one newline-terminated reply.
+--rate R: open-loop load, R requests/s over all connections sent on a schedule (latency from each
+          request's intended time); --arrivals: constant gaps (default) or poisson.
 )";
 
 [[noreturn]] void fatal(const std::string& msg) {
@@ -122,6 +124,12 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
              s.protocol == Protocol::Http ? j["status"].dump().c_str() : "");
       if (!s.errors.sample.empty()) printf("first protocol error: %s\n", s.errors.sample.c_str());
     }
+    if (s.open_loop) {
+      json ol = stats_json(s)["open_loop"];
+      printf("open loop %s %g/s: %s\n", arrivals_name(s.arrivals), s.rate, ol.dump().c_str());
+      printf("latency from the send us: p50 %s p99 %s\n", stats_json(s)["latency_sent_us"]["p50"].dump().c_str(),
+             stats_json(s)["latency_sent_us"]["p99"].dump().c_str());
+    }
     if (s.has_phases) {
       auto per_s = [](const PhaseStats& ph) { return ph.duration_s > 0 ? double(ph.messages) / ph.duration_s : 0.0; };
       const PhaseStats unprobed = s.unprobed();
@@ -171,7 +179,9 @@ int run_main(int argc, char** argv) {
     kHeader,
     kBody,
     kHost,
-    kLine
+    kLine,
+    kRate,
+    kArrivals
   };
   static const option opts[] = {{"control-fd", required_argument, nullptr, kControlFd},
                                 {"control", required_argument, nullptr, kRemoved},
@@ -197,6 +207,8 @@ int run_main(int argc, char** argv) {
                                 {"body", required_argument, nullptr, kBody},
                                 {"host", required_argument, nullptr, kHost},
                                 {"line", required_argument, nullptr, kLine},
+                                {"rate", required_argument, nullptr, kRate},
+                                {"arrivals", required_argument, nullptr, kArrivals},
                                 {"help", no_argument, nullptr, 'h'},
                                 {nullptr, 0, nullptr, 0}};
 
@@ -251,6 +263,8 @@ int run_main(int argc, char** argv) {
       case kBody: request["body"] = optarg; break;
       case kHost: request["host"] = optarg; break;
       case kLine: request["line"] = optarg; break;
+      case kRate: request["rate"] = need_num("--rate"); break;
+      case kArrivals: request["arrivals"] = optarg; break;
       case 'h': fputs(kUsage, stdout); return 0;
       default: bad_args("unknown option", true);
     }

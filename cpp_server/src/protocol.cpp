@@ -19,6 +19,8 @@ const char* protocol_name(Protocol p) {
   }
 }
 
+const char* arrivals_name(Arrivals a) { return a == Arrivals::Poisson ? "poisson" : "constant"; }
+
 void Errors::add(const Errors& o) {
   connect += o.connect;
   reset += o.reset;
@@ -159,6 +161,43 @@ bool parse_protocol(const json& o, RunRequest* r, std::string* why) {
   return true;
 }
 
+// Open-loop load: `rate` and `arrivals` (PROTOCOL.md, "Open loop"). Call after think and transport.
+bool parse_open_loop(const json& o, RunRequest* r, std::string* why) {
+  if (!get_num(o, "rate", 0, kMaxRate, &r->rate, why)) return false;
+  if (o.contains("rate") && r->rate <= 0) {  // get_num's range is closed: 0 passes it
+    *why = "rate must be in 0..1e7 (exclusive of 0) requests per second, got " + o["rate"].dump();
+    return false;
+  }
+  if (o.contains("arrivals")) {
+    std::string a;
+    if (!get_str(o, "arrivals", &a, why)) return false;
+    if (!o.contains("rate")) {
+      *why = "arrivals needs rate (the open-loop schedule's requests per second)";
+      return false;
+    }
+    if (a == "constant") {
+      r->arrivals = Arrivals::Constant;
+    } else if (a == "poisson") {
+      r->arrivals = Arrivals::Poisson;
+    } else {
+      *why = "arrivals must be \"constant\" or \"poisson\", got " + excerpt(a.data(), a.size());
+      return false;
+    }
+  }
+  if (!r->open_loop()) return true;
+  // The schedule alone starts requests: a pause after each reply would make it closed loop again.
+  if (r->think_spec != "none") {
+    *why = "rate (open-loop load) cannot be combined with think '" + r->think_spec +
+           "': the schedule decides when requests go; use think \"none\" or no rate";
+    return false;
+  }
+  if (r->transport == Transport::Zmq) {
+    *why = "rate (open-loop load) needs transport \"tcp\", not \"zmq\"";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool parse_request(std::string_view line, Request* out, std::string* why) {
@@ -190,7 +229,8 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       "cmd",       "target",      "connections", "msize",           "duration",
       "warmup",    "pipeline",    "think",       "connect_timeout", "sources",
       "transport", "probe_share", "protocol",    "request",         "headers",
-      "body",      "host",        "line",        "progress",        "probe_guard"};
+      "body",      "host",        "line",        "progress",        "probe_guard",
+      "rate",      "arrivals"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -288,6 +328,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     parse_ipv4(s, &a);
     r.source_addrs.push_back(a);
   }
+  if (!parse_open_loop(o, &r, why)) return false;
   out->run = std::move(r);
   return true;
 }
@@ -322,12 +363,31 @@ json errors_json(const Stats& s) {
   return j;
 }
 
-json phase_json(const PhaseStats& p) {
-  return {{"messages", p.messages},
-          {"duration_s", r6(p.duration_s)},
-          {"msgs_per_sec", rate(p.messages, p.duration_s)},
-          {"per_conn_messages", p.per_conn_messages},
-          {"latency_us", latency_json(p.latency)}};
+json phase_json(const PhaseStats& p, bool open_loop) {
+  json j = {{"messages", p.messages},
+            {"duration_s", r6(p.duration_s)},
+            {"msgs_per_sec", rate(p.messages, p.duration_s)},
+            {"per_conn_messages", p.per_conn_messages},
+            {"latency_us", latency_json(p.latency)}};
+  if (open_loop) j["latency_sent_us"] = latency_json(p.latency_sent);
+  return j;
+}
+
+json late_json(const Histogram& h) {
+  return {{"p50", us(h.quantile(0.50))}, {"p99", us(h.quantile(0.99))}, {"max", us(double(h.max()))}};
+}
+
+json open_loop_json(const Stats& s) {
+  const OpenLoopStats& o = s.ol;
+  return {{"intended", o.intended},
+          {"sent", o.sent},
+          {"behind", o.behind},
+          {"behind_late_us", late_json(o.behind_late)},
+          {"schedule_late_us", late_json(o.schedule_late)},
+          {"loader_late", o.loader_late},
+          {"loader_late_threshold_us", us(double(loader_late_threshold_ns(s.rate)))},
+          {"queued_at_end", o.queued_at_end},
+          {"in_flight_at_end", o.in_flight_at_end}};
 }
 }  // namespace
 
@@ -339,6 +399,7 @@ PhaseStats Stats::unprobed() const {
   for (size_t i = 0; i < u.per_conn_messages.size() && i < after.per_conn_messages.size(); i++)
     u.per_conn_messages[i] += after.per_conn_messages[i];
   u.latency.merge(after.latency);
+  u.latency_sent.merge(after.latency_sent);
   return u;
 }
 
@@ -360,6 +421,13 @@ void Stats::add_latency(const PerPhase<Histogram>& by_phase) {
   for (int p = 0; p < kPhases; p++) {
     phases[p].latency.merge(by_phase[p]);
     latency.merge(by_phase[p]);
+  }
+}
+
+void Stats::add_latency_sent(const PerPhase<Histogram>& by_phase) {
+  for (int p = 0; p < kPhases; p++) {
+    phases[p].latency_sent.merge(by_phase[p]);
+    latency_sent.merge(by_phase[p]);
   }
 }
 
@@ -411,10 +479,10 @@ json stats_json(const Stats& s) {
   }
   if (s.has_phases) {
     j["probe_share"] = s.probe_share;
-    json probed = phase_json(s.phases[kProbed]);
+    json probed = phase_json(s.phases[kProbed], s.open_loop);
     probed["t_start"] = r6(s.probe_t_start);
     probed["t_stop"] = r6(s.probe_t_stop);
-    json unprobed = phase_json(s.unprobed());
+    json unprobed = phase_json(s.unprobed(), s.open_loop);
     json parts = json::array();
     for (int p : {kUnprobed, kUnprobedAfter}) {
       const PhaseStats& part = s.phases[p];
@@ -426,11 +494,17 @@ json stats_json(const Stats& s) {
     j["phases"] = {{"unprobed", unprobed}, {"probed", probed}};
     if (s.probe_guard > 0) {  // only for clients that asked for guards: the others see two phases
       j["probe_guard"] = s.probe_guard;
-      json guard = phase_json(s.phases[kGuard]);
+      json guard = phase_json(s.phases[kGuard], s.open_loop);
       guard["t_start"] = r6(s.guard_t_start);
       guard["t_stop"] = r6(s.guard_t_stop);
       j["phases"]["guard"] = guard;
     }
+  }
+  if (s.open_loop) {  // only for clients that asked for a rate: closed-loop stats keep their exact shape
+    j["rate"] = s.rate;
+    j["arrivals"] = arrivals_name(s.arrivals);
+    j["latency_sent_us"] = latency_json(s.latency_sent);
+    j["open_loop"] = open_loop_json(s);
   }
   return j;
 }

@@ -49,6 +49,11 @@ enum class Transport { Tcp, Zmq };
 enum class Protocol { Echo, Http, Line };
 const char* protocol_name(Protocol p);
 
+// Open-loop arrivals (PROTOCOL.md, "Open loop"): evenly spaced, or exponential gaps (a Poisson process).
+enum class Arrivals { Constant, Poisson };
+const char* arrivals_name(Arrivals a);
+constexpr double kMaxRate = 10'000'000;  // requests/s over all connections
+
 struct RunRequest {
   Transport transport = Transport::Tcp;
   std::string target;
@@ -78,6 +83,11 @@ struct RunRequest {
   // One exchange's request on the wire (http, line), built once when the request is parsed; empty for echo.
   std::string request_bytes;
   bool head_requests = false;  // http: the method is HEAD (replies have no body)
+  // Open-loop load: requests per second over all connections, sent on a schedule (0 = absent: closed
+  // loop, each reply releases the next request).
+  double rate = 0;
+  Arrivals arrivals = Arrivals::Constant;
+  bool open_loop() const { return rate > 0; }
   // Bytes of one message the loader sends: msize (echo) or the request's size.
   size_t message_bytes() const { return protocol == Protocol::Echo ? size_t(msize) : request_bytes.size(); }
 };
@@ -118,7 +128,8 @@ struct PhaseStats {
   uint64_t messages = 0;
   double duration_s = 0;
   std::vector<uint64_t> per_conn_messages;
-  Histogram latency;
+  Histogram latency;       // closed loop: from the send; open loop: from the intended time
+  Histogram latency_sent;  // open loop: from the actual send
 };
 
 // The slowest message of any phase (ns).
@@ -132,25 +143,66 @@ inline uint64_t slowest_of(const std::array<Histogram, kPhases>& by_phase) {
 // object"), gathered per engine thread: their connection and send time (monotonic ns). Only those
 // already older at `stop` than `floor` are kept (a lower bound of the window's slowest answered
 // message): an ordinary message in flight at the end takes no memory, only the ones that may count.
+// In open loop a message's age runs from its intended time (`since`), as its latency does; in closed
+// loop `since` is its send time.
 struct WaitingMsg {
   uint32_t conn;
-  int64_t sent;
+  int64_t sent;  // the time its age runs from (`since`)
 };
 struct Waiting {
   std::vector<WaitingMsg> msgs;
-  static bool old(int64_t sent, int64_t stop, int64_t floor) { return sent < stop && stop - sent > floor; }
+  static bool old(int64_t sent, int64_t since, int64_t stop, int64_t floor) {
+    return sent < stop && stop - since > floor;
+  }
   // A message sent at `sent` was answered at `done`: kept when it was still waiting at `stop`.
+  void answered(uint32_t conn, int64_t since, int64_t sent, int64_t done, int64_t stop, int64_t floor) {
+    if (done >= stop && old(sent, since, stop, floor)) msgs.push_back({conn, since});
+  }
   void answered(uint32_t conn, int64_t sent, int64_t done, int64_t stop, int64_t floor) {
-    if (done >= stop && old(sent, stop, floor)) msgs.push_back({conn, sent});
+    answered(conn, sent, sent, done, stop, floor);
   }
   // Never answered: the messages [from, to) of `conn`, their send times in the ring `sent_at` of `k`
-  // slots (indexed by sequence % k).
+  // slots (indexed by sequence % k), and their intended times in `since_at` (open loop; null: closed loop).
+  void in_flight(uint32_t conn, const int64_t* sent_at, const int64_t* since_at, size_t k, uint64_t from, uint64_t to,
+                 int64_t stop, int64_t floor) {
+    for (uint64_t s = from; s < to; s++) {
+      const int64_t since = since_at ? since_at[s % k] : sent_at[s % k];
+      if (old(sent_at[s % k], since, stop, floor)) msgs.push_back({conn, since});
+    }
+  }
   void in_flight(uint32_t conn, const int64_t* sent_at, size_t k, uint64_t from, uint64_t to, int64_t stop,
                  int64_t floor) {
-    for (uint64_t s = from; s < to; s++)
-      if (old(sent_at[s % k], stop, floor)) msgs.push_back({conn, sent_at[s % k]});
+    in_flight(conn, sent_at, nullptr, k, from, to, stop, floor);
   }
 };
+
+// Open-loop figures (PROTOCOL.md, "Open loop"), gathered per engine thread and summed.
+struct OpenLoopStats {
+  uint64_t intended = 0;          // intended time inside the window [start, stop)
+  uint64_t sent = 0;              // of those, sent before stop
+  uint64_t behind = 0;            // of those sent, the ones that waited for a free slot
+  Histogram behind_late;          // ns: how late the behind ones went out
+  Histogram schedule_late;        // ns: how late the others went out (the loader's own schedule error)
+  uint64_t loader_late = 0;       // of the others, later than the threshold
+  uint64_t queued_at_end = 0;     // intended before stop, not sent by then
+  uint64_t in_flight_at_end = 0;  // sent before stop, not answered by then
+  void add(const OpenLoopStats& o) {
+    intended += o.intended;
+    sent += o.sent;
+    behind += o.behind;
+    behind_late.merge(o.behind_late);
+    schedule_late.merge(o.schedule_late);
+    loader_late += o.loader_late;
+    queued_at_end += o.queued_at_end;
+    in_flight_at_end += o.in_flight_at_end;
+  }
+};
+
+// Lateness (ns) above which a request that had a free slot counts as `loader_late`: one tenth of the
+// mean gap between two requests of the run (1 / rate), but at least 1 ms.
+inline int64_t loader_late_threshold_ns(double rate) {
+  return std::max<int64_t>(1'000'000, int64_t(std::min(0.1 / rate * 1e9, 4e18)));  // min: a tiny rate cannot overflow
+}
 
 struct Stats {
   int connections = 0, connected = 0;
@@ -158,8 +210,15 @@ struct Stats {
   double duration_s = 0;
   int msize = 0, pipeline = 1;
   std::vector<uint64_t> per_conn_messages;
-  Histogram latency;  // ns, messages completed inside the window
+  Histogram latency;  // ns, messages completed inside the window (open loop: from their intended time)
   Errors errors;
+  // Open loop (reported when the request gave rate): the rate, the arrivals, the latency from the
+  // actual send, and the schedule's figures.
+  bool open_loop = false;
+  double rate = 0;
+  Arrivals arrivals = Arrivals::Constant;
+  Histogram latency_sent;
+  OpenLoopStats ol;
   // Request/response protocols: request size, connections reopened, and (http) replies completed in
   // the window by status class 1xx..5xx.
   Protocol protocol = Protocol::Echo;
@@ -189,6 +248,7 @@ struct Stats {
   void init_counts(int n);
   void add_conn(uint32_t conn, const PerPhase<uint64_t>& messages_by_phase);
   void add_latency(const PerPhase<Histogram>& by_phase);
+  void add_latency_sent(const PerPhase<Histogram>& by_phase);  // open loop: from the actual send
   // The messages waiting at the window's end `stop` (of all threads): those already older then than the
   // window's slowest answered message (`latency`, so call after add_latency) are `unanswered`.
   void set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop);

@@ -1,0 +1,170 @@
+"""Open-loop load (--rate): a server that could not keep up with the rate asked, a loader that fell
+behind its own schedule, and where the latency–throughput curve bends (the knee) across the rates."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from netprof.profiler import schema, stats, units
+from netprof.profiler.rules.common import r2, where
+from netprof.profiler.rules.registry import Anomaly, Context, Thresholds, rule
+from netprof.profiler.stats import num
+
+
+def _open(cells: pd.DataFrame) -> pd.DataFrame:
+    """The open-loop cells (rate > 0) of the per-cell table."""
+    if cells.empty or "rate" not in cells:
+        return cells.iloc[0:0]
+    return cells[cells["rate"].fillna(0).astype(float) > 0]
+
+
+def _pct(v: float | None) -> str:
+    """'48%'; with one decimal near 0 and 1 ('0.6%', '99.4%'), where the rounded whole would mislead."""
+    return units.share(v, 1 if v is not None and (0 < v < 0.01 or 0.99 < v < 1) else 0)
+
+
+@rule("overloaded", plots=("latency_load", "throughput", "latency"))
+def overloaded(ctx: Context) -> list[Anomaly]:
+    """The server fell behind the rate asked: it answered less than 95% of it, or more than 1% of the
+    requests found their connection still waiting and queued in the loader."""
+    t, found = ctx.t, []
+    for _, r in _open(ctx.cells).iterrows():
+        rate = float(r["rate"])
+        share, behind = num(r, "open_loop.achieved_share"), num(r, "open_loop.behind_share")
+        short = share is not None and share < 1 - t.overload_shortfall
+        queued = behind is not None and behind > t.overload_behind_share
+        if not (short or queued):
+            continue
+        mps = num(r, "mps_mean")
+        p99, p99_sent = num(r, "lat_us.p99"), num(r, "lat_sent_us.p99")
+        ev = {"asked (requests/s)": r2(rate, 0), "achieved (msgs/s)": r2(mps, 0),
+              "achieved share": _pct(share), "requests behind (waited for their connection)": _pct(behind),
+              "latency p99 from the intended send (µs)": r2(p99, 0),
+              "latency p99 from the actual send (µs)": r2(p99_sent, 0),
+              "wait behind the connection p99 (µs)": r2(num(r, "open_loop.behind_late_us.p99"), 0),
+              "queued in the loader at the window's end": r2(num(r, "open_loop.queued_at_end"), 1)}
+        text = (f"{where(r)}: asked for {units.number(rate)} requests/s, the server answered "
+                f"{units.rate(mps)}/s ({_pct(share)} of it)")
+        pipe = int(r.get("pipeline") or 1)
+        text += (f", and {_pct(behind)} of the requests came due while their connection still waited for its "
+                 f"{pipe} in flight, so they queued in the loader. " if behind else ". ")
+        text += ("The server could not keep up with this rate: requests pile up and wait longer the longer the load "
+                 "runs. ")
+        if p99 is not None and p99_sent is not None:
+            text += (f"Latency from each request's intended send time has p99 {units.duration_us(p99)}; from its "
+                     f"actual send, {units.duration_us(p99_sent)}: the difference is the queue a closed-loop load, "
+                     "or a tool that times from the send, would not show. ")
+        text += "Its capacity is below this rate: ask for less, or find what limits it at a lower rate."
+        title = f"Overloaded: {units.rate(mps)}/s of {units.number(rate)}/s asked ({where(r)})"
+        found.append(Anomaly.at(r, "overloaded", "warning", title, text, ev))
+    return found
+
+
+@rule("loader_late", plots=("latency_load",))
+def loader_late(ctx: Context) -> list[Anomaly]:
+    """The loader sent requests late on a free connection (past its lateness threshold): it, not the
+    server, fell behind its schedule, so the cell's open-loop figures are suspect."""
+    t, found = ctx.t, []
+    for _, r in _open(ctx.cells).iterrows():
+        late = num(r, "open_loop.loader_late")
+        if late is None or late < t.loader_late_min:
+            continue
+        threshold = num(r, "open_loop.loader_late_threshold_us")
+        p99, worst = num(r, "open_loop.schedule_late_us.p99"), num(r, "open_loop.schedule_late_us.max")
+        ev = {"lateness threshold (µs)": r2(threshold, 1), "requests the loader sent late": r2(late, 1),
+              "schedule lateness p50 (µs)": r2(num(r, "open_loop.schedule_late_us.p50"), 1),
+              "schedule lateness p99 (µs)": r2(p99, 1), "schedule lateness max (µs)": r2(worst, 1),
+              "loader CPU (share of its CPUs)": r2(num(r, "loader_cpu.cpu_frac"))}
+        sent = num(r, "open_loop.sent")
+        share = late / sent if sent else None
+        ev["share of the requests sent"] = _pct(share) if share is not None else None
+        text = (f"For {where(r)} the loader sent {late:.0f} requests"
+                + (f" ({_pct(share)} of those it sent)" if share is not None else "")
+                + f" more than {units.duration_us(threshold)} after their intended time although their connection "
+                f"was free (schedule lateness p99 {units.duration_us(p99)}, worst {units.duration_us(worst)}): the "
+                "load generator itself fell behind its schedule. ")
+        serious = (share is None or share > t.loader_late_warning_share
+                   or (p99 is not None and threshold is not None and p99 > threshold))
+        text += ("This cell's rate and latency describe the loader as much as the server: give the loader more "
+                 "CPUs or threads (--loader-threads), ask for a lower rate, or run on a quieter machine."
+                 if serious else "Few and brief: the cell's figures stand, but the loader was disturbed (a busy "
+                 "machine, or too few CPUs for it).")
+        title = f"The loader fell behind its schedule: {where(r)}"
+        found.append(Anomaly.at(r, "loader_late", "warning" if serious else "info", title, text, ev))
+    return found
+
+
+# Per-message figures that explain a bend: how each moved from the lowest rate to the knee.
+SYSCALLS = "syscalls"  # every counted syscall per message (stats.syscalls_of), when the cell ran with probes
+KNEE_FIGURES = (("syscalls per message", SYSCALLS, units.per_message),
+                ("user CPU per message", "cpu_us_per_msg.user", units.duration_us),
+                ("kernel CPU per message", "cpu_us_per_msg.sys", units.duration_us),
+                ("context switches per message", "ctx_switches_per_msg", units.per_message))
+
+
+@rule("latency_knee", plots=("latency_load", "latency"))
+def latency_knee(ctx: Context) -> list[Anomaly]:
+    """Across the rates of one cell (all else equal): the first rate whose p99 is 3× the lowest rate's
+    and whose achieved share fell: the latency–throughput curve bends between it and the rate before."""
+    t, found = ctx.t, []
+    cells = _open(ctx.cells)
+    keys = [k for k in schema.CELL_KEYS if k in cells and k != "rate"]
+    if cells.empty:
+        return []
+    for _, g in cells.groupby(keys, dropna=False, sort=False):
+        g = g.sort_values("rate")
+        if len(g) < 2:
+            continue
+        knee = _knee(g, t)
+        if knee is not None:
+            found.append(_knee_anomaly(g, knee, t))
+    return found
+
+
+def _knee(g: pd.DataFrame, t: Thresholds) -> int | None:
+    """Position in `g` (sorted by rate) of the first rate past the knee, or None."""
+    base = g.iloc[0]
+    p99_0, share_0 = num(base, "lat_us.p99"), num(base, "open_loop.achieved_share")
+    if not p99_0 or share_0 is None:
+        return None
+    for i in range(1, len(g)):
+        r = g.iloc[i]
+        p99, share = num(r, "lat_us.p99"), num(r, "open_loop.achieved_share")
+        if p99 is not None and share is not None and p99 > t.knee_factor * p99_0 \
+                and share < share_0 - t.knee_share_drop:
+            return i
+    return None
+
+
+def _figure(r, col: str) -> float | None:
+    if col == SYSCALLS:
+        per = stats.syscalls_of(r)
+        return sum(per.values()) if per else None
+    return num(r, col)
+
+
+def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
+    base, before, at = g.iloc[0], g.iloc[i - 1], g.iloc[i]
+    lo, hi = float(before["rate"]), float(at["rate"])
+    ev: dict = {}
+    for _, r in g.iterrows():
+        ev[f"at {units.number(r['rate'])}/s: achieved, p99 from the intended send"] = (
+            f"{units.rate(num(r, 'mps_mean'))}/s ({_pct(num(r, 'open_loop.achieved_share'))}), "
+            f"{units.duration_us(num(r, 'lat_us.p99'))}")
+    moved = []
+    for label, col, fmt in KNEE_FIGURES:
+        a, b = _figure(base, col), _figure(at, col)
+        if a and b is not None and abs(b - a) / a >= t.knee_change:
+            ev[f"{label} at {units.number(base['rate'])}/s → {units.number(hi)}/s"] = f"{fmt(a)} → {fmt(b)}"
+            moved.append(f"{label} {'rose' if b > a else 'fell'} from {fmt(a)} to {fmt(b)}")
+    p99_0, p99 = num(base, "lat_us.p99"), num(at, "lat_us.p99")
+    text = (f"{where(at)}: the latency–throughput curve bends between {units.number(lo)} and {units.number(hi)} "
+            f"requests/s. At {units.number(hi)}/s the p99 from the intended send is {units.duration_us(p99)}, "
+            f"{(p99 or 0) / (p99_0 or 1):.0f}× its {units.duration_us(p99_0)} at {units.number(base['rate'])}/s, and "
+            f"the server answered {_pct(num(at, 'open_loop.achieved_share'))} of the rate asked "
+            f"({_pct(num(base, 'open_loop.achieved_share'))} at the lowest rate): past the knee requests queue. ")
+    text += (("Per message, between the lowest rate and the knee: " + "; ".join(moved) + ". ") if moved else
+             "No per-message figure moved by a quarter on the way (run with probes for syscalls per message). ")
+    text += f"Its usable capacity, at this latency, is below {units.number(hi)} requests/s."
+    title = f"Latency knee between {units.number(lo)}/s and {units.number(hi)}/s: {at['backend']}"
+    return Anomaly.at(at, "latency_knee", "info", title, text, ev)

@@ -1,0 +1,355 @@
+"""Open-loop load (issue 34), the profiler's side, without a run: --rate and --arrivals parsed and
+refused, `rate` as a run dimension, the loader request that carries it, the row made from the
+loader's open-loop stats (cpp_server/PROTOCOL.md's shape), the rules that judge it and its plot.
+tests/test_open_loop_run.py runs it for real."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from helpers import netprof_cli, wait_no_children
+from netprof.profiler import cell, results, schema, stats
+from netprof.profiler.errors import InputError
+from netprof.profiler.loader_client import RunRequest
+from netprof.profiler.plan import Cell, RunConfig, parse_rates, validate
+from netprof.profiler.rules import Thresholds, detect
+
+# --------------------------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize("text,rates", [
+    ("500", [500]), ("500,2k,1.5m", [500, 2000, 1_500_000]), ("2K, 0.5", [2000, 0.5]), ("10m", [10_000_000]),
+    ("", None),
+])
+def test_rates_parse_with_suffixes(text, rates):
+    assert parse_rates(text) == ({"rate": rates} if rates else {})
+    if rates:  # whole rates are ints (the loader's request and the file names show "2000", not "2000.0")
+        assert [type(v) for v in parse_rates(text)["rate"]] == [int if float(v).is_integer() else float for v in rates]
+
+
+@pytest.mark.parametrize("text,says", [
+    ("0", "out of range"), ("-5", "not a rate"), ("abc", "not a rate"), ("11m", "out of range"),
+    ("500,,2k", "not a rate"), ("2k,2000", "listed twice"), ("5g", "not a rate"), ("nan", "not a rate"),
+])
+def test_bad_rates_are_one_line(text, says):
+    with pytest.raises(InputError) as e:
+        parse_rates(text)
+    assert "--rate" in str(e.value) and says in str(e.value) and "\n" not in str(e.value)
+
+
+REFUSED = [
+    (["--rate", "0"], "--rate 0 is out of range"),
+    (["--rate", "fast"], "--rate 'fast' is not a rate"),
+    (["--rate", "2e7"], "is not a rate"),
+    (["--rate", "20m"], "out of range"),
+    (["--rate", "500", "--think", "fixed:100"], "--rate and --think cannot go together"),
+    (["--arrivals", "poisson"], "add --rate"),
+    (["--rate", "500", "--arrivals", "bursty"], "--arrivals 'bursty' is not known"),
+]
+
+
+@pytest.mark.parametrize("args,expected", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_refused_through_the_cli_in_one_line_exit_2(args, expected, tmp_path):
+    res = netprof_cli("run", "selector", "-c", "10", "--no-probes", *args, "--out", str(tmp_path / "out"))
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert expected in lines[0], lines[0]
+    assert not (tmp_path / "out").exists(), "nothing may start on bad input"
+    assert not wait_no_children(timeout=2)
+
+
+def test_zmq_backends_are_refused_with_a_rate(tmp_path):
+    res = netprof_cli("run", "zmq_raw", "-c", "10", "--no-probes", "--rate", "1k", "--out", str(tmp_path / "out"))
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and "ZeroMQ" in lines[0] and "zmq_raw" in lines[0], res.stderr
+    with pytest.raises(InputError, match="ZeroMQ"):
+        validate(RunConfig(backends=["selector", "zmq_raw"], connections=[10], extra_dims={"rate": [100]}))
+
+
+# --------------------------------------------------------------------------------------------- the dimension
+
+
+def test_rate_is_a_dimension_with_label_slug_and_legacy():
+    row = {"backend": "selector", "connections": 10, "pipeline": 1, "framing": "message"}
+    assert schema.cell_label(row | {"rate": 2000}).endswith("at 2,000/s")
+    assert schema.cell_slug(row | {"rate": 2000}).endswith("-r2000")
+    assert schema.cell_slug(row | {"rate": 0.5}).endswith("-r0.5")
+    assert "2,000 requests/s asked" in schema.cell_phrase(row | {"rate": 2000})
+    # Older results, and closed-loop runs, have no rate column: closed loop (0), which labels leave out.
+    assert schema.key_of(row)[schema.CELL_KEYS.index("rate")] == 0
+    assert "/s" not in schema.cell_label(row) and "asked" not in schema.cell_phrase(row)
+    assert schema.cell_slug(row) == schema.cell_slug(row | {"rate": 0})
+    legacy = schema.normalize(pd.DataFrame([row]))
+    assert legacy["rate"].tolist() == [0]
+    assert schema.BY_NAME["rate"].text(0) == "closed loop"  # where it varies, across runs (compare)
+    assert schema.RUN_SETTINGS["arrivals"] == "closed"
+
+
+def test_each_rate_is_a_cell_and_arrivals_default_to_constant():
+    cfg = validate(RunConfig(backends=["selector"], connections=[10], rounds=2, extra_dims={"rate": [500, 2000]}))
+    cells = list(cfg.cells())
+    assert len(cells) == 4 and sorted({c.rate for c in cells}) == [500, 2000]
+    assert cfg.arrivals == "constant" and cfg.arrivals_setting() == "constant"
+    assert "at 2,000/s" in next(c for c in cells if c.rate == 2000).label()
+    closed = validate(RunConfig(backends=["selector"], connections=[10], rounds=1))
+    assert [c.rate for c in closed.cells()] == [0] and closed.arrivals_setting() == "closed"
+
+
+def test_think_refused_with_rate_in_validate_too():
+    with pytest.raises(InputError, match="--think"):
+        validate(RunConfig(backends=["selector"], connections=[10], think="fixed:5", extra_dims={"rate": [10]}))
+    with pytest.raises(InputError, match="out of range"):
+        validate(RunConfig(backends=["selector"], connections=[10], extra_dims={"rate": [0]}))
+
+
+# --------------------------------------------------------------------------------------------- the request
+
+
+def _request(c: Cell, cfg: RunConfig) -> dict:
+    """The request run_cell sends for cell `c` (its open-loop fields as run_cell passes them)."""
+    return RunRequest(target="127.0.0.1:9", connections=c.connections, pipeline=c.pipeline,
+                      **cell.open_loop_fields(c, cfg)).to_json()
+
+
+def test_the_rate_reaches_the_loader_request_and_only_with_rate():
+    cfg = validate(RunConfig(backends=["selector"], connections=[10], rounds=1, extra_dims={"rate": [500, 1_500_000]},
+                             arrivals="poisson"))
+    sent = [_request(c, cfg) for c in cfg.cells()]
+    assert [(d["rate"], d["arrivals"]) for d in sent] == [(500, "poisson"), (1_500_000, "poisson")]
+    assert json.dumps(sent[0]).count('"rate": 500,') == 1  # a whole number goes out as one
+    closed = validate(RunConfig(backends=["selector"], connections=[10], rounds=1))
+    (c,) = closed.cells()
+    d = _request(c, closed)
+    assert "rate" not in d and "arrivals" not in d
+    # Byte for byte the closed-loop request of before: exactly these fields.
+    assert d == RunRequest(target="127.0.0.1:9", connections=10).to_json()
+    assert set(d) == {"cmd", "target", "connections", "msize", "duration", "warmup", "pipeline", "think",
+                      "connect_timeout", "sources", "transport"}
+
+
+# --------------------------------------------------------------------------------------------- the row
+
+LAT = {"p50": 1_200_000.0, "p90": 1_800_000.0, "p95": 1_900_000.0, "p99": 1_980_000.0, "p999": 1_999_000.0,
+       "max": 2_000_000.0, "mean": 1_250_000.0}
+LAT_SENT = {"p50": 9_800.0, "p90": 10_000.0, "p95": 10_050.0, "p99": 10_200.0, "p999": 11_000.0, "max": 12_000.0,
+            "mean": 9_900.0}
+# A loader's stats at --rate 2000 against a server that answers 1,000/s, in PROTOCOL.md's shape.
+STATS = {
+    "connected": 10, "setup_s": 0.01, "messages": 3000, "duration_s": 3.0, "msgs_per_sec": 1000.0,
+    "latency_us": LAT, "per_conn_messages": [300] * 10, "errors": {"connect": 0, "reset": 0, "timeout": 0},
+    "loader_cpu": {"user_s": 0.1, "sys_s": 0.1, "cpu_frac": 0.03}, "t_start": 1.0, "t_stop": 4.0,
+    "unanswered": {"count": 0, "max_age_us": 0.0, "connections": 0},
+    "rate": 2000, "arrivals": "constant",
+    "latency_sent_us": LAT_SENT,
+    "open_loop": {"intended": 6000, "sent": 3010, "behind": 2990,
+                  "behind_late_us": {"p50": 1_000_000.0, "p99": 1_900_000.0, "max": 2_000_000.0},
+                  "schedule_late_us": {"p50": 8.0, "p99": 40.0, "max": 300.0},
+                  "loader_late": 0, "loader_late_threshold_us": 1000.0,
+                  "queued_at_end": 2990, "in_flight_at_end": 10},
+}
+
+
+def _measured(result: dict, rate) -> dict:
+    row = {"backend": "selector", "connections": 10, "pipeline": 1, "round": 1, "status": "ok"}
+    if rate:
+        row["rate"] = rate
+    cell.measure_row(row, copy.deepcopy(result), cell._Marks(os.getpid()), ())
+    return row
+
+
+def test_open_loop_stats_become_row_columns(tmp_path):
+    row = _measured(STATS, 2000)
+    assert row["lat_us"]["p99"] == LAT["p99"]  # from the intended send time: the loader's latency_us
+    assert row["lat_sent_us"] == LAT_SENT
+    ol = row["open_loop"]
+    assert ol["behind_share"] == pytest.approx(2990 / 6000) and ol["achieved_share"] == pytest.approx(0.5)
+    flat = results.flatten(row)
+    expect = {"open_loop.intended": 6000, "open_loop.sent": 3010, "open_loop.behind": 2990,
+              "open_loop.behind_late_us.p50": 1e6, "open_loop.behind_late_us.p99": 1.9e6,
+              "open_loop.behind_late_us.max": 2e6, "open_loop.schedule_late_us.p50": 8.0,
+              "open_loop.schedule_late_us.p99": 40.0, "open_loop.schedule_late_us.max": 300.0,
+              "open_loop.queued_at_end": 2990, "open_loop.in_flight_at_end": 10, "open_loop.loader_late": 0,
+              "open_loop.loader_late_threshold_us": 1000.0, "lat_sent_us.p50": 9800.0, "lat_sent_us.p99": 10200.0,
+              "lat_sent_us.p90": 10000.0, "lat_sent_us.max": 12000.0}
+    assert {k: flat[k] for k in expect} == expect
+    assert flat["open_loop.behind_share"] == pytest.approx(2990 / 6000)
+    assert flat["open_loop.achieved_share"] == pytest.approx(0.5)
+    # Written and read back as every results file is: the nested groups come back whole.
+    store = results.ResultsStore(tmp_path)
+    store.add(row)
+    back = results.unflatten(pd.read_parquet(tmp_path / results.RESULTS_PARQUET).iloc[0].to_dict())
+    assert back["open_loop"]["behind_late_us.p99"] == 1.9e6 and back["lat_sent_us"]["p50"] == 9800.0
+    # The per-cell table averages them over rounds.
+    cells = stats.aggregate(pd.DataFrame([flat, results.flatten(_measured(STATS, 2000) | {"round": 2})]))
+    assert cells["open_loop.achieved_share"].iloc[0] == pytest.approx(0.5) and cells["rate"].iloc[0] == 2000
+
+
+def test_headline_phase_figures_win_and_closed_loop_rows_have_none():
+    phased = copy.deepcopy(STATS)
+    phased["phases"] = {"unprobed": {**{k: STATS[k] for k in ("messages", "duration_s", "per_conn_messages")},
+                                     "msgs_per_sec": 800.0, "latency_us": LAT,
+                                     "latency_sent_us": {**LAT_SENT, "p50": 1.0}},
+                        "probed": {"messages": 900, "duration_s": 0.9, "msgs_per_sec": 1000.0, "latency_us": LAT}}
+    row = _measured(phased, 2000)
+    assert row["lat_sent_us"]["p50"] == 1.0 and row["open_loop"]["achieved_share"] == pytest.approx(0.4)
+    closed = {k: v for k, v in STATS.items() if k not in ("rate", "arrivals", "latency_sent_us", "open_loop")}
+    row = _measured(closed, None)
+    assert "open_loop" not in row and "lat_sent_us" not in row
+
+
+def test_open_loop_figures_without_a_count_are_none():
+    ol = stats.open_loop({"intended": 0, "behind": 0}, None, 100)
+    assert ol["behind_share"] is None and ol["achieved_share"] is None and ol["schedule_late_us.p99"] is None
+
+
+# --------------------------------------------------------------------------------------------- the rules
+
+
+def open_row(rate, mps, p99=2_000.0, round=1, backend="selector", behind=0, loader_late=0, p50=1_500.0,
+             syscalls=2.0) -> dict:
+    """A round of an open-loop cell at `rate` asked and `mps` achieved (10 connections, 1 in flight)."""
+    intended = int(rate * 3)
+    return {
+        "backend": backend, "family": "selectors", "interpreter": "", "connections": 10, "pipeline": 1,
+        "round": round, "rate": rate, "arrivals": "constant", "msize": 64, "work": "sleep:1000", "think": "none",
+        "pinned": True, "status": "ok", "error": None, "messages": int(mps * 3), "duration_s": 3.0,
+        "msgs_per_sec": mps, "connected": 10,
+        "lat_us": {"p50": p50, "p90": p99 * 0.8, "p95": p99 * 0.9, "p99": p99, "p999": p99 * 1.2, "max": p99 * 1.5,
+                   "mean": p50},
+        "per_conn": {"min": 1, "p5": 1, "p50": 1, "p95": 1, "max": 1, "jain": 1.0, "active_share": 0.95, "idle": 0},
+        "errors": {"connect": 0, "reset": 0, "timeout": 0, "mismatch": 0},
+        "loader_cpu": {"user_s": 0.05, "sys_s": 0.05, "cpu_frac": 0.05},
+        "cpu": {"user_s": 0.3, "sys_s": 0.3, "user_frac": 0.5, "busy_frac": 0.2},
+        "syscalls_per_msg": {"sendto": syscalls / 2, "recvfrom": syscalls / 2}, "probes": ["counting"],
+        "lat_sent_us": {"p50": p50, "p90": 1_900.0, "p95": 1_950.0, "p99": 2_000.0, "p999": 2_100.0, "max": 2_500.0,
+                        "mean": p50},
+        "open_loop": stats.open_loop(
+            {"intended": intended, "sent": intended - behind, "behind": behind,
+             "behind_late_us": {"p50": 0.0, "p99": 0.0, "max": 0.0},
+             "schedule_late_us": {"p50": 5.0, "p99": 30.0 if not loader_late else 4_000.0, "max": 5_000.0},
+             "loader_late": loader_late, "loader_late_threshold_us": 1000.0, "queued_at_end": behind // 2,
+             "in_flight_at_end": 10}, mps, rate),
+    }
+
+
+def detect_rows(*rows: dict, **thresholds) -> list[dict]:
+    return detect(pd.DataFrame([results.flatten(r) for r in rows]), thresholds=Thresholds(**thresholds))
+
+
+def ids(found: list[dict], id: str) -> list[dict]:
+    return [a for a in found if a["id"] == id]
+
+
+def test_overloaded_fires_when_the_server_falls_behind_the_rate():
+    found = detect_rows(open_row(500, 499.0), open_row(2000, 1000.0, p99=1_900_000.0, behind=2900))
+    (a,) = ids(found, "overloaded")
+    assert a["severity"] == "warning" and "2,000" in a["title"]
+    ev = a["evidence"]
+    assert ev["asked (requests/s)"] == 2000 and ev["achieved (msgs/s)"] == 1000 and ev["achieved share"] == "50%"
+    assert ev["latency p99 from the intended send (µs)"] == 1_900_000
+    assert ev["latency p99 from the actual send (µs)"] == 2000
+    assert ev["requests behind (waited for their connection)"] == "48%"
+    assert "intended send" in a["explanation"] and "1.9 s" in a["explanation"]
+
+
+def test_overloaded_fires_on_requests_behind_alone_and_is_silent_when_kept_up():
+    (a,) = ids(detect_rows(open_row(1000, 995.0, behind=90)), "overloaded")  # 3% behind, rate achieved
+    assert a["evidence"]["requests behind (waited for their connection)"] == "3%"
+    assert not ids(detect_rows(open_row(1000, 990.0, behind=10)), "overloaded")  # 99% and 0.3%: kept up
+    assert ids(detect_rows(open_row(1000, 990.0), overload_shortfall=0.005), "overloaded")  # Thresholds decide
+
+
+def test_loader_late_names_its_threshold_and_count():
+    (a,) = ids(detect_rows(open_row(1000, 1000.0, loader_late=12)), "loader_late")
+    assert a["severity"] == "warning"  # its p99 lateness (4 ms) is past the threshold
+    ev = a["evidence"]
+    assert ev["lateness threshold (µs)"] == 1000.0 and ev["requests the loader sent late"] == 12
+    assert ev["schedule lateness p99 (µs)"] == 4000.0
+    assert "the load generator itself fell behind" in a["explanation"] and "1 ms" in a["explanation"]
+    assert not ids(detect_rows(open_row(1000, 1000.0)), "loader_late")
+    # A few late sends, the p99 well inside the threshold (a loader disturbed on a busy host): an info.
+    row = open_row(500, 500.0)
+    row["open_loop"] |= {"loader_late": 9, "schedule_late_us.p99": 314.0}
+    (a,) = ids(detect_rows(row), "loader_late")
+    assert a["severity"] == "info" and a["evidence"]["share of the requests sent"] == "0.6%"
+    (a,) = ids(detect_rows(row, loader_late_warning_share=0.001), "loader_late")
+    assert a["severity"] == "warning"
+
+
+def test_latency_knee_says_between_which_rates_and_what_moved():
+    rows = [open_row(500, 500.0, p99=2_500.0), open_row(800, 799.0, p99=4_000.0),
+            open_row(1000, 960.0, p99=30_000.0, syscalls=4.0), open_row(2000, 1000.0, p99=1_900_000.0)]
+    (a,) = ids(detect_rows(*rows), "latency_knee")
+    assert "between 800/s and 1,000/s" in a["title"]
+    assert "12×" in a["explanation"] and "30 ms" in a["explanation"]
+    assert "syscalls per message rose from 2.00 to 4.00" in a["explanation"]
+    assert any(k.startswith("syscalls per message at 500/s") for k in a["evidence"])
+
+
+def test_latency_knee_silent_without_a_drop_in_share_or_with_one_rate():
+    # p99 grows 10× but every rate is achieved: no knee yet
+    rows = [open_row(500, 500.0, p99=2_000.0), open_row(1000, 1000.0, p99=20_000.0)]
+    assert not ids(detect_rows(*rows), "latency_knee")
+    assert not ids(detect_rows(open_row(2000, 1000.0, p99=1e6)), "latency_knee")
+    # two backends at two rates each: judged per backend, only the one that bends has a knee
+    rows = [open_row(500, 500.0), open_row(2000, 1000.0, p99=1e6),
+            open_row(500, 500.0, backend="uvloop"), open_row(2000, 2000.0, backend="uvloop")]
+    found = ids(detect_rows(*rows), "latency_knee")
+    assert [a["backend"] for a in found] == ["selector"]
+
+
+def test_closed_loop_rows_fire_no_open_loop_rule():
+    row = open_row(1000, 10.0, loader_late=5)
+    closed = {k: v for k, v in row.items() if k not in ("rate", "open_loop", "lat_sent_us", "arrivals")}
+    found = detect_rows(closed, closed | {"connections": 100})
+    assert not [a for a in found if a["id"] in ("overloaded", "loader_late", "latency_knee")]
+
+
+# --------------------------------------------------------------------------------------------- the plot
+
+
+def test_latency_against_load_is_drawn_with_two_rates_only():
+    from netprof.profiler import plots
+
+    two = stats.aggregate(pd.DataFrame([results.flatten(r) for r in
+                                        (open_row(500, 500.0), open_row(2000, 1000.0, p99=1e6))]))
+    svg = plots.draw("latency_load", two, None)
+    assert svg is not None and b"Latency against load" in svg
+    one = stats.aggregate(pd.DataFrame([results.flatten(open_row(500, 500.0))]))
+    assert plots.draw("latency_load", one, None) is None
+    closed = one.drop(columns=["rate"])
+    assert plots.draw("latency_load", closed, None) is None
+
+
+# --------------------------------------------------------------------------------------------- the report
+
+
+def test_report_of_an_open_loop_run(tmp_path, monkeypatch):
+    """A results directory of two rates × two backends: the report labels cells by rate, draws latency
+    against load, and finds the overload and the knee."""
+    from netprof.profiler import cache, report
+
+    monkeypatch.setattr(cache, "ROOT", str(tmp_path / "cache"))  # not the real /var/cache/netprof
+    store = results.ResultsStore(tmp_path / "run")
+    store.write_meta({"config": {"backends": ["selector", "uvloop"], "arrivals": "constant"}})
+    for rnd in (1, 2):
+        for backend, top in (("selector", 1000.0), ("uvloop", 5000.0)):
+            for rate in (500, 2000):
+                mps = min(rate, top) * (1 - 0.002 * rnd)
+                p99 = 2_000.0 if rate <= top else 1.5e6
+                store.add(open_row(rate, mps, p99=p99, round=rnd, backend=backend,
+                                   behind=0 if rate <= top else 2900), [int(mps * 0.3)] * 10)
+    report.finish(tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / results.SUMMARY_JSON).read_text())
+    assert {c["rate"] for c in summary["cells"]} == {500, 2000}
+    assert [(a["backend"], a["evidence"]["asked (requests/s)"]) for a in summary["anomalies"]
+            if a["id"] == "overloaded"] == [("selector", 2000)]
+    assert [a["backend"] for a in summary["anomalies"] if a["id"] == "latency_knee"] == ["selector"]
+    assert any(p.endswith("plots/latency_load.svg") for p in summary["artifacts"]["plots"])
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "at 2,000/s" in md and "Latency against load" in md
