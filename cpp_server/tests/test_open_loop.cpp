@@ -9,6 +9,7 @@
 
 #include "open_loop.hpp"
 #include "protocol.hpp"
+#include "request_helpers.hpp"
 #include "test_server.hpp"
 
 using namespace netprof;
@@ -16,19 +17,6 @@ using namespace netprof;
 namespace {
 
 constexpr int64_t kS = 1'000'000'000;
-
-std::string why_of(const std::string& line) {
-  Request r;
-  std::string why;
-  EXPECT_FALSE(parse_request(line, &r, &why)) << line;
-  return why;
-}
-Request ok(const std::string& line) {
-  Request r;
-  std::string why;
-  EXPECT_TRUE(parse_request(line, &r, &why)) << line << ": " << why;
-  return r;
-}
 
 RunRequest open_request(int connections, double rate, Arrivals arrivals) {
   RunRequest r;

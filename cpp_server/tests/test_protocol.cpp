@@ -2,23 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "protocol.hpp"
+#include "request_helpers.hpp"
 
 using namespace netprof;
-
-namespace {
-std::string why_of(const std::string& line) {
-  Request r;
-  std::string why;
-  EXPECT_FALSE(parse_request(line, &r, &why)) << line;
-  return why;
-}
-Request ok(const std::string& line) {
-  Request r;
-  std::string why;
-  EXPECT_TRUE(parse_request(line, &r, &why)) << line << ": " << why;
-  return r;
-}
-}  // namespace
 
 TEST(Protocol, PingAndDefaults) {
   EXPECT_EQ(ok(R"({"cmd":"ping"})").cmd, Request::Ping);
