@@ -104,6 +104,22 @@ def netprof_children() -> list[psutil.Process]:
     return found
 
 
+def backend_of(pid: int) -> psutil.Process | None:
+    """The backend server a `netprof run` (pid) started, or None (not yet, or gone). A child that exits
+    while it is looked at (a zombie's cmdline raises) is passed over, not an error."""
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    for p in kids:
+        try:
+            if "netprof.backends" in " ".join(p.cmdline()):
+                return p
+        except psutil.Error:
+            continue
+    return None
+
+
 def wait_until_empty(probe, timeout: float = 10.0) -> list:
     """Call `probe()` until it returns nothing or `timeout` passes; returns what is still left."""
     deadline = time.monotonic() + timeout

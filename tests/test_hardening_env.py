@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import netprof_cmd, require, run_netprof, wait_until_empty
+from helpers import backend_of, netprof_cmd, require, run_netprof, wait_until_empty
 from netprof.profiler import interpreters
 
 # The variables that would point root elsewhere than the caller's HOME (the machine's own, which
@@ -302,10 +302,7 @@ def test_temp_files_go_to_a_private_root_directory(tmp_path, local_user, case):
 
 
 def _serving(pid: int) -> bool:
-    try:
-        return any("netprof.backends" in " ".join(c.cmdline()) for c in psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return False
+    return backend_of(pid) is not None
 
 
 def test_a_sigkilled_runs_private_temp_directory_is_removed(tmp_path):

@@ -15,10 +15,9 @@ import subprocess
 import threading
 import time
 
-import psutil
 import pytest
 
-from helpers import netprof_cmd, require_bpf, require_tool, run_netprof
+from helpers import backend_of, netprof_cmd, require_bpf, require_tool, run_netprof
 
 pytestmark = [pytest.mark.bpf, pytest.mark.slow]
 
@@ -51,11 +50,7 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     samples: list[tuple[float, int]] = []
 
     def backend_up() -> bool:
-        try:
-            return any("netprof.backends" in " ".join(c.cmdline())
-                       for c in psutil.Process(proc.pid).children(recursive=True))
-        except psutil.Error:
-            return False
+        return backend_of(proc.pid) is not None
 
     def sample() -> None:
         # Only while the cell's backend runs: after the cells, netprof attaches the set once more

@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from helpers import REQUIRE_TOOLS, netprof_cli, netprof_cmd, run_netprof, wait_until_empty
+from helpers import REQUIRE_TOOLS, backend_of, netprof_cli, netprof_cmd, run_netprof, wait_until_empty
 from netprof.profiler import plan
 from netprof.profiler.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
@@ -60,15 +60,6 @@ def gone(pids, timeout: float = 10.0) -> list[int]:
         return left
 
     return wait_until_empty(alive, timeout)
-
-
-def _backend_of(pid: int) -> psutil.Process | None:
-    """The backend a `netprof run` (pid) started (other runs may share the machine)."""
-    try:
-        kids = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return None
-    return next((p for p in kids if "netprof.backends" in " ".join(p.cmdline())), None)
 
 
 def _wait(cond, timeout: float, what: str):
@@ -309,7 +300,7 @@ def test_two_source_addresses_both_carry_connections(tmp_path):
                                         "--out", str(tmp_path)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        backend = _wait(lambda: _backend_of(proc.pid), 240, "the backend")  # --wait: behind other runs
+        backend = _wait(lambda: backend_of(proc.pid), 240, "the backend")  # --wait: behind other runs
 
         def peers():
             try:
