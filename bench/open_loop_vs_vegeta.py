@@ -8,7 +8,7 @@ server process (issue 34): below the server's knee, do the two give the same p50
 One backend server (`python -m netprof.backends NAME`) is started once, pinned to CPU 0, and stays warm;
 for each round and rate, vegeta (`attack -rate R`, keep-alive, at most -c connections, on CPU 1) and
 `netprof run --attach PID --target ... --rate R -c C --no-probes` (its loader on CPU 1) take turns, the
-order alternating by round. Both send GET / at a constant rate; netprof's latency is measured from each
+order alternating by round. Both send GET /plaintext at a constant rate; netprof's latency is measured from each
 request's intended time, vegeta's from when it sent the request (it has no correction for a late send,
 which below the knee should not matter: that is the check). Raw figures go to
 bench/data/open_loop_vs_vegeta/; `--from` re-makes the table.
@@ -36,6 +36,7 @@ NETPROF = ROOT / ".venv" / "bin" / "netprof"
 PYTHON = ROOT / ".venv" / "bin" / "python"
 DATA = ROOT / "bench" / "data" / "open_loop_vs_vegeta"
 HEADING = "Open loop: netprof --rate against vegeta"
+PATH = "/plaintext"  # what the built-in HTTP backends serve (backends/registry.py HTTP_REQUEST)
 
 
 def free_port() -> int:
@@ -55,7 +56,7 @@ def wait_listening(port: int, timeout: float = 30.0) -> None:
 
 
 def vegeta(port: int, rate: float, seconds: float, conns: int) -> dict:
-    target = f"GET http://127.0.0.1:{port}/\n"
+    target = f"GET http://127.0.0.1:{port}{PATH}\n"
     attack = subprocess.run(
         ["taskset", "-c", "1", "vegeta", "attack", f"-rate={rate:g}/s", f"-duration={seconds:g}s",
          f"-connections={conns}", f"-max-connections={conns}", "-keepalive=true", "-http2=false"],
@@ -63,6 +64,8 @@ def vegeta(port: int, rate: float, seconds: float, conns: int) -> dict:
     rep = subprocess.run(["vegeta", "report", "-type=json"], input=attack.stdout, capture_output=True,
                          timeout=60, check=True)
     r = json.loads(rep.stdout)
+    if r["success"] < 0.99:
+        raise SystemExit(f"vegeta: {r['success']:.1%} of requests succeeded: {r.get('status_codes')}")
     lat = r["latencies"]  # ns
     return {"tool": "vegeta", "rate": rate, "achieved": r["throughput"], "requests": r["requests"],
             "success": r["success"], "p50_us": lat["50th"] / 1e3, "p99_us": lat["99th"] / 1e3,
@@ -73,7 +76,8 @@ def netprof(pid: int, port: int, rate: float, seconds: float, conns: int) -> dic
     with tempfile.TemporaryDirectory(prefix="olv-") as scratch:
         res = subprocess.run(
             [str(NETPROF), "run", "--attach", str(pid), "--target", f"127.0.0.1:{port}", "--protocol", "http",
-             "--rate", f"{rate:g}", "-c", str(conns), "-d", f"{seconds:g}", "--warmup", "1", "-r", "1",
+             "--request", f"GET {PATH}", "--rate", f"{rate:g}", "-c", str(conns), "-d", f"{seconds:g}",
+             "--warmup", "1", "-r", "1",
              "--no-probes", "--loader-cpus", "1", "--json", "--wait", "--out", f"{scratch}/o"],
             capture_output=True, text=True, timeout=seconds + 120)
     if res.returncode != 0:

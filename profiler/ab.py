@@ -35,7 +35,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from netprof.probes import registry as instrument_registry
 from netprof.profiler import atomic, compare, compare_report, interpreters, paired, results, runlock, servers, stats
 from netprof.profiler import meta as meta_mod
-from netprof.profiler.cell import CellEnv, run_cell, start_server
+from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
 from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import Loader
@@ -44,6 +44,7 @@ from netprof.profiler.procs import LineTimeout, ManagedProcess, ProcessError, Pr
 from netprof.profiler.results import ResultsStore
 from netprof.profiler.rules.registry import Thresholds
 from netprof.profiler.runner import STOP, close_instruments, open_instruments
+from netprof.profiler.warm import WarmServer
 
 AB_JSON = "ab.json"
 PRIME = "\u2032"  # the second of two identical variants is "selector′"
@@ -333,46 +334,6 @@ class RecordingLoader(Loader):
         return super().run(req, on_event=record, timeout=timeout)
 
 
-class WarmServer:
-    """One variant's server, started once (or once a pair with --fresh) in a process group of its own,
-    and seen by each cell as an attached server: run_cell neither starts nor stops it."""
-
-    def __init__(self, variant: Variant, interp: Interpreter) -> None:
-        self.variant, self.interp = variant, interp
-        self.group = ProcessGroup()
-        self.cfg: RunConfig | None = None  # the variant's configuration with the running server attached
-        self.starts = 0
-
-    def start(self, loader: Loader) -> None:
-        v = self.variant
-        running = start_server(self.group, next(v.cfg.combinations(0)), CellEnv(v.cfg, loader, self.interp))
-        spec = servers.attached(running.pid, f"{running.host}:{running.port}", name=v.server)
-        # the loader speaks to it as to the server it is (ZeroMQ backends: DEALER sockets)
-        spec = dataclasses.replace(spec, transport=v.cfg.server(v.server).transport)
-        self.cfg = dataclasses.replace(v.cfg, own=[spec])
-        self.starts += 1
-
-    def failure(self) -> str | None:
-        """Why the server is gone, when it is."""
-        proc = self.group.procs[0] if self.group.procs else None
-        if proc is None or proc.alive():
-            return None
-        tail = proc.stderr_tail()
-        return f"the {self.variant.label} server exited with code {proc.returncode()}" + (f": {tail}" if tail else "")
-
-    def stop(self) -> None:
-        self.group.stop_all()
-        self.cfg = None
-
-
-def _as_started(row: dict, v: Variant, interp: Interpreter) -> None:
-    """A warm server is attached to each cell; its row says what it really is."""
-    spec = v.cfg.server(v.server)
-    row.update(server_kind=spec.kind, family=spec.family, reads=spec.reads)
-    if spec.kind == "builtin":
-        row.update(interpreter=interp.label, python_version=interp.version, python_build=interp.build_flags)
-
-
 # ---------------------------------------------------------------------------------------------
 # What each cell gives, and the pairs
 
@@ -504,7 +465,7 @@ class _Session:
             meta["interpreters"] = [i.describe() for i in interps]
             store.write_meta(meta)
             instruments = open_instruments(p.base)
-            warm = [WarmServer(v, i) for v, i in zip(p.variants, interps)]
+            warm = [WarmServer(v.label, v.cfg, i) for v, i in zip(p.variants, interps)]
             with ProcessGroup() as group, contextlib.ExitStack() as stack:
                 for w in warm:
                     stack.callback(w.stop)
@@ -560,7 +521,7 @@ class _Session:
                 try:
                     w.start(loader)
                 except ProcessError as e:
-                    return self._failed(f"the {w.variant.label} server did not start: {e}")
+                    return self._failed(f"the {w.label} server did not start: {e}")
             self.started = time.monotonic()  # --max-time counts from the first pair: start-up is not measuring
             pair_s = 0.0
             k = stalls = 0
@@ -583,7 +544,7 @@ class _Session:
                         try:
                             w.start(loader)
                         except ProcessError as e:
-                            return self._failed(f"the {w.variant.label} server did not start: {e}")
+                            return self._failed(f"the {w.label} server did not start: {e}")
                 for comp in self.comparisons:
                     order = (0, comp.new) if k % 2 else (comp.new, 0)
                     got = {}
@@ -620,7 +581,7 @@ class _Session:
         assert server.cfg is not None and self.canary is not None
         cell = next(v.cfg.combinations(k))
         out = run_cell(cell, CellEnv(server.cfg, loader, interp, instruments=tuple(instruments)))
-        _as_started(out.row, v, interp)
+        server.as_started(out.row)
         store.add(out.row, out.per_conn_messages, out.conn_rows)
         if not out.ok:
             gone = server.failure()
@@ -703,7 +664,7 @@ class _Session:
                 "aa": p.aa, "measured": "fresh" if p.fresh else "warm",
                 "measured_text": ("fresh servers: every variant's server restarted before each pair" if p.fresh
                                   else "warm servers: each variant's server started once and kept for every pair"),
-                "server_starts": {w.variant.label: w.starts for w in warm},
+                "server_starts": {w.label: w.starts for w in warm},
                 "window_s": p.window, "warmup_s": p.warmup, "metric": p.metric, "precision": p.precision,
                 "max_time_s": p.max_time, "min_pairs": p.min_pairs, "elapsed_s": round(self.elapsed, 2),
                 "stop": {"reason": self.stop_reason, "text": self.stop_text},

@@ -591,8 +591,10 @@ def ab_cmd(
     framing: str = typer.Option("message", "--framing", metavar="message|stream",
                                 help="How the built-in echo backends read (as in `run`; one value)."),
     work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
-    window: float = typer.Option(1.0, "--window", metavar="SECONDS", help="Measured seconds per cell."),
-    warmup: float = typer.Option(0.2, "--warmup", metavar="SECONDS",
+    # Short cells: the two of a pair fall in the same speed regime of the host more often (its regimes last
+    # 0.3-3 s), which the canary adjustment cannot fully undo; 0.3 s halved the variance per second of 1.0 s.
+    window: float = typer.Option(0.3, "--window", metavar="SECONDS", help="Measured seconds per cell."),
+    warmup: float = typer.Option(0.1, "--warmup", metavar="SECONDS",
                                  help="Seconds of load before each cell's window (the servers stay warm)."),
     precision: str = typer.Option("1%", "--precision", metavar="SHARE",
                                   help="Stop once the --metric ratio's 95% interval is within ± this (1% or 0.01)."),
@@ -672,6 +674,75 @@ def ab_cmd(
         fail(f"no pair was measured within --max-time {max_time:g} s (every one lost: see {outcome.out_dir})", 1)
     if doc is not None and doc["fail_if"]["breaches"]:
         raise typer.Exit(1)
+
+
+@app.command("knee", cls=_PlainUsage)
+def knee_cmd(
+    server: str | None = typer.Argument(None, metavar="[SERVER]", help="A built-in backend (`netprof list`)."),
+    cmd: str | None = typer.Option(None, "--cmd", metavar="TEMPLATE",
+                                   help="Your own server's command instead, {port} replaced by a free port."),
+    name: str = typer.Option("", "--name", metavar="NAME", help="Label of the --cmd server."),
+    slo: str = typer.Option(..., "--slo", metavar="pNN<TIME",
+                            help="The latency objective, from each request's intended time: p50, p90, p95, p99 or "
+                                 "p999 below a time, e.g. p99<5ms."),
+    connections: int = typer.Option(10, "-c", "--connections", metavar="N", help="Connections (one value)."),
+    pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Requests in flight per connection at most."),
+    arrivals: str = typer.Option("constant", "--arrivals", metavar="constant|poisson",
+                                 help="How the requests of each probed rate are spaced."),
+    steps: int = typer.Option(6, "--steps", metavar="N",
+                              help="Open-loop probes after the closed-loop ceiling; each halves the interval the knee "
+                                   "is in (6: to 1/64 of the ceiling)."),
+    window: float = typer.Option(2.0, "--window", metavar="SECONDS", help="Measured seconds per cell."),
+    warmup: float = typer.Option(0.5, "--warmup", metavar="SECONDS", help="Seconds of load before each window."),
+    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes (echo)."),
+    work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
+    protocol: str = typer.Option("echo", "--protocol", metavar="echo|http|line", help="As in `run`."),
+    request: str = typer.Option("GET /", "--request", metavar="'METHOD /path'", help="--protocol http: the request."),
+    line: str = typer.Option("PING", "--line", metavar="TEXT", help="--protocol line: the request line."),
+    python: str = typer.Option("", "--python", metavar="SPEC", help="Interpreter of a built-in SERVER."),
+    no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: no syscalls per message."),
+    backend_cpu: str = typer.Option("0", "--backend-cpu", metavar="CPUS", help="CPU(s) the server is pinned to."),
+    loader_cpus: str = typer.Option("", "--loader-cpus", metavar="CPUS",
+                                    help="CPUs for the loader (default: all others)."),
+    ready_regex: str = typer.Option("", "--ready-regex", metavar="REGEX", help="As in `run`, for --cmd."),
+    as_root: bool = typer.Option(False, "--as-root", help="Run --cmd as root instead of the user who invoked sudo."),
+    out: Path | None = typer.Option(None, "--out", "-o", metavar="DIR",
+                                    help="Results directory (default runs/<timestamp>/)."),
+    force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
+    wait: bool = typer.Option(False, "--wait", help="If another netprof run is measuring, wait for it."),
+    as_json: bool = typer.Option(False, "--json", help="Print knee.json on stdout, nothing else there."),
+) -> None:
+    """The highest request rate SERVER serves within --slo: a closed-loop cell for its ceiling, then open-loop
+    cells (latency from each request's intended time) bisecting below it. Writes the cells' rows, knee.json
+    and the report (latency against load, and why the curve bends)."""
+    from netprof.profiler import knee, report  # deferred: the run layer and the report's modules
+
+    if bool(server) == bool(cmd):
+        raise InputError("give one SERVER (a built-in backend) or one --cmd")
+    own = _own_servers([cmd] if cmd else [], [name] if name else [], ready_regex, None, "", as_root,
+                       servers.READY_TIMEOUT, [])
+    cfg = validate(RunConfig(
+        backends=[server] if server else [], own=own, connections=[connections], pipeline=[pipeline],
+        duration=window, warmup=warmup, rounds=1, msize=msize, work=work, probes=not no_probes,
+        backend_cpu=backend_cpu, loader_cpus=loader_cpus, out_dir=str(out) if out else "", force=force, wait=wait,
+        pythons=parse_pythons(python), protocol=protocol, request=request, line=line))
+    plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait)
+    knee.check(plan)
+    _stop_on_signals()
+    outcome = knee.execute(plan, sys.argv, out_console(stderr=True), out_dir=str(out) if out else "")
+    where = escape(str(outcome.out_dir))
+    if outcome.interrupted:
+        err.print(f"interrupted: the cells measured so far are in {where}")
+        raise typer.Exit(130)
+    if outcome.doc is not None:
+        report.finish(outcome.out_dir, console=None)
+        if as_json:
+            print(json.dumps(outcome.doc, default=str))
+        else:
+            out_console().print(knee.summary_line(outcome.doc), markup=False, highlight=False)
+            out_console().print(f"report: {outcome.out_dir / 'report.html'}", markup=False, highlight=False)
+    if outcome.failed:
+        fail(f"{outcome.failed} (the cells measured before are in {outcome.out_dir})", 1)
 
 
 def main() -> None:

@@ -1,0 +1,273 @@
+"""`netprof knee SERVER --slo p99<5ms`: the highest request rate a server serves within a latency objective.
+
+One server is started once and kept warm (warm.py). A closed-loop cell first measures its ceiling (the
+most it answers with `-c` connections); then open-loop cells (`rate`, latency from each request's intended
+time) bisect between 0 and that ceiling: a rate passes when the objective's percentile is within the limit
+and the server kept up (achieved ≥ 95% of the rate, at most 1% of requests waiting for their connection:
+the `overloaded` rule's thresholds). After `--steps` probes (default 6: the knee to 1/64 of the ceiling) the
+knee is the highest rate that passed. Every cell's row goes to the results directory, so the report draws
+latency against load and its rules say why the curve bends there (`latency_knee`); knee.json keeps the
+search (docs/results-format.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from netprof.profiler import atomic, interpreters, runlock
+from netprof.profiler import meta as meta_mod
+from netprof.profiler.cell import CellEnv, run_cell
+from netprof.profiler.errors import InputError
+from netprof.profiler.loader_client import Loader
+from netprof.profiler.plan import ARRIVALS, RunConfig, loader_cpus
+from netprof.profiler.procs import ProcessError, ProcessGroup
+from netprof.profiler.results import ResultsStore
+from netprof.profiler.rules.registry import Thresholds
+from netprof.profiler.runner import STOP, close_instruments, open_instruments
+from netprof.profiler.warm import WarmServer
+
+KNEE_JSON = "knee.json"
+SCHEMA = "netprof.knee/1"
+STEPS = (1, 12)  # --steps' range
+STATS = ("p50", "p90", "p95", "p99", "p999")
+_SLO = re.compile(r"\s*(p50|p90|p95|p99|p999)\s*<\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|µs|ms|s)\s*", re.IGNORECASE)
+_UNIT_US = {"us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
+
+
+@dataclass(frozen=True)
+class Slo:
+    stat: str  # a latency percentile of the rows' lat_us (from the intended time in open loop)
+    limit_us: float
+
+    def text(self) -> str:
+        v = self.limit_us
+        return f"{self.stat}<{v / 1e3:g}ms" if v >= 1e3 else f"{self.stat}<{v:g}us"
+
+
+def parse_slo(text: str) -> Slo:
+    """'p99<5ms' (also p50, p90, p95, p999; us, ms, s) → Slo."""
+    m = _SLO.fullmatch(text)
+    if not m:
+        raise InputError(f"--slo '{text}' is not an objective: give a percentile, '<' and a time, e.g. --slo p99<5ms "
+                         f"(percentiles {', '.join(STATS)}; units us, ms, s)")
+    limit = float(m.group(2)) * _UNIT_US[m.group(3).lower()]
+    if not 0 < limit <= 60e6:
+        raise InputError(f"--slo {text}: the limit must be more than 0 and at most 60 s")
+    return Slo(m.group(1).lower(), limit)
+
+
+@dataclass
+class Probe:
+    """One measured cell: rate 0 is the closed-loop ceiling."""
+
+    rate: float
+    achieved: float | None
+    latency_us: float | None  # the objective's percentile
+    met: bool
+    why: str  # why it passed or failed, in a few words
+    row: dict = field(repr=False)
+
+    def record(self, slo: Slo) -> dict:
+        ol = self.row.get("open_loop") or {}
+        return {"rate": self.rate, "achieved": self.achieved, f"{slo.stat}_us": self.latency_us,
+                "p99_sent_us": (self.row.get("lat_sent_us") or {}).get("p99"),
+                "behind_share": ol.get("behind_share"), "achieved_share": ol.get("achieved_share"),
+                "met": self.met, "why": self.why}
+
+
+def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
+    """Did this open-loop cell meet the objective, with the server keeping up?"""
+    achieved = row.get("msgs_per_sec")
+    lat = (row.get("lat_us") or {}).get(slo.stat)
+    ol = row.get("open_loop") or {}
+    share, behind = ol.get("achieved_share"), ol.get("behind_share")
+    if row.get("status") != "ok" or achieved is None or lat is None:
+        return Probe(rate, achieved, lat, False, f"the cell failed: {row.get('error')}", row)
+    if share is not None and share < 1 - t.overload_shortfall:
+        return Probe(rate, achieved, lat, False, f"overloaded: achieved {share:.0%} of the rate", row)
+    if behind is not None and behind > t.overload_behind_share:
+        return Probe(rate, achieved, lat, False, f"overloaded: {behind:.1%} of requests waited for their connection",
+                     row)
+    if lat > slo.limit_us:
+        return Probe(rate, achieved, lat, False, f"{slo.stat} {lat:,.0f} µs over the limit", row)
+    return Probe(rate, achieved, lat, True, f"{slo.stat} {lat:,.0f} µs within the limit", row)
+
+
+def search(measure: Callable[[float], Probe], ceiling: float, steps: int) -> tuple[list[Probe], float, float]:
+    """Bisection on (0, ceiling]: each probe halves the interval between the highest rate that passed (lo,
+    0 at first) and the lowest that failed (hi, the ceiling at first). Returns the probes and (lo, hi)."""
+    lo, hi = 0.0, float(ceiling)
+    probes = []
+    for _ in range(steps):
+        rate = max(1, round((lo + hi) / 2))
+        if rate <= lo or rate >= hi:  # the interval is down to 1 request/s
+            break
+        p = measure(rate)
+        probes.append(p)
+        if p.met:
+            lo = rate
+        else:
+            hi = rate
+    return probes, lo, hi
+
+
+@dataclass
+class KneePlan:
+    cfg: RunConfig  # validated; one server (cfg.backends[0]), one connections value, closed loop
+    label: str
+    slo: Slo
+    steps: int = 6
+    arrivals: str = ARRIVALS[0]
+    wait: bool = False
+
+
+def check(p: KneePlan) -> None:
+    if len(p.cfg.backends) != 1 or len(p.cfg.connections) != 1 or len(p.cfg.pipeline) != 1:
+        raise InputError("netprof knee measures one server at one scale: give one SERVER (or one --cmd), one -c "
+                         "and one --pipeline")
+    if not STEPS[0] <= p.steps <= STEPS[1]:
+        raise InputError(f"--steps {p.steps} is out of range: use {STEPS[0]} to {STEPS[1]} (each halves the "
+                         "interval the knee is in)")
+    if p.arrivals not in ARRIVALS:
+        raise InputError(f"--arrivals '{p.arrivals}' is not known; use constant or poisson")
+    if p.cfg.think != "none":
+        raise InputError("netprof knee sends on a schedule: drop --think")
+    if p.cfg.server(p.cfg.backends[0]).transport == "zmq":
+        raise InputError(f"netprof knee is not for the ZeroMQ backends ({p.cfg.backends[0]}): the loader drives "
+                         "them closed-loop only")
+
+
+@dataclass
+class KneeOutcome:
+    out_dir: Path
+    doc: dict | None = None
+    failed: str | None = None
+    interrupted: bool = False
+
+
+def execute(p: KneePlan, argv: list[str], console: Console, out_dir: str = "") -> KneeOutcome:
+    """The ceiling, then the search, under the machine's run lock; the rows and knee.json in the results
+    directory. `console`: one line per cell (stderr)."""
+    with runlock.run_lock(wait=p.wait):
+        return _run(p, argv, console, Path(out_dir) if out_dir else runlock.unique_out_dir())
+
+
+def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutcome:
+    store = ResultsStore(out)
+    config = p.cfg.to_dict() | {"loader_cpus_effective": loader_cpus(p.cfg), "out_dir": str(out),
+                                "knee": {"slo": p.slo.text(), "steps": p.steps, "arrivals": p.arrivals}}
+    meta = meta_mod.collect(argv, config)
+    store.write_meta(meta)
+    outcome = KneeOutcome(out)
+    t = Thresholds()
+    started = time.monotonic()
+    instruments: list = []
+    probes: list[Probe] = []
+    ceiling: Probe | None = None
+    bounds = (0.0, 0.0)
+    try:
+        interp = interpreters.prepare(p.cfg.pythons[0])
+        meta["interpreters"] = [interp.describe()]
+        instruments = open_instruments(p.cfg)
+        warm = WarmServer(p.label, p.cfg, interp)
+        with ProcessGroup() as group:
+            loader = Loader.start(group, cpus=loader_cpus(p.cfg), threads=p.cfg.loader_threads)
+            try:
+                warm.start(loader)
+            except ProcessError as e:
+                outcome.failed = f"the {p.label} server did not start: {e}"
+                return outcome
+            try:
+                k = 0
+
+                def cell(rate: float) -> dict:
+                    nonlocal k
+                    if STOP.is_set():
+                        raise KeyboardInterrupt
+                    k += 1
+                    assert warm.cfg is not None
+                    cfg = (dataclasses.replace(warm.cfg, extra_dims={"rate": [rate]}, arrivals=p.arrivals) if rate
+                           else warm.cfg)
+                    out_ = run_cell(next(cfg.combinations(k)), CellEnv(cfg, loader, interp,
+                                                                       instruments=tuple(instruments)))
+                    warm.as_started(out_.row)
+                    out_.row.setdefault("rate", 0)  # the closed-loop ceiling: rate 0 in its row, as schema reads it
+                    store.add(out_.row, out_.per_conn_messages, out_.conn_rows)
+                    if not out_.ok and (gone := warm.failure()):
+                        raise ProcessError(gone)
+                    return out_.row
+
+                row = cell(0)
+                achieved = row.get("msgs_per_sec")
+                lat = (row.get("lat_us") or {}).get(p.slo.stat)
+                ceiling = Probe(0, achieved, lat, False, "closed loop: the ceiling", row)
+                console.print(f"ceiling (closed loop, c={p.cfg.connections[0]}): {achieved or 0:,.0f} msgs/s, "
+                              f"{p.slo.stat} {lat or 0:,.0f} µs", markup=False, highlight=False)
+                if row.get("status") != "ok" or not achieved:
+                    outcome.failed = f"the closed-loop cell measured nothing: {row.get('error')}"
+                    return outcome
+
+                def measure(rate: float) -> Probe:
+                    probe = judge(cell(rate), rate, p.slo, t)
+                    console.print(f"{rate:>10,.0f}/s: achieved {probe.achieved or 0:,.0f}/s, {probe.why} → "
+                                  f"{'pass' if probe.met else 'fail'}", markup=False, highlight=False)
+                    return probe
+
+                probes, lo, hi = search(measure, achieved, p.steps)
+                bounds = (lo, hi)
+            except ProcessError as e:
+                outcome.failed = str(e)
+            finally:
+                warm.stop()
+        while instruments:  # what each costs on this host, as `run` records it
+            inst = instruments.pop(0)
+            try:
+                meta.update(inst.cost())
+            finally:
+                inst.close()
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        close_instruments(instruments)
+        store.write_meta({**meta, "host_after": meta_mod.host_load()})
+    if ceiling is not None:
+        outcome.doc = document(p, ceiling, probes, bounds, time.monotonic() - started, outcome)
+        atomic.write_text(out / KNEE_JSON, json.dumps(outcome.doc, indent=1, default=str))
+    return outcome
+
+
+def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[float, float], elapsed: float,
+             outcome: KneeOutcome) -> dict:
+    lo, hi = bounds
+    done = not outcome.failed and not outcome.interrupted
+    return {
+        "schema": SCHEMA, "server": p.label, "connections": p.cfg.connections[0], "pipeline": p.cfg.pipeline[0],
+        "slo": {"text": p.slo.text(), "stat": p.slo.stat, "limit_us": p.slo.limit_us}, "arrivals": p.arrivals,
+        "window_s": p.cfg.duration,
+        "ceiling": {"msgs_per_sec": ceiling.achieved, f"{p.slo.stat}_us": ceiling.latency_us},
+        "probes": [q.record(p.slo) for q in probes],
+        # the highest rate that passed; None when none did (the knee is below the lowest probed rate)
+        "knee": (lo or None) if done else None, "bounds": [lo, hi],
+        "knee_share_of_ceiling": lo / ceiling.achieved if done and lo and ceiling.achieved else None,
+        "stop": "failed" if outcome.failed else "interrupted" if outcome.interrupted else "steps",
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+def summary_line(doc: dict) -> str:
+    """'knee of selector at c=10 for p99<5ms: 850/s (between 850 and 870/s; 85% of the closed-loop 1,000/s)'."""
+    head = f"knee of {doc['server']} at c={doc['connections']} for {doc['slo']['text']}: "
+    ceiling = doc["ceiling"]["msgs_per_sec"] or 0
+    lo, hi = doc["bounds"]
+    if doc["knee"] is None:
+        return head + f"below {hi:,.0f}/s, the lowest rate probed (closed-loop ceiling {ceiling:,.0f}/s)"
+    return head + (f"{lo:,.0f}/s (between {lo:,.0f} and {hi:,.0f}/s; {lo / ceiling:.0%} of the closed-loop "
+                   f"{ceiling:,.0f}/s)")

@@ -1,0 +1,114 @@
+"""`netprof knee`: the objective's parser, the pass/fail judgement of a cell and the bisection on made-up
+servers (no process), then one real search on a server of known capacity."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import netprof_cli, run_netprof, wait_no_children
+from netprof.profiler import knee
+from netprof.profiler.errors import InputError
+from netprof.profiler.rules.registry import Thresholds
+
+
+@pytest.mark.parametrize("text, stat, us", [("p99<5ms", "p99", 5000), ("P50 < 200us", "p50", 200),
+                                             ("p999<1.5s", "p999", 1.5e6), ("p90<250µs", "p90", 250)])
+def test_slo_parses(text, stat, us):
+    slo = knee.parse_slo(text)
+    assert (slo.stat, slo.limit_us) == (stat, us)
+    assert knee.parse_slo(slo.text()) == slo  # the text it is shown as reads back the same
+
+
+@pytest.mark.parametrize("text", ["p99", "p98<5ms", "p99<5", "p99>5ms", "p99<0ms", "p99<5 min"])
+def test_bad_slo_is_one_clear_error(text):
+    with pytest.raises(InputError, match="--slo"):
+        knee.parse_slo(text)
+
+
+def _row(rate: float, achieved: float, p99: float, behind: float = 0.0) -> dict:
+    return {"status": "ok", "msgs_per_sec": achieved, "lat_us": {"p99": p99}, "lat_sent_us": {"p99": p99 / 2},
+            "open_loop": {"achieved_share": achieved / rate, "behind_share": behind}}
+
+
+def test_a_cell_passes_only_within_the_limit_and_keeping_up():
+    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    assert knee.judge(_row(1000, 1000, 4000), 1000, slo, t).met
+    over = knee.judge(_row(1000, 1000, 6000), 1000, slo, t)
+    assert not over.met and "over the limit" in over.why
+    behind = knee.judge(_row(1000, 900, 100), 1000, slo, t)  # fast answers, but only 90% of the rate
+    assert not behind.met and "overloaded: achieved 90%" in behind.why
+    waited = knee.judge(_row(1000, 1000, 100, behind=0.05), 1000, slo, t)
+    assert not waited.met and "waited for their connection" in waited.why
+    failed = knee.judge({"status": "failed", "error": "stalled"}, 1000, slo, t)
+    assert not failed.met and "stalled" in failed.why
+
+
+def _fake_server(knee_at: float):
+    """A server whose p99 is 1 ms below `knee_at` requests/s and 50 ms above; the rates it was asked."""
+    asked = []
+
+    def measure(rate: float) -> knee.Probe:
+        asked.append(rate)
+        return knee.judge(_row(rate, rate, 1000 if rate <= knee_at else 50_000), rate, knee.parse_slo("p99<5ms"),
+                          Thresholds())
+
+    return measure, asked
+
+
+@pytest.mark.parametrize("true_knee", [37, 700, 6400, 9990])
+def test_bisection_finds_the_knee_to_a_64th_of_the_ceiling_in_6_probes(true_knee):
+    measure, asked = _fake_server(true_knee)
+    probes, lo, hi = knee.search(measure, 10_000, 6)
+    assert len(probes) == len(asked) == 6
+    assert lo <= true_knee < hi and hi - lo <= 10_000 / 64 + 1
+    assert all(p.met == (p.rate <= true_knee) for p in probes)
+
+
+def test_a_knee_below_every_probe_says_so():
+    measure, _ = _fake_server(0)
+    probes, lo, hi = knee.search(measure, 10_000, 6)
+    assert lo == 0 and hi == pytest.approx(10_000 / 64, abs=1) and not any(p.met for p in probes)
+    doc = {"server": "x", "connections": 10, "slo": {"text": "p99<5ms"}, "ceiling": {"msgs_per_sec": 10_000},
+           "bounds": [lo, hi], "knee": None}
+    assert "below 156/s, the lowest rate probed" in knee.summary_line(doc)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["selector"], "Missing option '--slo'"),
+    (["selector", "--slo", "fast"], "--slo 'fast'"),
+    (["--slo", "p99<5ms"], "give one SERVER"),
+    (["selector", "--slo", "p99<5ms", "--steps", "40"], "--steps 40"),
+    (["selector", "--slo", "p99<5ms", "--arrivals", "bursty"], "--arrivals 'bursty'"),
+    (["zmq_raw", "--slo", "p99<5ms"], "ZeroMQ"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    res = netprof_cli("knee", *args)
+    assert res.returncode == 2, res.stderr
+    assert says in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_knee_of_a_server_of_known_capacity(tmp_path):
+    """selector with 1 ms of blocking sleep per message serves at most 1,000 msgs/s, whatever the load: its
+    knee for p99 < 20 ms lies below that and above half of it (at 50% load the queue is short)."""
+    out = tmp_path / "knee"
+    res = run_netprof("knee", "selector", "--work", "sleep:1000", "-c", "10", "--slo", "p99<20ms", "--steps", "4",
+                      "--window", "1", "--warmup", "0.3", "--no-probes", "--wait", "--json", "--out", str(out),
+                      timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == knee.SCHEMA and doc["stop"] == "steps" and len(doc["probes"]) == 4
+    assert 850 <= doc["ceiling"]["msgs_per_sec"] <= 1010, doc["ceiling"]
+    assert doc["knee"] is not None and 500 <= doc["knee"] <= 1000, doc
+    assert [p["rate"] for p in doc["probes"]][0] == round(doc["ceiling"]["msgs_per_sec"] / 2)
+    for p in doc["probes"]:  # a passing rate was served and within the limit; a failing one was not both
+        assert p["met"] == (p["p99_us"] <= 20_000 and p["achieved_share"] >= 0.95 and p["behind_share"] <= 0.01), p
+    assert json.loads((out / knee.KNEE_JSON).read_text())["knee"] == doc["knee"]
+    # every cell is a row (the ceiling at rate 0), and the report draws latency against load
+    import pandas as pd
+
+    rows = pd.read_parquet(out / "results.parquet")
+    assert sorted(rows["rate"]) == sorted([0] + [p["rate"] for p in doc["probes"]])
+    assert (out / "report.html").exists()
+    assert not wait_no_children()
