@@ -93,7 +93,8 @@ def main() -> int:
         with open(path, "x") as f:
             json.dump(doc, f, indent=1)
         print(f"raw data: {path}", file=sys.stderr)
-    intro = (f"{results_md.command()}, commit {doc['commit']}, {doc['date']}: cpp_epoll, 100 connections, "
+    intro = (f"Measured by `.venv/bin/python bench/open_loop_schedule.py -r {len(doc['records']) // 2}`; table by "
+             f"{results_md.command()}; commit {doc['commit']}, {doc['date']}: cpp_epoll, 100 connections, "
              f"{doc['duration_s']:g} s windows, no probes, arms alternating.")
     results_md.publish(HEADING, intro, table(doc), args.write)
     return 0

@@ -20,6 +20,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -116,8 +117,14 @@ def measure(args) -> dict:
 
 
 def _vegeta_version() -> str:
-    out = subprocess.run(["vegeta", "-version"], capture_output=True, text=True).stdout
-    return " ".join(out.split())
+    out = " ".join(subprocess.run(["vegeta", "-version"], capture_output=True, text=True).stdout.split())
+    return out if re.search(r"v\d+\.\d+", out) else pinned_vegeta()
+
+
+def pinned_vegeta() -> str:
+    """A `go install`ed vegeta prints no version: the one scripts/setup-bench.sh pins."""
+    m = re.search(r"VEGETA_VERSION=(\S+)", (ROOT / "scripts" / "setup-bench.sh").read_text())
+    return f"{m.group(1) if m else '?'} (go install by scripts/setup-bench.sh)"
 
 
 def _commit() -> str:
@@ -167,9 +174,12 @@ def main() -> int:
         with open(path, "x") as f:
             json.dump(doc, f, indent=1)
         print(f"raw data: {path}", file=sys.stderr)
-    intro = (f"{results_md.command()}, commit {doc['commit']}, {doc['date']}: {doc['backend']} pinned to CPU 0, "
+    intro = (f"Measured by `.venv/bin/python bench/open_loop_vs_vegeta.py --backend {doc['backend']} -r "
+             f"{max(r['round'] for r in doc['records'])}`; table by {results_md.command()}; commit {doc['commit']}, "
+             f"{doc['date']}: {doc['backend']} pinned to CPU 0, "
              f"{doc['connections']} connections, {doc['duration_s']:g} s per run, medians over rounds; vegeta "
-             f"{doc['vegeta']}. netprof's latency is from each request's intended time, vegeta's from its send.")
+             f"{doc['vegeta'] if re.search(r'v[0-9]', doc['vegeta']) else pinned_vegeta()}. "
+             f"netprof's latency is from each request's intended time, vegeta's from its send.")
     results_md.publish(HEADING, intro, table(doc), args.write)
     return 0
 
