@@ -163,7 +163,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.sources:
         records = [json.loads(p.read_text()) for p in args.sources]
-        intro = (f"{results_md.command()}. Each line is one `netprof ab` at 100 connections, `--max-time 150`, "
+        intro = (f"{results_md.command()}. Each line is one `netprof ab` at 100 connections, `--max-time 150` (the "
+                 f"repeated A/A runs: 45), "
                  f"default `--precision 1%` (stops when the 95% interval is within ±1%), counting probes on; raw "
                  f"documents in `bench/data/ab/`. \"by CPU/msg\": the msgs/s ratio the two variants' CPU time per "
                  f"message (/proc) predicts for a backend that is the busy side.")

@@ -53,7 +53,8 @@ def _scale(r) -> str:
     interp = f" on {r['interpreter']}" if "interpreter" in vary else ""
     framing = _framing_words(r.get("framing")) if "framing" in vary else ""
     pinned = ", not pinned" if "pinned" in vary and not r.get("pinned") else ""
-    return f"{int(r['connections'])} connections{pipe}{framing}{interp}{pinned}"
+    rate = f", {schema.BY_NAME['rate'].text(r.get('rate') or 0)}" if "rate" in vary else ""
+    return f"{int(r['connections'])} connections{pipe}{framing}{interp}{pinned}{rate}"
 
 
 def _framing_words(framing) -> str:
