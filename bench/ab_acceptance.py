@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import lib
 import results_md
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,16 +57,6 @@ def experiment_argv(kind: str, max_time: float) -> list[str]:
     raise SystemExit(f"unknown experiment {kind!r}")
 
 
-def _commit() -> str:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True, check=True).stdout.strip()
-
-    try:
-        return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "-uno") else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
-
-
 def run_one(kind: str, max_time: float, noise: float, label: str) -> Path:
     """One `netprof ab`; its document and how it was run go to bench/data/ab/<date>-<label>.json."""
     argv = experiment_argv(kind, max_time)
@@ -84,13 +75,11 @@ def run_one(kind: str, max_time: float, noise: float, label: str) -> Path:
     if res.returncode not in (0, 1):
         raise SystemExit(f"{kind}: netprof ab exited {res.returncode}: {res.stderr.strip()[-2000:]}")
     doc = json.loads(res.stdout)
-    DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"{_dt.date.today().isoformat()}-{label}.json"
     record = {"benchmark": "ab_acceptance", "experiment": kind, "noise": noise, "argv": argv,
-              "commit": _commit(), "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+              "commit": lib.commit(), "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
               "loadavg_after": list(os.getloadavg()), "wall_s": round(elapsed, 1), "doc": doc}
-    with open(path, "x") as f:  # never overwrite a measurement
-        json.dump(record, f, separators=(",", ":"))
+    lib.save_raw(path, record, indent=None)
     print(f"{label}: {summary_line(record)}", file=sys.stderr)
     return path
 

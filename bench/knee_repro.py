@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import lib
 import results_md
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,15 +73,10 @@ def main() -> int:
                 runs.append(one(server, args.slo, args.connections))
                 print(f"round {i + 1} {server}: knee {runs[-1]['knee']}, ceiling "
                       f"{runs[-1]['ceiling']['msgs_per_sec']}", file=sys.stderr)
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
         doc = {"benchmark": "knee_repro", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-               "commit": commit, "slo": args.slo, "connections": args.connections, "servers": servers,
+               "commit": lib.commit(), "slo": args.slo, "connections": args.connections, "servers": servers,
                "runs": runs}
-        DATA.mkdir(parents=True, exist_ok=True)
-        path = DATA / f"{_dt.date.today().isoformat()}.json"
-        with open(path, "x") as f:
-            json.dump(doc, f, indent=1)
+        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}.json", doc)
         print(f"raw data: {path}", file=sys.stderr)
     intro = (f"Measured by `.venv/bin/python bench/knee_repro.py --servers {','.join(doc['servers'])} -r "
              f"{len(doc['runs']) // len(doc['servers'])} --slo '{doc['slo']}'`; table by {results_md.command()}; "

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import lib
 import results_md
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,14 +85,9 @@ def main() -> int:
             for arm in (("open", "closed") if i % 2 == 0 else ("closed", "open")):
                 records.append(one(arm, args.duration) | {"round": i + 1})
                 print(records[-1], file=sys.stderr)
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
         doc = {"benchmark": "open_loop_schedule", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-               "commit": commit, "duration_s": args.duration, "records": records}
-        DATA.mkdir(parents=True, exist_ok=True)
-        path = DATA / f"{_dt.date.today().isoformat()}.json"
-        with open(path, "x") as f:
-            json.dump(doc, f, indent=1)
+               "commit": lib.commit(), "duration_s": args.duration, "records": records}
+        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}.json", doc)
         print(f"raw data: {path}", file=sys.stderr)
     intro = (f"Measured by `.venv/bin/python bench/open_loop_schedule.py -r {len(doc['records']) // 2}`; table by "
              f"{results_md.command()}; commit {doc['commit']}, {doc['date']}: cpp_epoll, 100 connections, "

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import lib
 import results_md
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +113,7 @@ def measure(args) -> dict:
         os.killpg(server.pid, 15)
         server.wait(timeout=10)
     return {"benchmark": "open_loop_vs_vegeta", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "commit": _commit(), "backend": args.backend, "connections": args.connections,
+            "commit": lib.commit(), "backend": args.backend, "connections": args.connections,
             "duration_s": args.duration, "vegeta": _vegeta_version(), "records": records}
 
 
@@ -125,14 +126,6 @@ def pinned_vegeta() -> str:
     """A `go install`ed vegeta prints no version: the one scripts/setup-bench.sh pins."""
     m = re.search(r"VEGETA_VERSION=(\S+)", (ROOT / "scripts" / "setup-bench.sh").read_text())
     return f"{m.group(1) if m else '?'} (go install by scripts/setup-bench.sh)"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
 
 
 def table(doc: dict) -> str:
@@ -169,10 +162,7 @@ def main() -> int:
             raise SystemExit("vegeta is missing: run `bash scripts/setup-bench.sh` (as root) first")
         args.rates = [float(r) for r in args.rates.split(",")]
         doc = measure(args)
-        DATA.mkdir(parents=True, exist_ok=True)
-        path = DATA / f"{_dt.date.today().isoformat()}-{args.backend}.json"
-        with open(path, "x") as f:
-            json.dump(doc, f, indent=1)
+        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}-{args.backend}.json", doc)
         print(f"raw data: {path}", file=sys.stderr)
     intro = (f"Measured by `.venv/bin/python bench/open_loop_vs_vegeta.py --backend {doc['backend']} -r "
              f"{max(r['round'] for r in doc['records'])}`; table by {results_md.command()}; commit {doc['commit']}, "

@@ -43,7 +43,7 @@ from netprof.profiler.plan import RunConfig, loader_cpus, validate
 from netprof.profiler.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup, parse_cpus
 from netprof.profiler.results import ResultsStore
 from netprof.profiler.rules.registry import Thresholds
-from netprof.profiler.runner import STOP, close_instruments, open_instruments
+from netprof.profiler.runner import STOP, close_instruments, cost_and_close, open_instruments
 from netprof.profiler.warm import WarmServer
 
 AB_JSON = "ab.json"
@@ -476,12 +476,7 @@ class _Session:
                     outcome.failed = self._pairs(warm, loader, instruments, store, interps)
                 finally:
                     self.canary.close()
-                while instruments:  # what each costs on this host, as `run` records it
-                    inst = instruments.pop(0)
-                    try:
-                        meta.update(inst.cost())
-                    finally:
-                        inst.close()
+                cost_and_close(instruments, meta)  # what each costs on this host, as `run` records it
         except KeyboardInterrupt:
             outcome.interrupted = True
             self.stop_reason, self.stop_text = "interrupted", "interrupted (Ctrl-C)"

@@ -31,7 +31,7 @@ from netprof.profiler.plan import ARRIVALS, RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessError, ProcessGroup
 from netprof.profiler.results import ResultsStore
 from netprof.profiler.rules.registry import Thresholds
-from netprof.profiler.runner import STOP, close_instruments, open_instruments
+from netprof.profiler.runner import STOP, close_instruments, cost_and_close, open_instruments
 from netprof.profiler.warm import WarmServer
 
 KNEE_JSON = "knee.json"
@@ -227,12 +227,7 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                 outcome.failed = str(e)
             finally:
                 warm.stop()
-        while instruments:  # what each costs on this host, as `run` records it
-            inst = instruments.pop(0)
-            try:
-                meta.update(inst.cost())
-            finally:
-                inst.close()
+        cost_and_close(instruments, meta)  # what each costs on this host, as `run` records it
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:

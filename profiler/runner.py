@@ -77,6 +77,17 @@ def close_instruments(instruments: list[Instrument]) -> None:
         inst.close()
 
 
+def cost_and_close(instruments: list[Instrument], meta: dict) -> None:
+    """Each instrument's cost on this host into `meta`, then closed; the list is emptied as it goes, so an
+    exception leaves the rest to close_instruments."""
+    while instruments:
+        inst = instruments.pop(0)
+        try:
+            meta.update(inst.cost())
+        finally:
+            inst.close()
+
+
 def _link(cfg: RunConfig):
     """`--remote netns`: the two namespaces and their link (profiler/netns.py); else nothing."""
     if cfg.remote != "netns":
@@ -160,13 +171,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 progress.advance(task)
             if STOP.is_set():
                 raise KeyboardInterrupt
-            while instruments:  # what each costs on this host; the evidence rounds run without them
-                inst = instruments.pop(0)
-                try:
-                    meta.update(inst.cost())
-                finally:
-                    inst.close()
-                store.write_meta(meta)
+            cost_and_close(instruments, meta)  # what each costs on this host; the evidence rounds run without them
+            store.write_meta(meta)
             if cfg.stacks:
                 from netprof.probes import StackProbes
 

@@ -578,11 +578,13 @@ def test_unanswered_at_the_windows_end(group, loader):
     s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=conns, pipeline=2, warmup=0.1, duration=0.3,
                               protocol="line", line="ping"))
     assert s["messages"] > 0 and s["unanswered"]["count"] == ignored * 2 and s["unanswered"]["connections"] == ignored
-    # A server that answers everything leaves nothing that old.
+    # A server that answers everything leaves nothing that old: at most what a stall of the host at the
+    # window's end makes older than the window's slowest answer (a fresh-clone CI saw 18 requests 2.9 ms
+    # old), never the age of a request nobody answers (0.8 s and more above).
     _, fair = start_echo(group)
     s = loader.run(RunRequest(target=f"127.0.0.1:{fair}", connections=conns, pipeline=pipeline, duration=0.3,
                               warmup=0.1))
-    assert s["unanswered"] == {"count": 0, "max_age_us": 0.0, "connections": 0}
+    assert s["unanswered"]["max_age_us"] < 50_000, s["unanswered"]
 
 
 def test_progress_events_live_counts(group):

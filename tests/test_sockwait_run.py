@@ -129,7 +129,10 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
     assert fired == ["asyncio_sock"], fired
     # the per-connection file holds the same split
     conns = results.load_sockwait_conns(out)
-    assert conns is not None and len(conns) == s["sockets"] + int(conns["reads"].eq(0).sum())
+    # (a socket counts when it read or answered: one answered with no read in the window, its request read
+    # just before the window, under the strong starvation 20 µs of work gives)
+    idle = conns["reads"].eq(0) & conns["answers"].eq(0)
+    assert conns is not None and len(conns) == s["sockets"] + int(idle.sum())
     assert not wait_no_children()
 
 
