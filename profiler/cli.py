@@ -684,7 +684,7 @@ def knee_cmd(
     name: str = typer.Option("", "--name", metavar="NAME", help="Label of the --cmd server."),
     slo: str = typer.Option(..., "--slo", metavar="pNN<TIME",
                             help="The latency objective, from each request's intended time: p50, p90, p95, p99 or "
-                                 "p999 below a time, e.g. p99<5ms."),
+                                 "p999 below a time, e.g. 'p99<5ms' (quoted for the shell)."),
     connections: int = typer.Option(10, "-c", "--connections", metavar="N", help="Connections (one value)."),
     pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Requests in flight per connection at most."),
     arrivals: str = typer.Option("constant", "--arrivals", metavar="constant|poisson",

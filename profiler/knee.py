@@ -56,7 +56,7 @@ def parse_slo(text: str) -> Slo:
     """'p99<5ms' (also p50, p90, p95, p999; us, ms, s) → Slo."""
     m = _SLO.fullmatch(text)
     if not m:
-        raise InputError(f"--slo '{text}' is not an objective: give a percentile, '<' and a time, e.g. --slo p99<5ms "
+        raise InputError(f"--slo '{text}' is not an objective: give a percentile, '<' and a time, e.g. --slo 'p99<5ms' "
                          f"(percentiles {', '.join(STATS)}; units us, ms, s)")
     limit = float(m.group(2)) * _UNIT_US[m.group(3).lower()]
     if not 0 < limit <= 60e6:
