@@ -113,12 +113,18 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
     # connection keeps the loop only while its queue never drains, and on this host the loader's CPU slows
     # in regimes of seconds (bench/host_regimes.py), which let the queues drain and the monopolies break
     # (fresh-clone CI, no work: least-served tenth read 2,241 messages, p90 ratio ×1.5).
-    stats, d, _ = run_load(sw, "asyncio_sock", 100, pipeline=8, work="spin:20", duration=3.0, skip=1.0)
+    # A window in which even the most-served tenth's reads waited a millisecond caught the host stalled
+    # (fresh-clone CI once: 2.0 s for the most-served, 3.5 s for the least): measured again, at most 3
+    # times. A loop that starves nobody has a fast most-served tenth too, and fails at once.
+    for _ in range(3):
+        stats, d, _ = run_load(sw, "asyncio_sock", 100, pipeline=8, work="spin:20", duration=3.0, skip=1.0)
+        s = split(d)
+        if s["conn_wait_most_us"] < 1000:
+            break
     assert d.exact, d.overflow
     assert 10 <= d.sockets <= 100  # the starved may not be read at all (they are in per_conn: unread)
     assert d.unmeasured == {"unknown": 0, "unmatched": 0}  # learned at connection setup
     assert len(d.per_conn) == 100
-    s = split(d)
     assert s["conn_wait_ratio"] >= 100, s
     assert s["conn_wait_most_us"] < 1000 < s["conn_wait_least_us"], s
     # Little's law: the ratio of mean waits is the ratio of service — while the least-served read enough
