@@ -165,31 +165,44 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
 # --sockwait: the loader's mean round trip minus the server's mean time per answered request (first
 # byte queued → answer sent), both over the same window: the time on the wire and in the two kernels.
 SOCKWAIT_TRANSIT = "sockwait.transit_us"
-CONN_WAIT_SHARE = 0.10  # the least- and most-served tenth of the connections
+CONN_WAIT_SHARE = 0.10  # the least-served tenth of the connections; the most-served tenth at most
 
 
 def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
                     share: float = CONN_WAIT_SHARE) -> dict:
     """How queue wait is spread over connections ranked by service (bytes read in the window): the
     median per-connection wait (`waits`: each connection's own wait, the p90 of its reads' waits,
-    probes/sockwait/instrument.conn_rows) of the least-served `share` of them, of the most-served `share`, and
+    probes/sockwait/instrument.conn_rows) of the least-served `share` of them, of the most-served, and
     their ratio (≥ 100: the long waits sit on the starved connections); and the median service of the
-    same two groups (`conn_bytes_*`). Not mean waits: with K messages in flight a connection's mean
+    same two groups (`conn_bytes_*`). The most-served are the top `share` too, or fewer when fewer
+    carried the load: the fewest that read half the bytes (`conn_most_n` says how many). Under a
+    monopoly the top tenth takes in starved connections (one carrier of 100 connections: the tenth's
+    median wait 1.0 s, the carrier's 245 µs, and a ratio of ×3 where the starved waited ×12,000 the
+    carrier). Not mean waits: with K messages in flight a connection's mean
     wait is about K over its rate (Little's law), so a ratio of means only repeats the service ratio,
     while a served connection's reads find fresh data and a starved one's, at each turn it gets,
     data that waited for the loop (why p90, not the median: probes/sockwait/sockwait.CONN_WAIT_QUANTILE).
-    Medians of the deciles, so one connection does not decide. {} below 2 connections with a wait."""
+    Medians of the groups, so one connection does not decide. {} below 2 connections with a wait."""
     pairs = sorted(((float(s), float(w)) for s, w in zip(served, waits) if w is not None and not math.isnan(w)),
                    key=lambda p: p[0])
     if len(pairs) < 2:
         return {}
     k = max(1, round(len(pairs) * share))
+    half, carried, carriers = sum(s for s, _ in pairs) / 2, 0.0, 0
+    for s, _ in reversed(pairs):
+        if half <= 0 or carriers >= k:
+            break
+        carriers += 1
+        carried += s
+        if carried >= half:
+            break
+    top = pairs[-(carriers or k):]
     least = float(np.median([w for _, w in pairs[:k]]))
-    most = float(np.median([w for _, w in pairs[-k:]]))
+    most = float(np.median([w for _, w in top]))
     return {"conn_wait_least_us": least, "conn_wait_most_us": most,
             "conn_wait_ratio": least / most if most > 0 else None,
             "conn_bytes_least": float(np.median([s for s, _ in pairs[:k]])),
-            "conn_bytes_most": float(np.median([s for s, _ in pairs[-k:]]))}
+            "conn_bytes_most": float(np.median([s for s, _ in top])), "conn_most_n": len(top)}
 
 
 # Columns averaged over a cell's rounds.
@@ -272,7 +285,7 @@ CELL_METRICS: dict[str, Metric] = {
     "sockwait.handler_p50_us": Metric("handler time p50", "µs", log=True),
     "sockwait.handler_p99_us": Metric("handler time p99", "µs", log=True),
     SOCKWAIT_TRANSIT: Metric("loader↔server transit", "µs"),
-    "sockwait.conn_wait_ratio": Metric("queue wait, least- vs most-served tenth of connections", log=True),
+    "sockwait.conn_wait_ratio": Metric("queue wait, least-served tenth vs most-served connections", log=True),
 }
 SYSCALL_PREFIX = "syscalls_per_msg."
 SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith("sockwait.") and m.log]

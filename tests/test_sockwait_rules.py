@@ -39,7 +39,24 @@ def test_conn_wait_split_ranks_by_service_and_takes_decile_medians():
     waits[95] = 5e5  # one favoured connection that once lost the loop: the median ignores it
     s = stats.conn_wait_split(served, waits)
     assert s["conn_wait_least_us"] == 1e6 and s["conn_wait_most_us"] == 10.0 and s["conn_wait_ratio"] == 1e5
-    assert s["conn_bytes_least"] == 4.5 and s["conn_bytes_most"] == 94.5
+    assert s["conn_bytes_least"] == 4.5 and s["conn_bytes_most"] == 94.5 and s["conn_most_n"] == 10
+
+
+def test_conn_wait_split_takes_the_carriers_when_fewer_than_a_tenth_carried_the_load():
+    """One monopolist of 100 connections (fresh-clone CI, asyncio_sock at 8 in flight): it read most of
+    the bytes with 245 µs waits; nine others got a turn now and then and waited about a second between
+    turns, the rest nothing. The tenth's median is a starved connection's second; the carrier's is the
+    monopoly's."""
+    served = [0.0] * 90 + [64.0 * i for i in range(1, 10)] + [64.0 * 100_000]
+    waits = [3.0e6] * 90 + [1.0e6] * 9 + [245.0]
+    s = stats.conn_wait_split(served, waits)
+    assert s["conn_most_n"] == 1 and s["conn_wait_most_us"] == 245.0
+    assert s["conn_wait_ratio"] == pytest.approx(3.0e6 / 245.0)
+    # two carriers between them read half: both are the most-served group
+    served[-2] = served[-1]
+    waits[-2] = 255.0
+    s = stats.conn_wait_split(served, waits)
+    assert s["conn_most_n"] == 2 and s["conn_wait_most_us"] == 250.0
     # at 10 connections a decile is one connection; unmeasured (None/NaN) waits are left out
     s = stats.conn_wait_split([5, 1, 9, 3, 0], [10.0, None, 2.0, float("nan"), 400.0])
     assert s == {
@@ -48,6 +65,7 @@ def test_conn_wait_split_ranks_by_service_and_takes_decile_medians():
         "conn_wait_ratio": 200.0,
         "conn_bytes_least": 0.0,
         "conn_bytes_most": 9.0,
+        "conn_most_n": 1,
     }
     assert stats.conn_wait_split([1], [3.0]) == {}
     assert stats.conn_wait_split([1, 2], [3.0, 0.0])["conn_wait_ratio"] is None

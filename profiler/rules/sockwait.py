@@ -6,7 +6,7 @@ from __future__ import annotations
 from netprof.profiler import schema
 from netprof.profiler.rules.common import r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, rule
-from netprof.profiler.stats import num
+from netprof.profiler.stats import CONN_WAIT_SHARE, num
 
 
 def _waits(r) -> dict:
@@ -26,6 +26,15 @@ def _served(r) -> str | None:
     return None if least is None or most is None else f"{least:,.0f} / {most:,.0f}"
 
 
+def _most_n(r) -> str:
+    """Who the most-served group was: a tenth of the connections, or the few that carried the load
+    (rows written before `conn_most_n` existed: the tenth)."""
+    n, tenth = num(r, "sockwait.conn_most_n"), max(1, round(int(r["connections"]) * CONN_WAIT_SHARE))
+    if n is None or n >= tenth:
+        return "most-served tenth"
+    return "one connection that carried the load" if n == 1 else f"{n:.0f} connections that carried the load"
+
+
 def _in_flight(r) -> int:
     return int(r["connections"]) * int(r.get("pipeline") or 1)
 
@@ -33,7 +42,8 @@ def _in_flight(r) -> int:
 @rule("wait_starvation", plots=("per_conn", "fairness"), section="sockwait")
 def wait_starvation(ctx: Context) -> list[Anomaly]:
     """Long queue waits concentrated on few connections: the least-served tenth of the connections
-    waited ≥ 100× (median of their p90 waits) what the most-served tenth waited — their data sat unread."""
+    waited ≥ 100× (median of their p90 waits) what the most-served waited (those that carried half the
+    bytes, a tenth of the connections at most: stats.conn_wait_split) — their data sat unread."""
     t, found = ctx.t, []
     for _, r in ctx.cells.iterrows():
         w = _waits(r)
@@ -41,14 +51,15 @@ def wait_starvation(ctx: Context) -> list[Anomaly]:
         if ratio is None or least is None or most is None or ratio < t.wait_starvation_ratio \
                 or r["connections"] < t.starvation_min_connections:
             continue
+        n = _most_n(r)
         ev = {"p90 wait, least-served 10% of connections (µs)": r2(least, 0),
-              "p90 wait, most-served 10% of connections (µs)": r2(most, 1),
+              f"p90 wait, {n} (µs)": r2(most, 1),
               "ratio": r2(ratio, 0), **_wait_evidence(w),
-              "bytes read in the window, least / most-served 10% (median)": _served(r),
+              "bytes read in the window, least-served 10% / most-served (median)": _served(r),
               "Jain index (1 = fair)": r2(num(r, "per_conn.jain"))}
         text = (f"In {where(r)} the kernel saw the queue waits fall on a few connections: the data of the least-served "
                 f"tenth of the connections waited {least / 1e3:,.1f} ms unread in their socket queues (the slowest "
-                f"tenth of each connection's reads), {ratio:,.0f}× the {most:,.1f} µs of the most-served tenth. "
+                f"tenth of each connection's reads), {ratio:,.0f}× the {most:,.1f} µs of the {n}. "
                 "Their messages had arrived; the server did not read them while it kept serving others. ")
         if w["handler_p50_us"] is not None:
             text += (f"Handlers took {w['handler_p50_us']:,.0f} µs (median), so the starved connections' time went to "
