@@ -1,5 +1,5 @@
 """Make (or remake) a committed reference report: one `netprof run`, then its report.md, meta.json,
-results.csv, plots/ and stacks/ copied into bench/reports/NAME/ (the raw parquet stays in runs/).
+results.csv, raw parquet files, plots/ and stacks/ copied into bench/reports/NAME/ (`netprof report` re-makes it).
 
     .venv/bin/python bench/reference_report.py pipeline -- asyncio_sock uvloop_sock -c 100 \\
         --pipeline 1,4,8 -r 3 --framing message,stream
@@ -22,7 +22,11 @@ import time
 from pathlib import Path
 
 REPORTS = Path(__file__).with_name("reports")
-KEPT = ("report.md", "report.html", "meta.json", "results.csv", "plots", "stacks")
+# The raw parquet files too, so that `netprof report` can re-make the report from what is committed (the
+# reports committed before 2026-11-26 kept only results.csv: the per-connection evidence and plots, and
+# the column types, cannot be re-made from them).
+KEPT = ("report.md", "report.html", "meta.json", "results.csv", "results.parquet", "per_conn.parquet",
+        "sockwait_conn.parquet", "plots", "stacks")
 SCREENSHOTS = Path(__file__).parents[1] / "tests" / "test_report_screenshot.py"  # also a script: DIR → PNGs
 
 

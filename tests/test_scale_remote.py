@@ -172,18 +172,23 @@ def test_leftover_namespaces_of_a_dead_run_are_removed_with_what_runs_inside():
     """What the next run and `netprof doctor` call (tests/test_hardening.py kills a real run): the
     namespace of a dead netprof pid goes, with any process still inside; a live pid's stays."""
     require_root()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    mine, theirs = f"netprof-{os.getpid()}-l", f"netprof-{dead.pid}-l"
+    # A pid above PID_MAX_LIMIT (2^22, include/linux/threads.h) never runs, so "dead" cannot turn alive
+    # meanwhile (the pid of a process that just exited could, once pids wrap: the fresh-clone CI forks
+    # tens of thousands and once found this namespace's pid alive, or `ip netns list` empty: the
+    # message below says which).
+    dead_pid = 2**22 + 1
+    mine, theirs = f"netprof-{os.getpid()}-l", f"netprof-{dead_pid}-l"
     for ns in (mine, theirs):
         subprocess.run(["ip", "netns", "add", ns], check=True, timeout=10)
     sleeper = subprocess.Popen(["ip", "netns", "exec", theirs, "sleep", "60"])
     try:
         _wait(lambda: subprocess.run(["ip", "netns", "pids", theirs], capture_output=True, text=True,
                                      timeout=10).stdout.strip(), 10, "the process inside")
-        assert RemoteLink.cleanup_leftovers() == [theirs]
+        listed = list_namespaces()
+        removed = RemoteLink.cleanup_leftovers()
+        assert removed == [theirs], (listed, list_namespaces())
         assert sleeper.wait(timeout=10) == -signal.SIGKILL
-        assert ours(dead.pid) == [] and ours(os.getpid()) == [mine]
+        assert ours(dead_pid) == [] and ours(os.getpid()) == [mine]
     finally:
         sleeper.kill()
         for ns in (mine, theirs):
