@@ -108,6 +108,11 @@ class AbPlan:
     def base(self) -> RunConfig:
         return self.variants[0].cfg
 
+    @property
+    def rate(self) -> float:
+        """The open-loop rate both variants are sent (--rate), requests/s; 0 = closed loop."""
+        return float((self.base.extra_dims.get("rate") or [0])[0])
+
 
 def parse_precision(text: str) -> float:
     """'1%' or '0.01' → 0.01."""
@@ -181,9 +186,19 @@ def _labels(names: list[str]) -> list[str]:
     return out
 
 
+WINDOW_S = 0.3  # closed loop: short cells fall in the host's speed regimes (0.3-3 s) together more often
+RATE_REQUESTS = 2000  # open loop: requests per window at least, so that a p99 stands on 20 of them
+
+
+def default_window(extra_dims: dict) -> float:
+    """--window when not given: 0.3 s, or under --rate long enough for RATE_REQUESTS requests."""
+    rate = (extra_dims.get("rate") or [0])[0]
+    return max(WINDOW_S, RATE_REQUESTS / rate) if rate else WINDOW_S
+
+
 def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: list[str] | None = None,
          python: str = "", env_items: list[str] | None = None, aa: bool = False, fresh: bool = False,
-         window: float = 1.0, precision: float = 0.01, metric: str = "msgs_per_sec", max_time: float = 300.0,
+         window: float = 1.0, precision: float = 0.01, metric: str = "", max_time: float = 300.0,
          fail_if: str = "", wait: bool = False, ready_regex: str = "", ready_timeout: float = servers.READY_TIMEOUT,
          as_root: bool = False) -> AbPlan:
     """The variants (built-in `names` first, then the --cmd templates, in order) over the settings both sides
@@ -206,6 +221,12 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
         raise InputError("more --name than --cmd: give one --name per --cmd, in the same order")
     if len(template.connections) != 1 or len(template.pipeline) != 1 or len(template.framings) != 1:
         raise InputError("netprof ab compares one cell: give one value of -c, --pipeline and --framing")
+    rate = list(template.extra_dims.get("rate") or [])
+    if len(rate) > 1:
+        raise InputError("netprof ab compares one cell: give one --rate (e.g. --rate 5000)")
+    # Under --rate both variants are sent the same schedule: throughput is the rate whatever the change,
+    # so the figure that can move is latency (issue 33).
+    metric = metric or ("lat_us.p99" if rate else "msgs_per_sec")
     if metric not in METRICS:
         raise InputError(f"--metric '{metric}' is not one netprof ab stops on: use one of {', '.join(METRICS)}")
     _check("window", window, "--window")
@@ -232,7 +253,7 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
     for i, (spec, label) in enumerate(zip(specs, labels)):
         cfg = dataclasses.replace(
             template, backends=[] if spec else [raw[i]], own=[spec] if spec else [], pythons=[pythons[i]],
-            env=[f"{k}={v}" for k, v in (spec.env if spec else ())], extra_dims={"tag": [label]},
+            env=[f"{k}={v}" for k, v in (spec.env if spec else ())], extra_dims={**template.extra_dims, "tag": [label]},
             duration=window, rounds=1, evidence_only=False, stacks=False, flamegraph=False, pin=True, pin_both=False)
         variants.append(Variant(LETTERS[i], label, validate(cfg)))
     protocols = {v.cfg.protocol for v in variants}
@@ -614,6 +635,7 @@ class _Session:
         loader_frac = _loader_fracs(self.records, p.variants)
         limit = Thresholds().loader_saturated  # the loader_bottleneck rule's
         saturated = {label: f for label, f in loader_frac.items() if f is not None and f >= limit}
+        short = _short_of_rate(self.records, p.variants, p.rate)
         comparisons, ab_comps = [], []
         for comp in self.comparisons:
             new = p.variants[comp.new]
@@ -624,14 +646,18 @@ class _Session:
                 if c is not None:
                     metrics[col] = compare.describe(col, compare.json_ready(c))
             label = f"{base.label} → {new.label} c={base.cfg.connections[0]}" + (
-                f" pipeline {base.cfg.pipeline[0]}" if base.cfg.pipeline[0] != 1 else "")
+                f" pipeline {base.cfg.pipeline[0]}" if base.cfg.pipeline[0] != 1 else "") + (
+                f" at {p.rate:,.0f}/s" if p.rate else "")
             cell = {"connections": base.cfg.connections[0], "pipeline": base.cfg.pipeline[0], "label": label,
                     "rounds": {"base": len(kept), "new": len(kept), "base_failed": 0, "new_failed": 0},
                     "metrics": metrics}
-            cell["verdict"] = metrics.get("msgs_per_sec", {}).get("verdict", "not measured")
+            cell["verdict"] = _verdict(metrics, p)
             cell["why"] = compare.why(label, metrics)
             cell["flamegraph_diff"] = None
-            warnings = _warnings(saturated, sum(dropped), len(comp.items), p.fresh, comp.stalled)
+            warnings = _warnings(saturated, sum(dropped), len(comp.items), p.fresh, comp.stalled) + [
+                f"{label_} did not keep up with {p.rate:,.0f} requests/s (achieved {got:,.0f}/s, median over its "
+                "cells): its latency is its backlog growing through each window, not its service time"
+                for label_, got in short.items() if label_ in (base.label, new.label)]
             comparisons.append({"new": {"path": str(out), "name": new.label}, "matched_on": ["connections", "pipeline"],
                                 "compared_across": {"variant": [base.label, new.label]}, "warnings": warnings,
                                 "unmatched": {"base_only": [], "new_only": []}, "cells": [cell]})
@@ -661,6 +687,8 @@ class _Session:
                                   else "warm servers: each variant's server started once and kept for every pair"),
                 "server_starts": {w.label: w.starts for w in warm},
                 "window_s": p.window, "warmup_s": p.warmup, "metric": p.metric, "precision": p.precision,
+                "rate": p.rate or None, "arrivals": p.base.arrivals if p.rate else None,
+                "short_of_rate": short,
                 "max_time_s": p.max_time, "min_pairs": p.min_pairs, "elapsed_s": round(self.elapsed, 2),
                 "stop": {"reason": self.stop_reason, "text": self.stop_text},
                 "slow_canary_share": paired.SLOW, "canary_samples": self.canary.count() if self.canary else 0,
@@ -694,6 +722,35 @@ def _pair_record(b: CellRecord, n: CellRecord, order: str, dropped: bool, t0: fl
                                "dropped": dropped, "canary_ns": {"base": b.canary_ns, "new": n.canary_ns}, "d": d})
 
 
+def _verdict(metrics: dict, p: AbPlan) -> str:
+    """The cell's verdict: throughput's; under --rate (throughput is the schedule's) the stopping metric's,
+    said as faster/slower (a lower latency or CPU per message is faster)."""
+    if not p.rate:
+        return metrics.get("msgs_per_sec", {}).get("verdict", "not measured")
+    m = metrics.get(p.metric)
+    if m is None:
+        return "not measured"
+    if m["verdict"] in ("higher", "lower"):
+        return "faster" if m["better"] else "slower"
+    return m["verdict"]
+
+
+# A variant whose median cell achieved less than this share of --rate was overloaded.
+KEPT_UP = 0.95
+
+
+def _short_of_rate(records: list[CellRecord], variants: list[Variant], rate: float) -> dict[str, float]:
+    """Under --rate: the variants that did not keep up (label → median achieved requests/s)."""
+    out: dict[str, float] = {}
+    if not rate:
+        return out
+    for i, v in enumerate(variants):
+        got = [float(m) for r in records if r.variant == i and (m := r.row.get("msgs_per_sec")) is not None]
+        if got and float(np.median(got)) < KEPT_UP * rate:
+            out[v.label] = float(np.median(got))
+    return out
+
+
 def _loader_fracs(records: list[CellRecord], variants: list[Variant]) -> dict[str, float | None]:
     """Each variant's median loader CPU share (of its CPUs) over its cells."""
     out: dict[str, float | None] = {}
@@ -722,7 +779,9 @@ def _warnings(saturated: dict[str, float], dropped: int, pairs: int, fresh: bool
 def summary_lines(doc: dict) -> list[str]:
     """What the terminal adds to compare's pages: how the answer was measured and why it stopped."""
     ab = doc["ab"]
-    lines = [f"ab: {ab['measured_text']}; {ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up; "
+    load = (f"open loop at {ab['rate']:,.0f} requests/s ({ab['arrivals']} arrivals), judged on {ab['metric']}; "
+            if ab.get("rate") else "")
+    lines = [f"ab: {ab['measured_text']}; {load}{ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up; "
              f"stopped after {ab['elapsed_s']:.0f} s: {ab['stop']['text']}"]
     for c in ab["comparisons"]:
         lines.append(f"  {c['new']}: {c['kept']} pairs kept, {c['dropped']} dropped (host disturbed); "

@@ -591,16 +591,26 @@ def ab_cmd(
     framing: str = typer.Option("message", "--framing", metavar="message|stream",
                                 help="How the built-in echo backends read (as in `run`; one value)."),
     work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
-    # Short cells: the two of a pair fall in the same speed regime of the host more often (its regimes last
-    # 0.3-3 s), which the canary adjustment cannot fully undo; 0.3 s halved the variance per second of 1.0 s.
-    window: float = typer.Option(0.3, "--window", metavar="SECONDS", help="Measured seconds per cell."),
+    # Short cells (ab.default_window): the two of a pair fall in the same speed regime of the host more often
+    # (its regimes last 0.3-3 s), which the canary adjustment cannot fully undo; 0.3 s halved the variance per
+    # second of 1.0 s.
+    window: float | None = typer.Option(
+        None, "--window", metavar="SECONDS",
+        help="Measured seconds per cell (default 0.3; with --rate long enough for 2,000 requests, so a p99 stands on "
+             "20 of them)."),
     warmup: float = typer.Option(0.1, "--warmup", metavar="SECONDS",
                                  help="Seconds of load before each cell's window (the servers stay warm)."),
     precision: str = typer.Option("1%", "--precision", metavar="SHARE",
                                   help="Stop once the --metric ratio's 95% interval is within ± this (1% or 0.01)."),
-    metric: str = typer.Option("msgs_per_sec", "--metric", metavar="NAME",
-                               help="The figure the stopping rule reads: msgs_per_sec, lat_us.p50, lat_us.p99, "
-                                    "cpu_us_per_msg.user, cpu_us_per_msg.sys or cpu_us_per_msg_total."),
+    rate: str = typer.Option(
+        "", "--rate", metavar="R",
+        help="Open-loop load at R requests/s (one value, as in `run`): both variants get the same schedule, so the "
+             "stopping rule reads latency (--metric defaults to lat_us.p99). Default: closed loop."),
+    arrivals: str = typer.Option("", "--arrivals", metavar="constant|poisson", help="With --rate: as in `run`."),
+    metric: str = typer.Option("", "--metric", metavar="NAME",
+                               help="The figure the stopping rule reads: msgs_per_sec (the default), lat_us.p50, "
+                                    "lat_us.p99 (the default with --rate), cpu_us_per_msg.user, cpu_us_per_msg.sys "
+                                    "or cpu_us_per_msg_total."),
     max_time: float = typer.Option(300.0, "--max-time", metavar="SECONDS",
                                    help="Stop after this long whatever the interval (no pair starts that would end "
                                         "later)."),
@@ -642,11 +652,15 @@ def ab_cmd(
     from netprof.profiler import ab  # deferred: the run layer, pandas and the comparison's pages
 
     headers, body = _http_request(header, header_file, body, body_file)
+    rates = parse_rates(rate)
+    if window is None:
+        window = ab.default_window(rates)
     template = RunConfig(
         backends=[], connections=[connections], pipeline=[pipeline], duration=window, warmup=warmup, rounds=1,
         msize=msize, work=work, probes=not no_probes, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
         out_dir=str(out) if out else "", force=force, wait=wait, framings=parse_framings(framing), protocol=protocol,
-        request=request, headers=headers, body=body, line=line, keep_secrets=keep_secrets)
+        request=request, headers=headers, body=body, line=line, keep_secrets=keep_secrets,
+        extra_dims=rates, arrivals=arrivals)
     plan = ab.plan(template, list(variants or []), list(cmd or []), cmd_names=list(name or []), python=python,
                    env_items=list(env or []), aa=aa, fresh=fresh, window=window,
                    precision=ab.parse_precision(precision), metric=metric, max_time=max_time, fail_if=fail_if,

@@ -89,6 +89,51 @@ def test_an_aa_interval_holds_1(echo, tmp_path):
     assert names[1] == names[0] + ab.PRIME and doc["ab"]["aa"] and doc["ab"]["server_starts"] == {n: 1 for n in names}
 
 
+def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
+    """--rate: both variants get the same schedule (400 requests/s over 10 connections), so throughput is the
+    rate for both and the verdict comes from latency p99 (the stopping metric under --rate): 1 ms of spin per
+    message (the server 40% busy) adds at least 1 ms to every round trip. The echo's own p99 at a low rate is
+    this host's wake-up jitter (2.8 ms here, where its median is ~0.1 ms), so p99 moves by less than p50."""
+    doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(1_000_000), "--name", "slow", "--no-probes",
+                   "-c", "10", "--rate", "400", "--window", "2", "--precision", "20%", "--max-time", "24",
+                   "--out", str(tmp_path / "ab"))
+    info, cell = doc["ab"], doc["comparisons"][0]["cells"][0]
+    assert info["rate"] == 400 and info["arrivals"] == "constant" and info["metric"] == "lat_us.p99"
+    assert info["short_of_rate"] == {}  # both kept up
+    p99, msgs = cell["metrics"]["lat_us.p99"], cell["metrics"]["msgs_per_sec"]
+    print(f"slow/fast p99 {p99['ratio']:.2f} [{p99['ratio_lo']:.2f}, {p99['ratio_hi']:.2f}]; "
+          f"msgs/s {msgs['ratio']:.3f}; {info['comparisons'][0]['kept']} pairs")
+    # p99 from 8 requests of each 2 s window, on top of the host's jitter: its interval is wide (here
+    # [2.59, 8.12] in one run, [0.88, 6.86] in another), so the test reads its direction and the verdict's
+    # consistency with it, and the size of the change on the median
+    assert p99["ratio"] > 1.2 and p99["verdict"] in ("higher", "no significant change"), p99
+    assert cell["metrics"]["lat_us.p50"]["ratio_lo"] > 2, cell["metrics"]["lat_us.p50"]
+    assert cell["verdict"] == {"higher": "slower"}.get(p99["verdict"], p99["verdict"])
+    assert cell["label"].endswith("at 400/s")
+    assert 0.97 <= msgs["ratio"] <= 1.03, msgs  # the schedule's, whichever server
+    assert "open loop at 400 requests/s (constant arrivals), judged on lat_us.p99" in doc["method"]["text"]
+    rows = pd.read_parquet(tmp_path / "ab" / "results.parquet")
+    assert set(rows["rate"]) == {400} and (rows["msgs_per_sec"].between(380, 420)).all(), rows["msgs_per_sec"]
+    assert "lat_us.p99" in err and wait_no_children() == []
+
+
+def test_under_a_rate_the_verdict_is_the_stopping_metrics():
+    plan_ = ab.plan(RunConfig(backends=[], connections=[10], extra_dims={"rate": [1000]}), ["selector", "selector"], [])
+    closed = ab.plan(RunConfig(backends=[], connections=[10]), ["selector", "selector"], [])
+    assert plan_.metric == "lat_us.p99" and plan_.rate == 1000 and closed.metric == "msgs_per_sec" and not closed.rate
+    up = {"verdict": "higher", "better": False}
+    metrics = {"lat_us.p99": up, "msgs_per_sec": {"verdict": "no significant change", "better": None}}
+    assert ab._verdict(metrics, plan_) == "slower" and ab._verdict(metrics, closed) == "no significant change"
+    assert ab._verdict({"lat_us.p99": {"verdict": "lower", "better": True}}, plan_) == "faster"
+    assert ab._verdict({}, plan_) == "not measured"
+
+
+def test_the_default_window_holds_enough_requests_for_a_p99():
+    assert ab.default_window({}) == 0.3
+    assert ab.default_window({"rate": [1000]}) == 2.0  # 2,000 requests: a p99 of 20
+    assert ab.default_window({"rate": [50_000]}) == 0.3
+
+
 def test_builtin_variants_with_probes_count_syscalls_and_report_works(bpf, tmp_path):
     out = tmp_path / "ab"
     res = run_netprof("ab", "selector", "selector", "--window", "0.5", "--warmup", "0.2", "--max-time", "5",
@@ -110,6 +155,9 @@ def test_builtin_variants_with_probes_count_syscalls_and_report_works(bpf, tmp_p
     (["selector", "nosuch"], "unknown backend 'nosuch'"),
     (["selector", "--cmd", "true {port}", "--env", "C:X=1"], "there is no variant C"),
     (["selector", "selector", "--precision", "abc"], "--precision 'abc'"),
+    (["selector", "selector", "--rate", "1k,2k"], "give one --rate"),
+    (["selector", "selector", "--rate", "fast"], "--rate 'fast' is not a rate"),
+    (["selector", "selector", "--arrivals", "poisson"], "add --rate R"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     res = netprof_cli("ab", *args)
