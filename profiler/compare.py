@@ -316,6 +316,34 @@ def _steal_share(meta: dict) -> float | None:
         return None
 
 
+# Separate runs on this kind of host spread up to 25% (docs/ab.md): an msgs/s interval wider than this is
+# said to be wider, and that `netprof ab` resolves ±1% by pairing cells on warm servers.
+RESOLUTION_WARN = 0.05
+
+
+def resolution(cell: dict) -> float | None:
+    """The msgs/s change these runs can resolve in `cell`: the half-width of its ratio's interval, as a share
+    (0.08: ±8%); None without an interval (fewer than MIN_ROUNDS rounds on a side)."""
+    m = cell["metrics"].get("msgs_per_sec") or {}
+    lo, hi = m.get("ratio_lo"), m.get("ratio_hi")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    return (hi - lo) / 2
+
+
+def resolution_warning(cells: list[dict]) -> str | None:
+    """One line when the runs cannot see a change of RESOLUTION_WARN: the widest cell and the way out."""
+    widths = [(w, c["label"]) for c in cells if (w := c.get("resolution")) is not None]
+    if not widths:
+        return None
+    w, label = max(widths)
+    if w <= RESOLUTION_WARN:
+        return None
+    return (f"these runs resolve msgs/s to ±{w:.0%} ({label}; the spread of their rounds): a smaller change is "
+            "invisible here; `netprof ab` alternates both sides in pairs on warm servers and resolves ±1% on "
+            "this kind of host (docs/ab.md)")
+
+
 def warnings_for(base: Run, new: Run) -> list[str]:
     """What differs between the runs besides the cells: machine, versions, pinning, probes, load."""
     out = []
@@ -437,12 +465,13 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if:
             cell = {**dict(zip(m.keys, key)), "label": label(b.iloc[0]), **judge_cell(b, n)}
             cell["verdict"] = cell["metrics"].get("msgs_per_sec", {}).get("verdict", "not measured")
             cell["why"] = why(cell["label"], cell["metrics"])
+            cell["resolution"] = resolution(cell)
             cell["flamegraph_diff"] = _flame_diff(base, new, b.iloc[0], n.iloc[0], cell, out_dir, i)
             cells.append(cell)
         comparisons.append({
             "new": {"path": new.given, "name": new.name},
             "matched_on": m.keys, "compared_across": {k: list(v) for k, v in m.across.items()},
-            "warnings": warnings_for(base, new),
+            "warnings": warnings_for(base, new) + [w for w in [resolution_warning(cells)] if w],
             "unmatched": {"base_only": m.base_only, "new_only": m.new_only},
             "cells": cells,
         })

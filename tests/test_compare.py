@@ -224,6 +224,27 @@ def test_socket_wait_figures_are_judged(tmp_path):
     assert cell["metrics"]["sockwait.wait_p50_us"]["mean_new"] == pytest.approx(1e-3)
 
 
+def test_compare_states_its_resolution_and_points_to_ab_when_it_is_wide(tmp_path):
+    """Issue 33: separate runs resolve only what their rounds' spread allows. Rounds of 80-120k msgs/s
+    (this host's regimes) cannot tell ±10% apart: the comparison says so and names netprof ab; rounds
+    within ±1% resolve a few percent, and nothing is said."""
+    def run(name: str, values: tuple[float, ...]):
+        return _store(tmp_path / name, [make_row(round=r, mps=v) for r, v in enumerate(values, 1)])
+
+    wide_a, wide_b = run("wa", (80e3, 100e3, 120e3)), run("wb", (120e3, 85e3, 100e3))
+    comp = compare.compare([wide_a, wide_b])["comparisons"][0]
+    (cell,) = comp["cells"]
+    m = cell["metrics"]["msgs_per_sec"]
+    assert cell["resolution"] == pytest.approx((m["ratio_hi"] - m["ratio_lo"]) / 2) and cell["resolution"] > 0.1
+    (said,) = [w for w in comp["warnings"] if "resolve" in w]
+    assert f"±{cell['resolution']:.0%}" in said and "`netprof ab`" in said and cell["label"] in said
+    tight = compare.compare([run("ta", (99e3, 100e3, 101e3)), run("tb", (101e3, 100e3, 99.5e3))])["comparisons"][0]
+    assert tight["cells"][0]["resolution"] < 0.05 and not [w for w in tight["warnings"] if "resolve" in w]
+    # one round a side: no interval, no resolution to state
+    few = compare.compare([run("fa", (99e3,)), run("fb", (100e3,))])["comparisons"][0]
+    assert few["cells"][0]["resolution"] is None and not [w for w in few["warnings"] if "resolve" in w]
+
+
 @pytest.mark.parametrize("bad", ["slowr:5%", "slower", "slower:+5%", "p99:-10%", "syscalls:lots"])
 def test_malformed_fail_if_names_the_fix(bad):
     with pytest.raises(InputError, match="--fail-if slower:5%,p99:\\+10%,syscalls:\\+0.5"):

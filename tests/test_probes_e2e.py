@@ -95,12 +95,26 @@ def test_no_bpf_program_left_after_ctrl_c(tmp_path):
 
 
 def test_unpinned_threads_switch_more(tmp_path):
-    """The seed's futex storm: without pinning, thread-per-connection pays more context switches."""
+    """The seed's futex storm: without pinning, thread-per-connection pays more context switches, and the
+    GIL's handoffs between CPUs show as futex calls. How hard it storms is the scheduler's choice: here
+    unpinned cells made 1.09-5.6 switches and 0.17-9.2 futex calls per message against 1.00-1.01 and
+    ≤ 0.01 pinned, and a fresh-clone CI once saw 1.003 unpinned (the scheduler kept the threads on the
+    backend's CPU, the loader's being busy). So: measured again, at most 3 times, until the unpinned cell
+    storms; a pinned cell never migrates."""
     require_bpf()
-    rows = _run(tmp_path, "thread", "-c", "100", "--pin", "both")  # one run: the cell pinned, then free
-    (pinned,) = [r for r in rows if r["pinned"] is True]
-    (free,) = [r for r in rows if r["pinned"] is False]
-    assert free["ctx_switches_per_msg"] > pinned["ctx_switches_per_msg"], (pinned, free)
+    seen = []
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        rows = _run(tmp_path / str(attempt), "thread", "-c", "100", "--pin", "both")  # the cell pinned, then free
+        (pinned,) = [r for r in rows if r["pinned"] is True]
+        (free,) = [r for r in rows if r["pinned"] is False]
+        assert pinned["ctx"]["migrations_per_msg"] == 0, pinned["ctx"]
+        futex = [r["syscalls_per_msg"].get("futex", 0.0) for r in (pinned, free)]
+        seen.append((pinned["ctx_switches_per_msg"], free["ctx_switches_per_msg"], *futex))
+        if free["ctx_switches_per_msg"] > pinned["ctx_switches_per_msg"] and futex[1] > futex[0] + 0.05:
+            break
+    else:
+        pytest.fail(f"no futex storm unpinned in 3 runs (ctx pinned, ctx free, futex pinned, futex free): {seen}")
 
 
 def test_counts_agree_with_perf_stat():
