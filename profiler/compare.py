@@ -323,7 +323,7 @@ RESOLUTION_WARN = 0.05
 
 def resolution(cell: dict) -> float | None:
     """The msgs/s change these runs can resolve in `cell`: the half-width of its ratio's interval, as a share
-    (0.08: ±8%); None without an interval (fewer than MIN_ROUNDS rounds on a side)."""
+    (0.08: ±8%); None without an interval (one round on a side, or BASE's mean not clearly away from 0)."""
     m = cell["metrics"].get("msgs_per_sec") or {}
     lo, hi = m.get("ratio_lo"), m.get("ratio_hi")
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):

@@ -65,7 +65,9 @@ def test_a_slower_variant_is_resolved_as_slower(echo, tmp_path):
     comp = info["comparisons"][0]
     assert comp["kept"] + comp["dropped"] == comp["pairs"] >= 3
     assert [p["order"] for p in comp["pairs_detail"][:4]] == ["AB", "BA", "AB", "BA"][:len(comp["pairs_detail"])]
-    assert all(p["canary_ns"]["base"] and p["d"]["msgs_per_sec"] < 0 for p in comp["pairs_detail"])
+    # every pair the host left alone shows the spin (a pair with a stalled cell is dropped and may show anything)
+    assert all(p["canary_ns"]["base"] for p in comp["pairs_detail"])
+    assert all(p["d"]["msgs_per_sec"] < 0 for p in comp["pairs_detail"] if not p["dropped"])
     assert info["canary_samples"] > 100  # ~100 a second
     # the results directory: rows tagged by variant (what `netprof report` reads), ab.json, compare's pages
     rows = pd.read_parquet(out / "results.parquet")

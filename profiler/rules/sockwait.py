@@ -53,7 +53,7 @@ def wait_starvation(ctx: Context) -> list[Anomaly]:
             continue
         n = _most_n(r)
         ev = {"p90 wait, least-served 10% of connections (µs)": r2(least, 0),
-              f"p90 wait, {n} (µs)": r2(most, 1),
+              f"p90 wait, {'most-served 10% of connections' if n == 'most-served tenth' else n} (µs)": r2(most, 1),
               "ratio": r2(ratio, 0), **_wait_evidence(w),
               "bytes read in the window, least-served 10% / most-served (median)": _served(r),
               "Jain index (1 = fair)": r2(num(r, "per_conn.jain"))}
