@@ -741,23 +741,23 @@ KEPT_UP = 0.95
 
 def _short_of_rate(records: list[CellRecord], variants: list[Variant], rate: float) -> dict[str, float]:
     """Under --rate: the variants that did not keep up (label → median achieved requests/s)."""
-    out: dict[str, float] = {}
     if not rate:
-        return out
-    for i, v in enumerate(variants):
-        got = [float(m) for r in records if r.variant == i and (m := r.row.get("msgs_per_sec")) is not None]
-        if got and float(np.median(got)) < KEPT_UP * rate:
-            out[v.label] = float(np.median(got))
-    return out
+        return {}
+    achieved = _medians(records, variants, lambda row: row.get("msgs_per_sec"))
+    return {label: m for label, m in achieved.items() if m is not None and m < KEPT_UP * rate}
 
 
 def _loader_fracs(records: list[CellRecord], variants: list[Variant]) -> dict[str, float | None]:
     """Each variant's median loader CPU share (of its CPUs) over its cells."""
+    return _medians(records, variants, lambda row: (row.get("loader_cpu") or {}).get("cpu_frac"))
+
+
+def _medians(records: list[CellRecord], variants: list[Variant], get) -> dict[str, float | None]:
+    """label → the median of `get(row)` over the variant's cells (None: no cell had it)."""
     out: dict[str, float | None] = {}
     for i, v in enumerate(variants):
-        fr = [float(f) for r in records if r.variant == i and (f := (r.row.get("loader_cpu") or {}).get("cpu_frac"))
-              is not None]
-        out[v.label] = float(np.median(fr)) if fr else None
+        vals = [float(x) for r in records if r.variant == i and (x := get(r.row)) is not None]
+        out[v.label] = float(np.median(vals)) if vals else None
     return out
 
 
