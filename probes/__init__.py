@@ -21,15 +21,26 @@ Nothing needs bcc until a probe set is created, so `check_available()`, `proc_cp
 `per_message_notation()` work everywhere.
 """
 
-from .base import ProbeError, syscall_name, syscall_number
-from .counting import CountingProbes, ProbeDelta, Snapshot, check_available, delta, per_message_notation
-from .proc import proc_cpu_times, proc_delta
-from .sockwait import ConnWait, SockWaitDelta, SockWaitProbes, SockWaitSnapshot, WaitDist, sockwait_delta
-from .stacks import DEFAULT_SYSCALLS, StackProbes
+import importlib
 
-__all__ = [
-    "ProbeError", "check_available", "syscall_name", "syscall_number",
-    "CountingProbes", "ProbeDelta", "Snapshot", "delta", "per_message_notation",
-    "proc_cpu_times", "proc_delta", "StackProbes", "DEFAULT_SYSCALLS",
-    "SockWaitProbes", "SockWaitSnapshot", "SockWaitDelta", "WaitDist", "ConnWait", "sockwait_delta",
-]
+# Where each name lives. Imported on first use (PEP 562), so that `netprof.probes.base` alone is light: the
+# command starts compiling the counting set (profiler/entry.py) before pandas, which the row shaping needs,
+# is imported beside it.
+_WHERE = {
+    "ProbeError": ".base", "syscall_name": ".base", "syscall_number": ".base",
+    "CountingProbes": ".counting", "ProbeDelta": ".counting", "Snapshot": ".counting", "check_available": ".counting",
+    "delta": ".counting", "per_message_notation": ".counting",
+    "proc_cpu_times": ".proc", "proc_delta": ".proc",
+    "ConnWait": ".sockwait", "SockWaitDelta": ".sockwait", "SockWaitProbes": ".sockwait",
+    "SockWaitSnapshot": ".sockwait", "WaitDist": ".sockwait", "sockwait_delta": ".sockwait",
+    "DEFAULT_SYSCALLS": ".stacks", "StackProbes": ".stacks",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    globals()[name] = value  # once
+    return value

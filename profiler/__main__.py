@@ -1,3 +1,3 @@
-from netprof.profiler.cli import main
+from netprof.profiler.entry import main
 
 main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -316,7 +317,7 @@ def run(
 
     # The report's drawing process, started before the capability checks: its matplotlib import runs beside
     # their BPF compile (and is waited for before the run, never during a measured load), not after the run.
-    with plotset.warm(report._draw, preload=["netprof.profiler.plots"]):
+    with plotset.warm(report._draw, preload=report.DRAW_PRELOAD):
         _execute(cfg, as_json, quiet=quiet, verbose=verbose)
 
 
@@ -427,6 +428,8 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
     elif (index := results.read_json(outcome.out_dir, "flamegraphs/index.json")) is not None:
         # read as results.py reads: under sudo the directory is the caller's, who could swap in a link
         print(json.dumps(index) if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
+    if outcome.closing is not None:
+        outcome.closing.join()  # the probes came off while the report was written
     if outcome.error:
         fail(f"netprof's own error: {outcome.error} (traceback in {outcome.out_dir}/{runner.ERROR_LOG}); "
              f"{len(outcome.store.rows)} finished cells and their report are kept in {outcome.out_dir}",
@@ -770,6 +773,11 @@ def main() -> None:
     except Exception as e:  # a bug: still one line, and the exit code that says so
         say_error(f"internal error: {type(e).__name__}: {e}")
         sys.exit(EXIT_INTERNAL)
+    finally:
+        # The process ends next: its last garbage collections over pandas' and BCC's objects are ~0.1 s of
+        # a short run's exit and free nothing the kernel does not. Exit handlers and refcounted clean-ups
+        # (temp directories, open files) still run.
+        gc.freeze()
 
 
 if __name__ == "__main__":

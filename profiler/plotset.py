@@ -286,7 +286,7 @@ class Warm:
     `ready()` waits until the import is done; `close()` ends and reaps it if no report took it."""
 
     def __init__(self, draw: Draw, preload: Sequence[str]) -> None:
-        self.draw = draw
+        self.draw, self.preload = draw, tuple(preload)
         self.pid: int | None = None
         self.ready_r = self.job_w = self.out_r = -1
         self.is_ready = False
@@ -355,13 +355,28 @@ class Warm:
 _warm: Warm | None = None  # the process `start` gives its job to, while `warm` keeps one
 
 
+def begin(draw: Draw, preload: Sequence[str]) -> None:
+    """Fork the drawing process now, before the command is even parsed (profiler/entry.py), so that its
+    import runs beside the CLI's own; the `warm` block of the same draw and preload adopts it. One that no
+    block adopts ends with netprof: its job pipe closes at exit (and the kernel kills it if netprof is
+    killed)."""
+    global _warm
+    if _warm is None:
+        _warm = Warm(draw, preload)
+
+
 @contextlib.contextmanager
 def warm(draw: Draw, preload: Sequence[str]) -> Iterator[Warm]:
-    """A drawing process for the report of what the `with` block runs: forked now, importing `preload`
-    (what `draw` imports) meanwhile; `start(..., draw)` gives it its job; ended and reaped at the
-    block's end whatever happens (the kernel kills it if netprof itself is killed)."""
+    """A drawing process for the report of what the `with` block runs: the one `begin` forked for the same
+    draw and preload, or one forked now, importing `preload` (what `draw` imports) meanwhile; `start(...,
+    draw)` gives it its job; ended and reaped at the block's end whatever happens (the kernel kills it if
+    netprof itself is killed)."""
     global _warm
-    w = Warm(draw, preload)
+    w = _warm if _warm is not None and _warm.draw is draw and _warm.preload == tuple(preload) else None
+    if w is None:
+        if _warm is not None:
+            _warm.close()
+        w = Warm(draw, preload)
     _warm = w
     try:
         yield w

@@ -508,6 +508,9 @@ def render(out: Path, context: dict) -> tuple[Path, Path]:
     return out / "report.md", out / "report.html"
 
 
+DRAW_PRELOAD = ("netprof.profiler.plots",)  # what _draw imports: a warm drawing process imports it ahead
+
+
 def _draw(name: str, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> bytes | None:
     """One plot's SVG, for plotset (which calls it in its drawing children, or not at all when its cache
     has the set). The import is deferred on purpose: matplotlib takes ~0.5 s to import."""

@@ -1,5 +1,5 @@
 """What a netprof running as root takes from its caller's environment, decided once, before the CLI
-parses anything (`setup()`, first thing in `cli.main()`).
+parses anything (`setup()`, first thing in `entry.main()` and again, idempotent, in `cli.main()`).
 
 Under `sudo -E` (or `env_keep`) HOME, TMPDIR and XDG_* are the caller's, and everything root would find
 through them — pyenv's interpreters, the interpreter cache, ~/.cargo/bin, matplotlib's matplotlibrc and

@@ -524,3 +524,29 @@ def test_selector_per_message(bpf, probes):
     # With --warmup 0 every echo the backend did is inside [a, b]; connection setup adds a few calls.
     assert d.syscalls["recvfrom"] / messages == pytest.approx(1.0, abs=0.02)
     assert d.syscalls["sendto"] / messages == pytest.approx(1.0, abs=0.02)
+
+
+def test_a_compile_begun_ahead_is_taken_by_the_set_of_the_same_flags_only(bpf):
+    """base.prefetch (profiler/entry.py starts one before the CLI's imports): the counting set made with
+    the same source and flags takes the object compiled ahead instead of compiling; other flags do not."""
+    from netprof.probes import base
+    from netprof.probes.counting import counting
+
+    counting.prefetch(syscall_time=False)
+    key = base._key(counting.SOURCE, counting._cflags(True, False, counting.TIME_EVERY))
+    thread, done = base._AHEAD[key]
+    thread.join(timeout=60)
+    assert done, "the compile ahead failed"
+    with CountingProbes(syscall_time=False) as p:
+        assert p.bpf is done[0] and key not in base._AHEAD
+    counting.prefetch(syscall_time=True)
+    other = base._key(counting.SOURCE, counting._cflags(True, True, counting.TIME_EVERY))
+    thread, done = base._AHEAD[other]
+    thread.join(timeout=60)
+    try:
+        with CountingProbes(syscall_time=False) as p:
+            assert p.bpf is not done[0]
+    finally:
+        base._AHEAD.pop(other, None)
+        for b in done:
+            b.cleanup()

@@ -290,3 +290,100 @@ def test_selfcost_of_the_real_counting_set_is_kept_for_the_next_run(bpf, cache_r
     assert kept["source"] == "cache"
     assert {k: kept[k] for k in ("bare_ns", "added_target_ns", "added_bystander_ns")} == \
         {k: fresh[k] for k in ("bare_ns", "added_target_ns", "added_bystander_ns")}
+
+
+# --- the `netprof` entry: slow starts begun before the CLI's imports (profiler/entry.py) -------------------
+
+@pytest.mark.parametrize("args,compile_,draw", [
+    (["run", "selector"], True, True),
+    (["run", "selector", "--no-probes"], False, True),
+    (["run", "selector", "-h"], False, False),
+    (["ab", "selector", "selector"], True, False),
+    (["knee", "selector", "--slo", "p99<5ms"], True, False),
+    (["report", "/tmp/x"], False, False),
+    (["list"], False, False),
+    ([], False, False),
+])
+def test_entry_guesses_what_the_command_will_need(args, compile_, draw):
+    from netprof.profiler import entry
+
+    assert entry.counting_wanted(args) is compile_
+    assert entry.report_wanted(args) is draw
+
+
+def test_entry_begins_the_compile_and_the_drawing_process_before_importing_the_cli():
+    """Run as `netprof run` with a bad backend (exit 2 after parsing): both were begun, the CLI not yet
+    imported, the compile with the run's own flag."""
+    code = textwrap.dedent("""
+        import sys
+        from netprof.profiler import entry, plotset
+        from netprof.probes.counting import counting
+        seen = []
+        counting.prefetch = lambda syscall_time=False: seen.append(("compile", syscall_time,
+                                                                  "netprof.profiler.cli" in sys.modules))
+        plotset.begin = lambda draw, preload: seen.append(("draw", draw.__name__, tuple(preload),
+                                                           "netprof.profiler.cli" in sys.modules))
+        sys.argv = ["netprof", "run", "no_such_backend", "--syscall-time"]
+        try:
+            entry.main()
+        except SystemExit as e:
+            print(repr((seen, e.code)))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    seen, code_ = eval(out.stdout.strip().splitlines()[-1])
+    assert seen == [("compile", True, False), ("draw", "_draw", report.DRAW_PRELOAD, False)], out.stderr
+    assert code_ == 2
+
+
+def test_a_drawing_process_begun_early_is_adopted_by_the_run_block(tmp_path, cache_root):
+    cells = stats.aggregate(_df(tmp_path))
+    plotset.begin(_fake_svg, ["json"])
+    early = plotset._warm
+    assert early is not None and early.pid is not None
+    early_pid = early.pid
+    try:
+        with plotset.warm(_fake_svg, preload=["json"]) as warm:
+            assert warm is early  # no second fork
+            assert warm.ready(timeout=30)
+            with plotset.start(cells, None, tmp_path, _fake_svg) as pending:
+                assert [c for c, _ in pending.children] == [early_pid]
+                assert len(pending.result()) == len(plotset.PLOTS)
+        assert plotset._warm is None
+        plotset.begin(_fake_svg, ["json"])  # begun for another preload: ended, and the block forks its own
+        other = plotset._warm
+        pid = other.pid
+        with plotset.warm(_fake_svg, preload=[]) as warm:
+            assert warm is not other and _gone(pid)
+    finally:
+        if plotset._warm is not None:
+            plotset._warm.close()
+            plotset._warm = None
+
+
+def test_probes_close_in_a_thread_after_every_cost_is_read():
+    """runner.cost_and_close_meanwhile: costs in `meta` at once, the list emptied, the closing done by
+    another thread that the caller joins."""
+    import threading
+
+    from netprof.profiler import runner
+
+    closed_by = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def cost(self):
+            return {f"{self.name}_cost": 1.0}
+
+        def close(self):
+            time.sleep(0.05)  # a detach waits for the kernel
+            closed_by.append((self.name, threading.current_thread().name))
+
+    insts = [Fake("a"), Fake("b")]
+    meta: dict = {}
+    t0 = time.monotonic()
+    closing = runner.cost_and_close_meanwhile(insts, meta)
+    assert time.monotonic() - t0 < 0.05 and meta == {"a_cost": 1.0, "b_cost": 1.0} and insts == []
+    closing.join(timeout=10)
+    assert closed_by == [("a", "netprof-close-probes"), ("b", "netprof-close-probes")]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from .. import tree
 from ..base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, syscall_name
+from ..base import prefetch as base_prefetch
 
 NS = 1e-9
 _CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits")
@@ -115,6 +116,19 @@ def delta(a: Snapshot, b: Snapshot) -> ProbeDelta:
     )
 
 
+SOURCE = "counting/counting.bpf.c"
+TIME_EVERY = 16  # --syscall-time times 1 syscall in 16 (CountingProbes)
+
+
+def _cflags(track_children: bool, syscall_time: bool, time_every: int) -> list[str]:
+    return [f"-DTRACK_CHILDREN={int(track_children)}", f"-DTIME_EVERY={time_every if syscall_time else 0}"]
+
+
+def prefetch(syscall_time: bool = False) -> None:
+    """Start compiling the set check_available(syscall_time) compiles, in a thread (base.prefetch)."""
+    base_prefetch(SOURCE, _cflags(True, syscall_time, TIME_EVERY))
+
+
 class CountingProbes(LoadedProgram):
     """Compile once (~1 s), then target() a backend tree and snapshot() around each window.
 
@@ -124,7 +138,7 @@ class CountingProbes(LoadedProgram):
     syscalls (a power of two; 1 = all, exact but ~2x the cost of sampling).
     """
 
-    def __init__(self, track_children: bool = True, syscall_time: bool = False, time_every: int = 16,
+    def __init__(self, track_children: bool = True, syscall_time: bool = False, time_every: int = TIME_EVERY,
                  attached: bool = True) -> None:
         if time_every < 1 or time_every & (time_every - 1):
             raise ValueError("time_every must be a power of two")
@@ -133,8 +147,7 @@ class CountingProbes(LoadedProgram):
         self.time_every = time_every
         self.pid = 0
         self._gen = 0
-        self._load("counting/counting.bpf.c", [f"-DTRACK_CHILDREN={int(track_children)}",
-                                      f"-DTIME_EVERY={time_every if syscall_time else 0}"], attached=False)
+        self._load(SOURCE, _cflags(track_children, syscall_time, time_every), attached=False)
         try:
             assert self.bpf is not None  # _load() succeeded
             self._cfg, self._sc, self._cpu = self.bpf[b"cfg"], self.bpf[b"sc"], self.bpf[b"cpu"]

@@ -47,7 +47,8 @@
 //         -DWH=<n> (per-connection log2 wait buckets: [2^i, 2^(i+1)) ns, the last one open)
 //         -DOFF_FAMILY -DOFF_PROTOCOL -DOFF_PORTPAIR -DOFF_COPIED_SEQ -DOFF_RCV_NXT (bytes from struct sock *)
 #include <uapi/linux/ptrace.h>
-#include <linux/sched.h>
+// No <linux/sched.h>: nothing here uses it, and parsing it was 0.4 s of each compile (the bytecode is
+// the same without it; bench/RESULTS.md, start-up).
 
 #define FIFO_MASK (FIFO - 1)
 #define SUB_BITS 4                     // 16 linear sub-buckets per power of two: ≤ 6.25% bucket width

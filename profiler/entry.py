@@ -1,0 +1,49 @@
+"""The `netprof` command: the CLI (cli.py), with the slow starts of `run` begun first.
+
+Three things a short run waits for before its first cell do not need each other: importing the CLI, pandas
+and the report (~0.5 s), compiling the counting set (~0.35 s of BCC's C++, the GIL released) and the report's
+drawing process importing matplotlib (~0.4 s, plotset.warm). Begun one after the other they were most of a
+1-second run's start-up; here the compile starts in a thread and the drawing process is forked before the
+CLI is imported, so the three share the CPUs (bench/startup.py). A guess from the raw arguments, before typer
+parses them: a wrong one costs work nobody takes (a compile: load() takes one only for the same source and
+flags; a drawing process: it exits with netprof), never a wrong result.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from netprof.profiler import rootenv
+
+MEASURING = ("run", "ab", "knee")  # commands whose cells carry the counting set unless --no-probes
+
+
+def counting_wanted(args: list[str]) -> bool:
+    return (bool(args) and args[0] in MEASURING and "--no-probes" not in args
+            and not {"-h", "--help"} & set(args))
+
+
+def report_wanted(args: list[str]) -> bool:
+    return bool(args) and args[0] == "run" and not {"-h", "--help"} & set(args)
+
+
+def main() -> None:
+    rootenv.setup()  # first: nothing may find files through the caller's HOME or TMPDIR (the compile reads files)
+    args = sys.argv[1:]
+    if counting_wanted(args):
+        from netprof.probes.counting import counting
+
+        counting.prefetch(syscall_time="--syscall-time" in args)
+    if report_wanted(args):
+        # The report's drawing process (plotset.warm), forked now: its matplotlib import runs beside the
+        # compile and the CLI's imports instead of after them; `run` adopts it.
+        from netprof.profiler import plotset, report
+
+        plotset.begin(report._draw, report.DRAW_PRELOAD)
+    from netprof.profiler import cli  # the rest of the imports, beside the compile
+
+    cli.main()
+
+
+if __name__ == "__main__":
+    main()
