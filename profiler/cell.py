@@ -19,7 +19,7 @@ from netprof.probes import proc_cpu_times, registry
 from netprof.probes.instrument import Counted, Instrument
 from netprof.profiler import servers, stats
 from netprof.profiler.interpreters import Interpreter
-from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
+from netprof.profiler.loader_client import LoaderError, RunRequest, RunsLoad
 from netprof.profiler.plan import Cell, RunConfig
 from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup
 from netprof.profiler.servers import Running
@@ -66,7 +66,7 @@ class CellEnv:
     remote link (None: loopback) and the evidence rounds' hooks."""
 
     cfg: RunConfig
-    loader: Loader
+    loader: RunsLoad  # a Loader, or a LoaderSet (--loader-hosts with several hosts)
     interp: Interpreter
     instruments: tuple[Instrument, ...] = ()  # opened once per run (runner.open_instruments), in reading order
     link: Any = None  # netprof.profiler.netns.RemoteLink
@@ -233,7 +233,7 @@ def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "arrivals": cfg.arrivals_setting(),
-        "pinned": cell.pinned, "workers": cfg.workers,
+        "pinned": cell.pinned, "workers": cfg.workers, "loader_host": ",".join(cfg.loader_hosts),
         **dict(cell.extra), "status": "failed", "error": None,
         # Each instrument's group, in every row: its figures join it when it ran (Instrument.row).
         **{group: {"attached": False} for group in registry.groups()},
@@ -328,6 +328,8 @@ def measure_row(row: dict, result: dict, marks: _Marks, instruments: tuple[Instr
         "unanswered": result.get("unanswered", {}),
         "probes": [i.name for i in instruments],
     })
+    if "loaders" in result:  # --loader-hosts with several hosts: what each did (loaderset.py)
+        row["loaders"] = result["loaders"]
     open_loop_row(row, result, head)
     if phases:
         row["probed"] = {"messages": probed.get("messages"), "duration_s": probed.get("duration_s"),

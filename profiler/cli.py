@@ -38,6 +38,7 @@ from netprof.profiler.plan import (
     parse_tags,
     validate,
 )
+from netprof.profiler.sshlink import parse_hosts
 
 EXAMPLES = """
 Examples:
@@ -241,6 +242,15 @@ def run(
     sources: str = typer.Option(
         "auto", "--sources", metavar="ADDRS|auto",
         help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
+    loader_hosts: str = typer.Option(
+        "", "--loader-hosts", metavar="[USER@]HOST",
+        help="Run the loader on another host, over ssh (a `netprof agent` there; the server and probes stay "
+             "here): a host as your ssh config names it."),
+    ssh_config: Path | None = typer.Option(
+        None, "--ssh-config", metavar="FILE", help="ssh_config for --loader-hosts (default: your own ~/.ssh/config)."),
+    remote_netprof: str = typer.Option(
+        "", "--remote-netprof", metavar="PATH",
+        help="The netprof command on the loader hosts (default: this interpreter's path, with -m netprof.profiler)."),
     python: str = typer.Option(
         "", "--python", metavar="VERSIONS",
         help="Interpreter(s) for the backends: comma list of versions (3.11,3.13, via pyenv) or paths; default: "
@@ -310,6 +320,8 @@ def run(
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
+            loader_hosts=parse_hosts(loader_hosts), ssh_config=str(ssh_config) if ssh_config else "",
+            remote_netprof=remote_netprof,
             env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate)}, arrivals=arrivals,
         ))
     _confirm_long_plan(cfg, yes)
@@ -760,6 +772,15 @@ def knee_cmd(
             out_console().print(f"report: {outcome.out_dir / 'report.html'}", markup=False, highlight=False)
     if outcome.failed:
         fail(f"{outcome.failed} (the cells measured before are in {outcome.out_dir})", 1)
+
+
+@app.command(hidden=True)
+def agent() -> None:
+    """netprof's far side for --loader-hosts: JSON lines on stdin/stdout (docs/agent-protocol.md). Started by
+    the controller over ssh; not for people."""
+    from netprof.profiler import agent as agent_mod  # deferred: only the far side needs it
+
+    raise typer.Exit(agent_mod.main())
 
 
 def main() -> None:

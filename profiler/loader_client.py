@@ -23,7 +23,7 @@ import socket
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from netprof.profiler.errors import NetprofError
 from netprof.profiler.paths import loader_binary
@@ -75,6 +75,9 @@ class RunRequest:
     # (the fields are absent: a closed-loop request is byte for byte what it always was).
     rate: float | None = None
     arrivals: str | None = None
+    # Every latency object of the stats also carries its histogram's buckets (PROTOCOL.md, "Histograms"),
+    # to merge several loaders' stats (loaderset.py). False: the field is absent.
+    histograms: bool = False
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -87,6 +90,8 @@ class RunRequest:
         for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals"):
             if d[key] is None:
                 del d[key]
+        if not d["histograms"]:
+            del d["histograms"]
         if d["headers"]:
             d["headers"] = list(self.headers)
         else:
@@ -95,6 +100,13 @@ class RunRequest:
 
     def default_timeout(self) -> float:
         return self.connect_timeout + self.warmup + self.duration + STALL_GRACE_S
+
+
+class RunsLoad(Protocol):
+    """What a cell needs of its loader: one run (a Loader, or loaderset.LoaderSet for several hosts)."""
+
+    def run(self, req: RunRequest, on_event: Callable[[dict], None] | None = None,
+            timeout: float | None = None) -> dict | None: ...
 
 
 class LoaderError(NetprofError, RuntimeError):
@@ -149,12 +161,15 @@ class _LineReader:
 class Loader:
     """A running `netprof-loader --control-fd` process and our end of its private control channel."""
 
-    def __init__(self, proc: ManagedProcess, channel: socket.socket, netns: str | None = None) -> None:
+    def __init__(self, proc: ManagedProcess, channel: socket.socket, netns: str | None = None,
+                 reader: _LineReader | None = None) -> None:
+        """`proc` is the loader, or what carries its channel (an ssh session to an agent: sshlink.py, whose
+        handshake read the channel with `reader` first)."""
         self.proc = proc
         self.channel = channel  # our end of the socketpair; the loader holds the other
         self.netns = netns  # the network namespace the loader runs in (None: ours)
         self.link = None  # the RemoteLink the loader runs in (set by the runner), None on loopback
-        self._reader = _LineReader(channel)
+        self._reader = reader or _LineReader(channel)
         self._closed = False
 
     @classmethod

@@ -100,6 +100,9 @@ class RunConfig:
     remote: str = ""  # "" (loopback) or "netns" (two namespaces of our own, see profiler/netns.py)
     netem: str = ""  # netem spec for --remote netns, e.g. "delay=500us,jitter=50us"
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # loader source addresses
+    loader_hosts: list[str] = field(default_factory=list)  # --loader-hosts: the loader over ssh (sshlink.py)
+    ssh_config: str = ""  # --ssh-config FILE for those ssh sessions ("": the user's own)
+    remote_netprof: str = ""  # --remote-netprof PATH on the loader hosts ("": this interpreter's path)
     pythons: list[str] = field(default_factory=lambda: [""])  # --python specs; "" = netprof's own
     # Values of the dimensions only schema.py declares, by name (see Cell.extra); checked against it.
     extra_dims: dict[str, list] = field(default_factory=dict)
@@ -375,6 +378,24 @@ def parse_header_file(text: str, path: str) -> list[str]:
     return headers
 
 
+def check_loader_hosts(cfg: RunConfig, own: list[str]) -> None:
+    """--loader-hosts: what goes with it (sshlink.py runs the sessions)."""
+    if cfg.remote:
+        raise InputError("--loader-hosts and --remote netns both put the loader elsewhere: use one of them")
+    if own:
+        raise InputError("--loader-hosts runs built-in backends only for now (they listen on the address the "
+                         "loader host reaches this one by); your --cmd/--attach server listens on loopback")
+    if min(cfg.connections) < len(cfg.loader_hosts):
+        raise InputError(f"--connections {min(cfg.connections)} is fewer than the {len(cfg.loader_hosts)} loader "
+                         f"hosts that share them: give each at least one")
+    if cfg.sources not in (["127.0.0.1"], ["auto"]):
+        raise InputError("--sources is for loopback runs; a loader host connects from its own address")
+    if not shutil.which("ssh"):
+        raise InputError("--loader-hosts needs OpenSSH's `ssh`: run `make setup` (Debian openssh-client)")
+    if cfg.ssh_config and not os.path.isfile(cfg.ssh_config):
+        raise InputError(f"--ssh-config {cfg.ssh_config}: no such file")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     known = registry.names(include_test_only=True)
     own = [s.name for s in cfg.own]
@@ -442,6 +463,10 @@ def validate(cfg: RunConfig) -> RunConfig:
             Netem.parse(cfg.netem).check()
         except ValueError as e:
             raise InputError(str(e)) from None
+    if cfg.loader_hosts:
+        check_loader_hosts(cfg, own)
+    elif cfg.ssh_config or cfg.remote_netprof:
+        raise InputError("--ssh-config and --remote-netprof are for --loader-hosts: add it, or drop them")
     if cfg.remote == "netns":
         if os.geteuid() != 0:
             raise InputError("--remote netns needs root (it creates network namespaces); run as root or drop --remote")
@@ -454,6 +479,8 @@ def validate(cfg: RunConfig) -> RunConfig:
 
         n = min(MAX_LOADER_ADDRS, n_auto_sources(max(cfg.connections)))
         cfg.sources = [f"198.18.0.{2 + i}" for i in range(n)]  # the loader's end of the link (netns.py)
+    elif cfg.loader_hosts:
+        cfg.sources = []  # the loader host's own address, known once its agent answers (sshlink.py)
     elif cfg.sources == ["auto"]:
         cfg.sources = auto_sources(max(cfg.connections))
     elif len(cfg.sources) * CONNECTIONS_PER_SOURCE < max(cfg.connections):

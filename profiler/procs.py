@@ -432,12 +432,14 @@ def spawn(
     pass_fds: Sequence[int] = (),
     user: int | None = None,
     group: int | None = None,
+    stdio: int | None = None,
 ) -> ManagedProcess:
     """Start `argv` (as uid `user`/gid `group` when given, with no supplementary groups) in its own
     session, pinned to `cpus`, stderr to a pipe netprof reads (StderrTail), in SAFE_CWD (or `cwd`) with
     `child_env(env)`, inheriting no descriptor but `pass_fds`, killed when the calling thread exits
     (PR_SET_PDEATHSIG, armed after the uid change, which would clear it: call spawn from a thread that
-    outlives the child). A CPython child asked to write
+    outlives the child). `stdio`: a descriptor (a socket) that is the child's stdin and stdout both (an ssh
+    session carrying a private stream: sshlink.py). A CPython child asked to write
     perf maps (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it
     first (jitdump's spawn hook), so no planted link is followed."""
     start_watchdog()
@@ -449,8 +451,8 @@ def spawn(
     try:
         popen = subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdio is None else stdio,
+            stdout=stdio if stdio is not None else subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
             stderr=err_w,
             env=env,
             cwd=cwd or SAFE_CWD,

@@ -35,7 +35,7 @@ SUMMARY_JSON = "summary.json"
 # Nested groups of a row; everything else is a scalar column.
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "syscall_time_s",
           "ctx", "loader_cpu", "errors", "faults", "probed", "sockwait", "unanswered", "unprobed_parts",
-          "lat_sent_us", "open_loop")
+          "lat_sent_us", "open_loop", "loaders")
 
 
 def flatten(row: dict) -> dict:

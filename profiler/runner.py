@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from netprof.probes import registry
 from netprof.probes.instrument import Instrument
-from netprof.profiler import atomic, evidence, netns, reap, runlock, schema, units
+from netprof.profiler import atomic, evidence, netns, reap, runlock, schema, sshlink, units
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import EXIT_INTERNAL, NetprofError
@@ -103,7 +103,10 @@ def cost_and_close_meanwhile(instruments: list[Instrument], meta: dict) -> threa
 
 
 def _link(cfg: RunConfig):
-    """`--remote netns`: the two namespaces and their link (profiler/netns.py); else nothing."""
+    """`--remote netns`: the two namespaces and their link (profiler/netns.py); `--loader-hosts`: the loader
+    on another host over ssh (profiler/sshlink.py); else nothing."""
+    if cfg.loader_hosts:
+        return sshlink.SshLink(cfg.loader_hosts, cfg.ssh_config, cfg.remote_netprof)
     if cfg.remote != "netns":
         return contextlib.nullcontext(None)
     return netns.RemoteLink(cfg.netem or None, sources=len(cfg.sources))  # validate() sized cfg.sources
@@ -146,9 +149,14 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
     )
     try:
         with ProcessGroup() as group, progress:
-            loader = Loader.start(group, cpus=lcpus, threads=cfg.loader_threads,
-                                  prefix=link.loader_prefix if link else None,
-                                  netns=link.ns_loader if link else None)
+            if isinstance(link, sshlink.SshLink):  # on another host, over ssh: what it is is known once it runs
+                loader = link.start_loader(group, cpus=lcpus, threads=cfg.loader_threads)
+                meta["link"] = link.describe()
+                store.write_meta(meta)
+            else:
+                loader = Loader.start(group, cpus=lcpus, threads=cfg.loader_threads,
+                                      prefix=link.loader_prefix if link else None,
+                                      netns=link.ns_loader if link else None)
             extra = evidence.evidence_cells(cfg)
             total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
             task = progress.add_task("starting", total=total, phase="", last="")

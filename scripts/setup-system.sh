@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev googletest clang-format
   wrk
   iproute2 procps util-linux
+  openssh-server
   libzmq3-dev nlohmann-json3-dev
   chromium
 )
@@ -23,11 +24,40 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# openssh-server is here for scripts/lab.sh (SSH "hosts" in network namespaces, each running its own
+# `sshd -f CONFIG`). The system's own sshd must never be enabled or listening because of it: during
+# the install a policy-rc.d (exit 101: "action forbidden") stops its postinst from starting the daemon,
+# then the service is disabled and port 22 checked.
+installing_sshd=0
+for p in "${missing[@]}"; do [ "$p" = openssh-server ] && installing_sshd=1; done
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+drop_policy() { if [ "$made_policy" = 1 ]; then rm -f "$policy"; made_policy=0; fi; }
+trap drop_policy EXIT
+trap 'exit 130' INT TERM
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup-system: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  if [ "$installing_sshd" = 1 ] && [ ! -e "$policy" ] && [ ! -L "$policy" ]; then
+    printf '#!/bin/sh\n# setup-system.sh: no service starts during its apt-get install\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    made_policy=1
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  drop_policy
+fi
+if [ "$installing_sshd" = 1 ]; then
+  if command -v systemctl >/dev/null 2>&1; then
+    systemctl disable ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
+  if command -v update-rc.d >/dev/null 2>&1; then
+    update-rc.d ssh disable >/dev/null 2>&1 || true
+  fi
+  if [ -n "$(ss -Htln 'sport = :22' 2>/dev/null)" ]; then
+    echo "setup-system: something listens on port 22 after installing openssh-server (see: ss -tlnp 'sport = :22'); stop it: netprof's lab needs no system sshd" >&2
+    exit 1
+  fi
 fi
 
 # BCC compiles BPF C at run time against /lib/modules/$(uname -r)/build. This kernel ships no

@@ -196,7 +196,7 @@ class Channel {
       log(std::string(out.error_kind) + ": " + out.error_message);
     bool ok = true;
     if (out.stats.aborted || !out.error_kind)
-      ok = write_line(fd, {{"event", "result"}, {"stats", stats_json(out.stats)}});
+      ok = write_line(fd, {{"event", "result"}, {"stats", stats_json(out.stats, req.run.histograms)}});
     if (ok && out.error_kind) ok = write_line(fd, error_event(out.error_kind, out.error_message));
     return ok && !out.signalled;
   }

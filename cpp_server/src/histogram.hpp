@@ -29,6 +29,8 @@ class Histogram {
   uint64_t max() const { return max_; }  // exact, ns
   uint64_t min() const { return count_ ? min_ : 0; }
   double mean() const { return count_ ? double(sum_) / double(count_) : 0.0; }
+  uint64_t sum() const { return sum_; }                              // ns
+  const std::vector<uint64_t>& buckets() const { return buckets_; }  // by index_of (PROTOCOL.md, "Histograms")
   // Value (ns) at quantile q in [0, 1]: exact min/max for the first/last rank, otherwise the midpoint of the bucket
   // holding the ceil(q * count)-th smallest value (clamped to min/max). 0 when empty.
   double quantile(double q) const;

@@ -230,7 +230,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       "warmup",    "pipeline",    "think",       "connect_timeout", "sources",
       "transport", "probe_share", "protocol",    "request",         "headers",
       "body",      "host",        "line",        "progress",        "probe_guard",
-      "rate",      "arrivals"};
+      "rate",      "arrivals",    "histograms"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -329,6 +329,13 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     r.source_addrs.push_back(a);
   }
   if (!parse_open_loop(o, &r, why)) return false;
+  if (auto it = o.find("histograms"); it != o.end()) {
+    if (!it->is_boolean()) {
+      *why = "histograms must be true or false, got " + it->dump();
+      return false;
+    }
+    r.histograms = it->get<bool>();
+  }
   out->run = std::move(r);
   return true;
 }
@@ -337,11 +344,23 @@ namespace {
 double us(double ns) { return std::round(ns) / 1000.0; }  // ns -> µs, 1 ns resolution
 double r6(double x) { return std::round(x * 1e6) / 1e6; }
 
-json latency_json(const Histogram& h) {
-  return {{"p50", us(h.quantile(0.50))},   {"p90", us(h.quantile(0.90))},
-          {"p95", us(h.quantile(0.95))},   {"p99", us(h.quantile(0.99))},
-          {"p999", us(h.quantile(0.999))}, {"max", us(double(h.max()))},
-          {"mean", us(h.mean())},          {"count", h.count()}};
+json latency_json(const Histogram& h, bool histograms) {
+  json j = {{"p50", us(h.quantile(0.50))},   {"p90", us(h.quantile(0.90))},
+            {"p95", us(h.quantile(0.95))},   {"p99", us(h.quantile(0.99))},
+            {"p999", us(h.quantile(0.999))}, {"max", us(double(h.max()))},
+            {"mean", us(h.mean())},          {"count", h.count()}};
+  if (histograms) {  // sparse: [index, count] of the non-empty buckets, lowest first
+    json buckets = json::array();
+    const auto& b = h.buckets();
+    for (size_t i = 0; i < b.size(); i++)
+      if (b[i]) buckets.push_back({i, b[i]});
+    j["hist"] = {{"sub_bits", Histogram::kSubBits},
+                 {"min_ns", h.min()},
+                 {"max_ns", h.max()},
+                 {"sum_ns", h.sum()},
+                 {"buckets", buckets}};
+  }
+  return j;
 }
 
 double rate(uint64_t messages, double duration_s) {
@@ -363,13 +382,13 @@ json errors_json(const Stats& s) {
   return j;
 }
 
-json phase_json(const PhaseStats& p, bool open_loop) {
+json phase_json(const PhaseStats& p, bool open_loop, bool histograms) {
   json j = {{"messages", p.messages},
             {"duration_s", r6(p.duration_s)},
             {"msgs_per_sec", rate(p.messages, p.duration_s)},
             {"per_conn_messages", p.per_conn_messages},
-            {"latency_us", latency_json(p.latency)}};
-  if (open_loop) j["latency_sent_us"] = latency_json(p.latency_sent);
+            {"latency_us", latency_json(p.latency, histograms)}};
+  if (open_loop) j["latency_sent_us"] = latency_json(p.latency_sent, histograms);
   return j;
 }
 
@@ -447,7 +466,7 @@ void Stats::set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop)
   }
 }
 
-json stats_json(const Stats& s) {
+json stats_json(const Stats& s, bool histograms) {
   json j = {{"connections", s.connections},
             {"connected", s.connected},
             {"messages", s.messages},
@@ -457,7 +476,7 @@ json stats_json(const Stats& s) {
             {"pipeline", s.pipeline},
             {"protocol", protocol_name(s.protocol)},
             {"per_conn_messages", s.per_conn_messages},
-            {"latency_us", latency_json(s.latency)},
+            {"latency_us", latency_json(s.latency, histograms)},
             {"errors", errors_json(s)},
             {"setup_s", r6(s.setup_s)},
             {"warmup_s", r6(s.warmup_s)},
@@ -479,10 +498,10 @@ json stats_json(const Stats& s) {
   }
   if (s.has_phases) {
     j["probe_share"] = s.probe_share;
-    json probed = phase_json(s.phases[kProbed], s.open_loop);
+    json probed = phase_json(s.phases[kProbed], s.open_loop, histograms);
     probed["t_start"] = r6(s.probe_t_start);
     probed["t_stop"] = r6(s.probe_t_stop);
-    json unprobed = phase_json(s.unprobed(), s.open_loop);
+    json unprobed = phase_json(s.unprobed(), s.open_loop, histograms);
     json parts = json::array();
     for (int p : {kUnprobed, kUnprobedAfter}) {
       const PhaseStats& part = s.phases[p];
@@ -494,7 +513,7 @@ json stats_json(const Stats& s) {
     j["phases"] = {{"unprobed", unprobed}, {"probed", probed}};
     if (s.probe_guard > 0) {  // only for clients that asked for guards: the others see two phases
       j["probe_guard"] = s.probe_guard;
-      json guard = phase_json(s.phases[kGuard], s.open_loop);
+      json guard = phase_json(s.phases[kGuard], s.open_loop, histograms);
       guard["t_start"] = r6(s.guard_t_start);
       guard["t_stop"] = r6(s.guard_t_stop);
       j["phases"]["guard"] = guard;
@@ -503,7 +522,7 @@ json stats_json(const Stats& s) {
   if (s.open_loop) {  // only for clients that asked for a rate: closed-loop stats keep their exact shape
     j["rate"] = s.rate;
     j["arrivals"] = arrivals_name(s.arrivals);
-    j["latency_sent_us"] = latency_json(s.latency_sent);
+    j["latency_sent_us"] = latency_json(s.latency_sent, histograms);
     j["open_loop"] = open_loop_json(s);
   }
   return j;

@@ -88,6 +88,9 @@ struct RunRequest {
   double rate = 0;
   Arrivals arrivals = Arrivals::Constant;
   bool open_loop() const { return rate > 0; }
+  // Every latency object of the stats also carries its histogram's buckets (PROTOCOL.md, "Histograms"):
+  // for a client that merges several loaders' stats.
+  bool histograms = false;
   // Bytes of one message the loader sends: msize (echo) or the request's size.
   size_t message_bytes() const { return protocol == Protocol::Echo ? size_t(msize) : request_bytes.size(); }
 };
@@ -254,7 +257,7 @@ struct Stats {
   void set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop);
 };
 
-json stats_json(const Stats& s);
+json stats_json(const Stats& s, bool histograms = false);
 json event(const char* name);               // {"event": name}
 json event_at(const char* name, double t);  // {"event": name, "t": t}
 json error_event(const char* kind, const std::string& message);

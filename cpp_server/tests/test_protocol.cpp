@@ -217,3 +217,34 @@ TEST(Protocol, Abort) {
   EXPECT_NE(why_of(R"({"cmd":"abort","x":1})").find("unknown field 'x'"), std::string::npos);
   EXPECT_NE(why_of(R"({"cmd":"jump"})").find("run, ping or abort"), std::string::npos);
 }
+
+TEST(Protocol, HistogramsField) {
+  EXPECT_TRUE(ok(R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"histograms":true})").run.histograms);
+  EXPECT_FALSE(ok(R"({"cmd":"run","target":"127.0.0.1:9","connections":1})").run.histograms);
+  EXPECT_NE(why_of(R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"histograms":1})").find("histograms"),
+            std::string::npos);
+
+  Stats s;
+  s.connections = 1;
+  s.per_conn_messages = {3};
+  s.messages = 3;
+  s.duration_s = 1;
+  s.has_phases = true;
+  for (uint64_t ns : {5'000, 5'001, 2'000'000}) s.latency.record(ns);
+  s.phases[kProbed].latency.record(7'000);
+  EXPECT_FALSE(stats_json(s)["latency_us"].contains("hist"));  // only when asked: the shape stays
+  json j = stats_json(s, true);
+  const json& h = j["latency_us"]["hist"];
+  EXPECT_EQ(h["sub_bits"], Histogram::kSubBits);
+  EXPECT_EQ(h["min_ns"], 5000);
+  EXPECT_EQ(h["max_ns"], 2'000'000);
+  EXPECT_EQ(h["sum_ns"], 2'010'001);
+  uint64_t total = 0;
+  for (const auto& b : h["buckets"]) {
+    total += b[1].get<uint64_t>();
+    EXPECT_EQ(Histogram::index_of(Histogram::lower_of(b[0].get<size_t>())), b[0].get<size_t>());
+  }
+  EXPECT_EQ(total, 3u);
+  EXPECT_EQ(h["buckets"].size(), 2u);  // 5,000 and 5,001 ns share a bucket (its width is 64 ns)
+  EXPECT_EQ(j["phases"]["probed"]["latency_us"]["hist"]["buckets"].size(), 1u);
+}

@@ -1,0 +1,234 @@
+"""Loaders on other hosts, over OpenSSH (`--loader-hosts`): the controller's side of `netprof agent`.
+
+For each host, `ssh HOST NETPROF agent` is started with both ends of its stdio on one end of a socketpair
+(ssh carries the agent's private JSON-lines stream, agent.py), the agent is asked who it is (the same
+netprof version and protocol, or the run stops with one line), the clocks are compared, and the agent
+starts a loader whose control channel the same stream then carries: a `Loader` like a local one.
+
+ssh runs as the invoking user (SUDO_UID, with that user's HOME, so their ~/.ssh and agent keys), never as
+root with a configuration a user supplied: ssh_config's ProxyCommand, LocalCommand and `Match exec` run
+commands (docs/threat-model.md). BatchMode: a host that would prompt fails at once instead. The remote
+command is fixed (the netprof path, quoted, and `agent`); nothing the user typed reaches the remote shell.
+
+The server runs here, listening on the address the loader hosts reach this host by (the source of their
+ssh connection, SSH_CONNECTION), and each loader connects from its own address there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shlex
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+import netprof
+from netprof.profiler import paths
+from netprof.profiler.agent import PROTOCOL
+from netprof.profiler.errors import InputError
+from netprof.profiler.loader_client import Loader, LoaderError, _LineReader
+from netprof.profiler.loaderset import LoaderSet
+from netprof.profiler.netns import DEFAULT_CONNECT_TIMEOUT_S
+from netprof.profiler.procs import ProcessError, ProcessGroup
+
+HELLO_TIMEOUT_S = 20.0  # ssh's connect, key exchange and the far side's Python start
+CLOCK_SAMPLES = 5  # the offset is the one of the quickest round trip
+# A host name as ssh_config names it: no option-like or shell-special text (it also goes after "--").
+_HOST = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}@)?[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}$")
+
+
+def parse_hosts(text: str, option: str = "--loader-hosts") -> list[str]:
+    hosts = [h.strip() for h in text.split(",") if h.strip()] if text else []
+    for h in hosts:
+        if not _HOST.match(h):
+            raise InputError(f"{option}: '{h}' is not a host name ([USER@]HOST as in your ssh config)")
+    if len(set(hosts)) != len(hosts):
+        raise InputError(f"{option}: a host is listed twice")
+    return hosts
+
+
+def remote_command(remote_netprof: str) -> str:
+    """The command line the far side's shell runs: the netprof there and `agent`, quoted."""
+    if remote_netprof:
+        return f"{shlex.quote(remote_netprof)} agent"
+    return f"{shlex.quote(sys.executable)} -m netprof.profiler agent"  # the same path as ours
+
+
+def ssh_argv(host: str, ssh_config: str, remote_netprof: str) -> list[str]:
+    argv = ["ssh", "-T", "-x", "-a", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
+            "-o", "ServerAliveCountMax=3"]
+    if ssh_config:
+        argv += ["-F", ssh_config]
+    return [*argv, "--", host, remote_command(remote_netprof)]
+
+
+def _as_caller() -> tuple[int | None, int | None, dict[str, str]]:
+    """(uid, gid, env) for ssh: the sudo caller's, with their HOME and SSH_AUTH_SOCK; root's own otherwise."""
+    caller = paths.sudo_caller()
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TERM")}
+    if caller is None:
+        return None, None, {**env, "HOME": os.environ.get("HOME", "/root")}
+    uid, gid = caller
+    try:
+        home = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        raise InputError(f"SUDO_UID {uid} has no entry in the password database: run netprof through sudo "
+                         f"as a real user for --loader-hosts") from None
+    if sock := os.environ.get("SSH_AUTH_SOCK"):
+        env["SSH_AUTH_SOCK"] = sock
+    return uid, gid, {**env, "HOME": home, "USER": pwd.getpwuid(uid).pw_name}
+
+
+@dataclass
+class Clock:
+    offset_s: float  # the agent's CLOCK_MONOTONIC minus ours
+    error_s: float  # half the round trip the offset was measured over: the bound of its error
+
+
+def measure_clock(send, read) -> Clock:
+    best: tuple[float, float] | None = None
+    for _ in range(CLOCK_SAMPLES):
+        t0 = time.monotonic()
+        send({"cmd": "clock"})
+        evt = read()
+        t1 = time.monotonic()
+        if evt.get("event") != "clock" or not isinstance(evt.get("t"), (int, float)):
+            raise ProcessError(f"the agent answered {evt!r} to clock")
+        rtt = t1 - t0
+        if best is None or rtt < best[0]:
+            best = (rtt, evt["t"] - (t0 + t1) / 2)
+    assert best is not None
+    return Clock(offset_s=best[1], error_s=best[0] / 2)
+
+
+@dataclass
+class RemoteLoader:
+    host: str
+    loader: Loader
+    hello: dict
+    clock: Clock
+
+    @property
+    def controller_addr(self) -> str:
+        """This host's address as the loader host sees it (its ssh connection's source)."""
+        return self.hello["ssh_connection"].split()[0]
+
+    @property
+    def own_addr(self) -> str:
+        """The loader host's address its ssh connection came in on: the loader connects from it."""
+        return self.hello["ssh_connection"].split()[2]
+
+
+def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_netprof: str = "",
+                 cpus: str | None = None, threads: int = 1) -> RemoteLoader:
+    """An agent on `host` over ssh, checked, and its loader started; InputError naming the host on failure."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    uid, gid, env = _as_caller()
+    try:
+        proc = group.spawn(f"ssh {host}", ssh_argv(host, ssh_config, remote_netprof), stdio=theirs.fileno(),
+                           env=env, user=uid, group=gid)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    reader = _LineReader(ours)
+
+    def send(obj: dict) -> None:
+        ours.sendall((json.dumps(obj) + "\n").encode())
+
+    def read(timeout: float = HELLO_TIMEOUT_S) -> dict:
+        try:
+            evt = reader.read(time.monotonic() + timeout)
+        except (TimeoutError, ValueError, OSError) as e:
+            evt = None if not isinstance(e, ValueError) else {"event": "error", "message": str(e)}
+        if evt is None:
+            ours.close()
+            try:
+                proc.popen.wait(timeout=2)
+            except Exception:  # noqa: BLE001 (still running: stopped with the group)
+                pass
+            why = (proc.stderr_tail() or "").strip().splitlines()
+            try_it = " ".join(["ssh", *(["-F", ssh_config] if ssh_config else []), host, "true"])
+            raise InputError(f"--loader-hosts {host}: ssh or the agent failed: {why[-1] if why else 'no answer'} "
+                             f"(try `{try_it}`; keys, not passwords: BatchMode)")
+        return evt
+
+    try:
+        send({"cmd": "hello", "protocol": PROTOCOL, "version": netprof.__version__})
+        hello = read()
+        if hello.get("event") != "hello":
+            raise InputError(f"--loader-hosts {host}: the far side did not answer as a netprof agent: {hello!r}")
+        if hello.get("protocol") != PROTOCOL or hello.get("version") != netprof.__version__:
+            raise InputError(f"--loader-hosts {host}: its netprof is {hello.get('version')} (agent protocol "
+                             f"{hello.get('protocol')}), this one {netprof.__version__} (protocol {PROTOCOL}): "
+                             f"install the same netprof there (`make setup`), or point --remote-netprof at it")
+        if len(str(hello.get("ssh_connection", "")).split()) != 4:
+            raise InputError(f"--loader-hosts {host}: the agent has no SSH_CONNECTION: it must be started by sshd")
+        clock = measure_clock(send, read)
+        send({"cmd": "loader", "cpus": cpus, "threads": threads})
+        started = read()
+        if started.get("event") != "loader":
+            raise InputError(f"--loader-hosts {host}: the agent could not start a loader: "
+                             f"{started.get('message', started)}")
+        loader = Loader(proc, ours, reader=reader)
+        try:
+            loader.ping(timeout=10.0)
+        except LoaderError as e:
+            raise ProcessError(f"the loader on {host} did not answer: {e.message}") from None
+        return RemoteLoader(host, loader, hello, clock)
+    except BaseException:
+        ours.close()
+        raise
+
+
+class SshLink:
+    """`--loader-hosts`: the server here, its loaders on other hosts (runner.py opens it like a netns link)."""
+
+    backend_prefix = None
+    ns_loader = None
+    loader_prefix = None
+
+    def __init__(self, hosts: list[str], ssh_config: str = "", remote_netprof: str = "") -> None:
+        self.hosts, self.ssh_config, self.remote_netprof = hosts, ssh_config, remote_netprof
+        self.remotes: list[RemoteLoader] = []
+        self.backend_host = ""
+        self.loader_hosts: list[str] = []
+
+    def __enter__(self) -> SshLink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """The sessions end with the run's process group (runner.py), which stops each ssh client: the
+        agent then reads EOF and its loader exits."""
+
+    def start_loader(self, group: ProcessGroup, cpus: str | None, threads: int) -> Loader | LoaderSet:
+        """One loader per host (a LoaderSet when there are several); the server's address is the one the
+        first host reaches this one by (hosts on other networks would need their own: not supported)."""
+        for host in self.hosts:
+            self.remotes.append(start_loader(group, host, self.ssh_config, self.remote_netprof, cpus, threads))
+        first = self.remotes[0]
+        self.backend_host = first.controller_addr
+        self.loader_hosts = [first.own_addr]
+        if len(self.remotes) == 1:
+            return first.loader
+        other = [r.host for r in self.remotes if r.controller_addr != self.backend_host]
+        if other:
+            raise InputError(f"--loader-hosts: {', '.join(other)} reach this host by another address than "
+                             f"{self.hosts[0]} does ({self.backend_host}): the server listens on one")
+        return LoaderSet([r.loader for r in self.remotes], [[r.own_addr] for r in self.remotes],
+                         [r.host for r in self.remotes], [r.clock.offset_s for r in self.remotes],
+                         [r.clock.error_s for r in self.remotes])
+
+    def connect_timeout_s(self, connections: int = 1) -> float:
+        return DEFAULT_CONNECT_TIMEOUT_S
+
+    def describe(self) -> dict:
+        return {"mode": "ssh", "server_host": "local", "server_addr": self.backend_host,
+                "loaders": [{"host": r.host, "addr": r.own_addr, "agent_host": r.hello.get("host"),
+                             "clock_offset_s": r.clock.offset_s, "clock_error_s": r.clock.error_s}
+                            for r in self.remotes]}

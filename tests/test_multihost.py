@@ -1,0 +1,146 @@
+"""--loader-hosts over real OpenSSH, in the lab (scripts/lab.sh: network-namespace hosts with a real sshd
+each): the server and its probes here, the loader on a lab host, driven through `netprof agent`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from helpers import default_sigint, netprof_cmd, require, require_bpf, run_netprof
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB = ROOT / "scripts" / "lab.sh"
+
+
+def _lab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(LAB), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """Three lab hosts (lab1 the server's by the lab's convention, lab2 and lab3 for loaders); the ssh
+    config's path; taken down at the end. A lab already up is someone's: the test refuses to touch it."""
+    require(os.geteuid() == 0, "root (the lab creates network namespaces)")
+    require(os.path.exists("/usr/sbin/sshd"), "Debian's openssh-server (/usr/sbin/sshd)")
+    up = _lab("up", "3")
+    assert up.returncode == 0, up.stderr + up.stdout  # "exists": `scripts/lab.sh down` first
+    try:
+        yield up.stdout.strip().splitlines()[-1]
+    finally:
+        down = _lab("down")
+        assert down.returncode == 0, down.stderr
+
+
+def _far_side_processes() -> list[str]:
+    """Agents and loaders still running anywhere on the machine (the lab hosts share its process table)."""
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "netprof.profiler agent" in cmd or "netprof-loader" in cmd or cmd.startswith("ssh ") and " lab" in cmd:
+            left.append(f"{p.pid}: {cmd[:120]}")
+    return left
+
+
+def _gone_soon() -> list[str]:
+    deadline = time.monotonic() + 10
+    while (left := _far_side_processes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_loader_on_a_lab_host_counts_one_recv_per_message(lab, tmp_path):
+    require_bpf()
+    out = tmp_path / "r"
+    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
+                      "--loader-hosts", "lab2", "--ssh-config", lab, "-o", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = json.loads(res.stdout)["runs"][0]
+    assert row["status"] == "ok" and row["loader_host"] == "lab2"
+    assert row["connected"] == 100 if "connected" in row else row["per_conn"]["idle"] == 0
+    assert abs(row["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, row["syscalls_per_msg"]
+    link = json.loads((out / "meta.json").read_text())["link"]
+    assert link["mode"] == "ssh" and link["server_addr"] == "10.213.0.254"
+    (loader,) = link["loaders"]
+    assert loader["addr"] == "10.213.0.2" and abs(loader["clock_offset_s"]) <= loader["clock_error_s"] + 1e-3
+    assert not _gone_soon()
+
+
+def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp_path):
+    """-c 100 from lab2 and lab3 (50 each) against the same server as from lab2 alone: every connection
+    connected and served, the counts merged to 100, syscalls per message unchanged, throughput alike (one
+    machine's CPUs underneath both)."""
+    require_bpf()
+    rows = {}
+    for name, hosts in (("one", "lab2"), ("two", "lab2,lab3")):
+        res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
+                          "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(tmp_path / name))
+        assert res.returncode == 0, res.stderr[-2000:]
+        rows[name] = json.loads(res.stdout)["runs"][0]
+    two = rows["two"]
+    assert two["status"] == "ok" and two["connected"] == 100 and two["loader_host"] == "lab2,lab3"
+    assert two["loaders"]["hosts"] == "lab2,lab3" and two["loaders"]["connections"] == "50,50"
+    assert two["per_conn"]["idle"] <= rows["one"]["per_conn"]["idle"]
+    per_conn = pd.read_parquet(tmp_path / "two" / "per_conn.parquet")
+    assert len(per_conn) == 100 and sorted(per_conn["conn"]) == list(range(100)) and (per_conn["messages"] > 0).all()
+    assert abs(two["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, two["syscalls_per_msg"]
+    assert 0.7 <= two["msgs_per_sec"] / rows["one"]["msgs_per_sec"] <= 1.3, (two["msgs_per_sec"],
+                                                                           rows["one"]["msgs_per_sec"])
+    assert two["loaders"]["window_skew_s"] < 0.5
+    assert not _gone_soon()
+
+
+def test_sigkill_of_the_controller_leaves_nothing_on_the_lab_host(lab, tmp_path):
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "30", "-r", "1", "--no-probes",
+                                        "--loader-hosts", "lab2", "--ssh-config", lab, "-o", str(tmp_path / "r")),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("netprof-loader" in p for p in _far_side_processes()):
+            time.sleep(0.1)
+        assert any("netprof-loader" in p for p in _far_side_processes()), "the loader never started on lab2"
+        time.sleep(1.0)  # the run is under way
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        left = _gone_soon()
+        assert not left, left
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_unknown_host_and_refused_key_are_one_line_each(lab, tmp_path):
+    res = run_netprof("run", "selector", "-c", "10", "-d", "1", "-r", "1", "--no-probes",
+                      "--loader-hosts", "lab9", "--ssh-config", lab, "-o", str(tmp_path / "a"))
+    assert res.returncode == 2 and "lab9" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    bad = tmp_path / "ssh_config"
+    key = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    bad.write_text(Path(lab).read_text().replace("IdentityFile ", f"IdentityFile {key}\n  #"))
+    res = run_netprof("run", "selector", "-c", "10", "-d", "1", "-r", "1", "--no-probes",
+                      "--loader-hosts", "lab2", "--ssh-config", str(bad), "-o", str(tmp_path / "b"))
+    assert res.returncode == 2 and "lab2" in res.stderr and "Permission denied" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not _gone_soon()
+
+
+def test_an_agent_of_another_version_is_refused(lab, tmp_path):
+    """The far side runs the real agent under another version number (what an older install answers)."""
+    older = tmp_path / "old-netprof"
+    older.write_text("#!/bin/sh\nexec %s -c 'import netprof, sys; netprof.__version__ = \"0.0.1\"; "
+                     "from netprof.profiler import agent; sys.exit(agent.main())'\n" % (ROOT / ".venv/bin/python"))
+    older.chmod(0o755)
+    os.chmod(tmp_path, 0o755)
+    res = run_netprof("run", "selector", "-c", "10", "-d", "1", "-r", "1", "--no-probes",
+                      "--loader-hosts", "lab2", "--ssh-config", lab, "--remote-netprof", str(older),
+                      "-o", str(tmp_path / "r"))
+    assert res.returncode == 2 and "0.0.1" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not _gone_soon()
