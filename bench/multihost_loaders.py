@@ -71,7 +71,7 @@ def measure(blocks: int, connections: int, duration: float) -> dict:
     finally:
         if brought_up:
             subprocess.run(["bash", str(LAB), "down"], capture_output=True)
-    return {"when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": lib.commit(),
+    return {"when": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "commit": lib.commit(),
             "host": {"cpus": os.cpu_count(), "kernel": platform.release()},
             "settings": {"backend": "selector", "connections": connections, "duration_s": duration,
                          "blocks": blocks, "probes": False},
@@ -92,7 +92,8 @@ def summary(doc: dict) -> str:
         lines.append(f"  {metric}: two/one {m:.3f} [{m - half:.3f}, {m + half:.3f}] "
                      f"(per block: {', '.join(f'{r:.3f}' for r in ratios)})")
     two = [c for c in doc["cells"] if c["arm"] == "two"]
-    lines.append(f"  two-loader cells: connected {min(c['connected'] for c in two)}..{max(c['connected'] for c in two)}, "
+    connected = [c["connected"] for c in two]
+    lines.append(f"  two-loader cells: connected {min(connected)}..{max(connected)}, "
                  f"idle connections max {max(c['idle'] for c in two)}, window skew max "
                  f"{max(c['skew_s'] or 0 for c in two) * 1e3:.2f} ms")
     return "\n".join(lines)
