@@ -12,6 +12,10 @@ the agent's side of it, sshlink.py the controller's, and tests/test_agent.py che
     ← {"event": "loader", "pid": 4242}
     … from here on the stream is the loader's own control channel (cpp_server/PROTOCOL.md), relayed
       byte for byte, until either side closes it.
+    → {"cmd": "run", "args": ["selector", "-c", "100", "--loader-hosts", "lab2", …]}   (--server-host)
+    ← {"event": "started", "out": "/tmp/…/out"}, then {"event": "out" | "err", "text": "…"} as the run
+      prints, {"event": "file", "path": "report.html", "append": false, "data": "<base64>"} for each
+      file of its results, {"event": "exit", "code": 0}
 
 The agent and its loader end with the session: stdin's EOF (the controller closed it, or ssh went away)
 closes the loader's channel, which makes the loader exit; the loader also dies with the agent
@@ -89,6 +93,75 @@ def _relay(io: _Stdio, channel: socket.socket) -> None:
                 chunk = chunk[os.write(io.fd_out, chunk):]
 
 
+FILE_CHUNK = 256 * 1024  # bytes of a result file per `file` event (base64 in the line)
+STOP_GRACE_S = 15.0  # a remote run told to stop (SIGTERM, like Ctrl-C) keeps its finished cells meanwhile
+
+
+def _run_here(io: _Stdio, args: list[str]) -> int:
+    """`netprof run ARGS -o TMP` on this host (the server host of `--server-host`): its stdout and stderr
+    lines as `out`/`err` events while it runs, then every file of its results directory as `file` events,
+    then `exit` with its exit code. The session's EOF stops it (SIGTERM: it ends like Ctrl-C); the agent
+    removes its temporary directory at the end."""
+    import base64
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+
+    from netprof.profiler import procs
+
+    work = tempfile.mkdtemp(prefix="netprof-agent-")
+    out = os.path.join(work, "out")
+    try:
+        child = subprocess.Popen([sys.executable, "-m", "netprof.profiler", "run", *args, "-o", out],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 cwd="/", start_new_session=True, preexec_fn=procs.die_with(os.getpid()))
+        io.reply({"event": "started", "out": out})  # the controller shows its own directory for this path
+        pipes = {child.stdout.fileno(): "out", child.stderr.fileno(): "err"}  # type: ignore[union-attr]
+        partial = {fd: b"" for fd in pipes}
+        stop_by = None  # when the controller went away: the run's deadline to end as on Ctrl-C
+        while pipes:
+            wait = None if stop_by is None else max(0.0, stop_by - time.monotonic())
+            ready, _, _ = select.select([*pipes, *([] if stop_by else [io.fd_in])], [], [], wait)
+            if stop_by is not None and time.monotonic() >= stop_by:
+                child.kill()  # it did not end in time: its own children die with it (PR_SET_PDEATHSIG)
+                break
+            if io.fd_in in ready and not os.read(io.fd_in, 65536):
+                stop_by = time.monotonic() + STOP_GRACE_S  # the controller is gone (Ctrl-C, SIGKILL, lost link)
+                child.send_signal(signal.SIGTERM)
+            for fd in [f for f in ready if f in pipes]:
+                chunk = os.read(fd, 65536)
+                lines = (partial[fd] + chunk).split(b"\n")
+                partial[fd] = lines.pop() if chunk else b""
+                if not chunk and lines == [b""]:
+                    lines = []
+                for line in lines:
+                    if stop_by is None:
+                        io.reply({"event": pipes[fd], "text": line.decode(errors="replace")})
+                if not chunk:
+                    del pipes[fd]
+        try:
+            code = child.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:  # its output closed, yet it lives on: not for long
+            child.kill()
+            code = child.wait()
+        if stop_by is not None:
+            return 0  # nobody to send the results to
+        for base, _dirs, files in os.walk(out):
+            for name in sorted(files):
+                path = os.path.join(base, name)
+                rel = os.path.relpath(path, out)
+                with open(path, "rb") as f:
+                    data = f.read()
+                for i in range(0, max(len(data), 1), FILE_CHUNK):
+                    io.reply({"event": "file", "path": rel, "append": i > 0,
+                              "data": base64.b64encode(data[i:i + FILE_CHUNK]).decode()})
+        io.reply({"event": "exit", "code": code})
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _error(message: str) -> dict:
     return {"event": "error", "error": "bad_request", "message": message}
 
@@ -132,6 +205,12 @@ def serve(fd_in: int = 0, fd_out: int = 1) -> int:
                 io.reply({"event": "loader", "pid": loader.pid})
                 _relay(io, loader.channel)
             return 0
+        elif cmd == "run":
+            args = req.get("args")
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                io.reply(_error("run: args is a list of strings (netprof run's arguments)"))
+                continue
+            return _run_here(io, args)
         else:
             io.reply(_error(f"unknown cmd {cmd!r}"))
 

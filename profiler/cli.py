@@ -242,6 +242,11 @@ def run(
     sources: str = typer.Option(
         "auto", "--sources", metavar="ADDRS|auto",
         help="Loader source addresses (127.x, round-robin); auto: one 127.0.0.x per 12,000 connections."),
+    server_host: str = typer.Option(
+        "", "--server-host", metavar="[USER@]HOST",
+        help="Run the server and its probes (the whole run) on another host, over ssh: a `netprof agent` there "
+             "runs it and this one shows its output and copies its results here. --loader-hosts are then reached "
+             "from that host."),
     loader_hosts: str = typer.Option(
         "", "--loader-hosts", metavar="[USER@]HOST",
         help="Run the loader on another host, over ssh (a `netprof agent` there; the server and probes stay "
@@ -320,17 +325,55 @@ def run(
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,
             sources=parse_sources(sources), pythons=parse_pythons(python), framings=parse_framings(framing),
-            loader_hosts=parse_hosts(loader_hosts), ssh_config=str(ssh_config) if ssh_config else "",
+            loader_hosts=parse_hosts(loader_hosts), server_host=(parse_hosts(server_host, "--server-host") or [""])[0],
+            ssh_config=str(ssh_config) if ssh_config else "",
             remote_netprof=remote_netprof,
             env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate)}, arrivals=arrivals,
         ))
     _confirm_long_plan(cfg, yes)
+    if cfg.server_host:
+        _run_on_server_host(cfg)
     from netprof.profiler import plotset, report  # deferred: pandas and the report's modules
 
     # The report's drawing process, started before the capability checks: its matplotlib import runs beside
     # their BPF compile (and is waited for before the run, never during a measured load), not after the run.
     with plotset.warm(report._draw, preload=report.DRAW_PRELOAD):
         _execute(cfg, as_json, quiet=quiet, verbose=verbose)
+
+
+# `run`'s options that stay on this side with --server-host: where the results land here, and the host itself.
+_LOCAL_OPTIONS = ("--server-host", "-o", "--out")
+
+
+def forwarded_args(argv: list[str]) -> list[str]:
+    """`netprof run`'s arguments for the server host's netprof: all of them but _LOCAL_OPTIONS (given as
+    `--opt VALUE` or `--opt=VALUE`) and `--yes` (this side asked already)."""
+    args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in _LOCAL_OPTIONS:
+            skip = True
+        elif a.startswith(tuple(f"{o}=" for o in _LOCAL_OPTIONS if o.startswith("--"))) or a in ("-y", "--yes"):
+            pass
+        elif a.startswith("-o") and len(a) > 2 and not a.startswith("--"):
+            pass  # -oDIR
+        else:
+            args.append(a)
+    return args
+
+
+def _run_on_server_host(cfg: RunConfig) -> None:
+    """--server-host: the run by the netprof there (sshlink.run_on_server_host); its exit code is ours."""
+    from netprof.profiler import runlock, sshlink  # deferred: only this mode
+
+    argv = sys.argv[sys.argv.index("run") + 1:] if "run" in sys.argv else []
+    out = Path(cfg.out_dir) if cfg.out_dir else runlock.unique_out_dir()
+    code = sshlink.run_on_server_host(cfg.server_host, forwarded_args(argv), out, cfg.ssh_config,
+                                      cfg.remote_netprof, probes=cfg.probes)
+    if code == 0:
+        err.print(f"results of {cfg.server_host}: {escape(str(out))}")
+    raise typer.Exit(code)
 
 
 def _http_request(header: list[str] | None, header_file: Path | None, body: str | None,

@@ -18,13 +18,17 @@ from netprof.profiler import rootenv
 MEASURING = ("run", "ab", "knee")  # commands whose cells carry the counting set unless --no-probes
 
 
+def _here(args: list[str]) -> bool:
+    """The command runs its cells on this host (not `--server-host`, not help)."""
+    return not {"-h", "--help", "--server-host"} & set(args) and not any(a.startswith("--server-host=") for a in args)
+
+
 def counting_wanted(args: list[str]) -> bool:
-    return (bool(args) and args[0] in MEASURING and "--no-probes" not in args
-            and not {"-h", "--help"} & set(args))
+    return bool(args) and args[0] in MEASURING and "--no-probes" not in args and _here(args)
 
 
 def report_wanted(args: list[str]) -> bool:
-    return bool(args) and args[0] == "run" and not {"-h", "--help"} & set(args)
+    return bool(args) and args[0] == "run" and _here(args)
 
 
 def main() -> None:

@@ -101,6 +101,7 @@ class RunConfig:
     netem: str = ""  # netem spec for --remote netns, e.g. "delay=500us,jitter=50us"
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # loader source addresses
     loader_hosts: list[str] = field(default_factory=list)  # --loader-hosts: the loader over ssh (sshlink.py)
+    server_host: str = ""  # --server-host: the whole run by the netprof on that host (sshlink.py)
     ssh_config: str = ""  # --ssh-config FILE for those ssh sessions ("": the user's own)
     remote_netprof: str = ""  # --remote-netprof PATH on the loader hosts ("": this interpreter's path)
     pythons: list[str] = field(default_factory=lambda: [""])  # --python specs; "" = netprof's own
@@ -465,8 +466,17 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise InputError(str(e)) from None
     if cfg.loader_hosts:
         check_loader_hosts(cfg, own)
-    elif cfg.ssh_config or cfg.remote_netprof:
-        raise InputError("--ssh-config and --remote-netprof are for --loader-hosts: add it, or drop them")
+    elif (cfg.ssh_config or cfg.remote_netprof) and not cfg.server_host:
+        raise InputError("--ssh-config and --remote-netprof are for --loader-hosts or --server-host: add one, "
+                         "or drop them")
+    if cfg.server_host:
+        if cfg.remote:
+            raise InputError("--server-host and --remote netns: the server host's own link is its network; "
+                             "drop --remote")
+        if not shutil.which("ssh"):
+            raise InputError("--server-host needs OpenSSH's `ssh`: run `make setup` (Debian openssh-client)")
+        if cfg.ssh_config and not os.path.isfile(cfg.ssh_config):
+            raise InputError(f"--ssh-config {cfg.ssh_config}: no such file")
     if cfg.remote == "netns":
         if os.geteuid() != 0:
             raise InputError("--remote netns needs root (it creates network namespaces); run as root or drop --remote")

@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import netprof
 from netprof.profiler import paths
@@ -123,67 +124,154 @@ class RemoteLoader:
         return self.hello["ssh_connection"].split()[2]
 
 
-def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_netprof: str = "",
-                 cpus: str | None = None, threads: int = 1) -> RemoteLoader:
-    """An agent on `host` over ssh, checked, and its loader started; InputError naming the host on failure."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    uid, gid, env = _as_caller()
-    try:
-        proc = group.spawn(f"ssh {host}", ssh_argv(host, ssh_config, remote_netprof), stdio=theirs.fileno(),
-                           env=env, user=uid, group=gid)
-    except BaseException:
-        ours.close()
-        raise
-    finally:
-        theirs.close()
-    reader = _LineReader(ours)
+class Session:
+    """`ssh HOST NETPROF agent`, its hello checked and its clock compared; `option` names the option the
+    host came from in every error (one line, exit 2)."""
 
-    def send(obj: dict) -> None:
-        ours.sendall((json.dumps(obj) + "\n").encode())
-
-    def read(timeout: float = HELLO_TIMEOUT_S) -> dict:
+    def __init__(self, group: ProcessGroup, host: str, option: str, ssh_config: str = "",
+                 remote_netprof: str = "") -> None:
+        self.host, self.option, self.ssh_config = host, option, ssh_config
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        uid, gid, env = _as_caller()
         try:
-            evt = reader.read(time.monotonic() + timeout)
-        except (TimeoutError, ValueError, OSError) as e:
-            evt = None if not isinstance(e, ValueError) else {"event": "error", "message": str(e)}
-        if evt is None:
+            self.proc = group.spawn(f"ssh {host}", ssh_argv(host, ssh_config, remote_netprof),
+                                    stdio=theirs.fileno(), env=env, user=uid, group=gid)
+        except BaseException:
             ours.close()
-            try:
-                proc.popen.wait(timeout=2)
-            except Exception:  # noqa: BLE001 (still running: stopped with the group)
-                pass
-            why = (proc.stderr_tail() or "").strip().splitlines()
-            try_it = " ".join(["ssh", *(["-F", ssh_config] if ssh_config else []), host, "true"])
-            raise InputError(f"--loader-hosts {host}: ssh or the agent failed: {why[-1] if why else 'no answer'} "
-                             f"(try `{try_it}`; keys, not passwords: BatchMode)")
+            raise
+        finally:
+            theirs.close()
+        self.channel = ours
+        self.reader = _LineReader(ours)
+        try:
+            self.send({"cmd": "hello", "protocol": PROTOCOL, "version": netprof.__version__})
+            self.hello = self.read()
+            self._check_hello()
+            self.clock = measure_clock(self.send, self.read)
+        except BaseException:
+            ours.close()
+            raise
+
+    def send(self, obj: dict) -> None:
+        try:
+            self.channel.sendall((json.dumps(obj) + "\n").encode())
+        except OSError:  # ssh exited already (an unknown host, a refused key): say why it did
+            raise self._ended() from None
+
+    def read(self, timeout: float = HELLO_TIMEOUT_S) -> dict:
+        """The next event; InputError naming the host (and ssh's own last words) when the session ended."""
+        try:
+            evt = self.reader.read(time.monotonic() + timeout)
+        except (TimeoutError, OSError):
+            evt = None
+        except ValueError as e:
+            evt = {"event": "error", "message": str(e)}
+        if evt is None:
+            raise self._ended()
         return evt
 
-    try:
-        send({"cmd": "hello", "protocol": PROTOCOL, "version": netprof.__version__})
-        hello = read()
+    def _ended(self) -> InputError:
+        """The one line for a session that ended: the host, ssh's last line on stderr, what to try."""
+        self.channel.close()
+        try:
+            self.proc.popen.wait(timeout=2)
+        except Exception:  # noqa: BLE001 (still running: stopped with the group)
+            pass
+        why = (self.proc.stderr_tail() or "").strip().splitlines()
+        try_it = " ".join(["ssh", *(["-F", self.ssh_config] if self.ssh_config else []), self.host, "true"])
+        return InputError(f"{self.option} {self.host}: ssh or the agent failed: "
+                          f"{why[-1] if why else 'no answer'} (try `{try_it}`; keys, not passwords: BatchMode)")
+
+    def _check_hello(self) -> None:
+        hello, where = self.hello, f"{self.option} {self.host}"
         if hello.get("event") != "hello":
-            raise InputError(f"--loader-hosts {host}: the far side did not answer as a netprof agent: {hello!r}")
+            raise InputError(f"{where}: the far side did not answer as a netprof agent: {hello!r}")
         if hello.get("protocol") != PROTOCOL or hello.get("version") != netprof.__version__:
-            raise InputError(f"--loader-hosts {host}: its netprof is {hello.get('version')} (agent protocol "
+            raise InputError(f"{where}: its netprof is {hello.get('version')} (agent protocol "
                              f"{hello.get('protocol')}), this one {netprof.__version__} (protocol {PROTOCOL}): "
                              f"install the same netprof there (`make setup`), or point --remote-netprof at it")
         if len(str(hello.get("ssh_connection", "")).split()) != 4:
-            raise InputError(f"--loader-hosts {host}: the agent has no SSH_CONNECTION: it must be started by sshd")
-        clock = measure_clock(send, read)
-        send({"cmd": "loader", "cpus": cpus, "threads": threads})
-        started = read()
+            raise InputError(f"{where}: the agent has no SSH_CONNECTION: it must be started by sshd")
+
+
+def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_netprof: str = "",
+                 cpus: str | None = None, threads: int = 1) -> RemoteLoader:
+    """An agent on `host` over ssh, checked, and its loader started; InputError naming the host on failure."""
+    s = Session(group, host, "--loader-hosts", ssh_config, remote_netprof)
+    try:
+        s.send({"cmd": "loader", "cpus": cpus, "threads": threads})
+        started = s.read()
         if started.get("event") != "loader":
             raise InputError(f"--loader-hosts {host}: the agent could not start a loader: "
                              f"{started.get('message', started)}")
-        loader = Loader(proc, ours, reader=reader)
+        loader = Loader(s.proc, s.channel, reader=s.reader)
         try:
             loader.ping(timeout=10.0)
         except LoaderError as e:
             raise ProcessError(f"the loader on {host} did not answer: {e.message}") from None
-        return RemoteLoader(host, loader, hello, clock)
+        return RemoteLoader(host, loader, s.hello, s.clock)
     except BaseException:
-        ours.close()
+        s.channel.close()
         raise
+
+
+_SAFE_PART = re.compile(r"^[A-Za-z0-9_.@+=,-]+$")
+
+
+def _result_path(out: Path, rel: object) -> Path:
+    """Where a file the server host sent goes: under `out`, by a relative path of plain names only."""
+    parts = str(rel).split("/") if isinstance(rel, str) else []
+    if not parts or any(p in ("", ".", "..") or not _SAFE_PART.match(p) for p in parts):
+        raise ProcessError(f"the server host sent a result file with a path netprof does not write: {rel!r}")
+    return out.joinpath(*parts)
+
+
+def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = "", remote_netprof: str = "",
+                       probes: bool = True) -> int:
+    """`--server-host HOST`: the whole run (server, probes, cells, report) by the netprof on HOST, started by
+    its agent; its output shown here as it comes, its results directory copied into `out` (created here),
+    its exit code returned. Loaders given with --loader-hosts are reached from HOST (it needs ssh to them)."""
+    import base64
+
+    with ProcessGroup() as group:
+        s = Session(group, host, "--server-host", ssh_config, remote_netprof)
+        if probes and s.hello.get("bpf"):
+            raise InputError(f"--server-host {host} cannot run the probes: {s.hello['bpf']}; or pass --no-probes")
+        s.send({"cmd": "run", "args": args})
+        files: dict[Path, bytearray] = {}
+        remote_out = None
+        while True:
+            evt = s.read(timeout=24 * 3600.0)  # the run's own length: it says when it ends
+            kind = evt.get("event")
+            if kind == "started":
+                remote_out = str(evt.get("out") or "") or None
+            elif kind in ("out", "err"):
+                text = str(evt.get("text", ""))
+                if remote_out:
+                    text = text.replace(remote_out, str(out))  # paths in the summary, the JSON: ours
+                print(text, file=sys.stdout if kind == "out" else sys.stderr, flush=True)
+            elif kind == "file":
+                path = _result_path(out, evt.get("path"))
+                chunk = base64.b64decode(evt.get("data", ""))
+                files[path] = files[path] + chunk if evt.get("append") and path in files else bytearray(chunk)
+            elif kind == "exit":
+                _write_results(out, files)
+                return int(evt.get("code", 1))
+            elif kind == "error":
+                raise InputError(f"--server-host {host}: {evt.get('message', evt)}")
+
+
+def _write_results(out: Path, files: dict[Path, bytearray]) -> None:
+    """The server host's results directory, here: subdirectories made as results directories are, every
+    file written through no link (atomic.py)."""
+    from netprof.profiler import atomic
+
+    atomic.ensure_out_dir(out)
+    for path, data in sorted(files.items()):
+        rel = path.relative_to(out)
+        if len(rel.parts) > 1:
+            atomic.make_subdir(out, str(rel.parent))
+        atomic.write_bytes(path, bytes(data))
 
 
 class SshLink:

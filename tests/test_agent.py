@@ -140,3 +140,12 @@ def test_loader_hosts_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
     res = netprof_cli("run", *backend, "-c", "10", "-d", "1", "-r", "1", *args, "-o", str(tmp_path / "r"))
     assert res.returncode == 2 and says in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_server_host_forwards_every_option_but_where_results_land_here():
+    from netprof.profiler.cli import forwarded_args
+
+    argv = ["selector", "-c", "100", "--server-host", "lab1", "-o", "/x", "--loader-hosts", "lab2", "--out=/y",
+            "--server-host=lab1", "-oZ", "--yes", "--json", "--cmd", "python app.py --port {port}"]
+    assert forwarded_args(argv) == ["selector", "-c", "100", "--loader-hosts", "lab2", "--json", "--cmd",
+                                    "python app.py --port {port}"]

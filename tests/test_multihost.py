@@ -44,7 +44,8 @@ def _far_side_processes() -> list[str]:
     left = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "netprof.profiler agent" in cmd or "netprof-loader" in cmd or cmd.startswith("ssh ") and " lab" in cmd:
+        if any(m in cmd for m in ("netprof.profiler agent", "netprof.profiler run", "netprof-loader",
+                                  "netprof.backends")) or cmd.startswith("ssh ") and " lab" in cmd:
             left.append(f"{p.pid}: {cmd[:120]}")
     return left
 
@@ -144,3 +145,44 @@ def test_an_agent_of_another_version_is_refused(lab, tmp_path):
                       "-o", str(tmp_path / "r"))
     assert res.returncode == 2 and "0.0.1" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not _gone_soon()
+
+
+def test_server_host_runs_server_and_probes_there_and_its_results_land_here(lab, tmp_path):
+    """--server-host lab1 --loader-hosts lab2,lab3: the run is lab1's (its backend, its probes, lab1's
+    address as the loaders see it); the output and the results directory come back here."""
+    require_bpf()
+    out = tmp_path / "r"
+    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
+                      "--server-host", "lab1", "--loader-hosts", "lab2,lab3", "--ssh-config", lab, "-o", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    row = doc["runs"][0]
+    assert row["status"] == "ok" and row["connected"] == 100 and row["loader_host"] == "lab2,lab3"
+    assert abs(row["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, row["syscalls_per_msg"]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["link"]["server_addr"] == "10.213.0.1"  # lab1, as lab2 and lab3 reach it
+    assert (out / "report.html").is_file() and (out / "results.parquet").is_file()
+    assert doc["artifacts"]["report_html"] == str(out / "report.html")  # our paths, not lab1's
+    assert not _gone_soon()
+
+
+def test_sigkill_of_the_controller_ends_the_server_hosts_run(lab, tmp_path):
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "30", "-r", "1", "--no-probes",
+                                        "--server-host", "lab1", "--loader-hosts", "lab2", "--ssh-config", lab,
+                                        "-o", str(tmp_path / "r")),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("netprof-loader" in p for p in _far_side_processes()):
+            time.sleep(0.1)
+        assert any("netprof.backends" in p for p in _far_side_processes()), "the run never started on lab1"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 30  # the server host's run ends as on Ctrl-C (its cell, its cleanup)
+        while (left := _far_side_processes()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, left
+    finally:
+        proc.kill()
+        proc.wait()
