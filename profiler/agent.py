@@ -162,6 +162,56 @@ def _run_here(io: _Stdio, args: list[str]) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# Test hook: an agent that acts as a host whose CLOCK_MONOTONIC is this many seconds ahead of the real one
+# (its clock replies, the loader's times it relays, a start_at it relays back): the lab's hosts share one
+# clock, and tests/test_multihost.py needs one that does not. Unset (or 0): nothing is touched.
+CLOCK_SHIFT_ENV = "NETPROF_AGENT_CLOCK_SHIFT_S"
+
+
+def _shift(line: bytes, by: float, keys: tuple[str, ...]) -> bytes:
+    """A JSON line with its times (`keys`, in it and in its stats and phases) moved by `by` seconds."""
+    if not line.strip():
+        return line
+    obj = json.loads(line)
+
+    def move(o: dict) -> None:
+        for k in keys:
+            if isinstance(o.get(k), (int, float)) and o[k]:
+                o[k] += by
+        for inner in (o.get("stats"), *((o.get("phases") or {}).values())):
+            if isinstance(inner, dict):
+                move(inner)
+
+    move(obj)
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _relay_shifted(io: _Stdio, channel: socket.socket, shift: float) -> None:
+    """_relay line by line, with the times moved as CLOCK_SHIFT_ENV says."""
+    ups, downs = bytearray(io.buf), bytearray()
+    io.buf.clear()
+    while True:
+        while (nl := ups.find(b"\n")) >= 0:  # controller → loader: its start_at into the real clock
+            channel.sendall(_shift(bytes(ups[:nl]), -shift, ("start_at",)) + b"\n")
+            del ups[: nl + 1]
+        while (nl := downs.find(b"\n")) >= 0:  # loader → controller: its times into the shifted clock
+            data = _shift(bytes(downs[:nl]), shift, ("t", "t_start", "t_stop")) + b"\n"
+            while data:
+                data = data[os.write(io.fd_out, data):]
+            del downs[: nl + 1]
+        ready, _, _ = select.select([io.fd_in, channel], [], [])
+        if io.fd_in in ready:
+            chunk = os.read(io.fd_in, 1 << 16)
+            if not chunk:
+                return
+            ups += chunk
+        if channel in ready:
+            chunk = channel.recv(1 << 20)
+            if not chunk:
+                return
+            downs += chunk
+
+
 def _error(message: str) -> dict:
     return {"event": "error", "error": "bad_request", "message": message}
 
@@ -169,6 +219,7 @@ def _error(message: str) -> dict:
 def serve(fd_in: int = 0, fd_out: int = 1) -> int:
     """Answer requests until EOF, or until a `loader` request turns the session into its relay."""
     io = _Stdio(fd_in, fd_out)
+    shift = float(os.environ.get(CLOCK_SHIFT_ENV) or 0)
     while True:
         try:
             raw = io.line()
@@ -190,7 +241,7 @@ def serve(fd_in: int = 0, fd_out: int = 1) -> int:
         if cmd == "hello":
             io.reply(hello())
         elif cmd == "clock":
-            io.reply({"event": "clock", "t": time.monotonic()})
+            io.reply({"event": "clock", "t": time.monotonic() + shift})
         elif cmd == "loader":
             cpus, threads = req.get("cpus"), req.get("threads", 1)
             if not (cpus is None or isinstance(cpus, str)) or not isinstance(threads, int) or not 1 <= threads <= 64:
@@ -203,7 +254,10 @@ def serve(fd_in: int = 0, fd_out: int = 1) -> int:
                     io.reply({"event": "error", "error": "loader", "message": str(e)})
                     return 1
                 io.reply({"event": "loader", "pid": loader.pid})
-                _relay(io, loader.channel)
+                if shift:
+                    _relay_shifted(io, loader.channel, shift)
+                else:
+                    _relay(io, loader.channel)
             return 0
         elif cmd == "run":
             args = req.get("args")

@@ -78,6 +78,9 @@ class RunRequest:
     # Every latency object of the stats also carries its histogram's buckets (PROTOCOL.md, "Histograms"),
     # to merge several loaders' stats (loaderset.py). False: the field is absent.
     histograms: bool = False
+    # The window starts no earlier than this time.monotonic() (seconds, this host's clock: Loader.run moves
+    # it to the loader's): loaders on several hosts begin their windows together (loaderset.py). None: absent.
+    start_at: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -87,7 +90,7 @@ class RunRequest:
         # Protocol fields only when they differ from the default: an echo request is what it always was.
         if d["protocol"] == "echo":
             del d["protocol"]
-        for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals"):
+        for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals", "start_at"):
             if d[key] is None:
                 del d[key]
         if not d["histograms"]:
@@ -158,6 +161,19 @@ class _LineReader:
             self.buf += chunk
 
 
+_TIMES = ("t", "t_start", "t_stop")  # the loader's CLOCK_MONOTONIC times in events and stats (PROTOCOL.md)
+
+
+def _to_our_clock(obj: dict, offset_s: float) -> None:
+    """An event (and the stats in it, their phases too) with the loader's times moved into our clock."""
+    for key in _TIMES:
+        if isinstance(obj.get(key), (int, float)):
+            obj[key] -= offset_s
+    for inner in (obj.get("stats"), *((obj.get("phases") or {}).values())):
+        if isinstance(inner, dict):
+            _to_our_clock(inner, offset_s)
+
+
 class Loader:
     """A running `netprof-loader --control-fd` process and our end of its private control channel."""
 
@@ -170,6 +186,9 @@ class Loader:
         self.netns = netns  # the network namespace the loader runs in (None: ours)
         self.link = None  # the RemoteLink the loader runs in (set by the runner), None on loopback
         self._reader = reader or _LineReader(channel)
+        # The loader's CLOCK_MONOTONIC minus ours (a loader on another host: sshlink.Clock). run() moves the
+        # times it sends into the loader's clock and the times it reads back into ours.
+        self.clock_offset_s = 0.0
         self._closed = False
 
     @classmethod
@@ -302,10 +321,14 @@ class Loader:
             timeout = req.default_timeout()
         deadline = time.monotonic() + timeout
         stats: dict | None = None
+        off = self.clock_offset_s
         try:
-            self._send(req.to_json())
+            self._send(req.to_json() if not off or req.start_at is None
+                       else {**req.to_json(), "start_at": req.start_at + off})
             while True:
                 evt = self._reader.read(deadline)
+                if off and evt is not None:
+                    _to_our_clock(evt, off)
                 if evt is None:
                     err = self._gone("no result")
                     err.stats = stats

@@ -4,20 +4,26 @@ stats are merged into one stats object of the loader's shape (cell.measure_row r
 
 The merge (`merge_stats`): counts and rates add up, per-connection counts are concatenated (in host
 order), latencies are merged bucket by bucket from each loader's histogram (hist.py: never by averaging
-percentiles), the window's times are the first loader's. `loaders` says what each host did and how far
-apart their windows began, on the controller's clock (each loader's `t_start` moved by its host's clock
-offset, sshlink.Clock), with the error of those offsets.
+percentiles), the window's times are the first loader's. Every loader is asked to start its window at
+the same instant (`start_at`, on the controller's clock, which each Loader moves into its host's by the
+offset measured over its channel, sshlink.Clock); `loaders` says what each host did and how far apart
+their windows began, read back on the controller's clock, with the error of those offsets.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable
 
 from netprof.profiler.hist import merge_latency
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 
+# The connect phase's allowance before the common window start: a bridge connects 100 connections in a few ms,
+# a WAN in a few round trips; a loader that connects later starts its window late (window_skew_s says so).
+CONNECT_ALLOWANCE_S = 0.3
+CONNECT_PER_CONN_S = 20e-6
 _SUMMED = ("connections", "connected", "messages", "msgs_per_sec", "reconnects")
 _LATENCIES = ("latency_us", "latency_sent_us")
 
@@ -100,16 +106,21 @@ class LoaderSet:
     """Loaders on several hosts driven as one Loader (the `run` that cell.run_cell calls)."""
 
     def __init__(self, loaders: list[Loader], sources: list[list[str]], hosts: list[str],
-                 clock_offsets: list[float], clock_errors: list[float]) -> None:
-        self.loaders, self.sources, self.hosts = loaders, sources, hosts
-        self.offsets, self.errors = clock_offsets, clock_errors
+                 clock_errors: list[float]) -> None:
+        """Each Loader reads its host's times into ours (Loader.clock_offset_s); `clock_errors` are the
+        bounds of those offsets."""
+        self.loaders, self.sources, self.hosts, self.errors = loaders, sources, hosts, clock_errors
 
     def run(self, req: RunRequest, on_event: Callable[[dict], None] | None = None,
             timeout: float | None = None) -> dict:
         n = len(self.loaders)
         shares = split(req.connections, n)
         rates = [req.rate * c / req.connections for c in shares] if req.rate else [None] * n
-        reqs = [dataclasses.replace(req, connections=c, sources=list(src), histograms=True, rate=r)
+        # One window start for all, on our clock (each Loader moves it into its host's): after the warm-up and
+        # a connect allowance, so that none of them has to start late.
+        start_at = time.monotonic() + req.warmup + CONNECT_ALLOWANCE_S + req.connections * CONNECT_PER_CONN_S
+        reqs = [dataclasses.replace(req, connections=c, sources=list(src), histograms=True, rate=r,
+                                    start_at=start_at)
                 for c, src, r in zip(shares, self.sources, rates)]
         results: list[dict | None] = [None] * n
         failures: list[BaseException | None] = [None] * n
@@ -144,7 +155,7 @@ class LoaderSet:
     def describe(self, results: list[dict | None], shares: list[int]) -> dict:
         """Each host's share and figures (lists in host order, comma-joined as a row keeps lists), and how
         far apart the windows began on the controller's clock, with the error of the clock offsets."""
-        starts = [(r or {}).get("t_start", 0.0) - off for r, off in zip(results, self.offsets)]
+        starts = [(r or {}).get("t_start", 0.0) for r in results]  # our clock (Loader.run moved them)
         return {"hosts": ",".join(self.hosts), "connections": ",".join(map(str, shares)),
                 "messages": ",".join(str((r or {}).get("messages")) for r in results),
                 "msgs_per_sec": ",".join(str((r or {}).get("msgs_per_sec")) for r in results),

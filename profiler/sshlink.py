@@ -205,6 +205,7 @@ def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_ne
             raise InputError(f"--loader-hosts {host}: the agent could not start a loader: "
                              f"{started.get('message', started)}")
         loader = Loader(s.proc, s.channel, reader=s.reader)
+        loader.clock_offset_s = s.clock.offset_s  # its events' times, read in ours
         try:
             loader.ping(timeout=10.0)
         except LoaderError as e:
@@ -309,8 +310,7 @@ class SshLink:
             raise InputError(f"--loader-hosts: {', '.join(other)} reach this host by another address than "
                              f"{self.hosts[0]} does ({self.backend_host}): the server listens on one")
         return LoaderSet([r.loader for r in self.remotes], [[r.own_addr] for r in self.remotes],
-                         [r.host for r in self.remotes], [r.clock.offset_s for r in self.remotes],
-                         [r.clock.error_s for r in self.remotes])
+                         [r.host for r in self.remotes], [r.clock.error_s for r in self.remotes])
 
     def connect_timeout_s(self, connections: int = 1) -> float:
         return DEFAULT_CONNECT_TIMEOUT_S

@@ -77,24 +77,31 @@ def test_loader_on_a_lab_host_counts_one_recv_per_message(lab, tmp_path):
 def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp_path):
     """-c 100 from lab2 and lab3 (50 each) against the same server as from lab2 alone: every connection
     connected and served, the counts merged to 100, syscalls per message unchanged, throughput alike (one
-    machine's CPUs underneath both)."""
+    machine's CPUs underneath both). This host moves in speed regimes of 0.3-3 s (bench/host_regimes.py), so a
+    pair of 1-s runs may land in two of them: the ratio is measured again, at most 3 times, until one pair
+    is within 0.7-1.3; everything else must hold in every pair."""
     require_bpf()
-    rows = {}
-    for name, hosts in (("one", "lab2"), ("two", "lab2,lab3")):
-        res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
-                          "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(tmp_path / name))
-        assert res.returncode == 0, res.stderr[-2000:]
-        rows[name] = json.loads(res.stdout)["runs"][0]
-    two = rows["two"]
-    assert two["status"] == "ok" and two["connected"] == 100 and two["loader_host"] == "lab2,lab3"
-    assert two["loaders"]["hosts"] == "lab2,lab3" and two["loaders"]["connections"] == "50,50"
-    assert two["per_conn"]["idle"] <= rows["one"]["per_conn"]["idle"]
-    per_conn = pd.read_parquet(tmp_path / "two" / "per_conn.parquet")
-    assert len(per_conn) == 100 and sorted(per_conn["conn"]) == list(range(100)) and (per_conn["messages"] > 0).all()
-    assert abs(two["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, two["syscalls_per_msg"]
-    assert 0.7 <= two["msgs_per_sec"] / rows["one"]["msgs_per_sec"] <= 1.3, (two["msgs_per_sec"],
-                                                                           rows["one"]["msgs_per_sec"])
-    assert two["loaders"]["window_skew_s"] < 0.5
+    ratios = []
+    for attempt in range(3):
+        rows = {}
+        for name, hosts in (("one", "lab2"), ("two", "lab2,lab3")):
+            out = tmp_path / f"{name}{attempt}"
+            res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
+                              "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(out))
+            assert res.returncode == 0, res.stderr[-2000:]
+            rows[name] = json.loads(res.stdout)["runs"][0]
+        two = rows["two"]
+        assert two["status"] == "ok" and two["connected"] == 100 and two["loader_host"] == "lab2,lab3"
+        assert two["loaders"]["hosts"] == "lab2,lab3" and two["loaders"]["connections"] == "50,50"
+        assert two["per_conn"]["idle"] <= rows["one"]["per_conn"]["idle"]
+        per_conn = pd.read_parquet(tmp_path / f"two{attempt}" / "per_conn.parquet")
+        assert sorted(per_conn["conn"]) == list(range(100)) and (per_conn["messages"] > 0).all()
+        assert abs(two["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, two["syscalls_per_msg"]
+        assert two["loaders"]["window_skew_s"] < 0.02, two["loaders"]
+        ratios.append(two["msgs_per_sec"] / rows["one"]["msgs_per_sec"])
+        if 0.7 <= ratios[-1] <= 1.3:
+            break
+    assert 0.7 <= ratios[-1] <= 1.3, f"two/one msgs/s, pair by pair: {ratios}"
     assert not _gone_soon()
 
 
@@ -186,3 +193,27 @@ def test_sigkill_of_the_controller_ends_the_server_hosts_run(lab, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_loader_host_whose_clock_is_100_s_ahead_still_starts_its_window_with_the_others(lab, tmp_path):
+    """The lab's hosts share one clock, so lab2's agent plays a host whose CLOCK_MONOTONIC is 100 s ahead
+    (agent.CLOCK_SHIFT_ENV: its clock replies and the loader's times it relays). The controller must measure
+    that offset, ask lab2's loader to start its window at the common instant on lab2's clock, and read its
+    times back on its own: the windows then begin together. A controller that ignored the offset would ask
+    for a start 100 s away (the cell would stall) or read a 100 s skew."""
+    shifted = tmp_path / "shifted-agent"
+    shifted.write_text("#!/bin/sh\nif [ \"$(hostname)\" = lab2 ]; then export NETPROF_AGENT_CLOCK_SHIFT_S=100; fi\n"
+                       f"exec {ROOT / '.venv/bin/python'} -m netprof.profiler agent\n")
+    shifted.chmod(0o755)
+    os.chmod(tmp_path, 0o755)
+    out = tmp_path / "r"
+    res = run_netprof("run", "selector", "-c", "20", "-d", "1", "-r", "1", "--warmup", "0.3", "--no-probes",
+                      "--json", "--loader-hosts", "lab2,lab3", "--ssh-config", lab, "--remote-netprof", str(shifted),
+                      "-o", str(out), timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    row = json.loads(res.stdout)["runs"][0]
+    offsets = {x["host"]: x for x in json.loads((out / "meta.json").read_text())["link"]["loaders"]}
+    assert abs(offsets["lab2"]["clock_offset_s"] - 100) <= offsets["lab2"]["clock_error_s"] + 1e-3
+    assert abs(offsets["lab3"]["clock_offset_s"]) <= offsets["lab3"]["clock_error_s"] + 1e-3
+    assert row["status"] == "ok" and row["connected"] == 20
+    assert row["loaders"]["window_skew_s"] < 0.02, row["loaders"]

@@ -230,7 +230,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       "warmup",    "pipeline",    "think",       "connect_timeout", "sources",
       "transport", "probe_share", "protocol",    "request",         "headers",
       "body",      "host",        "line",        "progress",        "probe_guard",
-      "rate",      "arrivals",    "histograms"};
+      "rate",      "arrivals",    "histograms",  "start_at"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -329,6 +329,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     r.source_addrs.push_back(a);
   }
   if (!parse_open_loop(o, &r, why)) return false;
+  if (!get_num(o, "start_at", 0, 1e12, &r.start_at, why)) return false;
   if (auto it = o.find("histograms"); it != o.end()) {
     if (!it->is_boolean()) {
       *why = "histograms must be true or false, got " + it->dump();

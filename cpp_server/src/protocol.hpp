@@ -91,6 +91,9 @@ struct RunRequest {
   // Every latency object of the stats also carries its histogram's buckets (PROTOCOL.md, "Histograms"):
   // for a client that merges several loaders' stats.
   bool histograms = false;
+  // CLOCK_MONOTONIC seconds before which the window does not start (0 = absent): several loaders started
+  // apart by a few ms begin their windows together (PROTOCOL.md, "Run request"); the warm-up grows to reach it.
+  double start_at = 0;
   // Bytes of one message the loader sends: msize (echo) or the request's size.
   size_t message_bytes() const { return protocol == Protocol::Echo ? size_t(msize) : request_bytes.size(); }
 };

@@ -52,7 +52,8 @@ bool RunWindow::connected(Stats& st, int64_t t0, int64_t t1, long up) {
 }
 
 void RunWindow::fix(int64_t t1) {
-  int64_t start = t1 + s_to_ns(req_.warmup);
+  int64_t start = std::max(t1 + s_to_ns(req_.warmup), req_.start_at > 0 ? s_to_ns(req_.start_at) : 0);
+  warmup_ns_ = start - t1;
   // Probe marks only when the client asked for phases, and none when nothing is probed; guard marks
   // only when it asked for guards too.
   const bool probes = req_.probe_share_given && req_.probe_share > 0;
@@ -157,7 +158,7 @@ bool RunWindow::close(bool send_owed) {
 }
 
 void RunWindow::finish(Stats& st, int cpu_threads) const {
-  st.warmup_s = fixed_ ? req_.warmup : 0;
+  st.warmup_s = fixed_ ? (req_.start_at > 0 ? ns_to_s(warmup_ns_) : req_.warmup) : 0;
   st.has_phases = req_.probe_share_given;
   st.probe_share = req_.probe_share;
   st.probe_guard = req_.probe_guard;

@@ -81,6 +81,7 @@ class RunWindow {
   void finish(Stats& st, int cpu_threads) const;
 
  private:
+  int64_t warmup_ns_ = 0;  // from the connect phase's end to the window's start (fix())
   enum MarkId { kMeasureStart, kGuardStart, kProbeStart, kProbeStop, kGuardStop, kMeasureStop, kMarks };
   struct Mark {
     const char* name;

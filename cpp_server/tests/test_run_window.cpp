@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "request_helpers.hpp"
 #include "run_window.hpp"
 
 using namespace netprof;
@@ -410,4 +411,27 @@ TEST(RunWindow, ProgressEventsOnlyWhenAskedAndNeverAfterTheEnd) {
   EXPECT_EQ(rec.events.size(), n);  // nothing after measure_stop
   EXPECT_EQ(rec.names(),
             std::vector<std::string>({"progress", "measure_start", "progress", "progress", "measure_stop"}));
+}
+
+TEST(RunWindow, StartAtDelaysTheWindowAndLengthensTheWarmup) {
+  RunRequest r = request(1.0, 0.5, 0.4, true);
+  r.start_at = 12.0;  // later than connected (10 s) + warm-up (0.5 s): the window waits for it
+  Recorder rec;
+  Emit emit = rec.emit();
+  RunWindow win(r, emit);
+  win.fix(10 * kS);
+  EXPECT_EQ(win.bounds().start, 12 * kS);
+  EXPECT_EQ(win.bounds().stop, 13 * kS);
+  EXPECT_TRUE(win.advance(20 * kS));
+  EXPECT_TRUE(win.close(true));
+  Stats st;
+  win.finish(st, 1);
+  EXPECT_NEAR(st.warmup_s, 2.0, 1e-9);
+  EXPECT_NEAR(st.t_start, 12.0, 1e-9);
+
+  r.start_at = 5.0;  // already past: warm-up as asked
+  RunWindow early(r, emit);
+  early.fix(10 * kS);
+  EXPECT_EQ(early.bounds().start, 10'500'000'000);
+  EXPECT_EQ(ok(R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"start_at":123.5})").run.start_at, 123.5);
 }
