@@ -75,7 +75,8 @@ def test_loader_on_a_lab_host_counts_one_recv_per_message(lab, tmp_path):
 
 
 def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp_path):
-    """-c 100 from lab2 and lab3 (50 each) against the same server as from lab2 alone: every connection
+    """The server and its probes on lab1 (--server-host), -c 100 from lab2 and lab3 (50 each) against the
+    same server as from lab2 alone: every connection
     connected and served, the counts merged to 100, syscalls per message unchanged, throughput alike (one
     machine's CPUs underneath both). This host moves in speed regimes of 0.3-3 s (bench/host_regimes.py), so a
     pair of 1-s runs may land in two of them: the ratio is measured again, at most 3 times, until one pair
@@ -87,7 +88,7 @@ def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp
         for name, hosts in (("one", "lab2"), ("two", "lab2,lab3")):
             out = tmp_path / f"{name}{attempt}"
             res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
-                              "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(out))
+                              "--server-host", "lab1", "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(out))
             assert res.returncode == 0, res.stderr[-2000:]
             rows[name] = json.loads(res.stdout)["runs"][0]
         two = rows["two"]
@@ -96,7 +97,8 @@ def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp
         assert two["per_conn"]["idle"] <= rows["one"]["per_conn"]["idle"]
         per_conn = pd.read_parquet(tmp_path / f"two{attempt}" / "per_conn.parquet")
         assert sorted(per_conn["conn"]) == list(range(100)) and (per_conn["messages"] > 0).all()
-        assert abs(two["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, two["syscalls_per_msg"]
+        for row in rows.values():  # counted by lab1's probes
+            assert abs(row["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, row["syscalls_per_msg"]
         assert two["loaders"]["window_skew_s"] < 0.02, two["loaders"]
         ratios.append(two["msgs_per_sec"] / rows["one"]["msgs_per_sec"])
         if 0.7 <= ratios[-1] <= 1.3:
@@ -105,23 +107,59 @@ def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp
     assert not _gone_soon()
 
 
-def test_sigkill_of_the_controller_leaves_nothing_on_the_lab_host(lab, tmp_path):
-    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "30", "-r", "1", "--no-probes",
-                                        "--loader-hosts", "lab2", "--ssh-config", lab, "-o", str(tmp_path / "r")),
+def _killed_mid_run(tmp_path, *args: str, gone_within_s: float, sig: int = signal.SIGKILL) -> list[str]:
+    """`netprof run selector … ARGS` (a 30-s cell), sent `sig` once its loader runs on a lab host; what is
+    still running on the lab hosts after `gone_within_s`."""
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "30", "-r", "1", "--no-probes", *args,
+                                        "-o", str(tmp_path / "r")),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any("netprof-loader" in p for p in _far_side_processes()):
             time.sleep(0.1)
-        assert any("netprof-loader" in p for p in _far_side_processes()), "the loader never started on lab2"
+        assert any("netprof-loader" in p for p in _far_side_processes()), "the loader never started"
         time.sleep(1.0)  # the run is under way
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        left = _gone_soon()
-        assert not left, left
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + gone_within_s
+        while (left := _far_side_processes()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return left
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
+def test_a_killed_or_interrupted_controller_leaves_nothing_on_the_lab_host(lab, tmp_path, sig):
+    left = _killed_mid_run(tmp_path, "--loader-hosts", "lab2", "--ssh-config", lab, gone_within_s=10, sig=sig)
+    assert not left, left
+
+
+def test_a_lost_ssh_connection_ends_the_far_side_and_the_cell_fails(lab, tmp_path):
+    """The ssh client to lab2 dies mid-run (the connection is lost; the controller lives): lab2's agent and
+    loader end, and the controller's cell fails with the loader gone instead of hanging."""
+    out = tmp_path / "r"
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "30", "-r", "1", "--no-probes",
+                                        "--loader-hosts", "lab2", "--ssh-config", lab, "-o", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("netprof-loader" in p for p in _far_side_processes()):
+            time.sleep(0.1)
+        time.sleep(1.0)
+        clients = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "ssh"
+                   and "lab2" in p.info["cmdline"]]
+        assert clients, _far_side_processes()
+        for c in clients:
+            c.kill()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode in (1, 3), err  # the cell failed (FF), or the run ended on its loader
+        assert "Traceback" not in err
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not _gone_soon()
 
 
 def test_unknown_host_and_refused_key_are_one_line_each(lab, tmp_path):
@@ -174,25 +212,10 @@ def test_server_host_runs_server_and_probes_there_and_its_results_land_here(lab,
 
 
 def test_sigkill_of_the_controller_ends_the_server_hosts_run(lab, tmp_path):
-    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "30", "-r", "1", "--no-probes",
-                                        "--server-host", "lab1", "--loader-hosts", "lab2", "--ssh-config", lab,
-                                        "-o", str(tmp_path / "r")),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any("netprof-loader" in p for p in _far_side_processes()):
-            time.sleep(0.1)
-        assert any("netprof.backends" in p for p in _far_side_processes()), "the run never started on lab1"
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 30  # the server host's run ends as on Ctrl-C (its cell, its cleanup)
-        while (left := _far_side_processes()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not left, left
-    finally:
-        proc.kill()
-        proc.wait()
+    """The server host's run ends as on Ctrl-C (its cell, its clean-up) once its agent's session ends."""
+    left = _killed_mid_run(tmp_path, "--server-host", "lab1", "--loader-hosts", "lab2", "--ssh-config", lab,
+                           gone_within_s=30)
+    assert not left, left
 
 
 def test_a_loader_host_whose_clock_is_100_s_ahead_still_starts_its_window_with_the_others(lab, tmp_path):
@@ -217,3 +240,18 @@ def test_a_loader_host_whose_clock_is_100_s_ahead_still_starts_its_window_with_t
     assert abs(offsets["lab3"]["clock_offset_s"]) <= offsets["lab3"]["clock_error_s"] + 1e-3
     assert row["status"] == "ok" and row["connected"] == 20
     assert row["loaders"]["window_skew_s"] < 0.02, row["loaders"]
+
+
+def test_a_server_host_that_cannot_run_probes_is_one_line(lab, tmp_path):
+    """lab1's agent runs as `nobody` (a host where netprof cannot load BPF): one line naming the host and
+    the way out, exit 2; with --no-probes the same host is fine to ask."""
+    unprivileged = tmp_path / "nobody-agent"
+    unprivileged.write_text("#!/bin/sh\nexec setpriv --reuid=nobody --regid=nogroup --clear-groups "
+                            f"{ROOT / '.venv/bin/python'} -m netprof.profiler agent\n")
+    unprivileged.chmod(0o755)
+    os.chmod(tmp_path, 0o755)
+    res = run_netprof("run", "selector", "-c", "10", "-d", "1", "-r", "1", "--server-host", "lab1",
+                      "--ssh-config", lab, "--remote-netprof", str(unprivileged), "-o", str(tmp_path / "r"))
+    assert res.returncode == 2 and "lab1 cannot run the probes" in res.stderr and "--no-probes" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not _gone_soon()
