@@ -83,8 +83,8 @@ def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
     attached process (already up)."""
     spec = env.cfg.server(cell.backend)
     cpus = env.cfg.backend_cpu if cell.pinned else None
-    if spec.kind == "cmd":
-        return servers.start_cmd(group, spec, cpus)
+    if spec.kind == "cmd":  # {host}: where the loader reaches this host (--loader-hosts), else loopback
+        return servers.start_cmd(group, spec, cpus, env.link.backend_host if env.link is not None else "127.0.0.1")
     if spec.kind == "attach":
         return servers.attach(spec)
     link = env.link

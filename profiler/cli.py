@@ -262,7 +262,8 @@ def run(
              "netprof's own."),
     cmd: list[str] | None = typer.Option(
         None, "--cmd", metavar="TEMPLATE",
-        help="Your own server's command, {port} replaced by a free port (repeatable); runs as the sudo caller unless "
+        help="Your own server's command, {port} replaced by a free port and {host} by the address to listen on "
+             "(127.0.0.1; with --loader-hosts the one they reach); repeatable; runs as the sudo caller unless "
              "--as-root."),
     name: list[str] | None = typer.Option(
         None, "--name", metavar="NAME",

@@ -379,13 +379,15 @@ def parse_header_file(text: str, path: str) -> list[str]:
     return headers
 
 
-def check_loader_hosts(cfg: RunConfig, own: list[str]) -> None:
+def check_loader_hosts(cfg: RunConfig) -> None:
     """--loader-hosts: what goes with it (sshlink.py runs the sessions)."""
     if cfg.remote:
         raise InputError("--loader-hosts and --remote netns both put the loader elsewhere: use one of them")
-    if own:
-        raise InputError("--loader-hosts runs built-in backends only for now (they listen on the address the "
-                         "loader host reaches this one by); your --cmd/--attach server listens on loopback")
+    for spec in cfg.own:  # the server must listen where the loader hosts reach this one
+        if spec.kind != "cmd" or "{host}" not in spec.template or "{port}" not in spec.template:
+            raise InputError(f"--loader-hosts: your server '{spec.name}' must listen where the loader hosts reach "
+                             "this host: give --cmd with {host} and {port} where the address and port go, e.g. "
+                             "'python -m uvicorn app:app --host {host} --port {port}' (--attach is not for them)")
     if min(cfg.connections) < len(cfg.loader_hosts):
         raise InputError(f"--connections {min(cfg.connections)} is fewer than the {len(cfg.loader_hosts)} loader "
                          f"hosts that share them: give each at least one")
@@ -465,7 +467,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         except ValueError as e:
             raise InputError(str(e)) from None
     if cfg.loader_hosts:
-        check_loader_hosts(cfg, own)
+        check_loader_hosts(cfg)
     elif (cfg.ssh_config or cfg.remote_netprof) and not cfg.server_host:
         raise InputError("--ssh-config and --remote-netprof are for --loader-hosts or --server-host: add one, "
                          "or drop them")

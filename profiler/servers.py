@@ -30,6 +30,7 @@ from netprof.profiler.procs import LineTimeout, ManagedProcess, ProcessError, Pr
 
 READY_TIMEOUT = 20.0
 PORT_PLACEHOLDER = "{port}"
+HOST_PLACEHOLDER = "{host}"  # the address to listen on: 127.0.0.1, or where --loader-hosts reach this host
 
 
 @dataclass(frozen=True)
@@ -210,12 +211,13 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None) -> Running:
+def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: str = "127.0.0.1") -> Running:
     """Start the user's command for one cell and wait until it is ready: its --ready-regex line (if
-    any) and then its port, both within --ready-timeout."""
+    any) and then its port, both within --ready-timeout. `listen`: the address {host} stands for."""
     if PORT_PLACEHOLDER in spec.template:
-        host, port = "127.0.0.1", free_port()
-        argv = [a.replace(PORT_PLACEHOLDER, str(port)) for a in shlex.split(spec.template)]
+        host, port = listen, free_port(listen)
+        argv = [a.replace(PORT_PLACEHOLDER, str(port)).replace(HOST_PLACEHOLDER, host)
+                for a in shlex.split(spec.template)]
     else:
         (host, port), argv = parse_target(spec.target), shlex.split(spec.template)
     caller = None if spec.as_root else paths.sudo_caller()
@@ -243,7 +245,7 @@ def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None) -> Runnin
     tail = proc.stderr_tail()
     where = f"port {port}" + (f" (and --ready-regex '{spec.ready_regex}')" if pattern else "")
     raise ProcessError(f"--cmd {spec.name} did not become ready on {where} within {spec.ready_timeout:g} s: does it "
-                       f"listen on 127.0.0.1:{port}? (a slow start: --ready-timeout)"
+                       f"listen on {host}:{port}? (a slow start: --ready-timeout)"
                        + (f" Its stderr: {tail}" if tail else ""))
 
 

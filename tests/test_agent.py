@@ -131,7 +131,7 @@ def test_the_remote_command_is_fixed_and_quoted():
     (["--loader-hosts", "lab2", "--remote", "netns"], "use one of them"),
     (["--loader-hosts", "-oProxyCommand=touch /tmp/x"], "is not a host name"),
     (["--loader-hosts", "lab2", "--ssh-config", "/nonexistent/cfg"], "no such file"),
-    (["--loader-hosts", "lab2", "--cmd", "python3 -m http.server {port}"], "built-in backends only"),
+    (["--loader-hosts", "lab2", "--cmd", "python3 -m http.server {port}"], "give --cmd with {host} and {port}"),
 ])
 def test_loader_hosts_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
     from helpers import netprof_cli

@@ -255,3 +255,27 @@ def test_a_server_host_that_cannot_run_probes_is_one_line(lab, tmp_path):
     assert res.returncode == 2 and "lab1 cannot run the probes" in res.stderr and "--no-probes" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not _gone_soon()
+
+
+def test_your_own_server_listens_where_the_loader_hosts_reach_it(lab, tmp_path):
+    """--cmd with {host} and {port} (uvicorn here) and --loader-hosts lab2: the command is given the address
+    lab2 reaches this host by, and the HTTP load from lab2 is served."""
+    require_bpf()
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "asgi.py").write_text(
+        "async def app(scope, receive, send):\n"
+        "    await send({'type': 'http.response.start', 'status': 200,\n"
+        "                'headers': [(b'content-type', b'text/plain'), (b'content-length', b'13')]})\n"
+        "    await send({'type': 'http.response.body', 'body': b'Hello, World!'})\n")
+    res = run_netprof("run", "--cmd", f"{ROOT / '.venv/bin/python'} -m uvicorn asgi:app --app-dir {app} "
+                      "--host {host} --port {port} --loop asyncio --http h11 --no-access-log --log-level warning",
+                      "--name", "uvicorn_h11", "--protocol", "http", "--request", "GET /", "-c", "10", "-d", "1",
+                      "-r", "1", "--warmup", "0.3", "--json", "--loader-hosts", "lab2", "--ssh-config", lab,
+                      "-o", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads(res.stdout)["runs"]
+    assert row["status"] == "ok" and row["server_kind"] == "cmd" and row["messages"] > 100
+    assert row["loader_host"] == "lab2" and row["connected"] == 10
+    assert json.loads((tmp_path / "r" / "meta.json").read_text())["link"]["server_addr"] == "10.213.0.254"
+    assert not _gone_soon()
