@@ -15,6 +15,7 @@ import argparse
 import math
 import os
 import random
+import re
 import select
 import signal
 import socket
@@ -57,9 +58,12 @@ class WorkModel:
     of work ends form a Poisson process.
     """
 
-    kind: str = "none"  # none | sleep | spin
+    kind: str = "none"  # none | sleep | spin | remote
     us: float = 0.0  # duration, or mean duration when poisson
     poisson: bool = False
+    # remote: HOST:PORT of the helper that answers after `us` (profiler/remote_work.py). netprof's own
+    # --work remote:US has none; the backend's gets it from netprof (remote:US@HOST:PORT).
+    peer: str = ""
 
     @classmethod
     def parse(cls, spec: str) -> WorkModel:
@@ -68,10 +72,13 @@ class WorkModel:
             return cls()
         name, sep, value = spec.partition(":")
         kinds = {"sleep": ("sleep", False), "spin": ("spin", False),
-                 "poisson-sleep": ("sleep", True), "poisson-spin": ("spin", True)}
+                 "poisson-sleep": ("sleep", True), "poisson-spin": ("spin", True), "remote": ("remote", False)}
         if name not in kinds or not sep:
-            raise BadWorkSpec(f"bad --work {spec!r}: use none, sleep:US, spin:US, poisson-sleep:MEAN_US "
-                              "or poisson-spin:MEAN_US")
+            raise BadWorkSpec(f"bad --work {spec!r}: use none, sleep:US, spin:US, poisson-sleep:MEAN_US, "
+                              "poisson-spin:MEAN_US or remote:US")
+        value, _, peer = value.partition("@")
+        if peer and (name != "remote" or not re.fullmatch(r"127(\.\d{1,3}){3}:\d{1,5}", peer)):
+            raise BadWorkSpec(f"bad --work {spec!r}: only remote:US takes @127.x.y.z:PORT (netprof gives it)")
         try:
             us = float(value)
         except ValueError:
@@ -79,12 +86,12 @@ class WorkModel:
         if not (us >= 0 and math.isfinite(us)):
             raise BadWorkSpec(f"bad --work {spec!r}: the duration must be a number of microseconds >= 0")
         kind, poisson = kinds[name]
-        return cls(kind, us, poisson)
+        return cls(kind, us, poisson, peer)
 
     def __str__(self) -> str:
         if self.kind == "none":
             return "none"
-        return f"{'poisson-' if self.poisson else ''}{self.kind}:{self.us:g}"
+        return f"{'poisson-' if self.poisson else ''}{self.kind}:{self.us:g}" + (f"@{self.peer}" if self.peer else "")
 
     def callable(self):
         """A zero-argument function doing one unit of work, or None for `none` (so handlers can
@@ -96,6 +103,8 @@ class WorkModel:
         if self.poisson and seconds > 0:
             rng = random.Random()
             draw = lambda: rng.expovariate(1.0 / seconds)  # noqa: E731
+        if self.kind == "remote":
+            return _remote_call(self.peer)
         if self.kind == "sleep":
             sleep = time.sleep  # bound now: stays the blocking sleep even if gevent patches `time`
 
@@ -109,6 +118,34 @@ class WorkModel:
                 while clock() < end:
                     pass
         return work
+
+
+def _remote_call(peer: str):
+    """One blocking request to the remote-work helper per call, on a connection of the calling thread's
+    own (made at its first call, with the run's token first). `_socket`, not `socket`: gevent patches the
+    latter, and this stands for a synchronous client (a database driver) that blocks its thread, as the
+    `sleep` model does."""
+    import _socket
+
+    if not peer:
+        raise BadWorkSpec("--work remote:US needs the helper's address: netprof gives it (remote:US@HOST:PORT)")
+    host, port = peer.rsplit(":", 1)
+    token = os.environ.get("NETPROF_REMOTE_TOKEN", "").encode()
+    local = threading.local()
+
+    def work():
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+            conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            conn.connect((host, int(port)))
+            conn.sendall(token)
+            local.conn = conn
+        conn.sendall(b"q")
+        if not conn.recv(1):
+            raise ConnectionError("the remote-work helper closed the connection")
+
+    return work
 
 
 # --------------------------------------------------------------------------------------------

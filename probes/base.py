@@ -162,7 +162,8 @@ class LoadedProgram:
 
 # Compiled, detached sets waiting for their owner, by (source path, cflags): see LoadedProgram.park.
 _SPARE: dict[tuple[str, tuple[str, ...]], Any] = {}
-_INCLUDE = re.compile(r'^#include "([^"/]+)"\s*$', re.M)
+# A header next to the file or under probes/ (an instrument's folder: "breakdown/breakdown.bpf.h").
+_INCLUDE = re.compile(r'^#include "((?:[\w-]+/)?[\w.-]+)"\s*$', re.M)
 
 
 def bpf_source(path: Path) -> str:

@@ -48,6 +48,9 @@ class Instrument(ABC):
     # The row's dict of its figures, present in every row: {"attached": False} in a run without it.
     # None: the instrument writes top-level fields (the counting set: syscalls_per_msg, ...).
     group: ClassVar[str | None] = None
+    # The name its per-connection rows are filed under (`<conn_file>_conn.parquet`); None: its own name.
+    # An instrument that carries another's figures (the breakdown carries the socket-wait set) files them as it.
+    conn_file: ClassVar[str | None] = None
     # True: attached only around each cell's probed sub-window, so the headline never sees its cost;
     # False: attached from target() to the end of the cell (it must see each connection from its first byte).
     sub_window: ClassVar[bool] = False

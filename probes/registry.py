@@ -13,7 +13,7 @@ from typing import Any
 
 from .instrument import Instrument
 
-NAMES = ("counting", "sockwait")
+NAMES = ("counting", "sockwait", "breakdown")
 
 
 @functools.cache

@@ -40,14 +40,15 @@ class CellOutcome:
 
 
 def backend_argv(python: str | list[str], name: str, cfg: RunConfig, framing: str, host: str = "127.0.0.1",
-                 prefix: list[str] | None = None) -> list[str]:
+                 prefix: list[str] | None = None, work: str | None = None) -> list[str]:
     """`python` is the interpreter (or it with options, e.g. `-X perf_jit`); `prefix` (e.g. `ip netns
     exec NS`, which execs: the pid stays the backend's) goes first. Every option the backend must
-    know (message size, framing, work) comes from the run's configuration and this cell."""
+    know (message size, framing, work) comes from the run's configuration and this cell; `work`, when
+    given, is the run's --work as this backend must see it (remote:US with its helper's address)."""
     python = [python] if isinstance(python, str) else list(python)
     return [*(prefix or []), *python, "-m", "netprof.backends", name, "--host", host, "--port", "0",
             "--msize", str(cfg.msize), *(["--framing", framing] if framing != "own" else []),
-            "--work", cfg.work, "--workers", str(cfg.workers)]
+            "--work", work or cfg.work, "--workers", str(cfg.workers)]
 
 
 @dataclass
@@ -71,6 +72,7 @@ class CellEnv:
     instruments: tuple[Instrument, ...] = ()  # opened once per run (runner.open_instruments), in reading order
     link: Any = None  # netprof.profiler.netns.RemoteLink
     hooks: CellHooks = field(default_factory=CellHooks)
+    remote_work: Any = None  # netprof.profiler.remote_work.RemoteWork: --work remote:US's helper
     python_options: tuple[str, ...] = ()
     on_phase: Callable[[str], None] | None = None  # told each phase of the cell (PHASES): the progress bar
     # Told the live msgs/s of each loader `progress` event (warm-up or window): the progress bar.
@@ -90,8 +92,11 @@ def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
     link = env.link
     host, prefix = (link.backend_host, link.backend_prefix) if link is not None else ("127.0.0.1", None)
     python = [env.interp.python, *env.python_options]
+    rw = env.remote_work
     proc = group.spawn(f"backend-{cell.backend}",
-                       backend_argv(python, cell.backend, env.cfg, cell.framing, host, prefix), cpus=cpus)
+                       backend_argv(python, cell.backend, env.cfg, cell.framing, host, prefix,
+                                    work=rw.backend_work(env.cfg.work) if rw else None),
+                       cpus=cpus, env=rw.backend_env() if rw else None)
     line = proc.wait_line("ready", servers.READY_TIMEOUT)
     return Running(proc.pid, host, int(line.split()[2]), proc)
 
@@ -396,7 +401,7 @@ def instrument_rows(row: dict, result: dict, marks: _Marks, instruments: tuple[I
         a, b = pair[0].counters.get(inst.name), pair[1].counters.get(inst.name)
         if a is not None and b is not None:
             if rows := inst.row(row, a, b, counted):
-                conns[inst.name] = rows
+                conns[inst.conn_file or inst.name] = rows
     return conns
 
 

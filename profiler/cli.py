@@ -197,6 +197,11 @@ def run(
         False, "--sockwait",
         help="Also time where each message waits: unread in the socket queue vs in the handler, per connection "
              "(socket-wait probes, attached for the whole cell: their cost, ~10% on a fast loop, is in the headline)."),
+    breakdown: bool = typer.Option(
+        False, "--breakdown",
+        help="Also split each request's time into parts measured by the kernel (socket-queue wait, the loop's "
+             "turn, run queue, on CPU, off CPU by cause, send, transit), with the composition of the slowest 1% "
+             "(implies --sockwait; docs/breakdown.md)."),
     instrument: list[str] = typer.Option(
         None, "--instrument", metavar="NAME",
         help="Also carry this instrument of probes/registry.py (repeatable); the counting set and --sockwait have "
@@ -320,8 +325,8 @@ def run(
             body=body, keep_secrets=keep_secrets, line=line, connections=parse_int_list(connections, "--connections"),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
-            probe_share=probe_share, syscall_time=syscall_time, sockwait=sockwait,
-            instruments=tuple(dict.fromkeys(instrument or [])),
+            probe_share=probe_share, syscall_time=syscall_time, sockwait=sockwait or breakdown,
+            instruments=tuple(dict.fromkeys([*(instrument or []), *(["breakdown"] if breakdown else [])])),
             flamegraph=flamegraph, pin=pin, pin_both=pin_both, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
             loader_threads=loader_threads, workers=workers,
             out_dir=str(out) if out else "", force=force, wait=wait, remote=remote, netem=netem,

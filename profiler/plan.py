@@ -453,6 +453,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         if framing not in FRAMINGS:
             raise InputError(f"--framing '{framing}' is not known; use {' or '.join(FRAMINGS)}")
     check_work(cfg.work)
+    check_remote_work(cfg)
     check_think(cfg.think)
     check_open_loop(cfg)
     if cfg.remote not in REMOTE_MODES:
@@ -581,6 +582,21 @@ def check_work(spec: str) -> None:
         WorkModel.parse(spec)
     except BadWorkSpec as e:
         raise InputError(str(e)) from None
+
+
+def check_remote_work(cfg: RunConfig) -> None:
+    """--work remote:US: a helper on this host answers the backend's handlers (profiler/remote_work.py), so
+    only built-in Python backends on loopback can use it."""
+    if not cfg.work.strip().startswith("remote:"):
+        return
+    where = ("--remote" if cfg.remote else "--loader-hosts" if cfg.loader_hosts
+             else "--server-host" if cfg.server_host else "")
+    if where:
+        raise InputError(f"--work remote:US runs its helper on this host's loopback: leave out {where}")
+    cpp = [b for b in cfg.backends if b.startswith("cpp_")]
+    if cpp:
+        raise InputError(f"--work remote:US is a Python handler's blocking call; {', '.join(cpp)} has none: "
+                         "leave it out or use --work sleep:US")
 
 
 # The loader owns think-time parsing (cpp_server/src/think.hpp); this pattern only lets a bad spec

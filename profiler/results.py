@@ -39,11 +39,18 @@ NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg"
 
 
 def flatten(row: dict) -> dict:
+    """One column per scalar: a group's fields are `group.field`, and a dict inside a group (the
+    breakdown's `mean_us` of parts) `group.field.key`; lists are comma-joined."""
     flat = {}
     for k, v in row.items():
         if isinstance(v, dict):
             for kk, vv in v.items():
-                flat[f"{k}.{kk}"] = vv
+                if isinstance(vv, dict):
+                    flat.update({f"{k}.{kk}.{kkk}": vvv for kkk, vvv in vv.items()})
+                elif isinstance(vv, (list, tuple)):
+                    flat[f"{k}.{kk}"] = ",".join(map(str, vv))
+                else:
+                    flat[f"{k}.{kk}"] = vv
         elif isinstance(v, (list, tuple)):
             flat[k] = ",".join(map(str, v))
         else:
@@ -67,7 +74,10 @@ def unflatten(flat: dict) -> dict:
         v = _clean(v)
         if "." in k and k.split(".", 1)[0] in nested:
             group, name = k.split(".", 1)
-            if v is not None:
+            if v is not None and "." in name:  # a dict inside the group (flatten)
+                field, key = name.split(".", 1)
+                row.setdefault(group, {}).setdefault(field, {})[key] = v
+            elif v is not None:
                 row.setdefault(group, {})[name] = v
         else:
             row[k] = v

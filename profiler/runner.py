@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from netprof.backends.common import WorkModel
 from netprof.probes import registry
 from netprof.probes.instrument import Instrument
 from netprof.profiler import atomic, evidence, netns, reap, runlock, schema, sshlink, units
@@ -26,6 +27,7 @@ from netprof.profiler.errors import EXIT_INTERNAL, NetprofError
 from netprof.profiler.loader_client import Loader
 from netprof.profiler.plan import RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.remote_work import RemoteWork
 from netprof.profiler.results import ResultsStore, clean_text
 
 ERROR_LOG = "netprof-error.log"
@@ -157,6 +159,9 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 loader = Loader.start(group, cpus=lcpus, threads=cfg.loader_threads,
                                       prefix=link.loader_prefix if link else None,
                                       netns=link.ns_loader if link else None)
+            # --work remote:US: its helper, on the loader's CPUs (it stands for another host)
+            remote = RemoteWork.start(group, WorkModel.parse(cfg.work).us, lcpus) if cfg.work.startswith("remote:") \
+                else None
             extra = evidence.evidence_cells(cfg)
             total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
             task = progress.add_task("starting", total=total, phase="", last="")
@@ -174,7 +179,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                     raise KeyboardInterrupt
                 progress.update(task, description=cell.label(), phase="")
                 env = CellEnv(cfg, loader, interps[cell.python], instruments=tuple(instruments), link=link,
-                              on_phase=phase, on_live=live if console.is_terminal else None)
+                              remote_work=remote, on_phase=phase, on_live=live if console.is_terminal else None)
                 host_before = meta_mod.host_load()
                 outcome = run_cell(cell, env)
                 # The machine over this cell (anomalies.machine_busy reads it); meta.json is rewritten below.

@@ -20,7 +20,8 @@ class SockWait(ProbeInstrument):
 
     @classmethod
     def wanted(cls, cfg: Any) -> bool:
-        return bool(cfg.sockwait)  # --sockwait
+        # --sockwait, unless the breakdown (which carries this set) is wanted
+        return bool(cfg.sockwait) and "breakdown" not in getattr(cfg, "instruments", ())
 
     @classmethod
     def missing(cls, cfg: Any) -> str | None:
@@ -32,17 +33,23 @@ class SockWait(ProbeInstrument):
         return cls(SockWaitProbes(attached=False))
 
     def row(self, row: dict, first: SockWaitSnapshot, last: SockWaitSnapshot, counted: Counted) -> list[dict]:
-        d = sw_delta(first, last)
-        conns = conn_rows(d)
-        row["sockwait"].update(row_fields(d), rtt_mean_us=counted.latency_us.get("mean"),
-                               rtt_p50_us=counted.latency_us.get("p50"), messages=counted.messages,
-                               **stats.conn_wait_split([c["bytes"] for c in conns], [c["wait_us"] for c in conns]))
-        return conns
+        return fill_row(row, first, last, counted)
 
     def cost(self) -> dict:
         # Its price per loopback message on this host (~2 s): the report states it beside the headline.
         return {"sockwait_cost_per_message": measure_cost(self.probes)}
 
+
+
+def fill_row(row: dict, first: SockWaitSnapshot, last: SockWaitSnapshot, counted: Counted) -> list[dict]:
+    """The row's `sockwait` group from two snapshots (beside the loader's round trip of the same window);
+    returns the per-connection rows. The breakdown, which carries this set, fills it the same way."""
+    d = sw_delta(first, last)
+    conns = conn_rows(d)
+    row["sockwait"].update(row_fields(d), attached=True, rtt_mean_us=counted.latency_us.get("mean"),
+                           rtt_p50_us=counted.latency_us.get("p50"), messages=counted.messages,
+                           **stats.conn_wait_split([c["bytes"] for c in conns], [c["wait_us"] for c in conns]))
+    return conns
 
 
 def row_fields(d: SockWaitDelta) -> dict:

@@ -46,6 +46,8 @@
 // cflags: -DTRACK_CHILDREN=0|1 -DMAX_SOCKETS=<n> -DFIFO=<power of two> -DNSLOTS=<power of two>
 //         -DWH=<n> (per-connection log2 wait buckets: [2^i, 2^(i+1)) ns, the last one open)
 //         -DOFF_FAMILY -DOFF_PROTOCOL -DOFF_PORTPAIR -DOFF_COPIED_SEQ -DOFF_RCV_NXT (bytes from struct sock *)
+//         -DBREAKDOWN=0|1: also the request breakdown (probes/breakdown/, --breakdown), which follows each
+//         request of a served socket through the serving thread's states (its own cflags there)
 #include <uapi/linux/ptrace.h>
 // No <linux/sched.h>: nothing here uses it, and parsing it was 0.4 s of each compile (the bytecode is
 // the same without it; bench/RESULTS.md, start-up).
@@ -85,6 +87,10 @@ struct window_t {    // written by Python only
 };
 BPF_ARRAY(window, struct window_t, 1);
 
+#if BREAKDOWN
+#include "breakdown/breakdown_state.bpf.h"
+#endif
+
 struct sk_t {
     u64 at[FIFO];    // arrival time of each queued chunk (producer: sk_data_ready)
     u32 end[FIFO];   // rcv_nxt after that chunk
@@ -104,6 +110,9 @@ struct sk_t {
     // per connection, cumulative since learned:
     u64 reads, bytes, waits, wait_ns, answers, handler_ns;
     u32 wh[WH];      // its waits by log2(ns)
+#if BREAKDOWN
+    BD_SK_FIELDS
+#endif
 };
 BPF_TABLE("lru_hash", u64, struct sk_t, socks, MAX_SOCKETS);
 BPF_PERCPU_ARRAY(zero_sk, struct sk_t, 1);   // never written: the zeroed value new sockets start from
@@ -187,6 +196,10 @@ static __always_inline void record(struct stats_t *st, struct window_t *w, int k
         m->max[j] = v;
 }
 
+#if BREAKDOWN
+#include "breakdown/breakdown.bpf.h"
+#endif
+
 // Reset a known socket's FIFO: bytes queued now (up to rcv_nxt) have an unknown arrival.
 static __always_inline void reset_fifo(struct sk_t *s, u64 sk, struct window_t *w) {
     s->known_from = s->last_end = read_u32(sk + OFF_RCV_NXT);
@@ -245,6 +258,9 @@ static __always_inline struct sk_t *learn(u64 sk, u32 tgid, struct cfg_t *c, str
         __builtin_memset(s->wh, 0, sizeof(s->wh));
         s->last_read = s->req_arrival = 0;
         s->closed = 0;
+#if BREAKDOWN
+        s->served = s->bd_phase = s->reader = 0;
+#endif
     }
     st->learned++;
     u32 zero = 0, bit = sk_bit(sk);
@@ -267,11 +283,15 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
     u64 sk = ctx->args[0];
     u32 zero = 0, bit = sk_bit(sk);
     struct bits_t *b = known_bits.lookup(&zero);
-    if (!b || !(b->w[(bit >> 6) & (BITS_WORDS - 1)] & (1ULL << (bit & 63))))
+    struct sk_t *s = 0;
+    if (b && (b->w[(bit >> 6) & (BITS_WORDS - 1)] & (1ULL << (bit & 63))))
+        s = socks.lookup(&sk);
+    if (!s) {
+#if BREAKDOWN
+        bd_foreign_arrival(sk);
+#endif
         return 0;
-    struct sk_t *s = socks.lookup(&sk);
-    if (!s)
-        return 0;
+    }
     struct cfg_t *c = cfg.lookup(&zero);
     struct window_t *w = window.lookup(&zero);
     if (!c || !w || !w->active || !c->tgid || s->gen != c->gen || !s->tcp || s->closed)
@@ -292,12 +312,18 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
         struct stats_t *st = stats.lookup(&zero);
         if (st)
             st->fifo_merged++;
+#if BREAKDOWN
+        bd_arrival(s, now, 0);
+#endif
         return 0;
     }
     s->at[t & FIFO_MASK] = now;
     s->end[t & FIFO_MASK] = nxt;
     barrier();
     STORE_ONCE(s->tail, t + 1);
+#if BREAKDOWN
+    bd_arrival(s, now, t == h);
+#endif
     return 0;
 }
 
@@ -329,8 +355,12 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
     struct window_t *w;
     struct stats_t *st;
     struct sk_t *s = own_socket(sk, &w, &st);
-    if (!s)
+    if (!s) {
+#if BREAKDOWN
+        bd_loader_read(sk, now);
+#endif
         return 0;
+    }
     u32 after = read_u32(sk + OFF_COPIED_SEQ);
     u32 before = after - (u32)ret;
     u32 h = s->head;
@@ -369,6 +399,9 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
         s->req_arrival = arrival;
     }
     s->last_read = now;
+#if BREAKDOWN
+    bd_read(s, now);
+#endif
     return 0;
 }
 
@@ -385,14 +418,27 @@ RAW_TRACEPOINT_PROBE(sock_send_length) {
         return 0;
     s->pending = 0;
     u64 now = bpf_ktime_get_ns();
-    if (s->last_read < w->attach_ns || s->last_read > now)
+#if BREAKDOWN
+    // a finished request's histograms: bd_commit, tail-called on the way out (a tail call does not return)
+    int answered = bd_answer(s, now);
+#endif
+    if (s->last_read < w->attach_ns || s->last_read > now) {
+#if BREAKDOWN
+        if (answered)
+            bd_progs.call(ctx, 0);
+#endif
         return 0;
+    }
     u64 handler = now - s->last_read;
     s->answers++;
     s->handler_ns += handler;
     record(st, w, H_HANDLER, handler);
     if (s->req_arrival && s->req_arrival <= now)
         record(st, w, H_SERVER, now - s->req_arrival);
+#if BREAKDOWN
+    if (answered)
+        bd_progs.call(ctx, 0);
+#endif
     return 0;
 }
 
@@ -429,6 +475,12 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state) {
     struct stats_t *st = stats.lookup(&zero);
     if (!c || !c->tgid || !w || !w->active || !st)
         return 0;
-    learn((u64)args->skaddr, 0, c, w, st);
+    struct sk_t *s = learn((u64)args->skaddr, 0, c, w, st);
+#if BREAKDOWN
+    if (s)
+        s->served = 1;
+#else
+    (void)s;
+#endif
     return 0;
 }

@@ -375,13 +375,14 @@ class SockWaitProbes(LoadedProgram):
     """Compile once, then target() a backend tree and snapshot() around each window.
 
     `attached=False`: start detached. `max_sockets`: LRU capacity (sockets known per target);
-    `fifo`: unread arrivals tracked per socket (a power of two) before waits become bounds.
+    `fifo`: unread arrivals tracked per socket (a power of two) before waits become bounds; `cflags`:
+    a subclass's own (probes/breakdown/ compiles the set with -DBREAKDOWN=1).
     """
 
     resident = (_TP,)  # the tree's fork/exit bookkeeping: attached from load to close
 
     def __init__(self, track_children: bool = True, max_sockets: int = 65536, fifo: int = 16,
-                 attached: bool = True) -> None:
+                 attached: bool = True, cflags: tuple[str, ...] = ()) -> None:
         if fifo < 2 or fifo & (fifo - 1) or fifo > 64:
             raise ValueError("fifo must be a power of two in 2..64")
         if max_sockets < 16:
@@ -394,7 +395,8 @@ class SockWaitProbes(LoadedProgram):
         offsets = kernel_offsets()
         self._load("sockwait/sockwait.bpf.c",
                    [f"-DTRACK_CHILDREN={int(track_children)}", f"-DMAX_SOCKETS={max_sockets}", f"-DFIFO={fifo}",
-                    f"-DNSLOTS={NSLOTS}", f"-DWH={WH}", *(f"-D{k}={v}" for k, v in sorted(offsets.items()))],
+                    f"-DNSLOTS={NSLOTS}", f"-DWH={WH}", *(f"-D{k}={v}" for k, v in sorted(offsets.items())),
+                    *cflags],
                    attached=False)
         try:
             b = self.bpf
@@ -443,6 +445,7 @@ class SockWaitProbes(LoadedProgram):
         _delete_all(self._socks)
         self._bits[self._bits.Key(0)] = self._bits.Leaf()
         self._stats[self._stats.Key(0)] = self._stats.Leaf()
+        self._reset_more()
         kids = tree.seed(self._children, pid, self.track_children)
         for port in (listening_ports([pid, *kids]) if pid else ()):
             self._lports[self._lports.Key(port)] = self._lports.Leaf(1)
@@ -455,6 +458,9 @@ class SockWaitProbes(LoadedProgram):
         write_cfg(len(kids))
         tree.catch_late(self._children, pid, kids, self.track_children, write_cfg)
         self.pid = pid
+
+    def _reset_more(self) -> None:
+        """A subclass's own maps, zeroed with the set's at each target() (nothing is recorded meanwhile)."""
 
     def target(self, pid: int) -> None:
         """Watch `pid` and (track_children) its descendants; forgets every socket and zeroes every

@@ -1,0 +1,478 @@
+// netprof request breakdown (--breakdown): each request's time split into parts measured by the kernel.
+// Pasted into probes/sockwait/sockwait.bpf.c when it is compiled with -DBREAKDOWN=1: the socket-wait
+// set gives the request's edges (arrival in the server's socket queue A, the read that took it R, the
+// first send after it S); this file follows the serving thread's state between them.
+//
+// Per thread of the tree (learned at its first syscall), a clock per state, always running in exactly
+// one: on CPU in user space (USER) or in a syscall (SYS), runnable but not on a CPU (RUNQ: from
+// sched_wakeup or a preemption to sched_switch in), or blocked, by the syscall it blocked in (FUTEX:
+// futex, i.e. locks and the GIL; SLEEP: nanosleep/clock_nanosleep; IO: waiting on a file descriptor —
+// read/recv/poll/select/epoll/accept/connect/write/send; OTHER: anything else, page faults included).
+// A request's parts are differences of the serving thread's clocks, read at A, R and S, so they
+// partition [A, S] by construction (docs/breakdown.md states the rule):
+//   A → R (data unread): runnable → runqueue; on CPU for this request → on_cpu; everything else (on CPU
+//         for other requests, blocked in their handlers) → queue_wait.
+//   R → S (read, not yet answered): on CPU for this request → on_cpu (user/sys); on CPU for others →
+//         loop_wait; runnable → runqueue; blocked → off_cpu_{futex,sleep,io,other}.
+// CPU is given to a request by its connection's syscalls as markers: a read or send on a served socket
+// claims the thread's CPU time since the thread's previous marker (the work that led to that syscall:
+// the loop's dispatch before a read, the handler before a send), clipped to the request's arrival.
+// Around S, from the kernel, not by remainder:
+//   send: the send syscall's entry → the last packet handed to the device (net:net_dev_queue);
+//   transit_out: that → the answer queued on the peer's socket (sk_data_ready, same syscall on loopback);
+//   transit_in: the loader's send syscall entry → A (its sk_data_ready, in the loader's send on loopback);
+//   loader_wait: the answer queued on the loader's socket → the loader's read of it.
+// A request is measured when it arrives on an empty queue of a served socket (accepted on a port the
+// tree listens on) with no request of that socket open, and is read and answered by the thread that
+// last read that socket; the others are counted by reason (`bd_skipped`), never guessed.
+//
+// cflags (beside the socket-wait set's): -DOFF_TASK_PID (bytes into struct task_struct). The states
+// (BD_*) and a socket's request fields are in breakdown_state.bpf.h, pasted before struct sk_t.
+
+// The parts (probes/breakdown/breakdown.py PARTS, same order): a histogram each.
+#define P_QUEUE_WAIT 0
+#define P_LOOP_WAIT 1
+#define P_RUNQUEUE 2
+#define P_ON_CPU 3
+#define P_OFF_FUTEX 4
+#define P_OFF_SLEEP 5
+#define P_OFF_IO 6
+#define P_OFF_OTHER 7
+#define P_SEND 8
+#define P_TRANSIT 9
+#define P_LOADER_WAIT 10
+#define NPART 11
+// Sums only (DETAIL in breakdown.py): on_cpu and transit split.
+#define D_ON_CPU_USER 0
+#define D_ON_CPU_SYS 1
+#define D_TRANSIT_IN 2
+#define D_TRANSIT_OUT 3
+#define D_SEND_CPU 4    // the serving thread's CPU in the answer's send syscall (entry → return): with on_cpu,
+                        // the request's CPU (on loopback the send also delivers, so part of it is after
+                        // the answer reached the loader, outside the request's time)
+#define NDETAIL 5
+// Why a request was not measured (SKIPPED in breakdown.py, same order).
+#define K_BUSY 0        // arrived while data was unread or a request of its socket was open (pipelining)
+#define K_NO_READER 1   // no thread of the tree had read the socket yet (a connection's first request)
+#define K_OTHER_THREAD 2  // read or answered by another thread than the socket's last reader
+#define K_NO_SEND_EDGE 3  // the answer's send entry, device or delivery was not seen (not loopback?)
+#define K_NO_TRANSIT_IN 4 // the loader's send was not seen around the arrival (another context)
+#define K_CLOCK 5       // a clock went backwards between the edges (a race with a state change)
+#define NSKIP 6
+
+struct bd_thr_t {
+    u64 cum[BD_NS];        // ns in each state since first seen, but the current one's open interval
+    u64 since;             // start of the current state
+    u32 state;             // BD_*
+    s32 sc;                // syscall in progress (-1: none)
+    u64 mark_user, mark_sys;  // cum[USER], cum[SYS] (as of then) at the thread's last marker
+    u64 enter_ts;          // entry of its last send-family syscall
+    u64 enter_cum[BD_NS];  // its clocks then
+};
+BPF_HASH(bd_thr, u32, struct bd_thr_t, 16384);
+
+// Per CPU: the last send-family syscall entered on it (any task) and, within it, the last packet
+// handed to a device and the first foreign socket that became readable (the peer's, on loopback).
+struct bd_pc_t {
+    u64 send_pid;          // pid_tgid of the task that entered it
+    u64 send_enter;
+    u64 dev_ts;
+    u64 peer_arr;
+    u64 peer_sk;
+};
+BPF_PERCPU_ARRAY(bd_pc, struct bd_pc_t, 1);
+
+struct bd_stats_t {
+    u64 hist[NPART * NSLOTS];  // per part, log-linear slots (slot_of) of ns
+    u64 sum_ns[NPART];
+    u64 count[NPART];
+    u64 detail_ns[NDETAIL];
+    u64 tail_n[NSLOTS];        // requests by the slot of their total (all parts but loader_wait) ...
+    u64 tail_ns[NPART * NSLOTS];  // ... and the sum of each part over them, by part: the composition of the slowest
+    u64 skipped[NSKIP];
+    u64 requests;              // measured requests
+};
+BPF_ARRAY(bd_stats, struct bd_stats_t, 1);  // shared, atomic adds: too big for a per-CPU value
+
+// A finished request's parts, handed from sock_send_length to bd_commit by a tail call: its histograms
+// inlined into sock_send_length take the verifier past its limit of paths (BCC cannot make them real
+// BPF-to-BPF calls), and a program of their own is verified alone.
+struct bd_req_t {
+    u64 v[NPART - 1];   // the parts but loader_wait
+    u32 ready;
+};
+BPF_PERCPU_ARRAY(bd_scratch, struct bd_req_t, 1);
+BPF_PROG_ARRAY(bd_progs, 1);  // [0]: bd_commit (breakdown.py loads it)
+
+// Answers delivered to the loader's sockets, awaiting its read (loader_wait).
+BPF_HASH(bd_peer, u64, u64, 65536);
+BPF_ARRAY(bd_peer_bits, struct bits_t, 1);
+
+static __always_inline u32 bd_cause(s32 sc) {
+    switch (sc) {
+    case 202: case 449:                      // futex, futex_waitv
+        return BD_FUTEX;
+    case 35: case 230: case 34:              // nanosleep, clock_nanosleep, pause
+        return BD_SLEEP;
+    case 0: case 1: case 7: case 17: case 19: case 20: case 23: case 42: case 43: case 44: case 45:
+    case 46: case 47: case 232: case 270: case 271: case 281: case 288: case 299: case 307: case 426:
+    case 441:  // read write poll pread readv writev select connect accept sendto recvfrom sendmsg recvmsg
+               // epoll_wait pselect6 ppoll epoll_pwait accept4 recvmmsg sendmmsg io_uring_enter epoll_pwait2
+        return BD_IO;
+    }
+    return BD_OTHER;
+}
+
+static __always_inline int bd_is_send(s32 sc) {
+    return sc == 1 || sc == 20 || sc == 44 || sc == 46 || sc == 307;
+}
+
+// A thread's clocks as of `now` (the open interval added to its current state).
+static __always_inline void bd_now(struct bd_thr_t *t, u64 now, u64 *out) {
+#pragma unroll
+    for (int i = 0; i < BD_NS; i++)
+        out[i] = t->cum[i];
+    u32 st = t->state;
+    if (st < BD_NS && now > t->since)
+        out[st] += now - t->since;
+}
+
+static __always_inline void bd_enter_state(struct bd_thr_t *t, u32 st, u64 now) {
+    u32 cur = t->state;
+    if (cur < BD_NS && now > t->since)
+        t->cum[cur] += now - t->since;
+    t->since = now;
+    t->state = st;
+}
+
+static __always_inline u32 task_field(u64 task, u64 off) {
+    u32 v = 0;
+    bpf_probe_read_kernel(&v, sizeof(v), (void *)(task + off));
+    return v;
+}
+
+// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+RAW_TRACEPOINT_PROBE(sched_switch) {
+    u64 now = bpf_ktime_get_ns();
+    u32 prev = task_field(ctx->args[1], OFF_TASK_PID);
+    u32 next = task_field(ctx->args[2], OFF_TASK_PID);
+    u64 state = ctx->args[3];
+    struct bd_thr_t *t = prev ? bd_thr.lookup(&prev) : 0;
+    if (t) {
+        // TASK_RUNNING (0), or preempted: still runnable; else blocked, by the syscall it is in
+        u32 st = (state & 0xff) == 0 ? BD_RUNQ : bd_cause(t->sc);
+        bd_enter_state(t, st, now);
+    }
+    t = next ? bd_thr.lookup(&next) : 0;
+    if (t)
+        bd_enter_state(t, t->sc >= 0 ? BD_SYS : BD_USER, now);
+    return 0;
+}
+
+static __always_inline void bd_woken(u64 task) {
+    u32 pid = task_field(task, OFF_TASK_PID);
+    struct bd_thr_t *t = pid ? bd_thr.lookup(&pid) : 0;
+    if (t && t->state >= BD_FUTEX)
+        bd_enter_state(t, BD_RUNQ, bpf_ktime_get_ns());
+}
+
+// TP_PROTO(struct task_struct *p)
+RAW_TRACEPOINT_PROBE(sched_wakeup) {
+    bd_woken(ctx->args[0]);
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
+    bd_woken(ctx->args[0]);
+    return 0;
+}
+
+// TP_PROTO(struct pt_regs *regs, long id): every task's send-family entries are noted per CPU (the
+// loader's, for transit_in); the tree's threads are learned and their clocks move to SYS.
+RAW_TRACEPOINT_PROBE(sys_enter) {
+    s32 sc = (s32)ctx->args[1];
+    u64 id = bpf_get_current_pid_tgid();
+    u64 now = bpf_ktime_get_ns();
+    int send = bd_is_send(sc);
+    if (send) {
+        u32 zero = 0;
+        struct bd_pc_t *pc = bd_pc.lookup(&zero);
+        if (pc) {
+            pc->send_pid = id;
+            pc->send_enter = now;
+            pc->dev_ts = 0;
+            pc->peer_arr = 0;
+            pc->peer_sk = 0;
+        }
+    }
+    u32 tid = id;
+    struct bd_thr_t *t = bd_thr.lookup(&tid);
+    if (!t) {
+        if (!in_tree(id >> 32))
+            return 0;
+        struct bd_thr_t fresh = {};
+        fresh.state = BD_USER;
+        fresh.since = now;
+        fresh.sc = -1;
+        bd_thr.update(&tid, &fresh);
+        t = bd_thr.lookup(&tid);
+        if (!t)
+            return 0;
+    }
+    bd_enter_state(t, BD_SYS, now);
+    t->sc = sc;
+    if (send) {
+        t->enter_ts = now;
+#pragma unroll
+        for (int i = 0; i < BD_NS; i++)
+            t->enter_cum[i] = t->cum[i];
+    }
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sys_exit) {
+    u32 tid = bpf_get_current_pid_tgid();
+    struct bd_thr_t *t = bd_thr.lookup(&tid);
+    if (t) {
+        bd_enter_state(t, BD_USER, bpf_ktime_get_ns());
+        t->sc = -1;
+    }
+    return 0;
+}
+
+// TP_PROTO(struct sk_buff *skb): a packet handed to a device, in the sending task's context.
+RAW_TRACEPOINT_PROBE(net_dev_queue) {
+    u32 zero = 0;
+    struct bd_pc_t *pc = bd_pc.lookup(&zero);
+    if (pc && pc->send_pid == bpf_get_current_pid_tgid())
+        pc->dev_ts = bpf_ktime_get_ns();
+    return 0;
+}
+
+// sk_data_ready on a socket that is not a known server socket: the first one inside a send syscall
+// is where that send delivered (the peer's socket, on loopback).
+static __always_inline void bd_foreign_arrival(u64 sk) {
+    u32 zero = 0;
+    struct bd_pc_t *pc = bd_pc.lookup(&zero);
+    if (pc && !pc->peer_arr && pc->send_pid == bpf_get_current_pid_tgid()) {
+        pc->peer_arr = bpf_ktime_get_ns();
+        pc->peer_sk = sk;
+    }
+}
+
+static __always_inline void bd_skip(int why) {
+    u32 zero = 0;
+    struct bd_stats_t *b = bd_stats.lookup(&zero);
+    if (b && why < NSKIP)
+        __sync_fetch_and_add(&b->skipped[why], 1);
+}
+
+// New bytes queued on served socket `s` at `now` (loader's context on loopback); `was_empty`: nothing
+// of it was unread before. Opens a request when none is open.
+static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
+    if (!s->served)
+        return;
+    if (s->bd_phase || !was_empty) {
+        if (s->bd_phase == 1)  // a second arrival before the read: the request is not one message
+            s->bd_phase = 0;
+        bd_skip(K_BUSY);
+        return;
+    }
+    u32 tid = s->reader;
+    struct bd_thr_t *t = tid ? bd_thr.lookup(&tid) : 0;
+    if (!t) {
+        bd_skip(K_NO_READER);
+        return;
+    }
+    u32 zero = 0;
+    struct bd_pc_t *pc = bd_pc.lookup(&zero);
+    u64 tin = 0;
+    if (pc && pc->send_pid == bpf_get_current_pid_tgid() && pc->send_enter && pc->send_enter <= now)
+        tin = now - pc->send_enter;
+    if (!tin) {
+        bd_skip(K_NO_TRANSIT_IN);
+        return;
+    }
+    bd_now(t, now, s->bd_a);
+    s->bd_tid = tid;
+    s->bd_at = now;
+    s->bd_tin = tin;
+    s->own_u = s->own_s = s->pre_u = s->pre_s = 0;
+    s->bd_phase = 1;
+}
+
+// A read or send of served socket `s` by thread `t` at `now`: the thread's CPU since its previous
+// marker (clipped to the open request's arrival) is this socket's open request's; `cpu_u`/`cpu_s` are
+// the thread's user/sys clocks where the claim ends.
+static __always_inline void bd_claim(struct sk_t *s, struct bd_thr_t *t, u32 tid, u64 cpu_u, u64 cpu_s) {
+    u64 from_u = t->mark_user, from_s = t->mark_sys;
+    int open = s->bd_phase && s->bd_tid == tid;
+    if (open) {
+        if (s->bd_a[BD_USER] > from_u)
+            from_u = s->bd_a[BD_USER];
+        if (s->bd_a[BD_SYS] > from_s)
+            from_s = s->bd_a[BD_SYS];
+        if (cpu_u > from_u)
+            s->own_u += cpu_u - from_u;
+        if (cpu_s > from_s)
+            s->own_s += cpu_s - from_s;
+    }
+}
+
+static __always_inline void bd_record(struct bd_stats_t *b, u32 part, u64 v) {
+    u32 i = part * NSLOTS + (slot_of(v) & (NSLOTS - 1));
+    __sync_fetch_and_add(&b->hist[i], 1);
+    __sync_fetch_and_add(&b->sum_ns[part], v);
+    __sync_fetch_and_add(&b->count[part], 1);
+}
+
+// Tail-called by sock_send_length with a finished request in bd_scratch: each part's histogram, and the
+// parts by the slot of the request's total (the composition of the slowest: breakdown.py tail_us).
+int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
+    u32 zero = 0;
+    struct bd_req_t *q = bd_scratch.lookup(&zero);
+    struct bd_stats_t *b = bd_stats.lookup(&zero);
+    if (!q || !b || !q->ready)
+        return 0;
+    q->ready = 0;
+    u64 total = 0;
+#pragma unroll
+    for (int i = 0; i < NPART - 1; i++) {
+        bd_record(b, i, q->v[i]);
+        total += q->v[i];
+    }
+    u32 k = slot_of(total) & (NSLOTS - 1);
+    __sync_fetch_and_add(&b->tail_n[k], 1);
+#pragma unroll
+    for (int i = 0; i < NPART - 1; i++)
+        __sync_fetch_and_add(&b->tail_ns[i * NSLOTS + k], q->v[i]);
+    __sync_fetch_and_add(&b->requests, 1);
+    return 0;
+}
+
+// The read that took served socket `s`'s bytes (`now`: after it copied them).
+static __always_inline void bd_read(struct sk_t *s, u64 now) {
+    if (!s->served)
+        return;
+    u32 tid = bpf_get_current_pid_tgid();
+    struct bd_thr_t *t = bd_thr.lookup(&tid);
+    s->reader = tid;
+    if (!t)
+        return;
+    u64 c[BD_NS];
+    bd_now(t, now, c);
+    if (s->bd_phase == 1 && s->bd_tid != tid) {
+        s->bd_phase = 0;
+        bd_skip(K_OTHER_THREAD);
+    }
+    bd_claim(s, t, tid, c[BD_USER], c[BD_SYS]);
+    t->mark_user = c[BD_USER];
+    t->mark_sys = c[BD_SYS];
+    if (s->bd_phase == 1) {  // the read R: what came before it is the unread phase
+        s->pre_u = s->own_u;
+        s->pre_s = s->own_s;
+#pragma unroll
+        for (int i = 0; i < BD_NS; i++)
+            s->bd_r[i] = c[i];
+        s->bd_phase = 2;
+    }
+}
+
+static __always_inline u64 bd_blocked(u64 *c) {
+    return c[BD_FUTEX] + c[BD_SLEEP] + c[BD_IO] + c[BD_OTHER];
+}
+
+// The first send on served socket `s` after its read (`now`: after the send returned): the request's
+// parts, from the clocks at A, R and the send's entry, and the send's edges on this CPU, into bd_scratch.
+// Returns 1 when a request is there for bd_commit.
+static __always_inline int bd_answer(struct sk_t *s, u64 now) {
+    if (!s->served)
+        return 0;
+    u32 tid = bpf_get_current_pid_tgid();
+    struct bd_thr_t *t = bd_thr.lookup(&tid);
+    if (!t)
+        return 0;
+    u32 zero = 0;
+    struct bd_pc_t *pc = bd_pc.lookup(&zero);
+    int mine = pc && pc->send_pid == bpf_get_current_pid_tgid() && t->enter_ts == pc->send_enter;
+    u64 *e = t->enter_cum;  // the thread's clocks at the send's entry
+    u64 e_u = e[BD_USER], e_s = e[BD_SYS];
+    int phase = s->bd_phase;
+    if (phase == 2 && s->bd_tid != tid) {
+        bd_skip(K_OTHER_THREAD);
+        phase = 0;
+    }
+    if (phase == 2 && mine)  // the send's entry ends the claim (the send's own CPU is the `send` part)
+        bd_claim(s, t, tid, e_u, e_s);
+    u64 c[BD_NS];
+    bd_now(t, now, c);
+    t->mark_user = c[BD_USER];
+    t->mark_sys = c[BD_SYS];
+    s->bd_phase = 0;
+    if (phase != 2)
+        return 0;
+    if (!mine || !pc->dev_ts || !pc->peer_arr || pc->dev_ts < t->enter_ts || pc->peer_arr < pc->dev_ts) {
+        bd_skip(K_NO_SEND_EDGE);
+        return 0;
+    }
+    u64 *a = s->bd_a, *r = s->bd_r;
+    // every difference must be ≥ 0: the clocks only grow (a race with a state change could break it)
+    s64 qw = (s64)(r[BD_USER] + r[BD_SYS] - a[BD_USER] - a[BD_SYS]) - (s64)(s->pre_u + s->pre_s)
+             + (s64)(bd_blocked(r) - bd_blocked(a));
+    s64 lw = (s64)(e_u + e_s - r[BD_USER] - r[BD_SYS]) - (s64)(s->own_u + s->own_s - s->pre_u - s->pre_s);
+    s64 rq = (s64)(e[BD_RUNQ] - a[BD_RUNQ]);
+    s64 fu = (s64)(e[BD_FUTEX] - r[BD_FUTEX]), sl = (s64)(e[BD_SLEEP] - r[BD_SLEEP]);
+    s64 io = (s64)(e[BD_IO] - r[BD_IO]), ot = (s64)(e[BD_OTHER] - r[BD_OTHER]);
+    if (qw < 0 || lw < 0 || rq < 0 || fu < 0 || sl < 0 || io < 0 || ot < 0) {
+        bd_skip(K_CLOCK);
+        return 0;
+    }
+    u64 on = s->own_u + s->own_s;
+    u64 snd = pc->dev_ts - t->enter_ts, tout = pc->peer_arr - pc->dev_ts, tin = s->bd_tin;
+    struct bd_stats_t *b = bd_stats.lookup(&zero);
+    struct bd_req_t *q = bd_scratch.lookup(&zero);
+    if (!b || !q)
+        return 0;
+    q->v[P_QUEUE_WAIT] = qw;
+    q->v[P_LOOP_WAIT] = lw;
+    q->v[P_RUNQUEUE] = rq;
+    q->v[P_ON_CPU] = on;
+    q->v[P_OFF_FUTEX] = fu;
+    q->v[P_OFF_SLEEP] = sl;
+    q->v[P_OFF_IO] = io;
+    q->v[P_OFF_OTHER] = ot;
+    q->v[P_SEND] = snd;
+    q->v[P_TRANSIT] = tin + tout;
+    q->ready = 1;
+    __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_USER], s->own_u);
+    __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_SYS], s->own_s);
+    __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_IN], tin);
+    __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_OUT], tout);
+    u64 c_end = c[BD_USER] + c[BD_SYS];
+    if (c_end > e_u + e_s)
+        __sync_fetch_and_add(&b->detail_ns[D_SEND_CPU], c_end - e_u - e_s);
+    // the answer now waits on the loader's socket until its read
+    u64 psk = pc->peer_sk, arr = pc->peer_arr;
+    bd_peer.update(&psk, &arr);
+    u32 bit = sk_bit(psk);
+    struct bits_t *pb = bd_peer_bits.lookup(&zero);
+    if (pb)
+        __sync_fetch_and_or(&pb->w[(bit >> 6) & (BITS_WORDS - 1)], 1ULL << (bit & 63));
+    return 1;
+}
+
+// A read by a task outside the tree: the loader taking an answer we saw delivered (loader_wait).
+static __always_inline void bd_loader_read(u64 sk, u64 now) {
+    u32 zero = 0, bit = sk_bit(sk);
+    struct bits_t *pb = bd_peer_bits.lookup(&zero);
+    if (!pb || !(pb->w[(bit >> 6) & (BITS_WORDS - 1)] & (1ULL << (bit & 63))))
+        return;
+    u64 *arr = bd_peer.lookup(&sk);
+    if (!arr)
+        return;
+    u64 at = *arr;
+    bd_peer.delete(&sk);
+    struct bd_stats_t *b = bd_stats.lookup(&zero);
+    if (b && at && at <= now)
+        bd_record(b, P_LOADER_WAIT, now - at);
+}

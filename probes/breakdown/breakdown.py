@@ -1,0 +1,198 @@
+"""The request breakdown: where each request's time went, in parts measured by the kernel that add up to
+the round trip (probes/breakdown/breakdown.bpf.h, compiled into the socket-wait set with -DBREAKDOWN=1).
+
+    with BreakdownProbes() as bd:          # the socket-wait set and the breakdown's programs
+        bd.target(backend_pid)
+        a = bd.snapshot(); ...; b = bd.snapshot()
+        d = breakdown_delta(a.breakdown, b.breakdown)   # d.mean_us["loop_wait"], d.p99_us, d.tail_us, ...
+        w = sockwait_delta(a.sockwait, b.sockwait)      # the socket-wait figures, as --sockwait gives them
+
+The parts (PARTS) partition a measured request's time, from the loader's send to the loader's read of
+the answer (docs/breakdown.md has the rule): transit (both ways), queue_wait, runqueue, on_cpu,
+loop_wait, off_cpu_{futex,sleep,io,other}, send, loader_wait. Each is measured, none is a remainder,
+so "the parts add up to the loader's round trip" is a check, not an identity (`unattributed_us`).
+Requests the breakdown cannot follow are counted by reason (SKIPPED), not guessed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..base import ProbeError
+from ..sockwait.sockwait import (
+    BTF_PATH,
+    NSLOTS,
+    SUB,
+    SockWaitProbes,
+    SockWaitSnapshot,
+    WaitDist,
+    _Btf,
+    slot_bounds,
+)
+
+# Same order as breakdown.bpf.h's P_* (tests/test_breakdown.py checks).
+PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_cpu_sleep", "off_cpu_io",
+         "off_cpu_other", "send", "transit", "loader_wait")
+# Sums only (D_*): on_cpu and transit split; the CPU of the answer's send syscall (with on_cpu, the
+# serving thread's CPU for the request: `cpu_us`).
+DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu")
+# Why a request was not measured (K_*).
+SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "no_transit_in", "clock")
+# The parts the server side is made of (the rest is the network and the loader).
+SERVER_PARTS = PARTS[:9]
+TAIL_QUANTILE = 0.99
+
+
+@functools.cache
+def task_offsets(path: str = BTF_PATH) -> dict[str, int]:
+    """struct task_struct's pid offset in the running kernel (its raw sched tracepoints pass tasks)."""
+    try:
+        return {"OFF_TASK_PID": _Btf(path).offset("task_struct", "pid", 4)}
+    except OSError as e:
+        raise ProbeError(f"the breakdown needs the kernel's BTF ({path}): {e}") from e
+    except (KeyError, ValueError) as e:
+        raise ProbeError(f"unexpected task_struct in the kernel's BTF ({path}): {e}") from e
+
+
+@dataclass
+class BreakdownSnapshot:
+    """The breakdown's cumulative figures since target()."""
+
+    hist: list[list[int]]          # per PARTS: NSLOTS counts
+    sum_ns: list[int]              # per PARTS
+    count: list[int]               # per PARTS
+    detail_ns: list[int]           # per DETAIL
+    tail_n: list[int]              # requests by the slot of their total (all parts but loader_wait)
+    tail_ns: list[list[int]]       # per PARTS: per slot, the part's sum over those requests
+    skipped: dict[str, int]
+    requests: int
+
+
+@dataclass
+class Snapshot:
+    """What BreakdownProbes.snapshot() gives: the socket-wait set's snapshot and the breakdown's."""
+
+    sockwait: SockWaitSnapshot
+    breakdown: BreakdownSnapshot
+
+
+@dataclass
+class BreakdownDelta:
+    """The window between two snapshots, in µs per measured request."""
+
+    requests: int
+    mean_us: dict[str, float | None]
+    p50_us: dict[str, float | None]
+    p99_us: dict[str, float | None]
+    detail_us: dict[str, float | None]  # means of on_cpu_user/sys, transit_in/out
+    # The composition of the slowest requests (those whose total is at or above the p99 total's slot):
+    # each part's mean over them, and how many there were.
+    tail_us: dict[str, float | None]
+    tail_requests: int
+    total_p99_us: float | None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_mean_us(self) -> float | None:
+        """The sum of the parts' means (loader_wait has its own count: the loader's reads we saw)."""
+        vals = [self.mean_us.get(p) for p in PARTS]
+        return sum(v for v in vals if v is not None) if any(v is not None for v in vals) else None
+
+
+def _read(table) -> BreakdownSnapshot:
+    v = table[table.Key(0)]
+    n = len(PARTS)
+    hist = [list(v.hist[k * NSLOTS:(k + 1) * NSLOTS]) for k in range(n)]
+    tail_ns = [list(v.tail_ns[k * NSLOTS:(k + 1) * NSLOTS]) for k in range(n)]
+    return BreakdownSnapshot(hist=hist, sum_ns=list(v.sum_ns), count=list(v.count), detail_ns=list(v.detail_ns),
+                             tail_n=list(v.tail_n), tail_ns=tail_ns,
+                             skipped={k: v.skipped[i] for i, k in enumerate(SKIPPED)}, requests=v.requests)
+
+
+def _tail_slot(counts: list[int], q: float) -> int | None:
+    """The slot where the slowest (1 − q) of a histogram's requests begin: the one holding the request
+    ranked just above the q·n fastest (None when empty)."""
+    n = sum(counts)
+    if n <= 0:
+        return None
+    rank, seen = min(n, math.floor(q * n) + 1), 0
+    for i, c in enumerate(counts):
+        seen += c
+        if seen >= rank:
+            return i
+    return len(counts) - 1
+
+
+def _mid_us(i: int) -> float:
+    lo, hi = slot_bounds(i)
+    return (lo + hi - 1) / 2 / 1e3 if i >= SUB else lo / 1e3
+
+
+def breakdown_delta(a: BreakdownSnapshot, b: BreakdownSnapshot) -> BreakdownDelta:
+    mean, p50, p99 = {}, {}, {}
+    for k, part in enumerate(PARTS):
+        hist = [y - x for x, y in zip(a.hist[k], b.hist[k])]
+        d = WaitDist.from_hist(hist, b.sum_ns[k] - a.sum_ns[k], None)
+        mean[part], p50[part], p99[part] = d.mean_us, d.p50_us, d.p99_us
+    requests = b.requests - a.requests
+    detail = {name: (b.detail_ns[i] - a.detail_ns[i]) / requests / 1e3 if requests else None
+              for i, name in enumerate(DETAIL)}
+    tail_n = [y - x for x, y in zip(a.tail_n, b.tail_n)]
+    top = _tail_slot(tail_n, TAIL_QUANTILE)
+    tail: dict[str, float | None] = dict.fromkeys(PARTS[:-1])
+    tail_requests = 0
+    if top is not None:
+        tail_requests = sum(tail_n[top:])
+        for k, part in enumerate(PARTS[:-1]):
+            tail[part] = sum(b.tail_ns[k][i] - a.tail_ns[k][i] for i in range(top, NSLOTS)) / tail_requests / 1e3
+    return BreakdownDelta(requests=requests, mean_us=mean, p50_us=p50, p99_us=p99, detail_us=detail, tail_us=tail,
+                          tail_requests=tail_requests, total_p99_us=_mid_us(top) if top is not None else None,
+                          skipped={k: b.skipped[k] - a.skipped[k] for k in SKIPPED})
+
+
+class BreakdownProbes(SockWaitProbes):
+    """The socket-wait set compiled with the breakdown (same life cycle: SockWaitProbes); snapshot()
+    returns both sets of figures."""
+
+    def __init__(self, attached: bool = True, **kw) -> None:
+        self._bd: Any = None  # BCC's tables (untyped), bound at the first target()
+        super().__init__(attached=attached, cflags=("-DBREAKDOWN=1", *(f"-D{k}={v}" for k, v in
+                                                                      sorted(task_offsets().items()))), **kw)
+        try:
+            self._install_commit()
+        except BaseException:
+            self.close()
+            raise
+
+    def _install_commit(self) -> None:
+        """bd_commit into the program array sock_send_length tail-calls (breakdown.bpf.h says why)."""
+        import ctypes as ct
+
+        from bcc import BPF
+
+        b = self.bpf
+        assert b is not None
+        try:
+            fn = b.load_func(b"bd_commit", BPF.RAW_TRACEPOINT)
+            progs = b[b"bd_progs"]
+            progs[ct.c_int(0)] = ct.c_int(fn.fd)
+        except Exception as e:  # BCC raises plain Exception
+            raise ProbeError(f"cannot load the breakdown's bd_commit: {e}") from e
+
+    def _reset_more(self) -> None:
+        b = self.bpf
+        assert b is not None  # called from target() on an open set
+        if self._bd is None:
+            self._bd, self._thr, self._peer, self._peer_bits = b[b"bd_stats"], b[b"bd_thr"], b[b"bd_peer"], \
+                b[b"bd_peer_bits"]
+        self._thr.clear()
+        self._peer.clear()
+        self._peer_bits[self._peer_bits.Key(0)] = self._peer_bits.Leaf()
+        self._bd[self._bd.Key(0)] = self._bd.Leaf()
+
+    def snapshot(self) -> Snapshot:  # type: ignore[override]
+        sw = super().snapshot()
+        return Snapshot(sockwait=sw, breakdown=_read(self._bd))

@@ -1,0 +1,77 @@
+"""The request breakdown as an instrument: the socket-wait set compiled with the breakdown, in its place
+(`--breakdown` implies `--sockwait`). Attached for the whole cell, as the socket-wait set is; it fills
+both row groups, `sockwait` as --sockwait would and `breakdown` (results-format.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..instrument import Counted, ProbeInstrument
+from ..sockwait.instrument import fill_row
+from ..sockwait.sockwait import measure_cost
+from .breakdown import BreakdownProbes, Snapshot, breakdown_delta
+
+NAME = "breakdown"
+_checked: list[str | None] = []
+
+
+def check_available() -> str | None:
+    """None if the breakdown can run here, else what is missing; compiles the set once per process and
+    parks it for the run's own BreakdownProbes(attached=False)."""
+    from ..base import NO_PROBES, ProbeError, prerequisites
+
+    if not _checked:
+        why = prerequisites()
+        if why is None:
+            try:
+                BreakdownProbes().park()
+            except ProbeError as e:
+                why = str(e)
+        _checked.append(why.replace(f" ({NO_PROBES})", "").replace(f", {NO_PROBES}", "") if why else None)
+    return _checked[0]
+
+
+class Breakdown(ProbeInstrument):
+    name = NAME
+    group = NAME
+    conn_file = "sockwait"  # its per-connection rows are the socket-wait set's
+
+    @classmethod
+    def wanted(cls, cfg: Any) -> bool:
+        return NAME in getattr(cfg, "instruments", ())  # --breakdown
+
+    @classmethod
+    def missing(cls, cfg: Any) -> str | None:
+        why = check_available()
+        return f"--breakdown cannot work here: {why}; run without --breakdown" if why else None
+
+    @classmethod
+    def open(cls, cfg: Any) -> Breakdown:
+        return cls(BreakdownProbes(attached=False))
+
+    def row(self, row: dict, first: Snapshot, last: Snapshot, counted: Counted) -> list[dict]:
+        conns = fill_row(row, first.sockwait, last.sockwait, counted)
+        row[NAME].update(row_fields(breakdown_delta(first.breakdown, last.breakdown), counted))
+        return conns
+
+    def cost(self) -> dict:
+        # Its price per loopback message on this host, as the socket-wait set's (the report states it).
+        return {"breakdown_cost_per_message": measure_cost(self.probes)}
+
+
+def row_fields(d, counted: Counted) -> dict:
+    """The row's `breakdown` group: per-part means, medians and p99s (µs), the composition of the slowest
+    1%, the loader's mean round trip over the same window and what the parts leave of it."""
+    rtt = counted.latency_us.get("mean")
+    total = d.total_mean_us
+    return {"requests": d.requests, "mean_us": d.mean_us, "p50_us": d.p50_us, "p99_us": d.p99_us,
+            "detail_us": d.detail_us, "tail_us": d.tail_us, "tail_requests": d.tail_requests,
+            "total_p99_us": d.total_p99_us, "skipped": d.skipped, "messages": counted.messages,
+            # the serving thread's CPU per request: on_cpu and its answer's send syscall (comparable with
+            # /proc's CPU per message, but for the loop's own overhead between requests)
+            "cpu_us": (d.mean_us["on_cpu"] + d.detail_us["send_cpu"]) if d.requests else None,
+            # /proc's CPU per message of the server over the same window, to set it against
+            "proc_cpu_us": (1e6 * (p["user_s"] + p["sys_s"]) / counted.messages
+                            if (p := counted.proc) and counted.messages else None),
+            "rtt_mean_us": rtt, "parts_mean_us": total,
+            "unattributed_us": rtt - total if rtt is not None and total is not None else None}

@@ -1,0 +1,88 @@
+"""The breakdown's two sides agree (issue 35): the parts, details and skip reasons that
+probes/breakdown/breakdown.bpf.h indexes by #define and breakdown.py names, and the arithmetic that
+turns the kernel's histograms into a row (means, p99s, the composition of the slowest 1%). No BPF:
+the snapshots here are made by hand, as the kernel would fill them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from netprof.probes.breakdown import DETAIL, PARTS, SKIPPED, BreakdownSnapshot, breakdown_delta
+from netprof.probes.sockwait import NSLOTS, slot_of
+
+HEADER = Path(__file__).resolve().parents[1] / "probes" / "breakdown" / "breakdown.bpf.h"
+
+
+def _defines(prefix: str) -> dict[str, int]:
+    text = HEADER.read_text()
+    return {m.group(1): int(m.group(2)) for m in re.finditer(rf"^#define {prefix}(\w+) (\d+)", text, re.M)}
+
+
+def test_names_follow_the_kernel_side_order():
+    p = _defines("P_")
+    assert len(PARTS) == int(re.search(r"^#define NPART (\d+)", HEADER.read_text(), re.M).group(1))
+    assert [p[k] for k in ("QUEUE_WAIT", "LOOP_WAIT", "RUNQUEUE", "ON_CPU", "OFF_FUTEX", "OFF_SLEEP", "OFF_IO",
+                           "OFF_OTHER", "SEND", "TRANSIT", "LOADER_WAIT")] == list(range(len(PARTS)))
+    assert PARTS[p["LOOP_WAIT"]] == "loop_wait" and PARTS[p["OFF_FUTEX"]] == "off_cpu_futex"
+    assert PARTS[p["LOADER_WAIT"]] == "loader_wait" and PARTS[p["TRANSIT"]] == "transit"
+    d = _defines("D_")
+    names = ("ON_CPU_USER", "ON_CPU_SYS", "TRANSIT_IN", "TRANSIT_OUT", "SEND_CPU")
+    assert [DETAIL[d[k]] for k in names] == list(DETAIL)
+    k = _defines("K_")
+    assert [SKIPPED[k[x]] for x in ("BUSY", "NO_READER", "OTHER_THREAD", "NO_SEND_EDGE", "NO_TRANSIT_IN",
+                                    "CLOCK")] == list(SKIPPED)
+    assert int(re.search(r"^#define NSKIP (\d+)", HEADER.read_text(), re.M).group(1)) == len(SKIPPED)
+
+
+def _empty() -> BreakdownSnapshot:
+    n = len(PARTS)
+    return BreakdownSnapshot(hist=[[0] * NSLOTS for _ in range(n)], sum_ns=[0] * n, count=[0] * n,
+                             detail_ns=[0] * len(DETAIL), tail_n=[0] * NSLOTS,
+                             tail_ns=[[0] * NSLOTS for _ in range(n)], skipped=dict.fromkeys(SKIPPED, 0), requests=0)
+
+
+def _add(s: BreakdownSnapshot, parts: dict[str, int], loader_wait: int = 0) -> None:
+    """One request as bd_commit records it (every part but loader_wait, which the loader's read records)."""
+    total = 0
+    for k, name in enumerate(PARTS[:-1]):
+        v = parts.get(name, 0)
+        s.hist[k][slot_of(v)] += 1
+        s.sum_ns[k] += v
+        s.count[k] += 1
+        total += v
+    s.tail_n[slot_of(total)] += 1
+    for k, name in enumerate(PARTS[:-1]):
+        s.tail_ns[k][slot_of(total)] += parts.get(name, 0)
+    s.requests += 1
+    if loader_wait:
+        k = PARTS.index("loader_wait")
+        s.hist[k][slot_of(loader_wait)] += 1
+        s.sum_ns[k] += loader_wait
+        s.count[k] += 1
+
+
+def test_means_p99_and_the_slowest_percent_composition():
+    a, b = _empty(), _empty()
+    _add(a, {"queue_wait": 5_000_000})  # before the window: not counted
+    _add(b, {"queue_wait": 5_000_000})
+    for _ in range(990):  # fast requests: on CPU 20 µs, transit 10 µs
+        _add(b, {"on_cpu": 20_000, "transit": 10_000}, loader_wait=5_000)
+    for _ in range(10):  # the slowest 1%: 2 ms waiting for the loop
+        _add(b, {"on_cpu": 20_000, "transit": 10_000, "loop_wait": 2_000_000}, loader_wait=5_000)
+    b.skipped["busy"] = 7
+    d = breakdown_delta(a, b)
+    assert d.requests == 1000 and d.skipped["busy"] == 7
+    assert d.mean_us["on_cpu"] == pytest.approx(20.0)
+    assert d.mean_us["loop_wait"] == pytest.approx(20.0)  # 10 × 2000 µs over 1000
+    assert d.mean_us["loader_wait"] == pytest.approx(5.0)
+    assert d.mean_us["queue_wait"] == pytest.approx(0.0)
+    assert d.p99_us["on_cpu"] == pytest.approx(20.0, rel=0.04)
+    # the tail is the ten slow ones, and loop_wait is what made them slow
+    assert d.tail_requests == 10
+    assert d.tail_us["loop_wait"] == pytest.approx(2000.0)
+    assert d.tail_us["on_cpu"] == pytest.approx(20.0)
+    assert d.total_p99_us == pytest.approx(2030.0, rel=0.04)
+    assert d.total_mean_us == pytest.approx(20 + 20 + 10 + 5.0)
