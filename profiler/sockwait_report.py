@@ -211,7 +211,10 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
         "Socket-wait probes attached for the whole cell; their cost is included in the headline "
         "(throughput, latency, fairness and CPU figures of every cell of this run)."
     )
-    c = meta.get("sockwait_cost_per_message") or {}
+    # --breakdown carries the set with its own programs: its measured cost is the one that applies
+    c = meta.get("breakdown_cost_per_message") or meta.get("sockwait_cost_per_message") or {}
+    if "breakdown_cost_per_message" in meta:
+        text = text.replace("Socket-wait probes", "Socket-wait and breakdown probes")
     watched = c.get("added_watched_ns")
     if watched is None:
         return text + " Their cost was not measured in this run."
@@ -281,10 +284,13 @@ def section(
                 out_dir,
             )
         )
+    from netprof.profiler import breakdown_report  # --breakdown carries this set: its parts follow
+
     return {
         "cost": cost_text(cells, meta),
         "table": table(cells),
         "plots": figures,
+        "breakdown": breakdown_report.section(out_dir, cells, _save),
         "method": (
             "Times from the kernel (probes/sockwait.py): a read's queue wait is from the arrival of the "
             "oldest byte it took to the read; a request's handler time from the read that completed it to "

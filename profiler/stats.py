@@ -208,7 +208,7 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "loader_cpu.", "faults.",
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
-                 "lat_sent_us.", "open_loop.")
+                 "lat_sent_us.", "open_loop.", "breakdown.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift")
 
 

@@ -59,6 +59,13 @@ def test_a_blocking_handler_on_one_loop_is_queue_wait_and_with_threads_it_is_not
         assert 0 < b["detail_us"]["transit_in"] < 200 and 0 < b["detail_us"]["transit_out"] < 200, b
     # the per-connection socket-wait rows are there as --sockwait writes them
     assert (out / "sockwait_conn.parquet").is_file()
+    # the report names the tail's cause: the loop's queue on selector, the handler's own sleep with threads
+    found = {a["backend"]: a for a in json.loads((out / "summary.json").read_text())["anomalies"]
+             if a["id"] == "tail_cause"}
+    sel_a, thr_a = found["selector"], found["thread"]
+    assert sel_a["title"].startswith("The tail is queue_wait") and sel_a["severity"] == "warning", sel_a
+    assert thr_a["title"].startswith("The tail is off_cpu_sleep") and thr_a["severity"] == "info", thr_a
+    assert "Request breakdown" in (out / "report.md").read_text() and (out / "plots" / "breakdown.png").is_file()
 
 
 def test_on_an_event_loop_the_handler_is_mostly_the_loops_turn(tmp_path):

@@ -10,7 +10,7 @@ threshold lives in `Thresholds`. `detect()` runs them all and returns plain dict
 
 # Imported for their @rule registrations, in this order: RULES' order is the order in which findings
 # of one severity are listed.
-from netprof.profiler.rules import fairness, syscalls, cpu, latency, throughput, host, failures, sockwait, open_loop  # noqa: F401, I001
+from netprof.profiler.rules import fairness, syscalls, cpu, latency, throughput, host, failures, sockwait, open_loop, breakdown  # noqa: F401, I001, E501
 from netprof.profiler.rules.registry import (
     META,
     RULES,

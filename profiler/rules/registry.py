@@ -58,6 +58,10 @@ class Thresholds:
     # connections lost (reset, timed out, refused) in a round that otherwise succeeded
     connection_errors_min: int = 1           # lost connections in one round that raise the anomaly
     connection_errors_critical: float = 0.01  # share of a round's connections lost: critical above
+    # --breakdown (probes/breakdown/): the slowest 1%'s largest part is named when it is at least this share
+    # of their time and the tail is at least tail_cause_min_us long (shorter tails are the loopback's µs)
+    tail_cause_share: float = 0.5
+    tail_cause_min_us: float = 500.0
     # --sockwait (probes/sockwait.py): where each message waited
     wait_starvation_ratio: float = 100.0     # least-served tenth's median wait ÷ the most-served tenth's
     hol_min_handler_us: float = 200.0        # a handler this long is the application's work, not loop overhead

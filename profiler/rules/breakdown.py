@@ -1,0 +1,68 @@
+"""--breakdown rules: what the slowest requests' time was made of (probes/breakdown/, docs/breakdown.md).
+Figures are the cell's means over rounds of the counted window (`breakdown.*`)."""
+
+from __future__ import annotations
+
+from netprof.profiler.rules.common import r2, where
+from netprof.profiler.rules.registry import Anomaly, Context, rule
+from netprof.profiler.stats import num
+
+# What each part means for a reader, and what to look at next.
+CAUSES = {
+    "queue_wait": ("the request sat unread in its socket queue while the server served other connections",
+                   "a loop that keeps serving a few connections (see the per-connection waits), or handlers that "
+                   "block the only thread"),
+    "loop_wait": ("after its read, the serving thread ran other requests before this one's handler: the event "
+                  "loop's turn", "fewer connections per loop, more loops (workers), or cheaper callbacks"),
+    "runqueue": ("the serving thread was runnable but had no CPU", "the CPU is shared: pinning, other processes, "
+                 "more threads than cores"),
+    "on_cpu": ("the serving thread computed this request", "the handler's own cost: a flamegraph (--flamegraph)"),
+    "off_cpu_futex": ("the serving thread waited on a lock (futex): in CPython threads, usually the GIL",
+                      "fewer threads, or processes instead of threads"),
+    "off_cpu_sleep": ("the handler slept", "a blocking sleep in the handler"),
+    "off_cpu_io": ("the handler waited on another descriptor (a socket, a file: a database or another service)",
+                   "the service it waits on"),
+    "off_cpu_other": ("the serving thread was blocked in something else (page faults, other syscalls)",
+                      "--syscall-time and the off-CPU stacks (--stacks)"),
+    "send": ("sending the answer", "a full send buffer: a slow reader"),
+    "transit": ("the network between loader and server", "the link (--remote netns, --netem)"),
+}
+
+
+WAITS = ("queue_wait", "loop_wait", "runqueue", "off_cpu_futex")
+
+
+@rule("tail_cause", section="sockwait")
+def tail_cause(ctx: Context) -> list[Anomaly]:
+    """The slowest 1% of requests (at or above the p99 of their total) spent most of their time in one part
+    of the breakdown: name it, with its share, the mean request's and the other parts as evidence."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        tail = {p: v for p, v in ((p, num(r, f"breakdown.tail_us.{p}")) for p in CAUSES) if v is not None}
+        total = sum(max(0.0, v) for v in tail.values())
+        if not tail or total < t.tail_cause_min_us:
+            continue
+        part, value = max(tail.items(), key=lambda kv: kv[1])
+        share = value / total
+        if share < t.tail_cause_share:
+            continue
+        what, next_look = CAUSES[part]
+        mean = num(r, f"breakdown.mean_us.{part}")
+        inflight = int(r["connections"]) * int(r.get("pipeline") or 1)
+        behind = f", behind up to {inflight - 1} other requests in flight" if part in ("queue_wait", "loop_wait") \
+            and inflight > 1 else ""
+        text = (f"In {where(r)} the slowest 1% of requests took {total / 1e3:,.2f} ms or more, and "
+                f"{100 * share:.0f}% of that was {part}{behind}: {what}. The mean request spent "
+                f"{(mean or 0) / 1e3:,.2f} ms there. Look at {next_look}.")
+        others = sorted(((p, v) for p, v in tail.items() if p != part and v > 0), key=lambda kv: -kv[1])[:3]
+        ev = {f"slowest 1%: {part} (µs)": r2(value, 0), "slowest 1%: total (µs)": r2(total, 0),
+              f"mean request: {part} (µs)": r2(mean, 1),
+              "slowest 1%: next parts (µs)": ", ".join(f"{p} {v:,.0f}" for p, v in others) or None,
+              "requests followed": f"{num(r, 'breakdown.requests') or 0:,.0f}",
+              "loader's mean round trip vs parts' sum (µs)":
+                  f"{num(r, 'breakdown.rtt_mean_us') or 0:,.0f} vs {num(r, 'breakdown.parts_mean_us') or 0:,.0f}"}
+        title = f"The tail is {part} ({100 * share:.0f}% of the slowest 1%): {where(r)}"
+        # waiting for others or for a lock is what to fix; the handler's own work or sleep is what it was asked to do
+        severity = "warning" if part in WAITS else "info"
+        found.append(Anomaly.at(r, "tail_cause", severity, title, text, ev))
+    return found
