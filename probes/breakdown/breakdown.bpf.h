@@ -53,7 +53,7 @@
 #define NDETAIL 5
 // Why a request was not measured (SKIPPED in breakdown.py, same order).
 #define K_BUSY 0        // arrived while data was unread or a request of its socket was open (pipelining)
-#define K_NO_READER 1   // no thread of the tree had read the socket yet (a connection's first request)
+#define K_NO_READER 1   // read by a thread the breakdown had not seen (it learns threads at their syscalls)
 #define K_OTHER_THREAD 2  // read or answered by another thread than the socket's last reader
 #define K_NO_SEND_EDGE 3  // the answer's send entry, device or delivery was not seen (not loopback?)
 #define K_NO_TRANSIT_IN 4 // the loader's send was not seen around the arrival (another context)
@@ -72,11 +72,14 @@ struct bd_thr_t {
 BPF_HASH(bd_thr, u32, struct bd_thr_t, 16384);
 
 // Per CPU: the last send-family syscall entered on it (any task) and, within it, the last packet
-// handed to a device and the first foreign socket that became readable (the peer's, on loopback).
+// handed to a device and the last arrival on the first foreign socket that became readable (the peer's,
+// on loopback).
 struct bd_pc_t {
     u64 send_pid;          // pid_tgid of the task that entered it
     u64 send_enter;
-    u64 dev_ts;
+    u64 dev_last;          // the last packet handed to a device so far
+    u64 dev_ts;            // the one that preceded the last peer arrival (not a later ACK's: a peer that
+                           // quick-acks, as on a new connection, queues its ACK inside this syscall too)
     u64 peer_arr;
     u64 peer_sk;
 };
@@ -200,7 +203,7 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
         if (pc) {
             pc->send_pid = id;
             pc->send_enter = now;
-            pc->dev_ts = 0;
+            pc->dev_ts = pc->dev_last = 0;
             pc->peer_arr = 0;
             pc->peer_sk = 0;
         }
@@ -245,18 +248,20 @@ RAW_TRACEPOINT_PROBE(net_dev_queue) {
     u32 zero = 0;
     struct bd_pc_t *pc = bd_pc.lookup(&zero);
     if (pc && pc->send_pid == bpf_get_current_pid_tgid())
-        pc->dev_ts = bpf_ktime_get_ns();
+        pc->dev_last = bpf_ktime_get_ns();
     return 0;
 }
 
-// sk_data_ready on a socket that is not a known server socket: the first one inside a send syscall
-// is where that send delivered (the peer's socket, on loopback).
+// sk_data_ready on a socket that is not a known server socket, inside a send syscall: where that send
+// delivered (the peer's socket, on loopback). The first such socket is the peer; its last arrival is
+// the answer's last packet (an answer sent as several packets arrives as several).
 static __always_inline void bd_foreign_arrival(u64 sk) {
     u32 zero = 0;
     struct bd_pc_t *pc = bd_pc.lookup(&zero);
-    if (pc && !pc->peer_arr && pc->send_pid == bpf_get_current_pid_tgid()) {
+    if (pc && pc->send_pid == bpf_get_current_pid_tgid() && (!pc->peer_sk || pc->peer_sk == sk)) {
         pc->peer_arr = bpf_ktime_get_ns();
         pc->peer_sk = sk;
+        pc->dev_ts = pc->dev_last;
     }
 }
 
@@ -280,10 +285,6 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
     }
     u32 tid = s->reader;
     struct bd_thr_t *t = tid ? bd_thr.lookup(&tid) : 0;
-    if (!t) {
-        bd_skip(K_NO_READER);
-        return;
-    }
     u32 zero = 0;
     struct bd_pc_t *pc = bd_pc.lookup(&zero);
     u64 tin = 0;
@@ -293,8 +294,12 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
         bd_skip(K_NO_TRANSIT_IN);
         return;
     }
-    bd_now(t, now, s->bd_a);
-    s->bd_tid = tid;
+    // A connection no thread has read yet (its first request): the thread that reads it is adopted at the
+    // read, and the time until then is queue_wait (bd_q0), as no thread serves the connection yet.
+    if (t)
+        bd_now(t, now, s->bd_a);
+    s->bd_tid = t ? tid : 0;
+    s->bd_q0 = 0;
     s->bd_at = now;
     s->bd_tin = tin;
     s->own_u = s->own_s = s->pre_u = s->pre_s = 0;
@@ -357,10 +362,22 @@ static __always_inline void bd_read(struct sk_t *s, u64 now) {
     u32 tid = bpf_get_current_pid_tgid();
     struct bd_thr_t *t = bd_thr.lookup(&tid);
     s->reader = tid;
-    if (!t)
+    if (!t) {
+        if (s->bd_phase == 1) {
+            s->bd_phase = 0;
+            bd_skip(K_NO_READER);
+        }
         return;
+    }
     u64 c[BD_NS];
     bd_now(t, now, c);
+    if (s->bd_phase == 1 && !s->bd_tid) {  // adopted (bd_arrival): its clocks start here
+#pragma unroll
+        for (int i = 0; i < BD_NS; i++)
+            s->bd_a[i] = c[i];
+        s->bd_tid = tid;
+        s->bd_q0 = now > s->bd_at ? now - s->bd_at : 0;
+    }
     if (s->bd_phase == 1 && s->bd_tid != tid) {
         s->bd_phase = 0;
         bd_skip(K_OTHER_THREAD);
@@ -418,7 +435,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     u64 *a = s->bd_a, *r = s->bd_r;
     // every difference must be ≥ 0: the clocks only grow (a race with a state change could break it)
     s64 qw = (s64)(r[BD_USER] + r[BD_SYS] - a[BD_USER] - a[BD_SYS]) - (s64)(s->pre_u + s->pre_s)
-             + (s64)(bd_blocked(r) - bd_blocked(a));
+             + (s64)(bd_blocked(r) - bd_blocked(a)) + (s64)s->bd_q0;
     s64 lw = (s64)(e_u + e_s - r[BD_USER] - r[BD_SYS]) - (s64)(s->own_u + s->own_s - s->pre_u - s->pre_s);
     s64 rq = (s64)(e[BD_RUNQ] - a[BD_RUNQ]);
     s64 fu = (s64)(e[BD_FUTEX] - r[BD_FUTEX]), sl = (s64)(e[BD_SLEEP] - r[BD_SLEEP]);

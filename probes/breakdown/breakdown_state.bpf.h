@@ -17,6 +17,7 @@
     u32 reader;        /* tid of the thread that last read it */                                     \
     u32 bd_tid;        /* the open request's serving thread */                                       \
     u64 bd_at, bd_tin; /* its arrival; the loader's send → arrival (transit_in) */                   \
+    u64 bd_q0;         /* a first request's wait before any thread served its connection */        \
     u64 bd_a[BD_NS];   /* the serving thread's clocks at the arrival */                              \
     u64 bd_r[BD_NS];   /* ... at the read */                                                         \
     u64 own_u, own_s;  /* CPU claimed by this request so far, user and sys */                       \

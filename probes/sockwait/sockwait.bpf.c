@@ -294,8 +294,14 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
     }
     struct cfg_t *c = cfg.lookup(&zero);
     struct window_t *w = window.lookup(&zero);
-    if (!c || !w || !w->active || !c->tgid || s->gen != c->gen || !s->tcp || s->closed)
+    if (!c || !w || !w->active || !c->tgid || s->gen != c->gen || !s->tcp || s->closed) {
+#if BREAKDOWN
+        // not a live server socket: a closed one's address reused (the kernel's slab hands a freed socket's
+        // memory to the next one, often the loader's reconnecting socket)
+        bd_foreign_arrival(sk);
+#endif
         return 0;
+    }
     if (s->epoch != w->attach_ns) {  // first arrival since an attach: earlier ones were missed
         reset_fifo(s, sk, w);
         return 0;
