@@ -29,7 +29,7 @@ def test_names_follow_the_kernel_side_order():
     assert PARTS[p["LOOP_WAIT"]] == "loop_wait" and PARTS[p["OFF_FUTEX"]] == "off_cpu_futex"
     assert PARTS[p["LOADER_WAIT"]] == "loader_wait" and PARTS[p["TRANSIT"]] == "transit"
     d = _defines("D_")
-    names = ("ON_CPU_USER", "ON_CPU_SYS", "TRANSIT_IN", "TRANSIT_OUT", "SEND_CPU")
+    names = ("ON_CPU_USER", "ON_CPU_SYS", "TRANSIT_IN", "TRANSIT_OUT", "SEND_CPU", "OFF_GIL")
     assert [DETAIL[d[k]] for k in names] == list(DETAIL)
     k = _defines("K_")
     assert [SKIPPED[k[x]] for x in ("BUSY", "NO_READER", "OTHER_THREAD", "NO_SEND_EDGE", "NO_TRANSIT_IN",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import psutil
 import pytest
 
 from helpers import require_bpf, run_netprof
@@ -81,3 +82,40 @@ def test_on_an_event_loop_the_handler_is_mostly_the_loops_turn(tmp_path):
         # parts' time) against /proc's CPU per message over the same window: the loop's own work between
         # requests (epoll_wait, its bookkeeping) is claimed by the next request's read
         assert b["cpu_us"] == pytest.approx(b["proc_cpu_us"], rel=0.15), (name, b)
+
+
+def test_the_gil_is_a_futex_wait_unpinned_and_a_run_queue_pinned(tmp_path):
+    """Twenty threads spinning 50 µs each in Python: unpinned, a request waits for the GIL (a futex inside the
+    interpreter's _PyRuntime); pinned to one CPU, the threads queue for the CPU instead. The report says both."""
+    require_bpf()
+    out = tmp_path / "gil"
+    res = run_netprof("run", "thread", "--pin", "both", "--work", "spin:50", "-c", "20", "-d", "2", "-r", "1",
+                      "--warmup", "0.5", "--breakdown", "--wait", "--json", "--out", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = {bool(r["pinned"]): r["breakdown"] for r in json.loads(res.stdout)["runs"]}
+    unpinned, pinned = rows[False], rows[True]
+    for b in (unpinned, pinned):
+        adds_up(b)
+    assert unpinned["mean_us"]["off_cpu_futex"] > 0.3 * unpinned["parts_mean_us"], unpinned
+    assert unpinned["detail_us"]["off_cpu_gil"] >= 0.9 * unpinned["mean_us"]["off_cpu_futex"], unpinned
+    assert pinned["mean_us"]["runqueue"] > 5 * pinned["mean_us"]["off_cpu_futex"], pinned
+    found = [a for a in json.loads((out / "summary.json").read_text())["anomalies"] if a["id"] == "tail_cause"]
+    gil = [a for a in found if "the GIL" in a["title"]]
+    assert gil and "pinned run of the same server shows it as runqueue" in gil[0]["explanation"], found
+
+
+def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
+    """`--work remote:500`: each handler makes a blocking call to netprof's helper, which answers after
+    500 µs (on the loader's CPU, as another host would): off_cpu_io, not the handler's CPU. The helper is gone
+    after the run."""
+    rows, _ = breakdown_run(tmp_path, "thread", "selector", "-c", "10", "--work", "remote:500")
+    for name, r in rows.items():
+        b = r["breakdown"]
+        adds_up(b)
+        # 500 µs asked; the helper's own wake-up on a busy CPU adds some
+        assert 480 <= b["mean_us"]["off_cpu_io"] <= 800, (name, b["mean_us"])
+        assert b["mean_us"]["on_cpu"] < 100, (name, b["mean_us"])
+    assert rows["thread"]["breakdown"]["mean_us"]["queue_wait"] < 100
+    assert rows["selector"]["breakdown"]["mean_us"]["queue_wait"] > 4000  # nine others' calls on one loop
+    helpers = [p for p in psutil.process_iter(["cmdline"]) if "netprof.profiler.remote_work" in (p.info["cmdline"] or [])]
+    assert not helpers

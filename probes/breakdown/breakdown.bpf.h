@@ -10,10 +10,12 @@
 // read/recv/poll/select/epoll/accept/connect/write/send; OTHER: anything else, page faults included).
 // A request's parts are differences of the serving thread's clocks, read at A, R and S, so they
 // partition [A, S] by construction (docs/breakdown.md states the rule):
-//   A → R (data unread): runnable → runqueue; on CPU for this request → on_cpu; everything else (on CPU
-//         for other requests, blocked in their handlers) → queue_wait.
+//   A → R (data unread): runnable → runqueue; on CPU for this request → on_cpu; blocked on a lock (futex:
+//         a thread-per-connection server's thread waiting for the GIL) → off_cpu_futex; everything else (on
+//         CPU for other requests, blocked in their handlers) → queue_wait.
 //   R → S (read, not yet answered): on CPU for this request → on_cpu (user/sys); on CPU for others →
-//         loop_wait; runnable → runqueue; blocked → off_cpu_{futex,sleep,io,other}.
+//         loop_wait; runnable → runqueue; blocked → off_cpu_{futex,sleep,io,other} (futex includes GIL,
+//         a futex on a word inside the interpreter's _PyRuntime, counted apart as a detail: gil.py).
 // CPU is given to a request by its connection's syscalls as markers: a read or send on a served socket
 // claims the thread's CPU time since the thread's previous marker (the work that led to that syscall:
 // the loop's dispatch before a read, the handler before a send), clipped to the request's arrival.
@@ -47,10 +49,11 @@
 #define D_ON_CPU_SYS 1
 #define D_TRANSIT_IN 2
 #define D_TRANSIT_OUT 3
+#define D_OFF_GIL 5     // of off_cpu_futex: on the interpreter's GIL (a futex inside _PyRuntime: gil.py)
 #define D_SEND_CPU 4    // the serving thread's CPU in the answer's send syscall (entry → return): with on_cpu,
                         // the request's CPU (on loopback the send also delivers, so part of it is after
                         // the answer reached the loader, outside the request's time)
-#define NDETAIL 5
+#define NDETAIL 6
 // Why a request was not measured (SKIPPED in breakdown.py, same order).
 #define K_BUSY 0        // arrived while data was unread or a request of its socket was open (pipelining)
 #define K_NO_READER 1   // read by a thread the breakdown had not seen (it learns threads at their syscalls)
@@ -65,11 +68,18 @@ struct bd_thr_t {
     u64 since;             // start of the current state
     u32 state;             // BD_*
     s32 sc;                // syscall in progress (-1: none)
+    u64 futex_addr;        // its futex word, when that syscall is futex
     u64 mark_user, mark_sys;  // cum[USER], cum[SYS] (as of then) at the thread's last marker
     u64 enter_ts;          // entry of its last send-family syscall
     u64 enter_cum[BD_NS];  // its clocks then
 };
 BPF_HASH(bd_thr, u32, struct bd_thr_t, 16384);
+
+// [lo, hi) of the target interpreter's _PyRuntime (written by Python at target(); 0, 0: not CPython).
+struct bd_gil_t {
+    u64 lo, hi;
+};
+BPF_ARRAY(bd_gil, struct bd_gil_t, 1);
 
 // Per CPU: the last send-family syscall entered on it (any task) and, within it, the last packet
 // handed to a device and the last arrival on the first foreign socket that became readable (the peer's,
@@ -164,6 +174,12 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     if (t) {
         // TASK_RUNNING (0), or preempted: still runnable; else blocked, by the syscall it is in
         u32 st = (state & 0xff) == 0 ? BD_RUNQ : bd_cause(t->sc);
+        if (st == BD_FUTEX) {
+            u32 zero = 0;
+            struct bd_gil_t *g = bd_gil.lookup(&zero);
+            if (g && t->futex_addr >= g->lo && t->futex_addr < g->hi)
+                st = BD_GIL;
+        }
         bd_enter_state(t, st, now);
     }
     t = next ? bd_thr.lookup(&next) : 0;
@@ -224,6 +240,12 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     }
     bd_enter_state(t, BD_SYS, now);
     t->sc = sc;
+    if (sc == 202) {  // futex(uaddr, ...): which word it waits on (the GIL's, or another lock's)
+        struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+        u64 uaddr = 0;
+        bpf_probe_read_kernel(&uaddr, sizeof(uaddr), &regs->di);
+        t->futex_addr = uaddr;
+    }
     if (send) {
         t->enter_ts = now;
 #pragma unroll
@@ -395,8 +417,10 @@ static __always_inline void bd_read(struct sk_t *s, u64 now) {
     }
 }
 
-static __always_inline u64 bd_blocked(u64 *c) {
-    return c[BD_FUTEX] + c[BD_SLEEP] + c[BD_IO] + c[BD_OTHER];
+// Blocked, but not on a lock: in the unread phase this is queue_wait (the thread blocked in other
+// requests' handlers); a lock wait is off_cpu_futex in either phase.
+static __always_inline u64 bd_blocked_not_lock(u64 *c) {
+    return c[BD_SLEEP] + c[BD_IO] + c[BD_OTHER];
 }
 
 // The first send on served socket `s` after its read (`now`: after the send returned): the request's
@@ -435,12 +459,13 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     u64 *a = s->bd_a, *r = s->bd_r;
     // every difference must be ≥ 0: the clocks only grow (a race with a state change could break it)
     s64 qw = (s64)(r[BD_USER] + r[BD_SYS] - a[BD_USER] - a[BD_SYS]) - (s64)(s->pre_u + s->pre_s)
-             + (s64)(bd_blocked(r) - bd_blocked(a)) + (s64)s->bd_q0;
+             + (s64)(bd_blocked_not_lock(r) - bd_blocked_not_lock(a)) + (s64)s->bd_q0;
     s64 lw = (s64)(e_u + e_s - r[BD_USER] - r[BD_SYS]) - (s64)(s->own_u + s->own_s - s->pre_u - s->pre_s);
     s64 rq = (s64)(e[BD_RUNQ] - a[BD_RUNQ]);
-    s64 fu = (s64)(e[BD_FUTEX] - r[BD_FUTEX]), sl = (s64)(e[BD_SLEEP] - r[BD_SLEEP]);
+    s64 gil = (s64)(e[BD_GIL] - a[BD_GIL]);  // lock waits from the arrival on: before the read too
+    s64 fu = (s64)(e[BD_FUTEX] - a[BD_FUTEX]) + gil, sl = (s64)(e[BD_SLEEP] - r[BD_SLEEP]);
     s64 io = (s64)(e[BD_IO] - r[BD_IO]), ot = (s64)(e[BD_OTHER] - r[BD_OTHER]);
-    if (qw < 0 || lw < 0 || rq < 0 || fu < 0 || sl < 0 || io < 0 || ot < 0) {
+    if (qw < 0 || lw < 0 || rq < 0 || fu < 0 || sl < 0 || io < 0 || ot < 0 || gil < 0) {
         bd_skip(K_CLOCK);
         return 0;
     }
@@ -465,6 +490,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_SYS], s->own_s);
     __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_IN], tin);
     __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_OUT], tout);
+    __sync_fetch_and_add(&b->detail_ns[D_OFF_GIL], gil);
     u64 c_end = c[BD_USER] + c[BD_SYS];
     if (c_end > e_u + e_s)
         __sync_fetch_and_add(&b->detail_ns[D_SEND_CPU], c_end - e_u - e_s);

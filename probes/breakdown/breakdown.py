@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import ProbeError
+from .gil import runtime_range
 from ..sockwait.sockwait import (
     BTF_PATH,
     NSLOTS,
@@ -37,8 +38,8 @@ from ..sockwait.sockwait import (
 PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_cpu_sleep", "off_cpu_io",
          "off_cpu_other", "send", "transit", "loader_wait")
 # Sums only (D_*): on_cpu and transit split; the CPU of the answer's send syscall (with on_cpu, the
-# serving thread's CPU for the request: `cpu_us`).
-DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu")
+# serving thread's CPU for the request: `cpu_us`); the part of off_cpu_futex spent on the GIL (gil.py).
+DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu", "off_cpu_gil")
 # Why a request was not measured (K_*).
 SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "no_transit_in", "clock")
 # The parts the server side is made of (the rest is the network and the loader).
@@ -182,13 +183,18 @@ class BreakdownProbes(SockWaitProbes):
         except Exception as e:  # BCC raises plain Exception
             raise ProbeError(f"cannot load the breakdown's bd_commit: {e}") from e
 
-    def _reset_more(self) -> None:
+    def _reset_more(self, pid: int) -> None:
         b = self.bpf
         assert b is not None  # called from target() on an open set
         if self._bd is None:
             self._bd, self._thr, self._peer, self._peer_bits = b[b"bd_stats"], b[b"bd_thr"], b[b"bd_peer"], \
                 b[b"bd_peer_bits"]
+            self._gil = b[b"bd_gil"]
         self._thr.clear()
+        gil = self._gil.Leaf()
+        if pid and (rng := runtime_range(pid)) is not None:
+            gil.lo, gil.hi = rng
+        self._gil[self._gil.Key(0)] = gil
         self._peer.clear()
         self._peer_bits[self._peer_bits.Key(0)] = self._peer_bits.Leaf()
         self._bd[self._bd.Key(0)] = self._bd.Leaf()

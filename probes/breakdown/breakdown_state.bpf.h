@@ -8,7 +8,8 @@
 #define BD_SLEEP 4
 #define BD_IO 5
 #define BD_OTHER 6
-#define BD_NS 7
+#define BD_GIL 7     // blocked in futex on an address inside the interpreter's _PyRuntime: the GIL (gil.py)
+#define BD_NS 8
 
 // A served socket's request in progress (fields of sockwait.bpf.c's struct sk_t).
 #define BD_SK_FIELDS                                                                                  \

@@ -445,7 +445,7 @@ class SockWaitProbes(LoadedProgram):
         _delete_all(self._socks)
         self._bits[self._bits.Key(0)] = self._bits.Leaf()
         self._stats[self._stats.Key(0)] = self._stats.Leaf()
-        self._reset_more()
+        self._reset_more(pid)
         kids = tree.seed(self._children, pid, self.track_children)
         for port in (listening_ports([pid, *kids]) if pid else ()):
             self._lports[self._lports.Key(port)] = self._lports.Leaf(1)
@@ -459,8 +459,8 @@ class SockWaitProbes(LoadedProgram):
         tree.catch_late(self._children, pid, kids, self.track_children, write_cfg)
         self.pid = pid
 
-    def _reset_more(self) -> None:
-        """A subclass's own maps, zeroed with the set's at each target() (nothing is recorded meanwhile)."""
+    def _reset_more(self, pid: int) -> None:
+        """A subclass's own maps, zeroed with the set's at each target(pid) (nothing is recorded meanwhile)."""
 
     def target(self, pid: int) -> None:
         """Watch `pid` and (track_children) its descendants; forgets every socket and zeroes every

@@ -3,6 +3,7 @@ Figures are the cell's means over rounds of the counted window (`breakdown.*`)."
 
 from __future__ import annotations
 
+from netprof.profiler import schema
 from netprof.profiler.rules.common import r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, rule
 from netprof.profiler.stats import num
@@ -29,7 +30,25 @@ CAUSES = {
 }
 
 
-WAITS = ("queue_wait", "loop_wait", "runqueue", "off_cpu_futex")
+WAITS = ("queue_wait", "loop_wait", "runqueue", "off_cpu_futex", "the GIL (off_cpu_futex)")
+
+
+def _pinned_twin(ctx: Context, r) -> str:
+    """The same cell with the other pinning (`--pin both`), where the GIL wait shows as something else: on one
+    CPU the threads queue for the CPU (runqueue) rather than for the GIL, which the running thread holds."""
+    if "pinned" not in ctx.cells:
+        return ""
+    twin = schema.select(ctx.cells, r, pinned=not bool(r["pinned"]))
+    if twin.empty:
+        return ("Pinned to one CPU (the default) the same threads would queue for the CPU instead: the wait would "
+                "show as runqueue, not futex (`--pin both` measures both). ")
+    t = twin.iloc[0]
+    rq, fu = num(t, "breakdown.mean_us.runqueue"), num(t, "breakdown.mean_us.off_cpu_futex")
+    if rq is None or fu is None:
+        return ""
+    return (f"The {'pinned' if bool(t['pinned']) else 'unpinned'} run of the same server shows it as runqueue "
+            f"instead ({rq:,.0f} µs runnable against {fu:,.0f} µs in futex): on one CPU the threads queue for the "
+            "CPU, and the thread that runs holds the GIL. ")
 
 
 @rule("tail_cause", section="sockwait")
@@ -53,7 +72,13 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
             and inflight > 1 else ""
         text = (f"In {where(r)} the slowest 1% of requests took {total / 1e3:,.2f} ms or more, and "
                 f"{100 * share:.0f}% of that was {part}{behind}: {what}. The mean request spent "
-                f"{(mean or 0) / 1e3:,.2f} ms there. Look at {next_look}.")
+                f"{(mean or 0) / 1e3:,.2f} ms there. ")
+        gil = num(r, "breakdown.detail_us.off_cpu_gil")
+        if part == "off_cpu_futex" and gil is not None and mean:
+            text += (f"Of the mean request's futex waits, {100 * gil / mean:.0f}% were on the interpreter's GIL (a "
+                     "futex inside its _PyRuntime). ")
+            text += _pinned_twin(ctx, r)
+        text += f"Look at {next_look}."
         others = sorted(((p, v) for p, v in tail.items() if p != part and v > 0), key=lambda kv: -kv[1])[:3]
         ev = {f"slowest 1%: {part} (µs)": r2(value, 0), "slowest 1%: total (µs)": r2(total, 0),
               f"mean request: {part} (µs)": r2(mean, 1),
@@ -61,6 +86,8 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
               "requests followed": f"{num(r, 'breakdown.requests') or 0:,.0f}",
               "loader's mean round trip vs parts' sum (µs)":
                   f"{num(r, 'breakdown.rtt_mean_us') or 0:,.0f} vs {num(r, 'breakdown.parts_mean_us') or 0:,.0f}"}
+        if part == "off_cpu_futex" and gil is not None and mean and gil >= 0.5 * mean:
+            part = "the GIL (off_cpu_futex)"
         title = f"The tail is {part} ({100 * share:.0f}% of the slowest 1%): {where(r)}"
         # waiting for others or for a lock is what to fix; the handler's own work or sleep is what it was asked to do
         severity = "warning" if part in WAITS else "info"
