@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import ProbeError
-from .gil import runtime_range
 from ..sockwait.sockwait import (
     BTF_PATH,
     NSLOTS,
@@ -33,6 +32,7 @@ from ..sockwait.sockwait import (
     _Btf,
     slot_bounds,
 )
+from .gil import runtime_range
 
 # Same order as breakdown.bpf.h's P_* (tests/test_breakdown.py checks).
 PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_cpu_sleep", "off_cpu_io",
