@@ -36,6 +36,10 @@ SUMMARY_JSON = "summary.json"
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "syscall_time_s",
           "ctx", "loader_cpu", "errors", "faults", "probed", "sockwait", "unanswered", "unprobed_parts",
           "lat_sent_us", "open_loop", "loaders")
+# Fields of a group that are dicts themselves (`breakdown.mean_us` of parts): their columns are
+# `group.field.key`, and unflatten nests them again. Other groups' dotted keys stay as they are
+# (`open_loop.behind_late_us.p99` is the key `behind_late_us.p99` of `open_loop`).
+DICT_FIELDS = {"breakdown": ("mean_us", "p50_us", "p99_us", "tail_us", "detail_us", "skipped")}
 
 
 def flatten(row: dict) -> dict:
@@ -74,7 +78,7 @@ def unflatten(flat: dict) -> dict:
         v = _clean(v)
         if "." in k and k.split(".", 1)[0] in nested:
             group, name = k.split(".", 1)
-            if v is not None and "." in name:  # a dict inside the group (flatten)
+            if v is not None and name.split(".", 1)[0] in DICT_FIELDS.get(group, ()) and "." in name:
                 field, key = name.split(".", 1)
                 row.setdefault(group, {}).setdefault(field, {})[key] = v
             elif v is not None:

@@ -286,9 +286,13 @@ CELL_METRICS: dict[str, Metric] = {
     "sockwait.handler_p99_us": Metric("handler time p99", "µs", log=True),
     SOCKWAIT_TRANSIT: Metric("loader↔server transit", "µs"),
     "sockwait.conn_wait_ratio": Metric("queue wait, least-served tenth vs most-served connections", log=True),
+    # --breakdown (probes/breakdown/): the mean request's parts, and its total; heavy-tailed like the waits
+    **{f"breakdown.mean_us.{part}": Metric(f"{part.replace('_', ' ')} per request (breakdown)", "µs", log=True)
+       for part in ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_cpu_io")},
+    "breakdown.parts_mean_us": Metric("request time, sum of its parts (breakdown)", "µs", log=True),
 }
 SYSCALL_PREFIX = "syscalls_per_msg."
-SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith("sockwait.") and m.log]
+SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith(("sockwait.", "breakdown.")) and m.log]
 NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns
 
 

@@ -86,3 +86,24 @@ def test_means_p99_and_the_slowest_percent_composition():
     assert d.tail_us["on_cpu"] == pytest.approx(20.0)
     assert d.total_p99_us == pytest.approx(2030.0, rel=0.04)
     assert d.total_mean_us == pytest.approx(20 + 20 + 10 + 5.0)
+
+
+def test_the_rows_dicts_of_parts_survive_results_parquet(tmp_path):
+    """`breakdown.mean_us` is a dict of parts in the row and `breakdown.mean_us.loop_wait` a column; read back,
+    it is the dict again, while other groups' dotted keys stay keys (open_loop's `behind_late_us.p99`)."""
+    import pandas as pd
+
+    from netprof.profiler import results
+
+    row = {"backend": "selector", "breakdown": {"attached": True, "requests": 10,
+                                                "mean_us": {"loop_wait": 5.0, "on_cpu": 2.5},
+                                                "skipped": {"busy": 1, "clock": 0}},
+           "open_loop": {"behind_late_us.p99": 7.0}}
+    flat = results.flatten(row)
+    assert flat["breakdown.mean_us.loop_wait"] == 5.0 and flat["open_loop.behind_late_us.p99"] == 7.0
+    store = results.ResultsStore(tmp_path)
+    store.add(row)
+    back = results.unflatten(pd.read_parquet(tmp_path / results.RESULTS_PARQUET).iloc[0].to_dict())
+    assert back["breakdown"]["mean_us"] == {"loop_wait": 5.0, "on_cpu": 2.5}
+    assert back["breakdown"]["skipped"] == {"busy": 1, "clock": 0}
+    assert back["open_loop"]["behind_late_us.p99"] == 7.0

@@ -69,12 +69,15 @@ def getpid_registered(monkeypatch):
 
 def test_registry_lists_the_instruments_with_one_protocol():
     classes = registry.registered()
-    assert [c.name for c in classes] == list(registry.NAMES) == ["counting", "sockwait"]
-    assert registry.groups() == ["sockwait"]
+    assert [c.name for c in classes] == list(registry.NAMES) == ["counting", "sockwait", "breakdown"]
+    assert registry.groups() == ["sockwait", "breakdown"]
     cfg = RunConfig(backends=["selector"])
     assert [c.name for c in registry.wanted(cfg)] == ["counting"]  # on unless --no-probes
     cfg = RunConfig(backends=["selector"], probes=False, sockwait=True)
     assert [c.name for c in registry.wanted(cfg)] == ["sockwait"]
+    # --breakdown carries the socket-wait set: it takes the set's place
+    cfg = RunConfig(backends=["selector"], probes=False, sockwait=True, instruments=("breakdown",))
+    assert [c.name for c in registry.wanted(cfg)] == ["breakdown"]
 
 
 def test_an_unknown_instrument_is_bad_input():
