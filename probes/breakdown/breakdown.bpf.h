@@ -28,7 +28,7 @@
 // tree listens on) with no request of that socket open, and is read and answered by the thread that
 // last read that socket; the others are counted by reason (`bd_skipped`), never guessed.
 //
-// cflags (beside the socket-wait set's): -DOFF_TASK_PID (bytes into struct task_struct). The states
+// cflags (beside the socket-wait set's): -DOFF_TASK_PID -DOFF_TASK_TGID (bytes into struct task_struct). The states
 // (BD_*) and a socket's request fields are in breakdown_state.bpf.h, pasted before struct sk_t.
 
 // The parts (probes/breakdown/breakdown.py PARTS, same order): a histogram each.
@@ -164,13 +164,20 @@ static __always_inline u32 task_field(u64 task, u64 off) {
     return v;
 }
 
+// The thread's state clocks when `task` is a thread of the tree. The tree filter (an array read) comes
+// before the hash lookup: most switches and wake-ups on the machine are other processes'.
+static __always_inline struct bd_thr_t *tree_thread(u64 task) {
+    if (!in_tree(task_field(task, OFF_TASK_TGID)))
+        return 0;
+    u32 pid = task_field(task, OFF_TASK_PID);
+    return pid ? bd_thr.lookup(&pid) : 0;
+}
+
 // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
 RAW_TRACEPOINT_PROBE(sched_switch) {
     u64 now = bpf_ktime_get_ns();
-    u32 prev = task_field(ctx->args[1], OFF_TASK_PID);
-    u32 next = task_field(ctx->args[2], OFF_TASK_PID);
     u64 state = ctx->args[3];
-    struct bd_thr_t *t = prev ? bd_thr.lookup(&prev) : 0;
+    struct bd_thr_t *t = tree_thread(ctx->args[1]);
     if (t) {
         // TASK_RUNNING (0), or preempted: still runnable; else blocked, by the syscall it is in
         u32 st = (state & 0xff) == 0 ? BD_RUNQ : bd_cause(t->sc);
@@ -182,15 +189,14 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         }
         bd_enter_state(t, st, now);
     }
-    t = next ? bd_thr.lookup(&next) : 0;
+    t = tree_thread(ctx->args[2]);
     if (t)
         bd_enter_state(t, t->sc >= 0 ? BD_SYS : BD_USER, now);
     return 0;
 }
 
 static __always_inline void bd_woken(u64 task) {
-    u32 pid = task_field(task, OFF_TASK_PID);
-    struct bd_thr_t *t = pid ? bd_thr.lookup(&pid) : 0;
+    struct bd_thr_t *t = tree_thread(task);
     if (t && t->state >= BD_FUTEX)
         bd_enter_state(t, BD_RUNQ, bpf_ktime_get_ns());
 }
@@ -224,11 +230,11 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
             pc->peer_sk = 0;
         }
     }
+    if (!in_tree(id >> 32))
+        return 0;
     u32 tid = id;
     struct bd_thr_t *t = bd_thr.lookup(&tid);
     if (!t) {
-        if (!in_tree(id >> 32))
-            return 0;
         struct bd_thr_t fresh = {};
         fresh.state = BD_USER;
         fresh.since = now;
@@ -256,7 +262,10 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
 }
 
 RAW_TRACEPOINT_PROBE(sys_exit) {
-    u32 tid = bpf_get_current_pid_tgid();
+    u64 id = bpf_get_current_pid_tgid();
+    if (!in_tree(id >> 32))
+        return 0;
+    u32 tid = id;
     struct bd_thr_t *t = bd_thr.lookup(&tid);
     if (t) {
         bd_enter_state(t, BD_USER, bpf_ktime_get_ns());

@@ -49,9 +49,11 @@ TAIL_QUANTILE = 0.99
 
 @functools.cache
 def task_offsets(path: str = BTF_PATH) -> dict[str, int]:
-    """struct task_struct's pid offset in the running kernel (its raw sched tracepoints pass tasks)."""
+    """struct task_struct's pid and tgid offsets in the running kernel (its raw sched tracepoints pass tasks)."""
     try:
-        return {"OFF_TASK_PID": _Btf(path).offset("task_struct", "pid", 4)}
+        btf = _Btf(path)
+        return {"OFF_TASK_PID": btf.offset("task_struct", "pid", 4),
+                "OFF_TASK_TGID": btf.offset("task_struct", "tgid", 4)}
     except OSError as e:
         raise ProbeError(f"the breakdown needs the kernel's BTF ({path}): {e}") from e
     except (KeyError, ValueError) as e:
