@@ -57,8 +57,8 @@ def top_parts(parts: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
 
 
 def table(cells: pd.DataFrame) -> dict:
-    header = ["cell", "requests", "round trip (loader)", "parts' sum", "unattributed", "mean: largest parts",
-              "slowest 1% (≥ p99 total)", "its largest parts"]
+    header = ["cell", "requests", "round trip (loader)", "parts' sum", "unattributed", "mean request: largest parts",
+              "p99 (where the slowest 1% begin)", "slowest 1%: their mean parts"]
     rows = []
     for _, r in cells.iterrows():
         mean, tail = means(r), means(r, "tail_us")

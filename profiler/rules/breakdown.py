@@ -15,8 +15,8 @@ CAUSES = {
                    "block the only thread"),
     "loop_wait": ("after its read, the serving thread ran other requests before this one's handler: the event "
                   "loop's turn", "fewer connections per loop, more loops (workers), or cheaper callbacks"),
-    "runqueue": ("the serving thread was runnable but had no CPU", "the CPU is shared: pinning, other processes, "
-                 "more threads than cores"),
+    "runqueue": ("the serving thread was runnable but had no CPU", "what shares its CPU: pinning, other "
+                 "processes, more threads than cores"),
     "on_cpu": ("the serving thread computed this request", "the handler's own cost: a flamegraph (--flamegraph)"),
     "off_cpu_futex": ("the serving thread waited on a lock (futex): in CPython threads, usually the GIL",
                       "fewer threads, or processes instead of threads"),
@@ -70,7 +70,10 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
         inflight = int(r["connections"]) * int(r.get("pipeline") or 1)
         behind = f", behind up to {inflight - 1} other requests in flight" if part in ("queue_wait", "loop_wait") \
             and inflight > 1 else ""
-        text = (f"In {where(r)} the slowest 1% of requests took {total / 1e3:,.2f} ms or more, and "
+        p99 = num(r, "breakdown.total_p99_us")
+        text = (f"In {where(r)} the slowest 1% of requests"
+                + (f" ({p99 / 1e3:,.2f} ms and longer)" if p99 is not None else "")
+                + f" took {total / 1e3:,.2f} ms on average, and "
                 f"{100 * share:.0f}% of that was {part}{behind}: {what}. The mean request spent "
                 f"{(mean or 0) / 1e3:,.2f} ms there. ")
         gil = num(r, "breakdown.detail_us.off_cpu_gil")
@@ -80,7 +83,8 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
             text += _pinned_twin(ctx, r)
         text += f"Look at {next_look}."
         others = sorted(((p, v) for p, v in tail.items() if p != part and v > 0), key=lambda kv: -kv[1])[:3]
-        ev = {f"slowest 1%: {part} (µs)": r2(value, 0), "slowest 1%: total (µs)": r2(total, 0),
+        ev = {f"slowest 1%: {part}, mean (µs)": r2(value, 0), "slowest 1%: total, mean (µs)": r2(total, 0),
+              "p99 of the total (µs)": r2(num(r, "breakdown.total_p99_us"), 0),
               f"mean request: {part} (µs)": r2(mean, 1),
               "slowest 1%: next parts (µs)": ", ".join(f"{p} {v:,.0f}" for p, v in others) or None,
               "requests followed": f"{num(r, 'breakdown.requests') or 0:,.0f}",
