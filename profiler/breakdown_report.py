@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from netprof.probes.breakdown.breakdown import PARTS
 from netprof.profiler import schema
 from netprof.profiler.stats import num
+from netprof.profiler.units import duration_us as _us
 
 # Stacked bars' colours, one per part (PARTS order), from matplotlib's tab20 so neighbours differ.
 COLOURS = dict(zip(PARTS, ("#d62728", "#ff7f0e", "#bcbd22", "#1f77b4", "#9467bd", "#8c564b", "#e377c2",
@@ -41,14 +41,6 @@ def means(r, which: str = "mean_us") -> dict[str, float] | None:
     vals = {p: num(r, f"breakdown.{which}.{p}") for p in PARTS}
     got = {p: v for p, v in vals.items() if v is not None}
     return got or None
-
-
-def _us(v: float | None) -> str:
-    if v is None:
-        return "–"
-    if v >= 1000:
-        return f"{v / 1e3:,.1f} ms" if v >= 10_000 else f"{v / 1e3:.2f} ms"
-    return f"{v:.0f} µs" if v >= 10 else f"{v:.1f} µs"
 
 
 def top_parts(parts: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
@@ -81,32 +73,16 @@ def plot(cells: pd.DataFrame):
     bars = []
     for _, r in cells.iterrows():
         label = f"{schema.series_label(r, cells)} {schema.column_label(r, cells)}"
-        for which, name in (("mean_us", "mean"), ("tail_us", "slowest 1%")):
-            if (p := means(r, which)) is not None:
-                total = (num(r, "breakdown.parts_mean_us") if which == "mean_us" else num(r, "breakdown.total_p99_us"))
-                bars.append((f"{label}\n{name}: {_us(total)}", p))
+        if (p := means(r)) is not None:
+            bars.append((f"{label}\nmean request: {_us(num(r, 'breakdown.parts_mean_us'))}", p))
+        if (p := means(r, "tail_us")) is not None:
+            bars.append((f"{label}\nslowest 1% (from {_us(num(r, 'breakdown.total_p99_us'))})", p))
     if not bars:
         return None
-    from netprof.profiler.mpl import plt  # deferred: only --breakdown runs draw this
+    from netprof.profiler.plots import share_bars  # deferred: matplotlib, only --breakdown runs draw this
 
-    fig, ax = plt.subplots(figsize=(8.0, 0.42 * len(bars) + 1.6))
-    y = np.arange(len(bars))
-    left = np.zeros(len(bars))
-    for part in PARTS:
-        vals = np.array([max(0.0, p.get(part, 0.0)) for _, p in bars])
-        totals = np.array([sum(max(0.0, v) for v in p.values()) or 1.0 for _, p in bars])
-        share = 100 * vals / totals
-        if share.any():
-            ax.barh(y, share, left=left, color=COLOURS[part], label=part)
-        left += share
-    ax.set_yticks(y, [b[0] for b in bars], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the request's time, %")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title("Where each request's time went: the mean and the slowest 1%")
-    fig.tight_layout()
-    return fig
+    return share_bars(bars, list(COLOURS.items()), "share of the request's time, %",
+                      "Where each request's time went: the mean and the slowest 1%")
 
 
 def section(out_dir: Path, cells: pd.DataFrame, save) -> dict | None:

@@ -74,33 +74,16 @@ def round_trip_plot(cells: pd.DataFrame):
     rows = [(r, p) for _, r in cells.iterrows() if (p := parts(r)) is not None]
     if not rows:
         return None
-    from netprof.profiler.mpl import plt  # deferred: matplotlib costs ~0.5 s, and only --sockwait runs draw these
-
-    fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(rows) + 1.6))
-    y = np.arange(len(rows))
-    left = np.zeros(len(rows))
-    for name, color in PARTS:
-        vals = np.array([max(0.0, p[name]) for _, p in rows])
-        totals = np.array([sum(max(0.0, v) for v in p.values()) or 1.0 for _, p in rows])
-        share = 100 * vals / totals
-        ax.barh(y, share, left=left, color=color, label=name)
-        left += share
-    labels = []
+    bars = []
     for r, p in rows:
         # means of different events (per read, per answer, per message): a part a hair below 0 is noise
         neg = [k for k, v in p.items() if v < -0.01 * (num(r, "sockwait.rtt_mean_us") or 0)]
-        labels.append(
-            f"{_label(r, cells)}\nround trip {_us(num(r, 'sockwait.rtt_mean_us'))}"
-            + (f" ({', '.join(neg)} < 0)" if neg else "")
-        )
-    ax.set_yticks(y, labels, fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the loader's mean round trip, %")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title("Where the round trip went (counted window)")
-    fig.tight_layout()
-    return fig
+        bars.append((f"{_label(r, cells)}\nround trip {_us(num(r, 'sockwait.rtt_mean_us'))}"
+                     + (f" ({', '.join(neg)} < 0)" if neg else ""), p))
+    from netprof.profiler.plots import share_bars  # deferred: matplotlib, only --sockwait runs draw these
+
+    return share_bars(bars, list(PARTS), "share of the loader's mean round trip, %",
+                      "Where the round trip went (counted window)")
 
 
 def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):

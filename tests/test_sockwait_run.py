@@ -198,7 +198,7 @@ def test_refuses_clearly_without_what_the_set_needs(monkeypatch):
             f"the socket-wait probes need the kernel's BTF ({path}): No such file or directory ({NO_PROBES})"
         )
 
-    monkeypatch.setattr(sockwait, "_checked", [])
+    monkeypatch.setattr(sockwait, "_checked", {})
     monkeypatch.setattr(sockwait, "kernel_offsets", no_btf)
     why = sockwait.check_available()
     assert why is not None and why.startswith("the socket-wait probes need the kernel's BTF")

@@ -8,29 +8,10 @@ from typing import Any
 
 from ..instrument import Counted, ProbeInstrument
 from ..sockwait.instrument import fill_row
-from ..sockwait.sockwait import measure_cost
+from ..sockwait.sockwait import check_available, measure_cost
 from .breakdown import BreakdownProbes, Snapshot, breakdown_delta
 
 NAME = "breakdown"
-_checked: list[str | None] = []
-
-
-def check_available() -> str | None:
-    """None if the breakdown can run here, else what is missing; compiles the set once per process and
-    parks it for the run's own BreakdownProbes(attached=False)."""
-    from ..base import NO_PROBES, ProbeError, prerequisites
-
-    if not _checked:
-        why = prerequisites()
-        if why is None:
-            try:
-                BreakdownProbes().park()
-            except ProbeError as e:
-                why = str(e)
-        _checked.append(why.replace(f" ({NO_PROBES})", "").replace(f", {NO_PROBES}", "") if why else None)
-    return _checked[0]
-
-
 class Breakdown(ProbeInstrument):
     name = NAME
     group = NAME
@@ -42,7 +23,7 @@ class Breakdown(ProbeInstrument):
 
     @classmethod
     def missing(cls, cfg: Any) -> str | None:
-        why = check_available()
+        why = check_available(BreakdownProbes)  # compiles the set once and parks it for open()
         return f"--breakdown cannot work here: {why}; run without --breakdown" if why else None
 
     @classmethod

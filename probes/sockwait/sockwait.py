@@ -574,25 +574,26 @@ def _delete_all(table) -> None:
 # ---------------------------------------------------------------------------------------------
 # Run-time checks and the set's own cost on this host (`netprof run --sockwait`).
 
-_checked: list[str | None] = []
+_checked: dict[type, str | None] = {}
 
 
-def check_available() -> str | None:
-    """None if the socket-wait set can run here, else one line: what is missing. Compiles, attaches
-    and detaches the set once per process (BTF offsets, the sock tracepoints, the verifier), and
-    parks it for the run's own `SockWaitProbes(attached=False)` to take over."""
+def check_available(probes: type[SockWaitProbes] | None = None) -> str | None:
+    """None if the socket-wait set (or `probes`, a set built on it: the breakdown's) can run here, else
+    one line: what is missing. Compiles, attaches and detaches the set once per process (BTF offsets, the
+    sock tracepoints, the verifier), and parks it for the run's own `probes(attached=False)` to take over."""
     from ..base import NO_PROBES, prerequisites
 
-    if not _checked:
+    cls = probes or SockWaitProbes
+    if cls not in _checked:
         why = prerequisites()
         if why is None:
             try:
-                SockWaitProbes().park()
+                cls().park()
             except ProbeError as e:
                 why = str(e)
         # the generic hint ("or run with --no-probes") does not apply: the caller names its own fix
-        _checked.append(why.replace(f" ({NO_PROBES})", "").replace(f", {NO_PROBES}", "") if why else None)
-    return _checked[0]
+        _checked[cls] = why.replace(f" ({NO_PROBES})", "").replace(f", {NO_PROBES}", "") if why else None
+    return _checked[cls]
 
 
 COST_MESSAGES = 20_000
