@@ -59,9 +59,8 @@
 #define K_NO_READER 1   // read by a thread the breakdown had not seen (it learns threads at their syscalls)
 #define K_OTHER_THREAD 2  // read or answered by another thread than the socket's last reader
 #define K_NO_SEND_EDGE 3  // the answer's send entry, device or delivery was not seen (not loopback?)
-#define K_NO_TRANSIT_IN 4 // the loader's send was not seen around the arrival (another context)
-#define K_CLOCK 5       // a clock went backwards between the edges (a race with a state change)
-#define NSKIP 6
+#define K_CLOCK 4       // a clock went backwards between the edges (a race with a state change)
+#define NSKIP 5
 
 struct bd_thr_t {
     u64 cum[BD_NS];        // ns in each state since first seen, but the current one's open interval
@@ -104,6 +103,8 @@ struct bd_stats_t {
     u64 tail_ns[NPART * NSLOTS];  // ... and the sum of each part over them, by part: the composition of the slowest
     u64 skipped[NSKIP];
     u64 requests;              // measured requests
+    u64 transit_in_unseen;     // ... of which the loader's send was not seen (another host's kernel, or a
+                               // softirq run later): their transit is the way out only
 };
 BPF_ARRAY(bd_stats, struct bd_stats_t, 1);  // shared, atomic adds: too big for a per-CPU value
 
@@ -320,11 +321,7 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
     struct bd_pc_t *pc = bd_pc.lookup(&zero);
     u64 tin = 0;
     if (pc && pc->send_pid == bpf_get_current_pid_tgid() && pc->send_enter && pc->send_enter <= now)
-        tin = now - pc->send_enter;
-    if (!tin) {
-        bd_skip(K_NO_TRANSIT_IN);
-        return;
-    }
+        tin = now - pc->send_enter;  // 0: not seen (counted at the answer: transit_in_unseen)
     // A connection no thread has read yet (its first request): the thread that reads it is adopted at the
     // read, and the time until then is queue_wait (bd_q0), as no thread serves the connection yet.
     if (t)
@@ -498,6 +495,8 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_USER], s->own_u);
     __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_SYS], s->own_s);
     __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_IN], tin);
+    if (!tin)
+        __sync_fetch_and_add(&b->transit_in_unseen, 1);
     __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_OUT], tout);
     __sync_fetch_and_add(&b->detail_ns[D_OFF_GIL], gil);
     u64 c_end = c[BD_USER] + c[BD_SYS];

@@ -41,7 +41,7 @@ PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_
 # serving thread's CPU for the request: `cpu_us`); the part of off_cpu_futex spent on the GIL (gil.py).
 DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu", "off_cpu_gil")
 # Why a request was not measured (K_*).
-SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "no_transit_in", "clock")
+SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "clock")
 # The parts the server side is made of (the rest is the network and the loader).
 SERVER_PARTS = PARTS[:9]
 TAIL_QUANTILE = 0.99
@@ -72,6 +72,7 @@ class BreakdownSnapshot:
     tail_ns: list[list[int]]       # per PARTS: per slot, the part's sum over those requests
     skipped: dict[str, int]
     requests: int
+    transit_in_unseen: int = 0     # requests followed whose loader send was not seen (transit: the way out)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class BreakdownDelta:
     tail_requests: int
     total_p99_us: float | None
     skipped: dict[str, int] = field(default_factory=dict)
+    transit_in_unseen: int = 0
 
     @property
     def total_mean_us(self) -> float | None:
@@ -112,7 +114,8 @@ def _read(table) -> BreakdownSnapshot:
     tail_ns = [list(v.tail_ns[k * NSLOTS:(k + 1) * NSLOTS]) for k in range(n)]
     return BreakdownSnapshot(hist=hist, sum_ns=list(v.sum_ns), count=list(v.count), detail_ns=list(v.detail_ns),
                              tail_n=list(v.tail_n), tail_ns=tail_ns,
-                             skipped={k: v.skipped[i] for i, k in enumerate(SKIPPED)}, requests=v.requests)
+                             skipped={k: v.skipped[i] for i, k in enumerate(SKIPPED)}, requests=v.requests,
+                             transit_in_unseen=v.transit_in_unseen)
 
 
 def _tail_slot(counts: list[int], q: float) -> int | None:
@@ -153,7 +156,8 @@ def breakdown_delta(a: BreakdownSnapshot, b: BreakdownSnapshot) -> BreakdownDelt
             tail[part] = sum(b.tail_ns[k][i] - a.tail_ns[k][i] for i in range(top, NSLOTS)) / tail_requests / 1e3
     return BreakdownDelta(requests=requests, mean_us=mean, p50_us=p50, p99_us=p99, detail_us=detail, tail_us=tail,
                           tail_requests=tail_requests, total_p99_us=_mid_us(top) if top is not None else None,
-                          skipped={k: b.skipped[k] - a.skipped[k] for k in SKIPPED})
+                          skipped={k: b.skipped[k] - a.skipped[k] for k in SKIPPED},
+                          transit_in_unseen=b.transit_in_unseen - a.transit_in_unseen)
 
 
 class BreakdownProbes(SockWaitProbes):

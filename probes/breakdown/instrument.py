@@ -48,6 +48,7 @@ def row_fields(d, counted: Counted) -> dict:
     return {"requests": d.requests, "mean_us": d.mean_us, "p50_us": d.p50_us, "p99_us": d.p99_us,
             "detail_us": d.detail_us, "tail_us": d.tail_us, "tail_requests": d.tail_requests,
             "total_p99_us": d.total_p99_us, "skipped": d.skipped, "messages": counted.messages,
+            "transit_in_unseen": d.transit_in_unseen,
             # the serving thread's CPU per request: on_cpu and its answer's send syscall (comparable with
             # /proc's CPU per message, but for the loop's own overhead between requests)
             "cpu_us": (d.mean_us["on_cpu"] + d.detail_us["send_cpu"]) if d.requests else None,
