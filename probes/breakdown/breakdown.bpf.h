@@ -26,10 +26,11 @@
 //   loader_wait: the answer queued on the loader's socket → the loader's read of it.
 // A request is measured when it arrives on an empty queue of a served socket (accepted on a port the
 // tree listens on) with no request of that socket open, and is read and answered by the thread that
-// last read that socket; the others are counted by reason (`bd_skipped`), never guessed.
+// last read that socket (or, for a connection's first request, by the thread that reads it); the others
+// are counted by reason (bd_stats.skipped, bd_skip), never guessed.
 //
-// cflags (beside the socket-wait set's): -DOFF_TASK_PID -DOFF_TASK_TGID (bytes into struct task_struct). The states
-// (BD_*) and a socket's request fields are in breakdown_state.bpf.h, pasted before struct sk_t.
+// cflags (beside the socket-wait set's): -DOFF_TASK_PID -DOFF_TASK_TGID (bytes into struct task_struct).
+// The states (BD_*) and a socket's request fields are in breakdown_state.bpf.h, pasted before struct sk_t.
 
 // The parts (probes/breakdown/breakdown.py PARTS, same order): a histogram each.
 #define P_QUEUE_WAIT 0
@@ -44,15 +45,15 @@
 #define P_TRANSIT 9
 #define P_LOADER_WAIT 10
 #define NPART 11
-// Sums only (DETAIL in breakdown.py): on_cpu and transit split.
+// Sums only (DETAIL in breakdown.py): on_cpu and transit split, and two more.
 #define D_ON_CPU_USER 0
 #define D_ON_CPU_SYS 1
 #define D_TRANSIT_IN 2
 #define D_TRANSIT_OUT 3
-#define D_OFF_GIL 5     // of off_cpu_futex: on the interpreter's GIL (a futex inside _PyRuntime: gil.py)
 #define D_SEND_CPU 4    // the serving thread's CPU in the answer's send syscall (entry → return): with on_cpu,
                         // the request's CPU (on loopback the send also delivers, so part of it is after
                         // the answer reached the loader, outside the request's time)
+#define D_OFF_GIL 5     // of off_cpu_futex: on the interpreter's GIL (a futex inside _PyRuntime: gil.py)
 #define NDETAIL 6
 // Why a request was not measured (SKIPPED in breakdown.py, same order).
 #define K_BUSY 0        // arrived while data was unread or a request of its socket was open (pipelining)
