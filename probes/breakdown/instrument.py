@@ -12,6 +12,8 @@ from ..sockwait.sockwait import check_available, measure_cost
 from .breakdown import BreakdownProbes, Snapshot, breakdown_delta
 
 NAME = "breakdown"
+
+
 class Breakdown(ProbeInstrument):
     name = NAME
     group = NAME
