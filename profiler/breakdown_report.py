@@ -17,7 +17,7 @@ from netprof.profiler import schema
 from netprof.profiler.stats import num
 from netprof.profiler.units import duration_us as _us
 
-# Stacked bars' colours, one per part (PARTS order), from matplotlib's tab20 so neighbours differ.
+# Stacked bars' colours, one per part (PARTS order): matplotlib's tab10 and one light blue, so neighbours differ.
 COLOURS = dict(zip(PARTS, ("#d62728", "#ff7f0e", "#bcbd22", "#1f77b4", "#9467bd", "#8c564b", "#e377c2",
                            "#7f7f7f", "#17becf", "#2ca02c", "#aec7e8")))
 METHOD = (

@@ -587,7 +587,9 @@ def check_work(spec: str) -> None:
 def check_remote_work(cfg: RunConfig) -> None:
     """--work remote:US: a helper on this host answers the backend's handlers (profiler/remote_work.py), so
     only built-in Python backends on loopback can use it."""
-    if not cfg.work.strip().startswith("remote:"):
+    from netprof.backends.common import WorkModel
+
+    if WorkModel.parse(cfg.work).kind != "remote":  # parsed already by check_work
         return
     where = ("--remote" if cfg.remote else "--loader-hosts" if cfg.loader_hosts
              else "--server-host" if cfg.server_host else "")

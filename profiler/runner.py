@@ -160,8 +160,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                                       prefix=link.loader_prefix if link else None,
                                       netns=link.ns_loader if link else None)
             # --work remote:US: its helper, on the loader's CPUs (it stands for another host)
-            remote = RemoteWork.start(group, WorkModel.parse(cfg.work).us, lcpus) if cfg.work.startswith("remote:") \
-                else None
+            work = WorkModel.parse(cfg.work)
+            remote = RemoteWork.start(group, work.us, lcpus) if work.kind == "remote" else None
             extra = evidence.evidence_cells(cfg)
             total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
             task = progress.add_task("starting", total=total, phase="", last="")
