@@ -28,6 +28,7 @@ from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, N
 from netprof.profiler.paths import caller_uids, untrusted_reason
 from netprof.profiler.plan import (
     RunConfig,
+    check_remote_work,
     parse_framings,
     parse_header_file,
     parse_int_list,
@@ -174,7 +175,7 @@ def run(
              "names what two runs compare; --tag a,b runs every cell once per tag (an A/A control)."),
     work: str = typer.Option(
         "none", "--work", metavar="SPEC",
-        help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN."),
+        help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN|remote:US (a blocking call to a helper that answers after US µs)."),
     think: str = typer.Option("none", "--think", metavar="SPEC",
                               help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
     rate: str = typer.Option(
@@ -725,6 +726,7 @@ def ab_cmd(
         out_dir=str(out) if out else "", force=force, wait=wait, framings=parse_framings(framing), protocol=protocol,
         request=request, headers=headers, body=body, line=line, keep_secrets=keep_secrets,
         extra_dims=rates, arrivals=arrivals)
+    check_remote_work(template, "ab")
     plan = ab.plan(template, list(variants or []), list(cmd or []), cmd_names=list(name or []), python=python,
                    env_items=list(env or []), aa=aa, fresh=fresh, window=window,
                    precision=ab.parse_precision(precision), metric=metric, max_time=max_time, fail_if=fail_if,
@@ -804,6 +806,7 @@ def knee_cmd(
         duration=window, warmup=warmup, rounds=1, msize=msize, work=work, probes=not no_probes,
         backend_cpu=backend_cpu, loader_cpus=loader_cpus, out_dir=str(out) if out else "", force=force, wait=wait,
         pythons=parse_pythons(python), protocol=protocol, request=request, line=line))
+    check_remote_work(cfg, "knee")
     plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait)
     knee.check(plan)
     _stop_on_signals()

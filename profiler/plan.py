@@ -584,13 +584,17 @@ def check_work(spec: str) -> None:
         raise InputError(str(e)) from None
 
 
-def check_remote_work(cfg: RunConfig) -> None:
+def check_remote_work(cfg: RunConfig, command: str = "run") -> None:
     """--work remote:US: a helper on this host answers the backend's handlers (profiler/remote_work.py), so
-    only built-in Python backends on loopback can use it."""
+    only built-in Python backends on loopback can use it, and only under the commands whose run starts the
+    helper (runner.execute: run, flamegraph); `ab` and `knee` keep warm servers of their own."""
     from netprof.backends.common import WorkModel
 
     if WorkModel.parse(cfg.work).kind != "remote":  # parsed already by check_work
         return
+    if command not in ("run", "flamegraph"):
+        raise InputError(f"--work remote:US is for `netprof run` (its helper starts with the run's cells), not "
+                         f"`netprof {command}`: use --work sleep:US")
     where = ("--remote" if cfg.remote else "--loader-hosts" if cfg.loader_hosts
              else "--server-host" if cfg.server_host else "")
     if where:

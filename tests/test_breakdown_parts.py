@@ -106,3 +106,16 @@ def test_the_rows_dicts_of_parts_survive_results_parquet(tmp_path):
     assert back["breakdown"]["mean_us"] == {"loop_wait": 5.0, "on_cpu": 2.5}
     assert back["breakdown"]["skipped"] == {"busy": 1, "clock": 0}
     assert back["open_loop"]["behind_late_us.p99"] == 7.0
+
+
+def test_remote_work_is_refused_where_no_helper_starts():
+    """`--work remote:US` needs the helper `netprof run` starts beside its cells: `ab` and `knee` (warm servers
+    of their own) and the C++ backends (no Python handler) refuse it in one line, exit 2, before any process."""
+    from helpers import netprof_cli
+
+    for args in (("ab", "selector", "selector", "--work", "remote:500"),
+                 ("knee", "selector", "--slo", "p99<5ms", "--work", "remote:500"),
+                 ("run", "cpp_epoll", "--work", "remote:500")):
+        res = netprof_cli(*args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert "--work remote:US" in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
