@@ -175,7 +175,8 @@ def run(
              "names what two runs compare; --tag a,b runs every cell once per tag (an A/A control)."),
     work: str = typer.Option(
         "none", "--work", metavar="SPEC",
-        help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN|remote:US (a blocking call to a helper that answers after US µs)."),
+        help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN|remote:US "
+             "(a blocking call to a helper that answers after US µs)."),
     think: str = typer.Option("none", "--think", metavar="SPEC",
                               help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
     rate: str = typer.Option(
