@@ -14,6 +14,7 @@ import pandas as pd
 
 from netprof.probes.breakdown.breakdown import PARTS
 from netprof.profiler import schema
+from netprof.profiler.rules.breakdown import io_wait
 from netprof.profiler.stats import num
 from netprof.profiler.units import duration_us as _us
 
@@ -51,6 +52,10 @@ def top_parts(parts: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
 def table(cells: pd.DataFrame) -> dict:
     header = ["cell", "requests", "round trip (loader)", "parts' sum", "unattributed", "mean request: largest parts",
               "p99 (where the slowest 1% begin)", "slowest 1%: their mean parts"]
+    # what off_cpu_io waited on (probes/breakdown/iowait.py), where any cell's handlers waited on a descriptor
+    waited = "breakdown.io_wait" in cells and bool(cells["breakdown.io_wait"].notna().any())
+    if waited:
+        header.append("off_cpu_io waited on (share of the handlers' descriptor waits)")
     rows = []
     for _, r in cells.iterrows():
         mean, tail = means(r), means(r, "tail_us")
@@ -64,7 +69,7 @@ def table(cells: pd.DataFrame) -> dict:
             ", ".join(f"{p} {_us(mean[p])} ({100 * s:.0f}%)" for p, s in top_parts(mean)),
             _us(num(r, "breakdown.total_p99_us")),
             ", ".join(f"{p} {_us(tail[p])} ({100 * s:.0f}%)" for p, s in top_parts(tail)) if tail else "–",
-        ])
+        ] + ([io_wait(r) or "–"] if waited else []))
     return {"title": "Request breakdown per cell (counted window)", "header": header, "rows": rows}
 
 

@@ -210,6 +210,8 @@ MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "l
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
                  "lat_sent_us.", "open_loop.", "breakdown.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift")
+# Text over a cell's rounds: the most frequent (what the breakdown's handlers waited on).
+MODE_COLUMNS = ("breakdown.io_wait",)
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:
@@ -229,6 +231,9 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         for col in g.columns:
             if (col.startswith(MEAN_PREFIXES) or col in MEAN_COLUMNS) and pd.api.types.is_numeric_dtype(g[col]):
                 row[col] = float(g[col].mean())
+        for col in MODE_COLUMNS:
+            if col in g and g[col].notna().any():
+                row[col] = g[col].dropna().mode().iloc[0]
         if "probe_cost" in g and pd.api.types.is_numeric_dtype(g["probe_cost"]):
             # One window's figure moves by a few percent with no probe attached at all (bench/RESULTS.md,
             # --edges): over rounds, its interval says how much of it is the probes.

@@ -119,3 +119,43 @@ def test_remote_work_is_refused_where_no_helper_starts():
         res = netprof_cli(*args)
         assert res.returncode == 2, (args, res.stderr)
         assert "--work remote:US" in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
+
+
+def test_io_waits_are_named_by_syscall_and_descriptor_leaving_out_clients_and_readiness_waits():
+    """iowait.name_waits over two readings of bd_iowait: the server's waits on its accepted connections
+    (a thread per connection reading the next request) and readiness waits (an event loop between turns)
+    are not a handler's; the rest is grouped by syscall and what the descriptor is, across threads."""
+    from netprof.probes.base import syscall_number
+    from netprof.probes.breakdown import iowait
+
+    recv, epoll = syscall_number("recvfrom"), syscall_number("epoll_wait")
+    helper, client = iowait.FdName("TCP to 127.0.0.1:41000", client=False), iowait.FdName("TCP to x", client=True)
+    names = {(7, 10): helper, (7, 11): helper, (7, 12): client, (7, 13): iowait.FdName("/db.sqlite", False)}
+    first = {(7, recv, 10): 1_000_000}
+    last = {(7, recv, 10): 5_000_000, (7, recv, 11): 4_000_000,  # 8 ms on the helper, from two threads
+            (7, recv, 12): 90_000_000,                           # a client's next request: left out
+            (7, epoll, 3): 50_000_000,                           # the loop's turn: left out
+            (7, syscall_number("read"), 13): 2_000_000}          # 2 ms on a file
+    got = iowait.name_waits(first, last, names)
+    assert [(w.syscall, w.what, w.descriptors) for w in got] == [
+        ("recvfrom", "TCP to 127.0.0.1:41000", 2), ("read", "/db.sqlite", 1)]
+    assert got[0].share == pytest.approx(0.8) and got[0].ms == pytest.approx(8.0)
+    assert got[0].text() == "recvfrom on 2 descriptors, TCP to 127.0.0.1:41000"
+    assert iowait.name_waits(last, last, names) == []  # nothing new between two equal readings
+
+
+def test_a_socket_is_named_by_its_peer_and_accepted_connections_are_clients():
+    """iowait.describe on this test's own process: a listener, a connection it accepted (a client) and one it
+    made (named by where it goes)."""
+    import os
+    import socket
+
+    from netprof.probes.breakdown import iowait
+
+    with socket.create_server(("127.0.0.1", 0)) as ls, socket.create_connection(ls.getsockname()) as out:
+        acc, _ = ls.accept()
+        with acc:
+            pid, port = os.getpid(), ls.getsockname()[1]
+            names = iowait.describe({(pid, 0, acc.fileno()): 1, (pid, 0, out.fileno()): 1})
+            assert names[(pid, acc.fileno())].client
+            assert names[(pid, out.fileno())] == iowait.FdName(f"TCP to 127.0.0.1:{port}", client=False)

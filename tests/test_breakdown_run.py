@@ -11,6 +11,7 @@ The figures are checked against what the workload fixes and against independent 
 from __future__ import annotations
 
 import json
+import re
 
 import psutil
 import pytest
@@ -100,6 +101,12 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
         # 500 µs asked; the helper's own wake-up on a busy CPU adds some
         assert 480 <= b["mean_us"]["off_cpu_io"] <= 800, (name, b["mean_us"])
         assert b["mean_us"]["on_cpu"] < 100, (name, b["mean_us"])
+        # the wait is named: the handler's recv on its connection to the helper (one per serving thread)
+        assert re.fullmatch(rf"recvfrom on (one descriptor|{'10' if name == 'thread' else 'x'} descriptors), "
+                            r"TCP to 127(\.\d+){3}:\d+", b["io_wait"] or ""), (name, b["io_wait"])
+        assert b["io_wait_share"] > 0.9, (name, b["io_wait_share"])
+        # two paths to the same time: the threads' waits on that descriptor per message, the requests' off_cpu_io
+        assert b["io_wait_ms"] * 1e3 / b["messages"] == pytest.approx(b["mean_us"]["off_cpu_io"], rel=0.15), b
     assert rows["thread"]["breakdown"]["mean_us"]["queue_wait"] < 100
     assert rows["selector"]["breakdown"]["mean_us"]["queue_wait"] > 4000  # nine others' calls on one loop
     helper = "netprof.profiler.remote_work"

@@ -68,7 +68,7 @@ struct bd_thr_t {
     u64 since;             // start of the current state
     u32 state;             // BD_*
     s32 sc;                // syscall in progress (-1: none)
-    u64 futex_addr;        // its futex word, when that syscall is futex
+    u64 arg0;              // its first argument: the futex word of a futex, the descriptor of a read
     u64 mark_user, mark_sys;  // cum[USER], cum[SYS] (as of then) at the thread's last marker
     u64 enter_ts;          // entry of its last send-family syscall
     u64 enter_cum[BD_NS];  // its clocks then
@@ -118,6 +118,16 @@ struct bd_req_t {
 };
 BPF_PERCPU_ARRAY(bd_scratch, struct bd_req_t, 1);
 BPF_PROG_ARRAY(bd_progs, 1);  // [0]: bd_commit (breakdown.py loads it)
+
+// The tree's threads' waits blocked in fd syscalls, by process, syscall and first argument (the
+// descriptor; an epoll_wait's is its epoll instance): ns. breakdown.py names the descriptors behind
+// off_cpu_io from it (docs/breakdown.md, "Which descriptor").
+struct bd_io_key_t {
+    u32 tgid;
+    s32 sc;
+    u64 fd;
+};
+BPF_HASH(bd_iowait, struct bd_io_key_t, u64, 4096);
 
 // Answers delivered to the loader's sockets, awaiting its read (loader_wait).
 BPF_HASH(bd_peer, u64, u64, 65536);
@@ -186,7 +196,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         if (st == BD_FUTEX) {
             u32 zero = 0;
             struct bd_gil_t *g = bd_gil.lookup(&zero);
-            if (g && t->futex_addr >= g->lo && t->futex_addr < g->hi)
+            if (g && t->arg0 >= g->lo && t->arg0 < g->hi)
                 st = BD_GIL;
         }
         bd_enter_state(t, st, now);
@@ -199,8 +209,17 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 
 static __always_inline void bd_woken(u64 task) {
     struct bd_thr_t *t = tree_thread(task);
-    if (t && t->state >= BD_FUTEX)
-        bd_enter_state(t, BD_RUNQ, bpf_ktime_get_ns());
+    if (!t || t->state < BD_FUTEX)
+        return;
+    u64 now = bpf_ktime_get_ns();
+    if (t->state == BD_IO && now > t->since) {  // what it waited on, for naming off_cpu_io's descriptor
+        struct bd_io_key_t k = {};
+        k.tgid = task_field(task, OFF_TASK_TGID);
+        k.sc = t->sc;
+        k.fd = t->arg0;
+        bd_iowait.increment(k, now - t->since);
+    }
+    bd_enter_state(t, BD_RUNQ, now);
 }
 
 // TP_PROTO(struct task_struct *p)
@@ -248,11 +267,11 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     }
     bd_enter_state(t, BD_SYS, now);
     t->sc = sc;
-    if (sc == 202) {  // futex(uaddr, ...): which word it waits on (the GIL's, or another lock's)
+    if (bd_cause(sc) != BD_OTHER) {  // futex: which word (the GIL's?); fd syscalls: which descriptor
         struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
-        u64 uaddr = 0;
-        bpf_probe_read_kernel(&uaddr, sizeof(uaddr), &regs->di);
-        t->futex_addr = uaddr;
+        u64 a0 = 0;
+        bpf_probe_read_kernel(&a0, sizeof(a0), &regs->di);
+        t->arg0 = a0;
     }
     if (send) {
         t->enter_ts = now;

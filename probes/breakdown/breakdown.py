@@ -32,6 +32,7 @@ from ..sockwait.sockwait import (
     _Btf,
     slot_bounds,
 )
+from . import iowait
 from .gil import runtime_range
 
 # Same order as breakdown.bpf.h's P_* (tests/test_breakdown.py checks).
@@ -73,6 +74,8 @@ class BreakdownSnapshot:
     skipped: dict[str, int]
     requests: int
     transit_in_unseen: int = 0     # requests followed whose loader send was not seen (transit: the way out)
+    io_wait: dict[iowait.Key, int] = field(default_factory=dict)  # ns blocked in fd syscalls (iowait.py)
+    fd_names: dict[tuple[int, int], iowait.FdName] = field(default_factory=dict)  # their fds, as then
 
 
 @dataclass
@@ -99,6 +102,7 @@ class BreakdownDelta:
     total_p99_us: float | None
     skipped: dict[str, int] = field(default_factory=dict)
     transit_in_unseen: int = 0
+    io_waits: list[iowait.IoWait] = field(default_factory=list)  # what off_cpu_io waited on, largest first
 
     @property
     def total_mean_us(self) -> float | None:
@@ -157,7 +161,8 @@ def breakdown_delta(a: BreakdownSnapshot, b: BreakdownSnapshot) -> BreakdownDelt
     return BreakdownDelta(requests=requests, mean_us=mean, p50_us=p50, p99_us=p99, detail_us=detail, tail_us=tail,
                           tail_requests=tail_requests, total_p99_us=_mid_us(top) if top is not None else None,
                           skipped={k: b.skipped[k] - a.skipped[k] for k in SKIPPED},
-                          transit_in_unseen=b.transit_in_unseen - a.transit_in_unseen)
+                          transit_in_unseen=b.transit_in_unseen - a.transit_in_unseen,
+                          io_waits=iowait.name_waits(a.io_wait, b.io_wait, a.fd_names | b.fd_names))
 
 
 class BreakdownProbes(SockWaitProbes):
@@ -195,8 +200,9 @@ class BreakdownProbes(SockWaitProbes):
         if self._bd is None:
             self._bd, self._thr, self._peer, self._peer_bits = b[b"bd_stats"], b[b"bd_thr"], b[b"bd_peer"], \
                 b[b"bd_peer_bits"]
-            self._gil = b[b"bd_gil"]
+            self._gil, self._iowait = b[b"bd_gil"], b[b"bd_iowait"]
         self._thr.clear()
+        self._iowait.clear()
         gil = self._gil.Leaf()
         if pid and (rng := runtime_range(pid)) is not None:
             gil.lo, gil.hi = rng
@@ -207,4 +213,7 @@ class BreakdownProbes(SockWaitProbes):
 
     def snapshot(self) -> Snapshot:  # type: ignore[override]
         sw = super().snapshot()
-        return Snapshot(sockwait=sw, breakdown=_read(self._bd))
+        bd = _read(self._bd)
+        bd.io_wait = iowait.read(self._iowait)
+        bd.fd_names = iowait.describe(bd.io_wait)  # now, while the server runs
+        return Snapshot(sockwait=sw, breakdown=bd)

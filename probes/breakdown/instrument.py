@@ -57,5 +57,13 @@ def row_fields(d, counted: Counted) -> dict:
             # /proc's CPU per message of the server over the same window, to set it against
             "proc_cpu_us": (1e6 * (p["user_s"] + p["sys_s"]) / counted.messages
                             if (p := counted.proc) and counted.messages else None),
+            # what off_cpu_io waited on most (iowait.py): its share of the handlers' descriptor waits
+            **_io_wait(d.io_waits),
             "rtt_mean_us": rtt, "parts_mean_us": total,
             "unattributed_us": rtt - total if rtt is not None and total is not None else None}
+
+
+def _io_wait(waits: list) -> dict:
+    top = waits[0] if waits else None
+    return {"io_wait": top.text() if top else None, "io_wait_share": top.share if top else None,
+            "io_wait_ms": top.ms if top else None}

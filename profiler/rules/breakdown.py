@@ -51,6 +51,14 @@ def _pinned_twin(ctx: Context, r) -> str:
             "CPU, and the thread that runs holds the GIL. ")
 
 
+def io_wait(r) -> str | None:
+    """What a cell's handlers waited on most, with its share: "recvfrom on 10 descriptors, TCP to ... (98%)"."""
+    what, share = r.get("breakdown.io_wait"), num(r, "breakdown.io_wait_share")
+    if not isinstance(what, str) or not what:
+        return None
+    return what + (f" ({100 * share:.0f}%)" if share is not None else "")
+
+
 @rule("tail_cause", section="sockwait")
 def tail_cause(ctx: Context) -> list[Anomaly]:
     """The slowest 1% of requests (at or above the p99 of their total) spent most of their time in one part
@@ -81,6 +89,9 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
             text += (f"Of the mean request's futex waits, {100 * gil / mean:.0f}% were on the interpreter's GIL (a "
                      "futex inside its _PyRuntime). ")
             text += _pinned_twin(ctx, r)
+        waited = io_wait(r) if part == "off_cpu_io" else None
+        if waited:
+            text += f"The handlers' waits on descriptors were mostly {waited}. "
         text += f"Look at {next_look}."
         others = sorted(((p, v) for p, v in tail.items() if p != part and v > 0), key=lambda kv: -kv[1])[:3]
         ev = {f"slowest 1%: {part}, mean (µs)": r2(value, 0), "slowest 1%: total, mean (µs)": r2(total, 0),
@@ -88,6 +99,7 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
               f"mean request: {part} (µs)": r2(mean, 1),
               "slowest 1%: next parts (µs)": ", ".join(f"{p} {v:,.0f}" for p, v in others) or None,
               "requests followed": f"{num(r, 'breakdown.requests') or 0:,.0f}",
+              "descriptor waited on (share of the handlers' waits)": waited,
               "loader's mean round trip vs parts' sum (µs)":
                   f"{num(r, 'breakdown.rtt_mean_us') or 0:,.0f} vs {num(r, 'breakdown.parts_mean_us') or 0:,.0f}"}
         if part == "off_cpu_futex" and gil is not None and mean and gil >= 0.5 * mean:
