@@ -687,6 +687,7 @@ class _Session:
                                   else "warm servers: each variant's server started once and kept for every pair"),
                 "server_starts": {w.label: w.starts for w in warm},
                 "window_s": p.window, "warmup_s": p.warmup, "metric": p.metric, "precision": p.precision,
+                "metric_log": p.metric in LOG_JUDGED,  # pairs_detail's d[metric]: a log ratio, else NEW − BASE
                 "rate": p.rate or None, "arrivals": p.base.arrivals if p.rate else None,
                 "short_of_rate": short,
                 "max_time_s": p.max_time, "min_pairs": p.min_pairs, "elapsed_s": round(self.elapsed, 2),

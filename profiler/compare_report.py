@@ -84,9 +84,31 @@ def view(doc: dict) -> dict:
             "detail_header": ["metric", "BASE", "NEW", "NEW/BASE [95%]", "p", "verdict"]}
 
 
+def _ab_plots(doc: dict, out_dir: Path) -> list[str | None]:
+    """`netprof ab`'s per-pair plot of each comparison (ab_plot.py), written beside the pages: file names,
+    None where a comparison has too few pairs. A plain compare document has none."""
+    ab = doc.get("ab")
+    if not ab:
+        return [None] * len(doc["comparisons"])
+    from netprof.profiler import ab_plot  # deferred on purpose: matplotlib, for ab's pages only
+
+    names: list[str | None] = []
+    for k, (comp, rec) in enumerate(zip(doc["comparisons"], ab["comparisons"]), start=1):
+        cell = comp["cells"][0] if comp["cells"] else {}
+        svg = ab_plot.draw(rec, (cell.get("metrics") or {}).get(ab["metric"]), ab["metric"], ab.get("metric_log", True),
+                           doc["base"]["name"], comp["new"]["name"])
+        name = f"ab_pairs_{k}.svg" if svg else None
+        if name and svg:
+            atomic.write_bytes(out_dir / name, svg)
+        names.append(name)
+    return names
+
+
 def render(doc: dict, out_dir: Path) -> dict:
     """compare.md, compare.html and compare.json in `out_dir`; returns their paths."""
     context = view(doc)
+    for comp, plot in zip(context["comparisons"], _ab_plots(doc, out_dir)):
+        comp["pairs_plot"] = plot
     md = report.template_env(False).get_template("compare.md.j2").render(**context)
     env = report.template_env(True)
     env.filters["quality"] = _quality

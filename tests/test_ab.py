@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pandas as pd
@@ -75,6 +76,12 @@ def test_a_slower_variant_is_resolved_as_slower(echo, tmp_path):
     assert len(rows) == 2 * comp["pairs"] and (rows["status"] == "ok").all()
     assert json.loads((out / "ab.json").read_text())["ab"]["comparisons"][0]["pairs"] == comp["pairs"]
     assert "| msgs/s |" in (out / "compare.md").read_text() and (out / "compare.html").exists()
+    # the pairs over time, beside the pages: one point per pair (kept or dropped), the estimate, the canary
+    svg = ET.parse(out / "ab_pairs_1.svg").getroot()
+    texts = " ".join(t for el in svg.iter() if el.tag.endswith("text") for t in el.itertext())
+    assert "Each pair's msgs_per_sec: slow against fast" in texts and f"estimate {m['ratio']:.4g}" in texts, texts
+    assert "(ab_pairs_1.svg)" in (out / "compare.md").read_text()
+    assert 'src="ab_pairs_1.svg"' in (out / "compare.html").read_text()
     assert "pair 1:" in err  # off a terminal, one progress line per pair on stderr
     assert wait_no_children() == []
 
@@ -201,3 +208,20 @@ def test_variant_syntax_without_starting_anything():
     with pytest.raises(InputError, match="one value of -c"):
         ab.plan(RunConfig(backends=[], connections=[10, 100]), ["selector", "selector"], [])
 
+
+
+def test_pairs_plot_needs_two_pairs_and_draws_counts_as_differences():
+    """ab_plot.draw on a record as ab.py writes it: fewer than two pairs with the metric draw nothing; a count
+    (not log-judged) is plotted as NEW − BASE, and a pair without canary samples still has its point."""
+    from netprof.profiler import ab_plot
+
+    def pair(t, d, dropped=False):
+        return {"pair": t, "t_s": t, "order": "AB", "dropped": dropped, "canary_ns": {"base": 0, "new": 0},
+                "d": {"syscalls_per_msg_total": d}}
+
+    one = {"pairs_detail": [pair(1, 0.5)]}
+    assert ab_plot.draw(one, None, "syscalls_per_msg_total", False, "A", "B") is None
+    rec = {"pairs_detail": [pair(1, 0.5), pair(2, 0.7, dropped=True), pair(3, 0.6)]}
+    svg = ab_plot.draw(rec, {"delta": 0.55}, "syscalls_per_msg_total", False, "A", "B")
+    texts = " ".join(t for el in ET.fromstring(svg).iter() if el.tag.endswith("text") for t in el.itertext())
+    assert "syscalls_per_msg_total, B − A" in texts and "estimate 0.55" in texts and "dropped" in texts, texts
