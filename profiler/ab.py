@@ -33,7 +33,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from netprof.probes import registry as instrument_registry
-from netprof.profiler import atomic, compare, compare_report, interpreters, paired, results, runlock, servers, stats
+from netprof.profiler import (
+    atomic,
+    compare,
+    compare_report,
+    evidence,
+    interpreters,
+    paired,
+    results,
+    runlock,
+    servers,
+    stats,
+)
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
@@ -103,6 +114,7 @@ class AbPlan:
     fail_if: str = ""
     wait: bool = False
     min_pairs: int = paired.MIN_PAIRS
+    flamegraph: bool = False  # a sampling round per variant after the pairs, and the differential flamegraph
 
     @property
     def base(self) -> RunConfig:
@@ -200,7 +212,7 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
          python: str = "", env_items: list[str] | None = None, aa: bool = False, fresh: bool = False,
          window: float = 1.0, precision: float = 0.01, metric: str = "", max_time: float = 300.0,
          fail_if: str = "", wait: bool = False, ready_regex: str = "", ready_timeout: float = servers.READY_TIMEOUT,
-         as_root: bool = False) -> AbPlan:
+         as_root: bool = False, flamegraph: bool = False) -> AbPlan:
     """The variants (built-in `names` first, then the --cmd templates, in order) over the settings both sides
     share (`template`: connections, pipeline, protocol, msize, …), each validated as a run of its own."""
     cmd_names = list(cmd_names or [])
@@ -260,7 +272,8 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
     if len(protocols) > 1:
         raise InputError(f"the variants speak different protocols ({', '.join(sorted(protocols))}): compare like "
                          "with like (--protocol applies to --cmd variants)")
-    return AbPlan(variants, window, template.warmup, precision, metric, max_time, fresh, aa, fail_if, wait)
+    return AbPlan(variants, window, template.warmup, precision, metric, max_time, fresh, aa, fail_if, wait,
+                  flamegraph=flamegraph)
 
 
 def missing_capability(p: AbPlan) -> str | None:
@@ -465,6 +478,8 @@ class _Session:
         self.started = time.monotonic()
         self.elapsed = 0.0
         self.canary: Canary | None = None
+        # --flamegraph: per variant index, its sampled cell (variant directory, cell slug) or why there is none
+        self.flames: dict[int, tuple[Path, str] | str] = {}
 
     def run(self, argv: list[str], out_dir: str) -> AbOutcome:
         p = self.p
@@ -495,6 +510,8 @@ class _Session:
                     loader = RecordingLoader.start(group, cpus=lcpus, threads=p.base.loader_threads)
                     assert isinstance(loader, RecordingLoader)
                     outcome.failed = self._pairs(warm, loader, instruments, store, interps)
+                    if p.flamegraph and not outcome.failed:
+                        self._flamegraphs(warm, loader, interps, out)
                 finally:
                     self.canary.close()
                 cost_and_close(instruments, meta)  # what each costs on this host, as `run` records it
@@ -586,6 +603,29 @@ class _Session:
                 if not self.console.is_terminal:
                     self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
+    def _flamegraphs(self, warm: list[WarmServer], loader: RecordingLoader, interps: list[Interpreter],
+                     out: Path) -> None:
+        """--flamegraph: after the pairs, one sampling round per variant on its warm server (as `run
+        --flamegraph` adds one per cell), into variants/<letter>/flamegraphs/<cell>/."""
+        for i, (v, w) in enumerate(zip(self.p.variants, warm)):
+            if w.cfg is None:
+                self.flames[i] = "its server was not running"
+                continue
+            self.console.print(f"flamegraph: sampling {v.label}", markup=False, highlight=False)
+            vdir = atomic.make_subdir(out, f"variants/{v.letter}")
+            entry = evidence.flamegraph_round(next(v.cfg.combinations(0)), CellEnv(w.cfg, loader, interps[i]), vdir)
+            self.flames[i] = (vdir, Path(entry["dir"]).name) if entry.get("oncpu_folded") else \
+                "; ".join(entry.get("notes") or ["no on-CPU stacks were sampled"])
+
+    def _flame_diff(self, comp: Pairs, cell: dict, out: Path) -> dict | None:
+        """The differential flamegraph of a comparison whose figures changed (compare.flame_diff), from the two
+        variants' sampling rounds; None without --flamegraph or a notable change."""
+        b, n = self.flames.get(0), self.flames.get(comp.new)
+        if not (isinstance(b, tuple) and isinstance(n, tuple)):
+            return None
+        base, new = self.p.variants[0], self.p.variants[comp.new]
+        return compare.flame_diff((*b, base.label), (*n, new.label), cell, out, comp.new)
+
     def _failed(self, why: str) -> str:
         self.stop_reason, self.stop_text = "failed", why
         return why
@@ -653,7 +693,7 @@ class _Session:
                     "metrics": metrics}
             cell["verdict"] = _verdict(metrics, p)
             cell["why"] = compare.why(label, metrics)
-            cell["flamegraph_diff"] = None
+            cell["flamegraph_diff"] = self._flame_diff(comp, cell, out)
             warnings = _warnings(saturated, sum(dropped), len(comp.items), p.fresh, comp.stalled) + [
                 f"{label_} did not keep up with {p.rate:,.0f} requests/s (achieved {got:,.0f}/s, median over its "
                 "cells): its latency is its backlog growing through each window, not its service time"
@@ -695,6 +735,9 @@ class _Session:
                 "slow_canary_share": paired.SLOW, "canary_samples": self.canary.count() if self.canary else 0,
                 "loader_bound": bool(saturated), "loader_cpu_frac": loader_frac,
                 "comparisons": ab_comps,
+                # --flamegraph: each variant's sampled cell (relative directory) or why there is none
+                "flamegraphs": {p.variants[i].label: str(f[0].relative_to(out) / "flamegraphs" / f[1])
+                                if isinstance(f, tuple) else f for i, f in sorted(self.flames.items())} or None,
             },
         }
         doc["fail_if"]["breaches"] = compare.breaches(doc, checks)

@@ -681,6 +681,8 @@ def ab_cmd(
                                    help="Stop after this long whatever the interval (no pair starts that would end "
                                         "later)."),
     fresh: bool = typer.Option(False, "--fresh", help="Restart every server before each pair (cold processes)."),
+    flamegraph: bool = typer.Option(False, "--flamegraph", help="After the pairs, sample each variant's server "
+                                    "(as `run --flamegraph`) and draw the differential flamegraph of a change."),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: no syscalls per message."),
     backend_cpu: str = typer.Option("0", "--backend-cpu", metavar="CPUS",
                                     help="CPU(s) the servers (and the speed canary) are pinned to."),
@@ -731,9 +733,12 @@ def ab_cmd(
     plan = ab.plan(template, list(variants or []), list(cmd or []), cmd_names=list(name or []), python=python,
                    env_items=list(env or []), aa=aa, fresh=fresh, window=window,
                    precision=ab.parse_precision(precision), metric=metric, max_time=max_time, fail_if=fail_if,
-                   wait=wait, ready_regex=ready_regex, ready_timeout=ready_timeout, as_root=as_root)
+                   wait=wait, ready_regex=ready_regex, ready_timeout=ready_timeout, as_root=as_root,
+                   flamegraph=flamegraph)
     if why := ab.missing_capability(plan):
         fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
+    if flamegraph and (why := flame_missing()):
+        fail(f"flamegraphs cannot be sampled: {why}; run without --flamegraph")
     _stop_on_signals()
     outcome = ab.execute(plan, sys.argv, out_console(stderr=True), out_dir=str(out) if out else "")
     doc = outcome.doc

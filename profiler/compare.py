@@ -491,24 +491,34 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if:
 
 def _flame_diff(base: Run, new: Run, brow, nrow, cell: dict, out_dir: Path | None, i: int) -> dict | None:
     """The differential flamegraph of a changed cell when both runs sampled it (needs --out)."""
+    return flame_diff((base.dir, schema.cell_slug(brow), base.name), (new.dir, schema.cell_slug(nrow), new.name),
+                      cell, out_dir, i)
+
+
+def flame_diff(base: tuple[Path, str, str], new: tuple[Path, str, str], cell: dict, out_dir: Path | None,
+               i: int) -> dict | None:
+    """The differential flamegraphs of a judged `cell` whose figures changed notably, from two sampled cells,
+    each (results directory, cell slug, name): flamegraphs/<slug>/<kind>.folded under its directory.
+    `netprof ab` calls it with its variants' sampling rounds."""
     if not any(notable(c, cell["metrics"].get(c)) for c in CHANGE_METRICS):
         return None
+    (bdir, bslug, bname), (ndir, nslug, nname) = base, new
     found = {}
     for kind in FLAME_KINDS:
-        a = _folded(base.dir, f"flamegraphs/{schema.cell_slug(brow)}/{kind}.folded")
-        b = _folded(new.dir, f"flamegraphs/{schema.cell_slug(nrow)}/{kind}.folded")
+        a = _folded(bdir, f"flamegraphs/{bslug}/{kind}.folded")
+        b = _folded(ndir, f"flamegraphs/{nslug}/{kind}.folded")
         if not (a and b):
             continue
         if out_dir is None:
             found[kind] = {"note": "both runs have flamegraphs: pass --out DIR to write the differential one"}
             continue
-        rel = f"flamegraphs/{i}-{schema.cell_slug(nrow)}-{kind}-diff.svg"
+        rel = f"flamegraphs/{i}-{nslug}-{kind}-diff.svg"
         atomic.make_subdir(out_dir, "flamegraphs")
         try:
             # inferno gets private copies of what was read (diff_stacks), never a path inside a run
             diff_stacks(a.decode(errors="replace"), b.decode(errors="replace"), str(out_dir / rel),
-                        title=f"{cell['label']}: {new.name} vs {base.name} ({kind})",
-                        names=(f"{base.name} {kind}", f"{new.name} {kind}"))
+                        title=f"{cell['label']}: {nname} vs {bname} ({kind})",
+                        names=(f"{bname} {kind}", f"{nname} {kind}"))
             found[kind] = {"svg": rel}
         except (OSError, RuntimeError) as e:
             found[kind] = {"note": f"differential flamegraph failed: {e}"}

@@ -159,6 +159,25 @@ def test_builtin_variants_with_probes_count_syscalls_and_report_works(bpf, tmp_p
     assert rep.returncode == 0, rep.stderr[-2000:]
 
 
+def test_flamegraph_samples_each_variant_and_draws_the_difference(bpf, echo, tmp_path):
+    """--flamegraph: after the pairs, a sampling round per variant on its warm server; the spin variant's
+    extra user CPU is a notable change, so the differential on-CPU flamegraph is drawn (compare's, from the
+    two sampled cells) and the pages link it."""
+    out = tmp_path / "ab"
+    doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
+                   "--flamegraph", "--out", str(out), "--precision", "50%", "--max-time", "8", timeout=120)
+    flames = doc["ab"]["flamegraphs"]
+    assert set(flames) == {"fast", "slow"}, flames
+    for label, rel in flames.items():
+        assert rel.startswith("variants/"), (label, rel)  # a directory, not a note of why not
+        assert (out / rel / "oncpu.folded").stat().st_size > 0
+    diff = doc["comparisons"][0]["cells"][0]["flamegraph_diff"]
+    assert diff and "svg" in diff["oncpu"], diff
+    ET.parse(out / diff["oncpu"]["svg"])  # a well-formed SVG
+    assert diff["oncpu"]["svg"] in (out / "compare.md").read_text()
+    assert "flamegraph: sampling slow" in err
+
+
 @pytest.mark.parametrize("args, says", [
     (["selector"], "at least two variants"),
     (["selector", "nosuch"], "unknown backend 'nosuch'"),
