@@ -291,6 +291,25 @@ def test_latency_knee_says_between_which_rates_and_what_moved():
     assert any(k.startswith("syscalls per message at 500/s") for k in a["evidence"])
 
 
+def test_latency_knee_says_how_much_of_the_tail_was_the_socket_queue():
+    """With --sockwait, each rate's socket-queue wait p99 against its p99 from the send; with --breakdown,
+    queue_wait's share of the slowest 1% (their composition, which it prefers)."""
+    rows = [open_row(500, 500.0, p99=2_500.0), open_row(1000, 960.0, p99=30_000.0)]
+    rows[0]["lat_sent_us"]["p99"], rows[1]["lat_sent_us"]["p99"] = 2_500.0, 30_000.0
+    rows[0]["sockwait"], rows[1]["sockwait"] = {"wait_p99_us": 250.0}, {"wait_p99_us": 24_000.0}
+    (a,) = ids(detect_rows(*rows), "latency_knee")
+    assert a["evidence"]["at 500/s: the socket queue's share"].startswith("10% socket-queue wait p99"), a["evidence"]
+    assert a["evidence"]["at 1,000/s: the socket queue's share"].startswith("80% ")
+    assert "went from 10% at 500/s to 80% at 1,000/s" in a["explanation"] and "wait unread" in a["explanation"]
+    for r, q in zip(rows, (100.0, 300.0)):  # the breakdown's tail composition wins: 100 of 1000, 300 of 1000
+        r["breakdown"] = {"tail_us": {"queue_wait": q, "on_cpu": 1000.0 - q - 100.0, "transit": 100.0}}
+    (a,) = ids(detect_rows(*rows), "latency_knee")
+    assert a["evidence"]["at 1,000/s: the socket queue's share"] == "30% of the slowest 1%'s time (--breakdown)"
+    assert "most of their time is not the socket queue" in a["explanation"]
+    (a,) = ids(detect_rows(open_row(500, 500.0, p99=2_500.0), open_row(1000, 960.0, p99=30_000.0)), "latency_knee")
+    assert not any("socket queue" in k for k in a["evidence"]) and "socket queue" not in a["explanation"]
+
+
 def test_latency_knee_silent_without_a_drop_in_share_or_with_one_rate():
     # p99 grows 10× but every rate is achieved: no knee yet
     rows = [open_row(500, 500.0, p99=2_000.0), open_row(1000, 1000.0, p99=20_000.0)]

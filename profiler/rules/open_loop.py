@@ -143,6 +143,21 @@ def _figure(r, col: str) -> float | None:
     return num(r, col)
 
 
+def _queue_share(r) -> tuple[float, str] | None:
+    """How much of a rate's slowest requests was the socket queue: with --breakdown, queue_wait's share of the
+    slowest 1% (their composition); with --sockwait, the socket-queue wait's p99 against the round trip's p99
+    from the send (not a partition: two p99s). (share, how it was measured), or None without either."""
+    tail = [num(r, k) for k in r.index if str(k).startswith("breakdown.tail_us.")]
+    total = sum(max(0.0, v) for v in tail if v is not None)
+    queue = num(r, "breakdown.tail_us.queue_wait")
+    if queue is not None and total > 0:
+        return queue / total, "of the slowest 1%'s time (--breakdown)"
+    wait, p99 = num(r, "sockwait.wait_p99_us"), num(r, "lat_sent_us.p99") or num(r, "lat_us.p99")
+    if wait is not None and p99:
+        return min(1.0, wait / p99), "socket-queue wait p99 against the p99 from the send (--sockwait)"
+    return None
+
+
 def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
     base, before, at = g.iloc[0], g.iloc[i - 1], g.iloc[i]
     lo, hi = float(before["rate"]), float(at["rate"])
@@ -151,6 +166,8 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
         ev[f"at {units.number(r['rate'])}/s: achieved, p99 from the intended send"] = (
             f"{units.rate(num(r, 'mps_mean'))}/s ({_pct(num(r, 'open_loop.achieved_share'))}), "
             f"{units.duration_us(num(r, 'lat_us.p99'))}")
+        if (q := _queue_share(r)) is not None:
+            ev[f"at {units.number(r['rate'])}/s: the socket queue's share"] = f"{_pct(q[0])} {q[1]}"
     moved = []
     for label, col, fmt in KNEE_FIGURES:
         a, b = _figure(base, col), _figure(at, col)
@@ -165,6 +182,12 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
             f"({_pct(num(base, 'open_loop.achieved_share'))} at the lowest rate): past the knee requests queue. ")
     text += (("Per message, between the lowest rate and the knee: " + "; ".join(moved) + ". ") if moved else
              "No per-message figure moved by a quarter on the way (run with probes for syscalls per message). ")
+    q0, q = _queue_share(base), _queue_share(at)
+    if q0 is not None and q is not None:
+        text += (f"The socket queue's share of the slowest requests went from {_pct(q0[0])} at "
+                 f"{units.number(base['rate'])}/s to {_pct(q[0])} at {units.number(hi)}/s ({q[1]}): "
+                 + ("the requests wait unread for a busy server. " if q[0] >= 0.5 else
+                    "most of their time is not the socket queue. "))
     text += f"Its usable capacity, at this latency, is below {units.number(hi)} requests/s."
     title = f"Latency knee between {units.number(lo)}/s and {units.number(hi)}/s: {at['backend']}"
     return Anomaly.at(at, "latency_knee", "info", title, text, ev)
