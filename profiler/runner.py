@@ -206,18 +206,22 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             store.write_meta(meta)
             if cfg.stacks:
                 from netprof.probes import StackProbes
+                from netprof.probes.stacks import DEFAULT_SYSCALLS
 
-                with StackProbes() as stack_probes:
+                with StackProbes(syscalls=stack_syscalls(cfg, DEFAULT_SYSCALLS)) as stack_probes:
                     for cell in extra:
                         progress.update(task, description=f"stacks: {cell.label()}", phase="sampling")
-                        evidence.stacks_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link),
+                        evidence.stacks_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link,
+                                                            remote_work=remote),
                                               stack_probes, out)
                         progress.advance(task)
             if cfg.flamegraph:
                 index = []
                 for cell in extra:
                     progress.update(task, description=f"flamegraph: {cell.label()}", phase="sampling")
-                    index.append(evidence.flamegraph_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link),
+                    # the evidence rounds' handlers call the same --work remote helper as the measured cells
+                    index.append(evidence.flamegraph_round(cell, CellEnv(cfg, loader, interps[cell.python], link=link,
+                                                                         remote_work=remote),
                                                            out))
                     atomic.write_text(out / "flamegraphs" / "index.json", json.dumps(index, indent=1))
                     progress.advance(task)
@@ -234,3 +238,13 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
         close_instruments(instruments)
         store.write_meta({**meta, "host_after": meta_mod.host_load()})
     return RunOutcome(out, store, failed, interrupted, error, closing)
+
+
+def stack_syscalls(cfg: RunConfig, default: tuple[str, ...]) -> tuple[str, ...]:
+    """The syscalls the --stacks round walks: its defaults, and with --breakdown the ones its off-CPU parts
+    wait in (the tail_cause rule shows where those waits were made)."""
+    if "breakdown" not in cfg.instruments:
+        return default
+    from netprof.probes.breakdown import WAIT_SYSCALLS  # deferred with the stacks' own import above
+
+    return default + tuple(dict.fromkeys(s for ss in WAIT_SYSCALLS.values() for s in ss if s not in default))

@@ -159,3 +159,37 @@ def test_a_socket_is_named_by_its_peer_and_accepted_connections_are_clients():
             names = iowait.describe({(pid, 0, acc.fileno()): 1, (pid, 0, out.fileno()): 1})
             assert names[(pid, acc.fileno())].client
             assert names[(pid, out.fileno())] == iowait.FdName(f"TCP to 127.0.0.1:{port}", client=False)
+
+
+def test_tail_cause_names_the_descriptor_and_where_the_wait_was_made(tmp_path):
+    """tail_cause on a cell whose slowest requests waited on another service: it quotes io_wait, and with a
+    --stacks file the top two stacks of that syscall that carry Python frames (a bare libc wrapper, such as a
+    futex wake, says nothing of where, and is left out)."""
+    import json
+
+    import pandas as pd
+
+    from netprof.profiler import results, schema
+    from netprof.profiler.rules.registry import detect
+
+    tail = {p: 0.0 for p in PARTS[:-1]} | {"off_cpu_io": 900.0, "on_cpu": 50.0, "transit": 50.0}
+    row = {"backend": "thread", "family": "threads", "interpreter": "", "connections": 10, "pipeline": 1,
+           "round": 1, "msize": 64, "work": "remote:500", "think": "none", "pinned": True, "status": "ok",
+           "error": None, "messages": 1000, "duration_s": 1.0, "msgs_per_sec": 1000.0, "connected": 10,
+           "breakdown": {"attached": True, "requests": 1000, "tail_us": tail, "mean_us": tail, "total_p99_us": 1000.0,
+                         "io_wait": "recvfrom on 10 descriptors, TCP to 127.0.0.1:41000", "io_wait_share": 0.98,
+                         "rtt_mean_us": 1000.0, "parts_mean_us": 1000.0}}
+    df = pd.DataFrame([results.flatten(row)])
+    stacks = {"recvfrom": [{"count": 900, "frames": ["__recv [libc.so.6]"], "python": [], "native": ["__recv"]},
+                           {"count": 800, "frames": ["work (app/db.py:12)", "handle (app/server.py:40)", "__recv"],
+                            "python": ["work (app/db.py:12)", "handle (app/server.py:40)"], "native": ["__recv"]}]}
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / f"{schema.cell_slug(df.iloc[0])}.json").write_text(json.dumps(stacks))
+    (a,) = [a for a in detect(df, out_dir=tmp_path) if a["id"] == "tail_cause"]
+    assert a["title"].startswith("The tail is off_cpu_io (90% of the slowest 1%)"), a["title"]
+    text = a["explanation"]
+    assert "mostly recvfrom on 10 descriptors, TCP to 127.0.0.1:41000 (98%)" in text, text
+    assert "(--stacks, recvfrom): work (app/db.py:12) ← handle (app/server.py:40) (800 calls)." in text, text
+    assert "__recv [libc.so.6]" not in text and len(a["evidence"]["stacks"]) == 1
+    (a,) = [a for a in detect(df) if a["id"] == "tail_cause"]  # no --stacks: no stacks quoted
+    assert "--stacks" not in a["explanation"] and "stacks" not in a["evidence"]

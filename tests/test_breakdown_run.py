@@ -94,7 +94,7 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     """`--work remote:500`: each handler makes a blocking call to netprof's helper, which answers after
     500 µs (on the loader's CPU, as another host would): off_cpu_io, not the handler's CPU. The helper is gone
     after the run."""
-    rows, _ = breakdown_run(tmp_path, "thread", "selector", "-c", "10", "--work", "remote:500")
+    rows, out = breakdown_run(tmp_path, "thread", "selector", "-c", "10", "--work", "remote:500", "--stacks")
     for name, r in rows.items():
         b = r["breakdown"]
         adds_up(b)
@@ -109,6 +109,10 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
         assert b["io_wait_ms"] * 1e3 / b["messages"] == pytest.approx(b["mean_us"]["off_cpu_io"], rel=0.15), b
     assert rows["thread"]["breakdown"]["mean_us"]["queue_wait"] < 100
     assert rows["selector"]["breakdown"]["mean_us"]["queue_wait"] > 4000  # nine others' calls on one loop
+    # --stacks beside --breakdown walks the waits' syscalls too, in an evidence round whose handlers reach the
+    # same helper: the selector's recvfrom stacks include the remote call's (one thread: Python frames known)
+    (doc,) = [json.loads(f.read_text()) for f in (out / "stacks").glob("selector-*.json")]
+    assert any("_remote_call" in " ".join(st["python"]) for st in doc.get("recvfrom", [])), doc.get("recvfrom")
     helper = "netprof.profiler.remote_work"
     assert not [p for p in psutil.process_iter(["cmdline"]) if helper in (p.info["cmdline"] or [])]
 

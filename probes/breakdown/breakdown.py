@@ -46,6 +46,11 @@ SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "clock")
 # The parts the server side is made of (the rest is the network and the loader).
 SERVER_PARTS = PARTS[:9]
 TAIL_QUANTILE = 0.99
+# The syscalls each off-CPU part's waits are made in (breakdown.bpf.h's bd_cause): with --stacks beside
+# --breakdown the evidence round walks their stacks too, and the tail_cause rule shows where the tail's
+# kind of wait was made (every call of the syscall, not only those that blocked).
+WAIT_SYSCALLS = {"off_cpu_futex": ("futex",), "off_cpu_sleep": ("clock_nanosleep", "nanosleep"),
+                 "off_cpu_io": ("recvfrom", "read", "recvmsg", "poll", "select")}
 
 
 @functools.cache

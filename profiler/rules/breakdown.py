@@ -3,6 +3,7 @@ Figures are the cell's means over rounds of the counted window (`breakdown.*`)."
 
 from __future__ import annotations
 
+from netprof.probes.breakdown.breakdown import WAIT_SYSCALLS
 from netprof.profiler import schema
 from netprof.profiler.rules.common import r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, rule
@@ -59,6 +60,19 @@ def io_wait(r) -> str | None:
     return what + (f" ({100 * share:.0f}%)" if share is not None else "")
 
 
+def _python(stack: dict) -> list[str]:
+    """A --stacks entry's Python frames (innermost first): its frames up to the native ones."""
+    return [f for f in stack.get("frames", []) if "(" in f and ".py:" in f]
+
+
+def _wait_syscalls(part: str, waited: str | None) -> tuple[str, ...]:
+    """The syscalls whose --stacks show where a part's waits were made: the one the handlers waited on most
+    (io_wait) first, then the part's others."""
+    calls = WAIT_SYSCALLS.get(part, ())
+    first = waited.split()[0] if waited else None
+    return ((first,) if first in calls else ()) + tuple(c for c in calls if c != first)
+
+
 @rule("tail_cause", section="sockwait")
 def tail_cause(ctx: Context) -> list[Anomaly]:
     """The slowest 1% of requests (at or above the p99 of their total) spent most of their time in one part
@@ -92,6 +106,12 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
         waited = io_wait(r) if part == "off_cpu_io" else None
         if waited:
             text += f"The handlers' waits on descriptors were mostly {waited}. "
+        # only stacks with Python frames say where: a bare libc wrapper (a futex wake) would mislead
+        stacks = [st for st in ctx.stacks(r, _wait_syscalls(part, waited)) if _python(st)]
+        if stacks:  # every call of the syscall is walked, not only those that blocked: the top two, with counts
+            text += (f"Where the serving threads made that kind of call (--stacks, {stacks[0]['syscall']}): "
+                     + "; ".join(f"{' ← '.join(_python(st)[:3])} ({st['count']:,} calls)" for st in stacks[:2])
+                     + ". ")
         text += f"Look at {next_look}."
         others = sorted(((p, v) for p, v in tail.items() if p != part and v > 0), key=lambda kv: -kv[1])[:3]
         ev = {f"slowest 1%: {part}, mean (µs)": r2(value, 0), "slowest 1%: total, mean (µs)": r2(total, 0),
@@ -100,6 +120,7 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
               "slowest 1%: next parts (µs)": ", ".join(f"{p} {v:,.0f}" for p, v in others) or None,
               "requests followed": f"{num(r, 'breakdown.requests') or 0:,.0f}",
               "descriptor waited on (share of the handlers' waits)": waited,
+              "stacks": stacks or None,
               "loader's mean round trip vs parts' sum (µs)":
                   f"{num(r, 'breakdown.rtt_mean_us') or 0:,.0f} vs {num(r, 'breakdown.parts_mean_us') or 0:,.0f}"}
         if part == "off_cpu_futex" and gil is not None and mean and gil >= 0.5 * mean:
