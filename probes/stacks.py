@@ -87,10 +87,25 @@ class StackProbes(LoadedProgram):
         self.python_note = pyframes.why_not(pid)
         if self.python_note is None:
             try:
-                for tid, tstate in pyframes.thread_states(pid).items():
-                    threads[threads.Key(tid)] = threads.Leaf(tstate)
+                self._add_threads(pid)
             except (OSError, LookupError, ValueError) as e:
                 self.python_note = f"cannot find the Python threads of process {pid}: {e}"
+
+    def _add_threads(self, pid: int) -> None:
+        assert self.bpf is not None
+        threads = self.bpf[b"pythreads"]
+        for tid, tstate in pyframes.thread_states(pid).items():
+            threads[threads.Key(tid)] = threads.Leaf(tstate)
+
+    def learn_threads(self) -> None:
+        """Add the Python threads the target started since target(): a thread per connection starts when the
+        loader connects, after it. Their calls get Python frames from now on."""
+        if self.bpf is None or not self.pid or self.python_note is not None:
+            return
+        try:
+            self._add_threads(self.pid)
+        except Exception:  # noqa: BLE001 -- /proc, the frames' layout, or BCC's plain Exception on a full map
+            pass  # the threads known at target() keep theirs; the others stay native-only, as before
 
     def top_stacks(self, n: int = 5) -> dict[str, list[tuple[int, list[str]]]]:
         """syscall name -> up to n (count, [innermost native frame first, ...]), most frequent first."""

@@ -40,6 +40,8 @@ def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
     window = env.cfg.duration
 
     def collect_later(pid: int) -> None:
+        stack_probes.learn_threads()  # threads started since target(): one per connection, say
+
         def work() -> None:
             time.sleep(window)
             try:

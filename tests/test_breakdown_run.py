@@ -110,9 +110,11 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     assert rows["thread"]["breakdown"]["mean_us"]["queue_wait"] < 100
     assert rows["selector"]["breakdown"]["mean_us"]["queue_wait"] > 4000  # nine others' calls on one loop
     # --stacks beside --breakdown walks the waits' syscalls too, in an evidence round whose handlers reach the
-    # same helper: the selector's recvfrom stacks include the remote call's (one thread: Python frames known)
-    (doc,) = [json.loads(f.read_text()) for f in (out / "stacks").glob("selector-*.json")]
-    assert any("_remote_call" in " ".join(st["python"]) for st in doc.get("recvfrom", [])), doc.get("recvfrom")
+    # same helper: both servers' recvfrom stacks include the remote call's, with Python frames (the thread
+    # server's threads start when the loader connects: the stack set learns them at the window's start)
+    for name in ("selector", "thread"):
+        (doc,) = [json.loads(f.read_text()) for f in (out / "stacks").glob(f"{name}-*.json")]
+        assert any("_remote_call" in " ".join(st["python"]) for st in doc.get("recvfrom", [])), (name, doc)
     helper = "netprof.profiler.remote_work"
     assert not [p for p in psutil.process_iter(["cmdline"]) if helper in (p.info["cmdline"] or [])]
 
