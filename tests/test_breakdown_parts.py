@@ -182,14 +182,20 @@ def test_tail_cause_names_the_descriptor_and_where_the_wait_was_made(tmp_path):
     df = pd.DataFrame([results.flatten(row)])
     stacks = {"recvfrom": [{"count": 900, "frames": ["__recv [libc.so.6]"], "python": [], "native": ["__recv"]},
                            {"count": 800, "frames": ["work (app/db.py:12)", "handle (app/server.py:40)", "__recv"],
-                            "python": ["work (app/db.py:12)", "handle (app/server.py:40)"], "native": ["__recv"]}]}
+                            "python": ["work (app/db.py:12)", "handle (app/server.py:40)"], "native": ["__recv"]},
+                           {"count": 30, "frames": ["work (app/db.py:12)", "handle (app/server.py:40)", "recv2"],
+                            "python": ["work (app/db.py:12)", "handle (app/server.py:40)"], "native": ["recv2"]},
+                           {"count": 20, "frames": ["read (app/server.py:30)", "__recv"],
+                            "python": ["read (app/server.py:30)"], "native": ["__recv"]}]}
     (tmp_path / "stacks").mkdir()
     (tmp_path / "stacks" / f"{schema.cell_slug(df.iloc[0])}.json").write_text(json.dumps(stacks))
     (a,) = [a for a in detect(df, out_dir=tmp_path) if a["id"] == "tail_cause"]
     assert a["title"].startswith("The tail is off_cpu_io (90% of the slowest 1%)"), a["title"]
     text = a["explanation"]
     assert "mostly recvfrom on 10 descriptors, TCP to 127.0.0.1:41000 (98%)" in text, text
-    assert "(--stacks, recvfrom): work (app/db.py:12) ← handle (app/server.py:40) (800 calls)." in text, text
-    assert "__recv [libc.so.6]" not in text and len(a["evidence"]["stacks"]) == 1
+    # one place in the code, whatever its native leaf: merged (800 + 30), then the next place
+    assert ("(--stacks, recvfrom): work (app/db.py:12) ← handle (app/server.py:40) (830 calls); "
+            "read (app/server.py:30) (20 calls).") in text, text
+    assert "__recv [libc.so.6]" not in text and len(a["evidence"]["stacks"]) == 3
     (a,) = [a for a in detect(df) if a["id"] == "tail_cause"]  # no --stacks: no stacks quoted
     assert "--stacks" not in a["explanation"] and "stacks" not in a["evidence"]

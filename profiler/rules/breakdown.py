@@ -65,6 +65,17 @@ def _python(stack: dict) -> list[str]:
     return [f for f in stack.get("frames", []) if "(" in f and ".py:" in f]
 
 
+def _by_python(stacks: list[dict]) -> list[tuple[tuple[str, ...], int]]:
+    """Stacks of the first syscall merged by their three innermost Python frames (a futex wait and a futex
+    wake from the same line are one place in the code), most calls first."""
+    merged: dict[tuple[str, ...], int] = {}
+    for st in stacks:
+        if st["syscall"] == stacks[0]["syscall"]:
+            key = tuple(_python(st)[:3])
+            merged[key] = merged.get(key, 0) + int(st.get("count") or 0)
+    return sorted(merged.items(), key=lambda kv: -kv[1])
+
+
 def _wait_syscalls(part: str, waited: str | None) -> tuple[str, ...]:
     """The syscalls whose --stacks show where a part's waits were made: the one the handlers waited on most
     (io_wait) first, then the part's others."""
@@ -107,10 +118,10 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
         if waited:
             text += f"The handlers' waits on descriptors were mostly {waited}. "
         # only stacks with Python frames say where: a bare libc wrapper (a futex wake) would mislead
-        stacks = [st for st in ctx.stacks(r, _wait_syscalls(part, waited)) if _python(st)]
+        stacks = [st for st in ctx.stacks(r, _wait_syscalls(part, waited), top=5) if _python(st)]
         if stacks:  # every call of the syscall is walked, not only those that blocked: the top two, with counts
             text += (f"Where the serving threads made that kind of call (--stacks, {stacks[0]['syscall']}): "
-                     + "; ".join(f"{' ← '.join(_python(st)[:3])} ({st['count']:,} calls)" for st in stacks[:2])
+                     + "; ".join(f"{' ← '.join(frames)} ({count:,} calls)" for frames, count in _by_python(stacks)[:2])
                      + ". ")
         text += f"Look at {next_look}."
         others = sorted(((p, v) for p, v in tail.items() if p != part and v > 0), key=lambda kv: -kv[1])[:3]
