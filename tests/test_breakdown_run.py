@@ -64,9 +64,15 @@ def test_a_blocking_handler_on_one_loop_is_queue_wait_and_with_threads_it_is_not
     # the report names the tail's cause: the loop's queue on selector, the handler's own sleep with threads
     found = {a["backend"]: a for a in json.loads((out / "summary.json").read_text())["anomalies"]
              if a["id"] == "tail_cause"}
-    sel_a, thr_a = found["selector"], found["thread"]
+    sel_a = found["selector"]
     assert sel_a["title"].startswith("The tail is queue_wait") and sel_a["severity"] == "warning", sel_a
-    assert thr_a["title"].startswith("The tail is off_cpu_sleep") and thr_a["severity"] == "info", thr_a
+    # with threads the slowest 1% are the handler's own sleep and, as ten threads wake on one CPU, the wait for
+    # it: either may lead (runqueue led with 55-56% in some runs here); the sleep is always a large share of it
+    tail = sum(v for v in thr["tail_us"].values() if v)
+    assert thr["tail_us"]["off_cpu_sleep"] + thr["tail_us"]["runqueue"] > 0.8 * tail, thr
+    assert thr["tail_us"]["off_cpu_sleep"] > 0.3 * tail, thr
+    if "thread" in found:  # named when one part holds at least half of the tail
+        assert found["thread"]["title"].startswith(("The tail is off_cpu_sleep", "The tail is runqueue")), found
     assert "Request breakdown" in (out / "report.md").read_text() and (out / "plots" / "breakdown.png").is_file()
 
 
