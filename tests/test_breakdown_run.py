@@ -82,7 +82,7 @@ def test_the_gil_is_a_futex_wait_unpinned_and_a_run_queue_pinned(tmp_path):
     require_bpf()
     out = tmp_path / "gil"
     res = run_netprof("run", "thread", "--pin", "both", "--work", "spin:50", "-c", "20", "-d", "2", "-r", "1",
-                      "--warmup", "0.5", "--breakdown", "--stacks", "--wait", "--json", "--out", str(out), timeout=300)
+                      "--warmup", "0.5", "--breakdown", "--wait", "--json", "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = {bool(r["pinned"]): r["breakdown"] for r in json.loads(res.stdout)["runs"]}
     unpinned, pinned = rows[False], rows[True]
@@ -94,8 +94,6 @@ def test_the_gil_is_a_futex_wait_unpinned_and_a_run_queue_pinned(tmp_path):
     found = [a for a in json.loads((out / "summary.json").read_text())["anomalies"] if a["id"] == "tail_cause"]
     gil = [a for a in found if "the GIL" in a["title"]]
     assert gil and "pinned run of the same server shows it as runqueue" in gil[0]["explanation"], found
-    # with --stacks, where in Python the threads took the GIL back: after the handler's blocking recv
-    assert "(--stacks, futex): echo_pull (netprof/backends/common.py:" in gil[0]["explanation"], gil[0]
 
 
 def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
