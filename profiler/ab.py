@@ -638,7 +638,7 @@ class _Session:
         cell = next(v.cfg.combinations(k))
         out = run_cell(cell, CellEnv(server.cfg, loader, interp, instruments=tuple(instruments)))
         server.as_started(out.row)
-        store.add(out.row, out.per_conn_messages, out.conn_rows)
+        store.add(out.row, out.per_conn_messages, out.conn_rows, out.timeline)
         if not out.ok:
             gone = server.failure()
             why = f"{v.label}, pair {k}: {gone or out.row.get('error')}"

@@ -33,6 +33,7 @@ class CellOutcome:
     per_conn_messages: list[int] = field(default_factory=list)
     backend_pid: int | None = None
     conn_rows: dict[str, list[dict]] = field(default_factory=dict)  # instrument name -> its per-connection rows
+    timeline: list[dict] = field(default_factory=list)  # open loop: the window's slices (stats.timeline_rows)
 
     @property
     def ok(self) -> bool:
@@ -223,9 +224,18 @@ class _Marks:
         return (a, b) if a and b else None
 
 
+# An open-loop cell's window in this many slices, each with its own latency (PROTOCOL.md, "Timeline"): an
+# overloaded server shows as latency growing slice by slice. 20: a 2 s window in 0.1 s slices, each with a
+# few hundred answers at the lowest rates that make sense.
+TIMELINE_SLICES = 20
+
+
 def open_loop_fields(cell: Cell, cfg: RunConfig) -> dict:
-    """The RunRequest fields of an open-loop cell (--rate): its rate and the run's arrivals; {} closed loop."""
-    return {"rate": cell.rate, "arrivals": cfg.arrivals_setting()} if cell.rate else {}
+    """The RunRequest fields of an open-loop cell (--rate): its rate, the run's arrivals and the timeline's
+    slices; {} closed loop (its request stays what it always was)."""
+    if not cell.rate:
+        return {}
+    return {"rate": cell.rate, "arrivals": cfg.arrivals_setting(), "timeline": TIMELINE_SLICES}
 
 
 def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
@@ -383,7 +393,8 @@ def open_loop_row(row: dict, result: dict, head: dict) -> None:
     sent = head.get("latency_sent_us") or result.get("latency_sent_us") or {}
     row["lat_sent_us"] = {k: sent.get(k) for k in LATENCY_KEYS}
     row["open_loop"] = stats.open_loop(ol if isinstance(ol, dict) else {}, head.get("msgs_per_sec"),
-                                       row.get("rate") or result.get("rate"))
+                                       row.get("rate") or result.get("rate"),
+                                       stats.timeline_rows(result.get("timeline")))
 
 
 def instrument_rows(row: dict, result: dict, marks: _Marks, instruments: tuple[Instrument, ...]) -> dict:
@@ -465,7 +476,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             row["error"] = row["error"] or stop_error
         if row["error"] is None:
             row["status"] = "ok"
-        return CellOutcome(row, per_conn, server.pid, conns)
+        return CellOutcome(row, per_conn, server.pid, conns, stats.timeline_rows((result or {}).get("timeline")))
 
 
 def _verdict(cell: Cell, result: dict | None, row: dict, proc: ManagedProcess | None) -> str | None:

@@ -200,7 +200,7 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                                                                        instruments=tuple(instruments)))
                     warm.as_started(out_.row)
                     out_.row.setdefault("rate", 0)  # the closed-loop ceiling: rate 0 in its row, as schema reads it
-                    store.add(out_.row, out_.per_conn_messages, out_.conn_rows)
+                    store.add(out_.row, out_.per_conn_messages, out_.conn_rows, out_.timeline)
                     if not out_.ok and (gone := warm.failure()):
                         raise ProcessError(gone)
                     return out_.row

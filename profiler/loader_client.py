@@ -81,6 +81,9 @@ class RunRequest:
     # The window starts no earlier than this time.monotonic() (seconds, this host's clock: Loader.run moves
     # it to the loader's): loaders on several hosts begin their windows together (loaderset.py). None: absent.
     start_at: float | None = None
+    # The window in this many equal slices, each with its latency figures (PROTOCOL.md, "Timeline"): overload
+    # shows as latency growing through the window. None: absent.
+    timeline: int | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -90,7 +93,8 @@ class RunRequest:
         # Protocol fields only when they differ from the default: an echo request is what it always was.
         if d["protocol"] == "echo":
             del d["protocol"]
-        for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals", "start_at"):
+        for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals", "start_at",
+                    "timeline"):
             if d[key] is None:
                 del d[key]
         if not d["histograms"]:

@@ -119,8 +119,9 @@ class LoaderSet:
         # One window start for all, on our clock (each Loader moves it into its host's): after the warm-up and
         # a connect allowance, so that none of them has to start late.
         start_at = time.monotonic() + req.warmup + CONNECT_ALLOWANCE_S + req.connections * CONNECT_PER_CONN_S
+        # No timeline: its slices carry no buckets to merge (PROTOCOL.md, "Timeline"), so a multi-host cell has none.
         reqs = [dataclasses.replace(req, connections=c, sources=list(src), histograms=True, rate=r,
-                                    start_at=start_at)
+                                    start_at=start_at, timeline=None)
                 for c, src, r in zip(shares, self.sources, rates)]
         results: list[dict | None] = [None] * n
         failures: list[BaseException | None] = [None] * n

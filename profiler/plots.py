@@ -196,6 +196,37 @@ def latency_load(cells: pd.DataFrame):
     return fig
 
 
+def latency_time(timeline: pd.DataFrame | None):
+    """Latency through the window (open loop, results.TIMELINE_PARQUET): per cell, the p99 (solid) and p50
+    (dashed) from the intended send time of the requests answered in each slice of the window, the median
+    over rounds, at the slice's middle. A server that keeps up draws flat lines; one that cannot keep up
+    draws lines that climb for as long as the load runs: its queue grows. Log scale of latency."""
+    if timeline is None or timeline.empty or "p99_us" not in timeline or timeline["p99_us"].isna().all():
+        return None
+    keys = [k for k in schema.CELL_KEYS if k in timeline]
+    dims = [k for k in schema.varying(timeline, keys) if k != "backend"]
+    groups = list(timeline.groupby(keys, dropna=False, sort=True))
+    fig, ax = plt.subplots(figsize=(WIDTH, 5.0))
+    for (_, g), color in zip(groups, palette(len(groups))):
+        by = g.groupby("t_s")[["p50_us", "p99_us", "slice_s"]].median()  # over the rounds
+        mid = by.index.to_numpy(dtype=float) + by["slice_s"].to_numpy(dtype=float) / 2
+        ax.plot(mid, by["p99_us"], "-", marker="o", ms=3, lw=1.8, color=color, label=_label(g.iloc[0], dims))
+        ax.plot(mid, by["p50_us"], "--", lw=1.2, color=color)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.duration_us(v)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_ylabel("latency from the intended send")
+    ax.set_xlim(left=0)
+    ax.set_xlabel("seconds into the measured window")
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="none", label=""), Line2D([], [], color="0.3", ls="-", lw=1.8, label="p99"),
+                Line2D([], [], color="0.3", ls="--", lw=1.2, label="p50")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.set_title("Latency through the window: flat when the server keeps up, climbing when it cannot")
+    fig.tight_layout()
+    return fig
+
+
 def _bars(cells: pd.DataFrame, col: str, xlabel: str, fmt, title: str, err: str | None = None):
     """One horizontal bar per cell, its value written at its end."""
     labels = cell_labels(cells)
@@ -383,8 +414,13 @@ FIGURES = {  # plotset.PLOTS's name → (function, its input); titles and captio
 def draw(name: str, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> bytes | None:
     """The SVG of the plot `name`, or None when it does not apply to this run."""
     fn, source = FIGURES[name]
+    return svg_of(fn, cells if source == "cells" else per_conn)
+
+
+def svg_of(fn, data) -> bytes | None:
+    """The SVG of the figure `fn(data)` draws in the report's style, or None when it draws none."""
     with plt.rc_context(STYLE):
-        fig = fn(cells if source == "cells" else per_conn)
+        fig = fn(data)
         if fig is None:
             return None
         buf = io.BytesIO()

@@ -519,6 +519,18 @@ def _draw(name: str, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> byte
     return plots.draw(name, cells, per_conn)
 
 
+def timeline_plot(out: Path, timeline: pd.DataFrame | None) -> list[plotset.Plot]:
+    """The open-loop cells' latency through the window (plots.latency_time), drawn here: only runs with --rate
+    have a timeline, so only they pay for importing matplotlib in this process."""
+    if timeline is None or timeline.empty:
+        return []
+    from netprof.profiler import plots
+
+    svg = plots.svg_of(plots.latency_time, timeline)
+    return plotset.save(out, [("latency_time", "Latency through the window", "open loop (--rate): p99 and p50 from "
+                               "each request's intended send, slice by slice through the measured window", svg)])
+
+
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -531,6 +543,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     # Everything read from DIR is read before anything is written: a refused input leaves no half report.
     df, per_conn, meta = results.load(src)
     sockwait_conns = results.load_sockwait_conns(src)
+    timeline = results.load_timeline(src)
     flames = find_flamegraphs(src, df)
     stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
     cells = stats.aggregate(df)
@@ -553,7 +566,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         from netprof.profiler import sockwait_report  # --sockwait's section: "Where the round trip went"
         context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
         cell_summaries = stats.cell_summaries(df)
-        figures = context["plots"] = pending.result()
+        figures = context["plots"] = pending.result() + timeline_plot(out, timeline)
     context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])))
                             for a in found]  # links are for the page only: summary.json keeps `found`
     md_path, html_path = render(out, context)

@@ -29,6 +29,8 @@ PER_CONN_PARQUET = "per_conn.parquet"
 # An instrument's per-connection rows (probes/instrument.py), beside the row's keys, as per_conn.parquet.
 CONN_PARQUET = "{}_conn.parquet"
 SOCKWAIT_CONN_PARQUET = CONN_PARQUET.format("sockwait")
+# Open-loop cells: the window in slices (stats.timeline_rows), beside the row's keys, as per_conn.parquet.
+TIMELINE_PARQUET = "timeline.parquet"
 META_JSON = "meta.json"
 SUMMARY_JSON = "summary.json"
 
@@ -96,25 +98,25 @@ class ResultsStore:
         self.rows: list[dict] = []
         self.per_conn: list[pd.DataFrame] = []
         self.conn_frames: dict[str, list[pd.DataFrame]] = {}  # instrument name -> its per-connection rows
+        self.timeline: list[pd.DataFrame] = []
 
     def write_meta(self, meta: dict) -> None:
         atomic.write_text(self.dir / META_JSON, json.dumps(meta, indent=2, default=str))
 
     def add(self, row: dict, per_conn_messages: list[int] | None = None,
-            conn_rows: dict[str, list[dict]] | None = None) -> None:
+            conn_rows: dict[str, list[dict]] | None = None, timeline: list[dict] | None = None) -> None:
         """One finished cell: its row, the loader's per-connection counts, each instrument's
-        per-connection rows ({name: rows}); everything is on disk when it returns."""
+        per-connection rows ({name: rows}), its timeline's slices; everything is on disk when it returns."""
         self.rows.append(row)
         if per_conn_messages:
             self.per_conn.append(pd.DataFrame({
                 **{k: row.get(k) for k in schema.ROW_KEYS},
                 "conn": range(len(per_conn_messages)), "messages": per_conn_messages,
             }))
-        for name, rows in (conn_rows or {}).items():  # the row keys, then the instrument's columns
-            frame = pd.DataFrame(rows)
-            for i, k in enumerate(schema.ROW_KEYS):
-                frame.insert(i, k, row.get(k))
-            self.conn_frames.setdefault(name, []).append(frame)
+        for name, rows in (conn_rows or {}).items():
+            self.conn_frames.setdefault(name, []).append(_keyed(row, rows))
+        if timeline:
+            self.timeline.append(_keyed(row, timeline))
         self.flush()
 
     def frame(self) -> pd.DataFrame:
@@ -133,6 +135,17 @@ class ResultsStore:
         for name, frames in self.conn_frames.items():
             with atomic.open_atomic(self.dir / CONN_PARQUET.format(name), "wb") as f:
                 pd.concat(frames, ignore_index=True).to_parquet(f, index=False)
+        if self.timeline:
+            with atomic.open_atomic(self.dir / TIMELINE_PARQUET, "wb") as f:
+                pd.concat(self.timeline, ignore_index=True).to_parquet(f, index=False)
+
+
+def _keyed(row: dict, rows: list[dict]) -> pd.DataFrame:
+    """`rows` as a frame whose first columns are the row's keys (schema.ROW_KEYS)."""
+    frame = pd.DataFrame(rows)
+    for i, k in enumerate(schema.ROW_KEYS):
+        frame.insert(i, k, row.get(k))
+    return frame
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,6 +381,11 @@ def load(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None, dict]:
 def load_conn_rows(out_dir: str | Path, instrument: str) -> pd.DataFrame | None:
     """An instrument's per-connection rows of a results directory, or None."""
     return read_parquet(out_dir, CONN_PARQUET.format(instrument))
+
+
+def load_timeline(out_dir: str | Path) -> pd.DataFrame | None:
+    """The open-loop cells' timelines of a results directory (one row per slice), or None."""
+    return read_parquet(out_dir, TIMELINE_PARQUET)
 
 
 def load_sockwait_conns(out_dir: str | Path) -> pd.DataFrame | None:

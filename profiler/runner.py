@@ -186,7 +186,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 meta["host_per_cell"].append({"cell": schema.cell_slug(outcome.row), "round": cell.round,
                                               **meta_mod.cell_load(host_before, meta_mod.host_load())})
                 store.write_meta(meta)
-                store.add(outcome.row, outcome.per_conn_messages, outcome.conn_rows)
+                store.add(outcome.row, outcome.per_conn_messages, outcome.conn_rows, outcome.timeline)
                 if not outcome.ok:
                     failed += 1
                     # the error quotes a server's stderr: text for rich, and no terminal control sequences

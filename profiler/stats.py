@@ -77,11 +77,16 @@ def unprobed_drift(before_rate: float | None, after_rate: float | None) -> float
     return abs(after_rate - before_rate) / ((before_rate + after_rate) / 2)
 
 
-def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None) -> dict:
+def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
+              slices: Sequence[Mapping] = ()) -> dict:
     """An open-loop cell's `open_loop` group from the loader's stats of the same name (PROTOCOL.md,
     "Open loop"): its counts and lateness percentiles, flat ("behind_late_us.p99"), plus two shares:
     `behind_share` = requests that waited for their connection (it had `pipeline` in flight) ÷ those
-    due in the window, and `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up)."""
+    due in the window, and `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up).
+    With the window's `slices` (timeline_rows) of `slice_s` seconds: the p99 of its first and of its last
+    slice that answered anything (`p99_first_slice_us`, `p99_last_slice_us`) and their ratio `p99_growth`:
+    far above 1 when requests queued longer the longer the load ran (overload), about 1 when the server
+    kept up."""
     out: dict[str, Any] = {k: ol.get(k) for k in ("intended", "sent", "behind", "queued_at_end", "in_flight_at_end",
                                                  "loader_late", "loader_late_threshold_us")}
     for group in ("behind_late_us", "schedule_late_us"):
@@ -90,7 +95,29 @@ def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None) -> di
     intended, behind = ol.get("intended"), ol.get("behind")
     out["behind_share"] = behind / intended if intended and behind is not None else None
     out["achieved_share"] = msgs_per_sec / rate if rate and msgs_per_sec is not None else None
+    answered = [sl for sl in slices if sl.get("messages") and sl.get("p99_us") is not None]
+    first, last = (answered[0]["p99_us"], answered[-1]["p99_us"]) if answered else (None, None)
+    out.update({"slice_s": answered[0]["slice_s"] if answered else None,
+                "p99_first_slice_us": first, "p99_last_slice_us": last,
+                "p99_growth": last / first if first and last is not None else None})
     return out
+
+
+def timeline_rows(timeline: Mapping | None) -> list[dict]:
+    """The loader's `timeline` (PROTOCOL.md, "Timeline": the window in equal slices) as one row per slice:
+    `slice`, `t_s` (its start, seconds into the window), `slice_s`, `messages` answered in it, their
+    `msgs_per_sec` and latency `p50_us`, `p99_us`, `max_us` (None for a slice that answered nothing).
+    [] when the loader gave none."""
+    if not isinstance(timeline, Mapping):
+        return []
+    width = float(timeline.get("slice_s") or 0.0)
+    rows = []
+    for i, sl in enumerate(timeline.get("slices") or []):
+        n = int(sl.get("messages") or 0)
+        rows.append({"slice": i, "t_s": sl.get("t_s"), "slice_s": width, "messages": n,
+                     "msgs_per_sec": n / width if width else None,
+                     **{k: sl.get(k) if n else None for k in ("p50_us", "p99_us", "max_us")}})
+    return rows
 
 
 def per_message(counts: Mapping[str, float], messages: int) -> dict[str, float]:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from helpers import netprof_cli, wait_no_children
-from netprof.profiler import cell, results, schema, stats
+from netprof.profiler import cell, results, rules, schema, stats
 from netprof.profiler.errors import InputError
 from netprof.profiler.loader_client import RunRequest
 from netprof.profiler.plan import Cell, RunConfig, parse_rates, validate
@@ -121,6 +121,7 @@ def test_the_rate_reaches_the_loader_request_and_only_with_rate():
                              arrivals="poisson"))
     sent = [_request(c, cfg) for c in cfg.cells()]
     assert [(d["rate"], d["arrivals"]) for d in sent] == [(500, "poisson"), (1_500_000, "poisson")]
+    assert all(d["timeline"] == cell.TIMELINE_SLICES for d in sent)  # latency through the window, open loop only
     assert json.dumps(sent[0]).count('"rate": 500,') == 1  # a whole number goes out as one
     closed = validate(RunConfig(backends=["selector"], connections=[10], rounds=1))
     (c,) = closed.cells()
@@ -189,6 +190,33 @@ def test_open_loop_stats_become_row_columns(tmp_path):
     assert cells["open_loop.achieved_share"].iloc[0] == pytest.approx(0.5) and cells["rate"].iloc[0] == 2000
 
 
+def _timeline(p99s: list[float], slice_s: float = 0.5) -> dict:
+    """A loader's `timeline` (PROTOCOL.md, "Timeline") whose slices have these p99s; 0: a slice that answered none."""
+    return {"slice_s": slice_s, "slices": [{"t_s": i * slice_s, "messages": 100 if p else 0,
+                                            "p50_us": p / 2 if p else 0, "p99_us": p, "max_us": p}
+                                           for i, p in enumerate(p99s)]}
+
+
+def test_the_timeline_becomes_slice_rows_and_its_growth_a_row_figure(tmp_path):
+    row = _measured({**STATS, "timeline": _timeline([0, 400_000.0, 900_000.0, 1_600_000.0, 2_000_000.0, 0])}, 2000)
+    ol = row["open_loop"]  # first and last slices that answered anything: an empty slice has no p99
+    assert (ol["p99_first_slice_us"], ol["p99_last_slice_us"], ol["slice_s"]) == (400_000.0, 2_000_000.0, 0.5)
+    assert ol["p99_growth"] == pytest.approx(5.0)
+    rows = stats.timeline_rows(_timeline([0, 1_000.0]))
+    assert rows[0] == {"slice": 0, "t_s": 0.0, "slice_s": 0.5, "messages": 0, "msgs_per_sec": 0.0, "p50_us": None,
+                       "p99_us": None, "max_us": None}
+    assert rows[1]["msgs_per_sec"] == 200.0 and rows[1]["p99_us"] == 1_000.0
+    # Without a timeline (an older loader, several loader hosts) the figures are None, the row still whole.
+    ol = _measured(STATS, 2000)["open_loop"]
+    assert ol["p99_growth"] is None and ol["p99_first_slice_us"] is None and ol["achieved_share"] == 0.5
+    # The store writes the slices beside the row's keys, one file for the run.
+    store = results.ResultsStore(tmp_path)
+    store.add({**row, "rate": 2000}, timeline=rows)
+    back = results.load_timeline(tmp_path)
+    assert list(back.columns[:len(schema.ROW_KEYS)]) == schema.ROW_KEYS and list(back["slice"]) == [0, 1]
+    assert set(back["rate"]) == {2000}
+
+
 def test_headline_phase_figures_win_and_closed_loop_rows_have_none():
     phased = copy.deepcopy(STATS)
     phased["phases"] = {"unprobed": {**{k: STATS[k] for k in ("messages", "duration_s", "per_conn_messages")},
@@ -211,7 +239,7 @@ def test_open_loop_figures_without_a_count_are_none():
 
 
 def open_row(rate, mps, p99=2_000.0, round=1, backend="selector", behind=0, loader_late=0, p50=1_500.0,
-             syscalls=2.0) -> dict:
+             syscalls=2.0, timeline: dict | None = None) -> dict:
     """A round of an open-loop cell at `rate` asked and `mps` achieved (10 connections, 1 in flight)."""
     intended = int(rate * 3)
     return {
@@ -233,7 +261,7 @@ def open_row(rate, mps, p99=2_000.0, round=1, backend="selector", behind=0, load
              "behind_late_us": {"p50": 0.0, "p99": 0.0, "max": 0.0},
              "schedule_late_us": {"p50": 5.0, "p99": 30.0 if not loader_late else 4_000.0, "max": 5_000.0},
              "loader_late": loader_late, "loader_late_threshold_us": 1000.0, "queued_at_end": behind // 2,
-             "in_flight_at_end": 10}, mps, rate),
+             "in_flight_at_end": 10}, mps, rate, stats.timeline_rows(timeline)),
     }
 
 
@@ -255,6 +283,16 @@ def test_overloaded_fires_when_the_server_falls_behind_the_rate():
     assert ev["latency p99 from the actual send (µs)"] == 2000
     assert ev["requests behind (waited for their connection)"] == "48%"
     assert "intended send" in a["explanation"] and "1.9 s" in a["explanation"]
+    assert "first slice" not in a["explanation"]  # no timeline: no claim about its growth
+
+
+def test_overloaded_quotes_the_latency_growing_through_the_window():
+    over = open_row(2000, 1000.0, p99=1_900_000.0, behind=2900, timeline=_timeline([500_000.0, 1_000_000.0, 2e6]))
+    (a,) = ids(detect_rows(over), "overloaded")
+    ev = a["evidence"]
+    assert ev["p99 in the window's first slice (µs)"] == 500_000 and ev["p99 in the window's last slice (µs)"] == 2e6
+    assert "first 500 ms was 500 ms, in its last 2 s: 4.0× as long" in a["explanation"], a["explanation"]
+    assert "latency_time" in rules.META["overloaded"].plots
 
 
 def test_overloaded_fires_on_requests_behind_alone_and_is_silent_when_kept_up():
@@ -361,8 +399,9 @@ def test_report_of_an_open_loop_run(tmp_path, monkeypatch):
             for rate in (500, 2000):
                 mps = min(rate, top) * (1 - 0.002 * rnd)
                 p99 = 2_000.0 if rate <= top else 1.5e6
-                store.add(open_row(rate, mps, p99=p99, round=rnd, backend=backend,
-                                   behind=0 if rate <= top else 2900), [int(mps * 0.3)] * 10)
+                row = open_row(rate, mps, p99=p99, round=rnd, backend=backend, behind=0 if rate <= top else 2900)
+                store.add(row, [int(mps * 0.3)] * 10,
+                          timeline=stats.timeline_rows(_timeline([p99 / 3, p99 / 2, p99] if rate > top else [p99] * 3)))
     report.finish(tmp_path / "run")
     summary = json.loads((tmp_path / "run" / results.SUMMARY_JSON).read_text())
     assert {c["rate"] for c in summary["cells"]} == {500, 2000}
@@ -370,5 +409,7 @@ def test_report_of_an_open_loop_run(tmp_path, monkeypatch):
             if a["id"] == "overloaded"] == [("selector", 2000)]
     assert [a["backend"] for a in summary["anomalies"] if a["id"] == "latency_knee"] == ["selector"]
     assert any(p.endswith("plots/latency_load.svg") for p in summary["artifacts"]["plots"])
+    time_svg = (tmp_path / "run" / "plots" / "latency_time.svg").read_bytes()  # one line per cell, both rates
+    assert b"Latency through the window" in time_svg and b"uvloop (at 2,000/s)" in time_svg
     md = (tmp_path / "run" / "report.md").read_text()
-    assert "at 2,000/s" in md and "Latency against load" in md
+    assert "at 2,000/s" in md and "Latency against load" in md and "plots/latency_time.svg" in md

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
+
 from helpers import run_netprof, wait_no_children
 
 
@@ -40,9 +42,22 @@ def test_open_loop_under_and_over_capacity(tmp_path):
     # ... and only the queue of 10 connections × 1 ms from the actual send
     assert over["lat_sent_us"]["p99"] < over["lat_us"]["p99"] / 10, over["lat_sent_us"]
 
+    # Latency through the window: flat when the server keeps up; under overload the queue grows for the whole
+    # window, so the last slice's requests waited ~(2000 − 1000)/1000 × 3 s longer than the first's.
+    assert under["open_loop"]["p99_last_slice_us"] < 50_000, under["open_loop"]  # milliseconds at worst, not seconds
+    assert over["open_loop"]["p99_growth"] > 2, over["open_loop"]
+    assert over["open_loop"]["p99_last_slice_us"] - over["open_loop"]["p99_first_slice_us"] > 1e6, over["open_loop"]
+    timeline = pd.read_parquet(out / "timeline.parquet")
+    assert sorted(timeline["rate"].unique()) == [500, 2000] and set(timeline["slice"]) == set(range(20))
+    for rate, row in rows.items():  # every answered message of the window falls in one slice
+        assert timeline[timeline["rate"] == rate]["messages"].sum() == row["messages"], rate
+
     found = [a for a in summary["anomalies"] if a["id"] == "overloaded"]
     assert len(found) == 1 and found[0]["evidence"]["asked (requests/s)"] == 2000, summary["anomalies"]
+    ev = found[0]["evidence"]
+    assert ev["p99 in the window's last slice (µs)"] > ev["p99 in the window's first slice (µs)"], ev
     # (No assertion on loader_late: on a busy 2-CPU host a few sends at 500/s come later than 1 ms.)
     assert any(p.endswith("latency_load.svg") for p in summary["artifacts"]["plots"])
+    assert any(p.endswith("latency_time.svg") for p in summary["artifacts"]["plots"])
     assert "at 2,000/s" in (out / "report.md").read_text()
     assert not wait_no_children()

@@ -213,6 +213,7 @@ class Worker {
     ev.data.u64 = kWakeTag;
     check_sys(epoll_ctl(ep_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev), "epoll_ctl(wake)");
     buf_.resize(kIoBuf);
+    timeline.resize(size_t(r.timeline));
   }
   // The owner stops the run (phase kStop, wake) before a worker is destroyed; the sockets close with conns_.
   ~Worker() { join(); }
@@ -249,6 +250,7 @@ class Worker {
   Waiting waiting;                   // answered after the window's end (those never answered: gather_unanswered)
   PerPhase<Histogram> hist_sent;     // open loop: latency from the actual send, by phase
   OpenLoopStats ol;                  // open loop: the schedule's figures (the coordinator adds the unsent)
+  std::vector<Histogram> timeline;   // the window's slices (request `timeline`): latency as hist's
   const std::vector<Conn>& conns() const { return conns_; }
   // Live counts for progress events, read by the coordinator mid-run: messages answered since pinging
   // began, and those of the window.
@@ -550,7 +552,7 @@ class Worker {
     if (!c.recv_bad) counted(phase != kOutside);
     if (!c.recv_bad && phase != kOutside) {
       c.window_msgs[phase]++;
-      record_latency(c, phase, now);
+      record_latency(c, phase, now, window.start);
     }
     answered(c, now, window.stop);
     freed(c, now);
@@ -560,17 +562,17 @@ class Worker {
     release_next(i, now);
   }
 
-  // The latency of the reply to message recv_seq, completed at `now` in `phase`: from its send (closed
-  // loop) or from its intended time, and also from its send (open loop).
-  void record_latency(const Conn& c, int phase, int64_t now) {
+  // The latency of the reply to message recv_seq, completed at `now` in `phase` of the window that began
+  // at `start`: from its send (closed loop) or from its intended time, and also from its send (open
+  // loop); the timeline's slice of `now` takes the first.
+  void record_latency(const Conn& c, int phase, int64_t now, int64_t start) {
     const size_t slot = c.recv_seq % size_t(sh_.req->pipeline);
     const int64_t sent = c.sent_at[slot];
-    if (!open_) {
-      hist[phase].record(uint64_t(now - sent));
-      return;
-    }
-    hist[phase].record(uint64_t(now - c.intended_at[slot]));
-    hist_sent[phase].record(uint64_t(now - sent));
+    const uint64_t lat = uint64_t(now - (open_ ? c.intended_at[slot] : sent));
+    hist[phase].record(lat);
+    if (open_) hist_sent[phase].record(uint64_t(now - sent));
+    if (!timeline.empty())
+      timeline[timeline_slice(start, int64_t(sh_.req->duration * 1e9), int(timeline.size()), now)].record(lat);
   }
 
   // Message recv_seq is answered at `now`: if that is past the window's end `stop`, it was still
@@ -677,7 +679,7 @@ class Worker {
     if (ok) counted(phase != kOutside);
     if (ok && phase != kOutside) {
       c.window_msgs[phase]++;
-      record_latency(c, phase, now);
+      record_latency(c, phase, now, window.start);
     }
     answered(c, now, window.stop);
     freed(c, now);
@@ -948,6 +950,7 @@ class Coordinator {
       st.reconnects += w->reconnects;
       for (size_t k = 0; k < st.status.size(); k++) st.status[k] += w->status[k];
       st.add_latency(w->hist);
+      st.add_timeline(w->timeline, int64_t(req_.duration * 1e9));
       for (auto& c : w->conns()) st.add_conn(c.id, c.window_msgs);
       if (st.open_loop) {
         st.add_latency_sent(w->hist_sent);

@@ -230,7 +230,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       "warmup",    "pipeline",    "think",       "connect_timeout", "sources",
       "transport", "probe_share", "protocol",    "request",         "headers",
       "body",      "host",        "line",        "progress",        "probe_guard",
-      "rate",      "arrivals",    "histograms",  "start_at"};
+      "rate",      "arrivals",    "histograms",  "start_at",        "timeline"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -278,6 +278,8 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   }
   // Not below 0.05 s: one line per interval, so a tiny interval would flood the client.
   if (!get_num(o, "progress", 0.05, 3600, &r.progress, why)) return false;
+  // At most 100 slices: each is a histogram (37 KB) per engine thread.
+  if (!get_int(o, "timeline", 0, 100, &r.timeline, why)) return false;
   if (!parse_protocol(o, &r, why)) return false;
   const uint64_t in_flight = uint64_t(r.connections) * uint64_t(r.pipeline);
   if (in_flight > kMaxInFlightMessages) {
@@ -299,6 +301,10 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     r.transport = Transport::Zmq;
   } else if (transport != "tcp") {
     *why = "transport must be \"tcp\" or \"zmq\", got '" + transport + "'";
+    return false;
+  }
+  if (r.transport == Transport::Zmq && r.timeline > 0) {  // the zmq engine keeps no slices
+    *why = "timeline needs transport \"tcp\", not \"zmq\"";
     return false;
   }
   if (r.transport == Transport::Zmq && r.protocol != Protocol::Echo) {
@@ -444,6 +450,13 @@ void Stats::add_latency(const PerPhase<Histogram>& by_phase) {
   }
 }
 
+void Stats::add_timeline(const std::vector<Histogram>& slices, int64_t duration_ns) {
+  if (slices.empty()) return;
+  if (timeline.size() < slices.size()) timeline.resize(slices.size());
+  timeline_slice_ns = std::max<int64_t>(1, duration_ns / int64_t(slices.size()));
+  for (size_t i = 0; i < slices.size(); i++) timeline[i].merge(slices[i]);
+}
+
 void Stats::add_latency_sent(const PerPhase<Histogram>& by_phase) {
   for (int p = 0; p < kPhases; p++) {
     phases[p].latency_sent.merge(by_phase[p]);
@@ -519,6 +532,18 @@ json stats_json(const Stats& s, bool histograms) {
       guard["t_stop"] = r6(s.guard_t_stop);
       j["phases"]["guard"] = guard;
     }
+  }
+  if (!s.timeline.empty()) {  // only for clients that asked for it
+    json slices = json::array();
+    for (size_t i = 0; i < s.timeline.size(); i++) {
+      const Histogram& h = s.timeline[i];
+      slices.push_back({{"t_s", r6(double(i) * double(s.timeline_slice_ns) / 1e9)},
+                        {"messages", h.count()},
+                        {"p50_us", us(h.quantile(0.50))},
+                        {"p99_us", us(h.quantile(0.99))},
+                        {"max_us", us(double(h.max()))}});
+    }
+    j["timeline"] = {{"slice_s", r6(double(s.timeline_slice_ns) / 1e9)}, {"slices", slices}};
   }
   if (s.open_loop) {  // only for clients that asked for a rate: closed-loop stats keep their exact shape
     j["rate"] = s.rate;

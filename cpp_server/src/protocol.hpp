@@ -77,6 +77,8 @@ struct RunRequest {
   double probe_guard = 0;
   // Seconds between `progress` events (PROTOCOL.md, "Progress"); 0 = absent: none are sent.
   double progress = 0;
+  // Slices of the window with their own latency figures (PROTOCOL.md, "Timeline"); 0 = absent.
+  int timeline = 0;
   Protocol protocol = Protocol::Echo;
   HttpRequestSpec http;  // protocol http
   std::string line;      // protocol line: the request line without its newline
@@ -137,6 +139,13 @@ struct PhaseStats {
   Histogram latency;       // closed loop: from the send; open loop: from the intended time
   Histogram latency_sent;  // open loop: from the actual send
 };
+
+// Which of `slices` equal slices of a window of `duration_ns` from `start` the instant `t` falls in (the
+// last one also takes what completes at its very end).
+inline size_t timeline_slice(int64_t start, int64_t duration_ns, int slices, int64_t t) {
+  const int64_t slice = std::max<int64_t>(1, duration_ns / slices);
+  return size_t(std::clamp<int64_t>((t - start) / slice, 0, slices - 1));
+}
 
 // The slowest message of any phase (ns).
 inline uint64_t slowest_of(const std::array<Histogram, kPhases>& by_phase) {
@@ -242,6 +251,10 @@ struct Stats {
   PerPhase<PhaseStats> phases;
   // The unprobed phase whole: its two parts (kUnprobed, kUnprobedAfter) added up.
   PhaseStats unprobed() const;
+  // The window in `timeline` equal slices of `timeline_slice_ns`, each with the latency of the messages
+  // completed in it (PROTOCOL.md, "Timeline"); empty when the request did not ask.
+  std::vector<Histogram> timeline;
+  int64_t timeline_slice_ns = 0;
   // Left waiting at the window's end, longer than its slowest answered message: messages, connections
   // with one, age of the oldest (ns).
   uint64_t unanswered = 0;
@@ -255,6 +268,8 @@ struct Stats {
   void add_conn(uint32_t conn, const PerPhase<uint64_t>& messages_by_phase);
   void add_latency(const PerPhase<Histogram>& by_phase);
   void add_latency_sent(const PerPhase<Histogram>& by_phase);  // open loop: from the actual send
+  // One thread's timeline slices (empty: none asked) over a window of `duration_ns`.
+  void add_timeline(const std::vector<Histogram>& slices, int64_t duration_ns);
   // The messages waiting at the window's end `stop` (of all threads): those already older then than the
   // window's slowest answered message (`latency`, so call after add_latency) are `unanswered`.
   void set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop);

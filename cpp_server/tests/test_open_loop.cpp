@@ -233,7 +233,7 @@ TEST(OpenLoopEngine, FastServerGetsTheAskedRateOnTime) {
 // shows the queue that the latency from the send hides.
 TEST(OpenLoopEngine, SlowServerQueuesBehindAndTheLatencyShowsIt) {
   TestServer server(echo(10));
-  Served s = run_against(server, R"("rate":1000)", 2);
+  Served s = run_against(server, R"("rate":1000,"timeline":4)", 2);
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   const OpenLoopStats& o = s.stats.ol;
   const double d = s.stats.duration_s;
@@ -247,6 +247,13 @@ TEST(OpenLoopEngine, SlowServerQueuesBehindAndTheLatencyShowsIt) {
   EXPECT_GT(s.stats.latency.quantile(0.99), 5 * s.stats.latency_sent.quantile(0.99))
       << stats_json(s.stats)["latency_us"].dump() << " vs " << stats_json(s.stats)["latency_sent_us"].dump();
   EXPECT_LE(o.in_flight_at_end, 2u);  // K = 1 per connection
+  // The timeline shows the overload as it is: latency from the intended time grows slice by slice.
+  const json t = stats_json(s.stats)["timeline"];
+  ASSERT_EQ(t["slices"].size(), 4u) << t.dump();
+  uint64_t in_slices = 0;
+  for (const auto& h : s.stats.timeline) in_slices += h.count();
+  EXPECT_EQ(in_slices, s.stats.latency.count()) << t.dump();  // every answered message in one slice
+  EXPECT_GT(t["slices"][3]["p50_us"].get<double>(), 2 * t["slices"][0]["p50_us"].get<double>()) << t.dump();
 }
 
 TEST(OpenLoopEngine, PoissonArrivalsHaveTheAskedMeanRateAndRepeat) {

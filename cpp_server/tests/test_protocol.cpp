@@ -248,3 +248,40 @@ TEST(Protocol, HistogramsField) {
   EXPECT_EQ(h["buckets"].size(), 2u);  // 5,000 and 5,001 ns share a bucket (its width is 64 ns)
   EXPECT_EQ(j["phases"]["probed"]["latency_us"]["hist"]["buckets"].size(), 1u);
 }
+
+TEST(Protocol, TimelineField) {
+  EXPECT_EQ(ok(R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"timeline":20})").run.timeline, 20);
+  EXPECT_EQ(ok(R"({"cmd":"run","target":"127.0.0.1:9","connections":1})").run.timeline, 0);
+  for (const char* bad : {R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"timeline":101})",
+                          R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"timeline":-1})",
+                          R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"timeline":"x"})",
+                          R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"timeline":4,"transport":"zmq"})"})
+    EXPECT_NE(why_of(bad).find("timeline"), std::string::npos) << bad;
+
+  // A window of 1 s in 4 slices: an instant falls in its slice, the end and beyond in the last.
+  EXPECT_EQ(timeline_slice(1000, 1'000'000'000, 4, 1000), 0u);
+  EXPECT_EQ(timeline_slice(1000, 1'000'000'000, 4, 1000 + 250'000'000), 1u);
+  EXPECT_EQ(timeline_slice(1000, 1'000'000'000, 4, 1000 + 999'999'999), 3u);
+  EXPECT_EQ(timeline_slice(1000, 1'000'000'000, 4, 1000 + 2'000'000'000), 3u);
+
+  Stats s;
+  s.connections = 1;
+  s.per_conn_messages = {4};
+  EXPECT_FALSE(stats_json(s).contains("timeline"));  // only when asked: the shape stays
+  // Two threads' slices merge slice by slice.
+  std::vector<Histogram> a(2), b(2);
+  a[0].record(1'000);
+  b[0].record(3'000);
+  b[1].record(2'000'000);
+  s.add_timeline(a, 2'000'000'000);
+  s.add_timeline(b, 2'000'000'000);
+  json t = stats_json(s)["timeline"];
+  EXPECT_EQ(t["slice_s"], 1.0);
+  ASSERT_EQ(t["slices"].size(), 2u);
+  EXPECT_EQ(t["slices"][0]["t_s"], 0.0);
+  EXPECT_EQ(t["slices"][0]["messages"], 2);
+  EXPECT_EQ(t["slices"][0]["max_us"], 3.0);
+  EXPECT_EQ(t["slices"][1]["t_s"], 1.0);
+  EXPECT_EQ(t["slices"][1]["messages"], 1);
+  EXPECT_EQ(t["slices"][1]["p99_us"], 2000.0);
+}

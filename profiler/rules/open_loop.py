@@ -23,7 +23,7 @@ def _pct(v: float | None) -> str:
     return units.share(v, 1 if v is not None and (0 < v < 0.01 or 0.99 < v < 1) else 0)
 
 
-@rule("overloaded", plots=("latency_load", "throughput", "latency"))
+@rule("overloaded", plots=("latency_time", "latency_load", "throughput", "latency"))
 def overloaded(ctx: Context) -> list[Anomaly]:
     """The server fell behind the rate asked: it answered less than 95% of it, or more than 1% of the
     requests found their connection still waiting and queued in the loader."""
@@ -43,13 +43,24 @@ def overloaded(ctx: Context) -> list[Anomaly]:
               "latency p99 from the actual send (µs)": r2(p99_sent, 0),
               "wait behind the connection p99 (µs)": r2(num(r, "open_loop.behind_late_us.p99"), 0),
               "queued in the loader at the window's end": r2(num(r, "open_loop.queued_at_end"), 1)}
+        first, last = num(r, "open_loop.p99_first_slice_us"), num(r, "open_loop.p99_last_slice_us")
+        if first is not None and last is not None:
+            ev["p99 in the window's first slice (µs)"] = r2(first, 0)
+            ev["p99 in the window's last slice (µs)"] = r2(last, 0)
         text = (f"{where(r)}: asked for {units.number(rate)} requests/s, the server answered "
                 f"{units.rate(mps)}/s ({_pct(share)} of it)")
         pipe = int(r.get("pipeline") or 1)
         text += (f", and {_pct(behind)} of the requests came due while their connection still waited for its "
                  f"{pipe} in flight, so they queued in the loader. " if behind else ". ")
         text += ("The server could not keep up with this rate: requests pile up and wait longer the longer the load "
-                 "runs. ")
+                 "runs")
+        growth = num(r, "open_loop.p99_growth")
+        if first is not None and last is not None and growth is not None and growth > 1:
+            width = num(r, "open_loop.slice_s")
+            span = f"{units.seconds(width)} " if width else "slice "
+            text += (f" (the p99 of the requests answered in the window's first {span}was "
+                     f"{units.duration_us(first)}, in its last {units.duration_us(last)}: {r2(growth, 1)}× as long)")
+        text += ". "
         if p99 is not None and p99_sent is not None:
             text += (f"Latency from each request's intended send time has p99 {units.duration_us(p99)}; from its "
                      f"actual send, {units.duration_us(p99_sent)}: the difference is the queue a closed-loop load, "
