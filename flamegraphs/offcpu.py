@@ -10,11 +10,12 @@ the backend's CPU).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from netprof.flamegraphs.fold import INTERP, INTERP_DSO, KERNEL
 from netprof.probes.base import LoadedProgram
+from netprof.profiler.symbols import UNKNOWN, user_symbols
 
 SOURCE = Path(__file__).resolve().parent / "offcpu.bpf.c"
 
@@ -64,13 +65,20 @@ class OffCpuProbe(LoadedProgram):
         stacks_map = self.bpf[b"stacks"]
         folded: Counter = Counter()
         events = 0
-        for key, val in self.bpf[b"offcpu"].items():
+        items = list(self.bpf[b"offcpu"].items())
+        user = {key.user_stack_id: self._walk(stacks_map, key.user_stack_id) for key, _ in items}
+        wanted: dict[int, set[int]] = defaultdict(set)
+        for key, val in items:
+            if val.us:
+                wanted[key.tgid].update(user[key.user_stack_id])
+        symbols = user_symbols(wanted)  # in a child: see profiler/symbols.py
+        for key, val in items:
             events += val.n
             if val.us == 0:
                 continue
             comm = key.comm.decode(errors="replace").replace(";", ":") or "?"
             frames = [comm, state_frame(key.state)]
-            frames += [self._user_frame(a, key.tgid) for a in reversed(self._walk(stacks_map, key.user_stack_id))]
+            frames += [self._user_frame(symbols.get((key.tgid, a), UNKNOWN)) for a in reversed(user[key.user_stack_id])]
             frames += [self._kernel_frame(a) for a in reversed(self._walk(stacks_map, key.kernel_stack_id))]
             if key.user_stack_id < 0 and key.kernel_stack_id < 0:
                 frames.append("[no stack]")
@@ -92,9 +100,10 @@ class OffCpuProbe(LoadedProgram):
         assert self.bpf is not None, "probe closed"
         return self.bpf.ksym(addr).decode(errors="replace").replace(";", ":") + KERNEL
 
-    def _user_frame(self, addr: int, tgid: int) -> str:
-        assert self.bpf is not None, "probe closed"
-        sym = self.bpf.sym(addr, tgid, show_module=True).decode(errors="replace").replace(";", ":")
+    @staticmethod
+    def _user_frame(sym: str) -> str:
+        """A frame from BCC's name of a user address (profiler/symbols.py)."""
+        sym = sym.replace(";", ":")
         # BCC renders "name [module]" (or "[unknown] [module]" / "[unknown]").
         name, _, module = sym.rpartition(" [")
         if not name:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 
+from netprof.profiler.symbols import UNKNOWN, user_symbols
+
 from . import pyframes, tree
 from .base import NR_SLOTS, LoadedProgram, ProbeError, syscall_name, syscall_number
 
@@ -133,21 +135,27 @@ class StackProbes(LoadedProgram):
         """(syscall, count, native frames, Python frames) per key of the counts map, named now."""
         if self.bpf is None:
             raise ProbeError("probes are closed")
-        from bcc import BPF
-
         stacks = self.bpf[b"stacks"]
         names: dict[int, pyframes.CodeNames | None] = {}
         rows = []
+        counts = list(self.bpf[b"counts"].items())
+        walks: dict[int, list[int]] = {}  # stack id -> its addresses
+        for k, _ in counts:
+            if k.stackid >= 0 and k.stackid not in walks:
+                try:
+                    walks[k.stackid] = list(stacks.walk(k.stackid))
+                except KeyError:
+                    walks[k.stackid] = []
+        wanted: dict[int, set[int]] = defaultdict(set)
+        for k, _ in counts:
+            wanted[k.tgid].update(walks.get(k.stackid, ()))
+        symbols = user_symbols(wanted)  # in a child: see profiler/symbols.py
         try:
-            for k, v in self.bpf[b"counts"].items():
+            for k, v in counts:
                 if k.stackid < 0:
                     native = [f"[no user stack: errno {-k.stackid}]"]
                 else:
-                    try:
-                        addrs = list(stacks.walk(k.stackid))
-                    except KeyError:
-                        addrs = []
-                    native = [BPF.sym(a, k.tgid, show_module=True).decode(errors="replace") for a in addrs]
+                    native = [symbols.get((k.tgid, a), UNKNOWN) for a in walks[k.stackid]]
                     native = native or ["[stack lost]"]
                 python: list[str] = []
                 if self.layout is not None and k.py[0]:

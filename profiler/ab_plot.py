@@ -9,11 +9,10 @@ compare_report.render embeds the SVG in compare.md and compare.html.
 
 from __future__ import annotations
 
-import io
 import math
 
 from netprof.profiler.mpl import plt
-from netprof.profiler.plots import STYLE
+from netprof.profiler.plots import svg_of
 
 
 def _ratio(d: float, log: bool) -> float:
@@ -28,7 +27,8 @@ def draw(ab_comp: dict, judged: dict | None, metric: str, log: bool, base: str, 
     if len(pairs) < 2:
         return None
     key, lo_key, hi_key = ("ratio", "ratio_lo", "ratio_hi") if log else ("delta", "delta_lo", "delta_hi")
-    with plt.rc_context(STYLE):
+
+    def figure(_):
         fig, (top, low) = plt.subplots(2, 1, sharex=True, figsize=(8.0, 4.6), height_ratios=(3, 1.3))
         for dropped, marker, colour, label in ((False, "o", "#1f77b4", "pair (kept)"),
                                                (True, "x", "#7f7f7f", "pair (dropped: disturbed host)")):
@@ -53,7 +53,6 @@ def draw(ab_comp: dict, judged: dict | None, metric: str, log: bool, base: str, 
         low.set_ylabel("canary loop\nNEW/BASE", fontsize=8)
         low.set_xlabel("time since the first pair, s")
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # no date in the bytes
-        plt.close(fig)
-    return buf.getvalue()
+        return fig
+
+    return svg_of(figure, None)

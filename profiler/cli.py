@@ -778,6 +778,9 @@ def knee_cmd(
     steps: int = typer.Option(6, "--steps", metavar="N",
                               help="Open-loop probes after the closed-loop ceiling; each halves the interval the knee "
                                    "is in (6: to 1/64 of the ceiling)."),
+    tries: int = typer.Option(3, "--tries", metavar="N",
+                              help="Cells a rate may take to pass (a rate fails only when all N fail; the ceiling is "
+                                   "the best of N): this host's slow speed regimes fail single cells."),
     window: float = typer.Option(2.0, "--window", metavar="SECONDS", help="Measured seconds per cell."),
     warmup: float = typer.Option(0.5, "--warmup", metavar="SECONDS", help="Seconds of load before each window."),
     msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes (echo)."),
@@ -813,7 +816,8 @@ def knee_cmd(
         backend_cpu=backend_cpu, loader_cpus=loader_cpus, out_dir=str(out) if out else "", force=force, wait=wait,
         pythons=parse_pythons(python), protocol=protocol, request=request, line=line))
     check_remote_work(cfg, "knee")
-    plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait)
+    plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait,
+                         tries=tries)
     knee.check(plan)
     _stop_on_signals()
     outcome = knee.execute(plan, sys.argv, out_console(stderr=True), out_dir=str(out) if out else "")

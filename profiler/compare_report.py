@@ -97,8 +97,9 @@ def _ab_plots(doc: dict, out_dir: Path) -> list[str | None]:
         cell = comp["cells"][0] if comp["cells"] else {}
         svg = ab_plot.draw(rec, (cell.get("metrics") or {}).get(ab["metric"]), ab["metric"], ab.get("metric_log", True),
                            doc["base"]["name"], comp["new"]["name"])
-        name = f"ab_pairs_{k}.svg" if svg else None
-        if name and svg:
+        name = None
+        if svg:
+            name = f"ab_pairs_{k}.svg"
             atomic.write_bytes(out_dir / name, svg)
         names.append(name)
     return names

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -151,41 +152,28 @@ def _draw_share(names: list[str], draw: Draw, cells: pd.DataFrame,
     return {n: draw(n, cells, per_conn) for n in names}
 
 
-def _child(fd: int, names: list[str], draw: Draw, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> None:
-    """In the forked child: draw `names`, send {name: SVG or None} down `fd`, and leave without running
-    the parent's exit handlers (they remove its temp directory)."""
-    code = 1
-    try:
-        got = _draw_share(names, draw, cells, per_conn)
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(got, f)
-        code = 0
-    finally:
-        os._exit(code)
+def _draw_into(w: int, share: list[str], siblings: list[tuple[int, int]], draw: Draw, cells: pd.DataFrame,
+               per_conn: pd.DataFrame | None) -> None:
+    """In a drawing child: close the siblings' read ends, draw `share`, send {name: SVG or None} down `w`."""
+    for _, fd in siblings:
+        os.close(fd)
+    got = _draw_share(share, draw, cells, per_conn)
+    with os.fdopen(w, "wb") as f:
+        pickle.dump(got, f)
 
 
 def _fork_shares(shares: list[list[str]], draw: Draw, cells: pd.DataFrame,
                  per_conn: pd.DataFrame | None) -> list[tuple[int, int]]:
-    """A child per share, each drawing it (`_child`); (pid, read end of its pipe) of each one started (a
-    refused fork: fewer, and the caller draws what no child took)."""
+    """A child per share, each drawing it (`_draw_into`); (pid, read end of its pipe) of each one started (a
+    refused fork: fewer, and the caller draws what no child took). A netprof killed meanwhile leaves no
+    drawing child behind (procs.fork_child)."""
     children: list[tuple[int, int]] = []
-    die_with_parent = procs.die_with(os.getpid())
     for share in shares:
-        r, w = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:
-            os.close(r)
-            os.close(w)
+        forked = procs.fork_child(functools.partial(_draw_into, share=share, siblings=list(children), draw=draw,
+                                                    cells=cells, per_conn=per_conn))
+        if forked is None:
             break
-        if pid == 0:
-            die_with_parent()  # a netprof killed meanwhile leaves no drawing child behind
-            os.close(r)
-            for _, fd in children:
-                os.close(fd)
-            _child(w, share, draw, cells, per_conn)
-        os.close(w)
-        children.append((pid, r))
+        children.append(forked)
     return children
 
 

@@ -290,6 +290,33 @@ def die_with(parent: int):
     return run
 
 
+def fork_child(work: Callable[[int], None]) -> tuple[int, int] | None:
+    """Fork a child (no exec) that runs `work(w)`, `w` the write end of a pipe, and then leaves without
+    the parent's exit handlers (they remove its temp directories): exit code 0, or 1 if `work` raised.
+    It dies with the thread that forked it. Returns (its pid, the pipe's read end), or None when the
+    fork was refused. Only for short pure computations on what the parent already holds (drawing plots,
+    naming addresses): a forked child of a threaded process must not wait on the parent's locks."""
+    die_with_parent = die_with(os.getpid())
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return None
+    if pid == 0:
+        code = 1
+        try:
+            die_with_parent()
+            os.close(r)
+            work(w)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    return pid, r
+
+
 def _preexec(cpus: list[int] | None, reservations: Sequence[Reservation]):
     """`reservations`: (function, path templates) creating the files a child writes under its own pid,
     before exec."""

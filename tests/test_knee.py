@@ -66,6 +66,24 @@ def test_bisection_finds_the_knee_to_a_64th_of_the_ceiling_in_6_probes(true_knee
     assert all(p.met == (p.rate <= true_knee) for p in probes)
 
 
+def test_a_rate_fails_only_when_every_try_fails_and_the_ceiling_is_the_best_cell():
+    """A slow moment of the host fails one cell: the next try at the same rate passes. A rate the server cannot
+    serve fails all its tries, and costs no more than that."""
+    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    p99s = iter([9_000, 7_000, 3_000])  # two cells in a slow regime, then the usual one
+    got = knee.tried(lambda: knee.judge(_row(1000, 1000, next(p99s)), 1000, slo, t), 3)
+    assert got.met and got.tries == 3 and got.latency_us == 3_000 and got.record(slo)["tries"] == 3
+    calls = []
+    never = knee.tried(lambda: calls.append(1) or knee.judge(_row(1000, 800, 9_000), 1000, slo, t), 3)
+    assert not never.met and never.tries == 3 and len(calls) == 3
+    first = knee.tried(lambda: knee.judge(_row(1000, 1000, 1_000), 1000, slo, t), 3)
+    assert first.met and first.tries == 1
+    rows = [_row(1, 900, 5_000), _row(1, 1_100, 6_000), {"status": "failed", "msgs_per_sec": 5_000}]
+    ceiling = knee.best_ceiling(rows, slo)
+    assert (ceiling.achieved, ceiling.latency_us, ceiling.tries) == (1_100, 6_000, 3)
+    assert knee.best_ceiling([{"status": "failed", "error": "stalled"}], slo).achieved is None
+
+
 def test_a_knee_below_every_probe_says_so():
     measure, _ = _fake_server(0)
     probes, lo, hi = knee.search(measure, 10_000, 6)
@@ -80,6 +98,7 @@ def test_a_knee_below_every_probe_says_so():
     (["selector", "--slo", "fast"], "--slo 'fast'"),
     (["--slo", "p99<5ms"], "give one SERVER"),
     (["selector", "--slo", "p99<5ms", "--steps", "40"], "--steps 40"),
+    (["selector", "--slo", "p99<5ms", "--tries", "0"], "--tries 0"),
     (["selector", "--slo", "p99<5ms", "--arrivals", "bursty"], "--arrivals 'bursty'"),
     (["zmq_raw", "--slo", "p99<5ms"], "ZeroMQ"),
 ])
@@ -94,12 +113,14 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     knee for p99 < 20 ms lies below that and above half of it (at 50% load the queue is short)."""
     out = tmp_path / "knee"
     res = run_netprof("knee", "selector", "--work", "sleep:1000", "-c", "10", "--slo", "p99<20ms", "--steps", "4",
-                      "--window", "1", "--warmup", "0.3", "--no-probes", "--wait", "--json", "--out", str(out),
-                      timeout=180)
+                      "--tries", "2", "--window", "1", "--warmup", "0.3", "--no-probes", "--wait", "--json",
+                      "--out", str(out), timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     assert doc["schema"] == knee.SCHEMA and doc["stop"] == "steps" and len(doc["probes"]) == 4
-    assert 850 <= doc["ceiling"]["msgs_per_sec"] <= 1010, doc["ceiling"]
+    assert 850 <= doc["ceiling"]["msgs_per_sec"] <= 1010 and doc["ceiling"]["tries"] == 2, doc["ceiling"]
+    # a passing rate took 1 or 2 cells; a failing one both
+    assert all(p["tries"] in ((1, 2) if p["met"] else (2,)) for p in doc["probes"]), doc["probes"]
     assert doc["knee"] is not None and 500 <= doc["knee"] <= 1000, doc
     assert [p["rate"] for p in doc["probes"]][0] == round(doc["ceiling"]["msgs_per_sec"] / 2)
     for p in doc["probes"]:  # a passing rate was served and within the limit; a failing one was not both
@@ -109,6 +130,6 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     import pandas as pd
 
     rows = pd.read_parquet(out / "results.parquet")
-    assert sorted(rows["rate"]) == sorted([0] + [p["rate"] for p in doc["probes"]])
+    assert sorted(rows["rate"]) == sorted([0, 0] + [p["rate"] for p in doc["probes"] for _ in range(p["tries"])])
     assert (out / "report.html").exists()
     assert not wait_no_children()

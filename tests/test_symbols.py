@@ -1,0 +1,56 @@
+"""User addresses are named in a forked child (profiler/symbols.py): the names are BCC's, and whatever the
+symbolizer closes by mistake is the child's descriptor, never netprof's."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import time
+
+import pytest
+
+from helpers import require_bpf
+from netprof.profiler import symbols
+
+
+def test_names_an_address_of_a_live_process_as_bcc_does():
+    require_bpf()  # BCC's symbolizer
+    libc = ctypes.CDLL(None)
+    addr = ctypes.cast(libc.getpid, ctypes.c_void_p).value
+    names = symbols.user_symbols({os.getpid(): [addr, addr]})
+    assert list(names) == [(os.getpid(), addr)]  # each address once
+    assert re.fullmatch(r"_*getpid \[libc[^\]]*\]", names[(os.getpid(), addr)]), names  # glibc: __getpid
+    assert symbols.user_symbols({os.getpid(): []}) == {}
+
+
+def test_a_stray_close_in_the_lookup_leaves_our_descriptors_open(monkeypatch):
+    """What libbcc did in a --stacks run (close a descriptor it never opened) happens in the child: ours stays."""
+    r, w = os.pipe()
+    try:
+        def stray(want):
+            os.close(r)  # the child's copy of our pipe
+            return {(t, a): "x [y]" for t, addrs in want.items() for a in addrs}
+
+        monkeypatch.setattr(symbols, "_lookup", stray)
+        assert symbols.user_symbols({1: [16]}) == {(1, 16): "x [y]"}
+        os.write(w, b"ok")
+        assert os.read(r, 2) == b"ok"  # our read end is still ours
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_child_that_fails_or_hangs_names_nothing_and_is_reaped(monkeypatch):
+    def fail(want):
+        raise RuntimeError("libbcc fell over")
+
+    monkeypatch.setattr(symbols, "_lookup", fail)
+    assert symbols.user_symbols({1: [16]}) == {}
+    monkeypatch.setattr(symbols, "_lookup", lambda want: time.sleep(30))
+    monkeypatch.setattr(symbols, "TIMEOUT_S", 0.3)
+    t0 = time.monotonic()
+    assert symbols.user_symbols({1: [16]}) == {}
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child left behind
