@@ -34,12 +34,21 @@ def _lookup(want: dict[int, list[int]]) -> dict[tuple[int, int], str]:
             for tgid, addrs in want.items() for a in addrs}
 
 
-def user_symbols(addrs: Mapping[int, Iterable[int]]) -> dict[tuple[int, int], str]:
-    """{(tgid, addr): "name [module]"} for each process's addresses (the processes must still run). An
-    address the child could not name (it failed, or ran out of time) is missing: callers say UNKNOWN."""
+def user_symbols(addrs: Mapping[int, Iterable[int]], tries: int = 2) -> dict[tuple[int, int], str]:
+    """{(tgid, addr): "name [module]"} for each process's addresses (the processes must still run). A
+    child that fails is tried again (`tries` in all: the stray close may hit the child's own pipe); an
+    address no child could name (failed, or out of time) is missing: callers say UNKNOWN."""
     want = {tgid: sorted(set(a)) for tgid, a in addrs.items()}
     if not any(want.values()):
         return {}
+    for _ in range(tries):
+        if (names := _in_child(want)) is not None:
+            return names
+    return {}
+
+
+def _in_child(want: dict[int, list[int]]) -> dict[tuple[int, int], str] | None:
+    """_lookup(want) in a forked child; None when it failed or ran out of time."""
 
     def child(w: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -49,7 +58,7 @@ def user_symbols(addrs: Mapping[int, Iterable[int]]) -> dict[tuple[int, int], st
 
     forked = procs.fork_child(child)
     if forked is None:
-        return {}
+        return None
     pid, r = forked
     data, finished = bytearray(), False
     deadline = time.monotonic() + TIMEOUT_S
@@ -66,5 +75,5 @@ def user_symbols(addrs: Mapping[int, Iterable[int]]) -> dict[tuple[int, int], st
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
     if not finished or os.waitstatus_to_exitcode(status) != 0 or not data:
-        return {}
+        return None
     return pickle.loads(bytes(data))  # our own child's answer

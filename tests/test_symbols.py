@@ -41,11 +41,19 @@ def test_a_stray_close_in_the_lookup_leaves_our_descriptors_open(monkeypatch):
         os.close(w)
 
 
-def test_a_child_that_fails_or_hangs_names_nothing_and_is_reaped(monkeypatch):
-    def fail(want):
-        raise RuntimeError("libbcc fell over")
+def test_a_child_that_fails_is_tried_again_one_that_hangs_names_nothing_and_both_are_reaped(monkeypatch, tmp_path):
+    tried = tmp_path / "tried"
 
-    monkeypatch.setattr(symbols, "_lookup", fail)
+    def fail_once(want):  # runs in the children: they leave a mark on disk
+        with open(tried, "a") as f:
+            f.write("x")
+        if len(tried.read_text()) == 1:
+            raise RuntimeError("libbcc fell over")
+        return {(1, 16): "x [y]"}
+
+    monkeypatch.setattr(symbols, "_lookup", fail_once)
+    assert symbols.user_symbols({1: [16]}) == {(1, 16): "x [y]"} and tried.read_text() == "xx"
+    monkeypatch.setattr(symbols, "_lookup", lambda want: 1 / 0)
     assert symbols.user_symbols({1: [16]}) == {}
     monkeypatch.setattr(symbols, "_lookup", lambda want: time.sleep(30))
     monkeypatch.setattr(symbols, "TIMEOUT_S", 0.3)
