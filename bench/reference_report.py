@@ -10,6 +10,11 @@ HTTP, `GET /plaintext`, without --protocol):
     .venv/bin/python bench/reference_report.py http -- http_asyncio aiohttp uvicorn_h11 \\
         uvicorn_httptools granian_asgi granian_rsgi gunicorn_sync gunicorn_gevent tornado_http \\
         -c 10,100,1000 --pipeline 1,8 -r 3
+
+Latency against load (issue 34: the curve and why it bends, open loop at rates below and past the knees):
+
+    .venv/bin/python bench/reference_report.py knee -- uvicorn_httptools aiohttp granian_rsgi -c 10 \
+        --rate 5k,10k,15k,20k,25k,30k,40k -r 1
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ REPORTS = Path(__file__).with_name("reports")
 # reports committed before 2026-11-26 kept only results.csv: the per-connection evidence and plots, and
 # the column types, cannot be re-made from them).
 KEPT = ("report.md", "report.html", "meta.json", "results.csv", "results.parquet", "per_conn.parquet",
-        "sockwait_conn.parquet", "plots", "stacks")
+        "sockwait_conn.parquet", "timeline.parquet", "plots", "stacks")
 SCREENSHOTS = Path(__file__).parents[1] / "tests" / "test_report_screenshot.py"  # also a script: DIR → PNGs
 
 

@@ -302,6 +302,26 @@ def test_overloaded_fires_on_requests_behind_alone_and_is_silent_when_kept_up():
     assert ids(detect_rows(open_row(1000, 990.0), overload_shortfall=0.005), "overloaded")  # Thresholds decide
 
 
+def test_requests_behind_with_flat_latency_are_the_connections_not_the_server():
+    """At -c 10 a request waits for its connection when the one before it takes longer than 10/rate: with the
+    rate achieved and the latency flat through the window that is the loader's limit, said as such; with the
+    latency growing, or without a timeline to tell, it is overload as before."""
+    flat = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800, timeline=_timeline([3_000.0, 500.0, 450.0]))
+    found = detect_rows(flat)
+    assert not ids(found, "overloaded")
+    (a,) = ids(found, "connections_busy")
+    assert a["severity"] == "info" and a["evidence"]["time between requests on one connection (µs)"] == 500
+    assert "every 500 µs" in a["explanation"] and "never saw more than 10 requests at once" in a["explanation"]
+    growing = open_row(20_000, 20_000.0, p99=90_000.0, behind=1800, timeline=_timeline([3_000.0, 40_000.0, 9e4]))
+    found = detect_rows(growing)
+    assert ids(found, "overloaded") and not ids(found, "connections_busy")
+    unknown = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800)  # no timeline
+    assert ids(detect_rows(unknown), "overloaded")
+    short = open_row(20_000, 15_000.0, behind=1800, timeline=_timeline([500.0, 450.0]))  # 75%: overloaded
+    found = detect_rows(short)
+    assert ids(found, "overloaded") and not ids(found, "connections_busy")
+
+
 def test_loader_late_names_its_threshold_and_count():
     (a,) = ids(detect_rows(open_row(1000, 1000.0, loader_late=12)), "loader_late")
     assert a["severity"] == "warning"  # its p99 lateness (4 ms) is past the threshold

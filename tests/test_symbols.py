@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import require_bpf
-from netprof.profiler import symbols
+from netprof.profiler import procs, symbols
 
 
 def test_names_an_address_of_a_live_process_as_bcc_does():
@@ -57,8 +57,17 @@ def test_a_child_that_fails_is_tried_again_one_that_hangs_names_nothing_and_both
     assert symbols.user_symbols({1: [16]}) == {}
     monkeypatch.setattr(symbols, "_lookup", lambda want: time.sleep(30))
     monkeypatch.setattr(symbols, "TIMEOUT_S", 0.3)
+    forked, real_fork = [], procs.fork_child
+
+    def fork_child(work):
+        got = real_fork(work)
+        forked.append(got[0])
+        return got
+
+    monkeypatch.setattr(symbols.procs, "fork_child", fork_child)
     t0 = time.monotonic()
     assert symbols.user_symbols({1: [16]}) == {}
-    assert time.monotonic() - t0 < 5
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no child left behind
+    assert time.monotonic() - t0 < 5 and len(forked) == 2  # tried again, each time out of time
+    for pid in forked:  # killed and reaped: none left behind
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

@@ -23,17 +23,28 @@ def _pct(v: float | None) -> str:
     return units.share(v, 1 if v is not None and (0 < v < 0.01 or 0.99 < v < 1) else 0)
 
 
+def _load_state(r, t: Thresholds) -> tuple[bool, bool, bool]:
+    """(short, queued, flat) of an open-loop cell: it answered less than 95% of the rate; more than 1% of its
+    requests found their connection still waiting and queued in the loader; its p99 did not grow through the
+    window (last slice < 2× the first; False without a timeline: older results, several loader hosts)."""
+    share, behind = num(r, "open_loop.achieved_share"), num(r, "open_loop.behind_share")
+    growth = num(r, "open_loop.p99_growth")
+    return (share is not None and share < 1 - t.overload_shortfall,
+            behind is not None and behind > t.overload_behind_share,
+            growth is not None and growth < t.overload_growth)
+
+
 @rule("overloaded", plots=("latency_time", "latency_load", "throughput", "latency"))
 def overloaded(ctx: Context) -> list[Anomaly]:
     """The server fell behind the rate asked: it answered less than 95% of it, or more than 1% of the
-    requests found their connection still waiting and queued in the loader."""
+    requests found their connection still waiting and queued in the loader while latency grew through the
+    window (queued with flat latency is `connections_busy`: the loader's connections, not the server)."""
     t, found = ctx.t, []
     for _, r in _open(ctx.cells).iterrows():
         rate = float(r["rate"])
         share, behind = num(r, "open_loop.achieved_share"), num(r, "open_loop.behind_share")
-        short = share is not None and share < 1 - t.overload_shortfall
-        queued = behind is not None and behind > t.overload_behind_share
-        if not (short or queued):
+        short, queued, flat = _load_state(r, t)
+        if not (short or (queued and not flat)):
             continue
         mps = num(r, "mps_mean")
         p99, p99_sent = num(r, "lat_us.p99"), num(r, "lat_sent_us.p99")
@@ -68,6 +79,41 @@ def overloaded(ctx: Context) -> list[Anomaly]:
         text += "Its capacity is below this rate: ask for less, or find what limits it at a lower rate."
         title = f"Overloaded: {units.rate(mps)}/s of {units.number(rate)}/s asked ({where(r)})"
         found.append(Anomaly.at(r, "overloaded", "warning", title, text, ev))
+    return found
+
+
+@rule("connections_busy", plots=("latency_time", "latency_load"))
+def connections_busy(ctx: Context) -> list[Anomaly]:
+    """More than 1% of the requests found their connection busy (`--pipeline` in flight) and waited in the
+    loader, yet the server kept up: it answered the rate and latency stayed flat through the window. The
+    limit was the loader's connections: each carries a request every connections ÷ rate seconds, and an
+    answer slower than that makes the next one wait."""
+    t, found = ctx.t, []
+    for _, r in _open(ctx.cells).iterrows():
+        short, queued, flat = _load_state(r, t)
+        if short or not queued or not flat:
+            continue
+        rate, conns, pipe = float(r["rate"]), int(r.get("connections") or 1), int(r.get("pipeline") or 1)
+        behind, p99 = num(r, "open_loop.behind_share"), num(r, "lat_us.p99")
+        first, last = num(r, "open_loop.p99_first_slice_us"), num(r, "open_loop.p99_last_slice_us")
+        spacing = 1e6 * conns / rate  # µs between requests on one connection
+        width = num(r, "open_loop.slice_s")
+        ev = {"asked (requests/s)": r2(rate, 0), "achieved share": _pct(num(r, "open_loop.achieved_share")),
+              "requests behind (waited for their connection)": _pct(behind),
+              "time between requests on one connection (µs)": r2(spacing, 0),
+              "latency p99 from the intended send (µs)": r2(p99, 0),
+              "p99 in the window's first slice (µs)": r2(first, 0), "p99 in the window's last slice (µs)": r2(last, 0),
+              "wait behind the connection p99 (µs)": r2(num(r, "open_loop.behind_late_us.p99"), 0)}
+        text = (f"{where(r)}: {_pct(behind)} of the requests came due while their connection still had its {pipe} in "
+                f"flight, and waited in the loader; yet the server answered the rate and its latency did not grow "
+                f"through the window (p99 {units.duration_us(first)} in the first {units.seconds(width)}, "
+                f"{units.duration_us(last)} in the last): it kept up. At {units.number(rate)} requests/s over {conns} "
+                f"connections, each connection carries a request every {units.duration_us(spacing)}, and an answer "
+                "slower than that makes the next one wait. The wait is in the latency from the intended send (p99 "
+                f"{units.duration_us(p99)}), so the figures stand, but the server never saw more than {conns * pipe} "
+                "requests at once: more connections (-c) or a deeper --pipeline offer it the load as it arrives.")
+        title = f"The loader's connections were the limit, not the server: {where(r)}"
+        found.append(Anomaly.at(r, "connections_busy", "info", title, text, ev))
     return found
 
 

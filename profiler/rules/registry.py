@@ -79,6 +79,7 @@ class Thresholds:
     # --rate (open loop): a server behind its schedule, and the bend of the latency–throughput curve
     overload_shortfall: float = 0.05         # achieved below (1 − this) × the target rate
     overload_behind_share: float = 0.01      # or more than this share of requests waited for their connection
+    overload_growth: float = 2.0             # ... and p99 grew this much from the window's first slice to its last
     knee_factor: float = 3.0                 # the bend: p99 this × its value at the lowest rate
     knee_change: float = 0.25                # a per-message figure that moved this much (relative) is evidence
     knee_share_drop: float = 0.02            # ... at a rate whose achieved share fell this much below the lowest's
