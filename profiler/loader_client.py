@@ -84,6 +84,12 @@ class RunRequest:
     # The window in this many equal slices, each with its latency figures (PROTOCOL.md, "Timeline"): overload
     # shows as latency growing through the window. None: absent.
     timeline: int | None = None
+    # Turns (PROTOCOL.md, "Turns"): further targets that share the connections with `target` (connection i
+    # talks to target i % (1 + len(alternate))) and are served one at a time, `turn` seconds each, in rounds
+    # A B, B A, …; the stats gain "turns" (each turn's messages and mean latency, each target's latency).
+    # None: absent (one target).
+    alternate: list[str] | None = None
+    turn: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -94,9 +100,11 @@ class RunRequest:
         if d["protocol"] == "echo":
             del d["protocol"]
         for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals", "start_at",
-                    "timeline"):
+                    "timeline", "alternate", "turn"):
             if d[key] is None:
                 del d[key]
+        if d.get("alternate") is not None:
+            d["alternate"] = list(self.alternate or [])
         if not d["histograms"]:
             del d["histograms"]
         if d["headers"]:

@@ -227,6 +227,30 @@ def test_think_time_caps_the_rate(group, loader):
         assert 1000 < s["msgs_per_sec"] <= 10 / 0.001 * 1.3, spec
 
 
+def test_turns_serve_two_servers_one_at_a_time(group, loader):
+    """Turns (PROTOCOL.md, "Turns"): one loader, two servers (one answering after 5 ms), 10 connections each,
+    0.1 s turns in rounds A B, B A: each turn's messages are its server's, and the client's fields reach the
+    loader as PROTOCOL.md spells them."""
+    _, fast = start_echo(group)
+    _, slow = start_echo(group, "delay", 0.005)
+    req = RunRequest(target=f"127.0.0.1:{fast}", alternate=[f"127.0.0.1:{slow}"], turn=0.1, connections=20,
+                     duration=1.2, warmup=0.2)
+    assert {k: req.to_json()[k] for k in ("alternate", "turn")} == {"alternate": [f"127.0.0.1:{slow}"], "turn": 0.1}
+    assert "alternate" not in RunRequest(target="127.0.0.1:1", connections=1).to_json()
+    s = loader.run(req)
+    check_stats(s, 20, 1.2)
+    t = s["turns"]
+    assert t["served"] == [0, 1, 1, 0] * 3 and t["targets"] == [req.target, *req.alternate]
+    by = {0: [], 1: []}
+    for served, messages, mean in zip(t["served"], t["messages"], t["latency_mean_us"]):
+        by[served].append((messages, mean))
+    # 10 connections at 5 ms a reply: at most 200 per 0.1 s turn on the slow server, each over 5 ms
+    assert all(0 < m <= 10 * 0.1 / 0.005 + 10 and mean >= 5000 for m, mean in by[1]), by[1]
+    assert all(m > 2 * max(x for x, _ in by[1]) and mean < 5000 for m, mean in by[0]), by[0]
+    assert [x["messages"] for x in t["by_target"]] == [sum(s["per_conn_messages"][i::2]) for i in (0, 1)]
+    assert sum(m for m, _ in by[0] + by[1]) <= s["messages"]
+
+
 @pytest.mark.parametrize("mode", ["corrupt", "replay"])
 def test_wrong_echo_bytes_are_counted(group, loader, mode):
     _, port = start_echo(group, mode)

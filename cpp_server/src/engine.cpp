@@ -123,7 +123,8 @@ struct Timer {
   int64_t due;
   uint32_t conn;
   uint32_t gen;
-  enum Kind : uint8_t { Retry, AttemptTimeout, Think, Send } kind;  // Send: open loop, a request is due
+  // Send: open loop, a request is due. Turn: turns, the next turn begins (conn unused).
+  enum Kind : uint8_t { Retry, AttemptTimeout, Think, Send, Turn } kind;
   bool operator>(const Timer& o) const { return due > o.due; }
 };
 
@@ -199,7 +200,9 @@ class Worker {
         cpu_(cpu),
         rng_(splitmix64(index + 1) ^ now_ns()),
         open_(sh.req->open_loop()),
-        late_threshold_(open_ ? loader_late_threshold_ns(sh.req->rate) : 0) {
+        late_threshold_(open_ ? loader_late_threshold_ns(sh.req->rate) : 0),
+        targets_(sh.req->targets()),
+        turn_ns_(int64_t(std::llround(sh.req->turn * 1e9))) {
     const RunRequest& r = *sh.req;
     for (int i = index; i < r.connections; i += nworkers) {
       conns_.emplace_back();
@@ -214,6 +217,12 @@ class Worker {
     check_sys(epoll_ctl(ep_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev), "epoll_ctl(wake)");
     buf_.resize(kIoBuf);
     timeline.resize(size_t(r.timeline));
+    if (r.turns()) {
+      const size_t n = size_t(std::llround(r.duration / r.turn));
+      turn_messages.resize(n);
+      turn_latency_ns.resize(n);
+      target_latency.resize(size_t(targets_));
+    }
   }
   // The owner stops the run (phase kStop, wake) before a worker is destroyed; the sockets close with conns_.
   ~Worker() { join(); }
@@ -251,6 +260,11 @@ class Worker {
   PerPhase<Histogram> hist_sent;     // open loop: latency from the actual send, by phase
   OpenLoopStats ol;                  // open loop: the schedule's figures (the coordinator adds the unsent)
   std::vector<Histogram> timeline;   // the window's slices (request `timeline`): latency as hist's
+  // Turns (request `alternate`): per turn of the window, the messages sent in it and answered in the window
+  // and their latency summed (ns); per target, the window's latency. Empty without turns.
+  std::vector<uint64_t> turn_messages;
+  std::vector<double> turn_latency_ns;
+  std::vector<Histogram> target_latency;
   const std::vector<Conn>& conns() const { return conns_; }
   // Live counts for progress events, read by the coordinator mid-run: messages answered since pinging
   // began, and those of the window.
@@ -301,6 +315,7 @@ class Worker {
           }
           if (c.state == Conn::Up) try_send(i);  // a reconnecting one sends when it is up
         }
+        if (targets_ > 1) arm_turn(now_ns());
       }
       int64_t wait = connect_done ? -1 : std::max<int64_t>(0, sh_.connect_deadline - now);
       if (!timers_.empty()) {
@@ -353,7 +368,8 @@ class Worker {
     src.sin_family = AF_INET;
     src.sin_addr = r.source_addrs[c.id % r.source_addrs.size()];
     if (bind(c.fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) < 0) return hard_fail(i);
-    int rc = connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&r.target_addr), sizeof r.target_addr);
+    const sockaddr_in& to = r.target_addrs[c.id % r.target_addrs.size()];
+    int rc = connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&to), sizeof to);
     // A reconnect always waits for epoll (no sending from inside the reopen that started it).
     if (rc == 0 && !c.reconnecting) return became_up(i);
     if (rc == 0 || errno == EINPROGRESS) {
@@ -481,6 +497,11 @@ class Worker {
             if (c.state == Conn::Up) try_send(t.conn);  // starts the due request and arms the next
           }
           break;
+        case Timer::Turn:  // the connections of the target whose turn begins send what they hold
+          for (uint32_t i = 0; i < conns_.size(); i++)
+            if (conns_[i].state == Conn::Up && serving(conns_[i].id, now)) try_send(i);
+          arm_turn(now);
+          break;
       }
     }
   }
@@ -553,6 +574,7 @@ class Worker {
     if (!c.recv_bad && phase != kOutside) {
       c.window_msgs[phase]++;
       record_latency(c, phase, now, window.start);
+      count_turn(c, now, window);
     }
     answered(c, now, window.stop);
     freed(c, now);
@@ -573,6 +595,30 @@ class Worker {
     if (open_) hist_sent[phase].record(uint64_t(now - sent));
     if (!timeline.empty())
       timeline[timeline_slice(start, int64_t(sh_.req->duration * 1e9), int(timeline.size()), now)].record(lat);
+  }
+
+  // Turns: the reply to message recv_seq, answered in the window at `now`, counts in the turn its request was
+  // sent in (when that was in the window too) and in its target's latency.
+  void count_turn(const Conn& c, int64_t now, const WindowBounds& window) {
+    if (targets_ <= 1) return;
+    const int64_t sent = c.sent_at[c.recv_seq % size_t(sh_.req->pipeline)];
+    target_latency[c.id % uint32_t(targets_)].record(uint64_t(now - sent));
+    const int64_t k = turn_index(window.start, turn_ns_, sent);
+    if (k < 0 || k >= int64_t(turn_messages.size())) return;
+    turn_messages[size_t(k)]++;
+    turn_latency_ns[size_t(k)] += double(now - sent);
+  }
+
+  // Turns: whether connection `id`'s target serves the turn of `now`.
+  bool serving(uint32_t id, int64_t now) const {
+    const int64_t k = turn_index(sh_.t_start.load(std::memory_order_relaxed), turn_ns_, now);
+    return turn_target(k, targets_) == int(id % uint32_t(targets_));
+  }
+
+  // Turns: a timer for the start of the turn after the one `now` is in.
+  void arm_turn(int64_t now) {
+    const int64_t start = sh_.t_start.load(std::memory_order_relaxed);
+    timers_.push({start + (turn_index(start, turn_ns_, now) + 1) * turn_ns_, 0, 0, Timer::Turn});
   }
 
   // Message recv_seq is answered at `now`: if that is past the window's end `stop`, it was still
@@ -680,6 +726,7 @@ class Worker {
     if (ok && phase != kOutside) {
       c.window_msgs[phase]++;
       record_latency(c, phase, now, window.start);
+      count_turn(c, now, window);
     }
     answered(c, now, window.stop);
     freed(c, now);
@@ -759,6 +806,7 @@ class Worker {
         if (seq >= c.started) {
           if (c.credits > 0) {  // closed loop: a free slot; open loop: a request sent again after a reopening
             if (!now) now = now_ns();
+            if (targets_ > 1 && !serving(c.id, now)) break;  // turns: not this target's turn (it keeps the slot)
             c.credits--;
             c.sent_at[c.started % K] = now;
             c.started++;
@@ -899,6 +947,8 @@ class Worker {
   std::mt19937_64 rng_;
   const bool open_;               // open-loop load (the request has a rate)
   const int64_t late_threshold_;  // open loop: lateness above which a request is `loader_late`
+  const int targets_;             // target and alternate: connection i talks to target i % targets_
+  const int64_t turn_ns_;         // turns: each target's turn
   ScheduleParams sched_;          // open loop: a copy of the run's schedule, taken when the load starts
   Fd ep_, wake_fd_;
   std::vector<Conn> conns_;
@@ -932,6 +982,11 @@ class Coordinator {
     st.open_loop = req_.open_loop();
     st.rate = req_.rate;
     st.arrivals = req_.arrivals;
+    if (req_.turns()) {
+      st.turn_targets = {req_.target};
+      st.turn_targets.insert(st.turn_targets.end(), req_.alternate.begin(), req_.alternate.end());
+      st.turn_ns = int64_t(std::llround(req_.turn * 1e9));
+    }
     const bool no_connection = play_guarded(out, [&] { return play(out); });
     if (sh_.failed.load()) {
       std::lock_guard<std::mutex> lock(sh_.failure_mu);
@@ -951,6 +1006,7 @@ class Coordinator {
       for (size_t k = 0; k < st.status.size(); k++) st.status[k] += w->status[k];
       st.add_latency(w->hist);
       st.add_timeline(w->timeline, int64_t(req_.duration * 1e9));
+      st.add_turns(w->turn_messages, w->turn_latency_ns, w->target_latency);
       for (auto& c : w->conns()) st.add_conn(c.id, c.window_msgs);
       if (st.open_loop) {
         st.add_latency_sent(w->hist_sent);

@@ -213,6 +213,57 @@ bool parse_request(std::string_view line, Request* out, std::string* why) {
   return parse_request_obj(obj, out, why);
 }
 
+// Turns (PROTOCOL.md, "Turns"): `alternate` targets served in turns with `target`, `turn` seconds each. Runs
+// after `target`, `connections`, `duration`, `transport` and `timeline` are read.
+bool parse_turns(const json& o, RunRequest* r, std::string* why) {
+  r->target_addrs = {r->target_addr};
+  if (!o.contains("alternate")) {
+    if (o.contains("turn")) {
+      *why = "turn needs alternate (the targets that take turns with target)";
+      return false;
+    }
+    return true;
+  }
+  if (!get_str_list(o, "alternate", kMaxTargets - 1, &r->alternate, why)) return false;
+  if (r->alternate.empty()) {
+    *why = "alternate must name at least one more target (IPv4:port)";
+    return false;
+  }
+  for (const std::string& t : r->alternate) {
+    sockaddr_in a{};
+    if (!parse_hostport(t, &a) || ntohs(a.sin_port) == 0) {
+      *why = "alternate entry must be IPv4:port with port 1..65535, got '" + t + "'";
+      return false;
+    }
+    r->target_addrs.push_back(a);
+  }
+  const int n = r->targets();
+  if (r->connections % n != 0) {
+    *why = "connections " + std::to_string(r->connections) + " is not a multiple of the " + std::to_string(n) +
+           " targets (target and alternate): each target gets connections / " + std::to_string(n);
+    return false;
+  }
+  if (!get_num(o, "turn", 0.01, 60, &r->turn, why)) return false;
+  const double turns = r->duration / r->turn;
+  const int64_t whole = std::llround(turns);
+  if (std::fabs(turns - double(whole)) > 1e-6 * turns || whole < n || whole > kMaxTurns) {
+    json d = r->duration, t = r->turn;
+    *why = "duration " + d.dump() + " must be a whole number of turns of " + t.dump() +
+           " s, at least one per target (" + std::to_string(n) + ") and at most " + std::to_string(kMaxTurns);
+    return false;
+  }
+  for (const char* other : {"rate", "timeline"})
+    if (o.contains(other)) {
+      *why = std::string("alternate does not go with ") + other + " (turns are for closed-loop load)";
+      return false;
+    }
+  if (r->transport != Transport::Tcp) {
+    *why = "alternate needs transport \"tcp\"";
+    return false;
+  }
+  return true;
+}
+
 bool parse_request_obj(const json& o, Request* out, std::string* why) {
   if (!o.is_object()) {
     *why = "request must be a JSON object";
@@ -230,7 +281,8 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       "warmup",    "pipeline",    "think",       "connect_timeout", "sources",
       "transport", "probe_share", "protocol",    "request",         "headers",
       "body",      "host",        "line",        "progress",        "probe_guard",
-      "rate",      "arrivals",    "histograms",  "start_at",        "timeline"};
+      "rate",      "arrivals",    "histograms",  "start_at",        "timeline",
+      "alternate", "turn"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -303,6 +355,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     *why = "transport must be \"tcp\" or \"zmq\", got '" + transport + "'";
     return false;
   }
+  if (!parse_turns(o, &r, why)) return false;
   if (r.transport == Transport::Zmq && r.timeline > 0) {  // the zmq engine keeps no slices
     *why = "timeline needs transport \"tcp\", not \"zmq\"";
     return false;
@@ -457,6 +510,21 @@ void Stats::add_timeline(const std::vector<Histogram>& slices, int64_t duration_
   for (size_t i = 0; i < slices.size(); i++) timeline[i].merge(slices[i]);
 }
 
+void Stats::add_turns(const std::vector<uint64_t>& messages, const std::vector<double>& latency_ns,
+                      const std::vector<Histogram>& by_target) {
+  if (messages.empty()) return;
+  if (turn_messages.size() < messages.size()) {
+    turn_messages.resize(messages.size());
+    turn_latency_ns.resize(messages.size());
+  }
+  if (target_latency.size() < by_target.size()) target_latency.resize(by_target.size());
+  for (size_t k = 0; k < messages.size(); k++) {
+    turn_messages[k] += messages[k];
+    turn_latency_ns[k] += latency_ns[k];
+  }
+  for (size_t t = 0; t < by_target.size(); t++) target_latency[t].merge(by_target[t]);
+}
+
 void Stats::add_latency_sent(const PerPhase<Histogram>& by_phase) {
   for (int p = 0; p < kPhases; p++) {
     phases[p].latency_sent.merge(by_phase[p]);
@@ -544,6 +612,22 @@ json stats_json(const Stats& s, bool histograms) {
                         {"max_us", us(double(h.max()))}});
     }
     j["timeline"] = {{"slice_s", r6(double(s.timeline_slice_ns) / 1e9)}, {"slices", slices}};
+  }
+  if (!s.turn_targets.empty()) {  // only for clients that asked for turns
+    const int n = int(s.turn_targets.size());
+    json served = json::array(), means = json::array(), by_target = json::array();
+    for (size_t k = 0; k < s.turn_messages.size(); k++) {
+      served.push_back(turn_target(int64_t(k), n));
+      means.push_back(s.turn_messages[k] ? us(s.turn_latency_ns[k] / double(s.turn_messages[k])) : 0.0);
+    }
+    for (int t = 0; t < n; t++) {
+      const Histogram& h = t < int(s.target_latency.size()) ? s.target_latency[size_t(t)] : Histogram();
+      by_target.push_back({{"target", s.turn_targets[size_t(t)]},
+                           {"messages", h.count()},
+                           {"latency_us", latency_json(h, histograms)}});
+    }
+    j["turns"] = {{"turn_s", r6(double(s.turn_ns) / 1e9)}, {"targets", s.turn_targets}, {"served", served},
+                  {"messages", s.turn_messages},           {"latency_mean_us", means},  {"by_target", by_target}};
   }
   if (s.open_loop) {  // only for clients that asked for a rate: closed-loop stats keep their exact shape
     j["rate"] = s.rate;

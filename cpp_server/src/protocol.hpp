@@ -54,6 +54,10 @@ enum class Arrivals { Constant, Poisson };
 const char* arrivals_name(Arrivals a);
 constexpr double kMaxRate = 10'000'000;  // requests/s over all connections
 
+// Turns (PROTOCOL.md, "Turns"): at most this many targets, and this many turns in a window.
+constexpr size_t kMaxTargets = 26;
+constexpr int64_t kMaxTurns = 100'000;
+
 struct RunRequest {
   Transport transport = Transport::Tcp;
   std::string target;
@@ -96,6 +100,13 @@ struct RunRequest {
   // CLOCK_MONOTONIC seconds before which the window does not start (0 = absent): several loaders started
   // apart by a few ms begin their windows together (PROTOCOL.md, "Run request"); the warm-up grows to reach it.
   double start_at = 0;
+  // Turns (PROTOCOL.md, "Turns"): further targets that share the connections with `target` and are served
+  // one at a time, `turn` seconds each; target_addrs holds `target` first, then these. Empty: one target.
+  std::vector<std::string> alternate;
+  std::vector<sockaddr_in> target_addrs;
+  double turn = 0.1;
+  bool turns() const { return !alternate.empty(); }
+  int targets() const { return int(1 + alternate.size()); }
   // Bytes of one message the loader sends: msize (echo) or the request's size.
   size_t message_bytes() const { return protocol == Protocol::Echo ? size_t(msize) : request_bytes.size(); }
 };
@@ -145,6 +156,21 @@ struct PhaseStats {
 inline size_t timeline_slice(int64_t start, int64_t duration_ns, int slices, int64_t t) {
   const int64_t slice = std::max<int64_t>(1, duration_ns / slices);
   return size_t(std::clamp<int64_t>((t - start) / slice, 0, slices - 1));
+}
+
+// Turns: the turn the instant `t` falls in, counted from the window's `start` in turns of `turn_ns` (floor:
+// negative during the warm-up).
+inline int64_t turn_index(int64_t start, int64_t turn_ns, int64_t t) {
+  const int64_t d = t - start;
+  return d >= 0 ? d / turn_ns : -((-d + turn_ns - 1) / turn_ns);
+}
+
+// Which of `targets` targets serves turn `k`: rounds of one turn per target, in order in even rounds and in
+// reverse in odd ones (two targets: A B B A A B …), so neither is always first after the other.
+inline int turn_target(int64_t k, int targets) {
+  const int64_t round = k >= 0 ? k / targets : -((-k + targets - 1) / targets);
+  const int j = int(k - round * targets);
+  return round % 2 == 0 ? j : targets - 1 - j;
 }
 
 // The slowest message of any phase (ns).
@@ -255,6 +281,14 @@ struct Stats {
   // completed in it (PROTOCOL.md, "Timeline"); empty when the request did not ask.
   std::vector<Histogram> timeline;
   int64_t timeline_slice_ns = 0;
+  // Turns (PROTOCOL.md, "Turns"); empty when the request had no `alternate`: the targets, the turn's length,
+  // per turn of the window the messages sent in it and answered in the window with their latency summed
+  // (ns), and per target the window's latency (its messages: the histogram's count).
+  std::vector<std::string> turn_targets;
+  int64_t turn_ns = 0;
+  std::vector<uint64_t> turn_messages;
+  std::vector<double> turn_latency_ns;
+  std::vector<Histogram> target_latency;
   // Left waiting at the window's end, longer than its slowest answered message: messages, connections
   // with one, age of the oldest (ns).
   uint64_t unanswered = 0;
@@ -270,6 +304,9 @@ struct Stats {
   void add_latency_sent(const PerPhase<Histogram>& by_phase);  // open loop: from the actual send
   // One thread's timeline slices (empty: none asked) over a window of `duration_ns`.
   void add_timeline(const std::vector<Histogram>& slices, int64_t duration_ns);
+  // One thread's turns (empty vectors: none asked).
+  void add_turns(const std::vector<uint64_t>& messages, const std::vector<double>& latency_ns,
+                 const std::vector<Histogram>& by_target);
   // The messages waiting at the window's end `stop` (of all threads): those already older then than the
   // window's slowest answered message (`latency`, so call after add_latency) are `unanswered`.
   void set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop);
