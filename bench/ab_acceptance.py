@@ -6,7 +6,8 @@ interval hold 1 when nothing changed, and how often does it cry wolf?
     .venv/bin/python bench/ab_acceptance.py builtins                   # asyncio_sock vs uvloop_sock
     .venv/bin/python bench/ab_acceptance.py --from bench/data/ab/*.json [--write]
 
-Every experiment is one real `netprof ab ... --json` (100 connections, `--max-time 150`), its document kept
+Every experiment is one real `netprof ab ... --json` (100 connections, `--max-time 150`; the method is ab's
+default, turns since 2026-11-27: pairs are generations of the servers' processes), its document kept
 whole in bench/data/ab/ (`--from` re-makes the tables from those files, nothing runs). `--noise D` runs
 bench/bystander.py (one neighbour per CPU, busy D of the time) for the length of the experiment. The slowdown
 check compares ab's ratio of msgs/s with the ratio the variants' CPU time per message predicts (from /proc,
@@ -106,14 +107,16 @@ def cpu_prediction(doc: dict) -> float:
 
 
 def table(records: list[dict]) -> str:
-    rows = ["| experiment | noise | NEW/BASE msgs/s [95%] | width | verdict | by CPU/msg | pairs kept | stop "
-            "| commit |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| experiment | method | noise | NEW/BASE msgs/s [95%] | width | verdict | by CPU/msg | pairs kept | stop "
+            "| commit |", "|---|---|---|---|---|---|---|---|---|---|"]
     for rec in records:
         doc = rec["doc"]
         m = _metric(doc, "msgs_per_sec")
         comp = doc["ab"]["comparisons"][0]
         names = " vs ".join(v["label"] for v in doc["ab"]["variants"])
-        rows.append(f"| {rec['experiment']} ({names}) | {rec['noise'] or '-'} | {m['ratio']:.4f} "
+        # documents before turns (2026-11-26) have no method: they were cells
+        rows.append(f"| {rec['experiment']} ({names}) | {doc['ab'].get('method', 'cells')} | {rec['noise'] or '-'} | "
+                    f"{m['ratio']:.4f} "
                     f"[{m['ratio_lo']:.4f}, {m['ratio_hi']:.4f}] | {100 * (m['ratio_hi'] - m['ratio_lo']):.2f} | "
                     f"{m['verdict']} | {cpu_prediction(doc):.4f} | {comp['kept']}/{comp['pairs']} | "
                     f"{doc['ab']['stop']['reason']}, {doc['ab']['elapsed_s']:.0f} s | {rec['commit']} |")

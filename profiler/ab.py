@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from netprof.backends import registry as backend_registry
 from netprof.probes import registry as instrument_registry
 from netprof.profiler import (
     atomic,
@@ -46,6 +47,7 @@ from netprof.profiler import (
     stats,
 )
 from netprof.profiler import meta as meta_mod
+from netprof.profiler import turns as turns_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
 from netprof.profiler.interpreters import Interpreter
@@ -58,6 +60,7 @@ from netprof.profiler.runner import STOP, close_instruments, cost_and_close, ope
 from netprof.profiler.warm import WarmServer
 
 AB_JSON = "ab.json"
+TURNS_PARQUET = "turns.parquet"  # turns: every round's messages per variant
 PRIME = "\u2032"  # the second of two identical variants is "selector′"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # The figures judged per pair (stats' names), then each syscall per message when probes ran. Positive ones
@@ -72,6 +75,20 @@ CANARY_SLACK_S = 120.0  # the canary outlives the planned run by this much at mo
 MAX_STALLS = 3  # cells in a row in which a live server answered nothing end the run: it hangs
 CANARY_START_S = 30.0  # how long the canary may take to give its first sample (an interpreter starting)
 CANARY_WAIT_S = 1.0  # how long to wait after a cell for the canary's samples of its last span
+METHODS = ("turns", "cells")
+METHOD_TURNS = (f"Turns on warm servers (netprof ab): one loader held every variant's connections and served them "
+                f"one variant at a time, in turns of {turns_mod.TURN_S:g} s in rounds A B, B A, … (blocks of --window "
+                f"seconds, one loader run each); every variant's server was restarted every {{gen_blocks}} blocks "
+                f"(a generation), after a warm-up of at least {{gen_warmup:g}} s. Per round d = log(NEW's messages) − "
+                f"log(BASE's) over two turns a tenth of a second apart (the host's speed, which moves every 0.3-3 s, "
+                f"is nearly the same for both); per generation the mean d; NEW/BASE = exp of the mean over "
+                f"generations with its {paired.CONFIDENCE:.0%} Student-t interval (two starts of one server differ: "
+                f"the generations are the replicates). Latency and CPU per message: per block each variant's share "
+                f"(its target's latency; its server's /proc CPU over the block divided by its messages), averaged "
+                f"per generation and paired the same way. Syscalls per message (with probes): short probed cells "
+                f"after the blocks, in pairs BASE, NEW then NEW, BASE. The verdict is the t-test of d: significant "
+                f"when p < {paired.ALPHA}. The run stopped when the --metric interval was within ±--precision (a rule "
+                f"on the spread only) or at --max-time. docs/ab.md has the formulas.")
 METHOD = (f"Paired cells on warm servers (netprof ab): each variant's server started once and stayed warm "
           f"(--fresh: restarted every pair), and cells alternated in pairs BASE, NEW then NEW, BASE on one loader. "
           f"Per pair d = log(NEW) − log(BASE) (NEW − BASE for counts per message that may be 0); NEW/BASE = exp of "
@@ -115,6 +132,7 @@ class AbPlan:
     wait: bool = False
     min_pairs: int = paired.MIN_PAIRS
     flamegraph: bool = False  # a sampling round per variant after the pairs, and the differential flamegraph
+    method: str = "cells"  # "turns": blocks of turns on one loader (turns.py); "cells": paired cells
 
     @property
     def base(self) -> RunConfig:
@@ -200,19 +218,40 @@ def _labels(names: list[str]) -> list[str]:
 
 WINDOW_S = 0.3  # closed loop: short cells fall in the host's speed regimes (0.3-3 s) together more often
 RATE_REQUESTS = 2000  # open loop: requests per window at least, so that a p99 stands on 20 of them
+BLOCK_S = 2.0  # turns: a loader run of 20 turns (9 rounds of two variants), its connect and warm-up ~10% of it
+# Turns: the servers are restarted every GEN_BLOCKS blocks, and the interval is over these generations: two
+# starts of one server differ (A/A here: one pair of processes 0.8% apart for a whole run, another -0.4%), which
+# rounds of one pair of processes cannot show. The first block of a generation warms up GEN_WARMUP_S at least.
+GEN_BLOCKS = 3
+GEN_WARMUP_S = 1.0
+PROBE_PAIRS = 3  # turns with probes: probed cell pairs after the blocks (syscall counts per message barely vary)
 
 
-def default_window(extra_dims: dict) -> float:
-    """--window when not given: 0.3 s, or under --rate long enough for RATE_REQUESTS requests."""
+def default_window(extra_dims: dict, method: str = "cells") -> float:
+    """--window when not given: turns, BLOCK_S; cells, 0.3 s, or under --rate long enough for RATE_REQUESTS
+    requests."""
+    if method == "turns":
+        return BLOCK_S
     rate = (extra_dims.get("rate") or [0])[0]
     return max(WINDOW_S, RATE_REQUESTS / rate) if rate else WINDOW_S
 
 
+def choose_method(asked: str, rate: bool, fresh: bool, zmq: bool) -> str:
+    """--method, or by default turns where the loader can serve them (closed loop, TCP, warm servers)."""
+    if asked and asked not in METHODS:
+        raise InputError(f"--method '{asked}' is not one of {', '.join(METHODS)}")
+    why_not = ("--rate (turns are closed-loop load)" if rate else "--fresh (turns need every server warm at once)"
+               if fresh else "ZeroMQ variants (turns are TCP)" if zmq else "")
+    if asked == "turns" and why_not:
+        raise InputError(f"--method turns does not go with {why_not}: drop --method turns (cells are used)")
+    return asked or ("cells" if why_not else "turns")
+
+
 def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: list[str] | None = None,
          python: str = "", env_items: list[str] | None = None, aa: bool = False, fresh: bool = False,
-         window: float = 1.0, precision: float = 0.01, metric: str = "", max_time: float = 300.0,
+         window: float | None = None, precision: float = 0.01, metric: str = "", max_time: float = 300.0,
          fail_if: str = "", wait: bool = False, ready_regex: str = "", ready_timeout: float = servers.READY_TIMEOUT,
-         as_root: bool = False, flamegraph: bool = False) -> AbPlan:
+         as_root: bool = False, flamegraph: bool = False, method: str = "") -> AbPlan:
     """The variants (built-in `names` first, then the --cmd templates, in order) over the settings both sides
     share (`template`: connections, pipeline, protocol, msize, …), each validated as a run of its own."""
     cmd_names = list(cmd_names or [])
@@ -241,7 +280,14 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
     metric = metric or ("lat_us.p99" if rate else "msgs_per_sec")
     if metric not in METRICS:
         raise InputError(f"--metric '{metric}' is not one netprof ab stops on: use one of {', '.join(METRICS)}")
+    known = set(backend_registry.names(include_test_only=True))  # an unknown name is refused below (validate)
+    zmq = any(backend_registry.get(n).transport == "zmq" for n in names if n in known)
+    method = choose_method(method, bool(rate), fresh, zmq)
+    window = default_window(template.extra_dims, method) if window is None else window
     _check("window", window, "--window")
+    if method == "turns" and turns_mod.whole_turns(window) <= len(kinds):
+        raise InputError(f"--window {window:g}: with turns it is a whole number of {turns_mod.TURN_S:g} s turns, more "
+                         f"than one round of the {len(kinds)} variants (e.g. --window {BLOCK_S:g})")
     _check("warmup", template.warmup, "--warmup")
     _check("max_time", max_time, "--max-time")
     _check("precision", precision, "--precision")
@@ -266,14 +312,15 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
         cfg = dataclasses.replace(
             template, backends=[] if spec else [raw[i]], own=[spec] if spec else [], pythons=[pythons[i]],
             env=[f"{k}={v}" for k, v in (spec.env if spec else ())], extra_dims={**template.extra_dims, "tag": [label]},
-            duration=window, rounds=1, evidence_only=False, stacks=False, flamegraph=False, pin=True, pin_both=False)
+            duration=window if method == "cells" else WINDOW_S,  # turns: the probed cells' window
+            rounds=1, evidence_only=False, stacks=False, flamegraph=False, pin=True, pin_both=False)
         variants.append(Variant(LETTERS[i], label, validate(cfg)))
     protocols = {v.cfg.protocol for v in variants}
     if len(protocols) > 1:
         raise InputError(f"the variants speak different protocols ({', '.join(sorted(protocols))}): compare like "
                          "with like (--protocol applies to --cmd variants)")
     return AbPlan(variants, window, template.warmup, precision, metric, max_time, fresh, aa, fail_if, wait,
-                  flamegraph=flamegraph)
+                  flamegraph=flamegraph, method=method)
 
 
 def missing_capability(p: AbPlan) -> str | None:
@@ -451,6 +498,20 @@ def converged(pairs: Pairs, metric: str, precision: float, min_pairs: int) -> bo
     return paired.converged(paired.estimate(d, x), precision, min_pairs)
 
 
+def _generation_records(gen: dict, g: int, t: float) -> list[CellRecord]:
+    """Turns: one record per variant for generation `g` (the servers' processes between two restarts): its
+    msgs/s is the geometric mean over the generation's rounds of its turns' messages ÷ the turn (so NEW/BASE
+    is exp of the mean per-round log ratio), its other figures the mean over the generation's blocks."""
+    rounds = np.log(np.asarray(gen["rounds"], dtype=float))
+    out = []
+    for i in range(rounds.shape[1]):
+        blocks = [b[i].figures for b in gen["blocks"]]
+        figs = {c: float(np.mean([f[c] for f in blocks if c in f])) for c in {c for f in blocks for c in f}}
+        figs["msgs_per_sec"] = float(np.exp(rounds[:, i].mean())) / turns_mod.TURN_S
+        out.append(CellRecord(i, g, t, figs, False, math.nan, gen["blocks"][-1][i].row))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The run
 
@@ -480,6 +541,9 @@ class _Session:
         self.canary: Canary | None = None
         # --flamegraph: per variant index, its sampled cell (variant directory, cell slug) or why there is none
         self.flames: dict[int, tuple[Path, str] | str] = {}
+        self.turn_rows: list[dict] = []  # turns: every round's messages per variant (turns.parquet)
+        self.gens: list[dict] = []  # turns: per generation (the servers' processes), its blocks' records and rounds
+        self.probed_pairs = 0  # turns with probes: probed cell pairs after the blocks
 
     def run(self, argv: list[str], out_dir: str) -> AbOutcome:
         p = self.p
@@ -505,15 +569,21 @@ class _Session:
             with ProcessGroup() as group, contextlib.ExitStack() as stack:
                 for w in warm:
                     stack.callback(w.stop)
-                self.canary = Canary.start(group, cpu, p.max_time + CANARY_SLACK_S)
+                # turns: the rounds' two turns see the same host; a canary on the backend CPU would only take
+                # CPU from the servers there
+                if p.method == "cells":
+                    self.canary = Canary.start(group, cpu, p.max_time + CANARY_SLACK_S)
                 try:
                     loader = RecordingLoader.start(group, cpus=lcpus, threads=p.base.loader_threads)
                     assert isinstance(loader, RecordingLoader)
                     outcome.failed = self._pairs(warm, loader, instruments, store, interps)
+                    if p.method == "turns" and instruments and not outcome.failed:
+                        outcome.failed = self._probed_pairs(warm, loader, instruments, store, interps)
                     if p.flamegraph and not outcome.failed:
                         self._flamegraphs(warm, loader, interps, out)
                 finally:
-                    self.canary.close()
+                    if self.canary is not None:
+                        self.canary.close()
                 cost_and_close(instruments, meta)  # what each costs on this host, as `run` records it
         except KeyboardInterrupt:
             outcome.interrupted = True
@@ -522,6 +592,9 @@ class _Session:
             close_instruments(instruments)
             store.write_meta({**meta, "host_after": meta_mod.host_load()})
         self.elapsed = time.monotonic() - self.started
+        if self.turn_rows:
+            with atomic.open_atomic(out / TURNS_PARQUET, "wb") as f:
+                pd.DataFrame(self.turn_rows).to_parquet(f, index=False)
         if any(c.items for c in self.comparisons):
             outcome.doc = self.document(out, warm)
             outcome.doc["artifacts"] = {**compare_report.render(outcome.doc, out), "ab_json": str(out / AB_JSON)}
@@ -548,8 +621,8 @@ class _Session:
         with progress:
             task = progress.add_task(escape(f"ab {' vs '.join(v.label for v in p.variants)}"), total=p.max_time,
                                      live="")
-            assert self.canary is not None
-            self.canary.wait_started()
+            if self.canary is not None:
+                self.canary.wait_started()
             for w in warm:
                 try:
                     w.start(loader)
@@ -571,14 +644,26 @@ class _Session:
                     raise KeyboardInterrupt
                 k += 1
                 t0 = time.monotonic()
-                if p.fresh and k > 1:
+                # turns: a new generation of the servers' processes every GEN_BLOCKS blocks
+                new_gen = p.method == "turns" and bool(self.gens) and len(self.gens[-1]["blocks"]) == GEN_BLOCKS
+                if (p.fresh and k > 1) or new_gen:
                     for w in warm:
                         w.stop()
                         try:
                             w.start(loader)
                         except ProcessError as e:
                             return self._failed(f"the {w.label} server did not start: {e}")
-                for comp in self.comparisons:
+                if p.method == "turns":
+                    failed = self._block(warm, k, loader, store, interps)
+                    if isinstance(failed, Stall):
+                        stalls += 1
+                        if stalls >= MAX_STALLS:
+                            return self._failed(f"{failed.why}, {stalls} blocks in a row")
+                    elif failed:
+                        return self._failed(failed)
+                    else:
+                        stalls = 0
+                for comp in self.comparisons if p.method == "cells" else ():
                     order = (0, comp.new) if k % 2 else (comp.new, 0)
                     got = {}
                     for i in order:
@@ -602,6 +687,83 @@ class _Session:
                 progress.update(task, completed=min(time.monotonic() - self.started, p.max_time), live=escape(line))
                 if not self.console.is_terminal:
                     self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def _block(self, warm: list[WarmServer], k: int, loader: RecordingLoader, store: ResultsStore,
+               interps: list[Interpreter]) -> Stall | str | None:
+        """Turns: block `k` (turns.run_block), its rows written at once, added to the current generation (the
+        servers' current processes), whose pair it updates. A Stall when a variant answered nothing in its
+        turns; a string when the block failed."""
+        p = self.p
+        cfgs = [w.cfg for w in warm]
+        assert all(c is not None for c in cfgs)
+        first = not self.gens or len(self.gens[-1]["blocks"]) == GEN_BLOCKS
+        warmup = max(p.warmup, GEN_WARMUP_S) if first else p.warmup
+        block = turns_mod.run_block(cfgs, interps, loader, k, p.window, warmup)  # type: ignore[arg-type]
+        if block.error:
+            gone = next((f for w in warm if (f := w.failure())), None)
+            return f"block {k}: {gone or block.error}"
+        for w, row, per_conn in zip(warm, block.rows, block.per_conn):
+            w.as_started(row)
+            store.add(row, per_conn, {}, None)
+        if silent := [p.variants[i].label for i, row in enumerate(block.rows) if row["status"] != "ok"]:
+            for comp in self.comparisons:
+                comp.stalled += 1
+            return Stall(f"{', '.join(silent)} answered nothing in its turns of block {k}")
+        if first:
+            self.gens.append({"blocks": [], "rounds": []})
+        gen, g = self.gens[-1], len(self.gens)
+        mid = (block.t_start + block.t_stop) / 2
+        recs = [CellRecord(i, k, mid, figures(row), False, math.nan, row) for i, row in enumerate(block.rows)]
+        self.records.extend(recs)
+        gen["blocks"].append(recs)
+        span = len(warm) * turns_mod.TURN_S
+        for r, rnd in enumerate(block.rounds):
+            t = block.t_start + (r + 0.5) * span
+            for i, m in enumerate(rnd.messages):
+                self.turn_rows.append({"generation": g, "block": k, "round": r, "t_s": round(t - self.started, 3),
+                                       "variant": p.variants[i].label, "turn": rnd.order.index(i), "messages": m,
+                                       "msgs_per_sec": m / turns_mod.TURN_S,
+                                       "latency_mean_us": rnd.latency_mean_us[i]})
+            if all(rnd.messages):
+                gen["rounds"].append(rnd.messages)
+            else:  # a turn with no reply: no ratio (the host took the CPU, or a server hung)
+                for comp in self.comparisons:
+                    comp.stalled += 1
+        if not gen["rounds"]:
+            return None
+        gen_recs = _generation_records(gen, g, mid)
+        for comp in self.comparisons:
+            pair = (gen_recs[0], gen_recs[comp.new], f"generation {g}")
+            if len(comp.items) == g:
+                comp.items[-1] = pair  # the generation so far, replaced as its blocks come
+            else:
+                comp.items.append(pair)
+        return None
+
+    def _probed_pairs(self, warm: list[WarmServer], loader: RecordingLoader, instruments, store: ResultsStore,
+                      interps: list[Interpreter]) -> str | None:
+        """Turns with probes: PROBE_PAIRS pairs of short probed cells per comparison after the blocks, for the
+        syscalls per message (the counting set follows one server at a time); their other figures are the
+        blocks'. Why it failed, or None."""
+        k0 = max((r.pair for r in self.records), default=0)
+        for j in range(1, PROBE_PAIRS + 1):
+            for comp in self.comparisons:
+                order = (0, comp.new) if j % 2 else (comp.new, 0)
+                got = {}
+                for i in order:
+                    rec = self._cell(warm[i], i, k0 + j, loader, instruments, store, interps[i])
+                    if isinstance(rec, Stall):
+                        break
+                    if isinstance(rec, str):
+                        return self._failed(rec)
+                    got[i] = rec
+                else:
+                    for rec in got.values():
+                        rec.figures = {c: v for c, v in rec.figures.items()
+                                       if c.startswith(stats.SYSCALL_PREFIX) or c == stats.SYSCALLS_TOTAL}
+                    comp.items.append((got[0], got[comp.new], "".join(self.p.variants[i].letter for i in order)))
+                    self.probed_pairs += 1
+        return None
 
     def _flamegraphs(self, warm: list[WarmServer], loader: RecordingLoader, interps: list[Interpreter],
                      out: Path) -> None:
@@ -634,7 +796,7 @@ class _Session:
               interp: Interpreter) -> CellRecord | Stall | str:
         """One cell of variant `i` in pair `k`, its row written at once; a string says why it failed."""
         v = self.p.variants[i]
-        assert server.cfg is not None and self.canary is not None
+        assert server.cfg is not None
         cell = next(v.cfg.combinations(k))
         out = run_cell(cell, CellEnv(server.cfg, loader, interp, instruments=tuple(instruments)))
         server.as_started(out.row)
@@ -644,7 +806,7 @@ class _Session:
             why = f"{v.label}, pair {k}: {gone or out.row.get('error')}"
             return Stall(why) if not gone and str(out.row.get("error")).startswith("stalled") else why
         spans = paired.headline_spans(loader.events)
-        canary = paired.loop_ns(self.canary.samples(until=spans[-1][1]), spans) if spans else math.nan
+        canary = paired.loop_ns(self.canary.samples(until=spans[-1][1]), spans) if spans and self.canary else math.nan
         mid = (spans[0][0] + spans[-1][1]) / 2 if spans else time.monotonic()
         rec = CellRecord(i, k, mid, figures(out.row), bool(out.row.get("probes")), canary, out.row)
         self.records.append(rec)
@@ -662,7 +824,8 @@ class _Session:
             half = max(c["ratio_hi"] / c["ratio"], c["ratio"] / c["ratio_lo"]) - 1
             parts.append(f"{name} {c['ratio']:.3f}× [{c['ratio_lo']:.3f}, {c['ratio_hi']:.3f}] ±{half:.1%}")
         dropped = sum(sum(c.dropped()) for c in self.comparisons)
-        return (f"pair {k}: {p.metric} " + "; ".join(parts) + f" (target ±{p.precision:.1%}), {dropped} dropped, "
+        unit = f"block {k}, generation {len(self.gens)}" if p.method == "turns" else f"pair {k}"
+        return (f"{unit}: {p.metric} " + "; ".join(parts) + f" (target ±{p.precision:.1%}), {dropped} dropped, "
                 f"{time.monotonic() - self.started:.0f} s")
 
     # -----------------------------------------------------------------------------------------
@@ -710,7 +873,9 @@ class _Session:
                                  for (b, n, order), drop in zip(comp.items, dropped)]})
         doc: dict = {
             "schema": compare.SCHEMA,
-            "method": {"text": METHOD, "alpha": paired.ALPHA, "confidence": paired.CONFIDENCE,
+            "method": {"text": METHOD_TURNS.format(gen_blocks=GEN_BLOCKS, gen_warmup=GEN_WARMUP_S)
+                       if p.method == "turns" else METHOD, "alpha": paired.ALPHA,
+                       "confidence": paired.CONFIDENCE,
                        "min_rounds": compare.MIN_ROUNDS, "test": "paired Student t-test of the per-pair differences",
                        "interval": "Student t on the per-pair log ratios (differences for counts), adjusted for the "
                                    "speed canary by OLS once there are enough pairs"},
@@ -722,8 +887,13 @@ class _Session:
                 "variants": [{"letter": v.letter, "label": v.label, "server": v.server, "kind": v.kind,
                               "python": v.cfg.pythons[0], "command": v.cfg.server(v.server).template or None}
                              for v in p.variants],
-                "aa": p.aa, "measured": "fresh" if p.fresh else "warm",
+                "aa": p.aa, "measured": "fresh" if p.fresh else "warm", "method": p.method,
+                "turn_s": turns_mod.TURN_S if p.method == "turns" else None,
+                "probed_pairs": self.probed_pairs if p.method == "turns" else None,
                 "measured_text": ("fresh servers: every variant's server restarted before each pair" if p.fresh
+                                  else f"warm servers served in turns of {turns_mod.TURN_S:g} s on one loader (A B, "
+                                  f"B A, …), restarted every {GEN_BLOCKS} blocks (generations, the interval's units)"
+                                  if p.method == "turns"
                                   else "warm servers: each variant's server started once and kept for every pair"),
                 "server_starts": {w.label: w.starts for w in warm},
                 "window_s": p.window, "warmup_s": p.warmup, "metric": p.metric, "precision": p.precision,
@@ -825,11 +995,14 @@ def summary_lines(doc: dict) -> list[str]:
     ab = doc["ab"]
     load = (f"open loop at {ab['rate']:,.0f} requests/s ({ab['arrivals']} arrivals), judged on {ab['metric']}; "
             if ab.get("rate") else "")
-    lines = [f"ab: {ab['measured_text']}; {load}{ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up; "
-             f"stopped after {ab['elapsed_s']:.0f} s: {ab['stop']['text']}"]
+    windows = (f"{ab['window_s']:g} s blocks after {ab['warmup_s']:g} s warm-up each"
+               + (f", then {ab['probed_pairs']} probed cell pairs for the syscalls" if ab.get("probed_pairs") else "")
+               if ab.get("method") == "turns" else f"{ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up")
+    lines = [f"ab: {ab['measured_text']}; {load}{windows}; stopped after {ab['elapsed_s']:.0f} s: {ab['stop']['text']}"]
     for c in ab["comparisons"]:
-        lines.append(f"  {c['new']}: {c['kept']} pairs kept, {c['dropped']} dropped (host disturbed); "
-                     f"estimator: {c['estimator'] or '–'}")
+        kept = (f"{c['kept']} pairs (rounds of turns and blocks)" if ab.get("method") == "turns"
+                else f"{c['kept']} pairs kept, {c['dropped']} dropped (host disturbed)")
+        lines.append(f"  {c['new']}: {kept}; estimator: {c['estimator'] or '–'}")
     return lines
 
 

@@ -147,7 +147,7 @@ PHASES = {"accepted": "connecting", "connected": "warm-up", "measure_start": "me
           "probe_start": "measuring (probed)", "probe_stop": "measuring", "measure_stop": "stopping"}
 
 
-class _Marks:
+class Marks:
     """Snapshots taken the moment the loader reports a mark, and the instruments' attach/detach
     around the probed sub-window. The instruments that live in the sub-window (`sub_window`: the
     counting set) are attached at guard_start, read at probe_start and probe_stop (both while
@@ -238,7 +238,7 @@ def open_loop_fields(cell: Cell, cfg: RunConfig) -> dict:
     return {"rate": cell.rate, "arrivals": cfg.arrivals_setting(), "timeline": TIMELINE_SLICES}
 
 
-def _base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
+def base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
     spec = cfg.server(cell.backend)
     own = spec.kind != "builtin"  # the user's server runs its own interpreter
     return {
@@ -288,7 +288,7 @@ def _proc_delta(a: Snap, b: Snap) -> dict:
     return {k: b.proc[k] - a.proc[k] for k in ("user_s", "sys_s", "minflt", "majflt", "vol_ctx", "invol_ctx")}
 
 
-def _unprobed_proc(marks: _Marks) -> dict | None:
+def _unprobed_proc(marks: Marks) -> dict | None:
     """/proc counters of the unprobed phase: the window minus the probed sub-window and its guards
     (the probes inflate system time while attached)."""
     window = marks.pair("measure_start", "measure_stop")
@@ -302,7 +302,7 @@ def _unprobed_proc(marks: _Marks) -> dict | None:
     return {k: whole[k] - sub[k] for k in whole}
 
 
-def _attach_timing(result: dict, marks: _Marks) -> dict:
+def _attach_timing(result: dict, marks: Marks) -> dict:
     """When the probes really ran, against the loader's phases (ms): `attach_lead_ms` = attached
     this long before the probed sub-window began, `detach_lag_ms` = detached this long after it ended;
     `late_ms` > 0 when they attached after it began (its counts miss that much time) and `spill_ms`
@@ -317,7 +317,7 @@ def _attach_timing(result: dict, marks: _Marks) -> dict:
             "late_ms": max(0.0, -lead), "spill_ms": max(0.0, lag - 1e3 * float(guard))}
 
 
-def measure_row(row: dict, result: dict, marks: _Marks, instruments: tuple[Instrument, ...]) -> dict:
+def measure_row(row: dict, result: dict, marks: Marks, instruments: tuple[Instrument, ...]) -> dict:
     """Fill `row` from the loader's stats and the snapshots at its marks; {instrument name: its
     per-connection rows}.
 
@@ -397,7 +397,7 @@ def open_loop_row(row: dict, result: dict, head: dict) -> None:
                                        stats.timeline_rows(result.get("timeline")))
 
 
-def instrument_rows(row: dict, result: dict, marks: _Marks, instruments: tuple[Instrument, ...]) -> dict:
+def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[Instrument, ...]) -> dict:
     """Each instrument's figures of the counted window into `row` (the probed sub-window when the loader
     ran one, else the whole window); {name: its per-connection rows}. An instrument whose two snapshots
     are missing (the load ended early) adds nothing."""
@@ -420,7 +420,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
     """Run one cell: the backend under env.interp, the load from env.loader, the run's instruments
     (env.instruments) on the backend's process tree, env.hooks for evidence rounds."""
     cfg, loader, instruments, hooks, link = env.cfg, env.loader, env.instruments, env.hooks, env.link
-    row = _base_row(cell, cfg, env.interp)
+    row = base_row(cell, cfg, env.interp)
     for inst in instruments:
         if inst.group:
             row[inst.group]["attached"] = True
@@ -440,7 +440,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                 inst.attach()
         if hooks.started:
             hooks.started(server.pid)
-        marks = _Marks(server.pid, instruments, hooks.measuring, (cfg.duration, share) if share else None,
+        marks = Marks(server.pid, instruments, hooks.measuring, (cfg.duration, share) if share else None,
                        env.on_phase, env.on_live)
         marks.rss_ready = tree_rss(server.pid)
         req = RunRequest(target=f"{server.host}:{server.port}",

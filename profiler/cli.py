@@ -662,8 +662,12 @@ def ab_cmd(
     # second of 1.0 s.
     window: float | None = typer.Option(
         None, "--window", metavar="SECONDS",
-        help="Measured seconds per cell (default 0.3; with --rate long enough for 2,000 requests, so a p99 stands on "
-             "20 of them)."),
+        help="Turns: seconds of turns per loader run (default 3, a whole number of 0.1 s turns). Cells: measured "
+             "seconds per cell (default 0.3; with --rate long enough for 2,000 requests, so a p99 stands on 20)."),
+    method: str = typer.Option(
+        "", "--method", metavar="turns|cells",
+        help="turns (the default in closed loop): one loader serves the variants in 0.1 s turns, A B, B A, ...; "
+             "cells: paired cells, one variant at a time (the default with --rate or --fresh)."),
     warmup: float = typer.Option(0.1, "--warmup", metavar="SECONDS",
                                  help="Seconds of load before each cell's window (the servers stay warm)."),
     precision: str = typer.Option("1%", "--precision", metavar="SHARE",
@@ -721,10 +725,8 @@ def ab_cmd(
 
     headers, body = _http_request(header, header_file, body, body_file)
     rates = parse_rates(rate)
-    if window is None:
-        window = ab.default_window(rates)
-    template = RunConfig(
-        backends=[], connections=[connections], pipeline=[pipeline], duration=window, warmup=warmup, rounds=1,
+    template = RunConfig(  # duration: each variant's own (ab.plan) from --window or the method's default
+        backends=[], connections=[connections], pipeline=[pipeline], duration=1.0, warmup=warmup, rounds=1,
         msize=msize, work=work, probes=not no_probes, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
         out_dir=str(out) if out else "", force=force, wait=wait, framings=parse_framings(framing), protocol=protocol,
         request=request, headers=headers, body=body, line=line, keep_secrets=keep_secrets,
@@ -734,7 +736,7 @@ def ab_cmd(
                    env_items=list(env or []), aa=aa, fresh=fresh, window=window,
                    precision=ab.parse_precision(precision), metric=metric, max_time=max_time, fail_if=fail_if,
                    wait=wait, ready_regex=ready_regex, ready_timeout=ready_timeout, as_root=as_root,
-                   flamegraph=flamegraph)
+                   flamegraph=flamegraph, method=method)
     if why := ab.missing_capability(plan):
         fail(f"probes cannot attach: {why}; or pass --no-probes to measure without BPF")
     if flamegraph and (why := flame_missing()):

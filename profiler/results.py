@@ -74,7 +74,7 @@ def _clean(v):
 
 def unflatten(flat: dict) -> dict:
     row: dict = {}
-    # An instrument's group is in every row with its `attached` flag (cell._base_row): nested as well.
+    # An instrument's group is in every row with its `attached` flag (cell.base_row): nested as well.
     nested = set(NESTED) | {k.split(".", 1)[0] for k in flat if k.endswith(".attached")}
     for k, v in flat.items():
         v = _clean(v)

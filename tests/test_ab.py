@@ -47,11 +47,37 @@ def _msgs(doc: dict, i: int = 0) -> dict:
     return doc["comparisons"][i]["cells"][0]["metrics"]["msgs_per_sec"]
 
 
+def test_a_slower_variant_is_resolved_as_slower_in_turns(echo, tmp_path):
+    """The default method: one loader serves both servers in 0.1 s turns; rounds of turns within a generation of
+    the servers' processes, generations restarted every GEN_BLOCKS blocks, the interval over generations."""
+    out = tmp_path / "ab"
+    doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
+                   "--out", str(out), "--precision", "10%", "--max-time", "12")
+    m, info = _msgs(doc), doc["ab"]
+    print(f"slow/fast: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}], {info['elapsed_s']} s")
+    assert info["method"] == "turns" and info["turn_s"] == 0.1 and info["canary_samples"] == 0
+    assert m["verdict"] == "slower" and m["ratio_hi"] < 1 and m["significant"]
+    # 20 µs of spin per message: the ratio is the two servers' CPU per message (/proc, from the blocks' rows)
+    cpu = doc["comparisons"][0]["cells"][0]["metrics"]["cpu_us_per_msg_total"]
+    assert m["ratio"] == pytest.approx(1 / cpu["ratio"], rel=0.15), (m, cpu)
+    starts = info["server_starts"]
+    assert starts["fast"] == starts["slow"] == len(info["comparisons"][0]["pairs_detail"]) >= 2  # one per generation
+    assert [p["order"] for p in info["comparisons"][0]["pairs_detail"]][:2] == ["generation 1", "generation 2"]
+    turns = pd.read_parquet(out / "turns.parquet")
+    assert set(turns["variant"]) == {"fast", "slow"} and turns["generation"].max() == starts["fast"]
+    per_round = turns.pivot_table(index=["block", "round"], columns="variant", values="messages")
+    assert (per_round["slow"] < per_round["fast"]).mean() > 0.9  # nearly every round shows it
+    rows = pd.read_parquet(out / "results.parquet")  # one row per variant per block, tagged
+    assert set(rows["tag"]) == {"fast", "slow"} and (rows["status"] == "ok").all() and len(rows) % 2 == 0
+    assert "block 1, generation 1:" in err and "turns of 0.1 s" in doc["method"]["text"]
+    assert wait_no_children() == []
+
+
 def test_a_slower_variant_is_resolved_as_slower(echo, tmp_path):
     out = tmp_path / "ab"
     # Until ±10% (6 pairs, ~9 s here) or 30 s: a CI host that stalls got only 2 pairs in 10 s.
     doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                   "--out", str(out), "--precision", "10%", "--max-time", "30")
+                   "--out", str(out), "--precision", "10%", "--max-time", "30", "--method", "cells")
     m = _msgs(doc)
     print(f"slow/fast: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}], "
           f"{doc['ab']['comparisons'][0]['kept']} pairs, {doc['ab']['elapsed_s']} s")
@@ -95,7 +121,8 @@ def test_an_aa_interval_holds_1(echo, tmp_path):
     # pairs would show. The 95% error rate itself is measured in bench/ab_acceptance.py (20 A/A runs).
     assert m["p"] > 0.001, m
     names = [v["label"] for v in doc["ab"]["variants"]]
-    assert names[1] == names[0] + ab.PRIME and doc["ab"]["aa"] and doc["ab"]["server_starts"] == {n: 1 for n in names}
+    starts = doc["ab"]["server_starts"]
+    assert names[1] == names[0] + ab.PRIME and doc["ab"]["aa"] and starts[names[0]] == starts[names[1]] >= 1
 
 
 def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
@@ -135,6 +162,15 @@ def test_under_a_rate_the_verdict_is_the_stopping_metrics():
     assert ab._verdict(metrics, plan_) == "slower" and ab._verdict(metrics, closed) == "no significant change"
     assert ab._verdict({"lat_us.p99": {"verdict": "lower", "better": True}}, plan_) == "faster"
     assert ab._verdict({}, plan_) == "not measured"
+
+
+def test_turns_are_the_default_where_the_loader_can_serve_them():
+    assert ab.choose_method("", rate=False, fresh=False, zmq=False) == "turns"
+    for kw in ({"rate": True}, {"fresh": True}, {"zmq": True}):
+        assert ab.choose_method("", **{"rate": False, "fresh": False, "zmq": False, **kw}) == "cells", kw
+        with pytest.raises(InputError, match="--method turns does not go with"):
+            ab.choose_method("turns", **{"rate": False, "fresh": False, "zmq": False, **kw})
+    assert ab.default_window({}, "turns") == ab.BLOCK_S
 
 
 def test_the_default_window_holds_enough_requests_for_a_p99():
@@ -206,6 +242,10 @@ def test_bad_input_is_one_line_and_exit_2(args, says):
     (["selector", "selector"], [], {"fail_if": "faster:5%"}, "--fail-if 'faster:5%'"),
     (["selector"], ["true"], {}, "has no {port}"),
     (["selector"], ["true {port}"], {"cmd_names": ["a", "b"]}, "more --name than --cmd"),
+    (["selector", "selector"], [], {"method": "bogus"}, "--method 'bogus' is not one of turns, cells"),
+    (["selector", "selector"], [], {"method": "turns", "fresh": True}, "--method turns does not go with --fresh"),
+    (["selector", "selector"], [], {"window": 0.25}, "--window 0.25: with turns it is a whole number of 0.1 s"),
+    (["selector", "selector", "selector"], [], {"window": 0.3}, "more than one round of the 3 variants"),
 ])
 def test_bad_variants_and_settings_are_refused_before_anything_starts(names, cmds, kw, says):
     with pytest.raises(InputError) as e:
@@ -223,7 +263,11 @@ def test_variant_syntax_without_starting_anything():
     assert ab.parse_precision("0.5%") == pytest.approx(0.005) and ab.parse_precision("0.02") == 0.02
     p = ab.plan(RunConfig(backends=[], connections=[10]), ["selector"], [], aa=True, window=0.5, max_time=20)
     assert [v.label for v in p.variants] == ["selector", "selector" + ab.PRIME]
-    assert all(v.cfg.extra_dims == {"tag": [v.label]} and v.cfg.duration == 0.5 for v in p.variants)
+    # turns: --window is the block's; the variants' cells (probed after the blocks) keep the short window
+    assert p.method == "turns" and p.window == 0.5
+    assert all(v.cfg.extra_dims == {"tag": [v.label]} and v.cfg.duration == ab.WINDOW_S for v in p.variants)
+    cells = ab.plan(RunConfig(backends=[], connections=[10]), ["selector"], [], aa=True, window=0.5, method="cells")
+    assert cells.method == "cells" and all(v.cfg.duration == 0.5 for v in cells.variants)
     with pytest.raises(InputError, match="one value of -c"):
         ab.plan(RunConfig(backends=[], connections=[10, 100]), ["selector", "selector"], [])
 

@@ -635,7 +635,7 @@ def test_progress_events_live_counts(group):
     assert counts[-1] >= 0.7 * stats["messages"] * (window[-1]["t"] - stats["t_start"]) / stats["duration_s"]
     # The cell hands each live rate to the progress bar (CellEnv.on_live), and only those.
     shown: list[float] = []
-    marks = cell._Marks(os.getpid(), on_live=shown.append)
+    marks = cell.Marks(os.getpid(), on_live=shown.append)
     for e in progress + [{"event": "accepted"}]:
         marks(e)
     assert shown == [e["msgs_per_sec"] for e in progress]

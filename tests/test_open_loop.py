@@ -159,7 +159,7 @@ def _measured(result: dict, rate) -> dict:
     row = {"backend": "selector", "connections": 10, "pipeline": 1, "round": 1, "status": "ok"}
     if rate:
         row["rate"] = rate
-    cell.measure_row(row, copy.deepcopy(result), cell._Marks(os.getpid()), ())
+    cell.measure_row(row, copy.deepcopy(result), cell.Marks(os.getpid()), ())
     return row
 
 
