@@ -123,24 +123,30 @@ def table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def _method(rec: dict) -> str:
+    return rec["doc"]["ab"].get("method", "cells")  # documents before turns (2026-11-26) were cells
+
+
 def verdicts(records: list[dict]) -> list[str]:
+    """The acceptance lines, per method."""
     out = []
-    for rec in records:
-        m = _metric(rec["doc"], "msgs_per_sec")
-        width = m["ratio_hi"] - m["ratio_lo"]
-        ok_width = width <= WIDTH_MAX
-        if rec["experiment"] == "slowdown":
-            ok = SLOW_RANGE[0] <= m["ratio"] <= SLOW_RANGE[1] and m["ratio_hi"] < 1 and ok_width
-            out.append(f"slowdown, noise {rec['noise'] or 0}: {'met' if ok else 'NOT met'} (ratio {m['ratio']:.4f}, "
-                       f"interval below 1: {m['ratio_hi'] < 1}, width {100 * width:.2f} pts)")
-    aa = [r for r in records if r["experiment"] == "aa"]
-    if aa:
-        ms = [_metric(r["doc"], "msgs_per_sec") for r in aa]
-        sig = sum(1 for m in ms if m.get("significant"))
-        held = sum(1 for m in ms if m["ratio_lo"] <= 1 <= m["ratio_hi"])
-        wide = max(m["ratio_hi"] - m["ratio_lo"] for m in ms)
-        out.append(f"A/A: {held} of {len(aa)} intervals hold 1; {sig} significant verdicts (at most 2 in 20 wanted); "
-                   f"widest {100 * wide:.2f} pts")
+    for method in sorted({_method(r) for r in records}, reverse=True):  # turns first
+        mine = [r for r in records if _method(r) == method]
+        for rec in mine:
+            m = _metric(rec["doc"], "msgs_per_sec")
+            width = m["ratio_hi"] - m["ratio_lo"]
+            if rec["experiment"] == "slowdown":
+                ok = SLOW_RANGE[0] <= m["ratio"] <= SLOW_RANGE[1] and m["ratio_hi"] < 1 and width <= WIDTH_MAX
+                out.append(f"{method}: slowdown, noise {rec['noise'] or 0}: {'met' if ok else 'NOT met'} (ratio "
+                           f"{m['ratio']:.4f}, interval below 1: {m['ratio_hi'] < 1}, width {100 * width:.2f} pts)")
+        aa = [r for r in mine if r["experiment"] == "aa"]
+        if aa:
+            ms = [_metric(r["doc"], "msgs_per_sec") for r in aa]
+            sig = sum(1 for m in ms if m.get("significant"))
+            held = sum(1 for m in ms if m["ratio_lo"] <= 1 <= m["ratio_hi"])
+            wide = max(m["ratio_hi"] - m["ratio_lo"] for m in ms)
+            out.append(f"{method}: A/A: {held} of {len(aa)} intervals hold 1; {sig} significant verdicts (at most 2 "
+                       f"in 20 wanted); widest {100 * wide:.2f} pts")
     return out
 
 

@@ -649,6 +649,8 @@ class _Session:
                 if (p.fresh and k > 1) or new_gen:
                     for w in warm:
                         w.stop()
+                    # the start order alternates too: a server started second is not always the same variant
+                    for w in warm if k % 2 else warm[::-1]:
                         try:
                             w.start(loader)
                         except ProcessError as e:
@@ -698,10 +700,15 @@ class _Session:
         assert all(c is not None for c in cfgs)
         first = not self.gens or len(self.gens[-1]["blocks"]) == GEN_BLOCKS
         warmup = max(p.warmup, GEN_WARMUP_S) if first else p.warmup
-        block = turns_mod.run_block(cfgs, interps, loader, k, p.window, warmup)  # type: ignore[arg-type]
+        # Which variant is the loader's target (even connections, first turn) rotates block by block: a place
+        # that favoured one would favour each in turn
+        perm = [(j + k) % len(warm) for j in range(len(warm))]
+        block = turns_mod.run_block([cfgs[j] for j in perm], [interps[j] for j in perm], loader, k, p.window,
+                                    warmup)  # type: ignore[list-item]
         if block.error:
             gone = next((f for w in warm if (f := w.failure())), None)
             return f"block {k}: {gone or block.error}"
+        block = turns_mod.unpermute(block, perm)
         for w, row, per_conn in zip(warm, block.rows, block.per_conn):
             w.as_started(row)
             store.add(row, per_conn, {}, None)

@@ -662,12 +662,12 @@ def ab_cmd(
     # second of 1.0 s.
     window: float | None = typer.Option(
         None, "--window", metavar="SECONDS",
-        help="Turns: seconds of turns per loader run (default 3, a whole number of 0.1 s turns). Cells: measured "
+        help="Turns: seconds of turns per loader run (default 2, a whole number of 0.1 s turns). Cells: measured "
              "seconds per cell (default 0.3; with --rate long enough for 2,000 requests, so a p99 stands on 20)."),
     method: str = typer.Option(
         "", "--method", metavar="turns|cells",
         help="turns (the default in closed loop): one loader serves the variants in 0.1 s turns, A B, B A, ...; "
-             "cells: paired cells, one variant at a time (the default with --rate or --fresh)."),
+             "cells: paired cells, one variant at a time (the default with --rate, --fresh or ZeroMQ)."),
     warmup: float = typer.Option(0.1, "--warmup", metavar="SECONDS",
                                  help="Seconds of load before each cell's window (the servers stay warm)."),
     precision: str = typer.Option("1%", "--precision", metavar="SHARE",

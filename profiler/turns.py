@@ -10,7 +10,8 @@ loader run, in turns of a tenth of a second (PROTOCOL.md, "Turns": A B, B A, …
   exact), its messages per second over its own turns.
 
 The last turn of the window is not in any round: the replies to what it sent may still be on the way when
-the window ends.
+the window ends. The rounds kept are an even number, so each order of the variants comes as often as its
+reverse.
 """
 
 from __future__ import annotations
@@ -49,16 +50,29 @@ def whole_turns(window: float, turn: float = TURN_S) -> int:
 
 
 def rounds_of(turns: dict, variants: int) -> list[Round]:
-    """The complete rounds of the loader's `turns` stats before the window's last turn."""
+    """The complete rounds of the loader's `turns` stats before the window's last turn, an even number of them
+    (when there are two or more): every order of the variants then comes as often as its reverse, so a variant
+    served first in a round (just after its own turn) is not favoured."""
     served, msgs, lat = turns["served"], turns["messages"], turns["latency_mean_us"]
+    n = (len(served) - 1) // variants
     out = []
-    for r in range((len(served) - 1) // variants):
+    for r in range(n - n % 2 if n >= 2 else n):
         ks = range(r * variants, (r + 1) * variants)
         m, mean = [0] * variants, [0.0] * variants
         for k in ks:
             m[served[k]], mean[served[k]] = int(msgs[k]), float(lat[k])
         out.append(Round(tuple(served[k] for k in ks), m, mean))
     return out
+
+
+def unpermute(block: Block, perm: list[int]) -> Block:
+    """A block run with the variants in the order `perm` (position j held variant perm[j]), back in the
+    variants' own order."""
+    back = [perm.index(i) for i in range(len(perm))]
+    rounds = [Round(tuple(perm[j] for j in r.order), [r.messages[j] for j in back],
+                    [r.latency_mean_us[j] for j in back]) for r in block.rounds]
+    return Block(rounds, [block.rows[j] for j in back], [block.per_conn[j] for j in back], block.t_start,
+                 block.t_stop, block.error)
 
 
 def variant_stats(stats: dict, i: int, variants: int) -> dict:
