@@ -80,6 +80,15 @@ def timed(argv: list[str]) -> dict:
     return {"wall_s": wall, "rc": done.returncode}
 
 
+def canary_s() -> float:
+    """This host's speed now: seconds of `sum(range(10**7))` in a fresh interpreter (this one: Debian's 3.11,
+    ~0.05 s on a fast hour), recorded with every round: the host moves in speed regimes (FACTS), so an
+    absolute wall time is read against the regime it was measured in."""
+    code = "import time; t = time.perf_counter(); sum(range(10**7)); print(time.perf_counter() - t)"
+    return float(subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                                check=True).stdout)
+
+
 def measure(args) -> dict:
     builds = args.builds
     scratch = Path(tempfile.mkdtemp(prefix="netprof-startup-"))
@@ -103,7 +112,7 @@ def measure(args) -> dict:
                 cmds = commands(args.backend, here / f"run-{r + 1}", here / "first", builds[build])
                 for name in order:
                     m = timed(cmds[name])
-                    records.append({"round": r + 1, "build": build, "command": name, **m})
+                    records.append({"round": r + 1, "build": build, "command": name, **m, "canary_s": canary_s()})
                     print(f"round {r + 1}/{args.rounds} {build} {name:<6} {m['wall_s']:.2f} s", file=sys.stderr,
                           flush=True)
     finally:
@@ -143,9 +152,11 @@ def summary(doc: dict) -> str:
                 lines.append(f"  {name:<6} no successful round ({failed} failed)")
                 continue
             best = min(ok)
+            canary = [r["canary_s"] for r in mine if "canary_s" in r]  # files before 2026-11-27 have none
             lines.append(f"  {name:<6} best {best:.2f} s, median {statistics.median(ok):.2f} s over {len(ok)} rounds"
                          f"{f' ({failed} failed)' if failed else ''}; target ≤ {target:g} s: "
-                         f"{'met' if best <= target else 'NOT met'}")
+                         f"{'met' if best <= target else 'NOT met'}"
+                         + (f"; host canary median {statistics.median(canary):.3f} s" if canary else ""))
     return "\n".join(lines)
 
 

@@ -696,15 +696,15 @@ class _Session:
         servers' current processes), whose pair it updates. A Stall when a variant answered nothing in its
         turns; a string when the block failed."""
         p = self.p
-        cfgs = [w.cfg for w in warm]
-        assert all(c is not None for c in cfgs)
+        cfgs = [w.cfg for w in warm if w.cfg is not None]
+        assert len(cfgs) == len(warm)  # every server is up (started before the block)
         first = not self.gens or len(self.gens[-1]["blocks"]) == GEN_BLOCKS
         warmup = max(p.warmup, GEN_WARMUP_S) if first else p.warmup
         # Which variant is the loader's target (even connections, first turn) rotates block by block: a place
         # that favoured one would favour each in turn
         perm = [(j + k) % len(warm) for j in range(len(warm))]
         block = turns_mod.run_block([cfgs[j] for j in perm], [interps[j] for j in perm], loader, k, p.window,
-                                    warmup)  # type: ignore[list-item]
+                                    warmup)
         if block.error:
             gone = next((f for w in warm if (f := w.failure())), None)
             return f"block {k}: {gone or block.error}"
