@@ -47,8 +47,8 @@ def spin_cmd(ns: int) -> str:
     return f"{PYTHON} -I {SPIN_ECHO} --spin-ns {ns} --port {{port}}"
 
 
-def experiment_argv(kind: str, max_time: float) -> list[str]:
-    common = ["-c", "100", "--max-time", f"{max_time:g}", "--json", "--wait"]
+def experiment_argv(kind: str, max_time: float, method: str = "") -> list[str]:
+    common = ["-c", "100", "--max-time", f"{max_time:g}", "--json", "--wait", *(["--method", method] if method else [])]
     if kind == "slowdown":
         return ["ab", "--cmd", spin_cmd(0), "--name", "spin0", "--cmd", spin_cmd(100), "--name", "spin100", *common]
     if kind == "aa":
@@ -58,9 +58,9 @@ def experiment_argv(kind: str, max_time: float) -> list[str]:
     raise SystemExit(f"unknown experiment {kind!r}")
 
 
-def run_one(kind: str, max_time: float, noise: float, label: str) -> Path:
+def run_one(kind: str, max_time: float, noise: float, label: str, method: str = "") -> Path:
     """One `netprof ab`; its document and how it was run go to bench/data/ab/<date>-<label>.json."""
-    argv = experiment_argv(kind, max_time)
+    argv = experiment_argv(kind, max_time, method)
     bystander = None
     if noise:
         bystander = subprocess.Popen([str(PYTHON), str(ROOT / "bench" / "bystander.py"), "--duty", str(noise),
@@ -156,6 +156,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--max-time", type=float, default=150.0)
     ap.add_argument("--noise", type=float, default=0.0, help="bystanders' duty (0: none)")
+    ap.add_argument("--method", default="", help="netprof ab --method (default: ab's own)")
     ap.add_argument("--from", dest="sources", nargs="+", type=Path, help="tabulate saved documents; nothing runs")
     ap.add_argument("--write", action="store_true", help="put the section into RESULTS.md (with --from)")
     args = ap.parse_args()
@@ -173,8 +174,9 @@ def main() -> int:
         ap.error("name an experiment (slowdown, aa, builtins) or give --from")
     stamp = time.strftime("%H%M%S")
     for i in range(args.repeats):
-        label = f"{args.experiment}{'-noise' if args.noise else ''}-{stamp}-{i + 1:02d}"
-        run_one(args.experiment, args.max_time, args.noise, label)
+        tags = ("-noise" if args.noise else "") + (f"-{args.method}" if args.method else "")
+        label = f"{args.experiment}{tags}-{stamp}-{i + 1:02d}"
+        run_one(args.experiment, args.max_time, args.noise, label, args.method)
     return 0
 
 
