@@ -741,7 +741,7 @@ class _Session:
         gen_recs = _generation_records(gen, g, mid)
         for comp in self.comparisons:
             pair = (gen_recs[0], gen_recs[comp.new], f"generation {g}")
-            if len(comp.items) == g:
+            if comp.items and comp.items[-1][2] == pair[2]:
                 comp.items[-1] = pair  # the generation so far, replaced as its blocks come
             else:
                 comp.items.append(pair)
@@ -884,8 +884,9 @@ class _Session:
                        if p.method == "turns" else METHOD, "alpha": paired.ALPHA,
                        "confidence": paired.CONFIDENCE,
                        "min_rounds": compare.MIN_ROUNDS, "test": "paired Student t-test of the per-pair differences",
-                       "interval": "Student t on the per-pair log ratios (differences for counts), adjusted for the "
-                                   "speed canary by OLS once there are enough pairs"},
+                       "interval": "Student t on the per-pair log ratios (differences for counts), "
+                                   + ("a pair being a generation of the servers (turns)" if p.method == "turns" else
+                                      "adjusted for the speed canary by OLS once there are enough pairs")},
             "base": {"path": str(out), "name": base.label},
             "comparisons": comparisons,
             "fail_if": {"checks": [c.text for c in checks], "breaches": []},
@@ -1007,7 +1008,8 @@ def summary_lines(doc: dict) -> list[str]:
                if ab.get("method") == "turns" else f"{ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up")
     lines = [f"ab: {ab['measured_text']}; {load}{windows}; stopped after {ab['elapsed_s']:.0f} s: {ab['stop']['text']}"]
     for c in ab["comparisons"]:
-        kept = (f"{c['kept']} pairs (rounds of turns and blocks)" if ab.get("method") == "turns"
+        kept = (f"{c['kept']} pairs (generations of the servers, then the probed cell pairs)"
+                if ab.get("method") == "turns"
                 else f"{c['kept']} pairs kept, {c['dropped']} dropped (host disturbed)")
         lines.append(f"  {c['new']}: {kept}; estimator: {c['estimator'] or '–'}")
     return lines

@@ -441,7 +441,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
         if hooks.started:
             hooks.started(server.pid)
         marks = Marks(server.pid, instruments, hooks.measuring, (cfg.duration, share) if share else None,
-                       env.on_phase, env.on_live)
+                      env.on_phase, env.on_live)
         marks.rss_ready = tree_rss(server.pid)
         req = RunRequest(target=f"{server.host}:{server.port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
