@@ -27,8 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from scipy import stats as sstats
-
+from netprof.profiler import paired, turns
 from netprof.profiler.loader_client import Loader, RunRequest
 from netprof.profiler.procs import ProcessGroup
 
@@ -44,26 +43,18 @@ def free_port() -> int:
 
 
 def interval(d: list[float]) -> dict:
-    """B/A = exp(mean d) with the 95% Student-t interval, and its width in points of the ratio."""
-    n = len(d)
-    mean = sum(d) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
-    half = sstats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
-    lo, hi = math.exp(mean - half), math.exp(mean + half)
-    return {"rounds": n, "ratio": math.exp(mean), "lo": lo, "hi": hi, "width_pts": (hi - lo) * 100, "sd_d": sd}
+    """B/A = exp(mean d) with the 95% Student-t interval (paired.paired_mean's), and its width in points."""
+    est = paired.paired_mean(d)
+    half = est.half(0.95)
+    lo, hi = math.exp(est.value - half), math.exp(est.value + half)
+    return {"rounds": est.n, "ratio": math.exp(est.value), "lo": lo, "hi": hi, "width_pts": (hi - lo) * 100,
+            "sd_d": est.se * math.sqrt(est.n)}
 
 
 def rounds_of(stats: dict) -> list[dict]:
-    """Each complete round of two turns (the last one dropped: its replies may be cut by the window's end)."""
-    t = stats["turns"]
-    out = []
-    served, msgs, lat = t["served"], t["messages"], t["latency_mean_us"]
-    for r in range(len(served) // 2 - 1):
-        k = 2 * r
-        by = {served[k]: (msgs[k], lat[k]), served[k + 1]: (msgs[k + 1], lat[k + 1])}
-        out.append({"a": by[0][0], "b": by[1][0], "a_lat_us": by[0][1], "b_lat_us": by[1][1],
-                    "order": "AB" if served[k] == 0 else "BA"})
-    return out
+    """turns.rounds_of (complete rounds before the last turn, an even number), as the rounds this file keeps."""
+    return [{"a": r.messages[0], "b": r.messages[1], "a_lat_us": r.latency_mean_us[0], "b_lat_us": r.latency_mean_us[1],
+             "order": "AB" if r.order[0] == 0 else "BA"} for r in turns.rounds_of(stats["turns"], 2)]
 
 
 def measure(args) -> dict:
@@ -113,7 +104,7 @@ def _commit() -> str:
 
 def summary(doc: dict) -> str:
     """The interval after 45 s, 150 s and all of the windows (rounds in time order)."""
-    per_block = int(doc["block_s"] / doc["turn_s"]) // 2 - 1
+    per_block = len(doc["blocks"][0]["rounds"]) if doc["blocks"] else 0  # 49 before turns.rounds_of, 48 since
     d_all = [math.log(r["b"] / r["a"]) for b in doc["blocks"] for r in b["rounds"] if r["a"] and r["b"]]
     lines = [f"ab_turns {doc['date']} commit {doc['commit']}: spin {doc['a_spin_ns']} ns vs {doc['b_spin_ns']} ns, "
              f"noise {doc['noise']}, turns of {doc['turn_s']} s, blocks of {doc['block_s']} s "

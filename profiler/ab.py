@@ -666,24 +666,19 @@ class _Session:
                     else:
                         stalls = 0
                 for comp in self.comparisons if p.method == "cells" else ():
-                    order = (0, comp.new) if k % 2 else (comp.new, 0)
-                    got = {}
-                    for i in order:
-                        rec = self._cell(warm[i], i, k, loader, instruments, store, interps[i])
-                        if isinstance(rec, Stall):
-                            # a live server that answered nothing in a window: the host took its CPU (or it
-                            # hangs, which MAX_STALLS in a row says); the pair is lost, and counted
-                            comp.stalled += 1
-                            stalls += 1
-                            if stalls >= MAX_STALLS:
-                                return self._failed(f"{rec.why}, {stalls} cells in a row")
-                            break
-                        if isinstance(rec, str):
-                            return self._failed(rec)
-                        got[i] = rec
+                    got = self._cell_pair(comp, k, warm, loader, instruments, store, interps)
+                    if isinstance(got, Stall):
+                        # a live server that answered nothing in a window: the host took its CPU (or it hangs,
+                        # which MAX_STALLS in a row says); the pair is lost, and counted
+                        comp.stalled += 1
+                        stalls += 1
+                        if stalls >= MAX_STALLS:
+                            return self._failed(f"{got.why}, {stalls} cells in a row")
+                    elif isinstance(got, str):
+                        return self._failed(got)
                     else:
                         stalls = 0
-                        comp.items.append((got[0], got[comp.new], "".join(p.variants[i].letter for i in order)))
+                        comp.items.append(got)
                 pair_s = time.monotonic() - t0
                 line = self._live(k)
                 progress.update(task, completed=min(time.monotonic() - self.started, p.max_time), live=escape(line))
@@ -755,22 +750,30 @@ class _Session:
         k0 = max((r.pair for r in self.records), default=0)
         for j in range(1, PROBE_PAIRS + 1):
             for comp in self.comparisons:
-                order = (0, comp.new) if j % 2 else (comp.new, 0)
-                got = {}
-                for i in order:
-                    rec = self._cell(warm[i], i, k0 + j, loader, instruments, store, interps[i])
-                    if isinstance(rec, Stall):
-                        break
-                    if isinstance(rec, str):
-                        return self._failed(rec)
-                    got[i] = rec
-                else:
-                    for rec in got.values():
-                        rec.figures = {c: v for c, v in rec.figures.items()
-                                       if c.startswith(stats.SYSCALL_PREFIX) or c == stats.SYSCALLS_TOTAL}
-                    comp.items.append((got[0], got[comp.new], "".join(self.p.variants[i].letter for i in order)))
-                    self.probed_pairs += 1
+                got = self._cell_pair(comp, k0 + j, warm, loader, instruments, store, interps)
+                if isinstance(got, str):
+                    return self._failed(got)
+                if isinstance(got, Stall):
+                    continue
+                for rec in got[:2]:
+                    rec.figures = {c: v for c, v in rec.figures.items()
+                                   if c.startswith(stats.SYSCALL_PREFIX) or c == stats.SYSCALLS_TOTAL}
+                comp.items.append(got)
+                self.probed_pairs += 1
         return None
+
+    def _cell_pair(self, comp: Pairs, k: int, warm: list[WarmServer], loader: RecordingLoader, instruments,
+                   store: ResultsStore, interps: list[Interpreter]) -> tuple[CellRecord, CellRecord, str] | Stall | str:
+        """Pair `k` of one comparison: the base's and the new variant's cells, A B for odd `k`, B A for even;
+        (base, new, order), or the first cell's Stall or failure."""
+        order = (0, comp.new) if k % 2 else (comp.new, 0)
+        got = {}
+        for i in order:
+            rec = self._cell(warm[i], i, k, loader, instruments, store, interps[i])
+            if isinstance(rec, (Stall, str)):
+                return rec
+            got[i] = rec
+        return got[0], got[comp.new], "".join(self.p.variants[i].letter for i in order)
 
     def _flamegraphs(self, warm: list[WarmServer], loader: RecordingLoader, interps: list[Interpreter],
                      out: Path) -> None:
