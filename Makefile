@@ -48,14 +48,27 @@ test-cpp: system
 	cmake --build build/cpp-tests
 	ctest --test-dir build/cpp-tests --output-on-failure
 
-# --durations: every log (CI's too) lists the slowest tests, for keeping the suite under its time limit.
+# Two passes (tests/conftest.py marks which test goes where): first the tests that measure nothing, two at a
+# time (pytest-xdist: they mostly wait for processes to start), then the ones that measure (a netprof run,
+# the loader, BPF), one by one with the machine to themselves. Both passes always run; a failure in either
+# fails `make test`. A pass that selects nothing (PYTEST_ARGS="-k ...") is no failure of its own; both empty is
+# pytest's 5, which .ci/run counts as a failure. Each pass writes its own --junitxml (the first's name gets
+# "-concurrent"). --durations: every log (CI's too) lists the slowest tests, for keeping the suite under its
+# time limit.
+PYTEST_ARGS_CONCURRENT = $(patsubst --junitxml=%.xml,--junitxml=%-concurrent.xml,$(PYTEST_ARGS))
 test-py: setup
-	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS)
+	@rc=0; empty=0; \
+	$(PY) -m pytest -ra -n 2 -m "not serial" --durations=10 $(PYTEST_ARGS_CONCURRENT) \
+		|| { r=$$?; if [ $$r = 5 ]; then empty=$$((empty + 1)); else rc=$$r; fi; }; \
+	$(PY) -m pytest -ra -m serial --durations=25 $(PYTEST_ARGS) \
+		|| { r=$$?; if [ $$r = 5 ]; then empty=$$((empty + 1)); else rc=$$r; fi; }; \
+	if [ $$rc = 0 ] && [ $$empty = 2 ]; then rc=5; fi; \
+	exit $$rc
 
 # The edit loop's tier: no BPF, no e2e (no netprof run, backend server or loader; tests/conftest.py says
 # how a test is classed), under 2 minutes with its set-up check. `make test` still runs everything.
 test-fast: setup
-	$(PY) -m pytest -q -m "not bpf and not e2e" --durations=10 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not bpf and not e2e" --durations=10 $(PYTEST_ARGS)
 
 # Lint, types, layers and format, all part of `make test` (so of .ci/run): ruff (ruff.toml), mypy
 # (mypy.ini, through scripts/typecheck.sh), import-linter's layer contracts ([tool.importlinter] in

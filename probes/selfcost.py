@@ -8,8 +8,10 @@ with the probes detached, attached and watching it (target), and attached but wa
 own cost is the same in all three and cancels in the differences.
 
 The figure is a property of the host as booted, so `cached` measures it once per boot and keeps it in a
-root-owned file keyed by kernel release, boot id and netprof version (and the probe variant): a probed
-run then spends no second on it. `netprof doctor` re-measures and rewrites it.
+root-owned file keyed by kernel release, boot id, netprof version and the BPF programs (and the probe
+variant): a probed run then spends no second on it. `netprof doctor` re-measures and rewrites it. The
+socket-wait set's figure per loopback message (probes/sockwait `measure_cost`, ~3 s) is kept the same way
+(`cached_cost`).
 """
 
 from __future__ import annotations
@@ -97,31 +99,40 @@ def measure(probes) -> dict:
             "added_bystander_ns": 1e9 * (bystander - bare), "calls": CALLS, "repeats": REPEATS}
 
 
-def cache_key(probes) -> dict:
-    """What the figure holds for: this boot of this kernel, this netprof and its BPF programs, this probe
-    variant."""
+def _programs() -> str:
+    """A digest of every BPF source of the probes package (its folders included): netprof's version stays put
+    while the programs change under development."""
+    programs = hashlib.sha256()
+    root = Path(__file__).parent
+    for src in sorted(root.rglob("*.bpf.[ch]")):
+        programs.update(str(src.relative_to(root)).encode() + b"\0" + src.read_bytes())
+    return programs.hexdigest()[:16]
+
+
+def _host_key() -> dict:
+    """What any self-measured figure holds for: this boot of this kernel, this netprof and its BPF programs."""
     try:
         with open(BOOT_ID, encoding="ascii") as f:
             boot = f.read().strip()
     except OSError:
         boot = ""
-    programs = hashlib.sha256()  # netprof's version stays put while the BPF programs change under development
-    for src in sorted(Path(__file__).parent.glob("*.bpf.[ch]")):
-        programs.update(src.read_bytes())
-    return {"kernel": os.uname().release, "boot_id": boot, "netprof": netprof.__version__,
-            "programs": programs.hexdigest()[:16],
-            "syscall_time": bool(getattr(probes, "syscall_time", False)),
+    return {"kernel": os.uname().release, "boot_id": boot, "netprof": netprof.__version__, "programs": _programs()}
+
+
+def cache_key(probes) -> dict:
+    """The counting set's figure: the host key and this probe variant."""
+    return {**_host_key(), "syscall_time": bool(getattr(probes, "syscall_time", False)),
             "track_children": bool(getattr(probes, "track_children", True)), "calls": CALLS, "repeats": REPEATS}
 
 
-def cached(probes, refresh: bool = False) -> dict:
-    """measure(probes), or the figure measured earlier in this boot by the same netprof for the same
-    probe variant. The result says which: 'source' is 'measured' (now) or 'cache', with 'measured_at'
-    (Unix time) and 'age_s'. `refresh` (doctor) always measures and rewrites the cache."""
-    key = cache_key(probes)
+def cached_cost(name: str, key: dict, make: Callable[[], dict], refresh: bool = False) -> dict:
+    """make(), or the figure `make` gave earlier in this boot for the same `key` (the host key is added),
+    kept as ROOT/`name`.json. The result says which: 'source' is 'measured' (now) or 'cache', with
+    'measured_at' (Unix time) and 'age_s'. `refresh` (doctor) always measures and rewrites the entry. A
+    figure with an 'error' is returned but not kept: the next run tries again."""
+    key = {**_host_key(), **key}
     where = cache.directory()
-    name = CACHE_FILE.format(variant="-syscall-time" if key["syscall_time"] else "")
-    path = os.path.join(where, name) if where else None
+    path = os.path.join(where, f"{name}.json") if where else None
     raw = cache.read_bytes(path) if path and not refresh else None
     try:
         doc = json.loads(raw) if raw else None
@@ -130,8 +141,16 @@ def cached(probes, refresh: bool = False) -> dict:
     if isinstance(doc, dict) and doc.get("key") == key and isinstance(doc.get("cost"), dict):
         at = float(doc.get("measured_at") or 0)
         return {**doc["cost"], "source": "cache", "measured_at": at, "age_s": max(0.0, time.time() - at)}
-    cost = measure(probes)
+    cost = make()
     at = time.time()
-    if path:
+    if path and "error" not in cost:
         cache.write_bytes(path, json.dumps({"key": key, "measured_at": at, "cost": cost}).encode())
     return {**cost, "source": "measured", "measured_at": at, "age_s": 0.0}
+
+
+def cached(probes, refresh: bool = False) -> dict:
+    """measure(probes), or the figure measured earlier in this boot by the same netprof for the same
+    probe variant (cached_cost)."""
+    key = cache_key(probes)
+    name = CACHE_FILE.format(variant="-syscall-time" if key["syscall_time"] else "").removesuffix(".json")
+    return cached_cost(name, key, lambda: measure(probes), refresh)

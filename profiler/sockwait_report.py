@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from netprof.profiler import atomic, schema, stats
+from netprof.profiler import atomic, schema, stats, units
 from netprof.profiler.stats import num
 
 MAX_CONN_PANELS = 6  # per-connection panels (one per cell, its first round); the table has every cell
@@ -201,8 +201,12 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
     watched = c.get("added_watched_ns")
     if watched is None:
         return text + " Their cost was not measured in this run."
+    if c.get("source") == "cache":  # sockwait.cached_cost: measured earlier in this boot by a run like this one
+        when = f"Measured on this host {units.seconds(float(c.get('age_s') or 0))} earlier in this boot (cached)"
+    else:
+        when = "Measured on this host during the run"
     text += (
-        f" Measured on this host during the run: {watched:+,.0f} ns of CPU per loopback message with both "
+        f" {when}: {watched:+,.0f} ns of CPU per loopback message with both "
         f"of its ends watched (about half of it on the server's side), {c.get('added_bystander_ns', 0):+,.0f} ns "
         f"for every other process's socket messages (a bare echo costs {c.get('bare_ns', 0):,.0f} ns here)."
     )

@@ -18,6 +18,13 @@ loader, decided from what it uses: the fixtures in E2E_FIXTURES (the shared runs
 calls (followed transitively). A CLI call that starts nothing (help, list, refused input: exit 2) goes
 through `helpers.netprof_cli`, which is not in E2E_NAMES: those tests stay in the fast tier. Other
 subprocesses (a child `python -c`, `ip netns`) do not count: they take milliseconds.
+
+`make test` runs the suite in two passes. Tests marked `serial` measure something — they start a netprof
+run or the loader (SERIAL_NAMES, SERIAL_FIXTURES, found the same way as e2e), attach BPF, or add a local
+user — and run last, one at a time, with the machine to themselves. Every other test (the fast tier, and
+e2e tests that start only backend servers and check what they answer) runs first, two at a time
+(pytest-xdist): they mostly wait for processes to start. A test beside another must not assume the CPUs
+are its own: a floor on throughput there is a floor for a shared machine.
 """
 
 from __future__ import annotations
@@ -72,11 +79,11 @@ def _shared_run(tmp_path_factory, name: str, *args: str) -> tuple:
 @pytest.fixture(scope="session")
 def standard_run(tmp_path_factory) -> tuple:
     """One ordinary `netprof run` for the tests that only read what it wrote: selector and asyncio_sock
-    at 10 and 100 connections, 2 rounds of 1 s cells, the counting probes where BPF is. Shared because
+    at 10 and 100 connections, 2 rounds of 0.6 s cells, the counting probes where BPF is. Shared because
     each such run costs the suite ~20 s: read its files, never change them (copy the directory first).
     (directory, JSON summary, netprof processes still alive after it)"""
     probes = [] if _missing_bpf() is None else ["--no-probes"]
-    return _shared_run(tmp_path_factory, "standard", "selector", "asyncio_sock", "-c", "10,100", "-d", "1", "-r", "2",
+    return _shared_run(tmp_path_factory, "standard", "selector", "asyncio_sock", "-c", "10,100", "-d", "0.6", "-r", "2",
                        "--warmup", "0.3", *probes)
 
 
@@ -84,9 +91,9 @@ def standard_run(tmp_path_factory) -> tuple:
 def message_run(bpf, tmp_path_factory) -> tuple:
     """asyncio_sock and uvloop_sock, 100 connections, 8 in flight, message and stream framing, 20 µs of
     handler CPU per message (the condition of sock_recv's starvation: tests/test_report_e2e.py), 3 rounds
-    of 1 s, counting probes. Shared and read-only, like standard_run."""
+    of 0.7 s, counting probes. Shared and read-only, like standard_run."""
     return _shared_run(tmp_path_factory, "message", "asyncio_sock", "uvloop_sock", "-c", "100", "--pipeline", "8",
-                       "--framing", "message,stream", "--work", "spin:20", "-d", "1", "-r", "3", "--warmup", "0.3")
+                       "--framing", "message,stream", "--work", "spin:20", "-d", "0.7", "-r", "3", "--warmup", "0.3")
 
 
 def _needs_bpf(item) -> bool:
@@ -103,6 +110,16 @@ def _needs_bpf(item) -> bool:
 # fixture it uses, or by a function of the same test module they call (transitively).
 E2E_FIXTURES = frozenset({"standard_run", "message_run", "loader", "group", "local_user"})
 E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "ProcessGroup"})
+# What makes a test serial: it measures, so nothing else may run beside it (`make test` runs the rest two
+# at a time first, then these one by one): a netprof run or the loader (both load the two CPUs and read
+# the time they take), the shared runs, the BPF probes, or a second local user (useradd locks
+# /etc/passwd). Found the same way as e2e; a module may also say `pytestmark = pytest.mark.serial`.
+# A module whose runs and loaders only serve to check what was answered (bytes, exit codes, files, refusals)
+# says `pytestmark = pytest.mark.concurrent`: those run two at a time too (its netprof runs pass --wait: the
+# run lock queues them behind each other). BPF and a second user stay serial there as well.
+SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "loader"})
+SERIAL_NAMES = frozenset({"run_netprof", "netprof_cmd", "Loader"})
+ALWAYS_SERIAL_FIXTURES = frozenset({"local_user"})
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -116,36 +133,42 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _starts_processes(func, seen: set) -> bool:
+def _starts_processes(func, seen: set, wanted: frozenset) -> bool:
     code = getattr(func, "__code__", None)
     if code is None or code in seen:
         return False
     seen.add(code)
     names = _code_names(code)
-    if names & (E2E_NAMES | E2E_FIXTURES):
+    if names & wanted:
         return True
     scope = getattr(func, "__globals__", {})
     return any(isinstance(f := scope.get(n), types.FunctionType) and f.__module__ == func.__module__
-               and _starts_processes(f, seen) for n in names)
+               and _starts_processes(f, seen, wanted) for n in names)
 
 
-def _is_e2e(item) -> bool:
-    if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+def _uses(item, fixtures: frozenset, names: frozenset) -> bool:
+    """The test, a fixture it uses, or a function of its own module either calls (transitively) uses one
+    of `fixtures` or names one of `names`."""
+    if fixtures & set(getattr(item, "fixturenames", ())):
         return True
     seen: set = set()
-    if _starts_processes(getattr(item, "function", None), seen):
+    if _starts_processes(getattr(item, "function", None), seen, fixtures | names):
         return True
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
-    return any(_starts_processes(d.func, seen) for ds in defs for d in ds)
+    return any(_starts_processes(d.func, seen, fixtures | names) for ds in defs for d in ds)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _needs_bpf(item):
+        bpf = _needs_bpf(item)
+        if bpf:
             item.add_marker(pytest.mark.bpf)
-        if _is_e2e(item):
+        if _uses(item, E2E_FIXTURES, E2E_NAMES):
             item.add_marker(pytest.mark.e2e)
+        measures = not item.get_closest_marker("concurrent") and _uses(item, SERIAL_FIXTURES, SERIAL_NAMES)
+        if bpf or measures or item.get_closest_marker("serial") or _uses(item, ALWAYS_SERIAL_FIXTURES, frozenset()):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture

@@ -113,7 +113,7 @@ def test_a_slower_variant_is_resolved_as_slower(echo, tmp_path):
 
 
 def test_an_aa_interval_holds_1(echo, tmp_path):
-    doc, _ = _ab("--cmd", echo(0), "--aa", "--no-probes", "--out", str(tmp_path / "aa"))
+    doc, _ = _ab("--cmd", echo(0), "--aa", "--no-probes", "--out", str(tmp_path / "aa"), "--max-time", "6")
     m = _msgs(doc)
     print(f"A/A: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}]")
     # Not the 95% interval (that fails 5% of A/A runs by construction when the method is right) but p > 0.001:

@@ -408,7 +408,9 @@ def test_loader_run_has_no_mismatch(name):
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
         assert result["errors"]["mismatch"] == 0, result["errors"]
-        assert result["messages"] >= 1000, result["messages"]  # the check ran on real traffic
+        # the check ran on real traffic: thousands of echoes alone, hundreds beside another test (make test runs
+        # the tests that do not measure two at a time)
+        assert result["messages"] >= 200, result["messages"]
         assert b.proc.poll() is None, f"exited after the loader's run: {b.err()}"
         assert b.stop() == 0, b.err()
         b.assert_nothing_left()

@@ -5,6 +5,7 @@ the snapshots here are made by hand, as the kernel would fill them."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -199,3 +200,24 @@ def test_tail_cause_names_the_descriptor_and_where_the_wait_was_made(tmp_path):
     assert "__recv [libc.so.6]" not in text and len(a["evidence"]["stacks"]) == 3
     (a,) = [a for a in detect(df) if a["id"] == "tail_cause"]  # no --stacks: no stacks quoted
     assert "--stacks" not in a["explanation"] and "stacks" not in a["evidence"]
+
+
+def test_the_gil_range_is_the_interpreters_own_runtime_and_read_once_per_file(monkeypatch):
+    """`_PyRuntime` as the dynamic linker placed it in this very process (ctypes asks it), found from the
+    mapped file and its load bias; a second lookup of the same file reuses the symbol (a run's cells start the
+    same interpreter each time, ~0.1 s of ELF parsing each)."""
+    import ctypes
+
+    from netprof.probes.breakdown import gil
+
+    if os.geteuid() != 0:
+        pytest.skip("/proc/PID/map_files needs root (netprof runs as root)")
+    want = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, gil.SYMBOL))
+    gil._symbols.clear()
+    lo, hi = gil.runtime_range(os.getpid()) or (0, 0)
+    assert lo == want and hi - lo > 1000, (hex(lo), hex(want), hi - lo)
+    parsed = dict(gil._symbols)
+    assert len(parsed) >= 1
+    reads: list[object] = []
+    monkeypatch.setattr(gil, "_read_symbol", lambda f: reads.append(f))
+    assert gil.runtime_range(os.getpid()) == (lo, hi) and reads == []

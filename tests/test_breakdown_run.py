@@ -23,7 +23,7 @@ from netprof.probes.breakdown import PARTS
 def breakdown_run(tmp_path, *args: str, name: str = "run") -> tuple[dict[str, dict], object]:
     require_bpf()
     out = tmp_path / name
-    res = run_netprof("run", *args, "-d", "2", "-r", "1", "--warmup", "0.5", "--breakdown", "--wait", "--json",
+    res = run_netprof("run", *args, "-d", "1", "-r", "1", "--warmup", "0.3", "--breakdown", "--wait", "--json",
                       "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
@@ -81,8 +81,8 @@ def test_the_gil_is_a_futex_wait_unpinned_and_a_run_queue_pinned(tmp_path):
     interpreter's _PyRuntime); pinned to one CPU, the threads queue for the CPU instead. The report says both."""
     require_bpf()
     out = tmp_path / "gil"
-    res = run_netprof("run", "thread", "--pin", "both", "--work", "spin:50", "-c", "20", "-d", "2", "-r", "1",
-                      "--warmup", "0.5", "--breakdown", "--wait", "--json", "--out", str(out), timeout=300)
+    res = run_netprof("run", "thread", "--pin", "both", "--work", "spin:50", "-c", "20", "-d", "1", "-r", "1",
+                      "--warmup", "0.3", "--breakdown", "--wait", "--json", "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = {bool(r["pinned"]): r["breakdown"] for r in json.loads(res.stdout)["runs"]}
     unpinned, pinned = rows[False], rows[True]
@@ -152,7 +152,7 @@ STARVING = {
 def _registry_run(tmp_path, backends: list[str], name: str) -> dict[str, dict]:
     require_bpf()
     out = tmp_path / name
-    res = run_netprof("run", *backends, "-c", "100", "-d", "0.8", "-r", "1", "--warmup", "0.2", "--probe-share", "1",
+    res = run_netprof("run", *backends, "-c", "100", "-d", "0.5", "-r", "1", "--warmup", "0.2", "--probe-share", "1",
                       "--breakdown", "--wait", "--json", "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return {r["backend"]: r for r in json.loads(res.stdout)["runs"]}

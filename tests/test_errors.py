@@ -15,6 +15,8 @@ from netprof.profiler import paths, procs
 from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, NetprofError
 from netprof.profiler.loader_client import LoaderError
 
+pytestmark = pytest.mark.concurrent  # one-line errors and exit codes; its run passes --wait
+
 
 @pytest.mark.parametrize("error, code", [
     (ProbeError("x"), EXIT_INTERNAL),  # after check_available said yes: unexpected, finished cells kept

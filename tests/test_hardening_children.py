@@ -28,6 +28,8 @@ from helpers import netprof_cmd, wait_no_children
 from netprof.profiler import procs, servers
 from netprof.profiler.errors import InputError
 
+pytestmark = pytest.mark.concurrent  # children's environment, output and exits; runs pass --wait
+
 # The PATH the user had when typing `sudo -E netprof ...` (the last entry exists nowhere: a marker).
 CALLER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/np-caller-marker/bin"
 SHORT = ("-c", "2", "-d", "0.3", "-r", "1", "--warmup", "0", "--no-probes", "--wait", "--json")

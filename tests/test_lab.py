@@ -27,7 +27,7 @@ CONFIG = f"{LAB_DIR}/ssh_config"
 SSHD = "/usr/sbin/sshd"
 
 # Namespaces and real sshds: not the edit loop's fast tier (make test-fast), though no netprof run starts.
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # one lab per machine
 
 
 def _lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

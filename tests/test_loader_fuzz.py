@@ -15,6 +15,8 @@ from test_loader import start_echo
 from netprof.profiler.loader_client import Loader, RunRequest
 from netprof.profiler.procs import ProcessGroup
 
+pytestmark = pytest.mark.concurrent  # the loader's answers to malformed input
+
 
 @pytest.fixture
 def env():

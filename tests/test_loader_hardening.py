@@ -20,6 +20,8 @@ from test_loader import check_stats, one_shot, start_echo
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.paths import loader_binary
 
+pytestmark = pytest.mark.concurrent  # the loader's descriptors, privileges and refusals
+
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 

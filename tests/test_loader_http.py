@@ -16,6 +16,8 @@ from test_loader import ECHO_SERVER
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.procs import ProcessGroup
 
+pytestmark = pytest.mark.concurrent  # the loader against small servers: what it parsed and counted, not how fast
+
 HTTP_SERVER = r"""
 import asyncio, sys
 opts = dict(a.split("=", 1) for a in sys.argv[1:])

@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
 from helpers import run_netprof
 from netprof.backends import registry
+
+pytestmark = pytest.mark.concurrent  # layout of piped output; its run passes --wait
 
 ELLIPSIS = "…"
 
@@ -35,7 +39,7 @@ def test_list_piped_keeps_every_row_whole():
 def test_run_piped_keeps_backend_names_whole(tmp_path):
     names = ("asyncio_proto", "selector")  # asyncio_proto: the longest name of the always-installed backends
     done = run_netprof("run", *names, "-c", "10", "-d", "0.5", "-r", "1", "--warmup", "0.2", "--no-probes",
-                       "--out", str(tmp_path / "out"), timeout=120, env=_piped_env())
+                       "--wait", "--out", str(tmp_path / "out"), timeout=120, env=_piped_env())
     assert done.returncode == 0, done.stderr[-2000:]
     assert ELLIPSIS not in done.stdout, done.stdout
     assert ELLIPSIS not in done.stderr, done.stderr

@@ -24,7 +24,7 @@ def bpf_prog_ids() -> set[int]:
 
 
 def _run(tmp_path, *args, timeout=240) -> list[dict]:
-    res = run_netprof("run", *args, "-d", "2", "-r", "1", "--warmup", "0.5", "--wait", "--json",
+    res = run_netprof("run", *args, "-d", "1", "-r", "1", "--warmup", "0.3", "--wait", "--json",
                       "--out", str(tmp_path / "out"), timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)["runs"]
@@ -139,7 +139,7 @@ def test_counts_agree_with_perf_stat():
                                     stderr=subprocess.PIPE, text=True)
             time.sleep(1.5)  # perf attaches asynchronously; the backend is idle meanwhile
             a = probes.snapshot()
-            run = subprocess.run([loader_binary(), "--target", f"127.0.0.1:{port}", "-c", "50", "-d", "2",
+            run = subprocess.run([loader_binary(), "--target", f"127.0.0.1:{port}", "-c", "50", "-d", "1",
                                   "--warmup", "0.2", "--json"], capture_output=True, text=True, timeout=60)
             backend.terminate()  # a backend serves until told to stop; perf ends with it
             assert backend.wait(timeout=30) == 0

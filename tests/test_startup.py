@@ -29,6 +29,15 @@ def cache_root(tmp_path, monkeypatch):
     return root
 
 
+def test_a_backend_imports_no_package_metadata_and_the_version_is_still_there():
+    """Every cell starts a backend that imports the netprof package: its version is looked up (importlib.metadata,
+    ~30 ms) only when asked for."""
+    code = ("import sys, netprof.backends.selector_family; print('importlib.metadata' in sys.modules); "
+            "import netprof, importlib.metadata as m; print(netprof.__version__ == m.version('netprof'))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.split() == ["False", "True"], out
+
+
 def test_cli_and_report_import_neither_scipy_nor_matplotlib():
     code = ("import sys, netprof.profiler.cli, netprof.profiler.report, netprof.profiler.runner; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'matplotlib')))")
@@ -259,6 +268,40 @@ def test_selfcost_measured_once_per_boot(cache_root, monkeypatch):
     assert selfcost.cached(_Idle())["source"] == "measured" and len(calls) == 1
     assert selfcost.cached(_Idle(), refresh=True)["bare_ns"] == 1.0 and len(calls) == 2  # doctor
     assert selfcost.cached(_Idle())["source"] == "cache" and len(calls) == 2
+
+
+def test_socket_wait_cost_measured_once_per_boot_and_a_failed_one_not_kept(cache_root, monkeypatch):
+    """The socket-wait set's figure (~3 s: nine echo children) is kept per boot like the counting set's; the
+    breakdown's is its own entry (other programs); a figure that failed is tried again by the next run."""
+    from netprof.probes.sockwait import sockwait
+
+    calls: list[str] = []
+    results = iter([{"error": "OSError: boom"}, {"bare_ns": 5.0}, {"bare_ns": 6.0}])
+    monkeypatch.setattr(sockwait, "measure_cost", lambda sw: calls.append("m") or next(results))
+    sw = _Idle()
+    assert sockwait.cached_cost(sw, "sockwait") == {"error": "OSError: boom", "source": "measured",
+                                                    "measured_at": pytest.approx(time.time(), abs=60), "age_s": 0.0}
+    assert not (cache_root / "sockwait-cost.json").exists()
+    assert sockwait.cached_cost(sw, "sockwait")["source"] == "measured" and len(calls) == 2
+    kept = sockwait.cached_cost(sw, "sockwait")
+    assert kept["source"] == "cache" and kept["bare_ns"] == 5.0 and len(calls) == 2
+    assert sockwait.cached_cost(sw, "breakdown")["bare_ns"] == 6.0 and len(calls) == 3
+    doc = json.loads((cache_root / "breakdown-cost.json").read_text())
+    assert doc["key"]["set"] == "breakdown" and doc["key"]["programs"] == selfcost.cache_key(sw)["programs"]
+
+
+@pytest.mark.parametrize("program", ["counting/counting.bpf.c", "sockwait/sockwait.bpf.c",
+                                     "breakdown/breakdown.bpf.h", "tree_filter.bpf.h"])
+def test_a_changed_program_in_any_instrument_folder_changes_the_key(program, monkeypatch):
+    """A cached cost holds for the programs that made it: a change to any probe's BPF source, in its own
+    folder or shared, is a new key (a glob of the top folder alone once missed the counting set's)."""
+    from pathlib import Path
+
+    before = selfcost._programs()
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes",
+                        lambda self: real(self) + (b"/* changed */" if self.as_posix().endswith(program) else b""))
+    assert selfcost._programs() != before
 
 
 def test_selfcost_cache_refused_when_writable_by_others(cache_root):

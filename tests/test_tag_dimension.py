@@ -17,6 +17,8 @@ from netprof.profiler import schema
 from netprof.profiler.errors import InputError
 from netprof.profiler.plan import parse_tags
 
+pytestmark = pytest.mark.concurrent  # the --tag dimension's rows, labels and refusals; runs pass --wait
+
 SHORT = ("selector", "-c", "2", "-d", "0.3", "-r", "1", "--warmup", "0", "--no-probes", "--wait")
 
 

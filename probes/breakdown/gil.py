@@ -42,10 +42,37 @@ def _candidates(pid: int) -> dict[str, tuple[int, int, int]]:
     return found
 
 
+# (device, inode, size, mtime) of a mapped file -> what _read_symbol found in it: a run's cells start the same
+# interpreter again and again, and reading its symbol table costs ~0.1 s each time (pyelftools parses every
+# symbol); a file changed in place has another key.
+_symbols: dict[tuple[int, int, int, int], tuple[int, int, int | None] | None] = {}
+
+
+def _read_symbol(f) -> tuple[int, int, int | None] | None:
+    """(st_value, st_size, the lowest PT_LOAD's vaddr − offset) of `_PyRuntime` in the ELF file `f`, the last
+    None for a fixed-address executable; or None."""
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(f)
+    sym = None
+    for name in (".dynsym", ".symtab"):
+        section = elf.get_section_by_name(name)
+        if section is not None and hasattr(section, "get_symbol_by_name"):
+            syms = section.get_symbol_by_name(SYMBOL)
+            if syms:
+                sym = syms[0]
+                break
+    if sym is None or not sym["st_size"]:
+        return None
+    first = None
+    if elf["e_type"] == "ET_DYN":  # PIE or a shared library: loaded at the lowest mapping
+        first = min(s["p_vaddr"] - s["p_offset"] for s in elf.iter_segments() if s["p_type"] == "PT_LOAD")
+    return sym["st_value"], sym["st_size"], first
+
+
 def runtime_range(pid: int) -> tuple[int, int] | None:
     """[lo, hi) of `_PyRuntime` in process `pid`, or None (not CPython, symbol missing, unreadable)."""
     from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
 
     try:
         maps = _candidates(pid)
@@ -54,23 +81,17 @@ def runtime_range(pid: int) -> tuple[int, int] | None:
     for start, end, off in maps.values():
         try:
             with open(f"/proc/{pid}/map_files/{start:x}-{end:x}", "rb") as f:
-                elf = ELFFile(f)
-                sym = None
-                for name in (".dynsym", ".symtab"):
-                    section = elf.get_section_by_name(name)
-                    if section is not None and hasattr(section, "get_symbol_by_name"):
-                        syms = section.get_symbol_by_name(SYMBOL)
-                        if syms:
-                            sym = syms[0]
-                            break
-                if sym is None or not sym["st_size"]:
-                    continue
-                bias = 0
-                if elf["e_type"] == "ET_DYN":  # PIE or a shared library: loaded at the lowest mapping
-                    first = min(s["p_vaddr"] - s["p_offset"] for s in elf.iter_segments() if s["p_type"] == "PT_LOAD")
-                    bias = start - off - first
-                lo = bias + sym["st_value"]
-                return lo, lo + sym["st_size"]
+                st = os.fstat(f.fileno())
+                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                if key not in _symbols:
+                    _symbols[key] = _read_symbol(f)
+                found = _symbols[key]
         except (OSError, ELFError, ValueError, KeyError):
             continue
+        if found is None:
+            continue
+        value, size, first = found
+        bias = start - off - first if first is not None else 0
+        lo = bias + value
+        return lo, lo + size
     return None

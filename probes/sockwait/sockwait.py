@@ -620,6 +620,20 @@ def _cost_once(sw: SockWaitProbes | None, watched: bool) -> float:
     return child_cpu(sw, _COST_CHILD, watched, COST_MESSAGES)
 
 
+def cached_cost(sw: SockWaitProbes, name: str) -> dict:
+    """measure_cost(sw), or the figure measured earlier in this boot for the same set (`name`: sockwait, or
+    breakdown, whose programs cost more): a property of the host as booted, like the counting set's
+    (selfcost.cached_cost), so a run spends its ~3 s once per boot. The set is left detached and untargeted."""
+    from ..selfcost import cached_cost as cached
+
+    try:
+        return cached(f"{name}-cost", {"set": name, "messages": COST_MESSAGES, "repeats": COST_REPEATS},
+                      lambda: measure_cost(sw))
+    finally:
+        sw.detach()
+        sw.target(0)
+
+
 def measure_cost(sw: SockWaitProbes) -> dict:
     """What the set costs per loopback message on this host (~2 s): CPU ns per echoed message with
     the set detached (`bare_ns`), attached and watching both ends (`added_watched_ns`: a watched
