@@ -881,6 +881,10 @@ class _Session:
                 "estimator": head.get("estimator"), "canary_shift": compare.json_ready(comp_canary_shift(comp)),
                 "pairs_detail": [_pair_record(b, n, order, drop, self.started, p.variants)
                                  for (b, n, order), drop in zip(comp.items, dropped)]})
+            if p.method == "turns":  # each generation's rounds, for the plot beneath the generations
+                per_gen = _round_ratios(self.turn_rows, base.label, new.label)
+                for (b, _, _), rec in zip(comp.items, ab_comps[-1]["pairs_detail"]):
+                    rec["rounds"] = per_gen.get(b.pair, [])
         doc: dict = {
             "schema": compare.SCHEMA,
             "method": {"text": METHOD_TURNS.format(gen_blocks=GEN_BLOCKS, gen_warmup=GEN_WARMUP_S)
@@ -934,6 +938,19 @@ def comp_canary_shift(comp: Pairs) -> dict:
         return {}
     c = paired.judge([b for b, _ in loops], [n for _, n in loops])
     return {"ratio": c["ratio"], "ratio_lo": c["ratio_lo"], "ratio_hi": c["ratio_hi"], "p": c["p"]}
+
+
+def _round_ratios(rows: list[dict], base: str, new: str) -> dict[int, list[list[float]]]:
+    """Turns: each round's NEW/BASE ratio of messages, by generation, as [t_s, ratio] (turns.parquet's rows
+    paired up); a round where either side got nothing has none."""
+    rounds: dict[tuple[int, int, int], dict] = {}
+    for r in rows:
+        rounds.setdefault((r["generation"], r["block"], r["round"]), {"t_s": r["t_s"]})[r["variant"]] = r["messages"]
+    out: dict[int, list[list[float]]] = {}
+    for (g, _, _), m in sorted(rounds.items()):
+        if m.get(base) and m.get(new):
+            out.setdefault(g, []).append([m["t_s"], round(m[new] / m[base], 5)])
+    return out
 
 
 def _pair_record(b: CellRecord, n: CellRecord, order: str, dropped: bool, t0: float, variants: list[Variant]) -> dict:

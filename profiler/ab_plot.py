@@ -1,7 +1,9 @@
 """`netprof ab`'s plot, one per comparison: each pair's NEW/BASE ratio of the judged metric over the run's
 time (kept pairs as dots, dropped ones as crosses), the estimate and its 95% interval across it, and
-beneath, on the same time axis, the speed canary's NEW/BASE ratio for the pair: the covariate the
-estimate is adjusted for, so a pair far off the estimate can be matched against a disturbed host.
+beneath, on the same time axis, what each pair is made of. With cells, the speed canary's NEW/BASE ratio
+for the pair: the covariate the estimate is adjusted for, so a pair far off the estimate can be matched
+against a disturbed host. With turns (no canary; a pair is a generation of the servers), each round's
+NEW/BASE ratio of messages: the spread within a generation against the spread between generations.
 
 Input is the ab document's own record (`ab.comparisons[k].pairs_detail`, written by profiler/ab.py);
 compare_report.render embeds the SVG in compare.md and compare.html.
@@ -28,8 +30,16 @@ def draw(ab_comp: dict, judged: dict | None, metric: str, log: bool, base: str, 
         return None
     key, lo_key, hi_key = ("ratio", "ratio_lo", "ratio_hi") if log else ("delta", "delta_lo", "delta_hi")
 
+    canary = [(p["t_s"], p["canary_ns"]["new"] / p["canary_ns"]["base"]) for p in pairs
+              if (p.get("canary_ns") or {}).get("base") and (p.get("canary_ns") or {}).get("new")]
+    rounds = [(t, r) for p in pairs for t, r in p.get("rounds") or []]
+
     def figure(_):
-        fig, (top, low) = plt.subplots(2, 1, sharex=True, figsize=(8.0, 4.6), height_ratios=(3, 1.3))
+        if canary or rounds:
+            fig, (top, low) = plt.subplots(2, 1, sharex=True, figsize=(8.0, 4.6), height_ratios=(3, 1.3))
+        else:  # neither: no empty panel that looks like a canary that saw nothing
+            fig, top = plt.subplots(1, 1, figsize=(8.0, 3.4))
+            low = None
         for dropped, marker, colour, label in ((False, "o", "#1f77b4", "pair (kept)"),
                                                (True, "x", "#7f7f7f", "pair (dropped: disturbed host)")):
             sel = [p for p in pairs if bool(p.get("dropped")) == dropped]
@@ -45,13 +55,17 @@ def draw(ab_comp: dict, judged: dict | None, metric: str, log: bool, base: str, 
         top.set_ylabel(f"{metric}, {new}/{base}" if log else f"{metric}, {new} − {base}")
         top.legend(fontsize=7, loc="best")
         top.set_title(f"Each pair's {metric}: {new} against {base}")
-        canary = [(p["t_s"], p["canary_ns"]["new"] / p["canary_ns"]["base"]) for p in pairs
-                  if (p.get("canary_ns") or {}).get("base") and (p.get("canary_ns") or {}).get("new")]
-        if canary:
-            low.scatter([t for t, _ in canary], [c for _, c in canary], s=10, color="#2ca02c")
-        low.axhline(1.0, color="black", lw=0.8, ls=":")
-        low.set_ylabel("canary loop\nNEW/BASE", fontsize=8)
-        low.set_xlabel("time since the first pair, s")
+        if low is None:
+            top.set_xlabel("time since the first pair, s")
+        else:
+            if canary:
+                low.scatter([t for t, _ in canary], [c for _, c in canary], s=10, color="#2ca02c")
+                low.set_ylabel("canary loop\nNEW/BASE", fontsize=8)
+            else:
+                low.scatter([t for t, _ in rounds], [r for _, r in rounds], s=4, color="#7f7f7f", alpha=0.6)
+                low.set_ylabel("each round's\nmessages NEW/BASE", fontsize=8)
+            low.axhline(1.0, color="black", lw=0.8, ls=":")
+            low.set_xlabel("time since the first pair, s")
         fig.tight_layout()
         return fig
 

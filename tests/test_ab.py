@@ -288,3 +288,29 @@ def test_pairs_plot_needs_two_pairs_and_draws_counts_as_differences():
     svg = ab_plot.draw(rec, {"delta": 0.55}, "syscalls_per_msg_total", False, "A", "B")
     texts = " ".join(t for el in ET.fromstring(svg).iter() if el.tag.endswith("text") for t in el.itertext())
     assert "syscalls_per_msg_total, B − A" in texts and "estimate 0.55" in texts and "dropped" in texts, texts
+
+
+def test_turns_plot_shows_each_generations_rounds_and_no_empty_canary_panel():
+    """Turns have no canary: beneath the generations the plot shows each round's NEW/BASE (from the rounds ab.py
+    pairs up out of turns.parquet's rows), and a record with neither gets one panel, not an empty canary one."""
+    from netprof.profiler import ab_plot
+
+    rows = [{"generation": g, "block": b, "round": r, "t_s": round(0.2 * (10 * b + r), 3), "variant": v, "messages": m}
+            for g, b in ((1, 1), (2, 2)) for r in range(3)
+            for v, m in (("A", 1000), ("B", 0 if (b, r) == (2, 2) else 940))]
+    got = ab._round_ratios(rows, "A", "B")
+    assert got == {1: [[2.0, 0.94], [2.2, 0.94], [2.4, 0.94]], 2: [[4.0, 0.94], [4.2, 0.94]]}  # no ratio of 0
+
+    def gen(g, d, rounds):
+        return {"pair": g, "t_s": 2.0 * g, "order": f"generation {g}", "dropped": False,
+                "canary_ns": {"base": 0.0, "new": 0.0}, "d": {"msgs_per_sec": d}, "rounds": rounds}
+
+    def texts(svg):
+        return " ".join(t for el in ET.fromstring(svg).iter() if el.tag.endswith("text") for t in el.itertext())
+
+    rec = {"pairs_detail": [gen(1, -0.06, got[1]), gen(2, -0.06, got[2])]}
+    with_rounds = texts(ab_plot.draw(rec, {"ratio": 0.94}, "msgs_per_sec", True, "A", "B"))
+    assert "each round's" in with_rounds and "canary" not in with_rounds, with_rounds
+    bare = {"pairs_detail": [gen(1, -0.06, []), gen(2, -0.06, [])]}
+    alone = texts(ab_plot.draw(bare, {"ratio": 0.94}, "msgs_per_sec", True, "A", "B"))
+    assert "canary" not in alone and "each round's" not in alone and "estimate 0.94" in alone, alone

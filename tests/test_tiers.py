@@ -1,0 +1,42 @@
+"""How tests/conftest.py sorts the suite: `make test-fast`'s tier (no `bpf`, no `e2e`), and `make test`'s two
+passes (`serial` alone, the rest two at a time). Asked of pytest itself (`--collect-only`), on tests whose
+nature is known."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _selected(marks: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "-m", marks, str(TESTS)], capture_output=True, text=True, cwd=TESTS.parent, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return {line.split("[")[0].removeprefix("tests/") for line in out.stdout.splitlines() if "::" in line}
+
+
+def test_what_measures_runs_alone_and_the_rest_two_at_a_time():
+    serial, other = _selected("serial"), _selected("not serial")
+    assert serial and other and not serial & other
+    # measuring: a netprof run, the loader's timing, BPF, the shared runs, a second local user, the one lab
+    for name in ("test_breakdown_run.py::test_parts_add_up_on_every_builtin_backend",
+                 "test_loader.py::test_think_time_caps_the_rate",
+                 "test_probes.py::test_selector_per_message",
+                 "test_machine_busy.py::test_real_run_records_each_cells_load",
+                 "test_hardening_env.py::test_a_python_planted_in_the_callers_pyenv_is_never_run",
+                 "test_lab.py::test_down_removes_everything_and_twice_is_fine"):
+        assert name in serial, name
+    # checking answers only: backend servers on their own, a `concurrent` module's loader, unit tests, refusals
+    for name in ("test_backends.py::test_echo_then_serve_on_until_sigterm",
+                 "test_framing.py::test_message_framing_echoes_whole_messages_only",
+                 "test_loader_http.py::test_http_pipelining",
+                 "test_cli.py::test_bad_input_is_one_line_exit_2",
+                 "test_paired.py::test_a_known_ratio_is_recovered_with_a_t_interval"):
+        assert name in other, name
+
+
+def test_the_fast_tier_is_a_part_of_the_concurrent_pass():
+    assert _selected("not bpf and not e2e") <= _selected("not serial")
