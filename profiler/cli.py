@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -231,6 +232,11 @@ def run(
                                     help="Results directory (default runs/<timestamp>/)."),
     quiet: bool = typer.Option(False, "-q", "--quiet",
                                help="No progress and no summary: errors and the report's path."),
+    no_report: bool = typer.Option(
+        False, "--no-report",
+        help="Write the results and summary.json (and the --json summary, anomalies included) but draw no report: "
+             "no plots, report.md or report.html, and no drawing process beside the run (`netprof report DIR` "
+             "draws it later). For scripts that read the JSON."),
     verbose: bool = typer.Option(False, "-v", "--verbose",
                                  help="Also print every finished cell on a terminal (off a terminal it always is)."),
     force: bool = typer.Option(False, "--force", help="Replace the run already in --out."),
@@ -345,8 +351,8 @@ def run(
 
     # The report's drawing process, started before the capability checks: its matplotlib import runs beside
     # their BPF compile (and is waited for before the run, never during a measured load), not after the run.
-    with plotset.warm(report._draw, preload=report.DRAW_PRELOAD):
-        _execute(cfg, as_json, quiet=quiet, verbose=verbose)
+    with contextlib.nullcontext() if no_report else plotset.warm(report._draw, preload=report.DRAW_PRELOAD):
+        _execute(cfg, as_json, quiet=quiet, verbose=verbose, render_report=not no_report)
 
 
 # `run`'s options that stay on this side with --server-host: where the results land here, and the host itself.
@@ -451,9 +457,11 @@ def _stop_on_signals() -> None:
         signal.signal(signal.SIGINT, _terminate_like_ctrl_c)
 
 
-def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool = False) -> None:
-    """Shared tail of `run` and `flamegraph`: capability checks, the run, the report, the exit code.
-    Progress goes to stderr (stdout: the summary, or the JSON); -q silences both but the report's path."""
+def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool = False,
+             render_report: bool = True) -> None:
+    """Shared tail of `run` and `flamegraph`: capability checks, the run, the report (`render_report`: else
+    summary.json only), the exit code. Progress goes to stderr (stdout: the summary, or the JSON); -q silences
+    both but the report's path (the results directory without a report)."""
     for inst in instrument_registry.wanted(cfg):  # each compiles once here and is parked for the run
         if why := inst.missing(cfg):
             fail(why)
@@ -483,11 +491,12 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
     plotset.ready()  # run's warm drawing process has done its import: none of it overlaps the load
     outcome = runner.execute(cfg, sys.argv, progress, interps, verbose=verbose)
     if outcome.store.rows:
-        summary = report.finish(outcome.out_dir, console=None if as_json or quiet else console)
+        summary = report.finish(outcome.out_dir, console=None if as_json or quiet else console,
+                                render_report=render_report)
         if as_json:
             print(json.dumps(summary, default=str))
         elif quiet:
-            print(summary["artifacts"]["report_html"])
+            print(summary["artifacts"]["report_html"] or summary["artifacts"]["dir"])
     elif (index := results.read_json(outcome.out_dir, "flamegraphs/index.json")) is not None:
         # read as results.py reads: under sudo the directory is the caller's, who could swap in a link
         print(json.dumps(index) if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
@@ -501,7 +510,8 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
         err.print(f"interrupted: {len(outcome.store.rows)} finished cells kept in {escape(str(outcome.out_dir))}")
         raise typer.Exit(130)
     if outcome.failed:
-        err.print(f"{outcome.failed} cell(s) failed (FF); see {escape(str(outcome.out_dir))}/report.md")
+        err.print(f"{outcome.failed} cell(s) failed (FF); see {escape(str(outcome.out_dir))}/"
+                  f"{'report.md' if render_report else 'summary.json'}")
         raise typer.Exit(1)
 
 

@@ -28,7 +28,7 @@ def counting_wanted(args: list[str]) -> bool:
 
 
 def report_wanted(args: list[str]) -> bool:
-    return bool(args) and args[0] == "run" and _here(args)
+    return bool(args) and args[0] == "run" and "--no-report" not in args and _here(args)
 
 
 def main() -> None:

@@ -534,10 +534,12 @@ def timeline_plot(out: Path, timeline: pd.DataFrame | None) -> list[plotset.Plot
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path | None = None) -> dict:
+def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path | None = None,
+           render_report: bool = True) -> dict:
     """Analyse a results directory and write report.md, report.html, plots/ and summary.json into it,
     or into `dest` (`netprof report DIR --out OTHER`; the caller checked and created it), whose report
-    then links the flamegraphs where they are, in DIR."""
+    then links the flamegraphs where they are, in DIR. Without `render_report` (`run --no-report`) only
+    summary.json: the same rows, cells and anomalies, no plots or pages (`netprof report DIR` draws them)."""
     src = Path(out_dir)
     out = Path(dest) if dest is not None else src
     # Everything read from DIR is read before anything is written: a refused input leaves no half report.
@@ -547,44 +549,60 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     flames = find_flamegraphs(src, df)
     stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
     cells = stats.aggregate(df)
+    if not render_report:  # `run --no-report`: the findings and summary.json, nothing drawn or rendered
+        found = rules.detect(df, per_conn, meta, src, cells=cells)
+        summary = _summary(src, out, df, found, meta, None, [], flames, stack_files)
+        if console is not None:
+            _print(console, {"headline": _headline(cells), "findings": findings(cells, found, df), "anomalies": found},
+                   out, rendered=False)
+        return summary
     with plotset.start(cells, per_conn, out, _draw) as pending:  # drawn in children meanwhile
         found = rules.detect(df, per_conn, meta, src, cells=cells)
         rendered = ([{"title": t, "header": made[0], "rows": made[1]} for t, fn in TABLES
                      if (made := fn(cells)) is not None] if not cells.empty else [])
-        headline = None
-        if not cells.empty:
-            header, rows = tables.headline_table(cells)
-            headline = {"title": HEADLINE, "header": header, "rows": rows}
         if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
             back = os.path.relpath(src.resolve(), out.resolve())
             for f in flames:
                 f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
         context: dict[str, Any] = {
             "facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
-            "headline": headline, "headline_note": headline_note(cells),
+            "headline": _headline(cells), "headline_note": headline_note(cells),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
         from netprof.profiler import sockwait_report  # --sockwait's section: "Where the round trip went"
         context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
-        cell_summaries = stats.cell_summaries(df)
         figures = context["plots"] = pending.result() + timeline_plot(out, timeline)
     context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])))
                             for a in found]  # links are for the page only: summary.json keeps `found`
-    md_path, html_path = render(out, context)
-    artifacts = {"dir": str(out), "report_md": str(md_path), "report_html": str(html_path),
-                 "summary_json": str(out / results.SUMMARY_JSON),
-                 "results_parquet": str(src / results.RESULTS_PARQUET), "results_csv": str(src / results.RESULTS_CSV),
-                 "plots": [str(out / p.path) for p in figures],
-                 "flamegraphs": [os.path.normpath(out / s) for f in flames for s in f["svgs"].values()],
-                 "stacks": stack_files}
-    summary = {"schema": 1, "runs": results.rows_of(df), "cells": cell_summaries,
-               "anomalies": found, "artifacts": artifacts, "meta": meta}
-    atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
+    summary = _summary(src, out, df, found, meta, render(out, context), figures, flames, stack_files)
     if console is not None:
         _print(console, context, out)
     return summary
 
 
-def _print(console: Console, context: dict, out: Path) -> None:
+def _headline(cells: pd.DataFrame) -> dict | None:
+    if cells.empty:
+        return None
+    header, rows = tables.headline_table(cells)
+    return {"title": HEADLINE, "header": header, "rows": rows}
+
+
+def _summary(src: Path, out: Path, df: pd.DataFrame, found: list[dict], meta: dict, pages: tuple[Path, Path] | None,
+             figures: list[plotset.Plot], flames: list[dict], stack_files: list[str]) -> dict:
+    """summary.json, written to `out` and returned; `pages`: report.md and report.html, None when not drawn."""
+    md_path, html_path = pages or (None, None)
+    artifacts = {"dir": str(out), "report_md": md_path and str(md_path), "report_html": html_path and str(html_path),
+                 "summary_json": str(out / results.SUMMARY_JSON),
+                 "results_parquet": str(src / results.RESULTS_PARQUET), "results_csv": str(src / results.RESULTS_CSV),
+                 "plots": [str(out / p.path) for p in figures],
+                 "flamegraphs": [os.path.normpath(out / s) for f in flames for s in f["svgs"].values()],
+                 "stacks": stack_files}
+    summary = {"schema": 1, "runs": results.rows_of(df), "cells": stats.cell_summaries(df),
+               "anomalies": found, "artifacts": artifacts, "meta": meta}
+    atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
+    return summary
+
+
+def _print(console: Console, context: dict, out: Path, rendered: bool = True) -> None:
     """The terminal's summary: the headline table, the findings, the anomalies' titles (the other
     tables are in the report)."""
     if context["headline"]:
@@ -597,4 +615,8 @@ def _print(console: Console, context: dict, out: Path) -> None:
         console.print(f"[{SEVERITY_STYLE[a['severity']]}]{a['severity'].upper():8}[/] {escape(a['title'])}")
     if len(context["anomalies"]) > 8:
         console.print(f"… and {len(context['anomalies']) - 8} more in the report")
-    console.print(f"report: {escape(str(out))}/report.html (also report.md, summary.json, results.parquet)")
+    if rendered:
+        console.print(f"report: {escape(str(out))}/report.html (also report.md, summary.json, results.parquet)")
+    else:
+        console.print(f"results: {escape(str(out))}/summary.json and results.parquet (no report: "
+                      f"`netprof report {escape(str(out))}` draws it)")

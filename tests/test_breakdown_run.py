@@ -153,7 +153,7 @@ def _registry_run(tmp_path, backends: list[str], name: str) -> dict[str, dict]:
     require_bpf()
     out = tmp_path / name
     res = run_netprof("run", *backends, "-c", "100", "-d", "0.5", "-r", "1", "--warmup", "0.2", "--probe-share", "1",
-                      "--breakdown", "--wait", "--json", "--out", str(out), timeout=600)
+                      "--breakdown", "--no-report", "--wait", "--json", "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
 

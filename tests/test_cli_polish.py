@@ -5,6 +5,7 @@ line per finished cell off a terminal, the progress bar's phases on one, -q, -o,
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import struct
@@ -105,6 +106,27 @@ def test_off_a_terminal_the_plan_and_one_line_per_cell(tmp_path):
         assert int(m.group(2).replace(",", "")) == round(row["msgs_per_sec"])  # the line says the row's figure
     assert "Headline" in res.stdout and "selector" in res.stdout
     assert not wait_no_children()
+
+
+def test_no_report_writes_the_summary_and_the_report_comes_later(tmp_path):
+    """--no-report: the rows, summary.json and the JSON summary (anomalies included) as any run writes them, no
+    plots or pages and no drawing process; `netprof report DIR` draws the report from the same results."""
+    out = tmp_path / "run"
+    res = run_netprof("run", "selector", *SHORT, "-r", "1", "--no-report", "--json", "-o", str(out), timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert len(doc["runs"]) == 1 and doc["runs"][0]["status"] == "ok" and isinstance(doc["anomalies"], list)
+    assert doc["artifacts"]["report_html"] is None and doc["artifacts"]["plots"] == []
+    assert json.loads((out / "summary.json").read_text())["runs"] == doc["runs"]
+    assert not [p for p in ("report.md", "report.html", "plots") if (out / p).exists()]
+    quiet = run_netprof("run", "selector", *SHORT, "-r", "1", "--no-report", "-q", "-o", str(tmp_path / "q"),
+                        timeout=180)
+    assert quiet.returncode == 0 and quiet.stdout.strip() == str(tmp_path / "q"), quiet.stdout
+    rep = run_netprof("report", str(out), "--json", timeout=120)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    later = json.loads(rep.stdout)
+    assert (out / "report.html").is_file() and later["artifacts"]["plots"]
+    assert [a["id"] for a in later["anomalies"]] == [a["id"] for a in doc["anomalies"]]
 
 
 def test_quiet_prints_only_the_report_path(tmp_path):

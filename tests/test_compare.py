@@ -14,7 +14,7 @@ from helpers import run_netprof
 from netprof.profiler import compare, compare_report, results, schema, stats
 from netprof.profiler.errors import InputError
 
-SHORT = ("-r", "3", "-d", "0.6", "--warmup", "0.2", "--wait")  # --wait: queue behind another run
+SHORT = ("-r", "3", "-d", "1", "--warmup", "0.2", "--no-report", "--wait")  # --wait: queue behind another run
 NO_CHANGE = "no significant change"
 
 

@@ -153,9 +153,9 @@ def test_netem_delay_shows_in_latency_and_no_namespace_remains(tmp_path):
     """The issue's acceptance run: delay 500 µs on both ends → a round trip ≥ 1 ms."""
     require_root()
     out = tmp_path / "run"
-    res = run_netprof("run", "selector", "-c", "10", "-d", "2", "-r", "1", "--warmup", "0.5", "--no-probes",
-                      "--remote", "netns", "--netem", "delay=500us", "--wait", "--json", "--out", str(out),
-                      timeout=300)
+    res = run_netprof("run", "--no-report", "selector", "-c", "10", "-d", "2", "-r", "1", "--warmup", "0.5",
+                      "--no-probes", "--remote", "netns", "--netem", "delay=500us", "--wait", "--json",
+                      "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = json.loads(res.stdout)["runs"]
     assert row["status"] == "ok", row
@@ -351,8 +351,8 @@ def test_ten_thousand_connections(tmp_path):
     if plan.max_connections() < 10_000:
         pytest.skip(f"`ulimit -n` {plan.fd_limit()} is too low for 10,000 connections")
     t0 = time.monotonic()
-    res = run_netprof("run", "selector", "-c", "10000", "-d", "2", "-r", "1", "--warmup", "0.5", "--no-probes",
-                      "--wait", "--json", "--out", str(tmp_path / "run"), timeout=110)
+    res = run_netprof("run", "--no-report", "selector", "-c", "10000", "-d", "2", "-r", "1", "--warmup", "0.5",
+                      "--no-probes", "--wait", "--json", "--out", str(tmp_path / "run"), timeout=110)
     wall = time.monotonic() - t0
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = json.loads(res.stdout)["runs"]

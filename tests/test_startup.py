@@ -214,12 +214,12 @@ def test_warm_process_dies_with_a_killed_netprof(tmp_path):
 
 def test_run_command_starts_the_warm_process_for_its_report(monkeypatch, tmp_path):
     """`netprof run` wraps the checks, the run and the report in plotset.warm with the report's draw; the
-    flamegraph command (no report) starts none."""
+    flamegraph command and `run --no-report` (no report) start none."""
     seen = []
 
-    def fake_execute(cfg, as_json, quiet=False, verbose=False):
+    def fake_execute(cfg, as_json, quiet=False, verbose=False, render_report=True):
         w = plotset._warm
-        seen.append(None if w is None else (w.draw is report._draw, w.pid is not None))
+        seen.append(None if w is None else (w.draw is report._draw, w.pid is not None, render_report))
 
     monkeypatch.setattr(cli, "_execute", fake_execute)
     from typer.testing import CliRunner
@@ -229,7 +229,10 @@ def test_run_command_starts_the_warm_process_for_its_report(monkeypatch, tmp_pat
     assert got.exit_code == 0, got.output
     got = runner.invoke(cli.app, ["flamegraph", "selector", "-c", "10", "-d", "1", "-o", str(tmp_path / "f")])
     assert got.exit_code == 0, got.output
-    assert seen == [(True, True), None] and plotset._warm is None
+    got = runner.invoke(cli.app, ["run", "selector", "--no-report", "-c", "10", "-d", "1", "-r", "1",
+                                  "-o", str(tmp_path / "n")])
+    assert got.exit_code == 0, got.output
+    assert seen == [(True, True, True), None, None] and plotset._warm is None
 
 
 def _df(tmp_path):
@@ -340,6 +343,7 @@ def test_selfcost_of_the_real_counting_set_is_kept_for_the_next_run(bpf, cache_r
 @pytest.mark.parametrize("args,compile_,draw", [
     (["run", "selector"], True, True),
     (["run", "selector", "--no-probes"], False, True),
+    (["run", "selector", "--no-report"], True, False),
     (["run", "selector", "-h"], False, False),
     (["ab", "selector", "selector"], True, False),
     (["knee", "selector", "--slo", "p99<5ms"], True, False),
