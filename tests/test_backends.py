@@ -417,6 +417,7 @@ def test_loader_run_has_no_mismatch(name):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # 12,000 connections and as many threads: a time bound, and a load on both CPUs
 @pytest.mark.skipif(LOADER is None, reason="netprof-loader not built or not working yet")
 @pytest.mark.parametrize("name", ["thread", "socketserver"])
 def test_thread_per_connection_stops_quickly_after_many_connections(name):

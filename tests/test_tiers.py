@@ -21,13 +21,16 @@ def _selected(marks: str) -> set[str]:
 def test_what_measures_runs_alone_and_the_rest_two_at_a_time():
     serial, other = _selected("serial"), _selected("not serial")
     assert serial and other and not serial & other
-    # measuring: a netprof run, the loader's timing, BPF, the shared runs, a second local user, the one lab
+    assert _selected("not bpf and not e2e") <= other  # the fast tier is a part of the first pass
+    # measuring: a netprof run, the loader's timing, BPF, the shared runs, a second local user, the one lab, a
+    # test marked serial by hand
     for name in ("test_breakdown_run.py::test_parts_add_up_on_every_builtin_backend",
                  "test_loader.py::test_think_time_caps_the_rate",
                  "test_probes.py::test_selector_per_message",
                  "test_machine_busy.py::test_real_run_records_each_cells_load",
                  "test_hardening_env.py::test_a_python_planted_in_the_callers_pyenv_is_never_run",
-                 "test_lab.py::test_down_removes_everything_and_twice_is_fine"):
+                 "test_lab.py::test_down_removes_everything_and_twice_is_fine",
+                 "test_backends.py::test_thread_per_connection_stops_quickly_after_many_connections"):
         assert name in serial, name
     # checking answers only: backend servers on their own, a `concurrent` module's loader, unit tests, refusals
     for name in ("test_backends.py::test_echo_then_serve_on_until_sigterm",
@@ -37,6 +40,3 @@ def test_what_measures_runs_alone_and_the_rest_two_at_a_time():
                  "test_paired.py::test_a_known_ratio_is_recovered_with_a_t_interval"):
         assert name in other, name
 
-
-def test_the_fast_tier_is_a_part_of_the_concurrent_pass():
-    assert _selected("not bpf and not e2e") <= _selected("not serial")
