@@ -883,8 +883,9 @@ class _Session:
                                  for (b, n, order), drop in zip(comp.items, dropped)]})
             if p.method == "turns":  # each generation's rounds, for the plot beneath the generations
                 per_gen = _round_ratios(self.turn_rows, base.label, new.label)
-                for (b, _, _), rec in zip(comp.items, ab_comps[-1]["pairs_detail"]):
-                    rec["rounds"] = per_gen.get(b.pair, [])
+                for (b, _, order), rec in zip(comp.items, ab_comps[-1]["pairs_detail"]):
+                    if order.startswith("generation"):  # not the probed cell pairs after the blocks
+                        rec["rounds"] = per_gen.get(b.pair, [])
         doc: dict = {
             "schema": compare.SCHEMA,
             "method": {"text": METHOD_TURNS.format(gen_blocks=GEN_BLOCKS, gen_warmup=GEN_WARMUP_S)

@@ -67,6 +67,10 @@ def test_a_slower_variant_is_resolved_as_slower_in_turns(echo, tmp_path):
     assert set(turns["variant"]) == {"fast", "slow"} and turns["generation"].max() == starts["fast"]
     per_round = turns.pivot_table(index=["block", "round"], columns="variant", values="messages")
     assert (per_round["slow"] < per_round["fast"]).mean() > 0.9  # nearly every round shows it
+    # each generation's record carries its rounds (the plot's lower panel): every round both servers answered
+    rounds = [r for p in info["comparisons"][0]["pairs_detail"] for _, r in p.get("rounds", [])]
+    assert len(rounds) == ((per_round["slow"] > 0) & (per_round["fast"] > 0)).sum()
+    assert sum(r < 1 for r in rounds) > 0.9 * len(rounds)
     rows = pd.read_parquet(out / "results.parquet")  # one row per variant per block, tagged
     assert set(rows["tag"]) == {"fast", "slow"} and (rows["status"] == "ok").all() and len(rows) % 2 == 0
     assert "block 1, generation 1:" in err and "turns of 0.1 s" in doc["method"]["text"]
