@@ -29,7 +29,8 @@ from pathlib import Path
 import netprof
 from netprof.profiler import cache
 
-CACHE_FILE = "probe-cost{variant}.json"  # one per probe variant: runs with and without --syscall-time alternate
+# One entry per probe variant (runs with and without --syscall-time alternate); cached_cost adds .json.
+CACHE_FILE = "probe-cost{variant}"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 CALLS = 300_000
 REPEATS = 3
@@ -152,5 +153,5 @@ def cached(probes, refresh: bool = False) -> dict:
     """measure(probes), or the figure measured earlier in this boot by the same netprof for the same
     probe variant (cached_cost)."""
     key = cache_key(probes)
-    name = CACHE_FILE.format(variant="-syscall-time" if key["syscall_time"] else "").removesuffix(".json")
+    name = CACHE_FILE.format(variant="-syscall-time" if key["syscall_time"] else "")
     return cached_cost(name, key, lambda: measure(probes), refresh)

@@ -551,7 +551,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     cells = stats.aggregate(df)
     if not render_report:  # `run --no-report`: the findings and summary.json, nothing drawn or rendered
         found = rules.detect(df, per_conn, meta, src, cells=cells)
-        summary = _summary(src, out, df, found, meta, None, [], flames, stack_files)
+        summary = _summary(src, out, df, stats.cell_summaries(df), found, meta, None, [], flames, stack_files)
         if console is not None:
             _print(console, {"headline": _headline(cells), "findings": findings(cells, found, df), "anomalies": found},
                    out, rendered=False)
@@ -570,10 +570,11 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
         from netprof.profiler import sockwait_report  # --sockwait's section: "Where the round trip went"
         context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
+        cell_summaries = stats.cell_summaries(df)  # while the plots are drawn
         figures = context["plots"] = pending.result() + timeline_plot(out, timeline)
     context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])))
                             for a in found]  # links are for the page only: summary.json keeps `found`
-    summary = _summary(src, out, df, found, meta, render(out, context), figures, flames, stack_files)
+    summary = _summary(src, out, df, cell_summaries, found, meta, render(out, context), figures, flames, stack_files)
     if console is not None:
         _print(console, context, out)
     return summary
@@ -586,8 +587,9 @@ def _headline(cells: pd.DataFrame) -> dict | None:
     return {"title": HEADLINE, "header": header, "rows": rows}
 
 
-def _summary(src: Path, out: Path, df: pd.DataFrame, found: list[dict], meta: dict, pages: tuple[Path, Path] | None,
-             figures: list[plotset.Plot], flames: list[dict], stack_files: list[str]) -> dict:
+def _summary(src: Path, out: Path, df: pd.DataFrame, cell_summaries: list[dict], found: list[dict], meta: dict,
+             pages: tuple[Path, Path] | None, figures: list[plotset.Plot], flames: list[dict],
+             stack_files: list[str]) -> dict:
     """summary.json, written to `out` and returned; `pages`: report.md and report.html, None when not drawn."""
     md_path, html_path = pages or (None, None)
     artifacts = {"dir": str(out), "report_md": md_path and str(md_path), "report_html": html_path and str(html_path),
@@ -596,7 +598,7 @@ def _summary(src: Path, out: Path, df: pd.DataFrame, found: list[dict], meta: di
                  "plots": [str(out / p.path) for p in figures],
                  "flamegraphs": [os.path.normpath(out / s) for f in flames for s in f["svgs"].values()],
                  "stacks": stack_files}
-    summary = {"schema": 1, "runs": results.rows_of(df), "cells": stats.cell_summaries(df),
+    summary = {"schema": 1, "runs": results.rows_of(df), "cells": cell_summaries,
                "anomalies": found, "artifacts": artifacts, "meta": meta}
     atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
     return summary

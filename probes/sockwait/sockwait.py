@@ -623,15 +623,12 @@ def _cost_once(sw: SockWaitProbes | None, watched: bool) -> float:
 def cached_cost(sw: SockWaitProbes, name: str) -> dict:
     """measure_cost(sw), or the figure measured earlier in this boot for the same set (`name`: sockwait, or
     breakdown, whose programs cost more): a property of the host as booted, like the counting set's
-    (selfcost.cached_cost), so a run spends its ~3 s once per boot. The set is left detached and untargeted."""
+    (selfcost.cached_cost), so a run spends its ~3 s once per boot. measure_cost leaves the set detached and
+    untargeted; a figure from the cache never touches it."""
     from ..selfcost import cached_cost as cached
 
-    try:
-        return cached(f"{name}-cost", {"set": name, "messages": COST_MESSAGES, "repeats": COST_REPEATS},
-                      lambda: measure_cost(sw))
-    finally:
-        sw.detach()
-        sw.target(0)
+    return cached(f"{name}-cost", {"set": name, "messages": COST_MESSAGES, "repeats": COST_REPEATS},
+                  lambda: measure_cost(sw))
 
 
 def measure_cost(sw: SockWaitProbes) -> dict:
