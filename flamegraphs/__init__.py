@@ -8,6 +8,6 @@ Views: "oncpu" (perf, kernel + native), "python" (py-spy), "offcpu" (BCC sched_s
 """
 
 from netprof.flamegraphs.render import diff
-from netprof.flamegraphs.session import DEFAULT_VIEWS, VIEWS, FlameArtifacts, check_available, sample
+from netprof.flamegraphs.session import DEFAULT_VIEWS, VIEWS, FlameArtifacts, check_available, compile_offcpu, sample
 
-__all__ = ["FlameArtifacts", "sample", "diff", "check_available", "VIEWS", "DEFAULT_VIEWS"]
+__all__ = ["FlameArtifacts", "sample", "compile_offcpu", "diff", "check_available", "VIEWS", "DEFAULT_VIEWS"]

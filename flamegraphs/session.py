@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -23,6 +24,9 @@ from netprof.flamegraphs.oncpu import MIXED_MAX_HZ, PerfRecorder, perf_binary
 from netprof.flamegraphs.pyspy import PySpyRecorder, pyspy_binary
 from netprof.profiler import atomic, procs
 from netprof.profiler.errors import InputError
+
+if TYPE_CHECKING:
+    from netprof.flamegraphs.offcpu import OffCpuProbe
 
 VIEWS = ("oncpu", "python", "offcpu", "mixed")
 DEFAULT_VIEWS = ("oncpu", "python", "offcpu")
@@ -106,12 +110,29 @@ def check_available(views=DEFAULT_VIEWS) -> str | None:
     return "; ".join(problems) or None
 
 
+def compile_offcpu(views=DEFAULT_VIEWS) -> tuple[OffCpuProbe | None, str | None]:
+    """The off-CPU view's BPF program, compiled (a few tenths of a second) before the window it samples
+    opens: (probe, None), or (None, why not), or (None, None) when the view is not wanted or cannot run
+    (sample() notes why). The caller hands the probe to sample(), which closes it."""
+    if "offcpu" not in views or view_missing("offcpu"):
+        return None, None
+    try:
+        from netprof.flamegraphs.offcpu import OffCpuProbe
+
+        return OffCpuProbe(), None
+    except Exception as e:  # compile/attach failure: the other views still run
+        return None, f"offcpu: BPF program failed to load: {str(e).strip()[-300:]}"
+
+
 def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int = 499,
-           views=DEFAULT_VIEWS, cpus=None) -> FlameArtifacts:
+           views=DEFAULT_VIEWS, cpus=None, offcpu: tuple[OffCpuProbe | None, str | None] | None = None
+           ) -> FlameArtifacts:
     """Sample the running process tree `pid` for `duration` s; write <view>.folded/.svg into outdir.
 
     `cpus` pins the samplers (perf, py-spy), e.g. to the loader's CPUs, keeping the backend's CPU to
-    the backend. Never raises for a view that fails; see `FlameArtifacts.notes`.
+    the backend. `offcpu`: what compile_offcpu() returned ahead of the window (this closes the probe);
+    without it the off-CPU program compiles here, after `pid`'s window began. Never raises for a view
+    that fails; see `FlameArtifacts.notes`.
     """
     outdir = os.fspath(atomic.ensure_out_dir(os.path.abspath(outdir)))  # made as results are (atomic.py)
     art = FlameArtifacts()
@@ -124,17 +145,13 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
         else:
             wanted.append(v)
 
-    work = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-")
-    offcpu = None
+    probe, why = offcpu if offcpu is not None else compile_offcpu(wanted)
+    if why:
+        art.notes.append(why)
+    work = None
     recorders: dict[str, PerfRecorder | PySpyRecorder] = {}
     try:
-        if "offcpu" in wanted:
-            try:
-                from netprof.flamegraphs.offcpu import OffCpuProbe
-
-                offcpu = OffCpuProbe()  # compile before the window opens
-            except Exception as e:  # compile/attach failure: the other views still run
-                art.notes.append(f"offcpu: BPF program failed to load: {str(e).strip()[-300:]}")
+        work = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-")
         for v in wanted:
             if v in ("oncpu", "mixed"):
                 recorders[v] = PerfRecorder(pids, duration, work, rate_hz=rate_hz, mixed=(v == "mixed"), cpus=cpus)
@@ -143,14 +160,14 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
                                              rate_hz=rate_hz, cpus=cpus, workdir=work)
         for r in recorders.values():
             r.start()
-        if offcpu is not None:
-            offcpu.start(pids)
+        if probe is not None:
+            probe.start(pids)
         time.sleep(duration)
         if not psutil.pid_exists(pid):
             art.notes.append(f"backend {pid} exited during sampling: views cover less than {duration:g} s "
                              "and off-CPU user frames may be unsymbolised")
-        if offcpu is not None:
-            stacks, events = offcpu.collect()
+        if probe is not None:
+            stacks, events = probe.collect()
             path = os.path.join(outdir, "offcpu.folded")
             art.samples["offcpu_us"] = write_folded(stacks, path)
             art.samples["offcpu"] = events
@@ -171,9 +188,10 @@ def sample(pid: int, duration: float, outdir: str, *, title: str, rate_hz: int =
     finally:
         for r in recorders.values():
             r.stop()
-        if offcpu is not None:
-            offcpu.close()
-        shutil.rmtree(work, ignore_errors=True)
+        if probe is not None:
+            probe.close()
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
 
     for v in wanted:
         folded = getattr(art, f"{v}_folded")

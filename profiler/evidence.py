@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import time
 from pathlib import Path
@@ -15,9 +16,17 @@ from netprof.profiler import atomic, schema
 from netprof.profiler.cell import CellEnv, CellHooks, run_cell
 from netprof.profiler.plan import Cell, RunConfig
 
-# Extra seconds of load in a sampling round: the off-CPU program compiles before sampling starts
-# (~1-2 s), and the backend must outlive the samplers' last reads (the mixed view reads its memory).
-SAMPLING_EXTRA_S = 5.0
+# Load after a sampling round's window: py-spy samples whole seconds (the window rounded up), and the
+# backend must outlive the samplers' last reads (the mixed view reads its memory after perf stops). The
+# off-CPU program compiles before the load starts (compiled inside the window, it needed 5 s of margin).
+SAMPLER_MARGIN_S = 2.0
+
+
+def sampling_extra(duration: float) -> float:
+    """Seconds of load a sampling round adds to its `duration`-second window."""
+    return math.ceil(duration) - duration + SAMPLER_MARGIN_S
+
+
 # Extra seconds of load in a stacks round: the stacks are read at the end of the (normal) window
 # while the backend still runs, and reading them takes well under a second.
 STACKS_EXTRA_S = 2.0
@@ -76,7 +85,7 @@ def flamegraph_round(cell: Cell, env: CellEnv, out: Path) -> dict:
     -X perf on a frame-pointer build), the backend starts with that option and the round adds the
     mixed Python+kernel view; otherwise the index says why there is none.
     """
-    from netprof.flamegraphs import DEFAULT_VIEWS, jitdump, sample
+    from netprof.flamegraphs import DEFAULT_VIEWS, compile_offcpu, jitdump, sample
 
     out = out.resolve()
     cfg, interp = env.cfg, env.interp
@@ -86,25 +95,30 @@ def flamegraph_round(cell: Cell, env: CellEnv, out: Path) -> dict:
     views = DEFAULT_VIEWS + (("mixed",) if mixed_flag else ())
     outdir = atomic.make_subdir(out, f"flamegraphs/{slug}")
     done: dict = {}
+    offcpu = compile_offcpu(views)  # now, so the samplers start with the window
 
     def start_sampling(pid: int) -> None:
         title = f"{cell.backend}, {cell.connections} connections, pipeline {cell.pipeline}, {cell.framing} framing"
 
         def work() -> None:
             try:
-                done["art"] = sample(pid, cfg.duration, str(outdir), title=title, views=views)
+                done["art"] = sample(pid, cfg.duration, str(outdir), title=title, views=views, offcpu=offcpu)
             except Exception as e:  # a sampler failure must not lose the run; the note says why
                 done["error"] = f"{type(e).__name__}: {e}"
 
         done["thread"] = threading.Thread(target=work, name=f"sample-{slug}", daemon=True)
         done["thread"].start()
 
-    longer = dataclasses.replace(cfg, duration=cfg.duration + SAMPLING_EXTRA_S)
+    longer = dataclasses.replace(cfg, duration=cfg.duration + sampling_extra(cfg.duration))
     options = ("-X", mixed_flag) if mixed_flag else ()
-    outcome = run_cell(cell, dataclasses.replace(env, cfg=longer, instruments=(), python_options=options,
-                                                 hooks=CellHooks(measuring=start_sampling)))
-    if "thread" in done:
-        done["thread"].join(timeout=cfg.duration + 60)
+    try:
+        outcome = run_cell(cell, dataclasses.replace(env, cfg=longer, instruments=(), python_options=options,
+                                                     hooks=CellHooks(measuring=start_sampling)))
+        if "thread" in done:
+            done["thread"].join(timeout=cfg.duration + 60)
+    finally:
+        if offcpu[0] is not None:  # sample() closed it, unless the window never began (closing twice is fine)
+            offcpu[0].close()
     if outcome.backend_pid:  # what -X perf/perf_jit leaves behind in /tmp
         jitdump.remove_reserved(outcome.backend_pid)
     entry = {**{k: outcome.row.get(k) for k in schema.CELL_KEYS}, "mixed_stacks": mixed_note,

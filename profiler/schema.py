@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from netprof.profiler import units
+
+if TYPE_CHECKING:  # pandas where frames are read, not at import: `netprof list` and --help need none of it
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ def cell_slug(row: Mapping) -> str:
 def select(frame: pd.DataFrame, row: Mapping, **changes) -> pd.DataFrame:
     """Rows of `frame` in the same cell as `row`, except the dimensions in `changes` (a value, or
     None for any value)."""
+    import pandas as pd  # see the TYPE_CHECKING import above
+
     sel = pd.Series(True, index=frame.index)
     for d in DIMENSIONS:
         if d.name not in frame.columns:

@@ -112,14 +112,13 @@ E2E_FIXTURES = frozenset({"standard_run", "message_run", "loader", "group", "loc
 E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "ProcessGroup"})
 # What makes a test serial: it measures, so nothing else may run beside it (`make test` runs the rest two
 # at a time first, then these one by one): a netprof run or the loader (both load the two CPUs and read
-# the time they take), the shared runs, the BPF probes, or a second local user (useradd locks
-# /etc/passwd). Found the same way as e2e; a module may also say `pytestmark = pytest.mark.serial`.
+# the time they take), the shared runs or the BPF probes. Found the same way as e2e; a module may also say
+# `pytestmark = pytest.mark.serial`. A second local user is no reason (helpers.LocalUser queues useradd).
 # A module whose runs and loaders only serve to check what was answered (bytes, exit codes, files, refusals)
 # says `pytestmark = pytest.mark.concurrent`: those run two at a time too (its netprof runs pass --wait: the
-# run lock queues them behind each other). BPF and a second user stay serial there as well.
+# run lock queues them behind each other). BPF stays serial there as well.
 SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "loader"})
 SERIAL_NAMES = frozenset({"run_netprof", "netprof_cmd", "Loader"})
-ALWAYS_SERIAL_FIXTURES = frozenset({"local_user"})
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -167,7 +166,7 @@ def pytest_collection_modifyitems(config, items):
         if _uses(item, E2E_FIXTURES, E2E_NAMES):
             item.add_marker(pytest.mark.e2e)
         measures = not item.get_closest_marker("concurrent") and _uses(item, SERIAL_FIXTURES, SERIAL_NAMES)
-        if bpf or measures or item.get_closest_marker("serial") or _uses(item, ALWAYS_SERIAL_FIXTURES, frozenset()):
+        if bpf or measures or item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.serial)
 
 

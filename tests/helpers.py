@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import select
 import shutil
@@ -239,8 +241,9 @@ class LocalUser:
         import secrets
 
         self.name = f"npt{secrets.token_hex(3)}"
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", "--user-group", self.name],
-                       check=True, capture_output=True, timeout=30)
+        with _accounts_lock():
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", "--user-group", self.name],
+                           check=True, capture_output=True, timeout=30)
         entry = pwd.getpwnam(self.name)
         self.uid, self.gid, self.home = entry.pw_uid, entry.pw_gid, entry.pw_dir
 
@@ -263,7 +266,21 @@ class LocalUser:
     def remove(self) -> None:
         # Its processes first (userdel refuses a logged-in user), then the account and its home.
         subprocess.run(["pkill", "-KILL", "-u", self.name], capture_output=True, timeout=30)
-        subprocess.run(["userdel", "--remove", "--force", self.name], capture_output=True, timeout=30)
+        with _accounts_lock():
+            subprocess.run(["userdel", "--remove", "--force", self.name], capture_output=True, timeout=30)
+
+
+@contextlib.contextmanager
+def _accounts_lock():
+    """One useradd/userdel at a time on this machine: each locks /etc/passwd and fails at once ("cannot lock
+    /etc/passwd") while another holds it, and tests with a local user run two at a time (make test's first
+    pass). The lock file lives in /run, which only root may write."""
+    fd = os.open("/run/netprof-tests-accounts.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def root_only_dir(tmp_path):

@@ -20,6 +20,7 @@ import pytest
 from helpers import netprof_children, netprof_cli, netprof_cmd, run_netprof, wait_no_children
 
 SHORT = ("-c", "10", "-d", "1", "--warmup", "0.2", "--no-probes", "--wait")
+pytestmark = pytest.mark.concurrent  # output, exit codes and files; no probes, runs pass --wait
 COMMANDS = ("run", "report", "compare", "flamegraph", "list", "doctor")
 
 

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from helpers import require_bpf, require_tool
-from netprof.flamegraphs import check_available, diff, sample
+from netprof.flamegraphs import check_available, compile_offcpu, diff, sample
 from netprof.flamegraphs.fold import fold_perf_script, read_folded, write_folded
 from netprof.flamegraphs.offcpu import state_frame
 
@@ -123,7 +123,13 @@ def artifacts(tmp_path_factory):
     for tool in ("perf", "py-spy", "inferno-flamegraph"):
         require_tool(tool)
     tmp = tmp_path_factory.mktemp("flame")
-    return sample_under_load(tmp, tmp / "out")
+    # As a sampling round does it: the off-CPU program compiled before the window, handed to sample(), which
+    # closes it (sample() compiling its own is test_mixed_view's case)
+    probe, why = compile_offcpu()
+    assert probe is not None, why
+    art = sample_under_load(tmp, tmp / "out", offcpu=(probe, why))
+    assert probe.bpf is None, "sample() left the off-CPU program it was given loaded"
+    return art
 
 
 @pytest.mark.slow

@@ -22,11 +22,12 @@ import psutil
 import pytest
 
 from helpers import backend_of, netprof_cmd, require, run_netprof, wait_until_empty
-from netprof.profiler import interpreters
+from netprof.profiler import interpreters, procs
 
 # The variables that would point root elsewhere than the caller's HOME (the machine's own, which
 # `sudo -E` from a user would not carry): removed so the caller's HOME is what is tested.
 _ROOTS_OWN = ("PYENV_ROOT", "NETPROF_CACHE", "TMPDIR", "MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
+pytestmark = pytest.mark.concurrent  # what root runs, reads and writes; no probes, runs pass --wait
 SMALL_RUN = ("selector", "-c", "2", "-d", "0.3", "-r", "1", "--warmup", "0", "--no-probes", "--wait")
 
 
@@ -322,12 +323,26 @@ def test_a_sigkilled_runs_private_temp_directory_is_removed(tmp_path):
     assert not wait_until_empty(lambda: [p for p in found if os.path.exists(p)], 20), found
 
 
+def _cleaning_watchdogs() -> list[psutil.Process]:
+    """Watchdogs whose process is gone: each is about to clean /tmp (`… -m netprof.profiler.reap watchdog PID`).
+    A live process's watchdog only waits (this test session's own among them)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if procs.WATCHDOG_MODULE in cmd and cmd[-2:-1] == ["watchdog"] and not procs.pid_alive(int(cmd[-1])):
+            out.append(p)
+    return out
+
+
+# Serial, and after the watchdogs of ended runs are done: each cleans /tmp the same way when its run ends (up
+# to WATCHDOG_GRACE_S later), and one that did so between the plant and the call below removed the dead run's
+# directory first (`make test` here once: `removed` was empty).
+@pytest.mark.serial
 def test_the_next_cleanup_removes_a_dead_runs_private_directory_and_nothing_else(local_user):
     """What the watchdog could not remove (it was killed too): the next run and `netprof doctor`
     (procs.cleanup_stale) remove the private directory of a dead pid from /tmp, not one of a live
     netprof nor a look-alike the user made."""
-    from netprof.profiler import procs
-
+    assert not wait_until_empty(_cleaning_watchdogs, procs.WATCHDOG_GRACE_S + 20), _cleaning_watchdogs()
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale, live = Path(f"/tmp/netprof-{dead.pid}-deadrun1"), Path(f"/tmp/netprof-{os.getpid()}-liverun1")

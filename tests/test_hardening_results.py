@@ -20,6 +20,7 @@ import pytest
 from helpers import require, require_tool, root_only_dir, run_netprof
 
 SECRET = "s3cr3t-ROOT-ONLY-7f1e"
+pytestmark = pytest.mark.concurrent  # files, modes, owners and refusals; no probes, runs pass --wait
 TOKEN = "T0ken" + "x" * 27  # 32 characters
 API_KEY = "k3y-VALUE-9d2a"
 BODY = "body-SECRET-payload-41c7"

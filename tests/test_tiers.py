@@ -22,18 +22,21 @@ def test_what_measures_runs_alone_and_the_rest_two_at_a_time():
     serial, other = _selected("serial"), _selected("not serial")
     assert serial and other and not serial & other
     assert _selected("not bpf and not e2e") <= other  # the fast tier is a part of the first pass
-    # measuring: a netprof run, the loader's timing, BPF, the shared runs, a second local user, the one lab, a
-    # test marked serial by hand
+    # measuring: a netprof run, the loader's timing, BPF, the shared runs, the one lab, a test marked serial by
+    # hand (in a `concurrent` module too)
     for name in ("test_breakdown_run.py::test_parts_add_up_on_every_builtin_backend",
                  "test_loader.py::test_think_time_caps_the_rate",
                  "test_probes.py::test_selector_per_message",
                  "test_machine_busy.py::test_real_run_records_each_cells_load",
-                 "test_hardening_env.py::test_a_python_planted_in_the_callers_pyenv_is_never_run",
+                 "test_hardening_env.py::test_the_next_cleanup_removes_a_dead_runs_private_directory_and_nothing_else",
                  "test_lab.py::test_down_removes_everything_and_twice_is_fine",
                  "test_backends.py::test_thread_per_connection_stops_quickly_after_many_connections"):
         assert name in serial, name
-    # checking answers only: backend servers on their own, a `concurrent` module's loader, unit tests, refusals
-    for name in ("test_backends.py::test_echo_then_serve_on_until_sigterm",
+    # checking answers only: backend servers on their own, a `concurrent` module's loader and runs (a second local
+    # user among them), unit tests, refusals
+    for name in ("test_hardening_env.py::test_a_python_planted_in_the_callers_pyenv_is_never_run",
+                 "test_cli_polish.py::test_on_a_terminal_the_bar_shows_phase_and_last_rate",
+                 "test_backends.py::test_echo_then_serve_on_until_sigterm",
                  "test_framing.py::test_message_framing_echoes_whole_messages_only",
                  "test_loader_http.py::test_http_pipelining",
                  "test_cli.py::test_bad_input_is_one_line_exit_2",
