@@ -20,11 +20,11 @@ from helpers import require_bpf, run_netprof
 from netprof.probes.breakdown import PARTS
 
 
-def breakdown_run(tmp_path, *args: str, name: str = "run") -> tuple[dict[str, dict], object]:
+def breakdown_run(tmp_path, *args: str, name: str = "run", report: bool = False) -> tuple[dict[str, dict], object]:
     require_bpf()
     out = tmp_path / name
     res = run_netprof("run", *args, "-d", "1", "-r", "1", "--warmup", "0.3", "--breakdown", "--wait", "--json",
-                      "--out", str(out), timeout=300)
+                      *(() if report else ("--no-report",)), "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
     for r in rows.values():
@@ -43,7 +43,7 @@ def adds_up(b: dict, within: float = 0.05) -> None:
 
 
 def test_a_blocking_handler_on_one_loop_is_queue_wait_and_with_threads_it_is_not(tmp_path):
-    rows, out = breakdown_run(tmp_path, "selector", "thread", "-c", "10", "--work", "sleep:1000")
+    rows, out = breakdown_run(tmp_path, "selector", "thread", "-c", "10", "--work", "sleep:1000", report=True)
     sel, thr = rows["selector"]["breakdown"], rows["thread"]["breakdown"]
     for b in (sel, thr):
         adds_up(b)
@@ -82,7 +82,8 @@ def test_the_gil_is_a_futex_wait_unpinned_and_a_run_queue_pinned(tmp_path):
     require_bpf()
     out = tmp_path / "gil"
     res = run_netprof("run", "thread", "--pin", "both", "--work", "spin:50", "-c", "20", "-d", "1", "-r", "1",
-                      "--warmup", "0.3", "--breakdown", "--wait", "--json", "--out", str(out), timeout=300)
+                      "--warmup", "0.3", "--breakdown", "--no-report", "--wait", "--json", "--out", str(out),
+                      timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = {bool(r["pinned"]): r["breakdown"] for r in json.loads(res.stdout)["runs"]}
     unpinned, pinned = rows[False], rows[True]

@@ -61,7 +61,7 @@ def test_loader_on_a_lab_host_counts_one_recv_per_message(lab, tmp_path):
     require_bpf()
     out = tmp_path / "r"
     res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
-                      "--loader-hosts", "lab2", "--ssh-config", lab, "-o", str(out))
+                      "--no-report", "--loader-hosts", "lab2", "--ssh-config", lab, "-o", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     row = json.loads(res.stdout)["runs"][0]
     assert row["status"] == "ok" and row["loader_host"] == "lab2"
@@ -88,7 +88,8 @@ def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp
         for name, hosts in (("one", "lab2"), ("two", "lab2,lab3")):
             out = tmp_path / f"{name}{attempt}"
             res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
-                              "--server-host", "lab1", "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(out))
+                              "--no-report", "--server-host", "lab1", "--loader-hosts", hosts, "--ssh-config", lab,
+                              "-o", str(out))
             assert res.returncode == 0, res.stderr[-2000:]
             rows[name] = json.loads(res.stdout)["runs"][0]
         two = rows["two"]
@@ -231,8 +232,8 @@ def test_a_loader_host_whose_clock_is_100_s_ahead_still_starts_its_window_with_t
     os.chmod(tmp_path, 0o755)
     out = tmp_path / "r"
     res = run_netprof("run", "selector", "-c", "20", "-d", "1", "-r", "1", "--warmup", "0.3", "--no-probes",
-                      "--json", "--loader-hosts", "lab2,lab3", "--ssh-config", lab, "--remote-netprof", str(shifted),
-                      "-o", str(out), timeout=120)
+                      "--no-report", "--json", "--loader-hosts", "lab2,lab3", "--ssh-config", lab,
+                      "--remote-netprof", str(shifted), "-o", str(out), timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     row = json.loads(res.stdout)["runs"][0]
     offsets = {x["host"]: x for x in json.loads((out / "meta.json").read_text())["link"]["loaders"]}

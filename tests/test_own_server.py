@@ -55,9 +55,10 @@ def app_dir(tmp_path: Path, name: str, text: str) -> Path:
     return d
 
 
-def run(tmp_path, *args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, dict | None]:
+def run(tmp_path, *args: str, timeout: float = 300, report: bool = False
+        ) -> tuple[subprocess.CompletedProcess, dict | None]:
     p = run_netprof("run", *args, "-r", "1", "--warmup", "0.5", "--wait", "--json", "--out", str(tmp_path / "out"),
-                    timeout=timeout)
+                    *(() if report else ("--no-report",)), timeout=timeout)
     try:
         return p, json.loads(p.stdout)
     except ValueError:
@@ -73,7 +74,7 @@ def test_cmd_uvicorn_asgi_http(tmp_path):
     d = app_dir(tmp_path, "asgi", ASGI_APP)
     p, summary = run(tmp_path, "--cmd", f"{PY} -m uvicorn asgi:app --app-dir {d} --port {{port}} --loop asyncio "
                      "--http h11 --no-access-log --log-level warning", "--name", "uvicorn_h11",
-                     "--protocol", "http", "--request", "GET /plaintext", "-c", "10", "-d", "2")
+                     "--protocol", "http", "--request", "GET /plaintext", "-c", "10", "-d", "2", report=True)
     assert p.returncode == 0, p.stderr[-2000:]
     (row,) = summary["runs"]
     assert (row["backend"], row["server_kind"], row["protocol"], row["status"]) == ("uvicorn_h11", "cmd", "http", "ok")

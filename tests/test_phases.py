@@ -24,8 +24,8 @@ pytestmark = [pytest.mark.bpf, pytest.mark.slow]
 
 def run_row(tmp_path, name: str, *args: str) -> dict:
     out = tmp_path / name
-    p = run_netprof("run", "selector", "-c", "100", "-r", "1", "--warmup", "0.2", "--json", "--out", str(out),
-                    *args, timeout=300)
+    p = run_netprof("run", "selector", "-c", "100", "-r", "1", "--warmup", "0.2", "--no-report", "--json",
+                    "--out", str(out), *args, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     (row,) = json.loads(p.stdout)["runs"]
     assert row["status"] == "ok", row.get("error")

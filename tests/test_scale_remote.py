@@ -280,8 +280,8 @@ def test_link_just_under_the_connect_attempt_carries_the_run(tmp_path):
     require_root()
     out = tmp_path / "run"
     res = run_netprof("run", "selector", "--remote", "netns", "--netem", "delay=40ms", "-c", "2", "-d", "1",
-                      "-r", "1", "--warmup", "0.2", "--no-probes", "--wait", "--json", "--out", str(out),
-                      timeout=300)
+                      "-r", "1", "--warmup", "0.2", "--no-probes", "--no-report", "--wait", "--json",
+                      "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = json.loads(res.stdout)["runs"]
     assert row["status"] == "ok", row
@@ -296,7 +296,7 @@ def test_netem_delay_of_60ms_connects(tmp_path):
     """The issue's case: 60 ms each way, a 120 ms round trip."""
     require_root()
     res = run_netprof("run", "selector", "--remote", "netns", "--netem", "delay=60ms", "-c", "2", "-d", "1",
-                      "-r", "1", "--warmup", "0.2", "--no-probes", "--wait", "--json",
+                      "-r", "1", "--warmup", "0.2", "--no-probes", "--no-report", "--wait", "--json",
                       "--out", str(tmp_path / "run"), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = json.loads(res.stdout)["runs"]
