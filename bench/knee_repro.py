@@ -2,6 +2,7 @@
 (issue 34: knees within ±10% over 3 runs on uvicorn_httptools, aiohttp and granian_rsgi).
 
     .venv/bin/python bench/knee_repro.py --servers uvicorn_httptools,aiohttp,granian_rsgi -r 3 --slo p99<5ms [--tries N]
+        [--canary]   # the speed canary on the backend's CPU through each run: knees at one host speed too
     .venv/bin/python bench/knee_repro.py --from bench/data/knee_repro/FILE.json [--write]
 
 Each run is a real `netprof knee SERVER -c 10 --slo ... --json --no-probes`; its knee.json is kept whole in
@@ -17,6 +18,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import lib
@@ -27,16 +30,51 @@ NETPROF = ROOT / ".venv" / "bin" / "netprof"
 DATA = ROOT / "bench" / "data" / "knee_repro"
 HEADING = "Open loop: netprof knee, run again"  # one cell per rate (--tries 1)
 HEADING_TRIES = "Open loop: netprof knee with --tries {}"  # the section of a run with retries
+HEADING_CANARY = "Open loop: netprof knee against the host's speed"  # --canary
 
 
-def one(server: str, slo: str, conns: int, tries: int) -> dict:
+class Canary:
+    """--canary: the speed canary (netprof.profiler.canary) on the backend's CPU 0 through one knee run; its
+    median loop time over the run says how fast the host ran then (docs/facts.md: regimes of 0.3-3 s, and
+    drifts of 1.4-1.7x over minutes in the runs below)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-I", "-m", "netprof.profiler.canary", "--cpu", "0",
+                                      "--seconds", "1500"], stdout=subprocess.PIPE, text=True)
+        self.samples: list[tuple[float, float]] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            t, ns = line.split()
+            self.samples.append((float(t), float(ns)))
+
+    def median_ns(self, t0: float, t1: float) -> float:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.thread.join(10)
+        return statistics.median(ns for t, ns in self.samples if t0 <= t <= t1)
+
+
+def one(server: str, slo: str, conns: int, tries: int, canary: bool) -> dict:
+    speed = Canary() if canary else None
+    time.sleep(1.0 if canary else 0)  # its interpreter's start falls before the run
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="knee-") as scratch:
         res = subprocess.run([str(NETPROF), "knee", server, "-c", str(conns), "--slo", slo, "--no-probes", "--json",
                               "--tries", str(tries), "--wait", "--out", f"{scratch}/o"],
                              capture_output=True, text=True, timeout=1200)
-    if res.returncode != 0:
+    t1 = time.monotonic()
+    run = json.loads(res.stdout) if res.returncode == 0 else None
+    if speed is not None:
+        ns = speed.median_ns(t0, t1)
+        if run is not None:
+            run["canary_ns"] = ns
+    if run is None:
         raise SystemExit(f"{server}: netprof knee failed ({res.returncode}): {res.stderr.strip()[-1500:]}")
-    return json.loads(res.stdout)
+    return run
 
 
 def table(doc: dict) -> str:
@@ -59,6 +97,26 @@ def table(doc: dict) -> str:
     return "\n".join(rows)
 
 
+def speed_table(doc: dict) -> str:
+    """--canary: each run's knee and ceiling at one host speed: × its canary loop time ÷ the median over every
+    run of the table (a slower host has a longer loop; if a server's capacity is CPU speed, the product holds)."""
+    ref = statistics.median(r["canary_ns"] for r in doc["runs"])
+    rows = ["| server | canary loop µs, run by run | knees at the median speed | spread | ±10% "
+            "| ceilings at the median speed | spread |", "|---|---|---|---|---|---|---|"]
+    for server in doc["servers"]:
+        runs = [r for r in doc["runs"] if r["server"] == server]
+        adj = [r["knee"] * r["canary_ns"] / ref for r in runs if r["knee"]]
+        ceil = [r["ceiling"]["msgs_per_sec"] * r["canary_ns"] / ref for r in runs]
+        mid = statistics.median(adj)
+        ok = len(adj) == len(runs) and all(abs(k / mid - 1) <= 0.10 for k in adj)
+        loops = ", ".join(f"{r['canary_ns'] / 1e3:.1f}" for r in runs)
+        rows.append(f"| {server} | {loops} | "
+                    f"{', '.join(f'{k:,.0f}' for k in adj)} | {max(adj) / min(adj) - 1:.1%} | "
+                    f"{'within' if ok else 'NOT within'} | {', '.join(f'{c:,.0f}' for c in ceil)} | "
+                    f"{max(ceil) / min(ceil) - 1:.1%} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--servers", default="uvicorn_httptools,aiohttp,granian_rsgi")
@@ -66,6 +124,7 @@ def main() -> int:
     ap.add_argument("--slo", default="p99<5ms")
     ap.add_argument("-c", "--connections", type=int, default=10)
     ap.add_argument("--tries", type=int, default=3, help="netprof knee --tries")
+    ap.add_argument("--canary", action="store_true", help="the speed canary on CPU 0 through each run")
     ap.add_argument("--from", dest="source", type=Path)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
@@ -76,13 +135,13 @@ def main() -> int:
         runs = []
         for i in range(args.rounds):
             for server in servers if i % 2 == 0 else reversed(servers):
-                runs.append(one(server, args.slo, args.connections, args.tries))
+                runs.append(one(server, args.slo, args.connections, args.tries, args.canary))
                 print(f"round {i + 1} {server}: knee {runs[-1]['knee']}, ceiling "
                       f"{runs[-1]['ceiling']['msgs_per_sec']}", file=sys.stderr)
         doc = {"benchmark": "knee_repro", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                "commit": lib.commit(), "slo": args.slo, "connections": args.connections, "tries": args.tries,
                "servers": servers, "runs": runs}
-        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}.json", doc)
+        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}{'-canary' if args.canary else ''}.json", doc)
         print(f"raw data: {path}", file=sys.stderr)
     tries = int(doc.get("tries", 1))  # raw data from before --tries: one cell per rate
     option = f" --tries {tries}" if "tries" in doc else ""
@@ -91,6 +150,11 @@ def main() -> int:
              f"{results_md.command()}; commit {doc['commit']}, {doc['date']}: `-c {doc['connections']}`, the default "
              f"6 steps (the knee to 1/64 of the ceiling) of 2 s cells, no probes; servers taking turns; a rate fails "
              f"when {tries} cell(s) in a row fail it, the ceiling is the best of {tries}.")
+    if all("canary_ns" in r for r in doc["runs"]):  # --canary: a section of its own
+        intro = intro.replace(f"{option}`;", f"{option} --canary`;") + (
+            " The speed canary ran on the backend's CPU 0 through each run (~0.6% of it).")
+        results_md.publish(HEADING_CANARY, intro, f"{table(doc)}\n\n{speed_table(doc)}", args.write)
+        return 0
     results_md.publish(HEADING if tries == 1 else HEADING_TRIES.format(tries), intro, table(doc), args.write)
     return 0
 

@@ -22,8 +22,15 @@ def commit() -> str:
 
 
 def save_raw(path: Path, doc: dict, indent: int | None = 1) -> Path:
-    """Write a measurement's raw data; never over an earlier one (the file must not exist)."""
+    """Write a measurement's raw data; never over an earlier one: when `path` exists (a second run of the
+    day), NAME-2.json, NAME-3.json, … (minutes of measuring were once lost to the name being taken)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "x") as f:
-        json.dump(doc, f, indent=indent, separators=None if indent else (",", ":"))
-    return path
+    for n in range(1, 100):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            with open(candidate, "x") as f:
+                json.dump(doc, f, indent=indent, separators=None if indent else (",", ":"))
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path} and 98 more names are taken")

@@ -11,7 +11,8 @@ their connection busy (at -c 10, p99 against 10/rate: a sub-millisecond tail tha
 move), never the objective, and three runs gave knees up to 56% apart (bench/RESULTS.md). After `--steps`
 probes (default 6: the knee to 1/64 of the ceiling) the knee is the highest rate that passed. Every cell's
 row goes to the results directory, so the report draws latency against load and its rules say why the curve
-bends there (`latency_knee`); knee.json keeps the search (docs/results-format.md).
+bends there (`latency_knee`); knee.json keeps the search (docs/results-format.md). The lowest rate that failed
+gets one second look at the end (search()), and when it passes the bisection goes on above it.
 
 A rate fails only when `--tries` cells in a row fail it (default 3), and the ceiling is the best of as many
 closed-loop cells. Why: this host runs a CPU in speed regimes about 1.7× apart for 0.3–3 s at a time
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -87,13 +89,14 @@ class Probe:
     why: str  # why it passed or failed, in a few words
     row: dict = field(repr=False)
     tries: int = 1  # cells measured at this rate: the first that passed, or all `--tries` failing
+    recheck: bool = False  # the search's second look at the lowest rate that failed (search())
 
     def record(self, slo: Slo) -> dict:
         ol = self.row.get("open_loop") or {}
         return {"rate": self.rate, "achieved": self.achieved, f"{slo.stat}_us": self.latency_us,
                 "p99_sent_us": (self.row.get("lat_sent_us") or {}).get("p99"),
                 "behind_share": ol.get("behind_share"), "achieved_share": ol.get("achieved_share"),
-                "met": self.met, "why": self.why, "tries": self.tries}
+                "met": self.met, "why": self.why, "tries": self.tries, "recheck": self.recheck}
 
 
 def tried(measure: Callable[[], Probe], tries: int) -> Probe:
@@ -125,19 +128,37 @@ def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
 
 def search(measure: Callable[[float], Probe], ceiling: float, steps: int) -> tuple[list[Probe], float, float]:
     """Bisection on (0, ceiling]: each probe halves the interval between the highest rate that passed (lo,
-    0 at first) and the lowest that failed (hi, the ceiling at first). Returns the probes and (lo, hi)."""
-    lo, hi = 0.0, float(ceiling)
-    probes = []
-    for _ in range(steps):
-        rate = max(1, round((lo + hi) / 2))
-        if rate <= lo or rate >= hi:  # the interval is down to 1 request/s
-            break
-        p = measure(rate)
+    0 at first) and the lowest that failed (hi, the ceiling at first), down to ceiling / 2**steps. Then one
+    second look at the lowest rate that failed (a Probe with `recheck`): a bisection follows one path, so a
+    rate that failed all its tries on a bad moment of the host (bench/RESULTS.md: granian_rsgi failed 25,666/s
+    in one run of three and passed 26,862 and 29,116/s in the others) kept every later probe below it. When
+    the second look passes, the search goes on above it, between it and the next rate that failed (or the
+    ceiling), to the same resolution. Returns the probes and (lo, hi)."""
+    resolution = float(ceiling) / 2 ** steps
+    failed = [float(ceiling)]  # rates that failed, and the ceiling (above it nothing is probed)
+    probes: list[Probe] = []
+
+    def bisect(lo: float, hi: float, budget: int) -> tuple[float, float]:
+        for _ in range(budget):
+            rate = max(1, round((lo + hi) / 2))
+            if rate <= lo or rate >= hi:  # the interval is down to 1 request/s
+                break
+            p = measure(rate)
+            probes.append(p)
+            if p.met:
+                lo = rate
+            else:
+                hi = rate
+                failed.append(rate)
+        return lo, hi
+
+    lo, hi = bisect(0.0, float(ceiling), steps)
+    if hi < ceiling:  # a rate failed: look at the lowest that did again, once
+        p = dataclasses.replace(measure(hi), recheck=True)
         probes.append(p)
         if p.met:
-            lo = rate
-        else:
-            hi = rate
+            lo, hi = hi, min(r for r in failed if r > hi)
+            lo, hi = bisect(lo, hi, max(0, math.ceil(math.log2(max((hi - lo) / resolution, 1)))))
     return probes, lo, hi
 
 

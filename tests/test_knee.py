@@ -62,11 +62,38 @@ def _fake_server(knee_at: float):
 
 @pytest.mark.parametrize("true_knee", [37, 700, 6400, 9990])
 def test_bisection_finds_the_knee_to_a_64th_of_the_ceiling_in_6_probes(true_knee):
+    """6 halvings, then a second look at the lowest rate that failed (none failed below 9,990: no second look)."""
     measure, asked = _fake_server(true_knee)
     probes, lo, hi = knee.search(measure, 10_000, 6)
-    assert len(probes) == len(asked) == 6
+    looked_again = true_knee < 9_844
+    assert len(probes) == len(asked) == 6 + looked_again
     assert lo <= true_knee < hi and hi - lo <= 10_000 / 64 + 1
     assert all(p.met == (p.rate <= true_knee) for p in probes)
+    assert [p.recheck for p in probes] == [False] * 6 + [True] * looked_again
+    if looked_again:
+        assert probes[-1].rate == hi and probes[-1].record(knee.parse_slo("p99<5ms"))["recheck"] is True
+
+
+def test_a_rate_failed_on_a_bad_moment_is_looked_at_again_and_the_search_goes_on_above_it():
+    """The server serves 6,400/s, but the first probe of 5,000/s lands in a slow moment and fails (every try of
+    it, as a bad few seconds of this host do): the bisection alone would end below 5,000/s. Its second look
+    passes, and the search goes on between 5,000/s and the ceiling to the same 1/64 resolution."""
+    measure, asked = _fake_server(6400)
+    bad = {5000}
+
+    def unlucky(rate: float) -> knee.Probe:
+        if rate in bad:
+            bad.discard(rate)
+            asked.append(rate)
+            return knee.judge(_row(rate, rate, 50_000), rate, knee.parse_slo("p99<5ms"), Thresholds())
+        return measure(rate)
+
+    probes, lo, hi = knee.search(unlucky, 10_000, 6)
+    assert asked[0] == 5000 and not probes[0].met
+    second = [p for p in probes if p.recheck]
+    assert [(p.rate, p.met) for p in second] == [(5000, True)]
+    assert lo <= 6400 < hi and hi - lo <= 10_000 / 64 + 1
+    assert all(p.met == (p.rate <= 6400) for p in probes[1:])
 
 
 def test_a_rate_fails_only_when_every_try_fails_and_the_ceiling_is_the_best_cell():
