@@ -31,6 +31,7 @@ DATA = ROOT / "bench" / "data" / "knee_repro"
 HEADING = "Open loop: netprof knee, run again"  # one cell per rate (--tries 1)
 HEADING_TRIES = "Open loop: netprof knee with --tries {}"  # the section of a run with retries
 HEADING_CANARY = "Open loop: netprof knee against the host's speed"  # --canary
+HEADING_RECHECK = "Open loop: netprof knee with a second look at the lowest failing rate"  # --canary, since b2ae178
 
 
 class Canary:
@@ -150,10 +151,14 @@ def main() -> int:
              f"{results_md.command()}; commit {doc['commit']}, {doc['date']}: `-c {doc['connections']}`, the default "
              f"6 steps (the knee to 1/64 of the ceiling) of 2 s cells, no probes; servers taking turns; a rate fails "
              f"when {tries} cell(s) in a row fail it, the ceiling is the best of {tries}.")
+    rechecked = any("recheck" in p for r in doc["runs"] for p in r["probes"])  # knee.json since b2ae178
+    if rechecked:
+        intro += " The search looks a second time at the lowest rate that failed (knee.py's search())."
     if all("canary_ns" in r for r in doc["runs"]):  # --canary: a section of its own
         intro = intro.replace(f"{option}`;", f"{option} --canary`;") + (
             " The speed canary ran on the backend's CPU 0 through each run (~0.6% of it).")
-        results_md.publish(HEADING_CANARY, intro, f"{table(doc)}\n\n{speed_table(doc)}", args.write)
+        results_md.publish(HEADING_RECHECK if rechecked else HEADING_CANARY, intro,
+                           f"{table(doc)}\n\n{speed_table(doc)}", args.write)
         return 0
     results_md.publish(HEADING if tries == 1 else HEADING_TRIES.format(tries), intro, table(doc), args.write)
     return 0
