@@ -18,12 +18,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import lib
 import results_md
+
+from netprof.profiler.ab import Canary
+from netprof.profiler.paired import loop_ns
+from netprof.profiler.procs import ProcessGroup
 
 ROOT = Path(__file__).resolve().parent.parent
 NETPROF = ROOT / ".venv" / "bin" / "netprof"
@@ -34,47 +37,25 @@ HEADING_CANARY = "Open loop: netprof knee against the host's speed"  # --canary
 HEADING_RECHECK = "Open loop: netprof knee with a second look at the lowest failing rate"  # --canary, since b2ae178
 
 
-class Canary:
-    """--canary: the speed canary (netprof.profiler.canary) on the backend's CPU 0 through one knee run; its
-    median loop time over the run says how fast the host ran then (docs/facts.md: regimes of 0.3-3 s, and
-    drifts of 1.4-1.7x over minutes in the runs below)."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-I", "-m", "netprof.profiler.canary", "--cpu", "0",
-                                      "--seconds", "1500"], stdout=subprocess.PIPE, text=True)
-        self.samples: list[tuple[float, float]] = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            t, ns = line.split()
-            self.samples.append((float(t), float(ns)))
-
-    def median_ns(self, t0: float, t1: float) -> float:
-        self.proc.terminate()
-        self.proc.wait(10)
-        self.thread.join(10)
-        return statistics.median(ns for t, ns in self.samples if t0 <= t <= t1)
-
-
 def one(server: str, slo: str, conns: int, tries: int, canary: bool) -> dict:
-    speed = Canary() if canary else None
-    time.sleep(1.0 if canary else 0)  # its interpreter's start falls before the run
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="knee-") as scratch:
+    """One `netprof knee` run; with `canary`, the speed canary (profiler/ab.py's reader, as `netprof ab` uses it) on
+    the backend's CPU 0 through it, and its median loop time over the run as `canary_ns` (docs/facts.md: the
+    host's speed moves in regimes of 0.3-3 s, and drifted 1.4-1.7x over minutes in the runs of RESULTS.md)."""
+    with ProcessGroup() as group, tempfile.TemporaryDirectory(prefix="knee-") as scratch:
+        speed = Canary.start(group, 0, 1500) if canary else None
+        if speed is not None:
+            speed.wait_started()  # its interpreter's start falls before the run
+        t0 = time.monotonic()
         res = subprocess.run([str(NETPROF), "knee", server, "-c", str(conns), "--slo", slo, "--no-probes", "--json",
                               "--tries", str(tries), "--wait", "--out", f"{scratch}/o"],
                              capture_output=True, text=True, timeout=1200)
-    t1 = time.monotonic()
-    run = json.loads(res.stdout) if res.returncode == 0 else None
-    if speed is not None:
-        ns = speed.median_ns(t0, t1)
-        if run is not None:
-            run["canary_ns"] = ns
-    if run is None:
-        raise SystemExit(f"{server}: netprof knee failed ({res.returncode}): {res.stderr.strip()[-1500:]}")
+        t1 = time.monotonic()
+        if res.returncode != 0:
+            raise SystemExit(f"{server}: netprof knee failed ({res.returncode}): {res.stderr.strip()[-1500:]}")
+        run = json.loads(res.stdout)
+        if speed is not None:
+            run["canary_ns"] = loop_ns(speed.samples(until=t1), [(t0, t1)])
+            speed.close()
     return run
 
 
@@ -145,7 +126,8 @@ def main() -> int:
         path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}{'-canary' if args.canary else ''}.json", doc)
         print(f"raw data: {path}", file=sys.stderr)
     tries = int(doc.get("tries", 1))  # raw data from before --tries: one cell per rate
-    option = f" --tries {tries}" if "tries" in doc else ""
+    with_canary = all("canary_ns" in r for r in doc["runs"])
+    option = (f" --tries {tries}" if "tries" in doc else "") + (" --canary" if with_canary else "")
     intro = (f"Measured by `.venv/bin/python bench/knee_repro.py --servers {','.join(doc['servers'])} -r "
              f"{len(doc['runs']) // len(doc['servers'])} --slo '{doc['slo']}'{option}`; table by "
              f"{results_md.command()}; commit {doc['commit']}, {doc['date']}: `-c {doc['connections']}`, the default "
@@ -154,9 +136,8 @@ def main() -> int:
     rechecked = any("recheck" in p for r in doc["runs"] for p in r["probes"])  # knee.json since b2ae178
     if rechecked:
         intro += " The search looks a second time at the lowest rate that failed (knee.py's search())."
-    if all("canary_ns" in r for r in doc["runs"]):  # --canary: a section of its own
-        intro = intro.replace(f"{option}`;", f"{option} --canary`;") + (
-            " The speed canary ran on the backend's CPU 0 through each run (~0.6% of it).")
+    if with_canary:  # a section of its own
+        intro += " The speed canary ran on the backend's CPU 0 through each run (~0.6% of it)."
         results_md.publish(HEADING_RECHECK if rechecked else HEADING_CANARY, intro,
                            f"{table(doc)}\n\n{speed_table(doc)}", args.write)
         return 0

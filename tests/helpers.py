@@ -136,6 +136,27 @@ def wait_no_children(timeout: float = 10.0) -> list[psutil.Process]:
     return wait_until_empty(netprof_children, timeout)
 
 
+def reaping_watchdogs() -> list[psutil.Process]:
+    """netprof watchdogs (`… -m netprof.profiler.reap watchdog PID`) whose netprof has exited: each is running
+    every reaper (procs.start_watchdog), and cleans /tmp and leftover namespaces as the next run would. A live
+    netprof's watchdog only waits (this test session's own among them)."""
+    from netprof.profiler import procs
+
+    busy = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if len(cmd) >= 2 and cmd[-2] == "watchdog" and cmd[-1].isdigit() and not procs.pid_alive(int(cmd[-1])):
+            busy.append(p)
+    return busy
+
+
+def wait_no_watchdog_reaping(timeout: float = 60.0) -> None:
+    """Until no watchdog of an ended run is at work: a test that plants a dead run's leftovers and calls the
+    cleanup itself would otherwise race one (CI once: the planted namespace, or /tmp directory, was gone first)."""
+    left = wait_until_empty(reaping_watchdogs, timeout)
+    assert not left, f"netprof watchdogs still reaping after {timeout:g} s: {[p.pid for p in left]}"
+
+
 def backend_params(names) -> list:
     """pytest params for backends by name: one this interpreter is too old for (registry
     min_python, e.g. asyncio_eager on 3.11) is skipped with the registry's one-line reason."""

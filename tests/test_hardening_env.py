@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import backend_of, netprof_cmd, require, run_netprof, wait_until_empty
+from helpers import backend_of, netprof_cmd, require, run_netprof, wait_no_watchdog_reaping, wait_until_empty
 from netprof.profiler import interpreters, procs
 
 # The variables that would point root elsewhere than the caller's HOME (the machine's own, which
@@ -323,17 +323,6 @@ def test_a_sigkilled_runs_private_temp_directory_is_removed(tmp_path):
     assert not wait_until_empty(lambda: [p for p in found if os.path.exists(p)], 20), found
 
 
-def _cleaning_watchdogs() -> list[psutil.Process]:
-    """Watchdogs whose process is gone: each is about to clean /tmp (`… -m netprof.profiler.reap watchdog PID`).
-    A live process's watchdog only waits (this test session's own among them)."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if procs.WATCHDOG_MODULE in cmd and cmd[-2:-1] == ["watchdog"] and not procs.pid_alive(int(cmd[-1])):
-            out.append(p)
-    return out
-
-
 # Serial, and after the watchdogs of ended runs are done: each cleans /tmp the same way when its run ends (up
 # to WATCHDOG_GRACE_S later), and one that did so between the plant and the call below removed the dead run's
 # directory first (`make test` here once: `removed` was empty).
@@ -342,7 +331,7 @@ def test_the_next_cleanup_removes_a_dead_runs_private_directory_and_nothing_else
     """What the watchdog could not remove (it was killed too): the next run and `netprof doctor`
     (procs.cleanup_stale) remove the private directory of a dead pid from /tmp, not one of a live
     netprof nor a look-alike the user made."""
-    assert not wait_until_empty(_cleaning_watchdogs, procs.WATCHDOG_GRACE_S + 20), _cleaning_watchdogs()
+    wait_no_watchdog_reaping()
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale, live = Path(f"/tmp/netprof-{dead.pid}-deadrun1"), Path(f"/tmp/netprof-{os.getpid()}-liverun1")

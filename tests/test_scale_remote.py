@@ -18,7 +18,15 @@ import time
 import psutil
 import pytest
 
-from helpers import REQUIRE_TOOLS, backend_of, netprof_cli, netprof_cmd, run_netprof, wait_until_empty
+from helpers import (
+    REQUIRE_TOOLS,
+    backend_of,
+    netprof_cli,
+    netprof_cmd,
+    run_netprof,
+    wait_no_watchdog_reaping,
+    wait_until_empty,
+)
 from netprof.profiler import plan
 from netprof.profiler.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
@@ -168,23 +176,6 @@ def test_netem_delay_shows_in_latency_and_no_namespace_remains(tmp_path):
     assert not gone([p.pid for p in netns_run_processes()])
 
 
-def _no_watchdog_reaping(timeout: float = 60) -> None:
-    """Wait until no netprof watchdog whose netprof has exited is still at work: it runs every reaper
-    (procs.start_watchdog), and would remove this test's "dead" namespace under it (CI once: the process
-    inside never showed, an earlier test's netprof having just exited)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        busy = []
-        for p in psutil.process_iter(["cmdline"]):
-            cmd = p.info["cmdline"] or []
-            if len(cmd) >= 2 and cmd[-2] == "watchdog" and cmd[-1].isdigit() and not psutil.pid_exists(int(cmd[-1])):
-                busy.append(p.pid)
-        if not busy:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"netprof watchdogs still reaping after {timeout:g} s: {busy}")
-
-
 def test_leftover_namespaces_of_a_dead_run_are_removed_with_what_runs_inside():
     """What the next run and `netprof doctor` call (tests/test_hardening.py kills a real run): the
     namespace of a dead netprof pid goes, with any process still inside; a live pid's stays."""
@@ -194,7 +185,7 @@ def test_leftover_namespaces_of_a_dead_run_are_removed_with_what_runs_inside():
     # tens of thousands and once found this namespace's pid alive, or `ip netns list` empty: the
     # message below says which).
     dead_pid = 2**22 + 1
-    _no_watchdog_reaping()
+    wait_no_watchdog_reaping()  # one would remove this test's "dead" namespace under it
     mine, theirs = f"netprof-{os.getpid()}-l", f"netprof-{dead_pid}-l"
     for ns in (mine, theirs):
         subprocess.run(["ip", "netns", "add", ns], check=True, timeout=10)
