@@ -121,14 +121,15 @@ SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "loader"})
 SERIAL_NAMES = frozenset({"run_netprof", "netprof_cmd", "Loader"})
 
 
-def _code_names(code: types.CodeType) -> set[str]:
-    """Every global, attribute and string constant a function's code (nested code included) names."""
+def _code_names(code: types.CodeType, strings: bool = True) -> set[str]:
+    """Every global and attribute a function's code (nested code included) names, and with `strings` every
+    string constant too (request.getfixturevalue("standard_run"))."""
     names = set(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            names |= _code_names(c)
-        elif isinstance(c, str):
-            names.add(c)  # request.getfixturevalue("standard_run")
+            names |= _code_names(c, strings)
+        elif strings and isinstance(c, str):
+            names.add(c)
     return names
 
 
@@ -137,12 +138,12 @@ def _starts_processes(func, seen: set, wanted: frozenset) -> bool:
     if code is None or code in seen:
         return False
     seen.add(code)
-    names = _code_names(code)
-    if names & wanted:
+    if _code_names(code) & wanted:
         return True
+    # Followed by name only, not by string: netprof_cli("run", ...) does not call a module's own run().
     scope = getattr(func, "__globals__", {})
     return any(isinstance(f := scope.get(n), types.FunctionType) and f.__module__ == func.__module__
-               and _starts_processes(f, seen, wanted) for n in names)
+               and _starts_processes(f, seen, wanted) for n in _code_names(code, strings=False))
 
 
 def _uses(item, fixtures: frozenset, names: frozenset) -> bool:

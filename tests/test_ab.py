@@ -52,7 +52,7 @@ def test_a_slower_variant_is_resolved_as_slower_in_turns(echo, tmp_path):
     the servers' processes, generations restarted every GEN_BLOCKS blocks, the interval over generations."""
     out = tmp_path / "ab"
     doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                   "--out", str(out), "--precision", "10%", "--max-time", "12")
+                   "--out", str(out), "--precision", "10%", "--max-time", "8")
     m, info = _msgs(doc), doc["ab"]
     print(f"slow/fast: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}], {info['elapsed_s']} s")
     assert info["method"] == "turns" and info["turn_s"] == 0.1 and info["canary_samples"] == 0
@@ -79,9 +79,11 @@ def test_a_slower_variant_is_resolved_as_slower_in_turns(echo, tmp_path):
 
 def test_a_slower_variant_is_resolved_as_slower(echo, tmp_path):
     out = tmp_path / "ab"
-    # Until ±10% (6 pairs, ~9 s here) or 30 s: a CI host that stalls got only 2 pairs in 10 s.
+    # Until ±10% (the 6 pairs paired.MIN_PAIRS asks, ~5 s here) or 30 s: a CI host that stalls got only 2 pairs in
+    # 10 s. Cells of 0.3 s on servers warm from the first pair: the spin's effect is 5x, not a fine difference.
     doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                   "--out", str(out), "--precision", "10%", "--max-time", "30", "--method", "cells")
+                   "--out", str(out), "--precision", "10%", "--max-time", "30", "--method", "cells",
+                   "--window", "0.3", "--warmup", "0.1")
     m = _msgs(doc)
     print(f"slow/fast: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}], "
           f"{doc['ab']['comparisons'][0]['kept']} pairs, {doc['ab']['elapsed_s']} s")
@@ -207,7 +209,8 @@ def test_flamegraph_samples_each_variant_and_draws_the_difference(bpf, echo, tmp
     two sampled cells) and the pages link it."""
     out = tmp_path / "ab"
     doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                   "--flamegraph", "--out", str(out), "--precision", "50%", "--max-time", "8", timeout=120)
+                   "--flamegraph", "--out", str(out), "--precision", "50%", "--max-time", "4", "--method", "cells",
+                   "--window", "0.3", "--warmup", "0.1", timeout=120)  # 4 s of pairs: ~4 (turns: 1 generation)
     flames = doc["ab"]["flamegraphs"]
     assert set(flames) == {"fast", "slow"}, flames
     for label, rel in flames.items():

@@ -293,11 +293,26 @@ def _real_exchange(b: Backend, info: registry.BackendInfo) -> None:
             assert recv_exact(s, 64) == msg
 
 
+def _loader_run_has_no_mismatch(b: Backend) -> None:
+    # 0.5 s is thousands of byte-checked echoes even from the slowest backend on a loaded machine; a
+    # fresh backend needs no long warm-up for that.
+    out = subprocess.run([LOADER, "--target", f"127.0.0.1:{b.port}", "-c", "100", "-d", "0.5", "--warmup", "0.2",
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["errors"]["mismatch"] == 0, result["errors"]
+    # the check ran on real traffic: thousands of echoes alone, hundreds beside another test (make test runs
+    # the tests that do not measure two at a time)
+    assert result["messages"] >= 200, result["messages"]
+    assert b.proc.poll() is None, f"exited after the loader's run: {b.err()}"
+
+
 @pytest.mark.parametrize("name", backend_params(registry.names(include_test_only=True)))
 def test_stray_connection_does_not_end_a_backend(name):
     """Any local process may connect and close right after `ready` (a port scan, a health check):
-    the backend serves on, answers a real exchange afterwards, and ends only on SIGTERM: exit 0,
-    nothing of its process tree left (prefork's workers, fork's children)."""
+    the backend serves on, answers a real exchange afterwards (and an echo backend the loader's 100
+    connections, every echo byte-checked), and ends only on SIGTERM: exit 0, nothing of its process tree
+    left (prefork's workers, fork's children)."""
     info = registry.get(name)
     with Backend(name) as b:
         ready, _, _ = select.select([b.proc.stdout], [], [], 30)
@@ -313,6 +328,8 @@ def test_stray_connection_does_not_end_a_backend(name):
         time.sleep(0.2)  # time enough to notice both closes (a later exit fails the exchange below)
         assert b.proc.poll() is None, f"exited after a stray connection (code {b.proc.returncode}): {b.err()}"
         _real_exchange(b, info)
+        if name in BACKENDS and LOADER is not None:
+            _loader_run_has_no_mismatch(b)
         time.sleep(0.15)  # its connection closed too: the count is back to zero once more
         assert b.proc.poll() is None, f"exited after its last connection closed: {b.err()}"
         tree = psutil.Process(b.pid).children(recursive=True)
@@ -393,27 +410,6 @@ def _loader() -> str | None:
 
 
 LOADER = _loader()
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(LOADER is None, reason="netprof-loader not built or not working yet")
-@pytest.mark.parametrize("name", RUNNABLE)
-def test_loader_run_has_no_mismatch(name):
-    with Backend(name) as b:
-        port = b.wait_ready()
-        # 0.5 s is thousands of byte-checked echoes even from the slowest backend on a loaded machine; a
-        # fresh backend needs no long warm-up for that.
-        out = subprocess.run([LOADER, "--target", f"127.0.0.1:{port}", "-c", "100", "-d", "0.5", "--warmup", "0.2",
-                              "--json"], capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, out.stderr
-        result = json.loads(out.stdout)
-        assert result["errors"]["mismatch"] == 0, result["errors"]
-        # the check ran on real traffic: thousands of echoes alone, hundreds beside another test (make test runs
-        # the tests that do not measure two at a time)
-        assert result["messages"] >= 200, result["messages"]
-        assert b.proc.poll() is None, f"exited after the loader's run: {b.err()}"
-        assert b.stop() == 0, b.err()
-        b.assert_nothing_left()
 
 
 @pytest.mark.slow

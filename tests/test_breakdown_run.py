@@ -23,7 +23,7 @@ from netprof.probes.breakdown import PARTS
 def breakdown_run(tmp_path, *args: str, name: str = "run", report: bool = False) -> tuple[dict[str, dict], object]:
     require_bpf()
     out = tmp_path / name
-    res = run_netprof("run", *args, "-d", "1", "-r", "1", "--warmup", "0.3", "--breakdown", "--wait", "--json",
+    res = run_netprof("run", *args, "-d", "0.6", "-r", "1", "--warmup", "0.3", "--breakdown", "--wait", "--json",
                       *(() if report else ("--no-report",)), "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
@@ -153,7 +153,7 @@ STARVING = {
 def _registry_run(tmp_path, backends: list[str], name: str) -> dict[str, dict]:
     require_bpf()
     out = tmp_path / name
-    res = run_netprof("run", *backends, "-c", "100", "-d", "0.5", "-r", "1", "--warmup", "0.2", "--probe-share", "1",
+    res = run_netprof("run", *backends, "-c", "100", "-d", "0.3", "-r", "1", "--warmup", "0.2", "--probe-share", "1",
                       "--breakdown", "--no-report", "--wait", "--json", "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return {r["backend"]: r for r in json.loads(res.stdout)["runs"]}

@@ -14,7 +14,7 @@ from helpers import run_netprof
 from netprof.profiler import compare, compare_report, results, schema, stats
 from netprof.profiler.errors import InputError
 
-SHORT = ("-d", "1", "--warmup", "0.2", "--no-report", "--wait")  # --wait: queue behind another run
+SHORT = ("-d", "0.5", "--warmup", "0.2", "--no-report", "--wait")  # --wait: queue behind another run
 NO_CHANGE = "no significant change"
 
 

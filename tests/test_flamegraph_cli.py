@@ -15,7 +15,7 @@ def flame_run(tmp_path_factory):
     require_bpf()
     require_tool("inferno-flamegraph")
     out = tmp_path_factory.mktemp("flame") / "run"
-    res = run_netprof("run", "selector", "-c", "100", "-d", "1.5", "-r", "1", "--warmup", "0.3", "--flamegraph",
+    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--flamegraph",
                       "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     entry = json.loads((out / "flamegraphs" / "index.json").read_text())[0]

@@ -665,7 +665,7 @@ def test_run_started_with_sigint_ignored_keeps_ignoring_it_and_stops_on_sigterm(
     """Like a job started by `nohup` or from a script's background: Ctrl-C is not meant for it, so it
     neither dies nor loses a child to SIGINT; SIGTERM still stops it cleanly (exit 130)."""
     out = tmp_path / "run"
-    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "1", "-r", "8", "--warmup", "0.2",
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "0.5", "-r", "8", "--warmup", "0.2",
                                         "--no-probes", "--wait", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_ignore_sigint, start_new_session=True)

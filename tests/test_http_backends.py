@@ -243,7 +243,7 @@ def loaded(tmp_path_factory) -> dict:
     per backend: each run pays netprof's start-up, and the suite has a time limit."""
     names = [n for n in HTTP if not registry.missing_requirement(registry.get(n))]
     probes = [] if _missing_bpf() is None else ["--no-probes"]
-    p = run_netprof("run", *names, "--pipeline", "1,8", *probes, "-c", "50", "-d", "0.5", "-r", "1", "--warmup", "0.2",
+    p = run_netprof("run", *names, "--pipeline", "1,8", *probes, "-c", "50", "-d", "0.3", "-r", "1", "--warmup", "0.2",
                     "--no-report", "--wait", "--json", "--out", str(tmp_path_factory.mktemp("http") / "out"),
                     timeout=600)
     # Exit 1 is a failed cell: the test of that backend fails on its row, the others stand.

@@ -54,7 +54,7 @@ def test_two_interpreters_side_by_side(tmp_path):
     _need("3.11")
     _need("3.13")
     out = tmp_path / "run"
-    res = run_netprof("run", "asyncio_sock", "-c", "100", "--python", "3.11,3.13", "-d", "1",
+    res = run_netprof("run", "asyncio_sock", "-c", "100", "--python", "3.11,3.13", "-d", "0.5",
                       "-r", "1", "--warmup", "0.3", "--stacks", "--wait", "--json", "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     runs = json.loads(res.stdout)["runs"]
@@ -83,7 +83,7 @@ def test_mixed_flamegraph_joins_python_and_kernel(tmp_path):
     require_bpf()
     _need("3.13")
     out = tmp_path / "run"
-    res = run_netprof("run", "selector", "-c", "100", "-d", "1.5", "-r", "1", "--python", "3.13", "--flamegraph",
+    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--python", "3.13", "--flamegraph",
                       "--warmup", "0.3", "--wait", "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     index = json.loads((out / "flamegraphs" / "index.json").read_text())
@@ -199,7 +199,7 @@ def test_http_backends_serve_on_another_interpreter(tmp_path, env313):
 
     # Through netprof: the loader's HTTP parser, a compiled-wheel server and a Rust one with a worker process.
     out = tmp_path / "run"
-    res = run_netprof("run", "aiohttp", "granian_asgi", "--python", "3.13", "-c", "10", "-d", "1",
+    res = run_netprof("run", "aiohttp", "granian_asgi", "--python", "3.13", "-c", "10", "-d", "0.5",
                       "-r", "1", "--warmup", "0.2", "--no-probes", "--wait", "--json", "--out", str(out),
                       timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -60,7 +60,7 @@ def _gone_soon() -> list[str]:
 def test_loader_on_a_lab_host_counts_one_recv_per_message(lab, tmp_path):
     require_bpf()
     out = tmp_path / "r"
-    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
+    res = run_netprof("run", "selector", "-c", "100", "-d", "0.5", "-r", "1", "--warmup", "0.3", "--json",
                       "--no-report", "--loader-hosts", "lab2", "--ssh-config", lab, "-o", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     row = json.loads(res.stdout)["runs"][0]
@@ -198,7 +198,7 @@ def test_server_host_runs_server_and_probes_there_and_its_results_land_here(lab,
     address as the loaders see it); the output and the results directory come back here."""
     require_bpf()
     out = tmp_path / "r"
-    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--json",
+    res = run_netprof("run", "selector", "-c", "100", "-d", "0.5", "-r", "1", "--warmup", "0.3", "--json",
                       "--server-host", "lab1", "--loader-hosts", "lab2,lab3", "--ssh-config", lab, "-o", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
     doc = json.loads(res.stdout)
@@ -231,7 +231,7 @@ def test_a_loader_host_whose_clock_is_100_s_ahead_still_starts_its_window_with_t
     shifted.chmod(0o755)
     os.chmod(tmp_path, 0o755)
     out = tmp_path / "r"
-    res = run_netprof("run", "selector", "-c", "20", "-d", "1", "-r", "1", "--warmup", "0.3", "--no-probes",
+    res = run_netprof("run", "selector", "-c", "20", "-d", "0.5", "-r", "1", "--warmup", "0.3", "--no-probes",
                       "--no-report", "--json", "--loader-hosts", "lab2,lab3", "--ssh-config", lab,
                       "--remote-netprof", str(shifted), "-o", str(out), timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -271,7 +271,7 @@ def test_your_own_server_listens_where_the_loader_hosts_reach_it(lab, tmp_path):
         "    await send({'type': 'http.response.body', 'body': b'Hello, World!'})\n")
     res = run_netprof("run", "--cmd", f"{ROOT / '.venv/bin/python'} -m uvicorn asgi:app --app-dir {app} "
                       "--host {host} --port {port} --loop asyncio --http h11 --no-access-log --log-level warning",
-                      "--name", "uvicorn_h11", "--protocol", "http", "--request", "GET /", "-c", "10", "-d", "1",
+                      "--name", "uvicorn_h11", "--protocol", "http", "--request", "GET /", "-c", "10", "-d", "0.5",
                       "-r", "1", "--warmup", "0.3", "--json", "--loader-hosts", "lab2", "--ssh-config", lab,
                       "-o", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr[-2000:]

@@ -74,7 +74,7 @@ def test_cmd_uvicorn_asgi_http(tmp_path):
     d = app_dir(tmp_path, "asgi", ASGI_APP)
     p, summary = run(tmp_path, "--cmd", f"{PY} -m uvicorn asgi:app --app-dir {d} --port {{port}} --loop asyncio "
                      "--http h11 --no-access-log --log-level warning", "--name", "uvicorn_h11",
-                     "--protocol", "http", "--request", "GET /plaintext", "-c", "10", "-d", "2", report=True)
+                     "--protocol", "http", "--request", "GET /plaintext", "-c", "10", "-d", "1", report=True)
     assert p.returncode == 0, p.stderr[-2000:]
     (row,) = summary["runs"]
     assert (row["backend"], row["server_kind"], row["protocol"], row["status"]) == ("uvicorn_h11", "cmd", "http", "ok")
@@ -89,7 +89,7 @@ def test_cmd_gunicorn_two_gevent_workers_are_followed(tmp_path):
     d = app_dir(tmp_path, "wsgi", WSGI_APP)
     p, summary = run(tmp_path, "--cmd", f"{PY} -m gunicorn -k gevent -w 2 -b 127.0.0.1:{{port}} --chdir {d} "
                      "--log-level warning wsgi:app", "--name", "gunicorn_gevent", "--protocol", "http",
-                     "-c", "20", "-d", "2")
+                     "-c", "20", "-d", "1")
     assert p.returncode == 0, p.stderr[-2000:]
     (row,) = summary["runs"]
     assert row["status"] == "ok" and row["messages"] > 100
@@ -114,7 +114,7 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
     try:
         assert srv.stdout.readline().startswith("listening")
         p, summary = run(tmp_path, "--attach", str(srv.pid), "--target", f"127.0.0.1:{port}", "--protocol", "http",
-                         "--request", "GET /plaintext", "-c", "10", "-d", "2")
+                         "--request", "GET /plaintext", "-c", "10", "-d", "1")
         assert p.returncode == 0, p.stderr[-2000:]
         (row,) = summary["runs"]
         assert (row["server_kind"], row["status"]) == ("attach", "ok") and row["messages"] > 100

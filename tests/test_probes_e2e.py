@@ -24,7 +24,7 @@ def bpf_prog_ids() -> set[int]:
 
 
 def _run(tmp_path, *args, timeout=240) -> list[dict]:
-    res = run_netprof("run", *args, "-d", "1", "-r", "1", "--warmup", "0.3", "--no-report", "--wait", "--json",
+    res = run_netprof("run", *args, "-d", "0.6", "-r", "1", "--warmup", "0.3", "--no-report", "--wait", "--json",
                       "--out", str(tmp_path / "out"), timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout)["runs"]

@@ -25,7 +25,7 @@ DEFECT_RULES = {"starvation", "readiness_churn", "mmap_churn", "lock_contention"
 def run_json(tmp_path, *args: str, timeout: float = 600) -> dict:
     require_bpf()
     out = tmp_path / "run"
-    p = run_netprof("run", *args, "-d", "2", "-r", "1", "--json", "--out", str(out), timeout=timeout)
+    p = run_netprof("run", *args, "-d", "1", "-r", "1", "--json", "--out", str(out), timeout=timeout)
     assert p.returncode == 0, p.stderr[-2000:]
     summary = json.loads(p.stdout)
     assert (out / "report.md").exists() and (out / "report.html").exists()

@@ -66,11 +66,11 @@ def _find_backend(timeout: float = 20.0) -> psutil.Process:
 
 def test_killed_backend_is_a_failed_row_and_the_run_goes_on(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "3", "-r", "2", "--warmup", "0.3",
+    proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "2", "-r", "2", "--warmup", "0.3",
                                         "--no-probes", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     backend = _find_backend()
-    time.sleep(1.5)  # mid-run: after warm-up, inside the window
+    time.sleep(1.0)  # mid-run: after warm-up, inside the window
     backend.kill()
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1, stderr
@@ -106,7 +106,7 @@ def test_pin_both_runs_every_cell_pinned_and_unpinned(tmp_path):
     """--pin both: each cell twice, its backend on --backend-cpu and then free (checked on the live
     processes' CPU affinity), rows and labels say which; --pin nonsense is one line, exit 2."""
     out = tmp_path / "run"
-    proc = subprocess.Popen(netprof_cmd("run", "thread", "--pin", "both", "-c", "10", "-d", "1.5", "-r", "1",
+    proc = subprocess.Popen(netprof_cmd("run", "thread", "--pin", "both", "-c", "10", "-d", "1", "-r", "1",
                                         "--warmup", "0.3", "--no-probes", "--json", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     affinities, deadline = set(), time.monotonic() + 60

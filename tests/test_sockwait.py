@@ -155,7 +155,7 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
 def test_head_of_line_blocking_behind_slow_handlers(sw):
     """selector with a 1 ms sleep per message at 10 connections: each message waits behind the other
     nine handlers (median wait ≥ 5 ms) while its own handler takes ≈ 1 ms."""
-    stats, d, _ = run_load(sw, "selector", 10, work="sleep:1000", duration=2.0)
+    stats, d, _ = run_load(sw, "selector", 10, work="sleep:1000", duration=1.0)
     assert d.wait.count > 500 and d.handler.count > 500
     assert d.wait.p50_us >= 5000, d.wait
     assert 800 <= d.handler.p50_us <= 3000, d.handler
@@ -166,7 +166,7 @@ def test_head_of_line_blocking_behind_slow_handlers(sw):
 @needs_bpf
 def test_thread_per_connection_does_not_queue(sw):
     """thread backend, same work: every connection has its own thread, so nothing waits in the queue."""
-    stats, d, _ = run_load(sw, "thread", 10, work="sleep:1000", duration=2.0)
+    stats, d, _ = run_load(sw, "thread", 10, work="sleep:1000", duration=1.0)
     assert d.wait.count > 500
     assert d.wait.p50_us < 1000, d.wait
     assert 800 <= d.handler.p50_us <= 3000, d.handler
@@ -176,7 +176,7 @@ def test_thread_per_connection_does_not_queue(sw):
 def test_server_time_fits_in_the_round_trip(sw):
     """wait + handler of a request (server time: its first byte's arrival → its answer) is part of the
     loader's round trip: the medians compare within 10%, and the means too."""
-    stats, d, _ = run_load(sw, "selector", 10, work="sleep:1000", duration=2.0)
+    stats, d, _ = run_load(sw, "selector", 10, work="sleep:1000", duration=1.0)
     rtt = stats["latency_us"]
     assert d.server.count > 500
     assert d.server.p50_us <= rtt["p50"] * 1.1, (d.server, rtt)

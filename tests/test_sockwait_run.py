@@ -26,7 +26,7 @@ def sockwait_run(tmp_path, *args: str, name: str = "run", timeout: float = 300) 
         "run",
         *args,
         "-d",
-        "2",
+        "1",
         "-r",
         "1",
         "--warmup",

@@ -128,7 +128,7 @@ def test_another_minor_version_says_where_to_look(bpf):
 def test_asyncio_sock_run_names_its_epoll_ctl(tmp_path):
     require_bpf()
     out = tmp_path / "run"
-    res = run_netprof("run", "--no-report", "asyncio_sock", "-c", "50", "-d", "1", "-r", "1", "--warmup", "0.3",
+    res = run_netprof("run", "--no-report", "asyncio_sock", "-c", "50", "-d", "0.5", "-r", "1", "--warmup", "0.3",
                       "--stacks", "--wait", "--json", "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     files = list((out / "stacks").glob("*.json"))

@@ -182,7 +182,7 @@ def test_netprof_run_zmq_end_to_end(tmp_path):
     require_bpf()
     out = tmp_path / "run"
     t0 = time.monotonic()
-    res = run_netprof("run", "--no-report", "zmq_raw", "zmq_poller", "-c", "1,10", "-d", "1", "-r", "1",
+    res = run_netprof("run", "--no-report", "zmq_raw", "zmq_poller", "-c", "1,10", "-d", "0.5", "-r", "1",
                       "--warmup", "0.5", "--json", "--out", str(out), timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     runs = json.loads(res.stdout)["runs"]
