@@ -25,9 +25,11 @@
 //   transit_in: the loader's send syscall entry → A (its sk_data_ready, in the loader's send on loopback);
 //   loader_wait: the answer queued on the loader's socket → the loader's read of it.
 // A request is measured when it arrives on an empty queue of a served socket (accepted on a port the
-// tree listens on) with no request of that socket open, and is read and answered by the thread that
-// last read that socket (or, for a connection's first request, by the thread that reads it); the others
-// are counted by reason (bd_stats.skipped, bd_skip), never guessed.
+// tree listens on) with no request of that socket open, is read by the thread that last read that socket
+// (or, for a connection's first request, by the thread that reads it), and is answered by that thread or
+// by the one that answered the socket's previous request (handed: [A, R] on the reader's clocks, [R, S] on
+// the answering thread's, taken at the read as bd_x); the others are counted by reason (bd_stats.skipped,
+// bd_skip), never guessed.
 //
 // cflags (beside the socket-wait set's): -DOFF_TASK_PID -DOFF_TASK_TGID (bytes into struct task_struct).
 // The states (BD_*) and a socket's request fields are in breakdown_state.bpf.h, pasted before struct sk_t.
@@ -58,7 +60,7 @@
 // Why a request was not measured (SKIPPED in breakdown.py, same order).
 #define K_BUSY 0        // arrived while data was unread or a request of its socket was open (pipelining)
 #define K_NO_READER 1   // read by a thread the breakdown had not seen (it learns threads at their syscalls)
-#define K_OTHER_THREAD 2  // read or answered by another thread than the socket's last reader
+#define K_OTHER_THREAD 2  // answered by a thread neither the reader nor the one whose clocks the read took
 #define K_NO_SEND_EDGE 3  // the answer's send entry, device or delivery was not seen (not loopback?)
 #define K_CLOCK 4       // a clock went backwards between the edges (a race with a state change)
 #define NSKIP 5
@@ -440,6 +442,18 @@ static __always_inline void bd_read(struct sk_t *s, u64 now) {
         for (int i = 0; i < BD_NS; i++)
             s->bd_r[i] = c[i];
         s->bd_phase = 2;
+        // A server that hands requests to other threads (a reader and a pool of senders) answers this
+        // socket's requests from the thread that answered its last one: that thread's clocks now, so the
+        // request can be followed on them after the read (bd_answer). A first request, or an answerer the
+        // breakdown has not seen, cannot be (skipped: other_thread).
+        u32 ans = s->ans_tid;
+        struct bd_thr_t *x = ans && ans != tid ? bd_thr.lookup(&ans) : 0;
+        if (x) {
+            bd_now(x, now, s->bd_x);
+            s->bd_xtid = ans;
+        } else {
+            s->bd_xtid = tid;
+        }
     }
 }
 
@@ -465,12 +479,26 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     u64 *e = t->enter_cum;  // the thread's clocks at the send's entry
     u64 e_u = e[BD_USER], e_s = e[BD_SYS];
     int phase = s->bd_phase;
-    if (phase == 2 && s->bd_tid != tid) {
+    // handed: read by one thread, answered by another, whose clocks were taken at the read (bd_read)
+    int handed = phase == 2 && s->bd_tid != tid && s->bd_xtid == tid;
+    s->ans_tid = tid;
+    if (phase == 2 && s->bd_tid != tid && !handed) {
         bd_skip(K_OTHER_THREAD);
         phase = 0;
     }
-    if (phase == 2 && mine)  // the send's entry ends the claim (the send's own CPU is the `send` part)
+    // the clocks at the read of the thread that answers: the reader's, or the handed-to thread's
+    u64 *x = handed ? s->bd_x : s->bd_r;
+    if (phase == 2 && mine && !handed) {  // the send's entry ends the claim (its own CPU is the `send` part)
         bd_claim(s, t, tid, e_u, e_s);
+    } else if (phase == 2 && mine) {
+        // handed: the answering thread's CPU since its previous marker, but not before the read
+        u64 from_u = t->mark_user > x[BD_USER] ? t->mark_user : x[BD_USER];
+        u64 from_s = t->mark_sys > x[BD_SYS] ? t->mark_sys : x[BD_SYS];
+        if (e_u > from_u)
+            s->own_u += e_u - from_u;
+        if (e_s > from_s)
+            s->own_s += e_s - from_s;
+    }
     u64 c[BD_NS];
     bd_now(t, now, c);
     t->mark_user = c[BD_USER];
@@ -483,14 +511,16 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
         return 0;
     }
     u64 *a = s->bd_a, *r = s->bd_r;
-    // every difference must be ≥ 0: the clocks only grow (a race with a state change could break it)
+    // [A, R] on the reader's clocks (a → r), [R, S] on the answering thread's (x → e; x = r when the reader
+    // answers). Every difference must be ≥ 0: the clocks only grow (a race with a state change could break it)
     s64 qw = (s64)(r[BD_USER] + r[BD_SYS] - a[BD_USER] - a[BD_SYS]) - (s64)(s->pre_u + s->pre_s)
              + (s64)(bd_blocked_not_lock(r) - bd_blocked_not_lock(a)) + (s64)s->bd_q0;
-    s64 lw = (s64)(e_u + e_s - r[BD_USER] - r[BD_SYS]) - (s64)(s->own_u + s->own_s - s->pre_u - s->pre_s);
-    s64 rq = (s64)(e[BD_RUNQ] - a[BD_RUNQ]);
-    s64 gil = (s64)(e[BD_GIL] - a[BD_GIL]);  // lock waits from the arrival on: before the read too
-    s64 fu = (s64)(e[BD_FUTEX] - a[BD_FUTEX]) + gil, sl = (s64)(e[BD_SLEEP] - r[BD_SLEEP]);
-    s64 io = (s64)(e[BD_IO] - r[BD_IO]), ot = (s64)(e[BD_OTHER] - r[BD_OTHER]);
+    s64 lw = (s64)(e_u + e_s - x[BD_USER] - x[BD_SYS]) - (s64)(s->own_u + s->own_s - s->pre_u - s->pre_s);
+    s64 rq = (s64)(r[BD_RUNQ] - a[BD_RUNQ]) + (s64)(e[BD_RUNQ] - x[BD_RUNQ]);
+    // lock waits from the arrival on: before the read too
+    s64 gil = (s64)(r[BD_GIL] - a[BD_GIL]) + (s64)(e[BD_GIL] - x[BD_GIL]);
+    s64 fu = (s64)(r[BD_FUTEX] - a[BD_FUTEX]) + (s64)(e[BD_FUTEX] - x[BD_FUTEX]) + gil;
+    s64 sl = (s64)(e[BD_SLEEP] - x[BD_SLEEP]), io = (s64)(e[BD_IO] - x[BD_IO]), ot = (s64)(e[BD_OTHER] - x[BD_OTHER]);
     if (qw < 0 || lw < 0 || rq < 0 || fu < 0 || sl < 0 || io < 0 || ot < 0 || gil < 0) {
         bd_skip(K_CLOCK);
         return 0;

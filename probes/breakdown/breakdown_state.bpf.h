@@ -22,4 +22,8 @@
     u64 bd_a[BD_NS];   /* the serving thread's clocks at the arrival */                              \
     u64 bd_r[BD_NS];   /* ... at the read */                                                         \
     u64 own_u, own_s;  /* CPU claimed by this request so far, user and sys */                       \
-    u64 pre_u, pre_s;  /* ... of which before its read */
+    u64 pre_u, pre_s;  /* ... of which before its read */                                            \
+    u32 ans_tid;       /* the thread that answered its last request */                               \
+    u32 bd_xtid;       /* the thread whose clocks bd_x holds */                                      \
+    u64 bd_x[BD_NS];   /* at the read, the clocks of the thread expected to answer (ans_tid): a     \
+                          request handed to another thread is followed on its clocks after the read */
