@@ -11,8 +11,6 @@ bench/data/knee_repro/ (`--from` re-makes the table).
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import json
 import statistics
 import subprocess
@@ -100,19 +98,15 @@ def speed_table(doc: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = lib.cli(__doc__, rounds=3)
     ap.add_argument("--servers", default="uvicorn_httptools,aiohttp,granian_rsgi")
-    ap.add_argument("-r", "--rounds", type=int, default=3)
     ap.add_argument("--slo", default="p99<5ms")
     ap.add_argument("-c", "--connections", type=int, default=10)
     ap.add_argument("--tries", type=int, default=3, help="netprof knee --tries")
     ap.add_argument("--canary", action="store_true", help="the speed canary on CPU 0 through each run")
-    ap.add_argument("--from", dest="source", type=Path)
-    ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
-    if args.source:
-        doc = json.loads(args.source.read_text())
-    else:
+    doc = lib.earlier(args)
+    if doc is None:
         servers = args.servers.split(",")
         runs = []
         for i in range(args.rounds):
@@ -120,11 +114,8 @@ def main() -> int:
                 runs.append(one(server, args.slo, args.connections, args.tries, args.canary))
                 print(f"round {i + 1} {server}: knee {runs[-1]['knee']}, ceiling "
                       f"{runs[-1]['ceiling']['msgs_per_sec']}", file=sys.stderr)
-        doc = {"benchmark": "knee_repro", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-               "commit": lib.commit(), "slo": args.slo, "connections": args.connections, "tries": args.tries,
-               "servers": servers, "runs": runs}
-        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}{'-canary' if args.canary else ''}.json", doc)
-        print(f"raw data: {path}", file=sys.stderr)
+        doc = lib.keep("knee_repro", DATA, "-canary" if args.canary else "", slo=args.slo,
+                       connections=args.connections, tries=args.tries, servers=servers, runs=runs)
     tries = int(doc.get("tries", 1))  # raw data from before --tries: one cell per rate
     with_canary = all("canary_ns" in r for r in doc["runs"])
     option = (f" --tries {tries}" if "tries" in doc else "") + (" --canary" if with_canary else "")

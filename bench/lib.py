@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
+import datetime as _dt
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,3 +37,28 @@ def save_raw(path: Path, doc: dict, indent: int | None = 1) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{path} and 98 more names are taken")
+
+
+def cli(doc: str | None, rounds: int) -> argparse.ArgumentParser:
+    """The options every measuring script shares: -r/--rounds, --from RAW (the table again from committed raw
+    data, nothing measured) and --write (the section into RESULTS.md). The script adds its own."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0] if doc else None)
+    ap.add_argument("-r", "--rounds", type=int, default=rounds)
+    ap.add_argument("--from", dest="source", type=Path, help="re-make the table from this raw data file")
+    ap.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
+    return ap
+
+
+def earlier(args: argparse.Namespace) -> dict | None:
+    """The raw data --from names, or None: measure."""
+    return json.loads(args.source.read_text()) if args.source else None
+
+
+def keep(benchmark: str, data: Path, suffix: str = "", **fields) -> dict:
+    """A measurement's raw document (what, when, at which commit, and `fields`), saved in `data` under today's
+    date (+ `suffix`) by save_raw; where it went is printed on stderr."""
+    doc = {"benchmark": benchmark, "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+           "commit": commit(), **fields}
+    path = save_raw(data / f"{_dt.date.today().isoformat()}{suffix}.json", doc)
+    print(f"raw data: {path}", file=sys.stderr)
+    return doc

@@ -11,8 +11,6 @@ The two arms alternate (open, closed, closed, open, ...) so a speed regime of th
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import json
 import statistics
 import subprocess
@@ -71,24 +69,17 @@ def table(doc: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-r", "--rounds", type=int, default=5)
+    ap = lib.cli(__doc__, rounds=5)
     ap.add_argument("-d", "--duration", type=float, default=5.0)
-    ap.add_argument("--from", dest="source", type=Path)
-    ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
-    if args.source:
-        doc = json.loads(args.source.read_text())
-    else:
+    doc = lib.earlier(args)
+    if doc is None:
         records = []
         for i in range(args.rounds):
             for arm in (("open", "closed") if i % 2 == 0 else ("closed", "open")):
                 records.append(one(arm, args.duration) | {"round": i + 1})
                 print(records[-1], file=sys.stderr)
-        doc = {"benchmark": "open_loop_schedule", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-               "commit": lib.commit(), "duration_s": args.duration, "records": records}
-        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}.json", doc)
-        print(f"raw data: {path}", file=sys.stderr)
+        doc = lib.keep("open_loop_schedule", DATA, duration_s=args.duration, records=records)
     intro = (f"Measured by `.venv/bin/python bench/open_loop_schedule.py -r {len(doc['records']) // 2}`; table by "
              f"{results_md.command()}; commit {doc['commit']}, {doc['date']}: cpp_epoll, 100 connections, "
              f"{doc['duration_s']:g} s windows, no probes, arms alternating.")

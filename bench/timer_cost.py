@@ -15,8 +15,6 @@ Two measurements, arms rotating through each round so a speed regime of the host
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import json
 import os
 import shutil
@@ -109,14 +107,9 @@ def table(doc: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-r", "--rounds", type=int, default=3)
-    ap.add_argument("--from", dest="source", type=Path)
-    ap.add_argument("--write", action="store_true")
-    args = ap.parse_args()
-    if args.source:
-        doc = json.loads(args.source.read_text())
-    else:
+    args = lib.cli(__doc__, rounds=3).parse_args()
+    doc = lib.earlier(args)
+    if doc is None:
         if not shutil.which("perf") or not shutil.which("cc"):
             raise SystemExit("needs perf and cc (make setup installs both)")
         records = []
@@ -135,10 +128,7 @@ def main() -> int:
         finally:
             backend.send_signal(signal.SIGTERM)
             backend.wait(timeout=30)
-        doc = {"benchmark": "timer_cost", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-               "commit": lib.commit(), "rounds": args.rounds, "records": records}
-        path = lib.save_raw(DATA / f"{_dt.date.today().isoformat()}.json", doc)
-        print(f"raw data: {path}", file=sys.stderr)
+        doc = lib.keep("timer_cost", DATA, rounds=args.rounds, records=records)
     intro = (f"Measured by `.venv/bin/python bench/timer_cost.py -r {doc['rounds']}`; table by {results_md.command()}; "
              f"commit {doc['commit']}, {doc['date']}: bench/timer_cost.c and the loader on CPU 1, cpp_epoll on CPU 0, "
              "100 connections, no probes.")
