@@ -132,17 +132,17 @@ LOADER_SIDE = {
     # request later; that queue inside the loader is the loader's time, which no part covers
     "zmq_raw", "zmq_poller", "zmq_threads", "aiozmq_core", "aiozmq_rpc",
 }
-STARVING = {
-    # one connection in seven is served; means over a second are made by the few requests that waited
-    # longer than the window, which the loader and the kernel each count at their own edge
-    "gunicorn_gevent",
-}
+# Backends measured in a run of their own, with a longer window: gunicorn_gevent serves its connections
+# unevenly (Jain 0.65-0.9 here), so in 0.3 s a few requests that waited most of the window make its means, and
+# the loader and the kernel count them at their own window edges (4.8% off Little's law once in five 0.3-s
+# runs); in 1-s runs it was within 1.5% of both truths in six of six.
+OWN_RUN = {"gunicorn_gevent": "1"}
 
 
-def _registry_run(tmp_path, backends: list[str], name: str) -> dict[str, dict]:
+def _registry_run(tmp_path, backends: list[str], name: str, duration: str = "0.3") -> dict[str, dict]:
     require_bpf()
     out = tmp_path / name
-    res = run_netprof("run", *backends, "-c", "100", "-d", "0.3", "-r", "1", "--warmup", "0.2", "--probe-share", "1",
+    res = run_netprof("run", *backends, "-c", "100", "-d", duration, "-r", "1", "--warmup", "0.2", "--probe-share", "1",
                       "--breakdown", "--no-report", "--wait", "--json", "--out", str(out), timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
@@ -163,10 +163,14 @@ def test_parts_add_up_on_every_builtin_backend(tmp_path):
     groups: dict[tuple[str, str], list[str]] = {}  # echo, HTTP and ZeroMQ backends cannot share a run
     for n in names:
         info = registry.get(n)
-        groups.setdefault((info.protocol, info.transport), []).append(n)
+        if n not in OWN_RUN:
+            groups.setdefault((info.protocol, info.transport), []).append(n)
     rows: dict[str, dict] = {}
     for (proto, transport), backends in groups.items():
         rows.update(_registry_run(tmp_path, backends, f"{proto}-{transport}"))
+    for n, duration in OWN_RUN.items():
+        if n in names:
+            rows.update(_registry_run(tmp_path, [n], n, duration))
     assert set(rows) == set(names)
     bad = {}
     for name, r in rows.items():
@@ -175,8 +179,6 @@ def test_parts_add_up_on_every_builtin_backend(tmp_path):
         assert b["requests"] >= 0.9 * b["messages"], (name, b)
         if name in LOADER_SIDE:  # the server's own parts still fit inside the round trip
             assert b["parts_mean_us"] - b["mean_us"]["loader_wait"] <= 1.05 * b["rtt_mean_us"], (name, b)
-            continue
-        if name in STARVING:
             continue
         little = 100 / r["msgs_per_sec"] * 1e6
         ratios = (b["parts_mean_us"] / b["rtt_mean_us"], b["parts_mean_us"] / little)
@@ -191,7 +193,7 @@ def test_parts_add_up_on_every_builtin_backend(tmp_path):
     # CPU requests claim (on_cpu and the answer's send syscall, whose CPU is in the send and transit parts'
     # time) against /proc's CPU per message over the same window: the loop's own work between requests
     # (epoll_wait, its bookkeeping) is claimed by the next request's read
-    # gunicorn_gevent starves most connections: its slowest requests waited unread
+    # gunicorn_gevent serves its connections unevenly: its slowest requests waited unread
     tail = rows["gunicorn_gevent"]["breakdown"]["tail_us"]
     assert max(tail, key=lambda p: tail[p] or 0) == "queue_wait", tail
     for name in ("asyncio_sock", "uvloop_sock"):
