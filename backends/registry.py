@@ -58,7 +58,9 @@ class BackendInfo:
     requires: tuple[str, ...] = ()  # optional imports this backend needs
     test_only: bool = False
     multiprocess: bool = False  # children do the serving: probes must follow the process tree
-    transport: str = "tcp"  # how the loader talks to it: "tcp" (byte echo) or "zmq" (ROUTER echoing frames)
+    # what it serves: "tcp" (byte echo) or "zmq" (a ROUTER echoing frames, driven as --zmq-client says:
+    # RunConfig.loader_transport)
+    transport: str = "tcp"
     # How it reads under message framing (READS): "exact" asks the kernel for msize - have,
     # "split" gets what arrived (a data_received callback) and splits it into messages, "frames"
     # receives ZeroMQ messages (already whole; --msize/--framing change nothing), "http" parses

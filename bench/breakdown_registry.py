@@ -4,9 +4,11 @@ backend at 100 connections"), run again so that a backend's ratio is seen with i
 Each repeat is one `netprof run BACKENDS -c 100 --breakdown --probe-share 1` per protocol (echo, HTTP,
 ZeroMQ cannot share a run). Per backend and repeat it keeps the sum of the parts' means, the loader's mean
 round trip, Little's law (100 in flight ÷ msgs/s), the requests followed and skipped, the parts and the
-breakdown's measured cost.
+breakdown's measured cost. The ZeroMQ group runs once per `--zmq-client` asked (libzmq, the default, and/or
+native: the loader's own ZMTP client), interleaved within each repeat; `--groups` keeps only some groups.
 
     sudo .venv/bin/python bench/breakdown_registry.py --repeats 3 --raw bench/data/breakdown/$(date +%F).json
+    sudo .venv/bin/python bench/breakdown_registry.py --groups echo-zmq --zmq-client libzmq,native --raw ...
     .venv/bin/python bench/breakdown_registry.py --from bench/data/breakdown/2026-11-26.json
 """
 
@@ -41,18 +43,20 @@ def groups() -> dict[str, list[str]]:
     return out
 
 
-def one_run(backends: list[str], duration: float, work: Path) -> tuple[list[dict], dict]:
+def one_run(backends: list[str], duration: float, work: Path, zmq_client: str) -> tuple[list[dict], dict]:
     out = Path(tempfile.mkdtemp(dir=work))
     out.rmdir()
+    client = ["--zmq-client", zmq_client] if zmq_client != "libzmq" else []
     res = subprocess.run([str(NETPROF), "run", *backends, "-c", "100", "-d", str(duration), "-r", "1", "--warmup",
-                          "0.3", "--probe-share", "1", "--breakdown", "--json", "-o", str(out)],
+                          "0.3", "--probe-share", "1", "--breakdown", "--json", "-o", str(out), *client],
                          capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         sys.exit(f"netprof run failed: {res.stderr.strip().splitlines()[-1:]}")
     rows = []
     for r in json.loads(res.stdout)["runs"]:
         b = r["breakdown"]
-        rows.append({"backend": r["backend"], "status": r["status"], "msgs_per_sec": r["msgs_per_sec"],
+        rows.append({"backend": r["backend"], "zmq_client": zmq_client, "status": r["status"],
+                     "msgs_per_sec": r["msgs_per_sec"],
                      "messages": b.get("messages"), "requests": b.get("requests"), "skipped": b.get("skipped"),
                      "rtt_mean_us": b.get("rtt_mean_us"), "parts_mean_us": b.get("parts_mean_us"),
                      "little_us": 100 / r["msgs_per_sec"] * 1e6 if r.get("msgs_per_sec") else None,
@@ -62,25 +66,30 @@ def one_run(backends: list[str], duration: float, work: Path) -> tuple[list[dict
     return rows, meta.get("breakdown_cost_per_message") or {}
 
 
-def measure(repeats: int, duration: float) -> dict:
+def measure(repeats: int, duration: float, only: list[str], zmq_clients: list[str]) -> dict:
     runs, costs = [], []
+    chosen = {g: b for g, b in groups().items() if not only or g in only}
     with tempfile.TemporaryDirectory() as work:
         for rep in range(repeats):
-            for group, backends in groups().items():
-                rows, cost = one_run(backends, duration, Path(work))
-                runs += [{"repeat": rep, "group": group, **r} for r in rows]
-                costs.append(cost)
-                print(f"repeat {rep + 1}/{repeats} {group}: {len(rows)} backends", flush=True)
+            for group, backends in chosen.items():
+                for client in zmq_clients if group.endswith("-zmq") else ["libzmq"]:
+                    rows, cost = one_run(backends, duration, Path(work), client)
+                    runs += [{"repeat": rep, "group": group, **r} for r in rows]
+                    costs.append(cost)
+                    print(f"repeat {rep + 1}/{repeats} {group} ({client}): {len(rows)} backends", flush=True)
     return {"when": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "commit": lib.commit(),
             "host": {"cpus": os.cpu_count(), "kernel": platform.release()},
-            "settings": {"connections": 100, "duration_s": duration, "repeats": repeats, "probe_share": 1},
+            "settings": {"connections": 100, "duration_s": duration, "repeats": repeats, "probe_share": 1,
+                         "groups": list(chosen), "zmq_clients": zmq_clients},
             "rows": runs, "costs": costs}
 
 
 def summary(doc: dict) -> str:
     by: dict[str, list[dict]] = {}
-    for r in doc["rows"]:
-        by.setdefault(r["backend"], []).append(r)
+    for r in doc["rows"]:  # a ZeroMQ backend once per client when there were several (raw data before: libzmq)
+        name = r["backend"] + (f" ({r['zmq_client']})" if len(doc["settings"].get("zmq_clients", [])) > 1
+                               and r["group"].endswith("-zmq") else "")
+        by.setdefault(name, []).append(r)
     lines = [f"breakdown over the registry, {doc['when']}, commit {doc['commit']}: -c 100, "
              f"{doc['settings']['duration_s']} s windows, {doc['settings']['repeats']} repeats",
              "| backend | parts ÷ loader's round trip, per repeat | parts ÷ Little's law | followed | skipped |",
@@ -111,13 +120,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("-d", "--duration", type=float, default=1.0)
+    p.add_argument("--groups", default="", help="only these groups (comma-separated, e.g. echo-zmq)")
+    p.add_argument("--zmq-client", default="libzmq", help="libzmq, native or both (comma-separated): the ZeroMQ "
+                   "group runs once per client")
     p.add_argument("--raw", type=Path, help="also write the raw rows here (never over an earlier file)")
     p.add_argument("--from", dest="from_", type=Path, help="print the summary of earlier raw data")
     a = p.parse_args()
     if a.from_:
         print(summary(json.loads(a.from_.read_text())))
         return
-    doc = measure(a.repeats, a.duration)
+    doc = measure(a.repeats, a.duration, [g for g in a.groups.split(",") if g], a.zmq_client.split(","))
     if a.raw:
         lib.save_raw(a.raw, doc)
     print(summary(doc))

@@ -44,7 +44,8 @@ def slices(backend: str, duration: float, canary_out: Path) -> tuple[list[tuple[
         server = start_server(group, Cell(backend, 100, 1, 0), CellEnv(cfg, None, interpreters.prepare("")))
         loader = Loader.start(group, cpus=loader_cpus(cfg))
         loader.run(RunRequest(target=f"{server.host}:{server.port}", connections=100, duration=duration,
-                              warmup=1.0, progress=SLICE_S), on_event=events.append)
+                              warmup=1.0, progress=SLICE_S, transport=cfg.loader_transport(backend)),
+                   on_event=events.append)
         loader.stop()
     marks = [(float(e["t"]), float(e["msgs_per_sec"])) for e in events
              if e.get("event") == "progress" and e.get("phase") == "measure"]

@@ -20,6 +20,7 @@ import sys
 import time
 
 from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
+from netprof.profiler.plan import RunConfig
 from netprof.profiler.procs import ProcessError, ProcessGroup
 
 
@@ -39,7 +40,8 @@ def run_cell(args, backend: str, conns: int, threads: int, pipeline: int) -> dic
                 return {"backend": backend, "connections": conns, "threads": threads, "error": str(e)}
             loader = Loader.start(group, cpus=args.loader_cpus, threads=threads)
             req = RunRequest(target=f"127.0.0.1:{port}", connections=conns, duration=args.duration,
-                             warmup=args.warmup, pipeline=pipeline, msize=args.msize)
+                             warmup=args.warmup, pipeline=pipeline, msize=args.msize,
+                             transport=RunConfig(backends=[backend]).loader_transport(backend))
             try:
                 s = loader.run(req)
             except LoaderError as e:

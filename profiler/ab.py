@@ -52,7 +52,7 @@ from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
 from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import Loader
-from netprof.profiler.plan import RunConfig, loader_cpus, validate
+from netprof.profiler.plan import RunConfig, check_zmq_client, closed_loop_only, loader_cpus, validate
 from netprof.profiler.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup, parse_cpus
 from netprof.profiler.results import ResultsStore
 from netprof.profiler.rules.registry import Thresholds
@@ -236,12 +236,15 @@ def default_window(extra_dims: dict, method: str = "cells") -> float:
     return max(WINDOW_S, RATE_REQUESTS / rate) if rate else WINDOW_S
 
 
-def choose_method(asked: str, rate: bool, fresh: bool, zmq: bool) -> str:
-    """--method, or by default turns where the loader can serve them (closed loop, TCP, warm servers)."""
+def choose_method(asked: str, rate: bool, fresh: bool, zmq: bool, mixed: bool = False) -> str:
+    """--method, or by default turns where the loader can serve them (closed loop, warm servers, variants it
+    drives alike: `zmq`, ZeroMQ variants on libzmq's closed-loop-only sockets; `mixed`, variants the loader
+    drives by different transports, which one loader run with turns cannot)."""
     if asked and asked not in METHODS:
         raise InputError(f"--method '{asked}' is not one of {', '.join(METHODS)}")
     why_not = ("--rate (turns are closed-loop load)" if rate else "--fresh (turns need every server warm at once)"
-               if fresh else "ZeroMQ variants (turns are TCP)" if zmq else "")
+               if fresh else "ZeroMQ variants under --zmq-client libzmq (add --zmq-client native for turns)" if zmq
+               else "TCP and ZeroMQ variants together (one loader run drives one transport)" if mixed else "")
     if asked == "turns" and why_not:
         raise InputError(f"--method turns does not go with {why_not}: drop --method turns (cells are used)")
     return asked or ("cells" if why_not else "turns")
@@ -281,8 +284,10 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
     if metric not in METRICS:
         raise InputError(f"--metric '{metric}' is not one netprof ab stops on: use one of {', '.join(METRICS)}")
     known = set(backend_registry.names(include_test_only=True))  # an unknown name is refused below (validate)
-    zmq = any(backend_registry.get(n).transport == "zmq" for n in names if n in known)
-    method = choose_method(method, bool(rate), fresh, zmq)
+    check_zmq_client(template, None)  # the method depends on it; whether it drives a variant: below
+    builtin = dataclasses.replace(template, backends=[n for n in names if n in known])
+    transports = {builtin.loader_transport(n) for n in builtin.backends} | ({"tcp"} if cmds else set())
+    method = choose_method(method, bool(rate), fresh, zmq=bool(closed_loop_only(builtin)), mixed=len(transports) > 1)
     window = default_window(template.extra_dims, method) if window is None else window
     _check("window", window, "--window")
     if method == "turns" and turns_mod.whole_turns(window) <= len(kinds):
@@ -314,7 +319,8 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
             env=[f"{k}={v}" for k, v in (spec.env if spec else ())], extra_dims={**template.extra_dims, "tag": [label]},
             duration=window if method == "cells" else WINDOW_S,  # turns: the probed cells' window
             rounds=1, evidence_only=False, stacks=False, flamegraph=False, pin=True, pin_both=False)
-        variants.append(Variant(LETTERS[i], label, validate(cfg)))
+        variants.append(Variant(LETTERS[i], label, validate(cfg, whole_run=False)))
+    check_zmq_client(template, [b for v in variants for b in v.cfg.zmq_servers()])
     protocols = {v.cfg.protocol for v in variants}
     if len(protocols) > 1:
         raise InputError(f"the variants speak different protocols ({', '.join(sorted(protocols))}): compare like "

@@ -248,6 +248,7 @@ def base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "arrivals": cfg.arrivals_setting(),
+        "zmq_client": cfg.zmq_client,
         "pinned": cell.pinned, "workers": cfg.workers, "loader_host": ",".join(cfg.loader_hosts),
         **dict(cell.extra), "status": "failed", "error": None,
         # Each instrument's group, in every row: its figures join it when it ran (Instrument.row).
@@ -447,7 +448,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
                          sources=list(link.loader_hosts) if link else list(cfg.sources),
-                         transport=cfg.server(cell.backend).transport, probe_share=share,
+                         transport=cfg.loader_transport(cell.backend), probe_share=share,
                          probe_guard=probe_guard(cfg.duration, share) if share else None,
                          connect_timeout=link.connect_timeout_s(cell.connections) if link
                          else RunRequest.connect_timeout,

@@ -69,6 +69,12 @@ missing capability; 3 netprof's own error (the report of finished cells is still
 130 interrupted.
 """
 
+# --zmq-client, the same on every command that drives ZeroMQ backends (plan.ZMQ_CLIENTS).
+ZMQ_CLIENT_HELP = ("How the loader drives the ZeroMQ backends (zmq_raw, zmq_poller, ...; no other server): libzmq, "
+                   "its DEALER sockets (the default: the reference harness uses libzmq); native, the loader speaks "
+                   "ZMTP 3.0 itself on its own epoll loop, so the thread that times an answer reads it (no libzmq "
+                   "I/O-thread queue inside the loader's round trip), and --rate, `netprof knee` and ab's turns work.")
+
 app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -187,6 +193,7 @@ def run(
     arrivals: str = typer.Option(
         "", "--arrivals", metavar="constant|poisson",
         help="With --rate: requests evenly spaced (constant, the default) or at random (poisson) times."),
+    zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
         0.3, "--probe-share", metavar="SHARE",
@@ -342,6 +349,7 @@ def run(
             ssh_config=str(ssh_config) if ssh_config else "",
             remote_netprof=remote_netprof,
             env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate)}, arrivals=arrivals,
+            zmq_client=zmq_client,
         ))
     _confirm_long_plan(cfg, yes)
     if cfg.server_host:
@@ -690,6 +698,7 @@ def ab_cmd(
         help="Open-loop load at R requests/s (one value, as in `run`): both variants get the same schedule, so the "
              "stopping rule reads latency (--metric defaults to lat_us.p99). Default: closed loop."),
     arrivals: str = typer.Option("", "--arrivals", metavar="constant|poisson", help="With --rate: as in `run`."),
+    zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     metric: str = typer.Option("", "--metric", metavar="NAME",
                                help="The figure the stopping rule reads: msgs_per_sec (the default), lat_us.p50, "
                                     "lat_us.p99 (the default with --rate), cpu_us_per_msg.user, cpu_us_per_msg.sys "
@@ -743,7 +752,7 @@ def ab_cmd(
         msize=msize, work=work, probes=not no_probes, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
         out_dir=str(out) if out else "", force=force, wait=wait, framings=parse_framings(framing), protocol=protocol,
         request=request, headers=headers, body=body, line=line, keep_secrets=keep_secrets,
-        extra_dims=rates, arrivals=arrivals)
+        extra_dims=rates, arrivals=arrivals, zmq_client=zmq_client)
     check_remote_work(template, "ab")
     plan = ab.plan(template, list(variants or []), list(cmd or []), cmd_names=list(name or []), python=python,
                    env_items=list(env or []), aa=aa, fresh=fresh, window=window,
@@ -790,6 +799,7 @@ def knee_cmd(
     pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Requests in flight per connection at most."),
     arrivals: str = typer.Option("constant", "--arrivals", metavar="constant|poisson",
                                  help="How the requests of each probed rate are spaced."),
+    zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     steps: int = typer.Option(6, "--steps", metavar="N",
                               help="Open-loop probes after the closed-loop ceiling; each halves the interval the knee "
                                    "is in (6: to 1/64 of the ceiling)."),
@@ -829,7 +839,7 @@ def knee_cmd(
         backends=[server] if server else [], own=own, connections=[connections], pipeline=[pipeline],
         duration=window, warmup=warmup, rounds=1, msize=msize, work=work, probes=not no_probes,
         backend_cpu=backend_cpu, loader_cpus=loader_cpus, out_dir=str(out) if out else "", force=force, wait=wait,
-        pythons=parse_pythons(python), protocol=protocol, request=request, line=line))
+        pythons=parse_pythons(python), protocol=protocol, request=request, line=line, zmq_client=zmq_client))
     check_remote_work(cfg, "knee")
     plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait,
                          tries=tries)

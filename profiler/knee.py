@@ -40,7 +40,7 @@ from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
 from netprof.profiler.loader_client import Loader
-from netprof.profiler.plan import ARRIVALS, RunConfig, loader_cpus
+from netprof.profiler.plan import ARRIVALS, RunConfig, closed_loop_only, loader_cpus
 from netprof.profiler.procs import ProcessError, ProcessGroup
 from netprof.profiler.results import ResultsStore
 from netprof.profiler.rules.registry import Thresholds
@@ -187,9 +187,9 @@ def check(p: KneePlan) -> None:
         raise InputError(f"--arrivals '{p.arrivals}' is not known; use constant or poisson")
     if p.cfg.think != "none":
         raise InputError("netprof knee sends on a schedule: drop --think")
-    if p.cfg.server(p.cfg.backends[0]).transport == "zmq":
-        raise InputError(f"netprof knee is not for the ZeroMQ backends ({p.cfg.backends[0]}): the loader drives "
-                         "them closed-loop only")
+    if closed_loop_only(p.cfg):
+        raise InputError(f"netprof knee is not for the ZeroMQ backends ({p.cfg.backends[0]}) under --zmq-client "
+                         "libzmq: libzmq's DEALER sockets are driven closed-loop only; add --zmq-client native")
 
 
 @dataclass

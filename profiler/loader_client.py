@@ -52,7 +52,11 @@ class RunRequest:
     think: str = "none"
     connect_timeout: float = 10.0
     sources: list[str] = field(default_factory=lambda: ["127.0.0.1"])
-    transport: str = "tcp"  # "zmq": DEALER sockets against a ZeroMQ ROUTER backend (PROTOCOL.md, "ZeroMQ mode")
+    # "zmq": libzmq DEALER sockets against a ZeroMQ ROUTER backend (PROTOCOL.md, "ZeroMQ mode"; closed loop only);
+    # "zmtp": DEALER connections the loader speaks itself (ZMTP 3.0, NULL mechanism, one frame of msize bytes per
+    # message) on its TCP engine's epoll loop: rate, timeline, alternate and threads as with "tcp" (echo only).
+    # netprof picks one per server with RunConfig.loader_transport (--zmq-client).
+    transport: str = "tcp"
     # Probed share of the window (PROTOCOL.md, "Probe phases"): None = single phase (no probe events, no
     # "phases" in the stats); 0 < share <= 1 adds probe_start/probe_stop events and per-phase stats.
     probe_share: float | None = None

@@ -43,6 +43,10 @@ LIMITS = {
 CONNECTIONS_PER_SOURCE = 28_000
 AUTO_CONNECTIONS_PER_SOURCE = 12_000
 REMOTE_MODES = ("", "netns")
+# --zmq-client → the loader's RunRequest transport for a ZeroMQ server (RunConfig.loader_transport): libzmq's
+# DEALER sockets (the reference harness's client, so the default; closed loop only), or the loader's own
+# ZMTP 3.0 DEALER on its epoll loop (the thread that times an answer reads it: no libzmq I/O-thread queue).
+ZMQ_CLIENTS = {"libzmq": "zmq", "native": "zmtp"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class RunConfig:
     # --arrivals: how an open-loop load (--rate, a run dimension in extra_dims) spaces its requests:
     # constant or poisson; "" = not given (validate() makes it "constant" with --rate).
     arrivals: str = ""
+    zmq_client: str = "libzmq"  # --zmq-client: what drives the ZeroMQ servers (ZMQ_CLIENTS)
     probes: bool = True
     stacks: bool = False
     flamegraph: bool = False
@@ -166,6 +171,16 @@ class RunConfig:
         from netprof.profiler import servers
 
         return next((s for s in self.own if s.name == name), None) or servers.builtin(name)
+
+    def zmq_servers(self) -> list[str]:
+        """The run's ZeroMQ servers (ServerSpec.transport "zmq"): those --zmq-client concerns."""
+        return [b for b in self.backends if self.server(b).transport == "zmq"]
+
+    def loader_transport(self, name: str) -> str:
+        """The RunRequest transport that drives server `name`: its own ("tcp") for a TCP server, the
+        --zmq-client's (ZMQ_CLIENTS) for a ZeroMQ one."""
+        kind = self.server(name).transport
+        return ZMQ_CLIENTS[self.zmq_client] if kind == "zmq" else kind
 
     @property
     def open_loop(self) -> bool:
@@ -399,7 +414,9 @@ def check_loader_hosts(cfg: RunConfig) -> None:
         raise InputError(f"--ssh-config {cfg.ssh_config}: no such file")
 
 
-def validate(cfg: RunConfig) -> RunConfig:
+def validate(cfg: RunConfig, whole_run: bool = True) -> RunConfig:
+    """`whole_run` False: cfg is one of netprof ab's variants, validated as a run of its own but for the checks
+    about the run as a whole, which ab.plan makes over all the variants (check_zmq_client)."""
     known = registry.names(include_test_only=True)
     own = [s.name for s in cfg.own]
     if len(set(own)) != len(own) or set(own) & set(cfg.backends):
@@ -455,6 +472,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     check_work(cfg.work)
     check_remote_work(cfg)
     check_think(cfg.think)
+    check_zmq_client(cfg, cfg.zmq_servers() if whole_run else None)
     check_open_loop(cfg)
     if cfg.remote not in REMOTE_MODES:
         raise InputError(f"--remote '{cfg.remote}' is not known; use --remote netns (or leave it out for loopback)")
@@ -555,7 +573,7 @@ def check_out(cfg: RunConfig) -> None:
 
 def check_open_loop(cfg: RunConfig) -> None:
     """--rate and --arrivals: the rates in range, and nothing the loader's open-loop mode refuses
-    (think time, ZeroMQ) reaches it; --arrivals defaults to constant with --rate."""
+    (think time, ZeroMQ under libzmq) reaches it; --arrivals defaults to constant with --rate."""
     if cfg.arrivals and cfg.arrivals not in ARRIVALS:
         raise InputError(f"--arrivals '{cfg.arrivals}' is not known; use constant (evenly spaced) or poisson")
     if not cfg.open_loop:
@@ -567,11 +585,27 @@ def check_open_loop(cfg: RunConfig) -> None:
     if cfg.think != "none":
         raise InputError("--rate and --think cannot go together: an open-loop load sends on a schedule, not after "
                          "a think time; drop one of them")
-    zmq = [b for b in cfg.backends if cfg.server(b).transport == "zmq"]
-    if zmq:
-        raise InputError(f"--rate is not for the ZeroMQ backends ({', '.join(zmq)}): the loader drives them "
-                         "closed-loop only; run them without --rate")
+    closed = closed_loop_only(cfg)
+    if closed:
+        raise InputError(f"--rate is not for the ZeroMQ backends ({', '.join(closed)}) under --zmq-client libzmq: "
+                         "libzmq's DEALER sockets are driven closed-loop only; add --zmq-client native")
     cfg.arrivals = cfg.arrivals or ARRIVALS[0]
+
+
+def closed_loop_only(cfg: RunConfig) -> list[str]:
+    """The run's servers the loader can drive closed-loop only: the ZeroMQ ones under --zmq-client libzmq
+    (libzmq's engine takes no rate, timeline nor turns: PROTOCOL.md, "ZeroMQ mode")."""
+    return [b for b in cfg.backends if cfg.loader_transport(b) == ZMQ_CLIENTS["libzmq"]]
+
+
+def check_zmq_client(cfg: RunConfig, zmq_servers: list[str] | None) -> None:
+    """--zmq-client names a client, and native only with ZeroMQ servers to drive (`zmq_servers`: the run's; None:
+    only the name is checked, the caller checks the rest over a larger run, as ab.plan over its variants)."""
+    if cfg.zmq_client not in ZMQ_CLIENTS:
+        raise InputError(f"--zmq-client '{cfg.zmq_client}' is not known; use libzmq (the default) or native")
+    if zmq_servers is not None and not zmq_servers and cfg.zmq_client != "libzmq":  # the default never is in the way
+        zmq = [n for n in registry.names() if registry.get(n).transport == "zmq"]
+        raise InputError(f"--zmq-client is for the ZeroMQ backends ({', '.join(zmq)}); none is in this run: drop it")
 
 
 def check_work(spec: str) -> None:

@@ -300,6 +300,7 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "duration": cfg.get("duration", ""),
         "msize": cfg.get("msize", df["msize"].iloc[0] if "msize" in df and len(df) else ""),
         "message": _message_words(schema.normalize(df), cfg) if len(df) else "",
+        "zmq_client": _zmq_client_words(df),
         "measured_s": float(ok["duration_s"].sum()) if "duration_s" in ok else None,
         "cells_total": len(df), "cells_failed": int((df["status"] != "ok").sum()) if "status" in df else 0,
         "probes": ", ".join(sorted({p for v in df.get("probes", pd.Series(dtype=str)).dropna()
@@ -326,6 +327,23 @@ def _message_words(df: pd.DataFrame, cfg: dict) -> str:
     if protocols == {"http"}:
         return f"HTTP {cfg.get('request', '?')} requests, {words}"
     return f"{', '.join(sorted(protocols))} exchanges, {words}"
+
+
+ZMQ_CLIENT_WORDS = {  # --zmq-client, as "What ran" says it
+    "libzmq": "libzmq DEALER sockets in the loader (--zmq-client libzmq; a round trip includes its I/O thread's queue)",
+    "native": "the loader's own ZMTP 3.0 DEALER connections on its epoll loop (--zmq-client native)",
+}
+
+
+def _zmq_client_words(df: pd.DataFrame) -> str:
+    """What drove the ZeroMQ backends' rows (reads "frames"), "" in a run without them: it changes what their
+    latency holds. Rows written before the column have its legacy value (schema.RUN_SETTINGS)."""
+    if "reads" not in df:
+        return ""
+    zmq = df[df["reads"] == "frames"]
+    legacy = schema.RUN_SETTINGS["zmq_client"]
+    values = zmq["zmq_client"].fillna(legacy) if "zmq_client" in zmq else [legacy] * len(zmq)
+    return "; ".join(ZMQ_CLIENT_WORDS.get(str(v), str(v)) for v in dict.fromkeys(values))
 
 
 def _syscall_cost(c: dict | None) -> str:

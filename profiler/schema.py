@@ -81,7 +81,9 @@ FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing")
 # Run-wide settings rows record that are not cell dimensions (one value per run; `compare` matches
 # runs on them too), with the value of rows written before they were recorded (as Dimension.legacy).
 # arrivals: how an open-loop load spaces its requests (constant, poisson); "closed" for a closed-loop run.
-RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none", "arrivals": "closed"}
+# zmq_client: what drove the ZeroMQ backends (--zmq-client: libzmq or native); libzmq before it was recorded.
+RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none", "arrivals": "closed",
+                                "zmq_client": "libzmq"}
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:

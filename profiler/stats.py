@@ -253,8 +253,10 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         row.update({f"mps_{k}": v for k, v in s.items()})
         row["noisy"] = bool(s["n"] > 1 and s["cv"] > NOISY_CV)
-        if "family" in g:
-            row["family"] = g["family"].iloc[0]
+        # what the server is and the run's settings: one value per cell, for the rules that depend on them
+        for col in ("family", "reads", *schema.RUN_SETTINGS):
+            if col in g:
+                row[col] = g[col].iloc[0]
         for col in g.columns:
             if (col.startswith(MEAN_PREFIXES) or col in MEAN_COLUMNS) and pd.api.types.is_numeric_dtype(g[col]):
                 row[col] = float(g[col].mean())

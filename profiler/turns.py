@@ -91,14 +91,15 @@ def variant_stats(stats: dict, i: int, variants: int) -> dict:
 
 def request(cfgs: list[RunConfig], window: float, warmup: float, turn: float = TURN_S) -> RunRequest:
     """The block's loader request: every variant's server (cfg.own[0], attached) in turns, each with the
-    cell's connections; the load's shape (size, pipeline, protocol) is the first variant's, as every
-    variant's is the same."""
+    cell's connections; the load's shape (size, pipeline, protocol, transport) is the first variant's, as every
+    variant's is the same (ab.choose_method keeps variants the loader drives differently out of turns)."""
     cfg = cfgs[0]
     cell = next(cfg.combinations(0))
     targets = [c.own[0].target for c in cfgs]
     return RunRequest(target=targets[0], alternate=targets[1:], turn=turn, connections=cell.connections * len(cfgs),
                       msize=cfg.msize, duration=window, warmup=warmup, pipeline=cell.pipeline, think=cfg.think,
-                      sources=list(cfg.sources), **cfg.protocol_fields())
+                      sources=list(cfg.sources), transport=cfg.loader_transport(cell.backend),
+                      **cfg.protocol_fields())
 
 
 def run_block(cfgs: list[RunConfig], interps: list[Interpreter], loader: Loader, round_no: int, window: float,

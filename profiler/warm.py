@@ -30,7 +30,8 @@ class WarmServer:
     def start(self, loader: Loader) -> None:
         running = start_server(self.group, next(self.base.combinations(0)), CellEnv(self.base, loader, self.interp))
         spec = servers.attached(running.pid, f"{running.host}:{running.port}", name=self.name)
-        # the loader speaks to it as to the server it is (ZeroMQ backends: DEALER sockets)
+        # attached, it is still the kind of server it is ("zmq" for a ZeroMQ backend): the cells' loader
+        # requests drive it as the run's --zmq-client says (RunConfig.loader_transport)
         spec = dataclasses.replace(spec, transport=self.base.server(self.name).transport)
         self.cfg = dataclasses.replace(self.base, own=[spec])
         self.starts += 1

@@ -174,7 +174,7 @@ def test_under_a_rate_the_verdict_is_the_stopping_metrics():
 
 def test_turns_are_the_default_where_the_loader_can_serve_them():
     assert ab.choose_method("", rate=False, fresh=False, zmq=False) == "turns"
-    for kw in ({"rate": True}, {"fresh": True}, {"zmq": True}):
+    for kw in ({"rate": True}, {"fresh": True}, {"zmq": True}, {"mixed": True}):
         assert ab.choose_method("", **{"rate": False, "fresh": False, "zmq": False, **kw}) == "cells", kw
         with pytest.raises(InputError, match="--method turns does not go with"):
             ab.choose_method("turns", **{"rate": False, "fresh": False, "zmq": False, **kw})

@@ -221,3 +221,29 @@ def test_the_gil_range_is_the_interpreters_own_runtime_and_read_once_per_file(mo
     reads: list[object] = []
     monkeypatch.setattr(gil, "_read_symbol", lambda f: reads.append(f))
     assert gil.runtime_range(os.getpid()) == (lo, hi) and reads == []
+
+
+@pytest.mark.parametrize("client, parts, fires", [("libzmq", 700.0, True), ("libzmq", 970.0, False),
+                                                  ("native", 700.0, False), (None, 700.0, True)])
+def test_loader_queue_names_libzmqs_own_queue_and_the_option_that_removes_it(client, parts, fires):
+    """A ZeroMQ cell whose parts fall short of the loader's round trip by more than 5% under libzmq (rows written
+    before zmq_client was recorded: libzmq too) is the loader's own queue; under native, or within 5%, nothing."""
+    import pandas as pd
+
+    from netprof.profiler import results
+    from netprof.profiler.rules.registry import detect
+
+    mean = {p: 0.0 for p in PARTS} | {"queue_wait": parts - 100.0, "transit": 60.0, "loader_wait": 40.0}
+    row = {"backend": "zmq_raw", "family": "zeromq", "reads": "frames", "interpreter": "", "connections": 100,
+           "pipeline": 1, "round": 1, "msize": 64, "work": "none", "think": "none", "pinned": True, "status": "ok",
+           "error": None, "messages": 100000, "duration_s": 1.0, "msgs_per_sec": 100000.0, "connected": 100,
+           "breakdown": {"attached": True, "requests": 99000, "mean_us": mean, "tail_us": mean,
+                         "rtt_mean_us": 1000.0, "parts_mean_us": parts}}
+    if client:
+        row["zmq_client"] = client
+    found = [a for a in detect(pd.DataFrame([results.flatten(row)])) if a["id"] == "loader_queue"]
+    assert bool(found) == fires, found
+    if fires:
+        (a,) = found
+        assert a["title"].startswith("30% of the round trip is the loader's libzmq queue"), a["title"]
+        assert "--zmq-client native" in a["explanation"] and a["evidence"]["not in any part (µs)"] == 300

@@ -130,7 +130,7 @@ def test_a_knee_below_every_probe_says_so():
     (["selector", "--slo", "p99<5ms", "--steps", "40"], "--steps 40"),
     (["selector", "--slo", "p99<5ms", "--tries", "0"], "--tries 0"),
     (["selector", "--slo", "p99<5ms", "--arrivals", "bursty"], "--arrivals 'bursty'"),
-    (["zmq_raw", "--slo", "p99<5ms"], "ZeroMQ"),
+    (["zmq_raw", "--slo", "p99<5ms"], "ZeroMQ backends (zmq_raw) under --zmq-client libzmq"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     res = netprof_cli("knee", *args)

@@ -67,8 +67,11 @@ def test_zmq_backends_are_refused_with_a_rate(tmp_path):
     res = netprof_cli("run", "zmq_raw", "-c", "10", "--no-probes", "--rate", "1k", "--out", str(tmp_path / "out"))
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and len(lines) == 1 and "ZeroMQ" in lines[0] and "zmq_raw" in lines[0], res.stderr
+    assert "add --zmq-client native" in lines[0]  # libzmq's engine is closed-loop only; the loader's own ZMTP is not
     with pytest.raises(InputError, match="ZeroMQ"):
         validate(RunConfig(backends=["selector", "zmq_raw"], connections=[10], extra_dims={"rate": [100]}))
+    validate(RunConfig(backends=["selector", "zmq_raw"], connections=[10], extra_dims={"rate": [100]},
+                       zmq_client="native"))
 
 
 # --------------------------------------------------------------------------------------------- the dimension

@@ -162,17 +162,19 @@ while n < 200000:
 """
 
 
-def test_one_shot_zmq_mode_counts_wrong_echoes():
+@pytest.mark.parametrize("transport", ["zmq", "zmtp"])  # libzmq's DEALERs, the loader's own ZMTP
+def test_one_shot_zmq_mode_counts_wrong_echoes(transport):
     with ProcessGroup() as group:
         proc = group.spawn("wrong-router", [sys.executable, "-c", WRONG_ROUTER])
         port = int(proc.wait_line("ready", 10).split()[1])
         out = subprocess.run([loader_binary(), "--target", f"127.0.0.1:{port}", "-c", "4", "-d", "1",
-                              "--warmup", "0.2", "--pipeline", "2", "--transport", "zmq", "--json"],
+                              "--warmup", "0.2", "--pipeline", "2", "--transport", transport, "--json"],
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         s = json.loads(out.stdout)
         assert s["messages"] > 0 and s["pipeline"] == 2
-        # every tenth echo has 1 wrong byte, every fifteenth 3 extra bytes: none of them is counted
+        # every tenth echo has 1 wrong byte, every fifteenth 3 extra bytes: none of them is counted (zmtp reads a
+        # byte stream: after an extra frame its connection is out of step, and every later echo mismatches too)
         assert s["errors"]["mismatch"] > 0.1 * s["messages"]
         assert sum(s["per_conn_messages"]) == s["messages"]
 

@@ -35,6 +35,7 @@
 #include "run_window.hpp"
 #include "sys.hpp"
 #include "zmq_engine.hpp"
+#include "zmtp.hpp"
 
 namespace netprof {
 
@@ -75,7 +76,8 @@ constexpr uint32_t kMaxReconnectAttempts = 8;
 constexpr int64_t kPreWakeNs = 200'000;
 
 struct Conn {
-  enum State : uint8_t { Idle, Backoff, Connecting, Up, Dead };
+  // Handshake: zmtp only, TCP is up and the ZMTP greeting and READY are being exchanged.
+  enum State : uint8_t { Idle, Backoff, Connecting, Handshake, Up, Dead };
   Fd fd;
   uint32_t id = 0;  // global connection index
   State state = Idle;
@@ -99,6 +101,7 @@ struct Conn {
   // connection is being reopened (states Idle/Backoff/Connecting then mean a reconnect, not setup).
   std::unique_ptr<ReplyParser> parser;
   bool reconnecting = false;
+  std::unique_ptr<zmtp::Handshake> handshake;  // zmtp: the peer's side of the handshake, while in Handshake
   // Open loop: the intended times of the messages in flight (the same ring as sent_at), the
   // connection's place in its schedule (started when the load starts, if it is up then), the due time
   // of its pending send timer (0: none), and when a slot last freed up on it while it was full (a
@@ -200,6 +203,7 @@ class Worker {
         cpu_(cpu),
         rng_(splitmix64(index + 1) ^ now_ns()),
         open_(sh.req->open_loop()),
+        zmtp_(sh.req->transport == Transport::Zmtp),
         late_threshold_(open_ ? loader_late_threshold_ns(sh.req->rate) : 0),
         targets_(sh.req->targets()),
         turn_ns_(int64_t(std::llround(sh.req->turn * 1e9))) {
@@ -430,6 +434,50 @@ class Worker {
       try_send(i);
       return;
     }
+    if (zmtp_) return greet(i);
+    ready(i);
+  }
+
+  // zmtp: TCP is up; our greeting and READY go at once (a fresh socket's buffer takes their ~90 bytes
+  // whole), the peer's are read by on_handshake. The attempt's timeout still runs: a peer that never
+  // answers in ZMTP times out like a SYN that is never answered.
+  void greet(uint32_t i) {
+    Conn& c = conns_[i];
+    static const std::vector<uint8_t> hello = zmtp::client_hello();
+    ssize_t n;
+    do {
+      n = send(c.fd.get(), hello.data(), hello.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n != ssize_t(hello.size())) return connect_error(i, n < 0 ? errno : EAGAIN, now_ns());
+    c.handshake = std::make_unique<zmtp::Handshake>();
+    c.state = Conn::Handshake;
+    c.last_refused = false;  // unanswered by the deadline: a timeout
+  }
+
+  // zmtp: the peer's greeting and READY, as they arrive.
+  void on_handshake(uint32_t i) {
+    Conn& c = conns_[i];
+    ssize_t n = recv(c.fd.get(), buf_.data(), buf_.size(), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) return connect_error(i, n == 0 ? ECONNRESET : errno, now_ns());  // e.g. a ROUTER refusing us
+    const uint8_t* p = buf_.data();
+    const uint8_t* end = p + n;
+    switch (c.handshake->feed(&p, end)) {
+      case zmtp::Handshake::NeedMore: return;
+      case zmtp::Handshake::Error:  // not a ZMTP 3 ROUTER: trying again cannot help
+        if (errors.sample.empty()) errors.sample = "zmtp: " + c.handshake->detail();
+        c.handshake.reset();
+        return hard_fail(i);
+      case zmtp::Handshake::Done:
+        errors.mismatch += size_t(end - p);  // a ROUTER sends nothing before our first message
+        c.handshake.reset();
+        return ready(i);
+    }
+  }
+
+  // The connection is up (zmtp: the handshake is done) and takes part in the run.
+  void ready(uint32_t i) {
+    Conn& c = conns_[i];
     c.sent_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));  // bad_alloc: the run fails as `internal`
     if (open_) c.intended_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));
     c.state = Conn::Up;
@@ -459,6 +507,7 @@ class Worker {
   void close_fd(Conn& c) {
     c.fd.reset();  // close() also drops it from the epoll set
     c.want_out = false;
+    c.handshake.reset();
   }
 
   // ---- timers ----
@@ -479,8 +528,8 @@ class Worker {
           }
           break;
         case Timer::AttemptTimeout:
-          if (c.state == Conn::Connecting && c.gen == t.gen) {
-            connecting_--;
+          if ((c.state == Conn::Connecting || c.state == Conn::Handshake) && c.gen == t.gen) {
+            if (c.state == Conn::Connecting) connecting_--;
             c.timed_out++;
             connect_error(t.conn, ETIMEDOUT, now);
           }
@@ -521,6 +570,7 @@ class Worker {
         connect_error(i, err ? err : ECONNREFUSED, now_ns());
       return;
     }
+    if (c.state == Conn::Handshake) return on_handshake(i);
     if (c.state != Conn::Up) return;  // closed earlier in this batch
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
       if (!on_readable(i)) return;
@@ -532,7 +582,7 @@ class Worker {
   bool on_readable(uint32_t i) {
     Conn& c = conns_[i];
     if (c.parser) return on_readable_reply(i);
-    const size_t msize = size_t(sh_.req->msize);
+    const size_t msize = sh_.req->message_bytes();  // zmtp: with the frame header, echoed as sent
     while (true) {
       ssize_t n = recv(c.fd.get(), buf_.data(), buf_.size(), 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -946,6 +996,7 @@ class Worker {
   int cpu_;
   std::mt19937_64 rng_;
   const bool open_;               // open-loop load (the request has a rate)
+  const bool zmtp_;               // transport zmtp: a ZMTP handshake before a connection is up
   const int64_t late_threshold_;  // open loop: lateness above which a request is `loader_late`
   const int targets_;             // target and alternate: connection i talks to target i % targets_
   const int64_t turn_ns_;         // turns: each target's turn
@@ -968,7 +1019,13 @@ class Worker {
 class Coordinator {
  public:
   Coordinator(const RunRequest& req, const EngineConfig& cfg, const Emit& emit, const Watch& watch)
-      : req_(req), cfg_(cfg), emit_(emit), watch_(watch), payload_(req.msize), window_(req, emit) {}
+      : req_(req),
+        cfg_(cfg),
+        emit_(emit),
+        watch_(watch),
+        payload_(req.msize,
+                 req.transport == Transport::Zmtp ? zmtp::frame_header(size_t(req.msize)) : std::vector<uint8_t>{}),
+        window_(req, emit) {}
   ~Coordinator() { stop_workers(); }
 
   RunOutcome run() {
@@ -1016,10 +1073,11 @@ class Coordinator {
     }
     if (window_.opened()) gather_unanswered(st, window_.bounds().stop);
     st.errors = sum_errors();
-    if (no_connection)
+    if (no_connection)  // a zmtp peer that answered but not in ZMTP 3 is named by the first failure
       out.error_message = "no connection to " + req_.target + " could be made (" + std::to_string(st.errors.connect) +
                           " refused or failed, " + std::to_string(st.errors.timeout) + " timed out within " +
-                          json(req_.connect_timeout).dump() + " s): is the backend listening there?";
+                          json(req_.connect_timeout).dump() +
+                          " s): " + (st.errors.sample.empty() ? "is the backend listening there?" : st.errors.sample);
     window_.finish(st, nworkers_);
     st.aborted = aborted && accepted_;  // a run refused before `accepted` has no result, only the error
     workers_.clear();

@@ -22,7 +22,7 @@ namespace {
 const char* kUsage = R"(usage:
   netprof-loader --control-fd N [--threads T] [--cpus LIST]
   netprof-loader --target IP:PORT -c N [-d SECONDS] [-s MSIZE] [--warmup S] [--pipeline K]
-                 [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq]
+                 [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq|zmtp]
                  [--probe-share F [--probe-guard S]] [--protocol echo|http|line] [--request 'METHOD /path']
                  [--header 'Name: value']... [--body TEXT] [--host HOST] [--line TEXT]
                  [--rate R [--arrivals constant|poisson]] [--threads T] [--cpus LIST] [--json]
@@ -30,7 +30,8 @@ Control mode serves JSON-lines requests (PROTOCOL.md) on the stream socket N its
 of a socketpair) and exits when the parent closes it; one-shot mode runs once and prints the stats.
 The loader dies with its parent (SIGKILL) in both modes.
 think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
---transport zmq: N ZeroMQ DEALER sockets instead of TCP connections (the backend is a ROUTER).
+--transport zmq: N ZeroMQ DEALER sockets instead of TCP connections (the backend is a ROUTER);
+--transport zmtp: the same conversation with the loader speaking ZMTP 3.0 itself (no libzmq thread).
 --probe-share F: split the window into a centred probed sub-window (F of it, 0..1) and the rest,
                  and report both phases (stats "phases"); --probe-guard S: S seconds on each side of
                  it count in neither phase (stats phases.guard).

@@ -192,7 +192,7 @@ bool parse_open_loop(const json& o, RunRequest* r, std::string* why) {
     return false;
   }
   if (r->transport == Transport::Zmq) {
-    *why = "rate (open-loop load) needs transport \"tcp\", not \"zmq\"";
+    *why = "rate (open-loop load) needs transport \"tcp\" or \"zmtp\", not \"zmq\"";
     return false;
   }
   return true;
@@ -257,8 +257,8 @@ bool parse_turns(const json& o, RunRequest* r, std::string* why) {
       *why = std::string("alternate does not go with ") + other + " (turns are for closed-loop load)";
       return false;
     }
-  if (r->transport != Transport::Tcp) {
-    *why = "alternate needs transport \"tcp\"";
+  if (r->transport == Transport::Zmq) {
+    *why = "alternate needs transport \"tcp\" or \"zmtp\", not \"zmq\"";
     return false;
   }
   return true;
@@ -351,16 +351,18 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   if (!get_str(o, "transport", &transport, why)) return false;
   if (transport == "zmq") {
     r.transport = Transport::Zmq;
+  } else if (transport == "zmtp") {
+    r.transport = Transport::Zmtp;
   } else if (transport != "tcp") {
-    *why = "transport must be \"tcp\" or \"zmq\", got '" + transport + "'";
+    *why = "transport must be \"tcp\", \"zmq\" or \"zmtp\", got '" + transport + "'";
     return false;
   }
   if (!parse_turns(o, &r, why)) return false;
   if (r.transport == Transport::Zmq && r.timeline > 0) {  // the zmq engine keeps no slices
-    *why = "timeline needs transport \"tcp\", not \"zmq\"";
+    *why = "timeline needs transport \"tcp\" or \"zmtp\", not \"zmq\"";
     return false;
   }
-  if (r.transport == Transport::Zmq && r.protocol != Protocol::Echo) {
+  if (r.transport != Transport::Tcp && r.protocol != Protocol::Echo) {
     *why = std::string("protocol \"") + protocol_name(r.protocol) + "\" needs transport \"tcp\"";
     return false;
   }

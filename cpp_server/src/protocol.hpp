@@ -17,6 +17,7 @@
 #include "histogram.hpp"
 #include "http.hpp"
 #include "think.hpp"
+#include "zmtp.hpp"
 
 namespace netprof {
 
@@ -40,9 +41,10 @@ constexpr const char* kAborted = "aborted";  // the client sent {"cmd":"abort"} 
 constexpr uint64_t kMaxInFlightMessages = uint64_t(1) << 24;  // connections × pipeline
 constexpr uint64_t kMaxInFlightBytes = uint64_t(1) << 30;     // connections × pipeline × msize
 
-// How the loader talks to the backend: raw TCP ping-pong (the default) or ZeroMQ DEALER sockets
-// (one message = one frame; the backend is a ROUTER that echoes each request to its sender).
-enum class Transport { Tcp, Zmq };
+// How the loader talks to the backend: raw TCP ping-pong (the default), ZeroMQ DEALER sockets of libzmq
+// (one message = one frame; the backend is a ROUTER that echoes each request to its sender), or the
+// same conversation in ZMTP 3.0 spoken by the TCP engine itself (no libzmq thread in the loader).
+enum class Transport { Tcp, Zmq, Zmtp };
 
 // What one message is (PROTOCOL.md, "Protocols"): an echo of msize bytes (the default), or one
 // request/response exchange of HTTP/1.1 or of a line protocol.
@@ -107,8 +109,11 @@ struct RunRequest {
   double turn = 0.1;
   bool turns() const { return !alternate.empty(); }
   int targets() const { return int(1 + alternate.size()); }
-  // Bytes of one message the loader sends: msize (echo) or the request's size.
-  size_t message_bytes() const { return protocol == Protocol::Echo ? size_t(msize) : request_bytes.size(); }
+  // Bytes of one message the loader sends: msize (echo; zmtp: with its frame header) or the request's size.
+  size_t message_bytes() const {
+    if (protocol != Protocol::Echo) return request_bytes.size();
+    return size_t(msize) + (transport == Transport::Zmtp ? zmtp::frame_header_size(size_t(msize)) : 0);
+  }
 };
 
 struct Request {

@@ -153,8 +153,9 @@ TEST(Protocol, Transport) {
   Request r = ok(base + R"(,"transport":"zmq","pipeline":8,"think":"fixed:5","sources":["127.0.0.2"]})");
   EXPECT_EQ(r.run.transport, Transport::Zmq);
   EXPECT_EQ(r.run.pipeline, 8);
+  EXPECT_EQ(ok(base + R"(,"transport":"zmtp"})").run.transport, Transport::Zmtp);
   for (const char* bad : {R"("ZMQ")", R"("udp")", R"("")", R"("zmq ")"})
-    EXPECT_NE(why_of(base + R"(,"transport":)" + bad + "}").find("transport must be \"tcp\" or \"zmq\""),
+    EXPECT_NE(why_of(base + R"(,"transport":)" + bad + "}").find("transport must be \"tcp\", \"zmq\" or \"zmtp\""),
               std::string::npos)
         << bad;
   for (const char* bad : {"1", "null", "true", R"(["zmq"])"})

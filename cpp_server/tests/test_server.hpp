@@ -162,18 +162,8 @@ struct Served {
   int accepted_connections = 0;
 };
 
-// One run of the engine against `server`: `fields` are request fields (JSON, without braces) on top of
-// 1 s, no warm-up; `during` runs on another thread 0.2 s into the run. (1 s, not less: this kind of
-// host stalls for 0.3 s and more at a time, and a shorter window then sees almost nothing.)
-inline Served run_against(TestServer& server, const std::string& fields, int connections,
-                          const std::function<void()>& during = {}) {
-  json req = json::parse("{" + fields + "}");
-  req["cmd"] = "run";
-  req["target"] = "127.0.0.1:" + std::to_string(server.port());
-  req["connections"] = connections;
-  if (!req.contains("duration")) req["duration"] = 1.0;
-  if (!req.contains("warmup")) req["warmup"] = 0;
-  req["connect_timeout"] = 5;
+// One run of the engine for a whole request (JSON, with "cmd"); `during` runs on another thread 0.2 s in.
+inline Served run_request(const json& req, const std::function<void()>& during = {}) {
   Request r;
   std::string why;
   if (!parse_request_obj(req, &r, &why)) throw std::runtime_error("bad test request: " + why);
@@ -191,6 +181,22 @@ inline Served run_against(TestServer& server, const std::string& fields, int con
   s.stats = out.stats;
   s.error_kind = out.error_kind;
   s.error_message = out.error_message;
+  return s;
+}
+
+// One run of the engine against `server`: `fields` are request fields (JSON, without braces) on top of
+// 1 s, no warm-up; `during` runs on another thread 0.2 s into the run. (1 s, not less: this kind of
+// host stalls for 0.3 s and more at a time, and a shorter window then sees almost nothing.)
+inline Served run_against(TestServer& server, const std::string& fields, int connections,
+                          const std::function<void()>& during = {}) {
+  json req = json::parse("{" + fields + "}");
+  req["cmd"] = "run";
+  req["target"] = "127.0.0.1:" + std::to_string(server.port());
+  req["connections"] = connections;
+  if (!req.contains("duration")) req["duration"] = 1.0;
+  if (!req.contains("warmup")) req["warmup"] = 0;
+  req["connect_timeout"] = 5;
+  Served s = run_request(req, during);
   s.accepted_connections = server.accepted();
   return s;
 }

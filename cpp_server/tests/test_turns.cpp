@@ -83,16 +83,7 @@ Served run_turns(TestServer& a, TestServer& b, int connections, double duration,
               {"turn", turn},
               {"warmup", 0.2},
               {"connect_timeout", 5}};
-  Request r;
-  std::string why;
-  if (!parse_request_obj(req, &r, &why)) throw std::runtime_error("bad test request: " + why);
-  RunOutcome out = run_load(
-      r.run, EngineConfig{}, [](const json&) { return true; }, Watch{});
-  Served s;
-  s.stats = out.stats;
-  s.error_kind = out.error_kind;
-  s.error_message = out.error_message;
-  return s;
+  return run_request(req);
 }
 
 // Two servers, one answering at once and one after 2 ms, 4 connections each, served in 0.1 s turns: each

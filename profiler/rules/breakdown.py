@@ -141,3 +141,32 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
         severity = "warning" if part in WAITS else "info"
         found.append(Anomaly.at(r, "tail_cause", severity, title, text, ev))
     return found
+
+
+@rule("loader_queue", section="sockwait")
+def loader_queue(ctx: Context) -> list[Anomaly]:
+    """A ZeroMQ server measured through libzmq (`--zmq-client libzmq`, the default): the parts fall short of the
+    loader's round trip by the loader's own queue. libzmq's I/O thread reads each answer (where loader_wait
+    ends) and hands it to the loader's thread, which completes the request later; no part of the server's
+    time covers that. Name it, and the option that removes it."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        if r.get("reads") != "frames" or (r.get("zmq_client") or schema.RUN_SETTINGS["zmq_client"]) != "libzmq":
+            continue
+        rtt, parts = num(r, "breakdown.rtt_mean_us"), num(r, "breakdown.parts_mean_us")
+        if not rtt or parts is None or rtt - parts < t.loader_queue_share * rtt:
+            continue
+        gap = rtt - parts
+        text = (f"In {where(r)} {gap:,.0f} µs of the loader's {rtt:,.0f} µs mean round trip "
+                f"({100 * gap / rtt:.0f}%) is in no part of the breakdown. The loader drove this ZeroMQ server "
+                "through libzmq, as the reference harness does: libzmq's I/O thread read each answer (loader_wait "
+                "ends there) and queued it for the loader's thread, which completed the request later. That queue "
+                "is the loader's time, not the server's. With --zmq-client native the loader speaks ZMTP itself and "
+                "reads each answer on the thread that times it: the round trip then holds no such queue.")
+        ev = {"loader's mean round trip (µs)": r2(rtt, 0), "parts' sum (µs)": r2(parts, 0),
+              "not in any part (µs)": r2(gap, 0), "loader_wait, to libzmq's read (µs)":
+                  r2(num(r, "breakdown.mean_us.loader_wait"), 1)}
+        found.append(Anomaly.at(r, "loader_queue", "info",
+                                f"{100 * gap / rtt:.0f}% of the round trip is the loader's libzmq queue: {where(r)}",
+                                text, ev))
+    return found

@@ -62,6 +62,8 @@ class Thresholds:
     # of their time and the tail is at least tail_cause_min_us long (shorter tails are the loopback's µs)
     tail_cause_share: float = 0.5
     tail_cause_min_us: float = 500.0
+    # loader_queue: a ZeroMQ cell under libzmq whose parts fall short of the loader's round trip by this share
+    loader_queue_share: float = 0.05
     # --sockwait (probes/sockwait.py): where each message waited
     wait_starvation_ratio: float = 100.0     # least-served tenth's median wait ÷ the most-served tenth's
     hol_min_handler_us: float = 200.0        # a handler this long is the application's work, not loop overhead
