@@ -2,7 +2,7 @@
 
 Each cell: one backend (`python -m netprof.backends NAME --port 0`, pinned to --backend-cpu), the loader
 (pinned to --loader-cpus), N connections, ping-pong for --duration seconds. Reported: msgs/s, latency
-p50/p99, and the loader's own `cpu_frac` (CPU seconds / (window × worker threads)). A loader near
+p50/p99, and the loader's own `cpu_frac` (CPU seconds / (window × worker threads, at most its CPUs)). A loader near
 cpu_frac 1.0 is saturated: the backend's figure is then a floor, not its speed. headroom = 1 - cpu_frac.
 
     .venv/bin/python bench/loader_headroom.py                       # cpp_epoll selector uvloop_proto

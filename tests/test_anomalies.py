@@ -241,6 +241,16 @@ def test_loader_bottleneck_warning_when_both_busy_and_silent_with_headroom():
     assert not ids(detect(frame(make_row(loader_cpu={"cpu_frac": 0.6}))), "loader_bottleneck")
 
 
+@pytest.mark.parametrize("client, named", [("libzmq", True), ("native", False), (None, True)])
+def test_loader_bottleneck_on_a_zeromq_server_under_libzmq_names_the_native_client(client, named):
+    """libzmq's I/O thread shares the loader's CPU with its own (a row before zmq_client was recorded: libzmq)."""
+    row = make_row("zmq_raw", loader_cpu={"cpu_frac": 0.98}, cpu={"busy_frac": 0.8}, family="zeromq", reads="frames")
+    if client:
+        row["zmq_client"] = client
+    (a,) = ids(detect(frame(row)), "loader_bottleneck")
+    assert ("--zmq-client native" in a["explanation"]) is named, a["explanation"]
+
+
 # 7 latency_tail ----------------------------------------------------------------------------------
 
 def test_latency_tail_fires_on_p999_far_above_p50():

@@ -1,5 +1,7 @@
 #include "run_window.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -16,6 +18,13 @@ rusage self_rusage() {
   return ru;
 }
 }  // namespace
+
+int cpu_capacity(int threads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : threads;  // unknown: as many
+  return std::max(1, std::min(threads, cpus));
+}
 
 WindowBounds window_bounds(int64_t start, int64_t duration_ns, double probe_share, int64_t guard_ns) {
   duration_ns = std::max<int64_t>(0, duration_ns);
@@ -179,7 +188,7 @@ void RunWindow::finish(Stats& st, int cpu_threads) const {
     st.user_s = tv_s(ru1_.ru_utime) - tv_s(ru0_.ru_utime);
     st.sys_s = tv_s(ru1_.ru_stime) - tv_s(ru0_.ru_stime);
   }
-  st.cpu_frac = st.duration_s > 0 ? (st.user_s + st.sys_s) / (st.duration_s * std::max(1, cpu_threads)) : 0;
+  st.cpu_frac = st.duration_s > 0 ? (st.user_s + st.sys_s) / (st.duration_s * cpu_capacity(cpu_threads)) : 0;
 }
 
 }  // namespace netprof

@@ -41,6 +41,11 @@ inline int phase_at(const WindowBounds& w, int64_t t) {
   return t < w.guard_start ? kUnprobed : kUnprobedAfter;
 }
 
+// How many CPUs `threads` busy threads of this process can keep busy at once: no more than the CPUs its
+// affinity mask allows (the caller's mask: the loader's main thread holds the `--cpus` set). libzmq's I/O
+// thread beside the loader's own, on one loader CPU, is one CPU's worth, not two.
+int cpu_capacity(int threads);
+
 class RunWindow {
  public:
   RunWindow(const RunRequest& req, const Emit& emit) : req_(req), emit_(emit) {}
@@ -77,7 +82,7 @@ class RunWindow {
   bool close(bool send);
 
   // The window's fields of the stats: t_start, t_stop, duration_s, warmup_s, loader_cpu (cpu_frac
-  // divided by `cpu_threads`) and the phases' boundaries and durations.
+  // divided by cpu_capacity(`cpu_threads`)) and the phases' boundaries and durations.
   void finish(Stats& st, int cpu_threads) const;
 
  private:

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "request_helpers.hpp"
@@ -434,4 +436,26 @@ TEST(RunWindow, StartAtDelaysTheWindowAndLengthensTheWarmup) {
   early.fix(10 * kS);
   EXPECT_EQ(early.bounds().start, 10'500'000'000);
   EXPECT_EQ(ok(R"({"cmd":"run","target":"127.0.0.1:9","connections":1,"start_at":123.5})").run.start_at, 123.5);
+}
+
+// cpu_frac's divisor: the threads that could run at once, no more than the CPUs the loader may use (two threads
+// on one CPU at 100% of it are 1.0, not 0.5).
+TEST(RunWindow, CpuCapacityIsBoundByTheAffinityMask) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  const int n = CPU_COUNT(&saved);
+  EXPECT_EQ(cpu_capacity(1), 1);
+  EXPECT_EQ(cpu_capacity(0), 1);
+  EXPECT_EQ(cpu_capacity(2), std::min(2, n));
+  EXPECT_EQ(cpu_capacity(1000), n);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) first++;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const int pinned2 = cpu_capacity(2), pinned64 = cpu_capacity(64);
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
+  EXPECT_EQ(pinned2, 1);
+  EXPECT_EQ(pinned64, 1);
 }

@@ -86,6 +86,11 @@ def loader_bottleneck(ctx: Context) -> list[Anomaly]:
         if busy is not None and busy < t.backend_idle_busy_frac:
             sev = "critical"
             text += (f"The backend was busy only {100 * busy:.0f}% of one CPU, so it was waiting for the loader. ")
+        if r.get("reads") == "frames" and (r.get("zmq_client") or schema.RUN_SETTINGS["zmq_client"]) == "libzmq":
+            # libzmq's I/O thread and the loader's own share its CPUs; the loader's ZMTP client is one thread
+            text += ("The loader drove this ZeroMQ server through libzmq (--zmq-client libzmq, the default, as the "
+                     "reference harness does): libzmq's I/O thread and the loader's thread share its CPU. "
+                     "--zmq-client native speaks ZMTP from the loader's one thread, at less CPU per message. ")
         text += "Give the loader more CPUs or threads, or compare backends at a scale where it is not saturated."
         found.append(Anomaly.at(r, "loader_bottleneck", sev, f"Loader saturated: {where(r)}", text, ev))
     return found
