@@ -48,8 +48,9 @@ test-cpp: system
 	cmake --build build/cpp-tests
 	ctest --test-dir build/cpp-tests --output-on-failure
 
-# Two passes (tests/conftest.py marks which test goes where): first the tests that measure nothing, two at a
-# time (pytest-xdist: they mostly wait for processes to start), then the ones that measure (a netprof run,
+# Two passes (tests/conftest.py marks which test goes where): first the tests that measure nothing, three at a
+# time on this 2-core host (pytest-xdist: they mostly wait for processes to start; 137 s against 156 s two at a
+# time, 2026-11-27), then the ones that measure (a netprof run,
 # the loader, BPF), one by one with the machine to themselves. Both passes always run; a failure in either
 # fails `make test`. A pass that selects nothing (PYTEST_ARGS="-k ...") is no failure of its own; both empty is
 # pytest's 5, which .ci/run counts as a failure. Each pass writes its own --junitxml (the first's name gets
@@ -58,7 +59,7 @@ test-cpp: system
 PYTEST_ARGS_CONCURRENT = $(patsubst --junitxml=%.xml,--junitxml=%-concurrent.xml,$(PYTEST_ARGS))
 test-py: setup
 	@rc=0; empty=0; \
-	$(PY) -m pytest -ra -n 2 -m "not serial" --durations=10 $(PYTEST_ARGS_CONCURRENT) \
+	$(PY) -m pytest -ra -n 3 -m "not serial" --durations=10 $(PYTEST_ARGS_CONCURRENT) \
 		|| { r=$$?; if [ $$r = 5 ]; then empty=$$((empty + 1)); else rc=$$r; fi; }; \
 	$(PY) -m pytest -ra -m serial --durations=25 $(PYTEST_ARGS) \
 		|| { r=$$?; if [ $$r = 5 ]; then empty=$$((empty + 1)); else rc=$$r; fi; }; \
