@@ -185,7 +185,7 @@ def test_netprof_run_zmq_end_to_end(tmp_path):
     out = tmp_path / "run"
     t0 = time.monotonic()
     res = run_netprof("run", "--no-report", "zmq_raw", "zmq_poller", "-c", "1,10", "-d", "0.5", "-r", "1",
-                      "--warmup", "0.5", "--json", "--out", str(out), timeout=180)
+                      "--warmup", "0.2", "--json", "--out", str(out), timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     runs = json.loads(res.stdout)["runs"]
     assert {(r["backend"], r["connections"]) for r in runs} == {
