@@ -256,10 +256,19 @@ def base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
     }
 
 
+def _exit_code(proc: ManagedProcess, within: float = 0.5) -> int | None:
+    """The backend's exit code, None while it lives. A backend killed just now is given `within` seconds to be
+    reaped: the kernel closes its sockets, and the loader reports them (backend_gone), before it is a zombie."""
+    deadline = time.monotonic() + within
+    while (code := proc.returncode()) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return code
+
+
 def _failure_reason(proc: ManagedProcess | None, default: str) -> str:
     if proc is None:
         return default
-    code = proc.returncode()
+    code = _exit_code(proc)
     tail = proc.stderr_tail()
     if "Too many open files" in tail or "EMFILE" in tail:
         return f"EMFILE: backend hit the fd limit ({tail})"
