@@ -1,9 +1,9 @@
-"""The C++ backends: cpp_epoll, cpp_poll, cpp_th (backends/cpp/*.cpp, a pybind11 module).
+"""The C++ backends: cpp_epoll, cpp_poll, cpp_th, cpp_uring (backends/cpp/*.cpp, a pybind11 module).
 
 Python makes the listen socket and prints the ready line; the C++ loop then serves without the
 GIL, under --msize/--framing (Framing and Receiver in backends.hpp: recv(msize - have) per
-connection, as the Python pull-style backends do), and returns on SIGTERM/SIGINT (only then:
-connections coming and going never end it).
+connection, as the Python pull-style backends do; cpp_uring submits the same receives to an
+io_uring), and returns on SIGTERM/SIGINT (only then: connections coming and going never end it).
 """
 
 from __future__ import annotations

@@ -99,6 +99,8 @@ _ALL = [
     _b("cpp_epoll", "cpp", "C++ epoll loop, one thread (pybind11, GIL released)", "cpp", [CPP_MODULE]),
     _b("cpp_poll", "cpp", "C++ poll loop, one thread (pybind11, GIL released)", "cpp", [CPP_MODULE]),
     _b("cpp_th", "cpp", "C++ std::thread per connection, blocking sockets (pybind11)", "cpp", [CPP_MODULE]),
+    _b("cpp_uring", "cpp", "C++ io_uring loop (liburing), one thread: one RECV and one SEND request per message, "
+       "one io_uring_enter per batch (pybind11, GIL released)", "cpp", [CPP_MODULE]),
     # The socket-patterns seed.
     _b("select", "selector", "one thread, select.select() (at most ~1000 connections: FD_SETSIZE)", "selector_family"),
     _b("epoll", "selector", "one thread, select.epoll used directly, level-triggered", "selector_family"),

@@ -11,7 +11,7 @@ PACKAGES=(
   wrk
   iproute2 procps util-linux
   openssh-server
-  libzmq3-dev nlohmann-json3-dev
+  libzmq3-dev nlohmann-json3-dev liburing-dev
   chromium
 )
 

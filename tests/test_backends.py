@@ -135,7 +135,7 @@ def test_registry():
     assert set(BACKENDS) == {
         "asyncio", "asyncio_proto", "asyncio_sock", "uvloop", "uvloop_proto", "uvloop_sock", "gevent",
         "selector", "thread", "cpp_epoll", "cpp_poll", "cpp_th", "select", "epoll", "fork", "prefork",
-        "prethread", "select_prethread",
+        "prethread", "select_prethread", "cpp_uring",
         # issue 20
         "asyncio_eager", "rloop_sock", "trio", "anyio_asyncio", "anyio_trio", "tornado",
         "twisted", "twisted_asyncio", "socketserver"}
@@ -236,7 +236,7 @@ def test_sigterm_exits_0(name):
 
 
 @pytest.mark.parametrize("name", ["selector", "thread", "asyncio", "gevent", "prefork", "cpp_epoll",
-                                  "trio", "anyio_asyncio", "tornado", "twisted", "socketserver"])
+                                  "cpp_uring", "trio", "anyio_asyncio", "tornado", "twisted", "socketserver"])
 def test_sigint_exits_0_too(name):
     # A Ctrl-C in the orchestrator's terminal reaches the backend's process group as well.
     with Backend(name) as b:

@@ -64,7 +64,7 @@ def test_version_and_help():
 def test_list_shows_seed_backends():
     out = netprof_cli("list").stdout
     for name in ("asyncio", "asyncio_proto", "asyncio_sock", "uvloop", "uvloop_proto", "uvloop_sock",
-                 "gevent", "selector", "thread", "cpp_epoll", "cpp_poll", "cpp_th"):
+                 "gevent", "selector", "thread", "cpp_epoll", "cpp_poll", "cpp_th", "cpp_uring"):
         assert name in out
     assert "unfair" not in out  # test-only backends are hidden by default
 

@@ -125,7 +125,8 @@ def merged_echo_seconds(s: socket.socket) -> float:
 
 
 @pytest.mark.parametrize("framing", ["message", "stream"])
-@pytest.mark.parametrize("name", ["selector", "asyncio_proto", "select_prethread", "cpp_epoll", "twisted", "tornado"])
+@pytest.mark.parametrize("name", ["selector", "asyncio_proto", "select_prethread", "cpp_epoll", "cpp_uring", "twisted",
+                                  "tornado"])
 def test_work_runs_per_message_or_per_recv(name, framing):
     with Backend(name, "--work", f"sleep:{WORK_US}", "--framing", framing) as b:
         b.wait_ready()

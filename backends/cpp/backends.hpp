@@ -1,4 +1,4 @@
-// The C++ echo backends (cpp_epoll, cpp_poll, cpp_th), exposed to Python by module.cpp.
+// The C++ echo backends (cpp_epoll, cpp_poll, cpp_th, cpp_uring), exposed to Python by module.cpp.
 //
 // Each serve_* function takes a listening socket made by the Python side, echoes on every accepted
 // connection under a Framing, and returns when SIGTERM/SIGINT arrives (never because its
@@ -80,5 +80,7 @@ bool send_all(int fd, const char* data, std::size_t len);
 void serve_epoll(int listen_fd, const Work& work, const Framing& framing);
 void serve_poll(int listen_fd, const Work& work, const Framing& framing);
 void serve_threads(int listen_fd, const Work& work, const Framing& framing);
+// io_uring (liburing): one RECV and one SEND request per message, no recv/send syscalls.
+void serve_uring(int listen_fd, const Work& work, const Framing& framing);
 
 }  // namespace netprof
