@@ -29,15 +29,24 @@ def breakdown_run(tmp_path, *args: str, name: str = "run", report: bool = False)
     rows = {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
     for r in rows.values():
         assert r["status"] == "ok", r
+        followed(r)
         assert r["probes"] == ["counting", "breakdown"], r["probes"]
         assert r["breakdown"]["attached"] is True and r["sockwait"]["attached"] is True
         assert set(r["breakdown"]["mean_us"]) == set(PARTS)
     return rows, out
 
 
+def followed(r: dict) -> None:
+    """Nearly every request of the probes' window was followed. Their window is the span between the two reads
+    of their counters, taken when netprof hears the loader's marks: on a busy host the first read came 35 ms
+    late in a 0.3-s window (0.265 s), so the loader's count over its own window is no measure of it; its rate
+    over the probes' window is."""
+    b = r["breakdown"]
+    assert b["requests"] >= 0.9 * r["msgs_per_sec"] * r["sockwait"]["window_s"], (b, r["sockwait"]["window_s"])
+
+
 def adds_up(b: dict, within: float = 0.05) -> None:
     """The parts' means against the loader's own mean round trip of the same window."""
-    assert b["requests"] >= 0.9 * b["messages"], b  # nearly every request of the window was followed
     assert b["parts_mean_us"] == pytest.approx(b["rtt_mean_us"], rel=within), b
     assert b["unattributed_us"] == pytest.approx(b["rtt_mean_us"] - b["parts_mean_us"])
 
@@ -85,7 +94,10 @@ def test_the_gil_is_a_futex_wait_unpinned_and_a_run_queue_pinned(tmp_path):
                       "--warmup", "0.3", "--breakdown", "--no-report", "--wait", "--json", "--out", str(out),
                       timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    rows = {bool(r["pinned"]): r["breakdown"] for r in json.loads(res.stdout)["runs"]}
+    runs = json.loads(res.stdout)["runs"]
+    for r in runs:
+        followed(r)
+    rows = {bool(r["pinned"]): r["breakdown"] for r in runs}
     unpinned, pinned = rows[False], rows[True]
     for b in (unpinned, pinned):
         adds_up(b)
@@ -105,8 +117,15 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     for name, r in rows.items():
         b = r["breakdown"]
         adds_up(b)
-        # 500 µs asked; the helper's own wake-up on a busy CPU adds some
-        assert 480 <= b["mean_us"]["off_cpu_io"] <= 800, (name, b["mean_us"])
+        # 500 µs asked: at least that (a physical floor). The ceiling is this host's speed (the helper's own
+        # wake-up on a busy CPU adds to it: 817 µs on a slow, busy hour), so it comes from the same run: a
+        # handler's call occupies its serving thread, which turns one request per cycle, so the loader's rate
+        # bounds it — one loop serves the ten connections one call at a time (cycle = 1/rate), ten threads
+        # serve one connection each (cycle = 10/rate, the loader's turn-around included)
+        cycle_us = (10 if name == "thread" else 1) * 1e6 / r["msgs_per_sec"]
+        assert 480 <= b["mean_us"]["off_cpu_io"] <= cycle_us, (name, b["mean_us"], cycle_us)
+        if name == "selector":  # the loop does little else than wait for the helper
+            assert b["mean_us"]["off_cpu_io"] >= 0.7 * cycle_us, (name, b["mean_us"], cycle_us)
         assert b["mean_us"]["on_cpu"] < 100, (name, b["mean_us"])
         # the wait is named: the handler's recv on its connection to the helper (one per serving thread)
         assert re.fullmatch(rf"recvfrom on (one descriptor|{'10' if name == 'thread' else 'x'} descriptors), "
@@ -126,7 +145,14 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     assert not [p for p in psutil.process_iter(["cmdline"]) if helper in (p.info["cmdline"] or [])]
 
 
-# Backends measured in 1-s windows (a run per protocol of their own) rather than 0.3 s. gunicorn_gevent serves
+# One server of each kind the registry has (issue 49: the sweep over all 40 built-in backends is
+# bench/breakdown_registry.py, with its committed results; every backend's answers are still checked by
+# tests/test_backends.py): two event loops (the acceptance's asyncio_sock and uvloop_sock), one thread per
+# connection, one pre-fork, one C++ loop, one reader handing requests to other threads, one ZeroMQ ROUTER, two
+# HTTP servers (one of them gunicorn's gevent workers, whose slowest requests waited unread).
+REPRESENTATIVES = ("asyncio_sock", "uvloop_sock", "thread", "prefork", "cpp_epoll", "select_prethread", "zmq_raw",
+                   "uvicorn_httptools", "gunicorn_gevent")
+# Measured in 1-s windows (a run per protocol of their own) rather than 0.3 s. gunicorn_gevent serves
 # its connections unevenly (Jain 0.65-0.9 here), so in 0.3 s a few requests that waited most of the window make
 # its means, and the loader and the kernel count them at their own window edges (4.8% off Little's law once in
 # five 0.3-s runs); in 1-s runs it was within 1.5% of both truths in six of six. socketserver and thread (a
@@ -135,7 +161,7 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
 # (connections are learnt at accept), so in 0.3 s the loader's mean is 1-29% above the parts and Little's law
 # was once 5% (CI) and once 14% off (thread, 1 of 5 local runs); in 1-s runs Little's law was within 0.9% in 8
 # of 8 (the loader's mean 4-6% above).
-OWN_RUN = {"gunicorn_gevent": "1", "socketserver": "1", "thread": "1"}
+OWN_RUN = {"gunicorn_gevent": "1", "thread": "1"}
 
 
 def _registry_run(tmp_path, backends: list[str], name: str, duration: str = "0.3", *more: str) -> dict[str, dict]:
@@ -147,8 +173,8 @@ def _registry_run(tmp_path, backends: list[str], name: str, duration: str = "0.3
     return {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
 
 
-def test_parts_add_up_on_every_builtin_backend(tmp_path):
-    """Every built-in backend at 100 connections: the sum of the parts' means within 5% of the loader's mean
+def test_parts_add_up_on_a_server_of_every_kind(tmp_path):
+    """A server of each kind at 100 connections: the sum of the parts' means within 5% of the loader's mean
     round trip, or of Little's law (100 requests in flight ÷ the loader's msgs/s). Each truth fails on its
     own in some runs here: Little's law while connections are still being set up (fork: fewer than 100 in
     flight), the loader's mean in one run in three with a thread per connection (13–15% above Little's law,
@@ -158,24 +184,25 @@ def test_parts_add_up_on_every_builtin_backend(tmp_path):
     matches /proc's."""
     from netprof.backends import registry
 
-    names = [n for n in registry.names() if registry.uninstalled_requirement(registry.get(n)) is None]
+    names = [n for n in REPRESENTATIVES if registry.uninstalled_requirement(registry.get(n)) is None]
+    assert names == list(REPRESENTATIVES), "every representative is installed by the project's own setup"
     groups: dict[tuple[str, str], list[str]] = {}  # a run per protocol (echo, HTTP) and window
     for n in names:
         groups.setdefault((registry.get(n).protocol, OWN_RUN.get(n, "0.3")), []).append(n)
     rows: dict[str, dict] = {}
     for (proto, duration), backends in groups.items():
-        # the ZeroMQ backends (in the echo run) through the loader's own ZMTP client: under libzmq (the default)
+        # the ZeroMQ backend (in the echo run) through the loader's own ZMTP client: under libzmq (the default)
         # the round trip also holds the loader's queue between libzmq's I/O thread and its own, which is no part
         # of the server's time (the loader_queue finding names it)
-        rows.update(_registry_run(tmp_path, backends, f"{proto}-{duration}", duration, "--zmq-client", "native")
-                    if any(registry.get(b).transport == "zmq" for b in backends)
-                    else _registry_run(tmp_path, backends, f"{proto}-{duration}", duration))
+        zmq = any(registry.get(b).transport == "zmq" for b in backends)
+        more = ("--zmq-client", "native") if zmq else ()
+        rows.update(_registry_run(tmp_path, backends, f"{proto}-{duration}", duration, *more))
     assert set(rows) == set(names)
     bad = {}
     for name, r in rows.items():
         assert r["status"] == "ok", (name, r.get("error"))
         b = r["breakdown"]
-        assert b["requests"] >= 0.9 * b["messages"], (name, b)
+        followed(r)
         assert r["zmq_client"] == "native" or r["reads"] != "frames", r
         little = 100 / r["msgs_per_sec"] * 1e6
         ratios = (b["parts_mean_us"] / b["rtt_mean_us"], b["parts_mean_us"] / little)

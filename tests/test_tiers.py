@@ -46,7 +46,7 @@ def test_what_measures_runs_alone_and_the_rest_three_at_a_time():
     assert fast <= other  # the fast tier is a part of the first pass
     # measuring: a netprof run, the loader's timing, BPF, the shared runs, the one lab, a test marked serial by
     # hand (in a `concurrent` module too)
-    for name in ("test_breakdown_run.py::test_parts_add_up_on_every_builtin_backend",
+    for name in ("test_breakdown_run.py::test_parts_add_up_on_a_server_of_every_kind",
                  "test_loader.py::test_think_time_caps_the_rate",
                  "test_probes.py::test_selector_per_message",
                  "test_machine_busy.py::test_real_run_records_each_cells_load",
