@@ -35,7 +35,8 @@ META_JSON = "meta.json"
 SUMMARY_JSON = "summary.json"
 
 # Nested groups of a row; everything else is a scalar column.
-NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "syscall_time_s",
+NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "ring", "ring_per_msg",
+          "syscall_time_s",
           "ctx", "loader_cpu", "errors", "faults", "probed", "sockwait", "unanswered", "unprobed_parts",
           "lat_sent_us", "open_loop", "loaders")
 # Fields of a group that are dicts themselves (`breakdown.mean_us` of parts): their columns are
@@ -89,6 +90,9 @@ def unflatten(flat: dict) -> dict:
             row[k] = v
     if isinstance(row.get("probes"), str):
         row["probes"] = [p for p in row["probes"].split(",") if p]
+    if row.get("ring_cpu_us_per_msg") is not None:  # io_uring counted (its dicts have no columns when empty)
+        for group in ("ring", "ring_per_msg"):
+            row.setdefault(group, {})
     return row
 
 

@@ -59,7 +59,7 @@ def cell_line(cell, row: dict) -> str:
     per = row.get("syscalls_per_msg") or {}
     p99 = (row.get("lat_us") or {}).get("p99")
     return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} msgs/s, p99 {units.duration_us(p99)}, "
-            f"{per_message_notation(per) if per else 'no probes'}")
+            f"{per_message_notation(per, row.get('ring_per_msg')) if per else 'no probes'}")
 
 
 def open_instruments(cfg: RunConfig) -> list[Instrument]:

@@ -233,10 +233,10 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 
 
 # Columns averaged over a cell's rounds.
-MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ctx.", "loader_cpu.", "faults.",
+MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ring_per_msg.", "ctx.", "loader_cpu.", "faults.",
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
                  "lat_sent_us.", "open_loop.", "breakdown.")
-MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift")
+MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift", "ring_cpu_us_per_msg")
 # Text over a cell's rounds: the most frequent (what the breakdown's handlers waited on).
 MODE_COLUMNS = ("breakdown.io_wait",)
 
@@ -283,6 +283,9 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
 
 CPU_TOTAL = "cpu_us_per_msg_total"  # user + kernel CPU µs per message
 SYSCALLS_TOTAL = "syscalls_per_msg_total"  # every counted syscall per message (NaN without probes)
+# Every kernel operation per message: the syscalls and the io_uring submissions (the same as SYSCALLS_TOTAL
+# for a server that hands nothing to a ring)
+KERNEL_OPS_TOTAL = "kernel_ops_per_msg_total"
 CONN_CV = "per_conn_cv"  # spread of messages across connections: CV = √(1/Jain − 1)
 CV_FLOOR = 1e-4  # a spread below this is perfect fairness (keeps the log scale finite)
 
@@ -306,6 +309,7 @@ CELL_METRICS: dict[str, Metric] = {
     "cpu_us_per_msg.sys": Metric("kernel CPU per message", "µs"),
     CPU_TOTAL: Metric("CPU per message", "µs"),
     SYSCALLS_TOTAL: Metric("syscalls per message"),
+    KERNEL_OPS_TOTAL: Metric("kernel operations per message (syscalls + io_uring)"),
     "ctx_switches_per_msg": Metric("context switches per message"),
     # Jain saturates near 1 (0.86 and 0.9999 look close, yet are a spread of 0.40 vs 0.01): it is
     # judged through J = 1/(1 + CV²), the per-connection coefficient of variation, on a log scale.
@@ -326,6 +330,7 @@ CELL_METRICS: dict[str, Metric] = {
     "breakdown.parts_mean_us": Metric("request time, sum of its parts (breakdown)", "µs", log=True),
 }
 SYSCALL_PREFIX = "syscalls_per_msg."
+RING_PREFIX = "ring_per_msg."  # io_uring operations per message, by operation
 SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith(("sockwait.", "breakdown.")) and m.log]
 NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns
 
@@ -334,6 +339,8 @@ def metric_info(col: str) -> Metric:
     """How a judged column reads and is judged; a syscall column reads 'epoll_ctl per message'."""
     if col.startswith(SYSCALL_PREFIX):
         return Metric(f"{col[len(SYSCALL_PREFIX):]} per message")
+    if col.startswith(RING_PREFIX):
+        return Metric(f"{col[len(RING_PREFIX):]} (io_uring) per message")
     return CELL_METRICS[col]
 
 
@@ -352,16 +359,19 @@ def per_round(df: pd.DataFrame) -> pd.DataFrame:
     sc = [c for c in df.columns if c.startswith(SYSCALL_PREFIX)]
     probed = (df["probes"].fillna("").astype(str).str.len() > 0 if "probes" in df
               else pd.Series(bool(sc), index=df.index))
-    for c in sc:
+    ring = [c for c in df.columns if c.startswith(RING_PREFIX)]
+    for c in sc + ring:
         df[c] = df[c].astype(float).fillna(0.0).where(probed)
     df[SYSCALLS_TOTAL] = (df[sc].sum(axis=1) if sc else pd.Series(np.nan, index=df.index)).where(probed)
+    df[KERNEL_OPS_TOTAL] = (df[SYSCALLS_TOTAL] + (df[ring].sum(axis=1) if ring else 0.0)).where(probed)
     return df
 
 
 def metric_columns(df: pd.DataFrame) -> list[str]:
-    """The judged columns `df` has data for: CELL_METRICS in their order, then each syscall."""
+    """The judged columns `df` has data for: CELL_METRICS in their order, then each syscall and io_uring
+    operation."""
     have = [c for c in CELL_METRICS if c in df.columns and df[c].notna().any()]
-    return have + sorted(c for c in df.columns if c.startswith(SYSCALL_PREFIX) and df[c].notna().any())
+    return have + sorted(c for c in df.columns if c.startswith((SYSCALL_PREFIX, RING_PREFIX)) and df[c].notna().any())
 
 
 def cell_summaries(df: pd.DataFrame, confidence: float = 0.95) -> list[dict]:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
-from netprof.profiler import schema, units
+from netprof.profiler import schema, stats, units
 
 
 def _get(row, key, scale: float = 1.0):
@@ -19,9 +19,11 @@ def _get(row, key, scale: float = 1.0):
     return v * scale
 
 
-def _syscalls_total(r) -> float | None:
+def _kernel_ops_total(r) -> float | None:
+    """Syscalls and io_uring operations per message (None without probes)."""
     per = [v for k, v in r.items() if k.startswith("syscalls_per_msg.") and v == v and v is not None]
-    return float(sum(per)) if per else None
+    ring = [v for k, v in r.items() if k.startswith(stats.RING_PREFIX) and v == v and v is not None]
+    return float(sum(per) + sum(ring)) if per else None
 
 
 def headline_dims(agg: pd.DataFrame) -> list[str]:
@@ -39,7 +41,7 @@ def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     order = dims + ["connections"]
     agg = agg.assign(_neg=-agg["mps_mean"]).sort_values(order + ["_neg"], kind="stable")
     header = ["backend", *dims, "connections", "msgs/s", "p99 latency", "CPU µs/msg kernel / user",
-              "syscalls/msg", "Jain"]
+              "kernel ops/msg", "Jain"]
     rows = []
     for _, r in agg.iterrows():
         k, u = _get(r, "cpu_us_per_msg.sys"), _get(r, "cpu_us_per_msg.user")
@@ -49,7 +51,7 @@ def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      units.count(r["connections"]),
                      f"{units.rate(r['mps_mean'])} {_interval(r)}{' (noisy)' if r.get('noisy') else ''}",
                      units.duration_us(_get(r, "lat_us.p99")), cpu,
-                     units.per_message(_syscalls_total(r)) if _syscalls_total(r) is not None else "no probes",
+                     units.per_message(_kernel_ops_total(r)) if _kernel_ops_total(r) is not None else "no probes",
                      f"{_get(r, 'per_conn.jain'):.2f}" if _get(r, "per_conn.jain") is not None else units.DASH])
     return header, rows
 
@@ -152,24 +154,12 @@ def to_markdown(header: list[str], rows: list[list[str]]) -> str:
 
 def syscalls_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Syscalls per message in network_ping_test's compact notation (`sendto + recvfrom + 0.01 × epoll_wait`)."""
-    try:
-        from netprof.probes import per_message_notation
-    except ImportError:  # the probes package's notation has not landed: a local stand-in
-        per_message_notation = _notation
+    from netprof.probes import per_message_notation
 
     def notation(r) -> str:
         per_msg = {k.split(".", 1)[1]: v for k, v in r.items()
                    if k.startswith("syscalls_per_msg.") and v == v and v}
-        return per_message_notation(per_msg) if per_msg else "no probes"
+        ring = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith(stats.RING_PREFIX) and v == v and v}
+        return per_message_notation(per_msg, ring) if per_msg else "no probes"
 
     return _pivot(agg, notation)
-
-
-def _notation(per_msg: dict[str, float]) -> str:
-    """`sendto + recvfrom + 0.01 × epoll_wait`: counts ≈ 1 bare, others with a factor, largest first."""
-    parts = []
-    for name, v in sorted(per_msg.items(), key=lambda kv: -kv[1]):
-        if v < 0.005:
-            continue
-        parts.append(name if abs(v - 1) < 0.05 else f"{units.per_message(v)} × {name}")
-    return " + ".join(parts) or units.DASH

@@ -274,7 +274,7 @@ def test_headline_table_comes_first_with_every_cell(reported):
     header = [c.strip() for c in md.split("## Headline")[1].split("\n\n")[1].splitlines()[0].strip("|").split("|")]
     # pipeline varies in this run (1, 4), so it has its column; framing and interpreter do not
     assert header == ["backend", "pipeline", "connections", "msgs/s", "p99 latency", "CPU µs/msg kernel / user",
-                      "syscalls/msg", "Jain"]
+                      "kernel ops/msg", "Jain"]
     assert len(rows) == len(summary["cells"]) - 1  # every cell that measured something (the EMFILE one did not)
     sel = [r for r in rows if r[0] == "selector" and r[1] == "1" and r[2] == "10"]
     assert sel and sel[0][3].startswith("90k ±") and sel[0][7] == "1.00"

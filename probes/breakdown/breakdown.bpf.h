@@ -235,6 +235,19 @@ RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
     return 0;
 }
 
+// A send-family entry on this CPU by task `id` at `now`: its device and peer edges are looked for from here.
+static __always_inline void bd_send_entered(u64 id, u64 now) {
+    u32 zero = 0;
+    struct bd_pc_t *pc = bd_pc.lookup(&zero);
+    if (pc) {
+        pc->send_pid = id;
+        pc->send_enter = now;
+        pc->dev_ts = pc->dev_last = 0;
+        pc->peer_arr = 0;
+        pc->peer_sk = 0;
+    }
+}
+
 // TP_PROTO(struct pt_regs *regs, long id): every task's send-family entries are noted per CPU (the
 // loader's, for transit_in); the tree's threads are learned and their clocks move to SYS.
 RAW_TRACEPOINT_PROBE(sys_enter) {
@@ -242,17 +255,8 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     u64 id = bpf_get_current_pid_tgid();
     u64 now = bpf_ktime_get_ns();
     int send = bd_is_send(sc);
-    if (send) {
-        u32 zero = 0;
-        struct bd_pc_t *pc = bd_pc.lookup(&zero);
-        if (pc) {
-            pc->send_pid = id;
-            pc->send_enter = now;
-            pc->dev_ts = pc->dev_last = 0;
-            pc->peer_arr = 0;
-            pc->peer_sk = 0;
-        }
-    }
+    if (send)
+        bd_send_entered(id, now);
     if (!in_tree(id >> 32))
         return 0;
     u32 tid = id;
@@ -293,6 +297,29 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
     if (t) {
         bd_enter_state(t, BD_USER, bpf_ktime_get_ns());
         t->sc = -1;
+    }
+    return 0;
+}
+
+// A send submitted through io_uring (IORING_OP_SEND, SENDMSG and their zero-copy forms: probes/ring_ops.py)
+// is issued inline by the submitting task's io_uring_enter, on this CPU, right after this tracepoint: its
+// submission is the send's entry, as a send syscall's is (a send that cannot go at once is issued later, from
+// task work: its device edge is then not this entry's, and the request is skipped as no_send_edge). Resident,
+// as the io_uring tracepoints are rare for a server that does not use a ring.
+TRACEPOINT_PROBE(io_uring, io_uring_submit_req) {
+    u32 op = args->opcode;
+    if (op != 26 && op != 9 && op != 47 && op != 48)
+        return 0;
+    u64 id = bpf_get_current_pid_tgid();
+    u64 now = bpf_ktime_get_ns();
+    bd_send_entered(id, now);
+    if (!in_tree(id >> 32))
+        return 0;
+    u32 tid = id;
+    struct bd_thr_t *t = bd_thr.lookup(&tid);
+    if (t) {
+        t->enter_ts = now;
+        bd_now(t, now, t->enter_cum);  // inside io_uring_enter: the thread's SYS clock runs
     }
     return 0;
 }

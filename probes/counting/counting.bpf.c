@@ -1,5 +1,7 @@
 // netprof counting set: per-syscall counts and times, context switches, migrations and on-CPU time
-// of one target process tree. Loaded by netprof.probes.CountingProbes (BCC).
+// of one target process tree, and the kernel work it hands over without a syscall: io_uring submissions
+// by opcode, their completions and the CPU of io_uring's own threads. Loaded by
+// netprof.probes.CountingProbes (BCC).
 //
 // Cost model (bench/RESULTS.md has the numbers): sys_enter/sys_exit/sched_switch fire for every task
 // on the machine (the loader's too), so each program first does the target test: one array-map slot
@@ -16,7 +18,14 @@
 // freeze while detached. State a thread or CPU recorded before the last attach (a timed syscall in
 // flight, a CPU's last switch time) is stale and ignored: window.attach_ns marks the attach.
 //
-// cflags: -DTRACK_CHILDREN=0|1 -DNR_SLOTS=<n> -DTIME_EVERY=<0 or a power of two>
+// io_uring: the submission tracepoint fires in the submitting task (io_uring_enter's caller, or the ring's
+// SQPOLL thread, a thread of the same process), so the tree filter holds; a completion is counted when it
+// is posted by a task of the tree (inline, task work, io-wq workers), not when another task's softirq posts
+// it. io_uring's own threads (iou-wrk-*, iou-sqp-*) are threads of the server's process: their on-CPU time is
+// in oncpu_ns as the kernel charges it, and also apart in ring_oncpu_ns. Both tracepoints are resident
+// (rare for a server that does no io_uring work) and count only while the window is active.
+//
+// cflags: -DTRACK_CHILDREN=0|1 -DNR_SLOTS=<n> -DTIME_EVERY=<0 or a power of two> -DNR_RING_OPS=<n>
 #include <uapi/linux/ptrace.h>
 // No <linux/sched.h>: nothing here uses it, and parsing it was 0.4 s of each compile (the bytecode is
 // the same without it; bench/RESULTS.md, start-up).
@@ -48,6 +57,8 @@ struct cpu_t {
     u64 oncpu_ns;                // on-CPU time of the tree (accounted at switch-out and timed sys_exit)
     u64 mark_ns;                 // this CPU: last sched_switch, or last accounting point of the tree
     u64 forks, exits;            // processes added to / removed from the tree
+    u64 ring_done;               // io_uring completions posted by the tree's tasks
+    u64 ring_oncpu_ns;           // on-CPU time of the tree's io_uring threads (iou-wrk-*, iou-sqp-*)
 };
 BPF_PERCPU_ARRAY(cpu, struct cpu_t, 1);
 
@@ -58,6 +69,15 @@ struct task_t {
     u32 gen;         // cfg.gen when this thread was put into `tids`
 };
 BPF_TASK_STORAGE(tasks, struct task_t);
+
+BPF_PERCPU_ARRAY(ring, u64, NR_RING_OPS);  // io_uring submissions of the tree by opcode (the last: unknown)
+
+// An io_uring thread of the kernel's (io-wq worker or SQPOLL): named "iou-wrk-<pid>" / "iou-sqp-<pid>".
+static __always_inline int ring_thread(void) {
+    char comm[8] = {};
+    bpf_get_current_comm(&comm, sizeof(comm));
+    return comm[0] == 'i' && comm[1] == 'o' && comm[2] == 'u' && comm[3] == '-';
+}
 
 RAW_TRACEPOINT_PROBE(sys_enter) {
     u64 id = bpf_get_current_pid_tgid();
@@ -137,8 +157,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         else
             k->invol++;
         // A mark from before the attach is stale: this CPU's first slice after it goes unaccounted.
-        if (k->mark_ns >= w->attach_ns)
+        if (k->mark_ns >= w->attach_ns) {
             k->oncpu_ns += now - k->mark_ns;
+            if (ring_thread())
+                k->ring_oncpu_ns += now - k->mark_ns;
+        }
         struct task_t *t = tasks.task_storage_get(bpf_get_current_task_btf(), 0,
                                                   BPF_LOCAL_STORAGE_GET_F_CREATE);
         if (t) {
@@ -202,5 +225,28 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
         if (k)
             k->exits++;
     }
+    return 0;
+}
+
+// TP_PROTO(struct io_kiocb *req): a request taken from a submission queue, in the submitting task.
+TRACEPOINT_PROBE(io_uring, io_uring_submit_req) {
+    if (!in_tree(bpf_get_current_pid_tgid() >> 32) || !counting())
+        return 0;
+    u32 op = args->opcode;
+    if (op >= NR_RING_OPS)
+        op = NR_RING_OPS - 1;
+    u64 *n = ring.lookup(&op);
+    if (n)
+        (*n)++;
+    return 0;
+}
+
+// A completion posted to a ring: counted when a task of the tree posts it.
+TRACEPOINT_PROBE(io_uring, io_uring_complete) {
+    if (!in_tree(bpf_get_current_pid_tgid() >> 32))
+        return 0;
+    struct cpu_t *k = counting();
+    if (k)
+        k->ring_done++;
     return 0;
 }

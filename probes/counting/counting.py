@@ -1,5 +1,7 @@
 """The counting set: every syscall of the target process tree (counts; with syscall_time also wall
-and on-CPU time), context switches, migrations and on-CPU time, from probes/counting/counting.bpf.c.
+and on-CPU time), context switches, migrations and on-CPU time, and the kernel work it hands over without a
+syscall (io_uring submissions by opcode, their completions, the CPU of io_uring's own threads), from
+probes/counting/counting.bpf.c.
 
 Attached only when wanted: `attach()` / `detach()` hook the compiled set on and off in milliseconds
 (CountingProbes(attached=False) starts detached); counters keep their values while detached, so a
@@ -27,9 +29,10 @@ from dataclasses import dataclass
 from .. import tree
 from ..base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, syscall_name
 from ..base import prefetch as base_prefetch
+from ..ring_ops import NR_RING_OPS, ring_op_name
 
 NS = 1e-9
-_CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits")
+_CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits", "ring_done", "ring_oncpu_ns")
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Snapshot:
     syscalls: dict[int, tuple[int, int, int, int]]  # nr -> (count, timed, wall ns, on-CPU ns of the timed)
     cpu: dict[str, int]  # _CPU_FIELDS, summed over CPUs
     syscall_time: bool = False  # the set times syscalls (else timed/ns are 0)
+    ring: dict[int, int] | None = None  # io_uring submissions by opcode (non-zero only)
 
 
 @dataclass
@@ -59,6 +63,9 @@ class ProbeDelta:
     forks: int = 0  # processes that joined the tree (track_children)
     exits: int = 0  # processes of the tree that exited
     syscall_time: bool = False  # syscalls were timed: syscall_time_s, syscall_oncpu_s, cpu_split() are filled
+    ring: dict[str, int] | None = None  # io_uring submissions by operation name (non-zero only)
+    ring_completions: int = 0  # io_uring completions posted by the tree's tasks
+    ring_oncpu_s: float = 0.0  # on-CPU time of the tree's io_uring threads (iou-wrk-*, iou-sqp-*), in oncpu_s too
 
     @property
     def total_syscalls(self) -> int:
@@ -107,12 +114,15 @@ def delta(a: Snapshot, b: Snapshot) -> ProbeDelta:
             scale = max(n1 - n0, t1 - t0) / (t1 - t0) * NS
             wall[name] = (w1 - w0) * scale
             oncpu[name] = (c1 - c0) * scale
-    d = {k: b.cpu[k] - a.cpu[k] for k in _CPU_FIELDS}
+    d = {k: b.cpu.get(k, 0) - a.cpu.get(k, 0) for k in _CPU_FIELDS}
+    ring = {ring_op_name(op): n - (a.ring or {}).get(op, 0) for op, n in (b.ring or {}).items()}
     return ProbeDelta(
         window_s=b.t - a.t, syscalls=calls, syscall_time_s=wall,
         syscall_oncpu_s=oncpu, ctx_voluntary=d["vol"], ctx_involuntary=d["invol"],
         migrations=d["migrations"], oncpu_s=d["oncpu_ns"] * NS, forks=d["forks"], exits=d["exits"],
         syscall_time=a.syscall_time and b.syscall_time,
+        ring={k: v for k, v in ring.items() if v}, ring_completions=d["ring_done"],
+        ring_oncpu_s=d["ring_oncpu_ns"] * NS,
     )
 
 
@@ -121,7 +131,8 @@ TIME_EVERY = 16  # --syscall-time times 1 syscall in 16 (CountingProbes)
 
 
 def _cflags(track_children: bool, syscall_time: bool, time_every: int) -> list[str]:
-    return [f"-DTRACK_CHILDREN={int(track_children)}", f"-DTIME_EVERY={time_every if syscall_time else 0}"]
+    return [f"-DTRACK_CHILDREN={int(track_children)}", f"-DTIME_EVERY={time_every if syscall_time else 0}",
+            f"-DNR_RING_OPS={NR_RING_OPS}"]
 
 
 def prefetch(syscall_time: bool = False) -> None:
@@ -152,7 +163,9 @@ class CountingProbes(LoadedProgram):
             assert self.bpf is not None  # _load() succeeded
             self._cfg, self._sc, self._cpu = self.bpf[b"cfg"], self.bpf[b"sc"], self.bpf[b"cpu"]
             self._children, self._tids = self.bpf[b"children"], self.bpf[b"tids"]
+            self._ring = self.bpf[b"ring"]
             self._keys = [self._sc.Key(i) for i in range(NR_SLOTS)]
+            self._ring_keys = [self._ring.Key(i) for i in range(NR_RING_OPS)]
             self._set_window(0, active=0)
             self._set_cfg(0, 0)  # untargeted (a set taken over from park() may have had a target)
             if attached:
@@ -203,6 +216,8 @@ class CountingProbes(LoadedProgram):
         self._tids.clear()
         for k in self._keys:
             self._sc[k] = self._sc.Leaf()
+        for k in self._ring_keys:
+            self._ring[k] = self._ring.Leaf()
         leaf = self._cpu.Leaf()
         now = time.monotonic_ns()  # same clock as bpf_ktime_get_ns
         for c in leaf:
@@ -226,18 +241,26 @@ class CountingProbes(LoadedProgram):
                 calls[i] = (n, sum(v.timed for v in vals), sum(v.ns for v in vals), sum(v.oncpu_ns for v in vals))
         per_cpu = self._cpu.getvalue(self._cpu.Key(0))
         cpu = {f: sum(getattr(v, f) for v in per_cpu) for f in _CPU_FIELDS}
-        return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu, syscall_time=self.syscall_time)
+        ring = {}
+        for i, k in enumerate(self._ring_keys):
+            n = sum(int(v) for v in self._ring.getvalue(k))
+            if n:
+                ring[i] = n
+        return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu, syscall_time=self.syscall_time,
+                        ring=ring)
 
 
-def per_message_notation(per_msg: dict[str, float]) -> str:
+def per_message_notation(per_msg: dict[str, float], ring: dict[str, float] | None = None) -> str:
     """The seed's notation: {'sendto': 1.0, 'recvfrom': 1.0, 'epoll_wait': 0.01} →
     "sendto + recvfrom + 0.01 × epoll_wait". Terms below 0.005 are dropped, coefficients that round
-    to 1 are printed bare, larger (rounded) values first, ties in the input order."""
+    to 1 are printed bare, larger (rounded) values first, ties in the input order. `ring`: io_uring
+    operations per message, marked as such: "6 × epoll_ctl + 0.9 × epoll_ctl (ring) + ..."."""
     def coef(v: float) -> float:
         return round(v, 2) if v < 10 else round(v, 1) if v < 100 else float(round(v))
 
+    ops = [*per_msg.items(), *((f"{n} (ring)", v) for n, v in (ring or {}).items())]
     terms = []
-    for name, c in sorted(((n, coef(v)) for n, v in per_msg.items() if v >= 0.005), key=lambda t: -t[1]):
+    for name, c in sorted(((n, coef(v)) for n, v in ops if v >= 0.005), key=lambda t: -t[1]):
         text = f"{c:.2f}".rstrip("0").rstrip(".")
         terms.append(name if text == "1" else f"{text} × {name}")
     return " + ".join(terms)

@@ -31,12 +31,18 @@ class Counting(ProbeInstrument):
         return cls(CountingProbes(track_children=True, syscall_time=cfg.syscall_time, attached=False))
 
     def row(self, row: dict, first: Snapshot, last: Snapshot, counted: Counted) -> list[dict]:
-        """Syscalls, switches and migrations per message of the counted window (the contract's
-        syscalls_per_msg and ctx_switches_per_msg); with --syscall-time the BPF split of on-CPU time."""
+        """Syscalls, io_uring operations, switches and migrations per message of the counted window (the
+        contract's syscalls_per_msg and ctx_switches_per_msg, and ring_per_msg); with --syscall-time the BPF
+        split of on-CPU time."""
         d = delta(first, last)
         n = counted.messages
         row["syscalls"] = dict(d.syscalls)
         row["syscalls_per_msg"] = stats.per_message(d.syscalls, n)
+        # io_uring: the operations the tree submitted through a ring instead of a syscall, by opcode (empty
+        # for a server that does none), and the CPU of io_uring's own threads (part of the tree's too)
+        row["ring"] = dict(d.ring or {})
+        row["ring_per_msg"] = stats.per_message(d.ring or {}, n)
+        row["ring_cpu_us_per_msg"] = stats.ratio(d.ring_oncpu_s * 1e6, n)
         row["ctx_switches_per_msg"] = stats.ratio(d.ctx_voluntary + d.ctx_involuntary, n)
         row["ctx"] = {"voluntary_per_msg": stats.ratio(d.ctx_voluntary, n),
                       "involuntary_per_msg": stats.ratio(d.ctx_involuntary, n),
