@@ -143,7 +143,14 @@ def copy_dump(pid: int, directory: str) -> str | None:
                     done += sent
             finally:
                 os.close(dst)
-            flush_pending(pid, copy)
+            try:
+                flush_pending(pid, copy)
+            except (FileNotFoundError, ProcessLookupError):
+                # /proc/PID is gone: the backend exited (its cell ended first on a busy host), and exiting
+                # flushed its buffer into the dump, which the next pass copies whole
+                if os.fstat(src).st_size == size:
+                    break
+                continue
             if os.fstat(src).st_size == size:
                 break
     finally:

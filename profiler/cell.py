@@ -86,8 +86,10 @@ def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
     attached process (already up)."""
     spec = env.cfg.server(cell.backend)
     cpus = env.cfg.backend_cpu if cell.pinned else None
+    deny = cell.io_uring == "off"  # --io-uring off (plan.validate refuses it with --attach)
     if spec.kind == "cmd":  # {host}: where the loader reaches this host (--loader-hosts), else loopback
-        return servers.start_cmd(group, spec, cpus, env.link.backend_host if env.link is not None else "127.0.0.1")
+        return servers.start_cmd(group, spec, cpus, env.link.backend_host if env.link is not None else "127.0.0.1",
+                                 deny_io_uring=deny)
     if spec.kind == "attach":
         return servers.attach(spec)
     link = env.link
@@ -97,7 +99,7 @@ def start_server(group: ProcessGroup, cell: Cell, env: CellEnv) -> Running:
     proc = group.spawn(f"backend-{cell.backend}",
                        backend_argv(python, cell.backend, env.cfg, cell.framing, host, prefix,
                                     work=rw.backend_work(env.cfg.work) if rw else None),
-                       cpus=cpus, env=rw.backend_env() if rw else None)
+                       cpus=cpus, env=rw.backend_env() if rw else None, deny_io_uring=deny)
     line = proc.wait_line("ready", servers.READY_TIMEOUT)
     return Running(proc.pid, host, int(line.split()[2]), proc)
 

@@ -32,6 +32,7 @@ from netprof.profiler.plan import (
     parse_framings,
     parse_header_file,
     parse_int_list,
+    parse_io_uring,
     parse_pin,
     parse_pythons,
     parse_rates,
@@ -185,6 +186,10 @@ def run(
              "(a blocking call to a helper that answers after US µs)."),
     think: str = typer.Option("none", "--think", metavar="SPEC",
                               help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
+    io_uring: str = typer.Option(
+        "on", "--io-uring", metavar="on|off",
+        help="off: start the server with io_uring_setup failing (ENOSYS), as a container's seccomp profile may, so "
+             "a loop that falls back does its ring work as syscalls; on,off runs both (a run dimension)."),
     rate: str = typer.Option(
         "", "--rate", metavar="R[,R...]",
         help="Open-loop load: requests/s over all connections, sent on a schedule whatever the replies do (a run "
@@ -348,7 +353,8 @@ def run(
             loader_hosts=parse_hosts(loader_hosts), server_host=(parse_hosts(server_host, "--server-host") or [""])[0],
             ssh_config=str(ssh_config) if ssh_config else "",
             remote_netprof=remote_netprof,
-            env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate)}, arrivals=arrivals,
+            env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate), **parse_io_uring(io_uring)},
+            arrivals=arrivals,
             zmq_client=zmq_client,
         ))
     _confirm_long_plan(cfg, yes)

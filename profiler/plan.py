@@ -61,8 +61,14 @@ class Cell:
     framing: str = "message"
     pinned: bool = True  # the backend pinned to --backend-cpu (False: unpinned, or a --pin both cell)
     # Dimensions declared only in schema.py (recorded in rows, labels and slugs): ((name, value), ...),
-    # from RunConfig.extra_dims. No process needs them but `rate`, which the loader's request carries.
+    # from RunConfig.extra_dims. No process needs them but `rate`, which the loader's request carries, and
+    # `io_uring`, which the server's start does.
     extra: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def io_uring(self) -> str:
+        """--io-uring: "off" starts the server with io_uring_setup denied (procs.spawn's deny_io_uring)."""
+        return dict(self.extra).get("io_uring", "on")
 
     @property
     def rate(self) -> float:
@@ -259,6 +265,22 @@ def parse_tags(text: str) -> dict[str, list[str]]:
     return {"tag": values}
 
 
+IO_URING = ("on", "off")
+
+
+def parse_io_uring(text: str) -> dict[str, list[str]]:
+    """`--io-uring on,off` → RunConfig.extra_dims {"io_uring": ["on", "off"]}; every run has the dimension (its
+    default "on" names nothing in labels and file names), so every row records it."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in values if v not in IO_URING]
+    if bad or not values:
+        raise InputError(f"--io-uring '{text}': use on, off or on,off (off starts the server with io_uring_setup "
+                         "failing with ENOSYS, as in a container whose seccomp profile forbids it)")
+    if len(set(values)) != len(values):
+        raise InputError("--io-uring: a value is listed twice")
+    return {"io_uring": values}
+
+
 RATE_MAX = 1e7  # requests/s over all connections: the loader's bound (PROTOCOL.md, "Run request")
 ARRIVALS = ("constant", "poisson")
 _RATE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([km]?)", re.IGNORECASE)
@@ -446,6 +468,9 @@ def validate(cfg: RunConfig, whole_run: bool = True) -> RunConfig:
             raise InputError(f"--header '{h}' is not 'Name: value'")
     if own and cfg.remote:
         raise InputError("--cmd/--attach run on this host's loopback; drop --remote")
+    if "off" in cfg.extra_dims.get("io_uring", ()) and any(cfg.server(b).kind == "attach" for b in own):
+        raise InputError("--io-uring off starts the server with io_uring denied: an --attach server is already "
+                         "running; use --cmd, or drop --io-uring off")
     ceiling = max_connections()
     for c in cfg.connections:
         if c < 1:

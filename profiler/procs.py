@@ -23,6 +23,7 @@ add to a child's start (the flamegraph side's perf-map files) comes in through `
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import select
@@ -317,10 +318,23 @@ def fork_child(work: Callable[[int], None]) -> tuple[int, int] | None:
     return pid, r
 
 
-def _preexec(cpus: list[int] | None, reservations: Sequence[Reservation]):
+def io_uring_denied():
+    """A seccomp filter (libseccomp's Python binding, Debian's python3-seccomp) under which io_uring_setup fails
+    with ENOSYS and every other syscall is allowed: what a container runtime's default profile does to a server,
+    whose loop (libuv's, for one) then does its ring work with plain syscalls. Built here, loaded in the child
+    (`spawn(deny_io_uring=True)`); it also sets no_new_privs, which a filter needs without CAP_SYS_ADMIN."""
+    import seccomp
+
+    f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    f.add_rule(seccomp.ERRNO(errno.ENOSYS), "io_uring_setup")
+    return f
+
+
+def _preexec(cpus: list[int] | None, reservations: Sequence[Reservation], deny_io_uring: bool = False):
     """`reservations`: (function, path templates) creating the files a child writes under its own pid,
-    before exec."""
+    before exec. `deny_io_uring`: the child and everything it starts run under io_uring_denied()."""
     die_with_parent = die_with(os.getpid())
+    ring_filter = io_uring_denied() if deny_io_uring else None  # built before the fork: no import in the child
 
     def run() -> None:
         die_with_parent()
@@ -328,6 +342,8 @@ def _preexec(cpus: list[int] | None, reservations: Sequence[Reservation]):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if cpus:
             os.sched_setaffinity(0, cpus)
+        if ring_filter is not None:
+            ring_filter.load()
         pid = os.getpid()  # exec keeps it: the files are the child's own
         for create, templates in reservations:
             try:
@@ -460,13 +476,15 @@ def spawn(
     user: int | None = None,
     group: int | None = None,
     stdio: int | None = None,
+    deny_io_uring: bool = False,
 ) -> ManagedProcess:
     """Start `argv` (as uid `user`/gid `group` when given, with no supplementary groups) in its own
     session, pinned to `cpus`, stderr to a pipe netprof reads (StderrTail), in SAFE_CWD (or `cwd`) with
     `child_env(env)`, inheriting no descriptor but `pass_fds`, killed when the calling thread exits
     (PR_SET_PDEATHSIG, armed after the uid change, which would clear it: call spawn from a thread that
     outlives the child). `stdio`: a descriptor (a socket) that is the child's stdin and stdout both (an ssh
-    session carrying a private stream: sshlink.py). A CPython child asked to write
+    session carrying a private stream: sshlink.py). `deny_io_uring`: io_uring_setup fails with ENOSYS in the
+    child and its descendants (io_uring_denied). A CPython child asked to write
     perf maps (-X perf / perf_jit) gets its /tmp/perf-PID.map and /tmp/jit-PID.dump created for it
     first (jitdump's spawn hook), so no planted link is followed."""
     start_watchdog()
@@ -485,7 +503,7 @@ def spawn(
             cwd=cwd or SAFE_CWD,
             start_new_session=True,
             pass_fds=tuple(pass_fds),
-            preexec_fn=_preexec(cpu_list, reservations),
+            preexec_fn=_preexec(cpu_list, reservations, deny_io_uring),
             user=user, group=group, extra_groups=[] if user is not None else None,
         )
     except OSError as e:

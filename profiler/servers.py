@@ -211,7 +211,8 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: str = "127.0.0.1") -> Running:
+def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: str = "127.0.0.1",
+              deny_io_uring: bool = False) -> Running:
     """Start the user's command for one cell and wait until it is ready: its --ready-regex line (if
     any) and then its port, both within --ready-timeout. `listen`: the address {host} stands for."""
     if PORT_PLACEHOLDER in spec.template:
@@ -225,6 +226,7 @@ def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: s
     # The user's command runs where the user is (their app is there), as the user: it is their code,
     # not one of netprof's root children, so the caller's directory is where it belongs.
     proc = group.spawn(f"cmd-{spec.name}", argv, cpus=cpus, user=uid, group=gid, env=cmd_env(dict(spec.env), uid),
+                       deny_io_uring=deny_io_uring,
                        capture_stdout=bool(spec.ready_regex), cwd=os.getcwd())
     deadline = time.monotonic() + spec.ready_timeout
     pattern = re.compile(spec.ready_regex) if spec.ready_regex else None

@@ -177,6 +177,12 @@ def syscalls_of(row) -> dict[str, float] | None:
     return per or None
 
 
+def ring_of(row) -> dict[str, float]:
+    """{io_uring operation: per-message count} of a cell ({} without ring work or without probes)."""
+    raw = {k[len(RING_PREFIX):]: num(row, k) for k in row.index if k.startswith(RING_PREFIX)}
+    return {k: v for k, v in raw.items() if v}
+
+
 def derive(df: pd.DataFrame) -> pd.DataFrame:
     """Per-row metrics derived from the raw columns: CPU µs per message, user and kernel (/proc);
     with --sockwait, the transit (SOCKWAIT_TRANSIT)."""

@@ -11,7 +11,8 @@ PACKAGES=(
   wrk
   iproute2 procps util-linux
   openssh-server
-  libzmq3-dev nlohmann-json3-dev liburing-dev
+  libzmq3-dev nlohmann-json3-dev
+  python3-seccomp liburing-dev
   chromium
 )
 

@@ -75,7 +75,7 @@ def test_healthy_run_fires_nothing():
 
 def test_every_rule_is_registered_with_a_docstring():
     expected = {"starvation", "readiness_churn", "mmap_churn", "lock_contention", "cpu_split", "loader_bottleneck",
-                "latency_tail", "throughput_collapse", "noisy", "failed_cells", "machine_busy"}
+                "latency_tail", "throughput_collapse", "noisy", "failed_cells", "machine_busy", "ring_work"}
     assert expected <= set(anomalies.RULES)
     assert all(fn.__doc__ for fn in anomalies.RULES.values())
 
@@ -165,6 +165,30 @@ def test_readiness_churn_silent_below_threshold_and_without_probes():
     row = make_row()
     del row["syscalls_per_msg"], row["syscalls"]
     assert not ids(detect(frame(row)), "readiness_churn")
+
+
+# ring_work (io_uring operations beside the syscalls) ---------------------------------------------
+
+def test_ring_work_names_the_operations_handed_to_io_uring():
+    """uvloop_sock as measured (issue 50): 6 epoll_ctl syscalls and 0.9 through the ring per message."""
+    per = {"epoll_ctl": 6.0, "ioctl": 1.0, "sendto": 1.0, "recvfrom": 1.0}
+    rows = [make_row("uvloop_sock", 100, syscalls_per_msg=per, ring_per_msg={"epoll_ctl": 0.9},
+                     ring_cpu_us_per_msg=0.0),
+            make_row("selector", 100, ring_per_msg={}, ring_cpu_us_per_msg=0.0)]
+    found = ids(detect(frame(*rows)), "ring_work")
+    assert [a["backend"] for a in found] == ["uvloop_sock"]
+    text = found[0]["explanation"]
+    assert "hands 0.90 of its 6.9 epoll_ctl operations per message to io_uring" in text, text
+    assert "libuv batches" in text and "--io-uring on,off" in text and "9% fewer" in text, text
+    assert found[0]["evidence"]["kernel operations per message"] == 9.91
+
+
+def test_ring_work_silent_below_its_share_and_without_probes():
+    small = make_row(syscalls_per_msg={"sendto": 1.0, "recvfrom": 1.0}, ring_per_msg={"epoll_ctl": 0.05})
+    assert not ids(detect(frame(small)), "ring_work")
+    row = make_row(ring_per_msg={"recv": 1.0, "send": 1.0})
+    del row["syscalls_per_msg"], row["syscalls"]
+    assert not ids(detect(frame(row)), "ring_work")
 
 
 # 3 mmap_churn ------------------------------------------------------------------------------------

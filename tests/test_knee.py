@@ -148,10 +148,13 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
     assert doc["schema"] == knee.SCHEMA and doc["stop"] == "steps" and len(doc["probes"]) == 4
-    assert 850 <= doc["ceiling"]["msgs_per_sec"] <= 1010 and doc["ceiling"]["tries"] == 2, doc["ceiling"]
+    # at most 1,000/s (1 ms asleep per message, a physical ceiling); how far below it is the host's wake-up after
+    # each sleep (815/s with a neighbour busy 25% of the time on both CPUs, 2026-11-28), hence the wide floor
+    ceiling = doc["ceiling"]["msgs_per_sec"]
+    assert 700 <= ceiling <= 1010 and doc["ceiling"]["tries"] == 2, doc["ceiling"]
     # a passing rate took 1 or 2 cells; a failing one both
     assert all(p["tries"] in ((1, 2) if p["met"] else (2,)) for p in doc["probes"]), doc["probes"]
-    assert doc["knee"] is not None and 500 <= doc["knee"] <= 1000, doc
+    assert doc["knee"] is not None and 0.5 * ceiling <= doc["knee"] <= 1010, doc
     assert [p["rate"] for p in doc["probes"]][0] == round(doc["ceiling"]["msgs_per_sec"] / 2)
     for p in doc["probes"]:  # a passing rate was served and within the limit; a failing one was not both
         assert p["met"] == (p["p99_us"] <= 20_000 and p["achieved_share"] >= 0.95), p

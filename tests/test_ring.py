@@ -108,3 +108,49 @@ def test_cpp_uring_submits_one_receive_and_one_send_per_message(tmp_path):
     b = row["breakdown"]
     assert b["requests"] >= 0.9 * row["msgs_per_sec"] * row["sockwait"]["window_s"], b
     assert b["parts_mean_us"] == pytest.approx(b["rtt_mean_us"], rel=0.05), b
+
+
+def test_io_uring_off_moves_the_rings_epoll_ctl_back_to_syscalls(tmp_path):
+    """--io-uring on,off: uvloop_sock's epoll_ctl operations per message (syscalls + ring) agree between the two
+    cells within 5% (the off cell's server has io_uring_setup denied, so libuv makes every call a syscall), the
+    off cell has no ring work, and each row records its value."""
+    require_bpf()
+    res = run_netprof("run", "uvloop_sock", "-c", "100", "--io-uring", "on,off", "-d", "1", "-r", "1", "--warmup",
+                      "0.3", "--probe-share", "1", "--no-report", "--wait", "--json", "--out", str(tmp_path / "run"),
+                      timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = {r["io_uring"]: r for r in json.loads(res.stdout)["runs"]}
+    on, off = rows["on"], rows["off"]
+    assert off["ring_per_msg"] == {} and off["ring_cpu_us_per_msg"] == 0, off["ring_per_msg"]
+    assert on["ring_per_msg"]["epoll_ctl"] > 0.3, on["ring_per_msg"]
+    both = [r["syscalls_per_msg"]["epoll_ctl"] + r["ring_per_msg"].get("epoll_ctl", 0) for r in (on, off)]
+    assert both[0] == pytest.approx(both[1], rel=0.05), (both, on["syscalls_per_msg"], off["syscalls_per_msg"])
+
+
+SETUP = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+fd = libc.syscall(425, 4, params)  # io_uring_setup (x86_64)
+print(fd if fd >= 0 else -ctypes.get_errno())
+"""
+
+
+def test_spawn_can_deny_io_uring_to_a_child_and_its_children():
+    """procs.spawn(deny_io_uring=True): io_uring_setup fails with ENOSYS in the child and in what it starts;
+    without it the same call makes a ring (the kernel allows it here)."""
+    import errno
+    import sys
+
+    from netprof.profiler.procs import ProcessGroup
+
+    nested = f"import subprocess, sys; sys.stdout.write(subprocess.run([sys.executable, '-c', {SETUP!r}], " \
+             "capture_output=True, text=True).stdout)"
+    got = {}
+    with ProcessGroup() as g:
+        for deny in (False, True):
+            proc = g.spawn("ring-check", [sys.executable, "-c", nested], deny_io_uring=deny)
+            assert proc.popen.wait(timeout=60) == 0
+            got[deny] = int(proc.popen.stdout.read().strip())
+    assert got[True] == -errno.ENOSYS, got
+    assert got[False] >= 0, got

@@ -1,12 +1,13 @@
 """What a backend asks of the kernel per message: epoll registration churned around every read, memory
-mapped and unmapped per message, futex waits and CPU migrations of contending threads."""
+mapped and unmapped per message, futex waits and CPU migrations of contending threads, and the work it hands
+to the kernel through io_uring instead of a syscall."""
 
 from __future__ import annotations
 
 from netprof.profiler.rules.common import MEMORY_SYSCALLS, READ_SYSCALLS, r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, rule
 from netprof.profiler.rules.sources import package_line, source_line
-from netprof.profiler.stats import num, syscalls_of
+from netprof.profiler.stats import num, ring_of, syscalls_of
 
 
 @rule("readiness_churn", consolidate=True, plots=("syscalls",))
@@ -37,6 +38,49 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
         text += _calm_peer(ctx, r, ev)
         ev["stacks"] = ctx.stacks(r, ("epoll_ctl",))
         found.append(Anomaly.at(r, "readiness_churn", "warning", f"epoll_ctl churn: {where(r)}", text, ev))
+    return found
+
+
+# What a loop's io_uring submissions of an operation are, in the finding's words.
+RING_WHY = {
+    "epoll_ctl": "libuv batches its epoll interest changes (ADD/MOD) there; DEL stays a syscall",
+    "recv": "its receives are ring requests, not recvfrom calls",
+    "send": "its sends are ring requests, not sendto calls",
+    "recvmsg": "its receives are ring requests, not recvmsg calls",
+    "sendmsg": "its sends are ring requests, not sendmsg calls",
+    "poll_add": "it waits for readiness with ring polls, not epoll_wait",
+}
+
+
+@rule("ring_work", consolidate=True, plots=("syscalls",))
+def ring_work(ctx: Context) -> list[Anomaly]:
+    """io_uring operations are a material share of the kernel operations per message: strace, perf trace and
+    syscall counters do not see them (the counting set does: ring_per_msg)."""
+    found = []
+    for _, r in ctx.cells.iterrows():
+        per, ring = syscalls_of(r), ring_of(r)
+        if per is None or not ring:
+            continue
+        total_ring, total_sys = sum(ring.values()), sum(per.values())
+        share = total_ring / (total_ring + total_sys)
+        if share < ctx.t.ring_work_share:
+            continue
+        op = max(ring, key=ring.get)
+        n, also = ring[op], per.get(op, 0.0)
+        of = f" of its {n + also:.1f} {op} operations" if also else f" {op} operations"
+        why = RING_WHY.get(op, f"it submits {op} requests to a ring instead of calling the kernel")
+        rest = {k: r2(v) for k, v in ring.items() if k != op}
+        text = (f"{where(r)} hands {n:.2f}{of} per message to io_uring: {why}. Syscall counts alone (strace, perf "
+                f"trace, the bcc syscall tools) would show {100 * share:.0f}% fewer kernel operations per message "
+                f"({total_sys:.2f} syscalls + {total_ring:.2f} ring operations). "
+                + (f"Its other ring operations per message: {rest}. " if rest else "")
+                + "`--io-uring on,off` runs it again with io_uring_setup denied, as a container's seccomp profile "
+                "may: a loop that falls back does the same work with syscalls.")
+        ev = {"ring operations per message": {k: r2(v) for k, v in ring.items()},
+              "syscalls per message": r2(total_sys), "kernel operations per message": r2(total_sys + total_ring),
+              "share through io_uring": f"{100 * share:.0f}%",
+              "io_uring threads' CPU per message (µs)": r2(num(r, "ring_cpu_us_per_msg"))}
+        found.append(Anomaly.at(r, "ring_work", "info", f"io_uring work: {where(r)}", text, ev))
     return found
 
 
