@@ -52,7 +52,7 @@ from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
 from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import Loader
-from netprof.profiler.plan import RunConfig, check_zmq_client, closed_loop_only, loader_cpus, validate
+from netprof.profiler.plan import RunConfig, check_zmq_client, closed_loop_only, loader_cpus, parse_io_uring, validate
 from netprof.profiler.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup, parse_cpus
 from netprof.profiler.results import ResultsStore
 from netprof.profiler.rules.registry import Thresholds
@@ -178,6 +178,16 @@ def _per_variant_pythons(text: str, kinds: list[str]) -> list[str]:
     return values
 
 
+def _per_variant_io_uring(values: list[str], kinds: list[str]) -> list[str]:
+    """--io-uring: one value = every variant; a comma list = one per variant, in order."""
+    if len(values) == 1:
+        return values * len(kinds)
+    if len(values) != len(kinds):
+        raise InputError(f"--io-uring gives {len(values)} values for {len(kinds)} variants: give one (every variant) "
+                         "or one per variant in order, e.g. --io-uring on,off")
+    return values
+
+
 _TARGETED = re.compile(r"(?P<letter>[A-Z]):(?P<rest>.*)", re.S)
 
 
@@ -251,7 +261,8 @@ def choose_method(asked: str, rate: bool, fresh: bool, zmq: bool, mixed: bool = 
 
 
 def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: list[str] | None = None,
-         python: str = "", env_items: list[str] | None = None, aa: bool = False, fresh: bool = False,
+         python: str = "", env_items: list[str] | None = None, io_uring: str = "on", aa: bool = False,
+         fresh: bool = False,
          window: float | None = None, precision: float = 0.01, metric: str = "", max_time: float = 300.0,
          fail_if: str = "", wait: bool = False, ready_regex: str = "", ready_timeout: float = servers.READY_TIMEOUT,
          as_root: bool = False, flamegraph: bool = False, method: str = "") -> AbPlan:
@@ -259,6 +270,9 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
     share (`template`: connections, pipeline, protocol, msize, …), each validated as a run of its own."""
     cmd_names = list(cmd_names or [])
     kinds = ["builtin"] * len(names) + ["cmd"] * len(cmds)
+    rings = parse_io_uring(io_uring)["io_uring"]
+    if len(kinds) == 1 and len(rings) == 2 and not aa:  # one server, with io_uring and without: two variants of it
+        kinds, names, cmds, cmd_names = kinds * 2, names * 2, cmds * 2, cmd_names * 2
     if aa:
         if len(kinds) != 1:
             raise InputError(f"--aa runs one variant against itself; {len(kinds)} were given: give one, "
@@ -298,6 +312,7 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
     _check("precision", precision, "--precision")
     compare.parse_fail_if(fail_if)  # a malformed rule fails now, not after the measurement
     pythons = _per_variant_pythons(python, kinds)
+    rings = _per_variant_io_uring(rings, kinds)
     envs = _per_variant_env(list(env_items or []), kinds)
     specs: list[servers.ServerSpec | None] = []
     for i, kind in enumerate(kinds):
@@ -311,12 +326,14 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
         specs.append(servers.from_cmd(cmds[j], cmd_names[j] if j < len(cmd_names) else "", ready_regex, "",
                                       as_root, ready_timeout, envs[i]))
     raw = [names[i] if s is None else s.name for i, s in enumerate(specs)]
-    labels = _labels(raw)
+    # the same server with io_uring and without: named by it rather than by a prime
+    labels = _labels([r + ("-nouring" if rings[i] == "off" and raw.count(r) > 1 else "") for i, r in enumerate(raw)])
     variants = []
     for i, (spec, label) in enumerate(zip(specs, labels)):
         cfg = dataclasses.replace(
             template, backends=[] if spec else [raw[i]], own=[spec] if spec else [], pythons=[pythons[i]],
-            env=[f"{k}={v}" for k, v in (spec.env if spec else ())], extra_dims={**template.extra_dims, "tag": [label]},
+            env=[f"{k}={v}" for k, v in (spec.env if spec else ())],
+            extra_dims={**template.extra_dims, "tag": [label], "io_uring": [rings[i]]},
             duration=window if method == "cells" else WINDOW_S,  # turns: the probed cells' window
             rounds=1, evidence_only=False, stacks=False, flamegraph=False, pin=True, pin_both=False)
         variants.append(Variant(LETTERS[i], label, validate(cfg, whole_run=False)))

@@ -678,6 +678,10 @@ def ab_cmd(
         None, "--env", metavar="[X:]NAME=VALUE",
         help="Set a variable in the --cmd variants' environment (repeatable); X: (a variant's letter, A = the first) "
              "sets it for that variant only, e.g. --env B:PYTHONMALLOC=malloc."),
+    io_uring: str = typer.Option(
+        "on", "--io-uring", metavar="on|off[,...]",
+        help="off: the variant's server starts with io_uring_setup failing (ENOSYS); one value = every variant, a "
+             "comma list = one per variant; with one SERVER, on,off compares it with io_uring and without."),
     connections: int = typer.Option(100, "-c", "--connections", metavar="N", help="Connections (one value)."),
     pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Messages in flight per connection."),
     msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes."),
@@ -761,7 +765,7 @@ def ab_cmd(
         extra_dims=rates, arrivals=arrivals, zmq_client=zmq_client)
     check_remote_work(template, "ab")
     plan = ab.plan(template, list(variants or []), list(cmd or []), cmd_names=list(name or []), python=python,
-                   env_items=list(env or []), aa=aa, fresh=fresh, window=window,
+                   env_items=list(env or []), io_uring=io_uring, aa=aa, fresh=fresh, window=window,
                    precision=ab.parse_precision(precision), metric=metric, max_time=max_time, fail_if=fail_if,
                    wait=wait, ready_regex=ready_regex, ready_timeout=ready_timeout, as_root=as_root,
                    flamegraph=flamegraph, method=method)

@@ -66,8 +66,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension("rate", 0, _rate_text, _rate_slug),
     # --io-uring off: the server started under a seccomp filter that fails io_uring_setup with ENOSYS (as
     # container runtimes' default profiles do), so a loop that falls back does its ring work as syscalls;
-    # "on" (the server as it is) is every run before it and adds nothing to a file name.
-    Dimension("io_uring", "on", lambda v: f"io_uring {v}", lambda v: "" if v == "on" else "nouring"),
+    # "on" (the server as it is) is every run before it and adds nothing to a label or a file name.
+    Dimension("io_uring", "on", lambda v: "" if v == "on" else f"io_uring {v}",
+              lambda v: "" if v == "on" else "nouring"),
 )
 BY_NAME = {d.name: d for d in DIMENSIONS}
 CELL_KEYS: list[str] = [d.name for d in DIMENSIONS]

@@ -276,7 +276,8 @@ def test_variant_syntax_without_starting_anything():
     assert [v.label for v in p.variants] == ["selector", "selector" + ab.PRIME]
     # turns: --window is the block's; the variants' cells (probed after the blocks) keep the short window
     assert p.method == "turns" and p.window == 0.5
-    assert all(v.cfg.extra_dims == {"tag": [v.label]} and v.cfg.duration == ab.WINDOW_S for v in p.variants)
+    assert all(v.cfg.extra_dims == {"tag": [v.label], "io_uring": ["on"]} and v.cfg.duration == ab.WINDOW_S
+               for v in p.variants)
     cells = ab.plan(RunConfig(backends=[], connections=[10]), ["selector"], [], aa=True, window=0.5, method="cells")
     assert cells.method == "cells" and all(v.cfg.duration == 0.5 for v in cells.variants)
     with pytest.raises(InputError, match="one value of -c"):
@@ -325,3 +326,16 @@ def test_turns_plot_shows_each_generations_rounds_and_no_empty_canary_panel():
     bare = {"pairs_detail": [gen(1, -0.06, []), gen(2, -0.06, [])]}
     alone = texts(ab_plot.draw(bare, {"ratio": 0.94}, "msgs_per_sec", True, "A", "B"))
     assert "canary" not in alone and "each round's" not in alone and "estimate 0.94" in alone, alone
+
+
+def test_one_server_with_io_uring_and_without_is_two_variants():
+    """--io-uring on,off with one SERVER: the same server twice, the second with io_uring_setup denied (its label
+    says so); a list of the wrong length is one line."""
+    template = RunConfig(backends=[], connections=[100])
+    p = ab.plan(template, ["uvloop_sock"], [], io_uring="on,off")
+    assert [(v.server, v.label, v.cfg.extra_dims["io_uring"]) for v in p.variants] == [
+        ("uvloop_sock", "uvloop_sock", ["on"]), ("uvloop_sock", "uvloop_sock-nouring", ["off"])]
+    assert [v.cfg.extra_dims["io_uring"] for v in ab.plan(template, ["selector", "uvloop_sock"], [],
+                                                          io_uring="off").variants] == [["off"], ["off"]]
+    with pytest.raises(InputError, match="--io-uring gives 2 values for 3 variants"):
+        ab.plan(template, ["selector", "uvloop_sock", "asyncio_sock"], [], io_uring="on,off")

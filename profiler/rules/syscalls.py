@@ -65,7 +65,7 @@ def ring_work(ctx: Context) -> list[Anomaly]:
         share = total_ring / (total_ring + total_sys)
         if share < ctx.t.ring_work_share:
             continue
-        op = max(ring, key=ring.get)
+        op = max(ring, key=lambda k: ring[k])
         n, also = ring[op], per.get(op, 0.0)
         of = f" of its {n + also:.1f} {op} operations" if also else f" {op} operations"
         why = RING_WHY.get(op, f"it submits {op} requests to a ring instead of calling the kernel")
