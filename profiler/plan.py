@@ -236,16 +236,20 @@ def parse_pin(mode: str, no_pin: bool) -> tuple[bool, bool]:
     return (not no_pin and mode != "no"), mode == "both"
 
 
+def _choices(text: str, option: str, allowed: tuple[str, ...], fix: str) -> list[str]:
+    """A comma list of some of `allowed`, each once; else one line: what `option` takes (`fix`)."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or any(v not in allowed for v in values):
+        raise InputError(f"{option} '{text}' is not understood: {fix}")
+    if len(set(values)) != len(values):
+        raise InputError(f"{option}: a value is listed twice")
+    return values
+
+
 def parse_framings(text: str) -> list[str]:
     """`--framing message,stream` → ["message", "stream"]."""
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in FRAMINGS]
-    if bad or not values:
-        raise InputError(f"--framing '{text}' is not understood: use message (one message per receive, the "
-                         "default), stream (64 KiB per receive), or both: message,stream")
-    if len(set(values)) != len(values):
-        raise InputError("--framing: a framing is listed twice")
-    return values
+    return _choices(text, "--framing", FRAMINGS, "use message (one message per receive, the default), stream "
+                    "(64 KiB per receive), or both: message,stream")
 
 
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,31}")  # it lands in file names (schema.cell_slug)
@@ -271,14 +275,9 @@ IO_URING = ("on", "off")
 def parse_io_uring(text: str) -> dict[str, list[str]]:
     """`--io-uring on,off` → RunConfig.extra_dims {"io_uring": ["on", "off"]}; every run has the dimension (its
     default "on" names nothing in labels and file names), so every row records it."""
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    bad = [v for v in values if v not in IO_URING]
-    if bad or not values:
-        raise InputError(f"--io-uring '{text}': use on, off or on,off (off starts the server with io_uring_setup "
-                         "failing with ENOSYS, as in a container whose seccomp profile forbids it)")
-    if len(set(values)) != len(values):
-        raise InputError("--io-uring: a value is listed twice")
-    return {"io_uring": values}
+    fix = ("use on, off or on,off (off starts the server with io_uring_setup failing with ENOSYS, as in a container "
+           "whose seccomp profile forbids it)")
+    return {"io_uring": _choices(text, "--io-uring", IO_URING, fix)}
 
 
 RATE_MAX = 1e7  # requests/s over all connections: the loader's bound (PROTOCOL.md, "Run request")

@@ -18,6 +18,7 @@ BAD = [
     (["run", "selector", "--think", "poisson", "--no-probes"], "--think 'poisson' is not understood"),
     (["run", "selector", "-s", "0", "--no-probes"], "--msize 0 is out of range"),
     (["run", "selector", "--framing", "chunk", "--no-probes"], "--framing 'chunk' is not understood"),
+    (["run", "selector", "--io-uring", "maybe", "--no-probes"], "--io-uring 'maybe' is not understood"),
     (["run", "selector", "--warmup", "-1", "--no-probes"], "--warmup -1.0 is out of range"),
     (["run", "selector", "--probe-share", "2"], "is out of range: use 0.0 … 1.0"),
     (["run", "selector", "--pin", "maybe", "--no-probes"], "--pin 'maybe' is not understood"),
