@@ -363,7 +363,9 @@ def test_unfair_backend_starves_but_serves_everyone():
         counts = sorted(ping_pong(b, 10, 1.5), reverse=True)
         assert b.stop() == 0
     assert min(counts) >= 1, f"a connection was never served: {counts}"
-    assert counts[0] > 0.5 * sum(counts), f"no favourite connection: {counts}"
+    # one favourite, served at least twice as often as any other (a fair loop serves ten alike; the share it gets
+    # depends on how fast its peer, a thread of this process, answers on a busy host: 27-80%)
+    assert counts[0] > 2 * counts[1] and counts[0] > 0.25 * sum(counts), f"no favourite connection: {counts}"
 
 
 # --------------------------------------------------------------------------------------------
