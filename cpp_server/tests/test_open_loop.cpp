@@ -202,7 +202,9 @@ TEST(OpenLoopFields, StatsJsonOnlyWithRate) {
 // The lost attempt's bug: requests due on a free connection went out late (p50 815 ms at 200/s).
 // Bounds for this host: at nice 19 beside a benchmark on both cores, the loader and the server's
 // threads wait for CPU for ms at a time: schedule lateness p50 ~10 µs, p99 1.3-3 ms, 1-4% of the
-// requests behind (a reply later than the 2 ms gap). A quiet host does far better; the bug was seconds.
+// requests behind (a reply later than the 2 ms gap); with bench/bystander.py --duty 0.25 on both cores
+// (the suite's slow-host condition, issue 49) p99 5.2 ms and 4.9% behind in a try. A quiet host does far
+// better; the bug was seconds: p50 stays the sharp guard, p99 and behind have room for a busy host.
 TEST(OpenLoopEngine, FastServerGetsTheAskedRateOnTime) {
   TestServer server(echo());
   Served s = run_timed(server, R"("rate":2000)", 4, [](const Served& r) {
@@ -217,8 +219,8 @@ TEST(OpenLoopEngine, FastServerGetsTheAskedRateOnTime) {
   EXPECT_EQ(o.sent + o.queued_at_end, o.intended);
   EXPECT_NEAR(double(s.stats.messages) / d, 2000, 2000 * 0.04) << stats_json(s.stats)["open_loop"].dump();
   EXPECT_LT(late_p50_us(s), 200) << stats_json(s.stats)["open_loop"].dump();
-  EXPECT_LT(late_p99_us(s), 5000) << stats_json(s.stats)["open_loop"].dump();
-  EXPECT_LE(o.behind, o.sent / 20) << stats_json(s.stats)["open_loop"].dump();
+  EXPECT_LT(late_p99_us(s), 10000) << stats_json(s.stats)["open_loop"].dump();
+  EXPECT_LE(o.behind, o.sent / 10) << stats_json(s.stats)["open_loop"].dump();
   EXPECT_LE(o.queued_at_end, 4u);
   EXPECT_EQ(s.stats.latency.count(), s.stats.messages);
   EXPECT_EQ(s.stats.latency_sent.count(), s.stats.messages);
