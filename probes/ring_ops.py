@@ -2,8 +2,9 @@
 case without the prefix: `epoll_ctl`, `recv`, `send`, ...), one table for every instrument and report.
 
 The order is the kernel's `enum io_uring_op` (include/uapi/linux/io_uring.h), which only grows at its end;
-tests/test_ring_ops.py checks it against the installed header and against the names the kernel's own
-`io_uring:io_uring_submit_req` tracepoint prints. An opcode past the table (a newer kernel) reads `op_<n>`.
+tests/test_ring.py checks it against the installed UAPI header (Debian 12's is 6.1's: the ops after
+`uring_cmd`/`send_zc` come from the kernel's later headers). An opcode past the table (a newer kernel) reads
+`op_<n>`.
 """
 
 from __future__ import annotations
