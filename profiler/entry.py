@@ -6,14 +6,18 @@ drawing process importing matplotlib (~0.4 s, plotset.warm). Begun one after the
 1-second run's start-up; here the compile starts in a thread and the drawing process is forked before the
 CLI is imported, so the three share the CPUs (bench/startup.py). A guess from the raw arguments, before typer
 parses them: a wrong one costs work nobody takes (a compile: load() takes one only for the same source and
-flags; a drawing process: it exits with netprof), never a wrong result.
+flags; a drawing process: it exits with netprof), never a wrong result; refused input leaves at once, waiting
+for neither (_leave_refused).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import NoReturn
 
 from netprof.profiler import rootenv
+from netprof.profiler.errors import EXIT_BAD_INPUT
 
 MEASURING = ("run", "ab", "knee")  # commands whose cells carry the counting set unless --no-probes
 
@@ -46,7 +50,27 @@ def main() -> None:
         plotset.begin(report._draw, report.DRAW_PRELOAD)
     from netprof.profiler import cli  # the rest of the imports, beside the compile
 
-    cli.main()
+    try:
+        cli.main()
+    except SystemExit as e:
+        if e.code == EXIT_BAD_INPUT and (counting_wanted(args) or report_wanted(args)):
+            _leave_refused()
+        raise
+
+
+def _leave_refused() -> NoReturn:
+    """Refused input (exit 2) leaves before anything started, so what was begun ahead has no taker: the
+    compile thread, which a normal exit waits for (not a daemon, base.prefetch), ~0.35 s of a CPU and
+    seconds on a busy host, and the drawing process's import. The drawing process is killed, the private
+    temp directory removed (its exit handler would not run), and os._exit leaves without waiting for the
+    thread and without finalizing the interpreter (so nothing unloads LLVM under it)."""
+    from netprof.profiler import plotset
+
+    plotset.abandon()
+    rootenv.remove_private()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

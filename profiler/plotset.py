@@ -304,10 +304,17 @@ class Warm:
         readable, _, _ = select.select([self.ready_r], [], [], timeout)
         self.is_ready = bool(readable) and os.read(self.ready_r, 1) == b"R"
         if not self.is_ready:
-            if not readable:  # still importing: it must not work on into the measured load
-                os.kill(self.pid, signal.SIGKILL)
-            self.close()
+            if readable:
+                self.close()
+            else:  # still importing: it must not work on into the measured load
+                self.kill()
         return self.is_ready
+
+    def kill(self) -> None:
+        """End the process now, whatever it is doing (SIGKILL), and reap it."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGKILL)
+        self.close()
 
     def take(self, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> tuple[int, int] | None:
         """Hand the process its job: (pid, read end of its result), as a child of `Pending`; None when it
@@ -351,6 +358,15 @@ def begin(draw: Draw, preload: Sequence[str]) -> None:
     global _warm
     if _warm is None:
         _warm = Warm(draw, preload)
+
+
+def abandon() -> None:
+    """The process `begin` forked will have no report to draw (the command was refused): killed now, not
+    left to finish its import."""
+    global _warm
+    if _warm is not None:
+        _warm.kill()
+        _warm = None
 
 
 @contextlib.contextmanager

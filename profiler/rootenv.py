@@ -108,6 +108,12 @@ def _make_private(parent: str) -> None:
     atexit.register(_remove_private, path, os.getpid())
 
 
+def remove_private() -> None:
+    """Remove the private temp directory now (for an exit that runs no exit handlers: entry.py)."""
+    if _private is not None:
+        _remove_private(_private, os.getpid())
+
+
 def _remove_private(path: str, owner: int) -> None:
     if os.getpid() == owner:  # not in a forked child, which inherits the handler
         shutil.rmtree(path, ignore_errors=True)

@@ -579,10 +579,18 @@ def test_sigterm_mid_run_stops_the_loader(group, loader):
 # ---- requests left waiting at the window's end, live progress ----
 
 
+def assert_ignored_counted(u: dict, ignored: int, conns: int, pipeline: int) -> None:
+    """`unanswered` holds all `pipeline` requests of each of the `ignored` connections, and at most the
+    other connections' requests in flight besides."""
+    assert ignored * pipeline <= u["count"] <= conns * pipeline, u
+    assert ignored <= u["connections"] <= conns, u
+    assert u["count"] - ignored * pipeline <= (u["connections"] - ignored) * pipeline, u
+
+
 def test_unanswered_at_the_windows_end(group, loader):
     # The server never answers every second connection it accepts: their first `pipeline` requests,
     # sent when pinging starts (the warm-up's start), are still waiting at measure_stop, and nothing
-    # the window measured is that old. The answered connections' requests in flight are younger.
+    # the window measured is that old. The answered connections' requests in flight are younger (but see below).
     _, port = start_echo(group, "ignore_odd")
     conns, pipeline, warmup, duration = 6, 3, 0.3, 0.8
     events = []
@@ -593,7 +601,10 @@ def test_unanswered_at_the_windows_end(group, loader):
     served = sorted(s["per_conn_messages"])
     assert served[:ignored] == [0] * ignored and min(served[ignored:]) > 0
     u = s["unanswered"]
-    assert u["count"] == ignored * pipeline and u["connections"] == ignored
+    # The ignored connections' requests, every one; a stall of the host across the window's end can add the
+    # served connections' requests in flight then (older than the window's slowest answer: CI saw all 18 of
+    # 6 × 3 once), never more than they had in flight.
+    assert_ignored_counted(u, ignored, conns, pipeline)
     # Waiting since the first send, just after `connected` (the window's start − warm-up).
     connected_t = next(e["t"] for e in events if e["event"] == "connected")
     assert (s["t_stop"] - connected_t - 0.05) * 1e6 <= u["max_age_us"] <= (s["t_stop"] - connected_t) * 1e6 + 1
@@ -601,7 +612,8 @@ def test_unanswered_at_the_windows_end(group, loader):
     # The same with the line protocol (the echo of a line is its reply).
     s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=conns, pipeline=2, warmup=0.1, duration=0.3,
                               protocol="line", line="ping"))
-    assert s["messages"] > 0 and s["unanswered"]["count"] == ignored * 2 and s["unanswered"]["connections"] == ignored
+    assert s["messages"] > 0
+    assert_ignored_counted(s["unanswered"], ignored, conns, 2)
     # A server that answers everything leaves nothing that old: at most what a stall of the host at the
     # window's end makes older than the window's slowest answer (a fresh-clone CI saw 18 requests 2.9 ms
     # old), never the age of a request nobody answers (0.8 s and more above).
