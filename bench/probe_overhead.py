@@ -6,6 +6,7 @@ instrumentation attached, relative to none, interleaved, several rounds.
         [--rounds 5] [--variants none,counting,evidence,perf,bpftrace] [--write]
     sudo .venv/bin/python bench/probe_overhead.py --micro [--write]
     sudo .venv/bin/python bench/probe_overhead.py --micro-sock [--write]
+    sudo .venv/bin/python bench/probe_overhead.py --micro-ring [--rounds 7] [--ring-ops 4200000] [--write]
 
 Every measurement starts a fresh backend pinned to CPU 0 and runs the loader one-shot
 (`netprof-loader --target ... -c N -d D --json`) on CPU 1. In each round, every (backend,
@@ -22,6 +23,17 @@ case), median of 3 × (6M − 1M calls). --write puts the tables into bench/RESU
 syscalls: a C loop sends one byte over a loopback TCP connection and receives it on the other end
 (one send, one sk_data_ready, one recv per message); the sets are compiled once and attached in
 turn, 7 interleaved rounds, median of the rounds' (1.2M − 0.2M messages) differences.
+
+--micro-ring does the same for the counting set's io_uring tracepoints (io_uring_submit_req, counted by
+opcode for the target's tree, and io_uring_complete), which fire per ring operation, not per syscall: a
+C loop (liburing) submits IORING_OP_NOP through one ring in batches of 32, one io_uring_submit_and_wait
+per batch (per operation: one submission, one completion and 1/32 of an io_uring_enter, which the set's
+sys_enter program sees too), with the loop as the counting set's target and as a bystander: no set
+loaded; the set loaded but detached (its io_uring tracepoints are resident: attached from load to close,
+counting only while the set is attached); the set attached. 7 interleaved rounds (--rounds), the set
+loaded anew in each, median of the rounds' (4.2M − 0.2M operations) differences (--ring-ops sets the
+larger run). An attached target run must have been counted (≥ N NOP submissions and completions) and no
+other run at all, else it stops: a probe that never fired costs nothing.
 """
 
 from __future__ import annotations
@@ -37,10 +49,12 @@ import sys
 import time
 from pathlib import Path
 
+import lib
 import rounds  # bench/ is sys.path[0]: these run as files
 from results_md import write_section
 
 from netprof.probes import CountingProbes, SockWaitProbes, StackProbes, proc_cpu_times
+from netprof.probes.ring_ops import RING_OPS
 from netprof.profiler.procs import ProcessGroup
 
 VENV_BIN = Path(sys.executable).parent
@@ -136,13 +150,40 @@ def one_run(backend: str, variant: str, args) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     rounds.add_arguments(ap, rounds=5)
-    ap.set_defaults(backends="selector,cpp_epoll")
+    ap.set_defaults(backends="selector,cpp_epoll", rounds=None)  # 5, or MICRO_RING_ROUNDS with --micro-ring
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--loader-cpus", default="1")
     ap.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     ap.add_argument("--micro", action="store_true", help="per-syscall cost of each probe set instead")
     ap.add_argument("--micro-sock", action="store_true", help="per-message cost (loopback TCP) of the socket-wait set")
+    ap.add_argument("--micro-ring", action="store_true",
+                    help="per-operation cost (io_uring NOPs) of the counting set's io_uring tracepoints")
+    ap.add_argument("--ring-ops", type=int, default=MICRO_RING_OPS,
+                    help=f"with --micro-ring: operations of the larger run (the smaller: {MICRO_RING_SMALL})")
     args = ap.parse_args()
+    if args.micro_ring:
+        if args.ring_ops <= MICRO_RING_SMALL:
+            ap.error(f"--ring-ops must be more than {MICRO_RING_SMALL}")
+        n_rounds = args.rounds or MICRO_RING_ROUNDS
+        table = micro_ring(n_rounds, args.ring_ops)
+        print(table)
+        if args.write:
+            cmd = "sudo .venv/bin/python bench/probe_overhead.py " + " ".join(sys.argv[1:])
+            write_section("Probe overhead: per io_uring operation (bench/probe_overhead.py --micro-ring)",
+                          f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, commit {lib.commit()}. CPU time per "
+                          f"ring operation (rusage, median of {n_rounds} interleaved rounds of "
+                          f"({args.ring_ops / 1e6:g}M − {MICRO_RING_SMALL / 1e6:g}M operations)) of a C loop "
+                          f"pinned to CPU 0 that submits IORING_OP_NOP through one io_uring (liburing) in "
+                          f"batches of {RING_BATCH}, one io_uring_submit_and_wait per batch (per operation: "
+                          f"io_uring_submit_req + io_uring_complete + 1/{RING_BATCH} io_uring_enter); *target*: "
+                          f"the counting set watches that process (each attached run counted ≥ N NOP "
+                          f"submissions and completions); *bystander*: it watches another one. `none`: no set "
+                          f"loaded; `counting-detached`: the set loaded, detached (its io_uring tracepoints stay "
+                          f"attached from load to close: what every ring operation on the machine pays while "
+                          f"netprof holds the set, outside its windows); `counting`: attached."
+                          f"\n\n{table}\n")
+        return 0
+    args.rounds = args.rounds or 5
     if args.micro_sock:
         table = micro_sock()
         print(table)
@@ -327,6 +368,115 @@ def micro_sock() -> str:
                     f"{t - med[('none', 'target')]:+.0f} |")
     return "\n".join(rows)
 
+
+MICRO_RING_ROUNDS = 7
+MICRO_RING_OPS, MICRO_RING_SMALL = 4_200_000, 200_000
+RING_BATCH = 32
+RING_NOP_C = r"""
+#include <errno.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static int fail(const char *what, int err) {
+    fprintf(stderr, "ring_nop: %s: %s\n", what, strerror(-err));
+    return 1;
+}
+int main(int argc, char **argv) {
+    long n = argc == 2 ? atol(argv[1]) : 0;
+    if (n <= 0) return fail("usage: ring_nop N (N > 0)", -EINVAL);
+    struct io_uring ring;
+    int r = io_uring_queue_init(BATCH, &ring, 0);
+    if (r < 0) return fail("io_uring_queue_init", r);
+    for (long done = 0; done < n;) {
+        int b = n - done < BATCH ? (int)(n - done) : BATCH;
+        for (int i = 0; i < b; i++) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+            if (!sqe) return fail("io_uring_get_sqe", -EBUSY);
+            io_uring_prep_nop(sqe);
+        }
+        r = io_uring_submit_and_wait(&ring, b);  /* NOPs complete inline: one io_uring_enter per batch */
+        if (r < 0) return fail("io_uring_submit_and_wait", r);
+        if (r != b) return fail("io_uring_submit_and_wait: short submission", -EAGAIN);
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe) {
+            if (cqe->res < 0) return fail("nop", cqe->res);
+            seen++;
+        }
+        if (seen != (unsigned)b) return fail("io_uring_submit_and_wait: completions missing", -EAGAIN);
+        io_uring_cq_advance(&ring, seen);
+        done += b;
+    }
+    io_uring_queue_exit(&ring);
+    return 0;
+}
+"""
+NOP = RING_OPS.index("nop")  # IORING_OP_NOP, opcode 0
+
+
+def micro_ring(n_rounds: int, big: int) -> str:
+    """Per io_uring operation: the counting set (its io_uring tracepoints), attached and detached, vs none."""
+    import tempfile
+
+    exe = Path(tempfile.mkdtemp(prefix="netprof-ringnop-")) / "ring_nop"
+    src = exe.with_suffix(".c")
+    src.write_text(RING_NOP_C)
+    subprocess.run(["cc", "-O2", f"-DBATCH={RING_BATCH}", "-o", str(exe), str(src), "-luring"], check=True)
+
+    def cost(probe, name: str, who: str, pid_for, n: int) -> float:
+        p = subprocess.Popen(["sh", "-c", f"read go; exec taskset -c 0 {exe} {n}"], stdin=subprocess.PIPE, text=True)
+        if probe is not None:
+            probe.target(pid_for(p.pid))
+        p.stdin.write("go\n")
+        p.stdin.close()
+        _, status, ru = os.wait4(p.pid, 0)
+        if status:
+            raise RuntimeError("the io_uring NOP loop failed")
+        if probe is not None:  # the tracepoints counted the target's every operation, and nothing else
+            snap = probe.snapshot()
+            nops, done = (snap.ring or {}).get(NOP, 0), snap.cpu["ring_done"]
+            counts = name == "counting" and who == "target"
+            if not (nops >= n and done >= n if counts else nops == done == 0):
+                raise RuntimeError(f"{name} as {who} of a loop of {n} NOPs counted {nops} NOP submissions and "
+                                   f"{done} completions: its io_uring tracepoints did not fire as they should")
+        return ru.ru_utime + ru.ru_stime
+
+    # The io_uring tracepoints are resident (attached from load to close, counting only while the set is
+    # attached): `none` has no set loaded, so each round loads the set anew after it and closes it at the end.
+    variants = ("none", "counting-detached", "counting")
+    bystander = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
+    raw: dict[tuple[str, str], list[float]] = {}
+    rows = ["| instrumentation | bystander ns/operation | target ns/operation | added, bystander | added, target |",
+            "|---|---|---|---|---|"]
+    try:
+        for r in range(n_rounds):
+            probe = None
+            try:
+                for name in variants:
+                    if name != "none" and probe is None:
+                        probe = CountingProbes(attached=False)
+                    if name == "counting":
+                        probe.attach()
+                    for who, pid_for in (("bystander", lambda pid: bystander.pid), ("target", lambda pid: pid)):
+                        x = (cost(probe, name, who, pid_for, big) - cost(probe, name, who, pid_for, MICRO_RING_SMALL)) \
+                            / (big - MICRO_RING_SMALL) * 1e9
+                        raw.setdefault((name, who), []).append(x)
+            finally:
+                if probe is not None:
+                    probe.close()
+            print(f"round {r + 1}/{n_rounds}: " + ", ".join(
+                f"{n}/{w} {xs[-1]:.1f}" for (n, w), xs in raw.items()), file=sys.stderr, flush=True)
+    finally:
+        bystander.kill()
+        bystander.wait()
+        shutil.rmtree(exe.parent, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in raw.items()}
+    for name in variants:
+        b, t = med[(name, "bystander")], med[(name, "target")]
+        rows.append(f"| {name} | {b:.1f} | {t:.1f} | {b - med[('none', 'bystander')]:+.1f} | "
+                    f"{t - med[('none', 'target')]:+.1f} |")
+    return "\n".join(rows)
 
 if __name__ == "__main__":
     sys.exit(main())
