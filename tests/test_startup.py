@@ -353,11 +353,22 @@ def test_selfcost_of_the_real_counting_set_is_kept_for_the_next_run(bpf, cache_r
     (["list"], False, False),
     ([], False, False),
 ])
-def test_entry_guesses_what_the_command_will_need(args, compile_, draw):
+def test_entry_guesses_what_the_command_will_need(args, compile_, draw, monkeypatch):
     from netprof.profiler import entry
 
+    monkeypatch.delenv(entry.NO_PREFETCH_ENV, raising=False)  # `make test`'s first pass sets it
     assert entry.counting_wanted(args) is compile_
     assert entry.report_wanted(args) is draw
+    monkeypatch.setenv(entry.NO_PREFETCH_ENV, "1")  # nothing begun ahead, whatever the command
+    assert not entry.counting_wanted(args) and not entry.report_wanted(args)
+
+
+def _with_prefetch() -> dict[str, str]:
+    """The environment of a child that must begin the slow starts ahead (`make test`'s first pass turns
+    them off for every command it runs: profiler/entry.py NO_PREFETCH_ENV)."""
+    from netprof.profiler import entry
+
+    return {k: v for k, v in os.environ.items() if k != entry.NO_PREFETCH_ENV}
 
 
 def test_entry_begins_the_compile_and_the_drawing_process_before_importing_the_cli():
@@ -376,7 +387,8 @@ def test_entry_begins_the_compile_and_the_drawing_process_before_importing_the_c
         sys.argv = ["netprof", "run", "no_such_backend", "--syscall-time"]
         entry.main()
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=60,
+                         env=_with_prefetch())
     seen = [eval(line) for line in out.stdout.strip().splitlines()]
     assert seen == [("compile", True, False), ("draw", "_draw", report.DRAW_PRELOAD, False)], out.stderr
     assert out.returncode == 2
@@ -390,7 +402,7 @@ def test_refused_input_waits_for_nothing_begun_ahead_and_leaves_nothing(tmp_path
     tmp.mkdir(mode=0o700)
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "netprof"), "run", "no_such_backend"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
-                            env={**os.environ, "TMPDIR": str(tmp)})
+                            env={**_with_prefetch(), "TMPDIR": str(tmp)})
     kids: set[int] = set()
     while proc.poll() is None:  # the drawing process, while it lives (forked at once)
         with contextlib.suppress(psutil.Error):
