@@ -202,8 +202,8 @@ def run(
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
         0.3, "--probe-share", metavar="SHARE",
-        help="Share of each cell's window (its middle) with the counting probes attached; headline msgs/s, latency "
-             "and fairness come from the rest. 1 = probes throughout, 0 = none."),
+        help="Share of each cell's window (its middle) with the counting probes attached; headline throughput, "
+             "latency and fairness come from the rest. 1 = probes throughout, 0 = none."),
     syscall_time: bool = typer.Option(
         False, "--syscall-time",
         help="Also time every syscall (costs about as much again as counting)."),
