@@ -45,6 +45,7 @@ from netprof.profiler import (
     runlock,
     servers,
     stats,
+    units,
 )
 from netprof.profiler import meta as meta_mod
 from netprof.profiler import turns as turns_mod
@@ -79,19 +80,19 @@ METHODS = ("turns", "cells")
 METHOD_TURNS = (f"Turns on warm servers (netprof ab): one loader held every variant's connections and served them "
                 f"one variant at a time, in turns of {turns_mod.TURN_S:g} s in rounds A B, B A, … (blocks of --window "
                 f"seconds, one loader run each); every variant's server was restarted every {{gen_blocks}} blocks "
-                f"(a generation), after a warm-up of at least {{gen_warmup:g}} s. Per round d = log(NEW's messages) − "
+                f"(a generation), after a warm-up of at least {{gen_warmup:g}} s. Per round d = log(NEW's {{many}}) − "
                 f"log(BASE's) over two turns a tenth of a second apart (the host's speed, which moves every 0.3-3 s, "
                 f"is nearly the same for both); per generation the mean d; NEW/BASE = exp of the mean over "
                 f"generations with its {paired.CONFIDENCE:.0%} Student-t interval (two starts of one server differ: "
-                f"the generations are the replicates). Latency and CPU per message: per block each variant's share "
-                f"(its target's latency; its server's /proc CPU over the block divided by its messages), averaged "
-                f"per generation and paired the same way. Syscalls per message (with probes): short probed cells "
+                f"the generations are the replicates). Latency and CPU {{per}}: per block each variant's share "
+                f"(its target's latency; its server's /proc CPU over the block divided by its {{many}}), averaged "
+                f"per generation and paired the same way. Syscalls {{per}} (with probes): short probed cells "
                 f"after the blocks, in pairs BASE, NEW then NEW, BASE. The verdict is the t-test of d: significant "
                 f"when p < {paired.ALPHA}. The run stopped when the --metric interval was within ±--precision (a rule "
                 f"on the spread only) or at --max-time. docs/ab.md has the formulas.")
 METHOD = (f"Paired cells on warm servers (netprof ab): each variant's server started once and stayed warm "
           f"(--fresh: restarted every pair), and cells alternated in pairs BASE, NEW then NEW, BASE on one loader. "
-          f"Per pair d = log(NEW) − log(BASE) (NEW − BASE for counts per message that may be 0); NEW/BASE = exp of "
+          f"Per pair d = log(NEW) − log(BASE) (NEW − BASE for counts {{per}} that may be 0); NEW/BASE = exp of "
           f"the mean d with its {paired.CONFIDENCE:.0%} Student-t interval, adjusted for the host's speed (OLS of d "
           f"on the pair's Δlog of the speed canary's loop time on the backend CPU, with an intercept: the ratio at "
           f"equal speed) once there are {paired.MIN_ADJUSTED} pairs. Pairs with a cell whose canary ran "
@@ -846,7 +847,8 @@ class _Session:
         return rec
 
     def _live(self, k: int) -> str:
-        """'pair 7: B/A msgs/s 0.512× [0.498, 0.527] ±2.9% (target ±1.0%), 0 dropped, 11 s'."""
+        """'pair 7: msgs_per_sec B/A 0.512× [0.498, 0.527] ±2.9% (target ±1.0%), 0 dropped, 11 s' (the
+        --metric as given)."""
         p, parts = self.p, []
         for comp in self.comparisons:
             c = comp.judge(p.metric)
@@ -872,6 +874,7 @@ class _Session:
         limit = Thresholds().loader_saturated  # the loader_bottleneck rule's
         saturated = {label: f for label, f in loader_frac.items() if f is not None and f >= limit}
         short = _short_of_rate(self.records, p.variants, p.rate)
+        protocol = base.cfg.protocol  # one for all variants (plan refuses a mix): req/s for HTTP (units)
         comparisons, ab_comps = [], []
         for comp in self.comparisons:
             new = p.variants[comp.new]
@@ -880,15 +883,16 @@ class _Session:
             for col in comp.columns():
                 c = comp.judge(col)
                 if c is not None:
-                    metrics[col] = compare.describe(col, compare.json_ready(c))
+                    metrics[col] = compare.describe(col, compare.json_ready(c), protocol)
             label = f"{base.label} → {new.label} c={base.cfg.connections[0]}" + (
                 f" pipeline {base.cfg.pipeline[0]}" if base.cfg.pipeline[0] != 1 else "") + (
                 f" at {p.rate:,.0f}/s" if p.rate else "")
-            cell = {"connections": base.cfg.connections[0], "pipeline": base.cfg.pipeline[0], "label": label,
+            cell = {"connections": base.cfg.connections[0], "pipeline": base.cfg.pipeline[0], "protocol": protocol,
+                    "label": label,
                     "rounds": {"base": len(kept), "new": len(kept), "base_failed": 0, "new_failed": 0},
                     "metrics": metrics}
             cell["verdict"] = _verdict(metrics, p)
-            cell["why"] = compare.why(label, metrics)
+            cell["why"] = compare.why(label, metrics, protocol)
             cell["flamegraph_diff"] = self._flame_diff(comp, cell, out)
             warnings = _warnings(saturated, sum(dropped), len(comp.items), p.fresh, comp.stalled) + [
                 f"{label_} did not keep up with {p.rate:,.0f} requests/s (achieved {got:,.0f}/s, median over its "
@@ -911,8 +915,9 @@ class _Session:
                         rec["rounds"] = per_gen.get(b.pair, [])
         doc: dict = {
             "schema": compare.SCHEMA,
-            "method": {"text": METHOD_TURNS.format(gen_blocks=GEN_BLOCKS, gen_warmup=GEN_WARMUP_S)
-                       if p.method == "turns" else METHOD, "alpha": paired.ALPHA,
+            "method": {"text": (METHOD_TURNS if p.method == "turns" else METHOD).format(
+                           gen_blocks=GEN_BLOCKS, gen_warmup=GEN_WARMUP_S, per=units.per_unit(protocol),
+                           many=units.exchanges(protocol)), "alpha": paired.ALPHA,
                        "confidence": paired.CONFIDENCE,
                        "min_rounds": compare.MIN_ROUNDS, "test": "paired Student t-test of the per-pair differences",
                        "interval": "Student t on the per-pair log ratios (differences for counts), "

@@ -42,27 +42,22 @@ from netprof.profiler.plan import (
 )
 from netprof.profiler.sshlink import parse_hosts
 
-EXAMPLES = """
-Examples:
-
-  netprof doctor                                   # can this machine do a profiled run?
-
-  netprof list                                     # the backends
-
-  netprof run uvloop_sock                          # 10/100/1000 connections, 3 rounds
-
-  netprof run selector asyncio_sock uvloop_sock -c 10,100,1000 -r 5
-
-  netprof run asyncio_sock uvloop_sock -c 100 --pipeline 1,4,8
-
-  netprof run thread --no-pin -c 100               # network_ping_test's futex storm
-
-  netprof run selector --work sleep:1000 -c 10 --rate 500,2000   # latency at the load you ask for
-
-  netprof run selector -c 100 --remote netns --netem delay=500us   # over a link with 1 ms RTT
-
-  netprof report runs/20261121-120000              # rebuild report.md / report.html
-"""
+# `netprof --help`'s examples: (what it shows, the command). Each comment is printed on its own line above its
+# command, and each is marked for click not to rewrap it (`\b`), so at 80 columns no comment is cut in two
+# (tests/test_cli.py holds every line to 80).
+EXAMPLE_LINES = (
+    ("can this machine do a profiled run?", "netprof doctor"),
+    ("the backends", "netprof list"),
+    ("10/100/1000 connections, 3 rounds", "netprof run uvloop_sock"),
+    ("three backends at three scales, 5 rounds each",
+     "netprof run selector asyncio_sock uvloop_sock -c 10,100,1000 -r 5"),
+    ("1, 4 and 8 messages in flight per connection", "netprof run asyncio_sock uvloop_sock -c 100 --pipeline 1,4,8"),
+    ("network_ping_test's futex storm", "netprof run thread --no-pin -c 100"),
+    ("latency at the load you ask for", "netprof run selector --work sleep:1000 -c 10 --rate 500,2000"),
+    ("over a link with 1 ms RTT", "netprof run selector -c 100 --remote netns --netem delay=500us"),
+    ("rebuild report.md / report.html", "netprof report runs/20261121-120000"),
+)
+EXAMPLES = "\nExamples:\n\n" + "\n\n".join(f"\b\n  # {what}\n  {cmd}" for what, cmd in EXAMPLE_LINES) + "\n"
 
 EXIT_CODES = """
 Exit codes: 0 every cell ran; 1 some cells failed (FF) or a --fail-if regression; 2 bad input or a
@@ -202,8 +197,8 @@ def run(
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
         0.3, "--probe-share", metavar="SHARE",
-        help="Share of each cell's window (its middle) with the counting probes attached; headline msgs/s, latency "
-             "and fairness come from the rest. 1 = probes throughout, 0 = none."),
+        help="Share of each cell's window (its middle) with the counting probes attached; headline throughput, "
+             "latency and fairness come from the rest. 1 = probes throughout, 0 = none."),
     syscall_time: bool = typer.Option(
         False, "--syscall-time",
         help="Also time every syscall (costs about as much again as counting)."),

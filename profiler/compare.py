@@ -21,7 +21,7 @@ import pandas as pd
 from pyarrow.lib import ArrowException
 
 from netprof.flamegraphs.render import diff_stacks
-from netprof.profiler import atomic, results, schema, stats
+from netprof.profiler import atomic, results, schema, stats, units
 from netprof.profiler.errors import InputError
 from netprof.profiler.units import rate as human
 
@@ -208,15 +208,21 @@ def _verdict(col: str, c: dict) -> tuple[str, bool | None]:
     return ("higher" if up else "lower"), better
 
 
-def describe(col: str, c: dict) -> dict:
-    """A judged figure `c` (stats.compare_samples' fields) with its label, unit, verdict and whether the
-    pages show it (a syscall only when it changed); `netprof ab` judges its pairs and describes them here."""
-    info = stats.metric_info(col)
+def describe(col: str, c: dict, protocol=None) -> dict:
+    """A judged figure `c` (stats.compare_samples' fields) with its label (in the words of the cell's
+    `protocol`: units), unit, verdict and whether the pages show it (a syscall only when it changed);
+    `netprof ab` judges its pairs and describes them here."""
+    info = stats.metric_info(col, protocol)
     c["label"], c["unit"], c["higher_is_better"] = info.label, info.unit, info.higher_is_better
     c["verdict"], c["better"] = _verdict(col, c)
     syscall = col.startswith(stats.SYSCALL_PREFIX)
     c["shown"] = not syscall or (c["verdict"] in ("higher", "lower") and abs(c["delta"]) >= SYSCALL_MIN_DELTA)
     return c
+
+
+def protocols(*frames: pd.DataFrame) -> list:
+    """The protocols of the rows of `frames` (units' words for them: req/s when all are HTTP)."""
+    return [p for f in frames if "protocol" in f for p in f["protocol"]]
 
 
 def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
@@ -228,7 +234,7 @@ def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
         c = stats.compare_metric(col, bok, nok, alpha, CONFIDENCE)
         if c["n_base"] == 0 and c["n_new"] == 0:
             continue
-        metrics[col] = describe(col, c)
+        metrics[col] = describe(col, c, protocols(b, n))
     return {"rounds": {"base": int(len(bok)), "new": int(len(nok)),
                        "base_failed": int(len(b) - len(bok)), "new_failed": int(len(n) - len(nok))},
             "metrics": metrics}
@@ -246,17 +252,18 @@ def notable(col: str, c: dict | None) -> bool:
     return _judged(c) and abs(c["delta"]) >= MIN_NOTABLE.get(col, 0.0)
 
 
-def why(label: str, metrics: dict) -> str | None:
+def why(label: str, metrics: dict, protocol=None) -> str | None:
     """One sentence for a significant change: what changed, then the syscall and CPU deltas that
     explain it ('uvloop_sock c=100: +18% msgs/s; epoll_ctl per message 6.00 → 2.00, kernel CPU per
-    message −3.1 µs'); None when nothing in CHANGE_METRICS changed significantly."""
+    message −3.1 µs'; req/s and per request for HTTP: `protocol` says, and `metrics` have their labels
+    in its words); None when nothing in CHANGE_METRICS changed significantly."""
     head = []
     for col in CHANGE_METRICS:
         c = metrics.get(col)
         if c is None or not notable(col, c):
             continue
         if col == "msgs_per_sec":
-            head.append(f"{_pct(c['ratio'])} msgs/s")
+            head.append(f"{_pct(c['ratio'])} {c['label']}")
         else:
             head.append(f"{c['label']} {fmt(col, c['mean_base'])} → {fmt(col, c['mean_new'])}"
                         + (f" ({_pct(c['ratio'])})" if col.startswith("lat_us.") else ""))
@@ -272,7 +279,7 @@ def why(label: str, metrics: dict) -> str | None:
             parts.append(f"{c['label']} {_signed(c['delta'])}{' ' + c['unit'] if c['unit'] else ''}"
                          if c["unit"] else f"{c['label']} {fmt(col, c['mean_base'])} → {fmt(col, c['mean_new'])}")
     if not parts:
-        parts.append("no syscall, CPU or context-switch figure per message changed significantly"
+        parts.append(f"no syscall, CPU or context-switch figure {units.per_unit(protocol)} changed significantly"
                      + ("" if stats.SYSCALLS_TOTAL in metrics else " (syscalls not counted: the runs had no probes)"))
     return f"{label}: {', '.join(head)}; {', '.join(parts)}"
 
@@ -331,7 +338,7 @@ def resolution(cell: dict) -> float | None:
     return (hi - lo) / 2
 
 
-def resolution_warning(cells: list[dict]) -> str | None:
+def resolution_warning(cells: list[dict], protocol=None) -> str | None:
     """One line when the runs cannot see a change of RESOLUTION_WARN: the widest cell and the way out."""
     widths = [(w, c["label"]) for c in cells if (w := c.get("resolution")) is not None]
     if not widths:
@@ -339,9 +346,9 @@ def resolution_warning(cells: list[dict]) -> str | None:
     w, label = max(widths)
     if w <= RESOLUTION_WARN:
         return None
-    return (f"these runs resolve msgs/s to ±{w:.0%} ({label}; the spread of their rounds): a smaller change is "
-            "invisible here; `netprof ab` alternates both sides in pairs on warm servers and resolves ±1% on "
-            "this kind of host (docs/ab.md)")
+    return (f"these runs resolve {units.rate_unit(protocol)} to ±{w:.0%} ({label}; the spread of their rounds): a "
+            "smaller change is invisible here; `netprof ab` alternates both sides in pairs on warm servers and "
+            "resolves ±1% on this kind of host (docs/ab.md)")
 
 
 def warnings_for(base: Run, new: Run) -> list[str]:
@@ -464,14 +471,15 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if:
         for key, b, n in m.pairs:
             cell = {**dict(zip(m.keys, key)), "label": label(b.iloc[0]), **judge_cell(b, n)}
             cell["verdict"] = cell["metrics"].get("msgs_per_sec", {}).get("verdict", "not measured")
-            cell["why"] = why(cell["label"], cell["metrics"])
+            cell["why"] = why(cell["label"], cell["metrics"], protocols(b, n))
             cell["resolution"] = resolution(cell)
             cell["flamegraph_diff"] = _flame_diff(base, new, b.iloc[0], n.iloc[0], cell, out_dir, i)
             cells.append(cell)
         comparisons.append({
             "new": {"path": new.given, "name": new.name},
             "matched_on": m.keys, "compared_across": {k: list(v) for k, v in m.across.items()},
-            "warnings": warnings_for(base, new) + [w for w in [resolution_warning(cells)] if w],
+            "warnings": warnings_for(base, new)
+            + [w for w in [resolution_warning(cells, protocols(*(f for _, b, n in m.pairs for f in (b, n))))] if w],
             "unmatched": {"base_only": m.base_only, "new_only": m.new_only},
             "cells": cells,
         })

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from netprof.profiler import atomic, report, stats
+from netprof.profiler import atomic, report, stats, units
 from netprof.profiler.compare import MINUS, compare, fmt, notable
 
 # Shown for every cell; syscalls per message are shown when they changed.
@@ -73,14 +73,17 @@ def view(doc: dict) -> dict:
             details.append({"label": cell["label"], "rounds": rounds, "rows": rows, "why": cell["why"],
                             "flames": flames})
         across = ", ".join(f"{k} {b} → {n}" for k, (b, n) in comp["compared_across"].items())
+        # the cells' protocols (matched on, else compared across): req/s when all are HTTP (units)
+        rate = units.rate_unit([c.get("protocol") for c in comp["cells"]]
+                               + list(comp["compared_across"].get("protocol", [])))
         comps.append({"name": comp["new"]["name"], "path": comp["new"]["path"],
                       "matched_on": ", ".join(comp["matched_on"]), "across": across,
                       "warnings": comp["warnings"], "unmatched": comp["unmatched"],
                       "summary": summary, "details": details,
+                      "summary_header": ["cell", f"BASE {rate}", f"NEW {rate}", "NEW/BASE [95%]", "verdict"],
                       "whys": [c["why"] for c in comp["cells"] if c["why"]]})
     return {"base": doc["base"], "comparisons": comps, "method": doc["method"]["text"],
             "fail_if": doc["fail_if"],
-            "summary_header": ["cell", "BASE msgs/s", "NEW msgs/s", "NEW/BASE [95%]", "verdict"],
             "detail_header": ["metric", "BASE", "NEW", "NEW/BASE [95%]", "p", "verdict"]}
 
 
@@ -143,8 +146,8 @@ def print_doc(doc: dict, console: Console) -> None:
                       + (f"; compared across: [bold]{escape(comp['across'])}[/bold]" if comp["across"] else ""))
         for w in comp["warnings"]:
             console.print(f"[yellow]warning:[/yellow] {escape(w)}")
-        t = Table(*v["summary_header"], title=escape(f"{comp['name']} vs {doc['base']['name']}"), title_justify="left",
-                  header_style="bold")
+        t = Table(*comp["summary_header"], title=escape(f"{comp['name']} vs {doc['base']['name']}"),
+                  title_justify="left", header_style="bold")
         for row in comp["summary"]:
             style = _style(row[-1])
             t.add_row(*map(escape, row[:-1]), f"[{style}]{row[-1]}[/{style}]" if style else row[-1])

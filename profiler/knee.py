@@ -35,7 +35,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from netprof.profiler import atomic, interpreters, runlock
+from netprof.profiler import atomic, interpreters, runlock, units
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
@@ -255,7 +255,8 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                 ceiling = best_ceiling([cell(0) for _ in range(p.tries)], p.slo)
                 achieved = ceiling.achieved
                 console.print(f"ceiling (closed loop, c={p.cfg.connections[0]}, best of {ceiling.tries}): "
-                              f"{achieved or 0:,.0f} msgs/s, {p.slo.stat} {ceiling.latency_us or 0:,.0f} µs",
+                              f"{achieved or 0:,.0f} {units.rate_unit(p.cfg.protocol)}, "
+                              f"{p.slo.stat} {ceiling.latency_us or 0:,.0f} µs",
                               markup=False, highlight=False)
                 if not achieved:
                     outcome.failed = f"the closed-loop cells measured nothing: {ceiling.row.get('error')}"

@@ -72,7 +72,8 @@ def _x_axis(ax, cells: pd.DataFrame, x: str) -> None:
     ax.xaxis.set_major_locator(FixedLocator(values))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: units.count(v)))
-    ax.set_xlabel("connections" if x == "connections" else "messages in flight per connection (pipeline)")
+    ax.set_xlabel("connections" if x == "connections"
+                  else f"{units.exchanges(cells.get('protocol'))} in flight per connection (pipeline)")
     if len(values) > 1:
         ax.set_xlim(values[0] / 1.4, values[-1] * 1.4)
 
@@ -95,8 +96,9 @@ def _legend(ax, n: int, **kw) -> None:
 
 def throughput(cells: pd.DataFrame):
     x = x_dim(cells)
+    per_second = f"{units.exchanges(cells.get('protocol'))} / s"  # 'requests / s' for HTTP cells
     if x is None:
-        return _bars(cells, "mps_mean", "messages / s", units.rate, "Throughput (bars: 95% interval)",
+        return _bars(cells, "mps_mean", per_second, units.rate, "Throughput (bars: 95% interval)",
                      err="mps_ci")
     # Drawn for the first screen's column (~650 px): narrower than the others, legend inside or below.
     lines = list(_series(cells, x))
@@ -108,7 +110,7 @@ def throughput(cells: pd.DataFrame):
         ax.errorbar(g[x], g["mps_mean"], yerr=err, marker="o", capsize=4, lw=2, color=color, label=label)
     n = len(lines)
     _x_axis(ax, cells, x)
-    ax.set_ylabel("messages / s")
+    ax.set_ylabel(per_second)
     ci = cells["mps_ci"].fillna(0) if "mps_ci" in cells and bars else 0
     ax.set_ylim(bottom=0, top=float((cells["mps_mean"] + ci).max()) * 1.1)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.rate(v)))
@@ -289,7 +291,8 @@ def syscalls(cells: pd.DataFrame):
     parts = [(c.split(".", 1)[1], data[c], f"C{i}") for i, c in enumerate(main)]
     if rest:
         parts.append((f"other ({len(rest)})", data[rest].sum(axis=1), "0.7"))
-    return _stacked(cells, parts, "syscalls per message", "Syscalls per message (total at the end of each bar)",
+    per = units.per_unit(cells.get("protocol"))
+    return _stacked(cells, parts, f"syscalls {per}", f"Syscalls {per} (total at the end of each bar)",
                     units.per_message)
 
 
@@ -299,8 +302,9 @@ def cpu_split(cells: pd.DataFrame):
     user, sys_ = cells["cpu_us_per_msg.user"].fillna(0), cells["cpu_us_per_msg.sys"].fillna(0)
     total = (user + sys_).to_numpy()
     share = np.divide(user.to_numpy(), total, out=np.zeros_like(total), where=total > 0)
-    return _stacked(cells, [("kernel", sys_, "C3"), ("user", user, "C0")], "backend CPU µs per message",
-                    "Backend CPU per message, kernel vs user", units.duration_us,
+    per = units.per_unit(cells.get("protocol"))
+    return _stacked(cells, [("kernel", sys_, "C3"), ("user", user, "C0")], f"backend CPU µs {per}",
+                    f"Backend CPU {per}, kernel vs user", units.duration_us,
                     note=lambda i: f"{100 * share[i]:.0f}% user")
 
 
@@ -378,7 +382,8 @@ def fairness(per_conn: pd.DataFrame | None):
         ax.yaxis.set_major_formatter(pct)
 
     return _panels(per_conn, draw, "Per-connection service (diagonal = fair; a curve hugging the top-left = "
-                   "starvation)", "share of connections (busiest first)", "share of messages")
+                   "starvation)", "share of connections (busiest first)",
+                   f"share of {units.exchanges(per_conn.get('protocol'))}")
 
 
 def per_connection(per_conn: pd.DataFrame | None):
@@ -399,9 +404,10 @@ def per_connection(per_conn: pd.DataFrame | None):
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{units.number(v)}×"))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
-    return _panels(per_conn, draw, "Messages per connection, busiest first, as a multiple of the fair share "
-                   "(dashed: every connection served equally)", "connections ranked (busiest first)",
-                   "messages ÷ fair share")
+    many = units.exchanges(per_conn.get("protocol"))
+    return _panels(per_conn, draw, f"{many.capitalize()} per connection, busiest first, as a multiple of the fair "
+                   "share (dashed: every connection served equally)", "connections ranked (busiest first)",
+                   f"{many} ÷ fair share")
 
 
 FIGURES = {  # plotset.PLOTS's name → (function, its input); titles and captions are plotset's

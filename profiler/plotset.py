@@ -35,18 +35,26 @@ from pathlib import Path
 import pandas as pd
 
 import netprof
-from netprof.profiler import atomic, cache, procs
+from netprof.profiler import atomic, cache, procs, units
 
-PLOTS = (  # name, title, caption: the page's order (plots.FIGURES draws each)
-    ("throughput", "Throughput", "messages per second, one line per backend (and other varying dimension)"),
+# name, title, caption: the page's order (plots.FIGURES draws each); {per}, {one} and {many} are the words of the
+# cells' protocols (`worded`: 'per request', 'request', 'requests' for HTTP)
+PLOTS = (
+    ("throughput", "Throughput", "{many} per second, one line per backend (and other varying dimension)"),
     ("latency", "Latency", "p50 / p95 / p99 / p999 round-trip latency seen by the loader"),
     ("latency_load", "Latency against load", "open loop (--rate): p50 / p99 from each request's intended send time "
      "at each rate asked"),
-    ("syscalls", "Syscalls per message", "what every message costs in system calls"),
-    ("cpu", "CPU split", "backend CPU time per message, kernel vs user"),
-    ("fairness", "Fairness", "how messages were spread across connections (Lorenz curves)"),
-    ("per_conn", "Per-connection distribution", "messages each connection got, against the fair share"),
+    ("syscalls", "Syscalls {per}", "what every {one} costs in system calls"),
+    ("cpu", "CPU split", "backend CPU time {per}, kernel vs user"),
+    ("fairness", "Fairness", "how {many} were spread across connections (Lorenz curves)"),
+    ("per_conn", "Per-connection distribution", "{many} each connection got, against the fair share"),
 )
+
+
+def worded(text: str, cells: pd.DataFrame | None) -> str:
+    """A PLOTS title or caption in the words of `cells`' protocols."""
+    p = cells.get("protocol") if cells is not None else None
+    return text.format(per=units.per_unit(p), one=units.exchange(p), many=units.exchanges(p))
 SOURCES = ("plots.py", "mpl.py", "units.py", "schema.py")  # what draws; a change to one draws anew
 # Drawing processes: each imports matplotlib (~0.45 s of CPU), so on 2 CPUs one child beside the parent
 # (which writes the rest of the report meanwhile) is as quick as two and much lighter on a busy host.
@@ -221,7 +229,8 @@ class Pending:
             self.svgs = {n: got[n] if n in got else self.draw(n, self.cells, self.per_conn) for n, _, _ in PLOTS}
             if self.key is not None:
                 _store(self.key, self.svgs)
-        return save(self.out_dir, [(n, t, c, self.svgs.get(n)) for n, t, c in PLOTS])
+        return save(self.out_dir, [(n, worded(t, self.cells), worded(c, self.cells), self.svgs.get(n))
+                                   for n, t, c in PLOTS])
 
     def __enter__(self) -> Pending:
         return self

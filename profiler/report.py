@@ -27,14 +27,15 @@ from netprof.profiler.errors import InputError
 from netprof.profiler.stats import num, syscalls_of
 
 HEADLINE = "Headline: every cell"
+# A title's {rate} and {per} are the cells' words (units.rate_unit, units.per_unit: req/s for HTTP).
 TABLES = (  # a function may return None: the table does not apply to this run (e.g. one backend)
-    ("Throughput, msgs/s ± 95% interval", tables.throughput_table),
+    ("Throughput, {rate} ± 95% interval", tables.throughput_table),
     ("Relative speed (slowest backend of each column = 1)", tables.relative_table),
     ("Latency p50 / p95 / p99 / p999", tables.latency_table),
     ("Fairness across connections", tables.fairness_table),
     ("Backend CPU", tables.cpu_table),
-    ("Syscalls per message", tables.syscalls_table),
-    ("Probe cost in each cell: probed sub-window msgs/s vs the unprobed rest, ± 95% interval over the rounds, "
+    ("Syscalls {per}", tables.syscalls_table),
+    ("Probe cost in each cell: probed sub-window {rate} vs the unprobed rest, ± 95% interval over the rounds, "
      "and how far apart the unprobed parts before and after it were (headline numbers exclude it, not the "
      "--sockwait set's)",
      tables.probe_cost_table),
@@ -46,9 +47,16 @@ TEMPLATES = Path(__file__).parent / "templates"
 # ---------------------------------------------------------------------------------------------
 # Findings: the opening sentences, generated from the data.
 
+def _table_title(title: str, cells: pd.DataFrame) -> str:
+    """A TABLES title in the words of `cells`' protocols."""
+    protocol = cells.get("protocol")
+    return title.format(rate=units.rate_unit(protocol), per=units.per_unit(protocol))
+
+
 def _scale(r) -> str:
     """'100 connections, 8 messages in flight, message framing' (what varies in this run, in words)."""
-    pipe = f", {int(r['pipeline'])} messages in flight" if (r.get("pipeline") or 1) > 1 else ""
+    piped = (r.get("pipeline") or 1) > 1
+    pipe = f", {int(r['pipeline'])} {units.exchanges(r.get('protocol'))} in flight" if piped else ""
     vary = r.get("_vary") or ()
     interp = f" on {r['interpreter']}" if "interpreter" in vary else ""
     framing = _framing_words(r.get("framing")) if "framing" in vary else ""
@@ -64,15 +72,17 @@ def _framing_words(framing) -> str:
 
 
 def _cost(r) -> str | None:
-    """'9.1 µs of CPU per message (5.0 user + 4.1 kernel) and 2.01 syscalls' or None."""
+    """'9.1 µs of CPU per message (5.0 user + 4.1 kernel) and 2.01 syscalls per message' ('per request'
+    in an HTTP cell) or None."""
     u, k = num(r, "cpu_us_per_msg.user"), num(r, "cpu_us_per_msg.sys")
     per = syscalls_of(r)
+    each = units.per_unit(r.get("protocol"))
     parts = []
     if u is not None and k is not None:
-        parts.append(f"{units.duration_us(u + k)} of CPU per message ({units.duration_us(u)} user + "
+        parts.append(f"{units.duration_us(u + k)} of CPU {each} ({units.duration_us(u)} user + "
                      f"{units.duration_us(k)} kernel)")
     if per:
-        parts.append(f"{units.per_message(sum(per.values()))} syscalls per message")
+        parts.append(f"{units.per_message(sum(per.values()))} syscalls {each}")
     return " and ".join(parts) or None
 
 
@@ -107,7 +117,7 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     best, last = runs[-1], groups[-1]
     scales = [int(r["connections"]) for r in runs]
     where = _scale(best).replace(f"{int(best['connections'])} connections", f"{_counts(scales)} connections")
-    rate = f"{_span([r['mps_mean'] for r in runs], units.rate)} msgs/s"
+    rate = f"{_span([r['mps_mean'] for r in runs], units.rate)} {units.rate_unit(best.get('protocol'))}"
     head = f"At {where}, **{best['backend']}** " + (f"is fastest with {rate}" if len(last) > 1 else f"handled {rate}")
     ci = [num(r, "mps_ci_pct") for r in runs]
     known_ci = [c for c in ci if c is not None]
@@ -152,9 +162,9 @@ def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
         text = f"Every cell served its connections evenly (Jain index {span})"
         if piped:
             framings = set(cells["framing"].dropna()) if "framing" in cells else set()
-            text += (f", also with {_counts(piped)} messages in flight per connection: the `sock_recv` "
-                     "starvation of network_ping_test (data already waiting lets one coroutine keep reading "
-                     "without yielding) did not appear in this run")
+            text += (f", also with {_counts(piped)} {units.exchanges(cells.get('protocol'))} in flight per connection: "
+                     "the `sock_recv` starvation of network_ping_test (data already waiting lets one coroutine "
+                     "keep reading without yielding) did not appear in this run")
             if framings == {"stream"}:
                 text += (" — with stream framing each receive drains every queued message, so no connection "
                          "can run ahead; `--framing message` reads one message per receive, as the reference does")
@@ -277,8 +287,8 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
         lead = "Most severe" if found[0]["severity"] != "info" else "Informational only"
         out.append(f"The analysis flagged {counts}. {lead}: " + "; ".join(a["title"] for a in top) + ".")
     else:
-        out.append("No anomaly rule fired: service was fair, costs per message were ordinary, and the loader had "
-                   "headroom.")
+        out.append(f"No anomaly rule fired: service was fair, costs {units.per_unit(cells.get('protocol'))} were "
+                   "ordinary, and the loader had headroom.")
     return out
 
 
@@ -383,10 +393,11 @@ def sampling_cost(entry: dict, df: pd.DataFrame) -> str | None:
         return None
     same = schema.select(schema.normalize(df), entry)
     same = same[same["status"] == "ok"] if "status" in same else same
+    unit = units.rate_unit(entry.get("protocol") or (same["protocol"] if "protocol" in same else None))
     if same.empty:
-        return f"sampling round: {sampled:,.0f} msgs/s (no throughput round of this cell to compare)"
+        return f"sampling round: {sampled:,.0f} {unit} (no throughput round of this cell to compare)"
     base = float(same["msgs_per_sec"].mean())
-    return (f"sampling round ran at {sampled:,.0f} msgs/s vs {base:,.0f} in the throughput rounds "
+    return (f"sampling round ran at {sampled:,.0f} {unit} vs {base:,.0f} in the throughput rounds "
             f"(×{sampled / base:.2f}: what the samplers cost; one run, and this machine varies ±10%)")
 
 
@@ -424,10 +435,11 @@ def headline_note(cells: pd.DataFrame) -> str:
         return ""
     n = sorted({int(v) for v in cells["mps_n"].dropna()}) if "mps_n" in cells else []
     rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
-    text = (f"msgs/s: mean of {rounds} ± its 95% interval; latency from the loader; CPU per message from /proc "
-            "over the same window")
+    protocol = cells.get("protocol")
+    text = (f"{units.rate_unit(protocol)}: mean of {rounds} ± its 95% interval; latency from the loader; CPU "
+            f"{units.per_unit(protocol)} from /proc over the same window")
     if "probe_cost" in cells and cells["probe_cost"].notna().any():
-        text += "; syscalls per message from the probed part of the window"
+        text += f"; syscalls {units.per_unit(protocol)} from the probed part of the window"
     return text + ". Fastest first within each group."
 
 
@@ -443,6 +455,12 @@ def _anomaly_cells(a: dict, cells: pd.DataFrame) -> pd.DataFrame:
         if a.get(k) is not None and k in cells:
             sel &= cells[k] == a[k]
     return cells[sel]
+
+
+def _anomaly_protocols(a: dict, cells: pd.DataFrame) -> list:
+    """The protocols of an anomaly's cells: its evidence's keys read in their words on the page (units.value)."""
+    mine = _anomaly_cells(a, cells)
+    return list(mine["protocol"]) if "protocol" in mine else []
 
 
 def anomaly_links(a: dict, cells: pd.DataFrame, plots: list, flames: list[dict], sockwait: bool) -> list[dict]:
@@ -508,7 +526,8 @@ def template_env(autoescape: bool) -> jinja2.Environment:
     env.filters["md_cell"] = _md_cell
     env.filters["md_table"] = lambda t: tables.to_markdown(t["header"], [[_md_cell(c) for c in r] for r in t["rows"]])
     env.filters["ev_value"] = lambda v: ", ".join(map(str, v)) if isinstance(v, list) else v
-    env.filters["ev_row"] = lambda kv: units.value(*kv)  # (key, value) → (label, value in its unit)
+    # (key, value[, protocols]) → (label in the cells' words, value in its unit)
+    env.filters["ev_row"] = lambda kv: units.value(*kv)
     env.filters["lead"] = _lead
     env.globals["plural"] = units.plural
     return env
@@ -576,7 +595,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         return summary
     with plotset.start(cells, per_conn, out, _draw) as pending:  # drawn in children meanwhile
         found = rules.detect(df, per_conn, meta, src, cells=cells)
-        rendered = ([{"title": t, "header": made[0], "rows": made[1]} for t, fn in TABLES
+        rendered = ([{"title": _table_title(t, cells), "header": made[0], "rows": made[1]} for t, fn in TABLES
                      if (made := fn(cells)) is not None] if not cells.empty else [])
         if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
             back = os.path.relpath(src.resolve(), out.resolve())
@@ -590,8 +609,9 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
         cell_summaries = stats.cell_summaries(df)  # while the plots are drawn
         figures = context["plots"] = pending.result() + timeline_plot(out, timeline)
-    context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])))
-                            for a in found]  # links are for the page only: summary.json keeps `found`
+    context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])),
+                                 protocol=_anomaly_protocols(a, cells))
+                            for a in found]  # links and words are for the page only: summary.json keeps `found`
     summary = _summary(src, out, df, cell_summaries, found, meta, render(out, context), figures, flames, stack_files)
     if console is not None:
         _print(console, context, out)

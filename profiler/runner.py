@@ -53,12 +53,13 @@ def plan_line(cfg: RunConfig) -> str:
 
 
 def cell_line(cell, row: dict) -> str:
-    """One finished cell, for logs: label, msgs/s, p99, syscalls per message."""
+    """One finished cell, for logs: label, msgs/s (req/s for HTTP), p99, syscalls per message."""
     from netprof.probes import per_message_notation
 
     per = row.get("syscalls_per_msg") or {}
     p99 = (row.get("lat_us") or {}).get("p99")
-    return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} msgs/s, p99 {units.duration_us(p99)}, "
+    return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} {units.rate_unit(row.get('protocol'))}, "
+            f"p99 {units.duration_us(p99)}, "
             f"{per_message_notation(per, row.get('ring_per_msg')) if per else 'no probes'}")
 
 
@@ -170,7 +171,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 progress.update(task, phase=text)
 
             def live(rate: float) -> None:  # the loader's progress events: this cell's msgs/s as it runs
-                progress.update(task, last=f"live: {units.rate(rate)} msgs/s")
+                progress.update(task, last=f"live: {units.rate(rate)} {units.rate_unit(cfg.protocol)}")
 
             if not console.is_terminal or verbose:
                 console.print(plan_line(cfg), highlight=False, soft_wrap=True)
@@ -195,7 +196,8 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                 elif not console.is_terminal or verbose:  # no progress bar off a terminal: one line per cell
                     progress.console.print(cell_line(cell, outcome.row), highlight=False, soft_wrap=True)
                 if outcome.ok:
-                    progress.update(task, last=f"last: {units.rate(outcome.row.get('msgs_per_sec'))} msgs/s")
+                    progress.update(task, last=f"last: {units.rate(outcome.row.get('msgs_per_sec'))} "
+                                                   f"{units.rate_unit(outcome.row.get('protocol'))}")
                 progress.advance(task)
             if STOP.is_set():
                 raise KeyboardInterrupt

@@ -113,7 +113,7 @@ def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
         sub = sub.sort_values("answers", ascending=False, kind="stable")
         x = np.arange(1, len(sub) + 1)
         ax.bar(x, sub["answers"].to_numpy(dtype=float), color="C0", alpha=0.5, width=1.0)
-        ax.set_ylabel("messages answered", fontsize=7, color="C0")
+        ax.set_ylabel(f"{units.exchanges(r.get('protocol'))} answered", fontsize=7, color="C0")
         ax.set_xlabel("connections, most-served first", fontsize=7)
         ax2 = ax.twinx()
         wait = sub["wait_us"].to_numpy(dtype=float)
@@ -133,7 +133,8 @@ def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
             ax2.legend(fontsize=6, loc="upper left")
     for ax in list(axes.flat)[len(picked) :]:
         ax.axis("off")
-    fig.suptitle("Per connection: messages answered (bars) and socket queue wait (dots: p90 of its reads)",
+    fig.suptitle(f"Per connection: {units.exchanges(cells.get('protocol'))} answered (bars) and socket queue wait "
+                 "(dots: p90 of its reads)",
                  fontsize=9)
     fig.tight_layout()
     return fig
@@ -221,7 +222,8 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
         lo, hi = min(shares), max(shares)
         span = f"{lo:.1f}%" if round(lo, 1) == round(hi, 1) else f"{lo:.1f}–{hi:.1f}%"
         text += (
-            f" Against these servers' CPU per message ({min(cpu):,.1f}–{max(cpu):,.1f} µs) that is about "
+            f" Against these servers' CPU {units.per_unit(cells.get('protocol'))} ({min(cpu):,.1f}–{max(cpu):,.1f} µs) "
+            "that is about "
             f"{span} of their time (a server that saturates its CPU loses that much throughput)."
         )
     return text
@@ -266,7 +268,8 @@ def section(
                 fig,
                 "sockwait_connections",
                 "Queue wait per connection",
-                "connections ranked by messages answered, with each one's socket queue wait (p90 of its reads): "
+                f"connections ranked by {units.exchanges(cells.get('protocol'))} answered, with each one's socket "
+                "queue wait (p90 of its reads): "
                 "starved connections are the ones whose data waits",
                 out_dir,
             )

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from netprof.profiler import schema
+from netprof.profiler import schema, units
 
 NOISY_CV = 0.10  # a cell whose coefficient of variation across rounds exceeds this is "noisy"
 ACTIVE_SHARE_OF_MESSAGES = 0.95
@@ -298,6 +298,7 @@ CV_FLOOR = 1e-4  # a spread below this is perfect fairness (keeps the log scale 
 
 @dataclass(frozen=True)
 class Metric:
+    # as a person reads it; in CELL_METRICS {rate}, {per} and {many} stand for the cells' words (metric_info)
     label: str
     unit: str = ""
     higher_is_better: bool = False
@@ -306,22 +307,22 @@ class Metric:
 
 
 CELL_METRICS: dict[str, Metric] = {
-    "msgs_per_sec": Metric("msgs/s", higher_is_better=True),
+    "msgs_per_sec": Metric("{rate}", higher_is_better=True),
     "lat_us.p50": Metric("latency p50", "µs"),
     "lat_us.p95": Metric("latency p95", "µs"),
     "lat_us.p99": Metric("latency p99", "µs"),
     "lat_us.p999": Metric("latency p999", "µs"),
-    "cpu_us_per_msg.user": Metric("user CPU per message", "µs"),
-    "cpu_us_per_msg.sys": Metric("kernel CPU per message", "µs"),
-    CPU_TOTAL: Metric("CPU per message", "µs"),
-    SYSCALLS_TOTAL: Metric("syscalls per message"),
-    KERNEL_OPS_TOTAL: Metric("kernel operations per message (syscalls + io_uring)"),
-    "ctx_switches_per_msg": Metric("context switches per message"),
+    "cpu_us_per_msg.user": Metric("user CPU {per}", "µs"),
+    "cpu_us_per_msg.sys": Metric("kernel CPU {per}", "µs"),
+    CPU_TOTAL: Metric("CPU {per}", "µs"),
+    SYSCALLS_TOTAL: Metric("syscalls {per}"),
+    KERNEL_OPS_TOTAL: Metric("kernel operations {per} (syscalls + io_uring)"),
+    "ctx_switches_per_msg": Metric("context switches {per}"),
     # Jain saturates near 1 (0.86 and 0.9999 look close, yet are a spread of 0.40 vs 0.01): it is
     # judged through J = 1/(1 + CV²), the per-connection coefficient of variation, on a log scale.
     "per_conn.jain": Metric("Jain index", higher_is_better=True, judged_by=CONN_CV),
     CONN_CV: Metric("spread across connections (CV)", log=True),
-    "per_conn.active_share": Metric("share of connections that handled 95% of messages", higher_is_better=True),
+    "per_conn.active_share": Metric("share of connections that handled 95% of {many}", higher_is_better=True),
     # --sockwait (probes/sockwait/): where the server side of a round trip went. Waits are heavy-
     # tailed and span decades between a fair and a starving backend: judged on a log scale.
     "sockwait.wait_p50_us": Metric("socket queue wait p50", "µs", log=True),
@@ -341,13 +342,16 @@ SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith(("soc
 NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns
 
 
-def metric_info(col: str) -> Metric:
-    """How a judged column reads and is judged; a syscall column reads 'epoll_ctl per message'."""
+def metric_info(col: str, protocol=None) -> Metric:
+    """How a judged column reads and is judged, in the words of `protocol` (a row's, or the cells'; see
+    units.rate_unit): a syscall column reads 'epoll_ctl per message', 'epoll_ctl per request' for HTTP."""
+    per = units.per_unit(protocol)
     if col.startswith(SYSCALL_PREFIX):
-        return Metric(f"{col[len(SYSCALL_PREFIX):]} per message")
+        return Metric(f"{col[len(SYSCALL_PREFIX):]} {per}")
     if col.startswith(RING_PREFIX):
-        return Metric(f"{col[len(RING_PREFIX):]} (io_uring) per message")
-    return CELL_METRICS[col]
+        return Metric(f"{col[len(RING_PREFIX):]} (io_uring) {per}")
+    m = CELL_METRICS[col]
+    return replace(m, label=m.label.format(rate=units.rate_unit(protocol), per=per, many=units.exchanges(protocol)))
 
 
 def per_round(df: pd.DataFrame) -> pd.DataFrame:

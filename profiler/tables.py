@@ -33,15 +33,18 @@ def headline_dims(agg: pd.DataFrame) -> list[str]:
 
 def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """One line per cell: backend × connections × every other varying dimension (schema's labels),
-    msgs/s ± interval, p99, CPU per message kernel / user, syscalls per message, Jain. Within each
-    group of the other dimensions and connections, fastest first."""
+    msgs/s ± interval, p99, CPU per message kernel / user, syscalls per message, Jain (in requests when
+    the cells are HTTP: units' words for their protocols). Within each group of the other dimensions and
+    connections, fastest first."""
     if agg.empty:
         return ["backend"], []
     dims = headline_dims(agg)
     order = dims + ["connections"]
     agg = agg.assign(_neg=-agg["mps_mean"]).sort_values(order + ["_neg"], kind="stable")
-    header = ["backend", *dims, "connections", "msgs/s", "p99 latency", "CPU µs/msg kernel / user",
-              "kernel ops/msg", "Jain"]
+    protocol = agg.get("protocol")
+    per = units.per_abbrev(protocol)
+    header = ["backend", *dims, "connections", units.rate_unit(protocol), "p99 latency", f"CPU µs{per} kernel / user",
+              f"kernel ops{per}", "Jain"]
     rows = []
     for _, r in agg.iterrows():
         k, u = _get(r, "cpu_us_per_msg.sys"), _get(r, "cpu_us_per_msg.user")
@@ -71,7 +74,8 @@ def _interval(r) -> str:
 
 
 def throughput_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """msgs/s ± 95% interval (noisy cells flagged), backends as rows, connection counts as columns."""
+    """msgs/s (req/s for HTTP: the table's title says) ± 95% interval (noisy cells flagged), backends as
+    rows, connection counts as columns."""
     return _pivot(agg, lambda r: f"{units.rate(r['mps_mean'])} {_interval(r)}{' (noisy)' if r.get('noisy') else ''}")
 
 
@@ -93,7 +97,8 @@ def fairness_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     def fmt(r) -> str:
         jain = _get(r, "per_conn.jain")
         return (f"Jain {units.DASH if jain is None else f'{jain:.2f}'}, "
-                f"95% of messages by {units.share(_get(r, 'per_conn.active_share'))} of connections")
+                f"95% of {units.exchanges(r.get('protocol'))} by {units.share(_get(r, 'per_conn.active_share'))} "
+                "of connections")
     return _pivot(agg, fmt)
 
 
@@ -102,7 +107,8 @@ def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     def fmt(r) -> str:
         s = f"user {units.share(_get(r, 'cpu.user_frac'))}, busy {units.share(_get(r, 'cpu.busy_frac'))}"
         u, k = _get(r, "cpu_us_per_msg.user"), _get(r, "cpu_us_per_msg.sys")
-        return s + (f", {units.duration_us(u + k)} per msg" if u is not None and k is not None else "")
+        return s + (f", {units.duration_us(u + k)} {units.per_unit(r.get('protocol'))}"
+                    if u is not None and k is not None else "")
     return _pivot(agg, fmt)
 
 

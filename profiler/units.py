@@ -7,6 +7,7 @@ Every function takes None or NaN and returns "–": a missing figure is a dash, 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 DASH = "–"
 
@@ -92,6 +93,76 @@ def per_message(v) -> str:
     return f"{v:.2f}" if abs(v) >= 1 else _sig(v, 2)
 
 
+# ---------------------------------------------------------------------------------------------
+# What one exchange is called (the only place that says it): an HTTP cell (its row's `protocol` is
+# "http") exchanges requests, every other cell (echo, line, ZeroMQ) messages. The rows keep their
+# column names (`msgs_per_sec`, `syscalls_per_msg`, ...): for an HTTP row they count requests
+# (docs/results-format.md). Each function below takes a row's protocol (None or NaN: an older row,
+# "echo"), or the protocols of several cells (a frame's `protocol` column, a set): when all of them
+# are HTTP the words are a request's, when none is a message's, and when they mix the message words
+# followed by the request words for HTTP ("msgs/s (req/s for HTTP)"): the cells' own lines say which.
+
+HTTP = "http"
+# kind → (singular, plural, rate, abbreviation)
+_WORDS = {"message": ("message", "messages", "msgs/s", "msg"),
+          "request": ("request", "requests", "req/s", "req")}
+
+
+def exchange_kind(protocol) -> str:
+    """'request' (HTTP), 'message' (echo, line, ZeroMQ, an older row) or 'mixed' (several cells, some HTTP)."""
+    if protocol is None or isinstance(protocol, str):
+        return "request" if protocol == HTTP else "message"
+    if not isinstance(protocol, Iterable):  # NaN: a row written before the column
+        return "message"
+    kinds = {exchange_kind(p) if isinstance(p, str) else "message" for p in protocol}
+    if kinds == {"request"}:
+        return "request"
+    return "mixed" if "request" in kinds else "message"
+
+
+def _say(protocol, form: int, pattern: str = "{}") -> str:
+    kind = exchange_kind(protocol)
+    if kind != "mixed":
+        return pattern.format(_WORDS[kind][form])
+    return f"{pattern.format(_WORDS['message'][form])} ({pattern.format(_WORDS['request'][form])} for HTTP)"
+
+
+def exchange(protocol=None) -> str:
+    """One exchange: 'request' (HTTP) or 'message'."""
+    return _say(protocol, 0)
+
+
+def exchanges(protocol=None) -> str:
+    """Exchanges, plural: 'requests' (HTTP) or 'messages' ('95% of requests', 'requests in flight')."""
+    return _say(protocol, 1)
+
+
+def rate_unit(protocol=None) -> str:
+    """The throughput unit: 'req/s' (HTTP) or 'msgs/s'; mixed cells 'msgs/s (req/s for HTTP)'."""
+    return _say(protocol, 2)
+
+
+def per_unit(protocol=None) -> str:
+    """A figure's divisor in words: 'per request' (HTTP) or 'per message' ('syscalls per request')."""
+    return _say(protocol, 0, "per {}")
+
+
+def per_abbrev(protocol=None) -> str:
+    """The same, short, for a column header: '/req' (HTTP) or '/msg' ('CPU µs/req', 'kernel ops/req')."""
+    return _say(protocol, 3, "/{}")
+
+
+def reword(text: str, protocol=None) -> str:
+    """A label written in message words (an anomaly's evidence key: summary.json keeps it as written) as
+    `protocol`'s cells read it: 'epoll_ctl per message' → 'epoll_ctl per request' for HTTP."""
+    if exchange_kind(protocol) != "request":
+        return text
+    for old, new in (("msgs/s", rate_unit(HTTP)), ("per message", per_unit(HTTP)), ("/msg", per_abbrev(HTTP)),
+                     ("messages", exchanges(HTTP)), ("message", exchange(HTTP))):
+        text = text.replace(old, new)
+    return text
+
+
 def number(v) -> str:
     """Any other figure: integers with separators, others with 3 significant digits."""
     if _missing(v):
@@ -123,9 +194,11 @@ def plural(n, one: str, many: str | None = None) -> str:
     return f"{k:,} {one if k == 1 else (many or one + 's')}"
 
 
-def value(key: str, v) -> tuple[str, str]:
+def value(key: str, v, protocol=None) -> tuple[str, str]:
     """An evidence line as it reads: a key that names its unit in parentheses, '(µs)' or '(s)',
-    loses it and the value carries the chosen unit; other numbers get separators or 3 digits."""
+    loses it and the value carries the chosen unit; other numbers get separators or 3 digits. The key
+    is in `protocol`'s words (reword: 'per request' in an HTTP cell's evidence)."""
+    key = reword(key, protocol)
     if isinstance(v, (list, tuple)):
         return key, ", ".join(map(str, v))
     if isinstance(v, bool) or not isinstance(v, (int, float)):

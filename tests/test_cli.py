@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from helpers import netprof_cli, wait_no_children
+from netprof.profiler.cli import EXAMPLE_LINES
 
 BAD = [
     (["run", "no_such_backend", "--no-probes"], "unknown backend 'no_such_backend'"),
@@ -60,6 +63,17 @@ def test_version_and_help():
     assert netprof_cli("--version").stdout.startswith("netprof ")
     helptext = netprof_cli("--help").stdout
     assert "Examples" in helptext and "netprof run uvloop_sock" in helptext
+
+
+def test_help_examples_stay_whole_at_80_columns():
+    """Issue 51: at 80 columns no example's comment is cut in two: each is a line of its own, above its
+    command, and every line of the help fits."""
+    helptext = netprof_cli("--help", env={**os.environ, "COLUMNS": "80"}).stdout
+    lines = helptext.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    for what, cmd in EXAMPLE_LINES:
+        at = lines.index(f"    # {what}")
+        assert lines[at + 1] == f"    {cmd}", lines[at:at + 2]
 
 
 def test_list_shows_seed_backends():

@@ -59,3 +59,36 @@ def test_evidence_values_carry_their_unit():
     assert units.value("Jain index (1 = fair)", 0.4) == ("Jain index (1 = fair)", "0.4")
     assert units.value("pinned", True) == ("pinned", "True")
     assert units.value("counts", [1, 2]) == ("counts", "1, 2")
+
+
+def test_an_http_cell_speaks_in_requests_every_other_in_messages():
+    """Issue 51: the words of one exchange have one owner; HTTP rows count requests (docs/results-format.md)."""
+    assert (units.rate_unit("http"), units.per_unit("http"), units.per_abbrev("http")) == \
+        ("req/s", "per request", "/req")
+    assert (units.exchange("http"), units.exchanges("http")) == ("request", "requests")
+    for other in ("echo", "line", None, math.nan):  # ZeroMQ rows are "echo"; None/NaN: a row older than the column
+        assert (units.rate_unit(other), units.per_unit(other), units.per_abbrev(other)) == \
+            ("msgs/s", "per message", "/msg")
+        assert (units.exchange(other), units.exchanges(other)) == ("message", "messages")
+
+
+def test_the_words_of_several_cells():
+    """A frame's protocols: all HTTP → requests; none → messages; a mix names both (the rows say which is which)."""
+    import pandas as pd
+
+    assert units.rate_unit(pd.Series(["http", "http"])) == "req/s"
+    assert units.rate_unit(pd.Series(["echo", None])) == units.rate_unit([]) == "msgs/s"
+    assert units.rate_unit({"http", "echo"}) == "msgs/s (req/s for HTTP)"
+    assert units.per_unit(["http", math.nan]) == "per message (per request for HTTP)"
+    assert units.exchange_kind(["http"]) == "request" and units.exchange_kind(("echo", "line")) == "message"
+
+
+def test_evidence_keys_read_in_the_cells_words():
+    """summary.json keeps an evidence key as the rule wrote it; the page says it in requests for HTTP."""
+    assert units.reword("epoll_ctl per message", "http") == "epoll_ctl per request"
+    assert units.reword("msgs/s per round", "http") == "req/s per round"
+    assert units.reword("connections serving 95% of messages", ["http"]) == "connections serving 95% of requests"
+    assert units.reword("epoll_ctl per message", "echo") == "epoll_ctl per message"
+    assert units.reword("msgs/s per round", ["http", "echo"]) == "msgs/s per round"  # mixed: as written
+    assert units.value("futex per message", 2.0, ["http"]) == ("futex per request", "2")
+    assert units.value("futex per message", 2.0) == ("futex per message", "2")

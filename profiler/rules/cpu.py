@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from netprof.profiler import schema
+from netprof.profiler import schema, units
 from netprof.profiler.rules.common import r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.stats import num, syscalls_of
@@ -27,23 +27,24 @@ def cpu_split(ctx: Context) -> list[Anomaly]:
         if t.kernel_dominated_user_frac <= u < t.user_dominated_user_frac:
             continue
         first = g.iloc[0]
-        title, text = _split_story(first["backend"], u, t)
+        title, text = _split_story(first["backend"], u, t, g.get("protocol"))
         ev = _split_evidence(g, u)
         found.append(Anomaly("cpu_split", schema.finding_cell(first, whole_server=True), "info",
                              title, text, {k: v for k, v in ev.items() if v is not None}))
     return found
 
 
-def _split_story(backend, u: float, t: Thresholds) -> tuple[str, str]:
-    """The card's title and text for a backend whose CPU is `u` user space."""
+def _split_story(backend, u: float, t: Thresholds, protocol=None) -> tuple[str, str]:
+    """The card's title and text for a backend whose CPU is `u` user space (its cells' `protocol`s: units' words)."""
+    each = units.per_unit(protocol)
     if u < t.kernel_dominated_user_frac:
         return (f"Kernel-dominated CPU: {backend}",
                 f"{backend} spends {100 * (1 - u):.0f}% of its CPU in the kernel (TCP stack and syscalls). Its "
-                "cost per message is set by how many syscalls it makes and how much the socket layer does per "
-                "call, so fewer syscalls per message (batching, larger reads) help more than faster Python would.")
+                f"cost {each} is set by how many syscalls it makes and how much the socket layer does per "
+                f"call, so fewer syscalls {each} (batching, larger reads) help more than faster Python would.")
     return (f"User-dominated CPU: {backend}",
             f"{backend} spends {100 * u:.0f}% of its CPU in user space (interpreter, event loop, handler). "
-            "The kernel is not its bottleneck: less Python per message — a leaner loop (uvloop, protocols "
+            f"The kernel is not its bottleneck: less Python {each} — a leaner loop (uvloop, protocols "
             "instead of streams) or native code — is what would make it faster.")
 
 
@@ -81,7 +82,8 @@ def loader_bottleneck(ctx: Context) -> list[Anomaly]:
         ev = {"loader CPU (share of its CPUs)": r2(lf), "backend busy (share of one CPU)": r2(busy),
               "loader CPUs": ",".join(map(str, ctx.meta.get("pinning", {}).get("loader_cpus", []) or [])) or None}
         text = (f"The loader ran at {100 * lf:.0f}% of its CPU while measuring {where(r)}: the load generator, not "
-                "the backend, may have set the pace, so this msgs/s is a lower bound of what the backend can do. ")
+                f"the backend, may have set the pace, so this {units.rate_unit(r.get('protocol'))} is a lower bound of "
+                "what the backend can do. ")
         sev = "warning"
         if busy is not None and busy < t.backend_idle_busy_frac:
             sev = "critical"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from netprof.profiler import units
 from netprof.profiler.rules.common import READ_SYSCALLS, r2, unanswered, where
 from netprof.profiler.rules.registry import Anomaly, Context, rule
 from netprof.profiler.rules.sources import source_line
@@ -38,7 +39,7 @@ def starvation(ctx: Context) -> list[Anomaly]:
         ev.update(waiting_ev)
         text += waiting
         text += ("Its throughput figure therefore measures the favoured connections, not fair service: "
-                 "judge this cell by its per-connection distribution, not its msgs/s.")
+                 f"judge this cell by its per-connection distribution, not its {units.rate_unit(r.get('protocol'))}.")
         found.append(Anomaly.at(r, "starvation", "critical" if skewed else "warning",
                                 f"Connection starvation: {where(r)}", text, ev))
     return found
@@ -55,7 +56,8 @@ def _starvation_evidence(ctx: Context, r, jain: float | None, share: float | Non
     if counts is not None and counts.sum() > 0:
         ranked = np.sort(counts)[::-1]
         k = max(1, len(ranked) // 100)
-        ev["top 1% of connections got"] = f"{100 * ranked[:k].sum() / ranked.sum():.0f}% of messages"
+        ev["top 1% of connections got"] = (f"{100 * ranked[:k].sum() / ranked.sum():.0f}% of "
+                                           f"{units.exchanges(r.get('protocol'))}")
     return ev
 
 
@@ -63,13 +65,14 @@ def _how_uneven(ctx: Context, r, ev: dict, skewed: bool, idle_share: float) -> s
     """The clause that says how unevenly: by active share, idle connections, or busiest against median."""
     share, idle = num(r, "per_conn.active_share"), num(r, "per_conn.idle")
     p50, top = num(r, "per_conn.p50"), num(r, "per_conn.max")
+    one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
     if share is not None and share < ctx.t.starvation_active_share:
-        return f"{ev['connections serving 95% of messages']} connections handled 95% of the messages"
+        return f"{ev['connections serving 95% of messages']} connections handled 95% of the {many}"
     if not skewed:
         return (f"{int(idle or 0)} of {int(r['connections'])} connections ({100 * idle_share:.0f}%) exchanged no "
-                "message at all in the measurement window while the others were served")
+                f"{one} at all in the measurement window while the others were served")
     if p50 and top:
-        return (f"its busiest connection exchanged {top / p50:.0f}× the messages of the median one "
+        return (f"its busiest connection exchanged {top / p50:.0f}× the {many} of the median one "
                 f"({top:.0f} vs {p50:.0f})")
     return "a few connections got most of the service"
 
@@ -93,11 +96,12 @@ def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
     ev["mechanism"] = (f"{r['backend']}'s reads found their data already waiting and returned without yielding to the "
                        "event loop (asyncio's `sock_recv` tries `sock.recv()` first), so the coroutine that has data "
                        "keeps the loop while the other connections wait.")
-    text = (f"Its reads almost never went through the event loop: {reads:.2f} read calls and {ec:.2f} epoll_ctl per "
-            f"message, where registering for readiness around each read implies {implied:.1f} epoll_ctl. This is the "
-            "eager-read path of asyncio's `sock_recv` (asyncio/selector_events.py): it first calls `sock.recv(n)` and, "
-            "when data is already there, returns it at once — the coroutine continues without yielding to the event "
-            "loop, so the connection that has data keeps the loop and the others wait. ")
+    text = (f"Its reads almost never went through the event loop: {reads:.2f} read calls and {ec:.2f} epoll_ctl "
+            f"{units.per_unit(r.get('protocol'))}, where registering for readiness around each read implies "
+            f"{implied:.1f} epoll_ctl. This is the eager-read path of asyncio's `sock_recv` "
+            "(asyncio/selector_events.py): it first calls `sock.recv(n)` and, when data is already there, returns "
+            "it at once — the coroutine continues without yielding to the event loop, so the connection that has "
+            "data keeps the loop and the others wait. ")
     text += _pipeline_trigger(ctx, r, ev) + _framing_trigger(ctx, r, ev)
     _stack_evidence(ctx, r, ev)
     return text
@@ -119,7 +123,8 @@ def _pipeline_trigger(ctx: Context, r, ev: dict) -> str:
     """Several messages in flight keep data waiting; the same backend at pipeline 1, when measured."""
     if not (r.get("pipeline") or 1) > 1:
         return ""
-    text = (f"With {int(r['pipeline'])} messages in flight per connection the next message is almost always "
+    one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
+    text = (f"With {int(r['pipeline'])} {many} in flight per connection the next {one} is almost always "
             "already waiting: that is the trigger. ")
     fair = ctx.same_cell(r, pipeline=1)
     if not fair.empty and (j := num(fair.iloc[0], "per_conn.jain")) is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from netprof.profiler import schema
+from netprof.profiler import schema, units
 from netprof.profiler.rules.common import r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.stats import num
@@ -64,7 +64,8 @@ def _busy_round(r, best, host: dict) -> Anomaly:
     rnd = int(r["round"])
     ev = {"msgs/s this round": round(mps), f"msgs/s best round ({int(best['round'])})": round(top),
           "backend busy (share of one CPU)": r2(busy), "loader CPU (share of its CPUs)": r2(lf)}
-    text = (f"Round {rnd} of {where(r)} made {mps:.0f} msgs/s, {100 * (1 - mps / top):.0f}% below its best "
+    text = (f"Round {rnd} of {where(r)} made {mps:.0f} {units.rate_unit(r.get('protocol'))}, "
+            f"{100 * (1 - mps / top):.0f}% below its best "
             f"round ({top:.0f}), while the backend used {100 * busy:.0f}% of a CPU and the loader "
             f"{100 * lf:.0f}% of its CPUs: neither was the limit, so something outside them held the round "
             "back. ")
@@ -117,9 +118,10 @@ def probe_spill(ctx: Context) -> list[Anomaly]:
                                          f"stayed attached up to {spill:.0f} ms past the guard" if spill else "") if w)
         clean = len(schema.select(df, r)) - len(g)
         text = (f"In {where(r)} the probes {what}: "
-                "part of that round's headline window ran with probes on, so its msgs/s and latency include some of "
-                "their cost (the probed part's counts miss the late time). Attaching a tracepoint stops every CPU "
-                "for a moment; on a host whose CPUs are descheduled (steal) that takes far longer than the guard. "
-                "Re-run the cell" + (f", or read its {clean} other rounds, which were clean." if clean > 0 else "."))
+                f"part of that round's headline window ran with probes on, so its {units.rate_unit(r.get('protocol'))} "
+                "and latency include some of their cost (the probed part's counts miss the late time). Attaching a "
+                "tracepoint stops every CPU for a moment; on a host whose CPUs are descheduled (steal) that takes "
+                "far longer than the guard. Re-run the cell"
+                + (f", or read its {clean} other rounds, which were clean." if clean > 0 else "."))
         found.append(Anomaly.at(r, "probe_spill", "warning", f"Probes outside their guard: {where(r)}", text, ev))
     return found

@@ -19,7 +19,7 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
         ratio = p999 / p50
         ev = {f"latency {p} (µs)": r2(num(r, f"lat_us.{p}"), 0) for p in ("p50", "p90", "p99", "p999", "max")}
         ev["p999 / p50"] = r2(ratio, 1)
-        text = (f"For {where(r)}, one message in a thousand took {ratio:.0f}× the median "
+        text = (f"For {where(r)}, one {units.exchange(r.get('protocol'))} in a thousand took {ratio:.0f}× the median "
                 f"({units.duration_us(p999)} vs {units.duration_us(p50)}). ")
         waiting_ev, waiting = unanswered(r)
         ev.update(waiting_ev)
@@ -36,15 +36,16 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
 def _tail_causes(r, t: Thresholds) -> list[str]:
     """What else in the cell explains a long tail: starved or idle connections, preemption, pipelining."""
     causes = []
+    many = units.exchanges(r.get("protocol"))
     jain = num(r, "per_conn.jain")
     idle = num(r, "per_conn.idle") or 0
     if jain is not None and jain < t.starvation_jain:
         causes.append(f"connections are starved (Jain {jain:.2f}): the waiting ones make the tail")
     elif idle / r["connections"] >= t.starvation_idle_share:
-        causes.append(f"{int(idle)} connections got no service in the window: their messages make the tail")
+        causes.append(f"{int(idle)} connections got no service in the window: their {many} make the tail")
     inv = num(r, "ctx.involuntary_per_msg")
     if inv is not None and inv >= t.involuntary_per_msg:
-        causes.append(f"the backend is preempted {inv:.2f}× per message")
+        causes.append(f"the backend is preempted {inv:.2f}× {units.per_unit(r.get('protocol'))}")
     if (r.get("pipeline") or 1) > 1:
-        causes.append("messages queue behind others in flight on the same connection")
+        causes.append(f"{many} queue behind others in flight on the same connection")
     return causes

@@ -151,7 +151,8 @@ def loader_late(ctx: Context) -> list[Anomaly]:
     return found
 
 
-# Per-message figures that explain a bend: how each moved from the lowest rate to the knee.
+# Per-message figures that explain a bend: how each moved from the lowest rate to the knee. The labels are the
+# evidence keys (summary.json keeps them); the text says them in the cell's words (units.reword: per request).
 SYSCALLS = "syscalls"  # every counted syscall per message (stats.syscalls_of), when the cell ran with probes
 KNEE_FIGURES = (("syscalls per message", SYSCALLS, units.per_message),
                 ("user CPU per message", "cpu_us_per_msg.user", units.duration_us),
@@ -230,15 +231,17 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
         a, b = _figure(base, col), _figure(at, col)
         if a and b is not None and abs(b - a) / a >= t.knee_change:
             ev[f"{label} at {units.number(base['rate'])}/s → {units.number(hi)}/s"] = f"{fmt(a)} → {fmt(b)}"
-            moved.append(f"{label} {'rose' if b > a else 'fell'} from {fmt(a)} to {fmt(b)}")
+            moved.append(f"{units.reword(label, at.get('protocol'))} {'rose' if b > a else 'fell'} from {fmt(a)} to "
+                         f"{fmt(b)}")
     p99_0, p99 = num(base, "lat_us.p99"), num(at, "lat_us.p99")
     text = (f"{where(at)}: the latency–throughput curve bends between {units.number(lo)} and {units.number(hi)} "
             f"requests/s. At {units.number(hi)}/s the p99 from the intended send is {units.duration_us(p99)}, "
             f"{(p99 or 0) / (p99_0 or 1):.0f}× its {units.duration_us(p99_0)} at {units.number(base['rate'])}/s, and "
             f"the server answered {_pct(num(at, 'open_loop.achieved_share'))} of the rate asked "
             f"({_pct(num(base, 'open_loop.achieved_share'))} at the lowest rate): past the knee requests queue. ")
-    text += (("Per message, between the lowest rate and the knee: " + "; ".join(moved) + ". ") if moved else
-             "No per-message figure moved by a quarter on the way (run with probes for syscalls per message). ")
+    per, one = units.per_unit(at.get("protocol")), units.exchange(at.get("protocol"))
+    text += ((f"{per.capitalize()}, between the lowest rate and the knee: " + "; ".join(moved) + ". ") if moved else
+             f"No per-{one} figure moved by a quarter on the way (run with probes for syscalls {per}). ")
     q0, q = _queue_share(base), _queue_share(at)
     if q0 is not None and q is not None:
         text += (f"The socket queue's share of the slowest requests went from {_pct(q0[0])} at "

@@ -3,7 +3,7 @@ the cell's means over rounds of the probed sub-window (docs/results-format.md, `
 
 from __future__ import annotations
 
-from netprof.profiler import schema
+from netprof.profiler import schema, units
 from netprof.profiler.rules.common import r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, rule
 from netprof.profiler.stats import CONN_WAIT_SHARE, num
@@ -60,11 +60,13 @@ def wait_starvation(ctx: Context) -> list[Anomaly]:
         text = (f"In {where(r)} the kernel saw the queue waits fall on a few connections: the data of the least-served "
                 f"tenth of the connections waited {least / 1e3:,.1f} ms unread in their socket queues (the slowest "
                 f"tenth of each connection's reads), {ratio:,.0f}× the {most:,.1f} µs of the {n}. "
-                "Their messages had arrived; the server did not read them while it kept serving others. ")
+                f"Their {units.exchanges(r.get('protocol'))} had arrived; the server did not read them while it kept "
+                "serving others. ")
         if w["handler_p50_us"] is not None:
             text += (f"Handlers took {w['handler_p50_us']:,.0f} µs (median), so the starved connections' time went to "
                      "other connections, not to their own work. ")
-        text += "See the per-connection wait plot beside the message counts: the starved are the ones whose data waits."
+        text += (f"See the per-connection wait plot beside the {units.exchange(r.get('protocol'))} counts: the starved "
+                 "are the ones whose data waits.")
         title = f"Waits concentrated on few connections: {where(r)}"
         found.append(Anomaly.at(r, "wait_starvation", "critical", title, text, ev))
     return found
@@ -100,9 +102,10 @@ def head_of_line(ctx: Context) -> list[Anomaly]:
               "messages in flight": n, "handlers ahead of a message if run one at a time (µs)": r2(ahead, 0),
               "requests in a handler at once (msgs/s × mean handler time)": r2(overlap, 2),
               "handler work per message (--work)": work}
-        text = (f"In {where(r)} each message waited {wait / 1e3:,.1f} ms (median) unread in its socket queue while its "
-                f"own handler took {handler / 1e3:,.2f} ms: {wait / handler:.0f} handler times. With {n} messages in "
-                f"flight and handlers run one at a time, a message waits for the handlers of those ahead of it "
+        one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
+        text = (f"In {where(r)} each {one} waited {wait / 1e3:,.1f} ms (median) unread in its socket queue while its "
+                f"own handler took {handler / 1e3:,.2f} ms: {wait / handler:.0f} handler times. With {n} {many} in "
+                f"flight and handlers run one at a time, a {one} waits for the handlers of those ahead of it "
                 f"(up to {n - 1} × {h_mean / 1e3:,.2f} ms ≈ {ahead / 1e3:,.1f} ms): head-of-line blocking — one slow "
                 "handler holds up every other connection. ")
         text += _hol_remedy(work)
@@ -137,26 +140,28 @@ def loop_busy_elsewhere(ctx: Context) -> list[Anomaly]:
         ev = {**_wait_evidence(w), "mean queue wait (µs)": r2(mean, 0), "messages in flight": n,
               "server time per message at the measured rate (µs)": r2(loop_us, 1),
               "one round of the other messages (µs)": r2(round_us, 0)}
-        text = (f"In {where(r)} messages waited {wait / 1e3:,.1f} ms (median) unread in their socket queues while a "
+        text = (f"In {where(r)} {units.exchanges(r.get('protocol'))} waited {wait / 1e3:,.1f} ms (median) unread in "
+                "their socket queues while a "
                 f"handler took only {handler:,.0f} µs: the waiting was not spent on their own work. ")
         stalled = round_us is not None and mean >= t.busy_beyond_round * round_us
         if round_us is not None and loop_us is not None:
             ev["mean wait ÷ one round"] = r2(mean / round_us, 1)
-            text += _round_story(n, loop_us, round_us, mean, stalled)
+            text += _round_story(n, loop_us, round_us, mean, stalled, r.get("protocol"))
         title = f"Long waits with short handlers (loop busy elsewhere): {where(r)}"
         found.append(Anomaly.at(r, "loop_busy_elsewhere", "warning" if stalled else "info", title, text, ev))
     return found
 
 
-def _round_story(n: int, loop_us: float, round_us: float, mean: float, stalled: bool) -> str:
-    """The mean wait against one round of the loop over the other messages in flight."""
+def _round_story(n: int, loop_us: float, round_us: float, mean: float, stalled: bool, protocol=None) -> str:
+    """The mean wait against one round of the loop over the other messages in flight (`protocol`: units' words)."""
+    one, many = units.exchange(protocol), units.exchanges(protocol)
     if stalled:
-        return (f"One round of the other {n - 1} messages at {loop_us:,.1f} µs each takes "
+        return (f"One round of the other {n - 1} {many} at {loop_us:,.1f} µs each takes "
                 f"≈ {round_us / 1e3:,.2f} ms, yet the mean wait was {mean / round_us:.0f}× that: the loop "
                 "was busy elsewhere, beyond serving the others — blocking work outside the handlers, "
                 "pauses (garbage collection), or connections served out of turn. Look at the off-CPU "
                 "flamegraph and the latency tail.")
-    return (f"It is the loop's round over the other connections: {n - 1} other messages in flight at "
-            f"{loop_us:,.1f} µs of server time each ≈ {round_us / 1e3:,.2f} ms, what a message waited "
-            f"(mean {mean / 1e3:,.2f} ms). The loop is saturated: its per-message overhead, not handler "
+    return (f"It is the loop's round over the other connections: {n - 1} other {many} in flight at "
+            f"{loop_us:,.1f} µs of server time each ≈ {round_us / 1e3:,.2f} ms, what a {one} waited "
+            f"(mean {mean / 1e3:,.2f} ms). The loop is saturated: its per-{one} overhead, not handler "
             "work, sets the latency — cut that overhead or spread connections over more processes.")

@@ -4,6 +4,7 @@ to the kernel through io_uring instead of a syscall."""
 
 from __future__ import annotations
 
+from netprof.profiler import units
 from netprof.profiler.rules.common import MEMORY_SYSCALLS, READ_SYSCALLS, r2, where
 from netprof.profiler.rules.registry import Anomaly, Context, rule
 from netprof.profiler.rules.sources import package_line, source_line
@@ -25,11 +26,11 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
               "syscalls per message (all)": r2(total),
               "share of syscalls that are epoll_ctl": f"{100 * ec / total:.0f}%"}
         per_read = f" ({ec / reads:.1f} per read)" if reads else ""
-        text = (f"{where(r)} calls epoll_ctl {ec:.1f} times per message{per_read}, {100 * ec / total:.0f}% of all its "
-                "syscalls: it changes the socket's epoll registration around reads — register before a read that "
-                "must wait, unregister after (`add_reader` → wait → `remove_reader`, the `sock_recv` model). "
-                "Backends that keep a socket registered for its whole life (transports/protocols) pay this once "
-                "per connection. ")
+        text = (f"{where(r)} calls epoll_ctl {ec:.1f} times {units.per_unit(r.get('protocol'))}{per_read}, "
+                f"{100 * ec / total:.0f}% of all its syscalls: it changes the socket's epoll registration around "
+                "reads — register before a read that must wait, unregister after (`add_reader` → wait → "
+                "`remove_reader`, the `sock_recv` model). Backends that keep a socket registered for its whole life "
+                "(transports/protocols) pay this once per connection. ")
         if reads and ec / reads >= ctx.t.poll_handle_epoll_ctl and "uvloop" in f"{r['backend']} {r.get('family')}":
             text += UVLOOP_POLL_HANDLE
             ev["each read, call by call (uvloop on libuv)"] = UVLOOP_CALLS
@@ -70,10 +71,11 @@ def ring_work(ctx: Context) -> list[Anomaly]:
         of = f" of its {n + also:.1f} {op} operations" if also else f" {op} operations"
         why = RING_WHY.get(op, f"it submits {op} requests to a ring instead of calling the kernel")
         rest = {k: r2(v) for k, v in ring.items() if k != op}
-        text = (f"{where(r)} hands {n:.2f}{of} per message to io_uring: {why}. Syscall counts alone (strace, perf "
-                f"trace, the bcc syscall tools) would show {100 * share:.0f}% fewer kernel operations per message "
+        each = units.per_unit(r.get("protocol"))
+        text = (f"{where(r)} hands {n:.2f}{of} {each} to io_uring: {why}. Syscall counts alone (strace, perf "
+                f"trace, the bcc syscall tools) would show {100 * share:.0f}% fewer kernel operations {each} "
                 f"({total_sys:.2f} syscalls + {total_ring:.2f} ring operations). "
-                + (f"Its other ring operations per message: {rest}. " if rest else "")
+                + (f"Its other ring operations {each}: {rest}. " if rest else "")
                 + "`--io-uring on,off` runs it again with io_uring_setup denied, as a container's seccomp profile "
                 "may: a loop that falls back does the same work with syscalls.")
         ev = {"ring operations per message": {k: r2(v) for k, v in ring.items()},
@@ -120,9 +122,10 @@ def _calm_peer(ctx: Context, r, ev: dict) -> str:
     best_per = syscalls_of(best)
     assert best_per is not None  # every cell in `calm` has syscall counts
     bec = best_per.get("epoll_ctl", 0.0)
+    rate, each = units.rate_unit(r.get("protocol")), units.per_unit(r.get("protocol"))
     ev[f"{best['backend']} (fastest backend here without the churn)"] = (
-        f"{best['mps_mean']:.0f} msgs/s, {bec:.2f} epoll_ctl per message")
-    return f"Here {best['backend']} makes {bec:.2f} epoll_ctl per message at {best['mps_mean']:.0f} msgs/s."
+        f"{best['mps_mean']:.0f} {rate}, {bec:.2f} epoll_ctl {each}")
+    return f"Here {best['backend']} makes {bec:.2f} epoll_ctl {each} at {best['mps_mean']:.0f} {rate}."
 
 
 @rule("mmap_churn", consolidate=True, plots=("syscalls",))
@@ -139,9 +142,10 @@ def mmap_churn(ctx: Context) -> list[Anomaly]:
         ev["minor page faults per message"] = r2(num(r, "faults.minor_per_msg"))
         stacks = ctx.stacks(r, MEMORY_SYSCALLS)
         ev["stacks"] = stacks
-        text = (f"{where(r)} makes {total:.1f} memory-mapping syscalls per message "
+        one = units.exchange(r.get("protocol"))
+        text = (f"{where(r)} makes {total:.1f} memory-mapping syscalls per {one} "
                 f"({' + '.join(f'{v:.2f} {k}' for k, v in mem.items() if v)}): the allocator asks the kernel for "
-                "memory and gives it back for every message, and each fresh mapping costs page faults too. ")
+                f"memory and gives it back for every {one}, and each fresh mapping costs page faults too. ")
         if all(mem[k] >= ctx.t.mmap_triple for k in ("mmap", "mremap", "munmap")):
             ev["source"] = _receive_buffer_source()
             text += RECEIVE_BUFFER
@@ -183,13 +187,14 @@ def lock_contention(ctx: Context) -> list[Anomaly]:
     for _, r in ctx.cells.iterrows():
         fx = (syscalls_of(r) or {}).get("futex", 0.0)
         inv, mig = num(r, "ctx.involuntary_per_msg"), num(r, "ctx.migrations_per_msg")
+        each = units.per_unit(r.get("protocol"))
         signs = []
         if fx >= t.futex_per_msg:
-            signs.append(f"{fx:.1f} futex calls per message")
+            signs.append(f"{fx:.1f} futex calls {each}")
         if inv is not None and inv >= t.involuntary_per_msg:
-            signs.append(f"{inv:.2f} involuntary context switches per message")
+            signs.append(f"{inv:.2f} involuntary context switches {each}")
         if mig is not None and mig >= t.migrations_per_msg:
-            signs.append(f"{mig:.2f} CPU migrations per message")
+            signs.append(f"{mig:.2f} CPU migrations {each}")
         if not signs:
             continue
         ev = {"futex per message": r2(fx), "involuntary switches per message": r2(inv),
@@ -212,11 +217,12 @@ def _pinned_contrast(ctx: Context, r, fx: float, ev: dict) -> str:
         o = other.iloc[0]
         ofx = (syscalls_of(o) or {}).get("futex", 0.0)
         label = "not pinned" if r.get("pinned") else "pinned"
-        ev[f"same cell {label}"] = f"{o['mps_mean']:.0f} msgs/s, {ofx:.2f} futex per message"
-        ev["this cell"] = f"{r['mps_mean']:.0f} msgs/s"
-        return (f"The same cell {label}: {ofx:.2f} futex per message at {o['mps_mean']:.0f} msgs/s "
+        rate, each = units.rate_unit(r.get("protocol")), units.per_unit(r.get("protocol"))
+        ev[f"same cell {label}"] = f"{o['mps_mean']:.0f} {rate}, {ofx:.2f} futex {each}"
+        ev["this cell"] = f"{r['mps_mean']:.0f} {rate}"
+        return (f"The same cell {label}: {ofx:.2f} futex {each} at {o['mps_mean']:.0f} {rate} "
                 f"(here {fx:.2f} at {r['mps_mean']:.0f}). ")
     if not r.get("pinned"):
-        return ("This run was not pinned to one CPU; network_ping_test saw 15 futex per message drop to 0.01 once "
-                "the backend was pinned (taskset). Re-run pinned (the default) to compare. ")
+        return ("This run was not pinned to one CPU; network_ping_test saw 15 futex per message (its 64-byte pings) "
+                "drop to 0.01 once the backend was pinned (taskset). Re-run pinned (the default) to compare. ")
     return ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from netprof.profiler import schema
+from netprof.profiler import schema, units
 from netprof.profiler.rules.registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.stats import num, syscalls_of
 
@@ -21,7 +21,8 @@ def throughput_collapse(ctx: Context) -> list[Anomaly]:
         peak, low = collapse
         drop = 1 - low["mps_mean"] / peak["mps_mean"]
         ev = {f"msgs/s at {int(c)} connections": round(float(m)) for c, m in zip(g["connections"], g["mps_mean"])}
-        text = (f"{low['backend']} falls from {peak['mps_mean']:.0f} msgs/s at {int(peak['connections'])} connections "
+        text = (f"{low['backend']} falls from {peak['mps_mean']:.0f} {units.rate_unit(low.get('protocol'))} at "
+                f"{int(peak['connections'])} connections "
                 f"to {low['mps_mean']:.0f} at {int(low['connections'])} (−{100 * drop:.0f}%). ")
         text += _what_grew(peak, low, ev, t)
         title = f"Throughput collapses with connections: {low['backend']} −{100 * drop:.0f}%"
@@ -47,7 +48,7 @@ def _what_grew(a, b, ev: dict, t: Thresholds) -> str:
     parts = [p for p in (_cpu_grew(a, b, ca, cb, ev), _syscalls_grew(a, b, ca, cb, ev, t),
                          _busy_fell(a, b, ca, cb, ev, t)) if p]
     return (("Why: " + "; ".join(parts) + ". ") if parts
-            else "No per-message cost figures to say why (run with probes). ")
+            else f"No per-{units.exchange(b.get('protocol'))} cost figures to say why (run with probes). ")
 
 
 def _cpu_grew(a, b, ca: int, cb: int, ev: dict) -> str | None:
@@ -57,7 +58,8 @@ def _cpu_grew(a, b, ca: int, cb: int, ev: dict) -> str | None:
         return None
     ev[f"CPU µs per message user+kernel at {ca} / {cb}"] = f"{ua:.1f}+{sa:.1f} / {ub:.1f}+{sb:.1f}"
     grew = "kernel" if (sb - sa) > (ub - ua) else "user space"
-    return (f"each message costs {ua + sa:.1f} µs of CPU at {ca} and {ub + sb:.1f} µs at {cb}, "
+    return (f"each {units.exchange(b.get('protocol'))} costs {ua + sa:.1f} µs of CPU at {ca} and {ub + sb:.1f} µs at "
+            f"{cb}, "
             f"the growth mostly in {grew}")
 
 
@@ -69,7 +71,7 @@ def _syscalls_grew(a, b, ca: int, cb: int, ev: dict, t: Thresholds) -> str | Non
     ev[f"syscalls per message at {ca} / {cb}"] = f"{ta:.2f} / {tb:.2f}"
     if tb > ta * t.collapse_syscall_growth:
         top = max(pb, key=lambda k: pb[k] - pa.get(k, 0.0))
-        return f"syscalls per message grow from {ta:.2f} to {tb:.2f} (most: {top})"
+        return f"syscalls {units.per_unit(b.get('protocol'))} grow from {ta:.2f} to {tb:.2f} (most: {top})"
     return None
 
 
