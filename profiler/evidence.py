@@ -28,7 +28,8 @@ def sampling_extra(duration: float) -> float:
 
 
 # Extra seconds of load in a stacks round: the stacks are read at the end of the (normal) window
-# while the backend still runs, and reading them takes well under a second.
+# while the backend still runs, and reading them takes well under a second; the round's run is cut
+# (aborted) once they are read, so the margin is waited out only by a naming that needs it.
 STACKS_EXTRA_S = 2.0
 NATIVE_NOTE = ("kernel frame-pointer walk: the innermost frame (the libc wrapper) is exact; these builds have no "
                "frame pointers, so deeper native frames are missing or unreliable")
@@ -46,7 +47,7 @@ def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
     are named from the live backend (its memory maps, its code objects), and a built-in backend
     exits as soon as the loader disconnects — read after that, every frame was `[unknown]`."""
     got: dict = {}
-    window = env.cfg.duration
+    window, loader = env.cfg.duration, env.loader
 
     def collect_later(pid: int) -> None:
         stack_probes.learn_threads()  # threads started since target(): one per connection, say
@@ -57,6 +58,14 @@ def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
                 got["top"] = stack_probes.evidence(n=5)
             except Exception as e:  # naming failed: the round still leaves its file, saying why
                 got["error"] = f"{type(e).__name__}: {e}"
+            # Named: the load has served its purpose, and what is left of the margin kept for a slow naming
+            # (STACKS_EXTRA_S) is not waited out. The abort is written before this thread ends, so before
+            # the next cell's request (stacks_round joins it first): it can only end this cell's run.
+            got["cut"] = True
+            try:
+                loader.abort()
+            except Exception:  # noqa: BLE001 (a loader gone meanwhile: the run's own error says so)
+                pass
 
         got["thread"] = threading.Thread(target=work, name=f"stacks-{pid}", daemon=True)
         got["thread"].start()
@@ -67,7 +76,9 @@ def stacks_round(cell: Cell, env: CellEnv, stack_probes, out: Path) -> dict:
     outcome = run_cell(cell, env)
     if "thread" in got:
         got["thread"].join(timeout=60)
-    top = got.get("top", {}) if outcome.ok else {}
+    # A cell that failed gives no stacks, but one that failed only because this round cut its run short
+    cut = got.get("cut") and "aborted" in str(outcome.row.get("error"))
+    top = got.get("top", {}) if outcome.ok or cut else {}
     doc: dict = {name: [{"count": int(s["count"]), "frames": s["frames"], "python": s["python"],
                          "native": s["native"]} for s in stacks]
                  for name, stacks in top.items()}

@@ -271,6 +271,12 @@ class Loader:
             raise self._gone("the control channel was closed earlier")
         self.channel.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
 
+    def abort(self) -> None:
+        """End the run in progress now, from another thread than run()'s: run() then raises LoaderError
+        "aborted" with the stats so far. Outside a run the loader ignores it (PROTOCOL.md), so a call that
+        comes just after the run ended is harmless; the next run's request is written after it."""
+        self._send({"cmd": "abort"})
+
     def send_raw(self, data: bytes) -> None:
         """Bytes as they are onto the channel (for tests of the loader's input handling)."""
         self.channel.sendall(data)

@@ -153,6 +153,11 @@ class LoaderSet:
         merged["loaders"] = self.describe(results, shares)
         return merged
 
+    def abort(self) -> None:
+        """End every host's run in progress now (Loader.abort)."""
+        for loader in self.loaders:
+            loader.abort()
+
     def describe(self, results: list[dict | None], shares: list[int]) -> dict:
         """Each host's share and figures (lists in host order, comma-joined as a row keeps lists), and how
         far apart the windows began on the controller's clock, with the error of the clock offsets."""

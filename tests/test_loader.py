@@ -555,6 +555,24 @@ def test_one_shot_probe_share(group):
     assert r.returncode == 2 and "probe_share" in r.stderr
 
 
+def test_abort_from_another_thread_ends_the_run_and_the_loader_serves_on(group, loader):
+    """Loader.abort (a stacks round ends its run once the stacks are named): the run in progress ends at
+    once with its stats so far, and the next run on the same loader works."""
+    _, port = start_echo(group)
+    req = RunRequest(target=f"127.0.0.1:{port}", connections=4, duration=30, warmup=0.1)
+    timer = threading.Timer(0.8, loader.abort)
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(LoaderError) as e:
+        loader.run(req)
+    timer.join()
+    assert e.value.kind == "aborted" and e.value.stats and e.value.stats["aborted"], e.value
+    assert e.value.stats["messages"] > 0 and time.monotonic() - t0 < 15  # not the 30-s window
+    loader.abort()  # outside a run: ignored
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=4, duration=0.3, warmup=0.1))
+    assert s["messages"] > 0 and not s.get("aborted")
+
+
 def test_sigterm_mid_run_stops_the_loader(group, loader):
     _, port = start_echo(group)
     result = {}
