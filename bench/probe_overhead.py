@@ -29,8 +29,9 @@ opcode for the target's tree, and io_uring_complete), which fire per ring operat
 C loop (liburing) submits IORING_OP_NOP through one ring in batches of 32, one io_uring_submit_and_wait
 per batch (per operation: one submission, one completion and 1/32 of an io_uring_enter, which the set's
 sys_enter program sees too), with the loop as the counting set's target and as a bystander: no set
-loaded; the set loaded but detached (its io_uring tracepoints are resident: attached from load to close,
-counting only while the set is attached); the set attached. 7 interleaved rounds (--rounds), the set
+loaded; the set loaded but detached (its io_uring hooks are raw tracepoints that detach with the set, so
+nothing should be added; until the io_uring:* trace events were replaced, they stayed attached from load to
+close and cost every ring operation ~180 ns here); the set attached. 7 interleaved rounds (--rounds), the set
 loaded anew in each, median of the rounds' (4.2M − 0.2M operations) differences (--ring-ops sets the
 larger run). An attached target run must have been counted (≥ N NOP submissions and completions) and no
 other run at all, else it stops: a probe that never fired costs nothing.
@@ -178,9 +179,11 @@ def main() -> int:
                           f"io_uring_submit_req + io_uring_complete + 1/{RING_BATCH} io_uring_enter); *target*: "
                           f"the counting set watches that process (each attached run counted ≥ N NOP "
                           f"submissions and completions); *bystander*: it watches another one. `none`: no set "
-                          f"loaded; `counting-detached`: the set loaded, detached (its io_uring tracepoints stay "
-                          f"attached from load to close: what every ring operation on the machine pays while "
-                          f"netprof holds the set, outside its windows); `counting`: attached."
+                          f"loaded; `counting-detached`: the set loaded, detached (what every ring operation on "
+                          f"the machine pays while netprof holds the set, outside its windows: its io_uring hooks "
+                          f"are raw tracepoints, detached with the set, so this should be `none`); `counting`: "
+                          f"attached (two raw tracepoints per operation, io_uring_submit_req reading the "
+                          f"request's opcode)."
                           f"\n\n{table}\n")
         return 0
     args.rounds = args.rounds or 5
@@ -442,8 +445,8 @@ def micro_ring(n_rounds: int, big: int) -> str:
                                    f"{done} completions: its io_uring tracepoints did not fire as they should")
         return ru.ru_utime + ru.ru_stime
 
-    # The io_uring tracepoints are resident (attached from load to close, counting only while the set is
-    # attached): `none` has no set loaded, so each round loads the set anew after it and closes it at the end.
+    # `none` has no set loaded at all (nothing resident either), so each round loads the set anew after it and
+    # closes it at the end; `counting-detached` checks that the set's io_uring hooks really are off.
     variants = ("none", "counting-detached", "counting")
     bystander = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
     raw: dict[tuple[str, str], list[float]] = {}

@@ -65,7 +65,9 @@ class LoadedProgram:
     and Ctrl-C) and, last resort, when the object is collected."""
 
     bpf: Any | None = None  # BCC's BPF object (untyped); None when closed
-    # Programs that detach() leaves attached (until close): name prefixes, e.g. (b"tracepoint__",).
+    # Programs that detach() leaves attached (until close): name prefixes, e.g. (b"tracepoint__",). They run
+    # outside every window (in headline time, for every process on the machine): rare events only. A hook
+    # that fires per operation is a RAW_TRACEPOINT_PROBE, which detaches in milliseconds.
     resident: tuple[bytes, ...] = ()
 
     def _load(self, src: str | Path, cflags: list[str], attached: bool = True) -> None:

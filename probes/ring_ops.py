@@ -5,9 +5,16 @@ The order is the kernel's `enum io_uring_op` (include/uapi/linux/io_uring.h), wh
 tests/test_ring.py checks it against the installed UAPI header (Debian 12's is 6.1's: the ops after
 `uring_cmd`/`send_zc` come from the kernel's later headers). An opcode past the table (a newer kernel) reads
 `op_<n>`.
+
+The opcode itself is read by the probes from the request (`struct io_kiocb *`) that the raw tracepoint
+io_uring_submit_req passes, at the offset of its `opcode` member in the running kernel (`opcode_offset()`, from
+its BTF: BCC's headers are 6.1's, not this kernel's); ring_op.bpf.h is the BPF side. Where that offset cannot
+be found, submissions are counted as `unknown` (UNKNOWN_OP) rather than under a guessed opcode.
 """
 
 from __future__ import annotations
+
+from .btf import member_offset
 
 RING_OPS = (
     "nop", "readv", "writev", "fsync", "read_fixed", "write_fixed", "poll_add", "poll_remove",
@@ -23,9 +30,24 @@ RING_OPS = (
 # opcode at or past it, which no kernel has yet.
 NR_RING_OPS = 64
 OTHER_OP = NR_RING_OPS - 1
+# One more slot after them: submissions whose opcode could not be read (opcode_offset() is None).
+UNKNOWN_OP = NR_RING_OPS
+RING_SLOTS = NR_RING_OPS + 1
+UNKNOWN = "unknown"
+UNKNOWN_WHY = ("the running kernel's BTF (/sys/kernel/btf/vmlinux) gives no one-byte `opcode` member of struct "
+               "io_kiocb: io_uring submissions are counted as `unknown`, not by operation, and the breakdown does "
+               "not see io_uring sends")
+
+
+def opcode_offset() -> int | None:
+    """Byte offset of `opcode` (u8) in the running kernel's struct io_kiocb, the request io_uring_submit_req
+    passes (64 on this 6.18 kernel), or None (UNKNOWN_WHY). Read once per process (btf.member_offset)."""
+    return member_offset("io_kiocb", "opcode", size=1)
 
 
 def ring_op_name(op: int) -> str:
+    if op == UNKNOWN_OP:
+        return UNKNOWN
     if op == OTHER_OP:
         return f"op_{op}+"
     return RING_OPS[op] if 0 <= op < len(RING_OPS) else f"op_{op}"

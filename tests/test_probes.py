@@ -140,9 +140,12 @@ def bpf_prog_fds() -> int:
     return n
 
 
-HOT = {("raw_tracepoint", "sys_enter"), ("raw_tracepoint", "sched_switch")}  # the per-syscall/switch hooks
-RESIDENT = {("tracepoint", "task_newtask"), ("tracepoint", "sched_process_exit"), ("tracepoint", "sched_migrate_task"),
-            ("tracepoint", "io_uring_submit_req"), ("tracepoint", "io_uring_complete")}
+# The per-syscall/switch/ring-operation hooks: raw tracepoints, attached only with the set (the io_uring ones
+# too: as resident trace events they cost every ring operation on the machine ~180 ns, detached or not).
+HOT = {("raw_tracepoint", "sys_enter"), ("raw_tracepoint", "sched_switch"),
+       ("raw_tracepoint", "io_uring_submit_req"), ("raw_tracepoint", "io_uring_complete")}
+# The rare events' trace events, attached from load to close.
+RESIDENT = {("tracepoint", "task_newtask"), ("tracepoint", "sched_process_exit"), ("tracepoint", "sched_migrate_task")}
 
 
 def prog_ids(probes) -> set[int]:
@@ -201,6 +204,12 @@ def test_shared_tree_filter_is_pasted_in_and_shipped():
         assert '#line 1 "tree_filter.bpf.h"' in text and f'"{src.rsplit("/", 1)[-1]}"' in text
     names = {str(f) for f in metadata.files("netprof")}
     assert any(n.endswith("probes/tree_filter.bpf.h") for n in names)
+    # io_uring's opcode reader, after struct cfg_t (its offset is a cfg field): the counting set's and the
+    # breakdown's (in the socket-wait set, under BREAKDOWN)
+    for src in ("counting/counting.bpf.c", "sockwait/sockwait.bpf.c"):
+        text = bpf_source(HERE / src)
+        assert text.count("u32 ring_opcode(struct cfg_t *c, u64 req)") == 1
+        assert text.index("s32 ring_opcode_off;") < text.index('#line 1 "ring_op.bpf.h"')
 
 
 def test_check_available_hands_its_compile_to_the_run(bpf):
@@ -390,6 +399,26 @@ def test_counts_only_while_attached(bpf, worker):
     assert delta(a, b).syscalls["getppid"] == 1000
     assert delta(b, c).syscalls["getppid"] == 70  # a snapshot before a detach pairs with one after an attach
     assert delta(a, c).syscalls["getppid"] == 1070
+
+
+def test_io_uring_programs_attach_only_with_the_set(bpf):
+    """Loaded and detached, the set leaves io_uring's hooks alone (a ring operation anywhere on the machine pays
+    nothing for it); attach() hooks them, detach() unhooks them; only the rare events' programs are resident."""
+    ring = {b"raw_tracepoint__io_uring_submit_req", b"raw_tracepoint__io_uring_complete"}
+
+    def hooks(p) -> dict[bytes, bool]:
+        return {name: on for name, _tp, on in p._hooks()}
+
+    with CountingProbes(attached=False) as p:
+        assert ring <= set(hooks(p)) and not any(hooks(p)[n] for n in ring)
+        assert not any(p.bpf.raw_tracepoint_fds.get(tp) for tp in (b"io_uring_submit_req", b"io_uring_complete"))
+        assert {n for n, on in hooks(p).items() if on} == {n for n in hooks(p) if n.startswith(b"tracepoint__")}
+        assert not any(n.startswith(b"tracepoint__io_uring") for n in hooks(p))
+        p.attach()
+        assert all(hooks(p)[n] for n in ring) and {b"io_uring_submit_req", b"io_uring_complete"} <= set(
+            p.bpf.raw_tracepoint_fds)
+        p.detach()
+        assert not any(hooks(p)[n] for n in ring)
 
 
 def test_child_forked_while_detached_is_counted_once_attached(bpf, worker):

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import require_bpf, run_netprof
-from netprof.probes.counting import per_message_notation
-from netprof.probes.ring_ops import RING_OPS, ring_op_name
+from helpers import require, require_bpf, require_tool, run_netprof
+from netprof.probes.counting import CountingProbes, delta, per_message_notation
+from netprof.probes.ring_ops import RING_OPS, UNKNOWN_OP, UNKNOWN_WHY, opcode_offset, ring_op_name
 
 HEADER = Path("/usr/include/linux/io_uring.h")  # linux-libc-dev (Debian 12: the 6.1 UAPI)
 
@@ -33,6 +33,79 @@ def test_opcode_names_follow_the_kernels_enum():
     assert len(names) > 40 and RING_OPS[:len(names)] == tuple(names), names
     assert ring_op_name(29) == "epoll_ctl" and ring_op_name(27) == "recv" and ring_op_name(26) == "send"
     assert ring_op_name(62) == "pipe" and ring_op_name(63) == "op_63+"  # the set's last slot: 63 and past it
+    assert ring_op_name(UNKNOWN_OP) == "unknown"  # and one more: the opcode could not be read
+
+
+RING_NOP_C = r"""
+#include <liburing.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {   /* N IORING_OP_NOPs through one ring, 32 a batch, then exit */
+    int n = argc > 1 ? atoi(argv[1]) : 0;
+    struct io_uring ring;
+    if (n <= 0 || io_uring_queue_init(32, &ring, 0) < 0) return 1;
+    for (int done = 0; done < n;) {
+        int b = n - done < 32 ? n - done : 32;
+        for (int i = 0; i < b; i++) io_uring_prep_nop(io_uring_get_sqe(&ring));
+        if (io_uring_submit_and_wait(&ring, b) != b) return 2;
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&ring, head, cqe) seen++;
+        io_uring_cq_advance(&ring, seen);
+        done += b;
+    }
+    io_uring_queue_exit(&ring);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def ring_nop(tmp_path_factory) -> Path:
+    require(Path("/usr/include/liburing.h").is_file(), "liburing's header is not installed (Debian: liburing-dev)")
+    d = tmp_path_factory.mktemp("ringnop")
+    (d / "ring_nop.c").write_text(RING_NOP_C)
+    subprocess.run([require_tool("cc"), "-O2", "-o", str(d / "ring_nop"), str(d / "ring_nop.c"), "-luring"],
+                   check=True, capture_output=True, timeout=120)
+    return d / "ring_nop"
+
+
+def _nops(p: CountingProbes, exe: Path, n: int):
+    """Run `exe n` as the set's target (targeted before its first instruction); the set's delta over it."""
+    proc = subprocess.Popen(["sh", "-c", f"read go; exec {exe} {n}"], stdin=subprocess.PIPE, text=True)
+    p.target(proc.pid)
+    a = p.snapshot()
+    proc.communicate("go\n", timeout=60)
+    assert proc.returncode == 0
+    b = p.snapshot()
+    return a, b
+
+
+def test_ring_submissions_counted_by_opcode_only_while_attached(bpf, ring_nop):
+    """The raw tracepoints read each request's opcode at the kernel's offset (BTF): 3,000 NOPs are 3,000 `nop`
+    submissions and 3,000 completions, exactly; while the set is detached nothing is hooked, nothing counted."""
+    assert opcode_offset() is not None  # this kernel has BTF
+    with CountingProbes(attached=False) as p:
+        assert p.ring_opcodes_unknown is None
+        a, b = _nops(p, ring_nop, 3000)  # detached
+        assert delta(a, b).ring == {} and delta(a, b).ring_completions == 0
+        p.attach()
+        a, b = _nops(p, ring_nop, 3000)
+    d = delta(a, b)
+    assert b.ring == {RING_OPS.index("nop"): 3000}
+    assert d.ring == {"nop": 3000} and d.ring_completions == 3000
+
+
+def test_ring_submissions_are_unknown_without_the_opcode_offset(bpf, ring_nop, monkeypatch):
+    """Where the kernel's BTF gives no io_kiocb.opcode, submissions are counted as `unknown`, and the set says
+    why, rather than reading a byte at a guessed offset."""
+    from netprof.probes.counting import counting
+
+    monkeypatch.setattr(counting, "opcode_offset", lambda: None)
+    with CountingProbes() as p:
+        assert p.ring_opcodes_unknown == UNKNOWN_WHY
+        a, b = _nops(p, ring_nop, 1000)
+    d = delta(a, b)
+    assert b.ring == {UNKNOWN_OP: 1000} and d.ring == {"unknown": 1000} and d.ring_completions == 1000
 
 
 def test_notation_marks_ring_operations():

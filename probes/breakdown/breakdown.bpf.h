@@ -304,10 +304,17 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
 // A send submitted through io_uring (IORING_OP_SEND, SENDMSG and their zero-copy forms: probes/ring_ops.py)
 // is issued inline by the submitting task's io_uring_enter, on this CPU, right after this tracepoint: its
 // submission is the send's entry, as a send syscall's is (a send that cannot go at once is issued later, from
-// task work: its device edge is then not this entry's, and the request is skipped as no_send_edge). Resident,
-// as the io_uring tracepoints are rare for a server that does not use a ring.
-TRACEPOINT_PROBE(io_uring, io_uring_submit_req) {
-    u32 op = args->opcode;
+// task work: its device edge is then not this entry's, and the request is skipped as no_send_edge). A raw
+// tracepoint (TP_PROTO(struct io_kiocb *req)), attached with the set as its other hot programs are: the
+// io_uring:io_uring_submit_req trace event would stay attached from load to close (a resident tracepoint__)
+// and format a record for every ring operation on the machine. The opcode is read at the running kernel's
+// offset (ring_op.bpf.h, the set's cfg); without one, no submission is taken for a send (no_send_edge).
+RAW_TRACEPOINT_PROBE(io_uring_submit_req) {
+    u32 zero = 0;
+    struct cfg_t *c = cfg.lookup(&zero);
+    if (!c)
+        return 0;
+    u32 op = ring_opcode(c, ctx->args[0]);
     if (op != 26 && op != 9 && op != 47 && op != 48)
         return 0;
     u64 id = bpf_get_current_pid_tgid();

@@ -22,16 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import ProbeError
-from ..sockwait.sockwait import (
-    BTF_PATH,
-    NSLOTS,
-    SUB,
-    SockWaitProbes,
-    SockWaitSnapshot,
-    WaitDist,
-    _Btf,
-    slot_bounds,
-)
+from ..btf import BTF_PATH, Btf
+from ..ring_ops import UNKNOWN_WHY, opcode_offset
+from ..sockwait.sockwait import NSLOTS, SUB, SockWaitProbes, SockWaitSnapshot, WaitDist, slot_bounds
 from . import iowait
 from .gil import runtime_range
 
@@ -57,7 +50,7 @@ WAIT_SYSCALLS = {"off_cpu_futex": ("futex",), "off_cpu_sleep": ("clock_nanosleep
 def task_offsets(path: str = BTF_PATH) -> dict[str, int]:
     """struct task_struct's pid and tgid offsets in the running kernel (its raw sched tracepoints pass tasks)."""
     try:
-        btf = _Btf(path)
+        btf = Btf(path)
         return {"OFF_TASK_PID": btf.offset("task_struct", "pid", 4),
                 "OFF_TASK_TGID": btf.offset("task_struct", "tgid", 4)}
     except OSError as e:
@@ -176,6 +169,11 @@ class BreakdownProbes(SockWaitProbes):
 
     def __init__(self, attached: bool = True, **kw) -> None:
         self._bd: Any = None  # BCC's tables (untyped), bound at the first target()
+        # io_uring sends (a SEND's submission is its send's entry) need the kernel's io_kiocb.opcode offset,
+        # written into the set's cfg (ring_op.bpf.h); without it their requests are skipped as no_send_edge.
+        off = opcode_offset()
+        self._ring_opcode_off = -1 if off is None else off
+        self.ring_opcodes_unknown: str | None = UNKNOWN_WHY if off is None else None
         super().__init__(attached=attached, cflags=("-DBREAKDOWN=1", *(f"-D{k}={v}" for k, v in
                                                                       sorted(task_offsets().items()))), **kw)
         try:

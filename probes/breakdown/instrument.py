@@ -39,7 +39,10 @@ class Breakdown(ProbeInstrument):
 
     def cost(self) -> dict:
         # Its price per loopback message on this host, as the socket-wait set's (the report states it).
-        return {"breakdown_cost_per_message": cached_cost(self.probes, "breakdown")}
+        cost: dict = {"breakdown_cost_per_message": cached_cost(self.probes, "breakdown")}
+        if self.probes.ring_opcodes_unknown:  # io_uring sends are not seen as sends: why
+            cost["ring_opcodes_unknown"] = self.probes.ring_opcodes_unknown
+        return cost
 
 
 def row_fields(d, counted: Counted) -> dict:

@@ -10,10 +10,11 @@
 // clock reads and a task-local-storage lookup per syscall, so it is done for a random 1 in TIME_EVERY
 // syscalls of the tree (1 = every syscall, exact; 0 = no timing and no sys_exit program at all).
 //
-// Attach/detach: the hot programs are raw tracepoints (sys_enter, sys_exit, sched_switch), which
-// Python attaches and detaches per window in milliseconds, without recompiling. The rare
-// events (task_newtask, sched_process_exit, sched_migrate_task) are tracepoints that stay attached
-// until close (detaching one takes ~60 ms): they keep the tree right while the hot programs are off
+// Attach/detach: the programs that fire per operation are raw tracepoints (sys_enter, sys_exit,
+// sched_switch, io_uring_submit_req, io_uring_complete), which Python attaches and detaches per window in
+// milliseconds, without recompiling: while detached they cost nothing, to the target or to anyone else.
+// The rare events (task_newtask, sched_process_exit, sched_migrate_task) are tracepoints that stay attached
+// until close (detaching one takes ~60 ms): they keep the tree right while the others are off
 // (a fork backend forks during connection setup) and count only while `window.active`. So counters
 // freeze while detached. State a thread or CPU recorded before the last attach (a timed syscall in
 // flight, a CPU's last switch time) is stale and ignored: window.attach_ns marks the attach.
@@ -22,8 +23,11 @@
 // SQPOLL thread, a thread of the same process), so the tree filter holds; a completion is counted when it
 // is posted by a task of the tree (inline, task work, io-wq workers), not when another task's softirq posts
 // it. io_uring's own threads (iou-wrk-*, iou-sqp-*) are threads of the server's process: their on-CPU time is
-// in oncpu_ns as the kernel charges it, and also apart in ring_oncpu_ns. Both tracepoints are resident
-// (rare for a server that does no io_uring work) and count only while the window is active.
+// in oncpu_ns as the kernel charges it, and also apart in ring_oncpu_ns. Both are raw tracepoints, not the
+// io_uring:* trace events: a trace event formats its record (io_uring_submit_req copies the opcode's name
+// string) for every ring operation on the machine, and as a perf-event tracepoint it would have to stay
+// attached from load to close (bench/probe_overhead.py --micro-ring: ~180 ns per operation, detached too).
+// The raw tracepoint gets the request itself; its opcode is read at the running kernel's offset (ring_op.bpf.h).
 //
 // cflags: -DTRACK_CHILDREN=0|1 -DNR_SLOTS=<n> -DTIME_EVERY=<0 or a power of two> -DNR_RING_OPS=<n>
 #include <uapi/linux/ptrace.h>
@@ -34,8 +38,10 @@ struct cfg_t {
     u32 tgid;        // target tgid, 0 when untargeted
     u32 nchildren;   // live entries in `children`
     u32 gen;         // bumped on every re-target: per-thread registrations from before are stale
+    s32 ring_opcode_off;  // struct io_kiocb's `opcode` in the running kernel (ring_op.bpf.h); -1: not found
 };
 #include "tree_filter.bpf.h"
+#include "ring_op.bpf.h"
 
 struct window_t {    // written by Python only (cfg.nchildren is BPF's too)
     u64 attach_ns;   // bpf_ktime_get_ns() when the hot programs were last attached
@@ -70,7 +76,9 @@ struct task_t {
 };
 BPF_TASK_STORAGE(tasks, struct task_t);
 
-BPF_PERCPU_ARRAY(ring, u64, NR_RING_OPS);  // io_uring submissions of the tree by opcode (the last: unknown)
+// io_uring submissions of the tree by opcode: NR_RING_OPS - 1 counts that opcode and any past it; NR_RING_OPS
+// those whose opcode could not be read (no offset from the kernel's BTF)
+BPF_PERCPU_ARRAY(ring, u64, NR_RING_OPS + 1);
 
 // An io_uring thread of the kernel's (io-wq worker or SQPOLL): named "iou-wrk-<pid>" / "iou-sqp-<pid>".
 static __always_inline int ring_thread(void) {
@@ -229,11 +237,14 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
 }
 
 // TP_PROTO(struct io_kiocb *req): a request taken from a submission queue, in the submitting task.
-TRACEPOINT_PROBE(io_uring, io_uring_submit_req) {
-    if (!in_tree(bpf_get_current_pid_tgid() >> 32) || !counting())
+RAW_TRACEPOINT_PROBE(io_uring_submit_req) {
+    struct cfg_t *c = in_tree(bpf_get_current_pid_tgid() >> 32);
+    if (!c || !counting())
         return 0;
-    u32 op = args->opcode;
-    if (op >= NR_RING_OPS)
+    u32 op = ring_opcode(c, ctx->args[0]);
+    if (op == RING_OP_UNKNOWN)
+        op = NR_RING_OPS;
+    else if (op >= NR_RING_OPS)
         op = NR_RING_OPS - 1;
     u64 *n = ring.lookup(&op);
     if (n)
@@ -241,8 +252,9 @@ TRACEPOINT_PROBE(io_uring, io_uring_submit_req) {
     return 0;
 }
 
-// A completion posted to a ring: counted when a task of the tree posts it.
-TRACEPOINT_PROBE(io_uring, io_uring_complete) {
+// TP_PROTO(struct io_ring_ctx *ctx, void *req, struct io_uring_cqe *cqe) on 6.18 (it has changed over versions:
+// no argument is read). A completion posted to a ring: counted when a task of the tree posts it.
+RAW_TRACEPOINT_PROBE(io_uring_complete) {
     if (!in_tree(bpf_get_current_pid_tgid() >> 32))
         return 0;
     struct cpu_t *k = counting();

@@ -9,7 +9,9 @@ snapshot before a detach and one after the next attach pair up, and nothing happ
 
 Exact (every event seen): syscall counts, voluntary/involuntary switches (the kernel's own split),
 forks/exits of the tree, migrations of the tree's threads once they have been switched out or timed
-(a brand-new thread's placement before it first runs is missed).
+(a brand-new thread's placement before it first runs is missed), io_uring submissions by opcode (read from
+the request at the offset the running kernel's BTF gives; without one they count as `unknown`, and
+`ring_opcodes_unknown` says why) and completions.
 Sampled, opt-in (syscall_time=True; it adds a sys_exit program, more than half the set's cost): syscall
 wall time (enter→exit, blocking included) and its on-CPU part are measured for a random 1 in
 `time_every` syscalls (default 16; 1 = every syscall) and scaled by count/timed per syscall name (an
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from .. import tree
 from ..base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, syscall_name
 from ..base import prefetch as base_prefetch
-from ..ring_ops import NR_RING_OPS, ring_op_name
+from ..ring_ops import NR_RING_OPS, RING_SLOTS, UNKNOWN_WHY, opcode_offset, ring_op_name
 
 NS = 1e-9
 _CPU_FIELDS = ("vol", "invol", "migrations", "oncpu_ns", "forks", "exits", "ring_done", "ring_oncpu_ns")
@@ -63,7 +65,7 @@ class ProbeDelta:
     forks: int = 0  # processes that joined the tree (track_children)
     exits: int = 0  # processes of the tree that exited
     syscall_time: bool = False  # syscalls were timed: syscall_time_s, syscall_oncpu_s, cpu_split() are filled
-    ring: dict[str, int] | None = None  # io_uring submissions by operation name (non-zero only)
+    ring: dict[str, int] | None = None  # io_uring submissions by operation name (non-zero only; ring_op_name)
     ring_completions: int = 0  # io_uring completions posted by the tree's tasks
     ring_oncpu_s: float = 0.0  # on-CPU time of the tree's io_uring threads (iou-wrk-*, iou-sqp-*), in oncpu_s too
 
@@ -158,6 +160,12 @@ class CountingProbes(LoadedProgram):
         self.time_every = time_every
         self.pid = 0
         self._gen = 0
+        # Before the compile is joined (a prefetched one runs meanwhile): the kernel's io_kiocb.opcode offset,
+        # ~15-30 ms of reading its BTF, once per process (ring_ops.opcode_offset).
+        off = opcode_offset()
+        self._ring_opcode_off = -1 if off is None else off
+        # Why io_uring submissions are counted as `unknown` rather than by operation (None: they are not).
+        self.ring_opcodes_unknown: str | None = UNKNOWN_WHY if off is None else None
         self._load(SOURCE, _cflags(track_children, syscall_time, time_every), attached=False)
         try:
             assert self.bpf is not None  # _load() succeeded
@@ -165,7 +173,7 @@ class CountingProbes(LoadedProgram):
             self._children, self._tids = self.bpf[b"children"], self.bpf[b"tids"]
             self._ring = self.bpf[b"ring"]
             self._keys = [self._sc.Key(i) for i in range(NR_SLOTS)]
-            self._ring_keys = [self._ring.Key(i) for i in range(NR_RING_OPS)]
+            self._ring_keys = [self._ring.Key(i) for i in range(RING_SLOTS)]
             self._set_window(0, active=0)
             self._set_cfg(0, 0)  # untargeted (a set taken over from park() may have had a target)
             if attached:
@@ -175,7 +183,10 @@ class CountingProbes(LoadedProgram):
             raise
 
     # Tree bookkeeping and migrations: rare events whose tracepoints stay attached from load to
-    # close (detaching one takes ~60 ms); they count only while attached (counting.bpf.c).
+    # close (detaching one takes ~60 ms); they count only while attached (counting.bpf.c). Only rare
+    # events belong here: every program named tracepoint__ is resident, and costs the whole machine its
+    # price per event from load to close. What fires per operation (syscalls, switches, io_uring
+    # submissions and completions) is a raw tracepoint, attached only with the set.
     resident = (_TP,)
 
     def attach(self) -> None:
@@ -204,7 +215,7 @@ class CountingProbes(LoadedProgram):
 
     def _set_cfg(self, tgid: int, nchildren: int) -> None:
         v = self._cfg.Leaf()
-        v.tgid, v.nchildren, v.gen = tgid, nchildren, self._gen
+        v.tgid, v.nchildren, v.gen, v.ring_opcode_off = tgid, nchildren, self._gen, self._ring_opcode_off
         self._cfg[self._cfg.Key(0)] = v
 
     def target(self, pid: int) -> None:

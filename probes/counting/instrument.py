@@ -56,4 +56,7 @@ class Counting(ProbeInstrument):
     def cost(self) -> dict:
         # This host's price per syscall (it varies between hosts): ~1 s to measure, so measured once per
         # boot and cached (the figure says when, and that it came from the cache).
-        return {"probe_cost_per_syscall": selfcost.cached(self.probes)}
+        cost: dict = {"probe_cost_per_syscall": selfcost.cached(self.probes)}
+        if self.probes.ring_opcodes_unknown:  # the rows' io_uring submissions are all `unknown`: why
+            cost["ring_opcodes_unknown"] = self.probes.ring_opcodes_unknown
+        return cost

@@ -76,9 +76,13 @@ struct cfg_t {
     u32 tgid;        // target tgid, 0 when untargeted
     u32 nchildren;   // live entries in `children`
     u32 gen;         // bumped on every re-target: sockets learned before are stale
+    s32 ring_opcode_off;  // the breakdown's: struct io_kiocb's `opcode` (ring_op.bpf.h); -1: not found / unused
 };
 #define TREE_TRACEPOINTS
 #include "tree_filter.bpf.h"
+#if BREAKDOWN
+#include "ring_op.bpf.h"
+#endif
 
 struct window_t {    // written by Python only
     u64 attach_ns;   // bpf_ktime_get_ns() at the last attach: FIFOs from before are stale

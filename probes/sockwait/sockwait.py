@@ -65,6 +65,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import tree
 from ..base import _TP, LoadedProgram, ProbeError
+from ..btf import BTF_PATH, Btf
 
 NSLOTS = 512
 SUB_BITS = 4
@@ -73,99 +74,19 @@ KINDS = ("wait", "handler", "server")
 _COUNTERS = ("learned", "reused", "fifo_merged", "unknown", "unmatched", "insert_failed")
 _CONN_FIELDS = ("reads", "bytes", "waits", "wait_ns", "answers", "handler_ns")
 WH = 36  # per-connection log2 wait buckets: [2^i, 2^(i+1)) ns, the last one open (≥ 2^35 ns, 34 s)
-BTF_PATH = "/sys/kernel/btf/vmlinux"
 BATCH = 1024
 
 
 # ---------------------------------------------------------------------------------------------
-# Field offsets of the running kernel (BTF): BCC compiles against Debian's 6.1 headers, whose
+# Field offsets of the running kernel (BTF, probes/btf.py): BCC compiles against Debian's 6.1 headers, whose
 # struct sock / struct tcp_sock layouts differ from the running kernel's.
-
-_MODIFIERS = {8, 9, 10, 11, 18}  # typedef, volatile, const, restrict, type_tag
-_STRUCT, _UNION, _INT = 4, 5, 1
-
-
-class _Btf:
-    """The few bits of the kernel's BTF needed to find member offsets (struct/union layouts)."""
-
-    def __init__(self, path: str = BTF_PATH) -> None:
-        with open(path, "rb") as f:
-            data = f.read()
-        magic, _ver, _flags, hdr_len, type_off, type_len, str_off, _str_len = struct.unpack_from("<HBBIIIII", data, 0)
-        if magic != 0xEB9F:
-            raise ValueError(f"{path} is not BTF")
-        self.data, self.sbase = data, hdr_len + str_off
-        extra = {1: 4, 3: 12, 14: 4, 17: 4}         # int, array, var, decl_tag
-        per = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}  # members, enums, params, datasec, enum64
-        self.types: list[tuple[int, int, int, int, int]] = [(0, 0, 0, 0, 0)]  # kind, name_off, info, size/type, pos
-        pos, end = hdr_len + type_off, hdr_len + type_off + type_len
-        unpack = struct.unpack_from
-        while pos < end:
-            name_off, info, size = unpack("<III", data, pos)
-            kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
-            pos += 12
-            self.types.append((kind, name_off, info, size, pos))
-            pos += extra.get(kind, 0) + per.get(kind, 0) * vlen
-
-    def name(self, off: int) -> str:
-        end = self.data.index(b"\0", self.sbase + off)
-        return self.data[self.sbase + off:end].decode()
-
-    def struct_id(self, name: str) -> int:
-        for i, (kind, name_off, *_rest) in enumerate(self.types):
-            if kind == _STRUCT and name_off and self.name(name_off) == name:
-                return i
-        raise KeyError(f"struct {name}")
-
-    def resolve(self, tid: int) -> int:
-        while self.types[tid][0] in _MODIFIERS:
-            tid = self.types[tid][3]
-        return tid
-
-    def size(self, tid: int) -> int:
-        return self.types[self.resolve(tid)][3]
-
-    def members(self, tid: int):
-        kind, _n, info, _s, pos = self.types[self.resolve(tid)]
-        if kind not in (_STRUCT, _UNION):
-            return
-        bitfields = bool(info >> 31)
-        for k in range(info & 0xFFFF):
-            name_off, mtype, off = struct.unpack_from("<III", self.data, pos + 12 * k)
-            bit_size = off >> 24 if bitfields else 0
-            yield (self.name(name_off) if name_off else ""), mtype, (off & 0xFFFFFF if bitfields else off), bit_size
-
-    def member(self, tid: int, name: str) -> tuple[int, int] | None:
-        """(bit offset, type id) of member `name`, looking through anonymous structs/unions."""
-        for mname, mtype, boff, bit_size in self.members(tid):
-            if mname == name:
-                if bit_size:
-                    raise ValueError(f"{name} is a bitfield")
-                return boff, mtype
-            if not mname:
-                inner = self.member(mtype, name)
-                if inner is not None:
-                    return boff + inner[0], inner[1]
-        return None
-
-    def offset(self, struct_name: str, path: str, size: int) -> int:
-        tid, bits = self.struct_id(struct_name), 0
-        for part in path.split("."):
-            found = self.member(tid, part)
-            if found is None:
-                raise KeyError(f"{struct_name}.{path}")
-            bits, tid = bits + found[0], found[1]
-        if bits % 8 or self.size(tid) != size:
-            raise ValueError(f"{struct_name}.{path}: bit offset {bits}, size {self.size(tid)} (expected {size})")
-        return bits // 8
-
 
 @functools.cache
 def kernel_offsets(path: str = BTF_PATH) -> dict[str, int]:
     """Byte offsets, from a `struct sock *`, of the fields the set reads, from the running kernel's
     BTF. Raises ProbeError when BTF is missing or the layout is unexpected."""
     try:
-        btf = _Btf(path)
+        btf = Btf(path)
         off = {
             "OFF_FAMILY": btf.offset("sock", "__sk_common.skc_family", 2),
             "OFF_PROTOCOL": btf.offset("sock", "sk_protocol", 2),
@@ -380,6 +301,8 @@ class SockWaitProbes(LoadedProgram):
     """
 
     resident = (_TP,)  # the tree's fork/exit bookkeeping: attached from load to close
+    # cfg.ring_opcode_off: the breakdown's io_kiocb.opcode offset (BreakdownProbes); unused by this set alone.
+    _ring_opcode_off = -1
 
     def __init__(self, track_children: bool = True, max_sockets: int = 65536, fifo: int = 16,
                  attached: bool = True, cflags: tuple[str, ...] = ()) -> None:
@@ -437,7 +360,13 @@ class SockWaitProbes(LoadedProgram):
 
     def _reset(self, pid: int) -> None:
         cfg = self._cfg
-        cfg[cfg.Key(0)] = cfg.Leaf()  # tgid 0: nothing recorded while resetting
+
+        def write_cfg(n: int, tgid: int = pid) -> None:
+            leaf = cfg.Leaf()
+            leaf.tgid, leaf.nchildren, leaf.gen, leaf.ring_opcode_off = tgid, n, self._gen, self._ring_opcode_off
+            cfg[cfg.Key(0)] = leaf
+
+        write_cfg(0, tgid=0)  # tgid 0: nothing recorded while resetting
         self._gen += 1
         self._seq = 1
         self._set_window(self._active)
@@ -449,12 +378,6 @@ class SockWaitProbes(LoadedProgram):
         kids = tree.seed(self._children, pid, self.track_children)
         for port in (listening_ports([pid, *kids]) if pid else ()):
             self._lports[self._lports.Key(port)] = self._lports.Leaf(1)
-
-        def write_cfg(n: int) -> None:
-            leaf = cfg.Leaf()
-            leaf.tgid, leaf.nchildren, leaf.gen = pid, n, self._gen
-            cfg[cfg.Key(0)] = leaf
-
         write_cfg(len(kids))
         tree.catch_late(self._children, pid, kids, self.track_children, write_cfg)
         self.pid = pid
