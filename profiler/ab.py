@@ -64,10 +64,11 @@ AB_JSON = "ab.json"
 TURNS_PARQUET = "turns.parquet"  # turns: every round's messages per variant
 PRIME = "\u2032"  # the second of two identical variants is "selector′"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-# The figures judged per pair (stats' names), then each syscall per message when probes ran. Positive ones
-# are judged on log ratios; counts that can be 0 (context switches, syscalls) on differences.
+# The figures judged per pair (stats' names), then each syscall and io_uring operation per message when probes
+# ran. Positive ones are judged on log ratios; counts that can be 0 (context switches, syscalls) on differences.
 JUDGED = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys", stats.CPU_TOTAL,
-          "ctx_switches_per_msg", stats.SYSCALLS_TOTAL)
+          "ctx_switches_per_msg", stats.SYSCALLS_TOTAL, stats.KERNEL_OPS_TOTAL)
+PROBED_TOTALS = (stats.SYSCALLS_TOTAL, stats.KERNEL_OPS_TOTAL)  # a probed cell pair's figures: these and each op
 LOG_JUDGED = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys",
               stats.CPU_TOTAL)
 METRICS = LOG_JUDGED  # what --metric may name: the stopping rule reads a log-ratio interval
@@ -457,15 +458,16 @@ def figures(row: dict) -> dict[str, float]:
     """The judged columns of one row (stats.per_round derives CPU and syscall totals)."""
     df = stats.per_round(pd.DataFrame([results.flatten(row)]))
     r = df.iloc[0]
-    cols = [c for c in JUDGED if c in df] + sorted(c for c in df.columns if c.startswith(stats.SYSCALL_PREFIX))
+    cols = [c for c in JUDGED if c in df] + sorted(c for c in df.columns if c.startswith(stats.KERNEL_OP_PREFIXES))
     return {c: v for c in cols if (v := stats.num(r, c)) is not None}
 
 
 def _value(rec: CellRecord, col: str) -> float | None:
-    """A probed cell that never made a syscall has no column for it: that is 0, not unknown."""
+    """A probed cell that never made a syscall (or io_uring operation) has no column for it: that is 0, not
+    unknown."""
     if col in rec.figures:
         return rec.figures[col]
-    return 0.0 if rec.probed and col.startswith(stats.SYSCALL_PREFIX) else None
+    return 0.0 if rec.probed and col.startswith(stats.KERNEL_OP_PREFIXES) else None
 
 
 @dataclass
@@ -510,7 +512,7 @@ class Pairs:
 
     def columns(self) -> list[str]:
         have = {c for b, n, _ in self.items for c in (*b.figures, *n.figures)}
-        return [c for c in JUDGED if c in have] + sorted(c for c in have if c.startswith(stats.SYSCALL_PREFIX))
+        return [c for c in JUDGED if c in have] + sorted(c for c in have if c.startswith(stats.KERNEL_OP_PREFIXES))
 
 
 def converged(pairs: Pairs, metric: str, precision: float, min_pairs: int) -> bool:
@@ -781,7 +783,7 @@ class _Session:
                     continue
                 for rec in got[:2]:
                     rec.figures = {c: v for c, v in rec.figures.items()
-                                   if c.startswith(stats.SYSCALL_PREFIX) or c == stats.SYSCALLS_TOTAL}
+                                   if c.startswith(stats.KERNEL_OP_PREFIXES) or c in PROBED_TOTALS}
                 comp.items.append(got)
                 self.probed_pairs += 1
         return None

@@ -215,7 +215,7 @@ def describe(col: str, c: dict, protocol=None) -> dict:
     info = stats.metric_info(col, protocol)
     c["label"], c["unit"], c["higher_is_better"] = info.label, info.unit, info.higher_is_better
     c["verdict"], c["better"] = _verdict(col, c)
-    syscall = col.startswith(stats.SYSCALL_PREFIX)
+    syscall = col.startswith(stats.KERNEL_OP_PREFIXES)  # a syscall or an io_uring operation, by name
     c["shown"] = not syscall or (c["verdict"] in ("higher", "lower") and abs(c["delta"]) >= SYSCALL_MIN_DELTA)
     return c
 
@@ -230,7 +230,9 @@ def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
     bok = b[b["status"] == "ok"] if "status" in b else b
     nok = n[n["status"] == "ok"] if "status" in n else n
     metrics = {}
-    for col in stats.metric_columns(pd.concat([bok, nok])):
+    cols = stats.metric_columns(pd.concat([bok, nok]))
+    bok, nok = _zero_ops(bok, cols), _zero_ops(nok, cols)
+    for col in cols:
         c = stats.compare_metric(col, bok, nok, alpha, CONFIDENCE)
         if c["n_base"] == 0 and c["n_new"] == 0:
             continue
@@ -238,6 +240,16 @@ def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
     return {"rounds": {"base": int(len(bok)), "new": int(len(nok)),
                        "base_failed": int(len(b) - len(bok)), "new_failed": int(len(n) - len(nok))},
             "metrics": metrics}
+
+
+def _zero_ops(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """`df` with the kernel operations (by name) of `cols` that its run never made: 0 in its probed rows
+    (io_uring_enter with io_uring off; stats.per_round does the same within one run), unknown in the others."""
+    missing = [c for c in cols if c.startswith(stats.KERNEL_OP_PREFIXES) and c not in df]
+    if not missing or stats.SYSCALLS_TOTAL not in df:
+        return df
+    probed = df[stats.SYSCALLS_TOTAL].notna()
+    return df.assign(**{c: pd.Series(0.0, index=df.index).where(probed) for c in missing})
 
 
 def _judged(c: dict | None) -> TypeGuard[dict]:
@@ -269,7 +281,7 @@ def why(label: str, metrics: dict, protocol=None) -> str | None:
                         + (f" ({_pct(c['ratio'])})" if col.startswith("lat_us.") else ""))
     if not head:
         return None
-    explain = sorted((c for col, c in metrics.items() if col.startswith(stats.SYSCALL_PREFIX)
+    explain = sorted((c for col, c in metrics.items() if col.startswith(stats.KERNEL_OP_PREFIXES)
                       and c["shown"] and _judged(c)), key=lambda c: -abs(c["delta"]))[:3]
     parts = [f"{c['label']} {fmt(stats.SYSCALL_PREFIX, c['mean_base'])} → {fmt(stats.SYSCALL_PREFIX, c['mean_new'])}"
              for c in explain]

@@ -62,8 +62,12 @@ def view(doc: dict) -> dict:
         details = []
         for cell in comp["cells"]:
             ms = cell["metrics"]
-            order = [c for c in HEADLINE if c in ms] + [c for c in ms
-                                                        if c.startswith(stats.SYSCALL_PREFIX) and ms[c]["shown"]]
+            # kernel operations (syscalls + io_uring) beside syscalls where a cell did io_uring work
+            ring = any(c.startswith(stats.RING_PREFIX) for c in ms)
+            head = [x for c in HEADLINE for x in ((c, stats.KERNEL_OPS_TOTAL) if ring and c == stats.SYSCALLS_TOTAL
+                                                  else (c,))]
+            order = [c for c in head if c in ms] + [c for c in ms
+                                                        if c.startswith(stats.KERNEL_OP_PREFIXES) and ms[c]["shown"]]
             rows = [[ms[c]["label"], fmt(c, ms[c]["mean_base"]), fmt(c, ms[c]["mean_new"]), _ratio(ms[c]), _p(ms[c]),
                      _verdict_text(c, ms[c])] for c in order]
             r = cell["rounds"]

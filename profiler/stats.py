@@ -338,6 +338,8 @@ CELL_METRICS: dict[str, Metric] = {
 }
 SYSCALL_PREFIX = "syscalls_per_msg."
 RING_PREFIX = "ring_per_msg."  # io_uring operations per message, by operation
+# A kernel operation per message, by name: a syscall or an io_uring operation (0 when a probed cell made none).
+KERNEL_OP_PREFIXES = (SYSCALL_PREFIX, RING_PREFIX)
 SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith(("sockwait.", "breakdown.")) and m.log]
 NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns
 
@@ -381,7 +383,7 @@ def metric_columns(df: pd.DataFrame) -> list[str]:
     """The judged columns `df` has data for: CELL_METRICS in their order, then each syscall and io_uring
     operation."""
     have = [c for c in CELL_METRICS if c in df.columns and df[c].notna().any()]
-    return have + sorted(c for c in df.columns if c.startswith((SYSCALL_PREFIX, RING_PREFIX)) and df[c].notna().any())
+    return have + sorted(c for c in df.columns if c.startswith(KERNEL_OP_PREFIXES) and df[c].notna().any())
 
 
 def cell_summaries(df: pd.DataFrame, confidence: float = 0.95) -> list[dict]:

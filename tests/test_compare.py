@@ -205,6 +205,29 @@ def test_syscall_change_is_explained(tmp_path):
     assert compare.compare([b, a], fail_if="syscalls:+0.5")["fail_if"]["breaches"]
 
 
+def test_io_uring_work_is_compared_beside_the_syscalls(tmp_path):
+    """io_uring on against off (issue 50): the ring's epoll_ctl moves back to syscalls; the pages show the
+    ring operation and the kernel operations' total beside the syscalls, and the total is unchanged."""
+    def rows(ring: float, sys_: float, mps: float) -> list[dict]:
+        return [make_row("uvloop_sock", round=r, mps=mps * j, syscalls_per_msg={"epoll_ctl": sys_ * j, "sendto": 1.0,
+                                                                                "recvfrom": 1.0},
+                         ring_per_msg={"epoll_ctl": ring * j} if ring else {})
+                for r, j in ((1, 0.999), (2, 1.0), (3, 1.001))]
+    a, b = _store(tmp_path / "a", rows(1.0, 6.0, 50_000.0)), _store(tmp_path / "b", rows(0.0, 7.0, 45_000.0))
+    doc = compare.compare([a, b])
+    (cell,) = doc["comparisons"][0]["cells"]
+    ms = cell["metrics"]
+    assert ms["ring_per_msg.epoll_ctl"]["mean_base"] == pytest.approx(1.0) and ms["ring_per_msg.epoll_ctl"]["shown"]
+    assert ms["ring_per_msg.epoll_ctl"]["mean_new"] == 0  # a probed cell without ring work: 0, not unknown
+    assert ms[stats.KERNEL_OPS_TOTAL]["mean_base"] == pytest.approx(ms[stats.KERNEL_OPS_TOTAL]["mean_new"])
+    assert "epoll_ctl (io_uring) per message 1.00 → 0.00" in cell["why"], cell["why"]
+    (details,) = compare_report.view(doc)["comparisons"][0]["details"]
+    labels = [r[0] for r in details["rows"]]
+    i = labels.index("syscalls per message")
+    assert labels[i + 1] == "kernel operations per message (syscalls + io_uring)", labels
+    assert "epoll_ctl (io_uring) per message" in labels and "epoll_ctl per message" in labels
+
+
 def test_a_negligible_fairness_change_is_no_why(tmp_path):
     """Jain 0.9999 → 0.995 is significant on the spread's log scale, yet still fair service."""
     a = _store(tmp_path / "a", [make_row(round=r, per_conn={"jain": 0.9999 - r * 1e-6}) for r in (1, 2, 3)])
