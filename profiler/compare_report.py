@@ -4,6 +4,7 @@ compare.html and compare.json. Nothing here judges: every figure and verdict com
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -27,11 +28,23 @@ def _ratio(c: dict) -> str:
         return "–"
     if c["ratio_lo"] is None:
         return f"{_r(c['ratio'])}× [{'unbounded' if c['n_base'] >= 2 and c['n_new'] >= 2 else 'n < 2'}]"
-    return f"{_r(c['ratio'])}× [{_r(c['ratio_lo'])}, {_r(c['ratio_hi'])}]".replace("-", MINUS)
+    # A ratio of two figures that are never negative is not either: an interval around a count near 0 (the
+    # Fieller bounds of 0.01 → 0 reach below it) is cut at 0 rather than printed as [−0.09, 0.09].
+    lo, hi = max(c["ratio_lo"], 0.0), c["ratio_hi"]
+    d = _decimals(hi - lo)
+    return f"{_r(c['ratio'], d)}× [{_r(lo, d)}, {_r(hi, d)}]".replace("-", MINUS)
 
 
-def _r(x: float) -> str:
-    return f"{x:.2f}" if abs(x) >= 0.1 else f"{x:.2g}"
+def _decimals(width: float) -> int:
+    """Decimals that show an interval `width` wide with two significant digits, two at the least: a ratio
+    resolved to ±1.4% reads 0.983× [0.969, 0.997], not 0.98× [0.97, 1.00]."""
+    if not width or width <= 0 or math.isnan(width) or math.isinf(width):
+        return 2
+    return min(4, max(2, 1 - math.floor(math.log10(width))))
+
+
+def _r(x: float, decimals: int = 2) -> str:
+    return f"{x:.{decimals}f}" if abs(x) >= 0.1 or x == 0 else f"{x:.2g}"
 
 
 def _missing(v) -> bool:
@@ -86,7 +99,8 @@ def view(doc: dict) -> dict:
                       "summary": summary, "details": details,
                       "summary_header": ["cell", f"BASE {rate}", f"NEW {rate}", "NEW/BASE [95%]", "verdict"],
                       "whys": [c["why"] for c in comp["cells"] if c["why"]]})
-    return {"base": doc["base"], "comparisons": comps, "method": doc["method"]["text"],
+    return {"base": doc["base"], "comparisons": comps, "method": doc["method"]["text"], "ab": bool(doc.get("ab")),
+            "tool": "netprof ab" if doc.get("ab") else "netprof compare",
             "fail_if": doc["fail_if"],
             "detail_header": ["metric", "BASE", "NEW", "NEW/BASE [95%]", "p", "verdict"]}
 
@@ -143,9 +157,13 @@ def _style(verdict: str) -> str | None:
 def print_doc(doc: dict, console: Console) -> None:
     """The rich terminal rendering."""
     v = view(doc)
-    console.print(f"[bold]BASE[/bold] {escape(doc['base']['path'])}")
+    if v["ab"]:  # the variants of one run: named, and the run's directory once
+        console.print(f"[bold]BASE[/bold] variant {escape(doc['base']['name'])} of {escape(doc['base']['path'])}")
+    else:
+        console.print(f"[bold]BASE[/bold] {escape(doc['base']['path'])}")
     for comp in v["comparisons"]:
-        console.print(f"[bold]NEW[/bold]  {escape(comp['path'])}")
+        console.print(f"[bold]NEW[/bold]  variant {escape(comp['name'])}" if v["ab"] else
+                      f"[bold]NEW[/bold]  {escape(comp['path'])}")
         console.print(f"matched on: {escape(comp['matched_on'])}"
                       + (f"; compared across: [bold]{escape(comp['across'])}[/bold]" if comp["across"] else ""))
         for w in comp["warnings"]:
@@ -173,7 +191,10 @@ def print_doc(doc: dict, console: Console) -> None:
                             ("only in NEW", comp["unmatched"]["new_only"])):
             if cells:
                 console.print(f"unmatched, {side}: {escape(', '.join(cells))}")
-    console.print(f"[dim]{escape(v['method'])}[/dim]")
+    # The method in a line on the terminal (ab prints its run's own summary next); the page has it whole.
+    line = ("the pairs, the interval and the verdict: compare.html and docs/ab.md" if v["ab"]
+            else f"{_first_sentence(v['method'])} The rest is on the page (compare.html; --out DIR writes it)")
+    console.print(f"[dim]method: {escape(line)}[/dim]", highlight=False)
     if doc["fail_if"]["checks"]:
         for line in doc["fail_if"]["breaches"]:
             console.print(f"[red]FAIL[/red] {escape(line)}")
@@ -182,6 +203,12 @@ def print_doc(doc: dict, console: Console) -> None:
                           "no significant regression beyond the thresholds")
     if doc["artifacts"]:
         console.print(f"compare: {escape(doc['artifacts']['compare_html'])} (also compare.md, compare.json)")
+
+
+def _first_sentence(text: str) -> str:
+    """`text` up to its first full stop followed by a space (not a decimal point)."""
+    m = re.match(r"(.*?\D\.)\s", text, re.S)
+    return m.group(1) if m else text
 
 
 def main(paths: list[str], as_json: bool = False, out: str | None = None, fail_if: str = "",

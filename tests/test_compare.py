@@ -4,10 +4,12 @@ the --fail-if parser on constructed rows (no processes)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pandas as pd
 import pytest
+from rich.console import Console
 from test_anomalies import make_row
 
 from helpers import run_netprof
@@ -226,6 +228,49 @@ def test_io_uring_work_is_compared_beside_the_syscalls(tmp_path):
     i = labels.index("syscalls per message")
     assert labels[i + 1] == "kernel operations per message (syscalls + io_uring)", labels
     assert "epoll_ctl (io_uring) per message" in labels and "epoll_ctl per message" in labels
+
+
+def test_ratios_show_the_digits_their_interval_needs_and_no_negative_bound(tmp_path):
+    """A ratio resolved to ±1% prints three decimals (0.98× [0.97, 1.00] would hide it); a count near 0 on
+    one side has its interval cut at 0, never printed below it."""
+    def rows(mps: float, enter: float) -> list[dict]:
+        return [make_row(round=r, mps=mps * j, syscalls_per_msg={"sendto": 1.0, "recvfrom": 1.0,
+                                                                 "io_uring_enter": enter * j})
+                for r, j in ((1, 0.995), (2, 1.0), (3, 1.005))]
+    doc = compare.compare([_store(tmp_path / "a", rows(50_000.0, 0.01)), _store(tmp_path / "b", rows(49_000.0, 0.0))])
+    (details,) = compare_report.view(doc)["comparisons"][0]["details"]
+    by = {r[0]: r for r in details["rows"]}
+    ratio = by["msgs/s"][3]
+    assert re.fullmatch(r"0\.980× \[0\.9\d\d, 0\.9\d\d\]", ratio), ratio
+    enter = by["io_uring_enter per message"][3]
+    assert enter.startswith("0") and "−" not in enter and "[0" in enter, enter
+
+
+def test_an_ab_page_names_its_variants_and_the_terminal_keeps_the_method_to_a_line(tmp_path):
+    """`netprof ab` writes compare's pages about the variants of one run: titled "netprof ab", BASE and NEW
+    named as variants (not the same directory twice); compare's terminal output ends with one method line."""
+    a, b = (_store(tmp_path / n, [make_row(round=r, mps=v * r) for r in (1, 2, 3)])
+            for n, v in (("a", 50_000.0), ("b", 40_000.0)))
+    doc = compare.compare([a, b])
+    console = Console(width=200, record=True)
+    compare_report.print_doc(doc, console)
+    lines = console.export_text().splitlines()
+    (method,) = [x for x in lines if x.startswith("method:")]
+    assert len(method) < 300 and "Fieller" in method and f"BASE {a}" in lines, lines
+    ab_doc = {**doc, "ab": {"comparisons": [{"pairs_detail": []}], "metric": "msgs_per_sec"},
+              "base": {**doc["base"], "name": "selector"}}
+    ab_doc["comparisons"] = [{**doc["comparisons"][0], "new": {**doc["comparisons"][0]["new"], "name": "selector′"}}]
+    out = tmp_path / "ab"
+    out.mkdir()
+    compare_report.render(ab_doc, out)
+    md, page = (out / "compare.md").read_text(), (out / "compare.html").read_text()
+    assert md.startswith("# netprof ab\n") and "BASE: variant **selector** of" in md
+    assert "NEW: variant **selector′**" in md
+    assert "<title>netprof ab" in page and "<h1>netprof ab</h1>" in page and "netprof compare" not in page
+    console = Console(width=200, record=True)
+    compare_report.print_doc(ab_doc, console)
+    text = console.export_text()
+    assert "BASE variant selector of" in text and "NEW  variant selector′" in text and "docs/ab.md" in text
 
 
 def test_a_negligible_fairness_change_is_no_why(tmp_path):
