@@ -332,6 +332,9 @@ def test_loader_late_names_its_threshold_and_count():
     assert ev["lateness threshold (µs)"] == 1000.0 and ev["requests the loader sent late"] == 12
     assert ev["schedule lateness p99 (µs)"] == 4000.0
     assert "the load generator itself fell behind" in a["explanation"] and "1 ms" in a["explanation"]
+    # this host's lateness beside the reference host's timer cost, with its source
+    assert "on this host this cell's sends came 5 µs after" in a["explanation"], a["explanation"]
+    assert "timer due in 20 µs costs 11.1 µs" in a["explanation"] and "bench/timer_cost.py" in a["explanation"]
     assert not ids(detect_rows(open_row(1000, 1000.0)), "loader_late")
     # A few late sends, the p99 well inside the threshold (a loader disturbed on a busy host): an info.
     row = open_row(500, 500.0)

@@ -117,6 +117,13 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
     return found
 
 
+# What a near timer costs the loader on netprof's reference host (bench/RESULTS.md, "Open loop: the loader's
+# timers", bench/timer_cost.py, 2026-11-27): arming and disarming a timer due in 20 µs, and the loader's CPU per
+# request at --rate 50k. Quoted in the finding so that a user can set this host's lateness beside it.
+TIMER_REF = {"source": "bench/timer_cost.py on netprof's reference host, 2026-11-27",
+             "near_timer_us": 11.1, "loader_cpu_us_at_50k": 15.5}
+
+
 @rule("loader_late", plots=("latency_load",))
 def loader_late(ctx: Context) -> list[Anomaly]:
     """The loader sent requests late on a free connection (past its lateness threshold): it, not the
@@ -146,6 +153,13 @@ def loader_late(ctx: Context) -> list[Anomaly]:
                  "CPUs or threads (--loader-threads), ask for a lower rate, or run on a quieter machine."
                  if serious else "Few and brief: the cell's figures stand, but the loader was disturbed (a busy "
                  "machine, or too few CPUs for it).")
+        p50 = num(r, "open_loop.schedule_late_us.p50")
+        text += (f" For scale: on this host this cell's sends came {units.duration_us(p50)} after their intended "
+                 f"time at the median; on netprof's reference host a timer due in 20 µs costs "
+                 f"{units.duration_us(TIMER_REF['near_timer_us'])} to arm and disarm, and the loader spends "
+                 f"{units.duration_us(TIMER_REF['loader_cpu_us_at_50k'])} of CPU per request at 50k/s "
+                 f"({TIMER_REF['source']}).")
+        ev["reference host: µs to arm and disarm a timer due in 20 µs"] = TIMER_REF["near_timer_us"]
         title = f"The loader fell behind its schedule: {where(r)}"
         found.append(Anomaly.at(r, "loader_late", "warning" if serious else "info", title, text, ev))
     return found
