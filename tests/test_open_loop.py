@@ -374,6 +374,33 @@ def test_latency_knee_says_how_much_of_the_tail_was_the_socket_queue():
     assert not any("socket queue" in k for k in a["evidence"]) and "socket queue" not in a["explanation"]
 
 
+def test_latency_knee_names_the_resource_that_ran_out():
+    """Issue 51: the finding names what reached its limit at the knee, from the figures at the rates tried:
+    the loader's CPU before anything else, then the server's CPU, the run queue, the loop's idle time."""
+    def knee(**at) -> dict:
+        base, top = open_row(500, 500.0, p99=2_500.0), open_row(1000, 960.0, p99=30_000.0)
+        for r, part in ((base, at.pop("base", {})), (top, at)):
+            for k, v in part.items():
+                r[k] = {**r[k], **v} if isinstance(v, dict) and isinstance(r.get(k), dict) else v
+        (a,) = ids(detect_rows(base, top), "latency_knee")
+        return a
+
+    a = knee(cpu={"busy_frac": 0.97}, base={"cpu": {"busy_frac": 0.45}})
+    assert a["evidence"]["what ran out first"] == "the server's CPU"
+    assert "What ran out first: the server's CPU: busy 97% of one CPU at 1,000/s, against 45% at 500/s" \
+        in a["explanation"], a["explanation"]
+    a = knee(cpu={"busy_frac": 0.97}, loader_cpu={"cpu_frac": 0.95})
+    assert a["evidence"]["what ran out first"] == "the loader's CPU" and "give it more CPUs" in a["explanation"]
+    a = knee(cpu={"busy_frac": 0.6}, breakdown={"tail_us": {"runqueue": 600.0, "on_cpu": 300.0, "transit": 100.0}})
+    assert a["evidence"]["what ran out first"] == "the run queue" and "60% of their time ready" in a["explanation"]
+    a = knee(cpu={"busy_frac": 0.8}, syscalls_per_msg={"sendto": 1.0, "recvfrom": 1.0, "epoll_wait": 0.1},
+             base={"syscalls_per_msg": {"sendto": 1.0, "recvfrom": 1.0, "epoll_wait": 1.0}})
+    assert a["evidence"]["what ran out first"] == "the loop's idle time"
+    assert "waits per message fell from 1.00 to 0.1 " in a["explanation"], a["explanation"]
+    a = knee()  # 20% busy, nothing else: said so, with where to look
+    assert "what ran out first" not in a["evidence"] and "No resource netprof measures" in a["explanation"]
+
+
 def test_latency_knee_silent_without_a_drop_in_share_or_with_one_rate():
     # p99 grows 10× but every rate is achieved: no knee yet
     rows = [open_row(500, 500.0, p99=2_000.0), open_row(1000, 1000.0, p99=20_000.0)]

@@ -230,6 +230,45 @@ def _queue_share(r) -> tuple[float, str] | None:
     return None
 
 
+WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6", "poll", "ppoll")  # a loop's wait
+
+
+def _waits(r) -> float | None:
+    """The event loop's waits per message (epoll_wait and its kin), when the cell ran with probes."""
+    per = stats.syscalls_of(r)
+    return sum(v for k, v in per.items() if k in WAITS) if per else None
+
+
+def _limit(base, at, t: Thresholds) -> tuple[str, str] | None:
+    """What ran out at the knee rate `at` (against the lowest rate `base`), checked in this order: the loader
+    (then the knee is not the server's), the server's CPU, its run queue (a thread ready, no CPU for it), the
+    loop's batching (no idle turn left: each wait returns more ready sockets). (name, sentence) or None."""
+    def pct(r, col):
+        return _pct(num(r, col))
+    rate = units.number(at["rate"])
+    lf = num(at, "loader_cpu.cpu_frac")
+    if lf is not None and lf >= t.knee_loader_cpu:
+        return "the loader's CPU", (f"the loader's CPU: it used {_pct(lf)} of its CPUs at {rate}/s, so this bend is "
+                                    "the load generator's as much as the server's (give it more CPUs or threads)")
+    busy = num(at, "cpu.busy_frac")
+    if busy is not None and busy >= t.knee_cpu_busy:
+        return "the server's CPU", (f"the server's CPU: busy {_pct(busy)} of one CPU at {rate}/s, against "
+                                    f"{pct(base, 'cpu.busy_frac')} at {units.number(base['rate'])}/s")
+    tail = {str(k)[len("breakdown.tail_us."):]: num(at, k) for k in at.index if str(k).startswith("breakdown.tail_us.")}
+    total = sum(max(0.0, v) for v in tail.values() if v is not None)
+    if total > 0 and (tail.get("runqueue") or 0) / total >= t.knee_runqueue_share:
+        return "the run queue", (f"the run queue: the slowest 1% of requests spent {_pct(tail['runqueue'] / total)} "
+                                 "of their time ready to run with no CPU for them (another thread, or the loader, "
+                                 "on the server's CPU)")
+    w0, w = _waits(base), _waits(at)
+    if w0 and w is not None and w <= (1 - t.knee_batching_drop) * w0:
+        return "the loop's idle time", (f"the loop's idle time: its waits per message fell from "
+                                        f"{units.per_message(w0)} to {units.per_message(w)} (each wait returned "
+                                        "more ready sockets: no idle turn was left)"
+                                        + (f"; busy {_pct(busy)} of one CPU" if busy is not None else ""))
+    return None
+
+
 def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
     base, before, at = g.iloc[0], g.iloc[i - 1], g.iloc[i]
     lo, hi = float(before["rate"]), float(at["rate"])
@@ -262,6 +301,13 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
                  f"{units.number(base['rate'])}/s to {_pct(q[0])} at {units.number(hi)}/s ({q[1]}): "
                  + ("the requests wait unread for a busy server. " if q[0] >= 0.5 else
                     "most of their time is not the socket queue. "))
+    limit = _limit(base, at, t)
+    if limit is not None:
+        ev["what ran out first"] = limit[0]
+        text += f"What ran out first: {limit[1]}. "
+    else:
+        text += ("No resource netprof measures reached its limit at the knee (the server's CPU, the loader's, the run "
+                 "queue, the loop's idle time): run with --breakdown for where the slowest requests waited. ")
     text += f"Its usable capacity, at this latency, is below {units.number(hi)} requests/s."
     title = f"Latency knee between {units.number(lo)}/s and {units.number(hi)}/s: {at['backend']}"
     return Anomaly.at(at, "latency_knee", "info", title, text, ev)

@@ -88,6 +88,10 @@ class Thresholds:
     knee_factor: float = 3.0                 # the bend: p99 this × its value at the lowest rate
     knee_change: float = 0.25                # a per-message figure that moved this much (relative) is evidence
     knee_share_drop: float = 0.02            # ... at a rate whose achieved share fell this much below the lowest's
+    knee_cpu_busy: float = 0.9               # the knee's limit is the server's CPU when it was busy this share of one
+    knee_loader_cpu: float = 0.9             # ... the loader's when its CPUs were this busy (before the server's)
+    knee_runqueue_share: float = 0.25        # ... the run queue when this share of the slowest 1%'s time was there
+    knee_batching_drop: float = 0.5          # ... the loop's batching when its waits per message fell by this share
     loader_late_min: float = 1               # requests the loader itself sent late (past its threshold), per round
     # ... a warning when more than this share of the sent requests were late, or its p99 lateness passed the
     # threshold; below, an info (a loader at nice 19 beside a benchmark on 2 CPUs: 9 of 1,500 late, p99 0.3 ms)
