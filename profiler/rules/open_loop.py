@@ -256,8 +256,9 @@ def _limit(base, at, t: Thresholds) -> tuple[str, str] | None:
                                     f"{pct(base, 'cpu.busy_frac')} at {units.number(base['rate'])}/s")
     tail = {str(k)[len("breakdown.tail_us."):]: num(at, k) for k in at.index if str(k).startswith("breakdown.tail_us.")}
     total = sum(max(0.0, v) for v in tail.values() if v is not None)
-    if total > 0 and (tail.get("runqueue") or 0) / total >= t.knee_runqueue_share:
-        return "the run queue", (f"the run queue: the slowest 1% of requests spent {_pct(tail['runqueue'] / total)} "
+    runq = tail.get("runqueue") or 0.0
+    if total > 0 and runq / total >= t.knee_runqueue_share:
+        return "the run queue", (f"the run queue: the slowest 1% of requests spent {_pct(runq / total)} "
                                  "of their time ready to run with no CPU for them (another thread, or the loader, "
                                  "on the server's CPU)")
     w0, w = _waits(base), _waits(at)
