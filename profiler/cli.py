@@ -198,6 +198,11 @@ def run(
     arrivals: str = typer.Option(
         "", "--arrivals", metavar="constant|poisson",
         help="With --rate: requests evenly spaced (constant, the default) or at random (poisson) times."),
+    max_connections: int = typer.Option(
+        0, "--max-connections", metavar="N", show_default=False,
+        help="With --rate: a request that comes due while every connection has --pipeline in flight goes out on a "
+             "new connection, up to N open at once (default 1000; -c are opened before the load); past N it waits "
+             "in the loader (open_loop.behind)."),
     zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
@@ -354,7 +359,7 @@ def run(
             ssh_config=str(ssh_config) if ssh_config else "",
             remote_netprof=remote_netprof,
             env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate), **parse_io_uring(io_uring)},
-            arrivals=arrivals,
+            arrivals=arrivals, max_connections=max_connections,
             zmq_client=zmq_client,
         ))
     _confirm_long_plan(cfg, yes)
