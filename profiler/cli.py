@@ -814,6 +814,10 @@ def knee_cmd(
     pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Requests in flight per connection at most."),
     arrivals: str = typer.Option("constant", "--arrivals", metavar="constant|poisson",
                                  help="How the requests of each probed rate are spaced."),
+    max_connections: int = typer.Option(
+        0, "--max-connections", metavar="N", show_default=False,
+        help="Open-loop cells open connections as requests need them, up to N (default 1000; -c is the closed-loop "
+             "ceiling's and opened first); -c's value keeps them to -c."),
     zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     steps: int = typer.Option(6, "--steps", metavar="N",
                               help="Open-loop probes after the closed-loop ceiling; each halves the interval the knee "
@@ -855,6 +859,7 @@ def knee_cmd(
         duration=window, warmup=warmup, rounds=1, msize=msize, work=work, probes=not no_probes,
         backend_cpu=backend_cpu, loader_cpus=loader_cpus, out_dir=str(out) if out else "", force=force, wait=wait,
         pythons=parse_pythons(python), protocol=protocol, request=request, line=line, zmq_client=zmq_client))
+    cfg.max_connections = max_connections  # the open-loop cells' (knee.check checks it; validate sees a closed loop)
     check_remote_work(cfg, "knee")
     plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait,
                          tries=tries)

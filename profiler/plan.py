@@ -206,7 +206,7 @@ class RunConfig:
         (its connections are the -c ones): what rows record as `max_connections` (schema.RUN_SETTINGS)."""
         if not self.open_loop:
             return schema.RUN_SETTINGS["max_connections"]
-        return max(connections, self.max_connections or min(MAX_CONNECTIONS_DEFAULT, max_connections()))
+        return connection_cap(connections, self.max_connections)
 
     def protocol_fields(self) -> dict:
         """What the loader needs to speak this run's protocol (RunRequest fields)."""
@@ -296,6 +296,12 @@ RATE_MAX = 1e7  # requests/s over all connections: the loader's bound (PROTOCOL.
 # --max-connections when not given: as many as k6's and vegeta's open-loop users would want for a rate whose
 # answers take a few ms (25k/s × 40 ms), well under the machine's `ulimit -n` (20,000 here).
 MAX_CONNECTIONS_DEFAULT = 1000
+
+
+def connection_cap(connections: int, given: int = 0) -> int:
+    """The most connections an open-loop load with `connections` (-c) may have open: --max-connections (`given`,
+    0: not given: MAX_CONNECTIONS_DEFAULT, at most what `ulimit -n` allows), never below -c."""
+    return max(connections, given or min(MAX_CONNECTIONS_DEFAULT, max_connections()))
 ARRIVALS = ("constant", "poisson")
 _RATE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([km]?)", re.IGNORECASE)
 
