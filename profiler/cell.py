@@ -233,11 +233,13 @@ TIMELINE_SLICES = 20
 
 
 def open_loop_fields(cell: Cell, cfg: RunConfig) -> dict:
-    """The RunRequest fields of an open-loop cell (--rate): its rate, the run's arrivals and the timeline's
-    slices; {} closed loop (its request stays what it always was)."""
+    """The RunRequest fields of an open-loop cell (--rate): its rate, the run's arrivals, the timeline's slices
+    and the connection cap (connections opened as requests need them); {} closed loop (its request stays what
+    it always was)."""
     if not cell.rate:
         return {}
-    return {"rate": cell.rate, "arrivals": cfg.arrivals_setting(), "timeline": TIMELINE_SLICES}
+    return {"rate": cell.rate, "arrivals": cfg.arrivals_setting(), "timeline": TIMELINE_SLICES,
+            "max_connections": cfg.max_connections_for(cell.connections)}
 
 
 def base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
@@ -250,6 +252,7 @@ def base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "arrivals": cfg.arrivals_setting(),
+        "max_connections": cfg.max_connections_for(cell.connections) if cell.rate else 0,
         "zmq_client": cfg.zmq_client,
         "pinned": cell.pinned, "workers": cfg.workers, "loader_host": ",".join(cfg.loader_hosts),
         **dict(cell.extra), "status": "failed", "error": None,

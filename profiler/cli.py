@@ -193,6 +193,11 @@ def run(
     arrivals: str = typer.Option(
         "", "--arrivals", metavar="constant|poisson",
         help="With --rate: requests evenly spaced (constant, the default) or at random (poisson) times."),
+    max_connections: int = typer.Option(
+        0, "--max-connections", metavar="N", show_default=False,
+        help="With --rate: a request that comes due while every connection has --pipeline in flight goes out on a "
+             "new connection, up to N open at once (default 1000; -c are opened before the load); past N it waits "
+             "in the loader (open_loop.behind)."),
     zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
@@ -349,7 +354,7 @@ def run(
             ssh_config=str(ssh_config) if ssh_config else "",
             remote_netprof=remote_netprof,
             env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate), **parse_io_uring(io_uring)},
-            arrivals=arrivals,
+            arrivals=arrivals, max_connections=max_connections,
             zmq_client=zmq_client,
         ))
     _confirm_long_plan(cfg, yes)
@@ -804,6 +809,10 @@ def knee_cmd(
     pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Requests in flight per connection at most."),
     arrivals: str = typer.Option("constant", "--arrivals", metavar="constant|poisson",
                                  help="How the requests of each probed rate are spaced."),
+    max_connections: int = typer.Option(
+        0, "--max-connections", metavar="N", show_default=False,
+        help="Open-loop cells open connections as requests need them, up to N (default 1000; -c is the closed-loop "
+             "ceiling's and opened first); -c's value keeps them to -c."),
     zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     steps: int = typer.Option(6, "--steps", metavar="N",
                               help="Open-loop probes after the closed-loop ceiling; each halves the interval the knee "
@@ -845,6 +854,7 @@ def knee_cmd(
         duration=window, warmup=warmup, rounds=1, msize=msize, work=work, probes=not no_probes,
         backend_cpu=backend_cpu, loader_cpus=loader_cpus, out_dir=str(out) if out else "", force=force, wait=wait,
         pythons=parse_pythons(python), protocol=protocol, request=request, line=line, zmq_client=zmq_client))
+    cfg.max_connections = max_connections  # the open-loop cells' (knee.check checks it; validate sees a closed loop)
     check_remote_work(cfg, "knee")
     plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait,
                          tries=tries)

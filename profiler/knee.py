@@ -40,7 +40,14 @@ from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
 from netprof.profiler.loader_client import Loader
-from netprof.profiler.plan import ARRIVALS, RunConfig, closed_loop_only, loader_cpus
+from netprof.profiler.plan import (
+    ARRIVALS,
+    RunConfig,
+    check_max_connections,
+    closed_loop_only,
+    connection_cap,
+    loader_cpus,
+)
 from netprof.profiler.procs import ProcessError, ProcessGroup
 from netprof.profiler.results import ResultsStore
 from netprof.profiler.rules.registry import Thresholds
@@ -96,6 +103,7 @@ class Probe:
         return {"rate": self.rate, "achieved": self.achieved, f"{slo.stat}_us": self.latency_us,
                 "p99_sent_us": (self.row.get("lat_sent_us") or {}).get("p99"),
                 "behind_share": ol.get("behind_share"), "achieved_share": ol.get("achieved_share"),
+                "conns_max": ol.get("conns_max"),
                 "met": self.met, "why": self.why, "tries": self.tries, "recheck": self.recheck}
 
 
@@ -187,6 +195,7 @@ def check(p: KneePlan) -> None:
         raise InputError(f"--arrivals '{p.arrivals}' is not known; use constant or poisson")
     if p.cfg.think != "none":
         raise InputError("netprof knee sends on a schedule: drop --think")
+    check_max_connections(p.cfg)
     if closed_loop_only(p.cfg):
         raise InputError(f"netprof knee is not for the ZeroMQ backends ({p.cfg.backends[0]}) under --zmq-client "
                          "libzmq: libzmq's DEALER sockets are driven closed-loop only; add --zmq-client native")
@@ -264,7 +273,9 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
 
                 def once(rate: float) -> Probe:
                     probe = judge(cell(rate), rate, p.slo, t)
-                    console.print(f"{rate:>10,.0f}/s: achieved {probe.achieved or 0:,.0f}/s, {probe.why} → "
+                    most = (probe.row.get("open_loop") or {}).get("conns_max")
+                    conns = f" on up to {most:,} connections" if most and most > p.cfg.connections[0] else ""
+                    console.print(f"{rate:>10,.0f}/s: achieved {probe.achieved or 0:,.0f}/s{conns}, {probe.why} → "
                                   f"{'pass' if probe.met else 'fail'}", markup=False, highlight=False)
                     return probe
 
@@ -300,6 +311,9 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
     done = not outcome.failed and not outcome.interrupted
     return {
         "schema": SCHEMA, "server": p.label, "connections": p.cfg.connections[0], "pipeline": p.cfg.pipeline[0],
+        # the open-loop cells' connections: up to the cap, opened as requests needed them; the most open at once
+        "max_connections": connection_cap(p.cfg.connections[0], p.cfg.max_connections),
+        "conns_max": max((q.record(p.slo)["conns_max"] or 0 for q in probes), default=None) or None,
         "slo": {"text": p.slo.text(), "stat": p.slo.stat, "limit_us": p.slo.limit_us}, "arrivals": p.arrivals,
         "window_s": p.cfg.duration,
         "tries": p.tries,
@@ -314,8 +328,11 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
 
 
 def summary_line(doc: dict) -> str:
-    """'knee of selector at c=10 for p99<5ms: 850/s (between 850 and 870/s; 85% of the closed-loop 1,000/s)'."""
-    head = f"knee of {doc['server']} at c={doc['connections']} for {doc['slo']['text']}: "
+    """'knee of selector at c=10 for p99<5ms: 850/s (between 850 and 870/s; 85% of the closed-loop 1,000/s)'; when
+    the open-loop cells opened more connections than -c: 'at c=10 (up to 37 open) for ...'."""
+    most = doc.get("conns_max")
+    opened = f" (up to {most:,} open)" if most and most > doc["connections"] else ""
+    head = f"knee of {doc['server']} at c={doc['connections']}{opened} for {doc['slo']['text']}: "
     ceiling = doc["ceiling"]["msgs_per_sec"] or 0
     lo, hi = doc["bounds"]
     if doc["knee"] is None:

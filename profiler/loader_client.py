@@ -79,6 +79,10 @@ class RunRequest:
     # (the fields are absent: a closed-loop request is byte for byte what it always was).
     rate: float | None = None
     arrivals: str | None = None
+    # With `rate`: connections as needed (PROTOCOL.md, "Connections as needed"): a request that comes due while
+    # every open connection has `pipeline` in flight goes out on a new one, up to this many open at once (at
+    # least `connections`, the ones opened before the load). None: absent (`connections`: none are opened).
+    max_connections: int | None = None
     # Every latency object of the stats also carries its histogram's buckets (PROTOCOL.md, "Histograms"),
     # to merge several loaders' stats (loaderset.py). False: the field is absent.
     histograms: bool = False
@@ -104,7 +108,7 @@ class RunRequest:
         if d["protocol"] == "echo":
             del d["protocol"]
         for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals", "start_at",
-                    "timeline", "alternate", "turn"):
+                    "timeline", "alternate", "turn", "max_connections"):
             if d[key] is None:
                 del d[key]
         if d.get("alternate") is not None:

@@ -94,8 +94,9 @@ def merge_stats(all_stats: list[dict]) -> dict:
     if "open_loop" in first:
         ols = [s["open_loop"] for s in all_stats]
         merged = _add_dicts([{k: v for k, v in o.items() if not isinstance(v, dict)} for o in ols])
-        for key in ("behind_late_us", "schedule_late_us"):  # no buckets for these: the worst loader's
-            merged[key] = {q: max(o[key][q] for o in ols) for q in first["open_loop"][key]}
+        for key in ("behind_late_us", "schedule_late_us", "connect_us"):  # no buckets for these: the worst loader's
+            if key in first["open_loop"]:
+                merged[key] = {q: max(o[key][q] for o in ols) for q in first["open_loop"][key]}
         merged["loader_late_threshold_us"] = first["open_loop"]["loader_late_threshold_us"]
         out["open_loop"] = merged
         out["rate"] = sum(s.get("rate", 0.0) for s in all_stats)
@@ -116,13 +117,16 @@ class LoaderSet:
         n = len(self.loaders)
         shares = split(req.connections, n)
         rates = [req.rate * c / req.connections for c in shares] if req.rate else [None] * n
+        # Connections as needed: each loader may open its share of the cap (split as the connections are, so each
+        # share is at least the loader's own connections, and the shares add up to the cap).
+        caps = split(req.max_connections, n) if req.max_connections else [None] * n
         # One window start for all, on our clock (each Loader moves it into its host's): after the warm-up and
         # a connect allowance, so that none of them has to start late.
         start_at = time.monotonic() + req.warmup + CONNECT_ALLOWANCE_S + req.connections * CONNECT_PER_CONN_S
         # No timeline: its slices carry no buckets to merge (PROTOCOL.md, "Timeline"), so a multi-host cell has none.
         reqs = [dataclasses.replace(req, connections=c, sources=list(src), histograms=True, rate=r,
-                                    start_at=start_at, timeline=None)
-                for c, src, r in zip(shares, self.sources, rates)]
+                                    max_connections=cap, start_at=start_at, timeline=None)
+                for c, src, r, cap in zip(shares, self.sources, rates, caps)]
         results: list[dict | None] = [None] * n
         failures: list[BaseException | None] = [None] * n
 

@@ -96,6 +96,10 @@ class RunConfig:
     # --arrivals: how an open-loop load (--rate, a run dimension in extra_dims) spaces its requests:
     # constant or poisson; "" = not given (validate() makes it "constant" with --rate).
     arrivals: str = ""
+    # --max-connections: with --rate, the most connections the loader may have open at once; it opens them as
+    # requests need them (a request due while every connection has --pipeline in flight goes on a new one).
+    # 0 = not given: MAX_CONNECTIONS_DEFAULT, or a cell's -c when that is more (max_connections_for).
+    max_connections: int = 0
     zmq_client: str = "libzmq"  # --zmq-client: what drives the ZeroMQ servers (ZMQ_CLIENTS)
     probes: bool = True
     stacks: bool = False
@@ -196,6 +200,14 @@ class RunConfig:
         """What rows record as `arrivals` (schema.RUN_SETTINGS): the open-loop spacing, or "closed"."""
         return (self.arrivals or ARRIVALS[0]) if self.open_loop else schema.RUN_SETTINGS["arrivals"]
 
+    def max_connections_for(self, connections: int) -> int:
+        """The connection cap of an open-loop cell with `connections` (-c) opened before its load: --max-connections,
+        else MAX_CONNECTIONS_DEFAULT (at most what `ulimit -n` allows), never below -c. 0 for a closed-loop run
+        (its connections are the -c ones): what rows record as `max_connections` (schema.RUN_SETTINGS)."""
+        if not self.open_loop:
+            return schema.RUN_SETTINGS["max_connections"]
+        return connection_cap(connections, self.max_connections)
+
     def protocol_fields(self) -> dict:
         """What the loader needs to speak this run's protocol (RunRequest fields)."""
         if self.protocol == "http":
@@ -281,6 +293,15 @@ def parse_io_uring(text: str) -> dict[str, list[str]]:
 
 
 RATE_MAX = 1e7  # requests/s over all connections: the loader's bound (PROTOCOL.md, "Run request")
+# --max-connections when not given: as many as k6's and vegeta's open-loop users would want for a rate whose
+# answers take a few ms (25k/s × 40 ms), well under the machine's `ulimit -n` (20,000 here).
+MAX_CONNECTIONS_DEFAULT = 1000
+
+
+def connection_cap(connections: int, given: int = 0) -> int:
+    """The most connections an open-loop load with `connections` (-c) may have open: --max-connections (`given`,
+    0: not given: MAX_CONNECTIONS_DEFAULT, at most what `ulimit -n` allows), never below -c."""
+    return max(connections, given or min(MAX_CONNECTIONS_DEFAULT, max_connections()))
 ARRIVALS = ("constant", "poisson")
 _RATE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([km]?)", re.IGNORECASE)
 
@@ -604,7 +625,11 @@ def check_open_loop(cfg: RunConfig) -> None:
         if cfg.arrivals:
             raise InputError("--arrivals says how requests arrive at a --rate: add --rate R (e.g. --rate 1000), "
                              "or drop --arrivals")
+        if cfg.max_connections:
+            raise InputError("--max-connections caps the connections an open-loop load opens as its requests need "
+                             "them: add --rate R (e.g. --rate 1000), or drop --max-connections (closed loop uses -c)")
         return
+    check_max_connections(cfg)
     check_rates(list(cfg.extra_dims["rate"]))
     if cfg.think != "none":
         raise InputError("--rate and --think cannot go together: an open-loop load sends on a schedule, not after "
@@ -614,6 +639,21 @@ def check_open_loop(cfg: RunConfig) -> None:
         raise InputError(f"--rate is not for the ZeroMQ backends ({', '.join(closed)}) under --zmq-client libzmq: "
                          "libzmq's DEALER sockets are driven closed-loop only; add --zmq-client native")
     cfg.arrivals = cfg.arrivals or ARRIVALS[0]
+
+
+def check_max_connections(cfg: RunConfig) -> None:
+    """--max-connections (given: not 0) at least every -c (they count under it) and within `ulimit -n`."""
+    n = cfg.max_connections
+    if not n:
+        return
+    if n < 1:
+        raise InputError(f"--max-connections {n}: give at least 1 (and at least -c)")
+    if n < max(cfg.connections):
+        raise InputError(f"--max-connections {n} is below -c {max(cfg.connections)}: the connections opened before "
+                         f"the load count under it; give --max-connections {max(cfg.connections)} or more")
+    if n > (ceiling := max_connections()):
+        raise InputError(f"--max-connections {n} exceeds what `ulimit -n` ({fd_limit()}) allows: at most {ceiling}; "
+                         f"raise the limit (`ulimit -n {n + FD_RESERVE}`, needs CAP_SYS_RESOURCE) or ask for fewer")
 
 
 def closed_loop_only(cfg: RunConfig) -> list[str]:

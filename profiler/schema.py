@@ -87,8 +87,10 @@ FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing")
 # runs on them too), with the value of rows written before they were recorded (as Dimension.legacy).
 # arrivals: how an open-loop load spaces its requests (constant, poisson); "closed" for a closed-loop run.
 # zmq_client: what drove the ZeroMQ backends (--zmq-client: libzmq or native); libzmq before it was recorded.
+# max_connections: with --rate, the most connections the loader could open as requests needed them (at least -c;
+# plan.RunConfig.max_connections_for); 0 for closed loop and for rows written before: the -c connections only.
 RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none", "arrivals": "closed",
-                                "zmq_client": "libzmq"}
+                                "zmq_client": "libzmq", "max_connections": 0}
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:

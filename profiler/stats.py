@@ -80,16 +80,20 @@ def unprobed_drift(before_rate: float | None, after_rate: float | None) -> float
 def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
               slices: Sequence[Mapping] = ()) -> dict:
     """An open-loop cell's `open_loop` group from the loader's stats of the same name (PROTOCOL.md,
-    "Open loop"): its counts and lateness percentiles, flat ("behind_late_us.p99"), plus two shares:
-    `behind_share` = requests that waited for their connection (it had `pipeline` in flight) ÷ those
-    due in the window, and `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up).
+    "Open loop"): its counts and lateness percentiles, flat ("behind_late_us.p99"), the connections it
+    opened as requests needed them ("Connections as needed": `max_connections`, `conns_max`, `conns_opened`,
+    `waited_connect`, `messages_on_opened`, `connect_us.p50/p99/max`; None from older loaders), plus two
+    shares: `behind_share` = requests that waited for a connection with every one busy and the cap
+    reached (without connections as needed: their `-c` connections busy) ÷ those due in the window, and
+    `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up).
     With the window's `slices` (timeline_rows) of `slice_s` seconds: the p99 of its first and of its last
     slice that answered anything (`p99_first_slice_us`, `p99_last_slice_us`) and their ratio `p99_growth`:
     far above 1 when requests queued longer the longer the load ran (overload), about 1 when the server
     kept up."""
     out: dict[str, Any] = {k: ol.get(k) for k in ("intended", "sent", "behind", "queued_at_end", "in_flight_at_end",
-                                                 "loader_late", "loader_late_threshold_us")}
-    for group in ("behind_late_us", "schedule_late_us"):
+                                                 "loader_late", "loader_late_threshold_us", "max_connections",
+                                                 "conns_max", "conns_opened", "waited_connect", "messages_on_opened")}
+    for group in ("behind_late_us", "schedule_late_us", "connect_us"):
         late = ol.get(group) or {}
         out.update({f"{group}.{p}": late.get(p) for p in ("p50", "p99", "max")})
     intended, behind = ol.get("intended"), ol.get("behind")

@@ -106,6 +106,20 @@ def test_two_loaders_merge_into_one_stats_object(echo_server):
                                                                                                 "measure_stop"]
 
 
+def test_two_loaders_share_the_rate_and_the_connection_cap(echo_server):
+    """Open loop over two loaders: each gets its share of the rate and of --max-connections (the cap's shares add
+    up to it), and the merged open-loop figures keep the loader's shape (connect_us: the worse loader's)."""
+    with ProcessGroup() as group:
+        loaders = [Loader.start(group), Loader.start(group)]
+        ls = loaderset.LoaderSet(loaders, [["127.0.0.1"], ["127.0.0.1"]], ["a", "b"], [0.0, 0.0])
+        merged = ls.run(RunRequest(target=echo_server, connections=2, duration=0.4, warmup=0.05, rate=1000,
+                                   max_connections=9), timeout=30)
+    ol = merged["open_loop"]
+    assert merged["rate"] == pytest.approx(1000) and ol["max_connections"] == 9, ol
+    assert 2 <= ol["conns_max"] <= 9 and set(ol["connect_us"]) == {"p50", "p99", "max"}, ol
+    assert sum(merged["per_conn_messages"]) + ol["messages_on_opened"] == merged["messages"]
+
+
 def test_split_gives_every_host_its_share():
     assert loaderset.split(100, 2) == [50, 50] and loaderset.split(5, 3) == [2, 2, 1]
     assert sum(loaderset.split(7, 4)) == 7

@@ -4,12 +4,14 @@ servers (no process), then one real search on a server of known capacity."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from helpers import netprof_cli, run_netprof, wait_no_children
 from netprof.profiler import knee
 from netprof.profiler.errors import InputError
+from netprof.profiler.plan import RunConfig, validate
 from netprof.profiler.rules.registry import Thresholds
 
 
@@ -121,6 +123,30 @@ def test_a_knee_below_every_probe_says_so():
     doc = {"server": "x", "connections": 10, "slo": {"text": "p99<5ms"}, "ceiling": {"msgs_per_sec": 10_000},
            "bounds": [lo, hi], "knee": None}
     assert "below 156/s, the lowest rate probed" in knee.summary_line(doc)
+    # The open-loop cells opened connections as requests needed them: the line says how many were open at most.
+    assert knee.summary_line(doc | {"conns_max": 37}).startswith("knee of x at c=10 (up to 37 open) for p99<5ms")
+    assert "open)" not in knee.summary_line(doc | {"conns_max": 10})
+
+
+def test_knee_json_has_the_connection_cap_and_the_most_connections_open():
+    """Each probe records the most connections its cell had open (the loader's open_loop.conns_max); knee.json the
+    cap (--max-connections, default 1,000) and the most over the probes."""
+    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    probes = []
+    for rate, most in ((500, 10), (1000, 37)):
+        row = _row(rate, rate, 1000)
+        row["open_loop"]["conns_max"] = most
+        probes.append(knee.judge(row, rate, slo, t))
+    assert [p.record(slo)["conns_max"] for p in probes] == [10, 37]
+    plan = knee.KneePlan(validate(RunConfig(backends=["selector"], connections=[10])), "selector", slo)
+    ceiling = knee.best_ceiling([_row(1, 2000, 4000)], slo)
+    doc = knee.document(plan, ceiling, probes, (1000, 2000), 1.0, knee.KneeOutcome(Path(".")))
+    assert doc["max_connections"] == 1000 and doc["conns_max"] == 37
+    plan.cfg.max_connections = 20
+    assert knee.document(plan, ceiling, probes, (1000, 2000), 1.0, knee.KneeOutcome(Path(".")))["max_connections"] == 20
+    plan.cfg.max_connections = 5
+    with pytest.raises(InputError, match="--max-connections 5 is below -c 10"):
+        knee.check(plan)
 
 
 @pytest.mark.parametrize("args, says", [
@@ -131,6 +157,7 @@ def test_a_knee_below_every_probe_says_so():
     (["selector", "--slo", "p99<5ms", "--tries", "0"], "--tries 0"),
     (["selector", "--slo", "p99<5ms", "--arrivals", "bursty"], "--arrivals 'bursty'"),
     (["zmq_raw", "--slo", "p99<5ms"], "ZeroMQ backends (zmq_raw) under --zmq-client libzmq"),
+    (["selector", "--slo", "p99<5ms", "--max-connections", "4"], "--max-connections 4 is below -c 10"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     res = netprof_cli("knee", *args)
@@ -159,6 +186,9 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     for p in doc["probes"]:  # a passing rate was served and within the limit; a failing one was not both
         assert p["met"] == (p["p99_us"] <= 20_000 and p["achieved_share"] >= 0.95), p
     assert json.loads((out / knee.KNEE_JSON).read_text())["knee"] == doc["knee"]
+    # its open-loop cells opened connections as requests needed them, up to the default cap
+    assert doc["max_connections"] == 1000 and all(p["conns_max"] >= 10 for p in doc["probes"]), doc["probes"]
+    assert doc["conns_max"] == max(p["conns_max"] for p in doc["probes"])
     # every cell is a row (the ceiling at rate 0), and the report draws latency against load
     import pandas as pd
 

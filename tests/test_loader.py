@@ -6,6 +6,7 @@ misbehave on purpose: corrupt or replay echoes, delay them, stall, or be killed 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -225,6 +226,37 @@ def test_think_time_caps_the_rate(group, loader):
     for spec in ("uniform:500-1500", "poisson:1000"):
         s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=0.5, warmup=0.1, think=spec))
         assert 1000 < s["msgs_per_sec"] <= 10 / 0.001 * 1.3, spec
+
+
+def test_open_loop_opens_connections_as_requests_need_them(group, loader):
+    """Connections as needed (PROTOCOL.md, "Connections as needed"), through the client: a server that answers
+    each request 2 ms after it came keeps at least 4 requests in flight at 2,000/s, so 2 connections with 1 in
+    flight cannot carry the rate: the loader opens more (below its cap nothing waits behind); with the cap
+    lowered to 3, requests wait behind it. The row carries what the loader reported."""
+    _, port = start_echo(group, "delay", 0.002)
+    req = RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=1.0, warmup=0.2, rate=2000,
+                     max_connections=1000)
+    assert req.to_json()["max_connections"] == 1000
+    s = loader.run(req)
+    ol = s["open_loop"]
+    assert 2 < ol["conns_max"] < 1000 and ol["max_connections"] == 1000, ol
+    assert ol["behind"] == 0 and ol["conns_opened"] <= ol["conns_max"] - 2, ol
+    assert ol["connect_us"]["max"] > 0 and ol["messages_on_opened"] > 0, ol
+    # per_conn_messages: the 2 connections opened before the load; the others' messages are summed apart.
+    assert len(s["per_conn_messages"]) == 2
+    assert sum(s["per_conn_messages"]) + ol["messages_on_opened"] == s["messages"]
+    row = {"backend": "echo", "connections": 2, "pipeline": 1, "round": 1, "rate": 2000}
+    cell.measure_row(row, s, cell.Marks(os.getpid()), ())
+    assert row["open_loop"]["conns_max"] == ol["conns_max"] and row["open_loop"]["connect_us.max"] > 0
+    assert row["per_conn"]["jain"] is not None  # over the 2 connections that lived through the whole window
+
+    capped = loader.run(dataclasses.replace(req, max_connections=3))["open_loop"]
+    assert capped["conns_max"] == 3 and capped["behind"] > 0 and capped["queued_at_end"] > 0, capped
+
+    with pytest.raises(LoaderError) as e:  # the loader owns the check; the client passes the field as is
+        loader.run(dataclasses.replace(req, max_connections=1))
+    assert e.value.kind == "bad_request" and "max_connections 1 is below connections 2" in e.value.message
+    assert "max_connections" not in RunRequest(target="127.0.0.1:1", connections=1, rate=10).to_json()
 
 
 def test_turns_serve_two_servers_one_at_a_time(group, loader):

@@ -15,6 +15,7 @@ import pytest
 from helpers import netprof_cli, wait_no_children
 from netprof.profiler import cell, results, rules, schema, stats
 from netprof.profiler.errors import InputError
+from netprof.profiler.interpreters import Interpreter
 from netprof.profiler.loader_client import RunRequest
 from netprof.profiler.plan import Cell, RunConfig, parse_rates, validate
 from netprof.profiler.rules import Thresholds, detect
@@ -50,6 +51,9 @@ REFUSED = [
     (["--rate", "500", "--think", "fixed:100"], "--rate and --think cannot go together"),
     (["--arrivals", "poisson"], "add --rate"),
     (["--rate", "500", "--arrivals", "bursty"], "--arrivals 'bursty' is not known"),
+    (["--max-connections", "50"], "--max-connections caps the connections an open-loop load opens"),
+    (["--rate", "500", "--max-connections", "5"], "--max-connections 5 is below -c 10"),
+    (["--rate", "500", "--max-connections", "10000000"], "exceeds what `ulimit -n`"),
 ]
 
 
@@ -125,6 +129,7 @@ def test_the_rate_reaches_the_loader_request_and_only_with_rate():
     sent = [_request(c, cfg) for c in cfg.cells()]
     assert [(d["rate"], d["arrivals"]) for d in sent] == [(500, "poisson"), (1_500_000, "poisson")]
     assert all(d["timeline"] == cell.TIMELINE_SLICES for d in sent)  # latency through the window, open loop only
+    assert all(d["max_connections"] == 1000 for d in sent)  # connections as needed, by default up to 1,000
     assert json.dumps(sent[0]).count('"rate": 500,') == 1  # a whole number goes out as one
     closed = validate(RunConfig(backends=["selector"], connections=[10], rounds=1))
     (c,) = closed.cells()
@@ -134,6 +139,29 @@ def test_the_rate_reaches_the_loader_request_and_only_with_rate():
     assert d == RunRequest(target="127.0.0.1:9", connections=10).to_json()
     assert set(d) == {"cmd", "target", "connections", "msize", "duration", "warmup", "pipeline", "think",
                       "connect_timeout", "sources", "transport"}
+
+
+def test_max_connections_reaches_the_request_and_every_row():
+    """--max-connections (default 1,000, never below a cell's -c) goes to the loader with the rate and is a run
+    setting every row records (0 closed loop, and in rows written before it: the -c connections only)."""
+    cfg = validate(RunConfig(backends=["selector"], connections=[10, 2000], rounds=1, extra_dims={"rate": [500]}))
+    cells = list(cfg.cells())
+    assert [_request(c, cfg)["max_connections"] for c in cells] == [1000, 2000]  # -c 2000: its own 2,000
+    interp = Interpreter("", "python", "python", "3.11.2", "cpython", True, False, "")
+    assert [cell.base_row(c, cfg, interp)["max_connections"] for c in cells] == [1000, 2000]
+    given = validate(RunConfig(backends=["selector"], connections=[10], rounds=1, extra_dims={"rate": [500]},
+                               max_connections=40))
+    (c,) = given.cells()
+    assert _request(c, given)["max_connections"] == 40 and cell.base_row(c, given, interp)["max_connections"] == 40
+    closed = validate(RunConfig(backends=["selector"], connections=[10], rounds=1))
+    (c,) = closed.cells()
+    assert cell.base_row(c, closed, interp)["max_connections"] == 0 and "max_connections" not in _request(c, closed)
+    assert schema.RUN_SETTINGS["max_connections"] == 0
+    with pytest.raises(InputError, match="below -c 2000"):
+        validate(RunConfig(backends=["selector"], connections=[10, 2000], extra_dims={"rate": [500]},
+                           max_connections=1000))
+    with pytest.raises(InputError, match="add --rate"):
+        validate(RunConfig(backends=["selector"], connections=[10], max_connections=1000))
 
 
 # --------------------------------------------------------------------------------------------- the row
@@ -154,7 +182,9 @@ STATS = {
                   "behind_late_us": {"p50": 1_000_000.0, "p99": 1_900_000.0, "max": 2_000_000.0},
                   "schedule_late_us": {"p50": 8.0, "p99": 40.0, "max": 300.0},
                   "loader_late": 0, "loader_late_threshold_us": 1000.0,
-                  "queued_at_end": 2990, "in_flight_at_end": 10},
+                  "queued_at_end": 2990, "in_flight_at_end": 10,
+                  "max_connections": 10, "conns_max": 10, "conns_opened": 0, "waited_connect": 0,
+                  "connect_us": {"p50": 0.0, "p99": 0.0, "max": 0.0}, "messages_on_opened": 0},
 }
 
 
@@ -179,7 +209,9 @@ def test_open_loop_stats_become_row_columns(tmp_path):
               "open_loop.schedule_late_us.p99": 40.0, "open_loop.schedule_late_us.max": 300.0,
               "open_loop.queued_at_end": 2990, "open_loop.in_flight_at_end": 10, "open_loop.loader_late": 0,
               "open_loop.loader_late_threshold_us": 1000.0, "lat_sent_us.p50": 9800.0, "lat_sent_us.p99": 10200.0,
-              "lat_sent_us.p90": 10000.0, "lat_sent_us.max": 12000.0}
+              "lat_sent_us.p90": 10000.0, "lat_sent_us.max": 12000.0, "open_loop.max_connections": 10,
+              "open_loop.conns_max": 10, "open_loop.conns_opened": 0, "open_loop.waited_connect": 0,
+              "open_loop.messages_on_opened": 0, "open_loop.connect_us.p50": 0.0, "open_loop.connect_us.max": 0.0}
     assert {k: flat[k] for k in expect} == expect
     assert flat["open_loop.behind_share"] == pytest.approx(2990 / 6000)
     assert flat["open_loop.achieved_share"] == pytest.approx(0.5)
@@ -320,6 +352,13 @@ def test_requests_behind_with_flat_latency_are_the_connections_not_the_server():
     assert ids(found, "overloaded") and not ids(found, "connections_busy")
     unknown = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800)  # no timeline
     assert ids(detect_rows(unknown), "overloaded")
+    # Connections opened as needed up to a cap of 40: the cap, not -c, was the limit, and the advice says so.
+    capped = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800, timeline=_timeline([3_000.0, 500.0, 450.0]))
+    capped["open_loop"] |= {"max_connections": 40, "conns_max": 40}
+    (a,) = ids(detect_rows(capped), "connections_busy")
+    assert "all 40 connections the loader had open (--max-connections 40) had their 1 in flight" in a["explanation"]
+    assert "never saw more than 40 requests at once: a higher --max-connections" in a["explanation"], a["explanation"]
+    assert a["evidence"]["time between requests on one connection (µs)"] == 2000
     short = open_row(20_000, 15_000.0, behind=1800, timeline=_timeline([500.0, 450.0]))  # 75%: overloaded
     found = detect_rows(short)
     assert ids(found, "overloaded") and not ids(found, "connections_busy")

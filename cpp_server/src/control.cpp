@@ -181,7 +181,7 @@ class Channel {
     if (!parse_request(line, &req, &why)) return write_line(fd, error_event(err::kBadRequest, why));
     if (req.cmd == Request::Ping) return write_line(fd, {{"event", "pong"}, {"version", kProtocolVersion}});
     if (req.cmd == Request::Abort) return true;  // no run in progress: nothing to abort, no reply
-    if (!check_fd_limit(req.run.connections, &why)) return write_line(fd, error_event(err::kBadRequest, why));
+    if (!check_fd_limit(req.run, &why)) return write_line(fd, error_event(err::kBadRequest, why));
     Emit emit = [fd](const json& ev) { return write_line(fd, ev); };
     RunOutcome out = run_load(req.run, cfg_, emit, Watch{fd, &in_, signal_fd_});
     if (out.signalled) {

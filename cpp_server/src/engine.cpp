@@ -39,11 +39,16 @@
 
 namespace netprof {
 
-bool check_fd_limit(int connections, std::string* why) {
+bool check_fd_limit(const RunRequest& r, std::string* why) {
+  const bool grows = r.connection_cap() > r.connections;
+  return check_fd_limit(r.connection_cap(), why, grows ? "max_connections" : "connections");
+}
+
+bool check_fd_limit(int connections, std::string* why, const char* what) {
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return true;  // unknown limit: socket() will say EMFILE
   if (rl.rlim_cur != RLIM_INFINITY && rlim_t(connections) + kFdReserve > rl.rlim_cur) {
-    *why = "connections=" + std::to_string(connections) +
+    *why = std::string(what) + "=" + std::to_string(connections) +
            " exceeds the open-file limit: RLIMIT_NOFILE (ulimit -n) is " + std::to_string(rl.rlim_cur) +
            " and the loader needs connections + " + std::to_string(kFdReserve) + "; use at most " +
            std::to_string(rl.rlim_cur > kFdReserve ? rl.rlim_cur - kFdReserve : 0) +
@@ -102,16 +107,15 @@ struct Conn {
   std::unique_ptr<ReplyParser> parser;
   bool reconnecting = false;
   std::unique_ptr<zmtp::Handshake> handshake;  // zmtp: the peer's side of the handshake, while in Handshake
-  // Open loop: the intended times of the messages in flight (the same ring as sent_at), the
-  // connection's place in its schedule (started when the load starts, if it is up then), the due time
-  // of its pending send timer (0: none), and when a slot last freed up on it while it was full (a
-  // request due before that waited for the slot: "behind"). In open loop `credits` counts only the
+  // Open loop: the intended times of the messages in flight (the same ring as sent_at); whether the
+  // connection is in its thread's queue of connections with a free slot; and for a connection opened
+  // during the load because a request needed it (PROTOCOL.md, "Connections as needed"), whether it is
+  // still being opened and when its first attempt began. In open loop `credits` counts only the
   // requests to send again after a reopening.
   std::unique_ptr<int64_t[]> intended_at;
-  Arrival arrival;
-  bool scheduled = false;
-  int64_t timer_due = 0;
-  int64_t freed_at = INT64_MIN;
+  bool in_ready = false;
+  bool opening = false;
+  int64_t open_started = 0;
 };
 
 std::unique_ptr<ReplyParser> new_parser(const RunRequest& r) {
@@ -175,6 +179,27 @@ struct Shared {
   std::atomic<int> workers_ready{0};  // workers done with the connect phase
   std::atomic<long> alive{0};         // connections up now
   std::atomic<long> ever_up{0};       // connections that came up
+  std::atomic<long> most_alive{0};    // the most that were up at once
+  // Open loop, connections as needed: connections open or being opened (not given up), held under the
+  // request's connection_cap() across the worker threads, and the next free connection id.
+  std::atomic<long> open_conns{0};
+  std::atomic<uint32_t> next_id{0};
+  // One more connection is up (counted in alive, ever_up and most_alive).
+  void up() {
+    const long now_up = alive.fetch_add(1) + 1;
+    ever_up.fetch_add(1);
+    long most = most_alive.load();
+    while (now_up > most && !most_alive.compare_exchange_weak(most, now_up)) {
+    }
+  }
+  // Takes one place under the connection cap; false when it is reached.
+  bool reserve_conn(long cap) {
+    long n = open_conns.load();
+    do {
+      if (n >= cap) return false;
+    } while (!open_conns.compare_exchange_weak(n, n + 1));
+    return true;
+  }
   int64_t connect_deadline = 0;
   ScheduleParams schedule;  // open loop: set before the phase turns kRun (published by its release store)
   Fd notify_fd;             // eventfd: worker -> coordinator
@@ -200,13 +225,16 @@ class Worker {
  public:
   Worker(Shared& sh, int index, int nworkers, int cpu)
       : sh_(sh),
+        index_(index),
         cpu_(cpu),
         rng_(splitmix64(index + 1) ^ now_ns()),
         open_(sh.req->open_loop()),
         zmtp_(sh.req->transport == Transport::Zmtp),
         late_threshold_(open_ ? loader_late_threshold_ns(sh.req->rate) : 0),
         targets_(sh.req->targets()),
-        turn_ns_(int64_t(std::llround(sh.req->turn * 1e9))) {
+        turn_ns_(int64_t(std::llround(sh.req->turn * 1e9))),
+        cap_(sh.req->connection_cap()),
+        K_(uint64_t(sh.req->pipeline)) {
     const RunRequest& r = *sh.req;
     for (int i = index; i < r.connections; i += nworkers) {
       conns_.emplace_back();
@@ -269,7 +297,7 @@ class Worker {
   std::vector<uint64_t> turn_messages;
   std::vector<double> turn_latency_ns;
   std::vector<Histogram> target_latency;
-  const std::vector<Conn>& conns() const { return conns_; }
+  const std::deque<Conn>& conns() const { return conns_; }
   // Live counts for progress events, read by the coordinator mid-run: messages answered since pinging
   // began, and those of the window.
   uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
@@ -307,17 +335,20 @@ class Worker {
         }
       } else if (phase == kRun && !running) {
         running = true;
-        sched_ = sh_.schedule;
-        for (uint32_t i = 0; i < conns_.size(); i++) {
-          Conn& c = conns_[i];
-          if (c.state != Conn::Up && !c.reconnecting) continue;
-          if (open_) {  // the schedule starts now for every connection that is up; no credits
-            c.arrival.init(sched_, c.id);
-            c.scheduled = true;
-          } else {
+        if (open_) {  // this thread's schedule starts now; its connections that are up take its requests
+          sched_ = sh_.schedule;
+          arrival_.init(sched_, uint32_t(index_));
+          seen_ = arrival_;
+          scheduled_ = true;
+          for (uint32_t i = 0; i < conns_.size(); i++) push_ready(i);
+          pump(now_ns());
+        } else {
+          for (uint32_t i = 0; i < conns_.size(); i++) {
+            Conn& c = conns_[i];
+            if (c.state != Conn::Up && !c.reconnecting) continue;
             c.credits = uint32_t(sh_.req->pipeline);
+            if (c.state == Conn::Up) try_send(i);  // a reconnecting one sends when it is up
           }
-          if (c.state == Conn::Up) try_send(i);  // a reconnecting one sends when it is up
         }
         if (targets_ > 1) arm_turn(now_ns());
       }
@@ -343,6 +374,8 @@ class Worker {
         }
         on_event(uint32_t(evs[i].data.u64), evs[i].events);
       }
+      // Open loop: replies freed slots, connections came up: the requests waiting for them go now.
+      if (scheduled_ && n > 0) pump(now_ns());
     }
   }
 
@@ -374,8 +407,9 @@ class Worker {
     if (bind(c.fd.get(), reinterpret_cast<sockaddr*>(&src), sizeof src) < 0) return hard_fail(i);
     const sockaddr_in& to = r.target_addrs[c.id % r.target_addrs.size()];
     int rc = connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&to), sizeof to);
-    // A reconnect always waits for epoll (no sending from inside the reopen that started it).
-    if (rc == 0 && !c.reconnecting) return became_up(i);
+    // A reconnect, and a connection opened during the load, always wait for epoll (no sending from
+    // inside the reopen or the send loop that started it).
+    if (rc == 0 && !c.reconnecting && !c.opening) return became_up(i);
     if (rc == 0 || errno == EINPROGRESS) {
       epoll_event ev{};
       ev.events = EPOLLOUT;
@@ -397,7 +431,7 @@ class Worker {
 
   void connect_error(uint32_t i, int e, int64_t now) {
     Conn& c = conns_[i];
-    if (!retryable(e) || (c.reconnecting && c.attempts >= kMaxReconnectAttempts)) return hard_fail(i);
+    if (!retryable(e) || ((c.reconnecting || c.opening) && c.attempts >= kMaxReconnectAttempts)) return hard_fail(i);
     close_fd(c);
     c.last_refused = e != ETIMEDOUT;
     c.state = Conn::Backoff;
@@ -410,11 +444,13 @@ class Worker {
 
   void hard_fail(uint32_t i) {
     if (conns_[i].reconnecting) return give_up(i);
+    if (conns_[i].opening) return open_failed(i);
     Conn& c = conns_[i];
     close_fd(c);
     c.state = Conn::Dead;
     errors.connect++;
     resolved_++;
+    sh_.open_conns.fetch_sub(1);
   }
 
   void became_up(uint32_t i) {
@@ -429,9 +465,8 @@ class Worker {
     if (c.reconnecting) {  // reopened: its unanswered requests go out again
       c.reconnecting = false;
       c.state = Conn::Up;
-      // Open loop: requests due while it was closed waited for it, as for a slot ("behind").
-      if (open_) c.freed_at = now_ns();
       try_send(i);
+      if (c.state == Conn::Up) push_ready(i);  // open loop: its free slots take requests again
       return;
     }
     if (zmtp_) return greet(i);
@@ -481,10 +516,10 @@ class Worker {
     c.sent_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));  // bad_alloc: the run fails as `internal`
     if (open_) c.intended_at = std::make_unique<int64_t[]>(size_t(sh_.req->pipeline));
     c.state = Conn::Up;
+    sh_.up();
+    if (c.opening) return opened(i);
     connected++;
     resolved_++;
-    sh_.alive.fetch_add(1);
-    sh_.ever_up.fetch_add(1);
   }
 
   // connect_timeout reached: whatever is not up now never will be (for this run).
@@ -500,6 +535,7 @@ class Worker {
       c.state = Conn::Dead;
       c.gen++;
       resolved_++;
+      sh_.open_conns.fetch_sub(1);
     }
     pending_.clear();
   }
@@ -510,18 +546,165 @@ class Worker {
     c.handshake.reset();
   }
 
+  // ---- open loop: connections as needed ----
+
+  // Opens one more connection for the requests waiting on this thread, if the cap (over all threads)
+  // allows; false when it does not (or an earlier one could not be opened: the backend refuses new
+  // connections, and trying again for every request would only repeat the refusal).
+  bool open_one(int64_t now) {
+    if (grow_stopped_ || !sh_.reserve_conn(cap_)) return false;
+    const uint32_t i = uint32_t(conns_.size());
+    conns_.emplace_back();  // a deque: references to the others stay valid
+    Conn& c = conns_.back();
+    c.id = sh_.next_id.fetch_add(1);
+    c.parser = new_parser(*sh_.req);
+    c.opening = true;
+    c.open_started = now;
+    opening_slots_ += K_;
+    attempt(i, now);
+    return true;
+  }
+
+  // A connection opened for waiting requests is up: its slots take them (pump() runs after the event).
+  void opened(uint32_t i) {
+    Conn& c = conns_[i];
+    c.opening = false;
+    opening_slots_ -= K_;
+    const int64_t now = now_ns();
+    ol.connect.record(uint64_t(now - c.open_started));
+    const WindowBounds w = sh_.bounds();
+    if (now >= w.start && now < w.stop) ol.conns_opened++;
+    push_ready(i);
+  }
+
+  // A connection opened during the load that could not be opened: counted in `connect`; this thread
+  // opens no more (its waiting requests are then behind).
+  void open_failed(uint32_t i) {
+    Conn& c = conns_[i];
+    close_fd(c);
+    c.state = Conn::Dead;
+    c.opening = false;
+    c.gen++;
+    errors.connect++;
+    opening_slots_ -= K_;
+    grow_stopped_ = true;
+    sh_.open_conns.fetch_sub(1);
+  }
+
+  // Requests a connection can still take: `pipeline` minus those in flight and those to send again.
+  uint64_t free_slots(const Conn& c) const {
+    const uint64_t used = c.started - c.recv_seq + c.credits;
+    return used >= K_ ? 0 : K_ - used;
+  }
+
+  // Queues a connection that is up and has a free slot, behind the others (least recently used first).
+  void push_ready(uint32_t i) {
+    Conn& c = conns_[i];
+    if (!scheduled_ || c.in_ready || c.state != Conn::Up || free_slots(c) == 0) return;
+    c.in_ready = true;
+    ready_.push_back(i);
+  }
+
+  // The next connection with a free slot; false when none has one.
+  bool take_ready(uint32_t* out) {
+    while (!ready_.empty()) {
+      const uint32_t i = ready_.front();
+      ready_.pop_front();
+      Conn& c = conns_[i];
+      c.in_ready = false;
+      if (c.state == Conn::Up && free_slots(c) > 0) {
+        *out = i;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Sends this thread's requests that are due, each on the next connection with a free slot; the due
+  // ones that find none wait for a slot: for one of a connection opened for them (opened now when the
+  // connections being opened cannot take them all and the cap allows), else, the cap reached, "behind".
+  // Then arms the send timer for the next request not yet due.
+  void pump(int64_t now) {
+    if (!scheduled_ || sh_.phase.load(std::memory_order_relaxed) != kRun) return;
+    const int64_t stop = sh_.t_stop.load(std::memory_order_relaxed);
+    uint32_t i;
+    while (true) {
+      const int64_t due = arrival_.next(sched_);
+      if (due >= stop || due > now || !take_ready(&i)) break;
+      start_request(i, due, now, stop);
+      try_send(i);  // writes it (the connection may die: then it is not queued again)
+      push_ready(i);
+    }
+    while (true) {  // the due requests left: what they wait for
+      const int64_t due = seen_.next(sched_);
+      if (due >= stop || due > now) break;
+      uint8_t kind = kBehind;
+      if (waiting_connect_ < opening_slots_ || open_one(now)) {
+        kind = kWaitedConnect;
+        waiting_connect_++;
+      }
+      if (kinds_.empty() || kinds_.back().kind != kind) kinds_.push_back({seen_n_, kind});
+      kinds_.back().end = ++seen_n_;
+      seen_.advance(sched_);
+    }
+    const int64_t next = seen_.next(sched_);
+    if (next < stop && next != timer_due_) {
+      timers_.push({next, 0, 0, Timer::Send});
+      timer_due_ = next;
+    }
+  }
+
+  // Starts this thread's next scheduled request (intended at `due`) on connection i, and counts it.
+  void start_request(uint32_t i, int64_t due, int64_t now, int64_t stop) {
+    Conn& c = conns_[i];
+    c.sent_at[c.started % K_] = now;
+    c.intended_at[c.started % K_] = due;
+    c.started++;
+    arrival_.advance(sched_);
+    uint8_t kind = kFree;        // sent when first looked at: it found a free slot
+    if (started_n_ < seen_n_) {  // it waited: for what was decided when it came due
+      kind = kinds_.front().kind;
+      if (++started_n_ == kinds_.front().end) kinds_.pop_front();
+      if (kind == kWaitedConnect) waiting_connect_--;
+    } else {
+      started_n_++;
+      seen_n_++;
+      seen_.advance(sched_);
+    }
+    if (now >= stop) ol.queued_at_end++;                            // due before the end, still waiting then
+    if (due < sh_.t_start.load(std::memory_order_relaxed)) return;  // warm-up: only the window's are counted
+    ol.intended++;
+    if (now >= stop) return;
+    ol.sent++;
+    const uint64_t late = uint64_t(now - due);
+    if (kind == kBehind) {  // its time came while every slot was taken and no connection could be opened
+      ol.behind++;
+      ol.behind_late.record(late);
+    } else if (kind == kWaitedConnect) {  // it waited for a connection opened for it (or a slot, first)
+      ol.waited_connect++;
+    } else {  // a slot was free: any lateness is the loader's own
+      ol.schedule_late.record(late);
+      if (int64_t(late) > late_threshold_) ol.loader_late++;
+    }
+  }
+
   // ---- timers ----
 
   void run_timers(int64_t now) {
     while (!timers_.empty() && timers_.top().due <= now) {
       Timer t = timers_.top();
       timers_.pop();
+      if (t.kind == Timer::Send) {                // open loop: this thread's next request is due
+        if (t.due == timer_due_) timer_due_ = 0;  // else stale: a later arming replaced it
+        pump(now);
+        continue;
+      }
       Conn& c = conns_[t.conn];
       switch (t.kind) {
         case Timer::Retry:
           if (c.state == Conn::Backoff && c.gen == t.gen) {
             c.state = Conn::Idle;
-            if (c.reconnecting)
+            if (c.reconnecting || c.opening)
               attempt(t.conn, now);
             else
               pending_.push_front(t.conn);
@@ -540,13 +723,8 @@ class Worker {
             if (c.state == Conn::Up) try_send(t.conn);
           }
           break;
-        case Timer::Send:
-          if (c.timer_due == t.due) {  // else stale: a later arming replaced it
-            c.timer_due = 0;
-            if (c.state == Conn::Up) try_send(t.conn);  // starts the due request and arms the next
-          }
-          break;
-        case Timer::Turn:  // the connections of the target whose turn begins send what they hold
+        case Timer::Send: break;  // handled above
+        case Timer::Turn:         // the connections of the target whose turn begins send what they hold
           for (uint32_t i = 0; i < conns_.size(); i++)
             if (conns_[i].state == Conn::Up && serving(conns_[i].id, now)) try_send(i);
           arm_turn(now);
@@ -627,7 +805,6 @@ class Worker {
       count_turn(c, now, window);
     }
     answered(c, now, window.stop);
-    freed(c, now);
     c.recv_seq++;
     c.recv_off = 0;
     c.recv_bad = false;
@@ -681,11 +858,6 @@ class Worker {
     if (open_ && sent < stop) ol.in_flight_at_end++;
   }
 
-  // Open loop: a reply frees a slot; if the connection was full, requests due until now waited for it.
-  void freed(Conn& c, int64_t now) {
-    if (open_ && c.started - c.recv_seq + c.credits >= uint64_t(sh_.req->pipeline)) c.freed_at = now;
-  }
-
   // This worker's slowest answered message of the window (ns): final once an answer came after the
   // window's end (a worker sees its answers in time order), a lower bound of the window's slowest.
   int64_t slowest() const { return int64_t(slowest_of(hist)); }
@@ -702,8 +874,10 @@ class Worker {
     const Think& th = sh_.req->think;
     if (th.active())
       timers_.push({now + int64_t(th.sample_ns(rng_)), i, 0, Timer::Think});
-    else if (!open_)  // open loop: the schedule starts the next request, try_send() sees the free slot
+    else if (!open_)
       conns_[i].credits++;
+    else  // open loop: the slot takes the thread's next request (pump() runs after the event)
+      push_ready(i);
   }
 
   // ---- request/response protocols (http, line) ----
@@ -779,7 +953,6 @@ class Worker {
       count_turn(c, now, window);
     }
     answered(c, now, window.stop);
-    freed(c, now);
     c.recv_seq++;
     release_next(i, now);
   }
@@ -834,6 +1007,7 @@ class Worker {
     c.reconnecting = false;
     c.gen++;
     errors.connect++;
+    sh_.open_conns.fetch_sub(1);
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
 
@@ -860,7 +1034,7 @@ class Worker {
             c.credits--;
             c.sent_at[c.started % K] = now;
             c.started++;
-          } else if (!open_ || !start_scheduled(c, now)) {
+          } else {  // open loop: pump() starts the scheduled requests
             break;
           }
         }
@@ -903,55 +1077,9 @@ class Worker {
       if (epoll_ctl(ep_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) < 0) return lost(i);  // cannot be watched: give it up
       c.want_out = blocked;
     }
-    if (open_) arm(i);
   }
 
   // ---- open loop ----
-
-  // Starts the connection's next scheduled request if its time has come and a slot is free (else it
-  // waits: for the timer, or for a reply). `now` is taken when first needed.
-  bool start_scheduled(Conn& c, int64_t& now) {
-    const size_t K = size_t(sh_.req->pipeline);
-    // Not scheduled: a reply read in the loop pass that saw the load start, before its schedule began.
-    if (!c.scheduled) return false;
-    if (c.started - c.recv_seq >= K) return false;  // all slots taken: a reply will send it ("behind")
-    const int64_t due = c.arrival.next(sched_);
-    const int64_t start = sh_.t_start.load(std::memory_order_relaxed),
-                  stop = sh_.t_stop.load(std::memory_order_relaxed);
-    if (due >= stop) return false;  // the schedule ends with the window
-    if (!now) now = now_ns();
-    if (due > now) return false;  // not yet: the send timer wakes us then
-    c.sent_at[c.started % K] = now;
-    c.intended_at[c.started % K] = due;
-    c.started++;
-    c.arrival.advance(sched_);
-    if (now >= stop) ol.queued_at_end++;  // due before the end, still waiting then
-    if (due < start) return true;         // warm-up: only the window's requests are counted
-    ol.intended++;
-    if (now >= stop) return true;
-    ol.sent++;
-    const uint64_t late = uint64_t(now - due);
-    if (due < c.freed_at) {  // its time came while every slot was taken: the server's doing
-      ol.behind++;
-      ol.behind_late.record(late);
-    } else {  // a slot was free: any lateness is the loader's own
-      ol.schedule_late.record(late);
-      if (int64_t(late) > late_threshold_) ol.loader_late++;
-    }
-    return true;
-  }
-
-  // Arms the send timer for the connection's next scheduled request, unless a reply (all slots taken,
-  // or requests to send again) or the window's end comes first, or that timer is armed already.
-  void arm(uint32_t i) {
-    Conn& c = conns_[i];
-    if (c.state != Conn::Up || !c.scheduled || c.credits > 0 || c.started - c.recv_seq >= uint64_t(sh_.req->pipeline))
-      return;
-    const int64_t due = c.arrival.next(sched_);
-    if (due >= sh_.t_stop.load(std::memory_order_relaxed) || due == c.timer_due) return;
-    timers_.push({due, i, 0, Timer::Send});
-    c.timer_due = due;
-  }
 
   // Messages [recv_seq, started) of `c` sent before `stop` (open loop: in flight at the end).
   uint64_t in_flight_before(const Conn& c, int64_t stop) const {
@@ -962,18 +1090,17 @@ class Worker {
   }
 
  public:
-  // Open loop, after join(): the requests each connection's schedule still held (never started) with
+  // Open loop, after join(): the requests this thread's schedule still held (never started) with
   // intended times before the window's end `stop`, and the messages its open connections still had in
   // flight, sent before `stop`.
   void finish_open_loop(int64_t start, int64_t stop) {
-    for (const Conn& c : conns_) {
-      if (!c.scheduled) continue;
-      const uint64_t before_stop = c.arrival.count_before(sched_, stop);
-      const uint64_t before_start = c.arrival.count_before(sched_, start);
-      ol.queued_at_end += before_stop;
-      ol.intended += before_stop - std::min(before_stop, before_start);
+    if (!scheduled_) return;
+    const uint64_t before_stop = arrival_.count_before(sched_, stop);
+    const uint64_t before_start = arrival_.count_before(sched_, start);
+    ol.queued_at_end += before_stop;
+    ol.intended += before_stop - std::min(before_stop, before_start);
+    for (const Conn& c : conns_)
       if ((c.state == Conn::Up || c.reconnecting) && c.sent_at) ol.in_flight_at_end += in_flight_before(c, stop);
-    }
   }
 
  private:
@@ -983,6 +1110,7 @@ class Worker {
     close_fd(c);
     c.state = Conn::Dead;
     errors.reset++;
+    sh_.open_conns.fetch_sub(1);
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
 
@@ -993,6 +1121,7 @@ class Worker {
   }
 
   Shared& sh_;
+  const int index_;  // this worker's index: its open-loop schedule's stream
   int cpu_;
   std::mt19937_64 rng_;
   const bool open_;               // open-loop load (the request has a rate)
@@ -1000,9 +1129,29 @@ class Worker {
   const int64_t late_threshold_;  // open loop: lateness above which a request is `loader_late`
   const int targets_;             // target and alternate: connection i talks to target i % targets_
   const int64_t turn_ns_;         // turns: each target's turn
+  const long cap_;                // open loop: the most connections open at once, over all threads
+  const uint64_t K_;              // pipeline: messages in flight per connection
   ScheduleParams sched_;          // open loop: a copy of the run's schedule, taken when the load starts
+  // Open loop: this thread's schedule. arrival_ is its next request not yet started, seen_ its next one
+  // not yet looked at (at or after arrival_); the requests between them came due and wait, each for a
+  // slot of a connection opened for it (kWaitedConnect) or, the cap reached, for any slot (kBehind):
+  // kinds_ holds their kinds in runs [previous run's end, end) of request numbers.
+  enum : uint8_t { kFree, kWaitedConnect, kBehind };
+  struct KindRun {
+    uint64_t end;
+    uint8_t kind;
+  };
+  bool scheduled_ = false;
+  Arrival arrival_, seen_;
+  uint64_t started_n_ = 0, seen_n_ = 0;
+  std::deque<KindRun> kinds_;
+  std::deque<uint32_t> ready_;    // connections with a free slot, least recently used first
+  uint64_t waiting_connect_ = 0;  // requests waiting that a connection is being opened for
+  uint64_t opening_slots_ = 0;    // the slots (pipeline each) of the connections being opened
+  int64_t timer_due_ = 0;         // the pending send timer (0: none)
+  bool grow_stopped_ = false;     // a connection opened during the load failed: open no more
   Fd ep_, wake_fd_;
-  std::vector<Conn> conns_;
+  std::deque<Conn> conns_;  // a deque: connections opened during the load are added without moving the others
   std::deque<uint32_t> pending_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   int connecting_ = 0;
@@ -1071,6 +1220,10 @@ class Coordinator {
         st.ol.add(w->ol);
       }
     }
+    if (st.open_loop) {
+      st.ol.max_connections = req_.connection_cap();
+      st.ol.conns_max = sh_.most_alive.load();
+    }
     if (window_.opened()) gather_unanswered(st, window_.bounds().stop);
     st.errors = sum_errors();
     if (no_connection)  // a zmtp peer that answered but not in ZMTP 3 is named by the first failure
@@ -1105,6 +1258,8 @@ class Coordinator {
     if (watch_.client_fd >= 0 && !client_ok(poll_client(watch_), out)) return false;
     int64_t t0 = now_ns();
     sh_.connect_deadline = t0 + s_to_ns(req_.connect_timeout);
+    sh_.open_conns.store(req_.connections);  // each given back when it fails for good
+    sh_.next_id.store(uint32_t(req_.connections));
     for (int w = 0; w < nworkers_; w++) {
       int cpu = cfg_.cpus.empty() ? -1 : cfg_.cpus[size_t(w) % cfg_.cpus.size()];
       workers_.push_back(std::make_unique<Worker>(sh_, w, nworkers_, cpu));
@@ -1129,7 +1284,7 @@ class Coordinator {
     window_.fix(t1);
     sh_.publish(window_.bounds());
     // Open loop: the schedule starts with the load, at the warm-up's start.
-    if (req_.open_loop()) sh_.schedule = ScheduleParams::make(req_, t1);
+    if (req_.open_loop()) sh_.schedule = ScheduleParams::make(req_, t1, nworkers_);
     sh_.phase.store(kRun, std::memory_order_release);
     for (auto& w : workers_) w->wake();
     auto stop_early = [&] { return backend_gone() || sh_.failed.load(); };

@@ -61,7 +61,9 @@ constexpr int kFdReserve = 64;
 
 // False (with a message naming the limit and the fix) when `connections` cannot fit under
 // RLIMIT_NOFILE.
-bool check_fd_limit(int connections, std::string* why);
+bool check_fd_limit(int connections, std::string* why, const char* what = "connections");
+// The same for a run: its connections, or under open load with connections as needed its max_connections.
+bool check_fd_limit(const RunRequest& r, std::string* why);
 
 // Runs one load. `emit` sends accepted, connected, measure_start and measure_stop as they happen
 // (returns false when the client is gone); the caller sends result and error from the outcome.

@@ -25,7 +25,8 @@ const char* kUsage = R"(usage:
                  [--think SPEC] [--connect-timeout S] [--sources IP,IP] [--transport tcp|zmq|zmtp]
                  [--probe-share F [--probe-guard S]] [--protocol echo|http|line] [--request 'METHOD /path']
                  [--header 'Name: value']... [--body TEXT] [--host HOST] [--line TEXT]
-                 [--rate R [--arrivals constant|poisson]] [--threads T] [--cpus LIST] [--json]
+                 [--rate R [--arrivals constant|poisson] [--max-connections N]] [--threads T] [--cpus LIST]
+                 [--json]
 Control mode serves JSON-lines requests (PROTOCOL.md) on the stream socket N its parent passed (one end
 of a socketpair) and exits when the parent closes it; one-shot mode runs once and prints the stats.
 The loader dies with its parent (SIGKILL) in both modes.
@@ -38,7 +39,9 @@ think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
 --protocol http: HTTP/1.1 keep-alive exchanges (--request, --header, --body, --host);
 --protocol line: send --line and a newline, read one newline-terminated reply.
 --rate R: open-loop load, R requests/s over all connections sent on a schedule (latency from each
-          request's intended time); --arrivals: constant gaps (default) or poisson.
+          request's intended time); --arrivals: constant gaps (default) or poisson; --max-connections N:
+          a request due while every connection has --pipeline in flight goes out on a new connection,
+          up to N open at once (default: -c, none opened).
 )";
 
 [[noreturn]] void fatal(const std::string& msg) {
@@ -102,7 +105,7 @@ int one_shot(const json& request, const EngineConfig& cfg, bool as_json, int sig
   Request req;
   std::string why;
   if (!parse_request_obj(request, &req, &why)) bad_args(why);
-  if (!check_fd_limit(req.run.connections, &why)) bad_args(why);
+  if (!check_fd_limit(req.run, &why)) bad_args(why);
   Emit emit = [](const json&) { return true; };
   RunOutcome out = run_load(req.run, cfg, emit, Watch{-1, nullptr, signal_fd});
   if (out.error_kind && std::string(out.error_kind) == err::kBadRequest) bad_args(out.error_message);  // refused
@@ -182,7 +185,8 @@ int run_main(int argc, char** argv) {
     kHost,
     kLine,
     kRate,
-    kArrivals
+    kArrivals,
+    kMaxConnections
   };
   static const option opts[] = {{"control-fd", required_argument, nullptr, kControlFd},
                                 {"control", required_argument, nullptr, kRemoved},
@@ -210,6 +214,7 @@ int run_main(int argc, char** argv) {
                                 {"line", required_argument, nullptr, kLine},
                                 {"rate", required_argument, nullptr, kRate},
                                 {"arrivals", required_argument, nullptr, kArrivals},
+                                {"max-connections", required_argument, nullptr, kMaxConnections},
                                 {"help", no_argument, nullptr, 'h'},
                                 {nullptr, 0, nullptr, 0}};
 
@@ -266,6 +271,7 @@ int run_main(int argc, char** argv) {
       case kLine: request["line"] = optarg; break;
       case kRate: request["rate"] = need_num("--rate"); break;
       case kArrivals: request["arrivals"] = optarg; break;
+      case kMaxConnections: request["max_connections"] = need_int("--max-connections"); break;
       case 'h': fputs(kUsage, stdout); return 0;
       default: bad_args("unknown option", true);
     }

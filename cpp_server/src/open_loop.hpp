@@ -1,7 +1,8 @@
-// The open-loop schedule (PROTOCOL.md, "Open loop"): each connection's intended send times, computed
-// from the schedule alone, never from when things happened, so a slow server cannot slow the load
-// down (no coordinated omission). The engine starts a connection's next request at its intended time
-// when a slot is free, else as soon as one frees; latency runs from the intended time.
+// The open-loop schedule (PROTOCOL.md, "Open loop"): the intended send times of each engine thread's
+// requests, computed from the schedule alone, never from when things happened, so a slow server cannot
+// slow the load down (no coordinated omission). The engine starts a thread's next request at its intended
+// time on any of its connections with a free slot (opening a new one when none has, up to max_connections),
+// else as soon as a slot frees; latency runs from the intended time.
 #pragma once
 
 #include <algorithm>
@@ -15,26 +16,27 @@ namespace netprof {
 
 struct ScheduleParams {
   int64_t start = 0;      // the load's start (monotonic ns): the warm-up's beginning
-  double gap_ns = 0;      // mean gap between two requests of one connection: connections / rate
-  double stagger_ns = 0;  // constant: connection i's first request is i × stagger_ns (1 / rate) after start
+  double gap_ns = 0;      // mean gap between two requests of one stream: streams / rate
+  double stagger_ns = 0;  // constant: stream i's first request is i × stagger_ns (1 / rate) after start
   bool poisson = false;   // exponential gaps (mean gap_ns) instead of constant ones
 
-  static ScheduleParams make(const RunRequest& r, int64_t start) {
+  // The rate split evenly over `streams` schedules (the engine's threads, each with its own).
+  static ScheduleParams make(const RunRequest& r, int64_t start, int streams) {
     ScheduleParams p;
     p.start = start;
     // At most 1e18 ns (30 years, far beyond any run): a tiny rate gives finite gaps, never inf or NaN.
-    p.gap_ns = std::min(double(r.connections) / r.rate * 1e9, 1e18);
+    p.gap_ns = std::min(double(streams) / r.rate * 1e9, 1e18);
     p.stagger_ns = std::min(1e9 / r.rate, 1e18);
     p.poisson = r.arrivals == Arrivals::Poisson;
     return p;
   }
 };
 
-// One connection's place in its schedule: the intended time of its next request (not yet started).
+// One stream's place in its schedule: the intended time of its next request (not yet started).
 class Arrival {
  public:
-  // The schedule of connection `id`: its own deterministic generator (seeded from the id), so runs
-  // are reproducible.
+  // The schedule of stream `id` (an engine thread's index): its own deterministic generator (seeded
+  // from the id), so runs are reproducible.
   void init(const ScheduleParams& p, uint32_t id) {
     n_ = 0;
     rng_ = splitmix64(0x6f70656e6c6f6f70ULL ^ id);  // "openloop" ^ id

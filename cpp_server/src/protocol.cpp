@@ -184,6 +184,18 @@ bool parse_open_loop(const json& o, RunRequest* r, std::string* why) {
       return false;
     }
   }
+  if (!get_int(o, "max_connections", 1, 1'000'000, &r->max_connections, why)) return false;
+  if (o.contains("max_connections")) {
+    if (!o.contains("rate")) {
+      *why = "max_connections needs rate (connections are opened as requests need them only under open-loop load)";
+      return false;
+    }
+    if (r->max_connections < r->connections) {
+      *why = "max_connections " + std::to_string(r->max_connections) + " is below connections " +
+             std::to_string(r->connections) + ": the cap counts the connections opened before the load too";
+      return false;
+    }
+  }
   if (!r->open_loop()) return true;
   // The schedule alone starts requests: a pause after each reply would make it closed loop again.
   if (r->think_spec != "none") {
@@ -277,12 +289,12 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   if (!get_str(o, "cmd", &cmd, why)) return false;
   static const std::set<std::string> ping_fields{"cmd"};
   static const std::set<std::string> run_fields{
-      "cmd",       "target",      "connections", "msize",           "duration",
-      "warmup",    "pipeline",    "think",       "connect_timeout", "sources",
-      "transport", "probe_share", "protocol",    "request",         "headers",
-      "body",      "host",        "line",        "progress",        "probe_guard",
-      "rate",      "arrivals",    "histograms",  "start_at",        "timeline",
-      "alternate", "turn"};
+      "cmd",       "target",      "connections",    "msize",           "duration",
+      "warmup",    "pipeline",    "think",          "connect_timeout", "sources",
+      "transport", "probe_share", "protocol",       "request",         "headers",
+      "body",      "host",        "line",           "progress",        "probe_guard",
+      "rate",      "arrivals",    "histograms",     "start_at",        "timeline",
+      "alternate", "turn",        "max_connections"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -333,20 +345,6 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   // At most 100 slices: each is a histogram (37 KB) per engine thread.
   if (!get_int(o, "timeline", 0, 100, &r.timeline, why)) return false;
   if (!parse_protocol(o, &r, why)) return false;
-  const uint64_t in_flight = uint64_t(r.connections) * uint64_t(r.pipeline);
-  if (in_flight > kMaxInFlightMessages) {
-    *why = "connections × pipeline = " + std::to_string(in_flight) + " messages in flight exceeds the limit of " +
-           std::to_string(kMaxInFlightMessages) + ": use fewer connections or a shorter pipeline";
-    return false;
-  }
-  const char* size_name = r.protocol == Protocol::Echo ? "msize" : "request bytes";
-  if (in_flight * uint64_t(r.message_bytes()) > kMaxInFlightBytes) {
-    *why = "connections × pipeline × " + std::string(size_name) + " = " +
-           std::to_string(in_flight * uint64_t(r.message_bytes())) + " bytes in flight exceeds the limit of " +
-           std::to_string(kMaxInFlightBytes) +
-           " (1 GiB): use fewer connections, a shorter pipeline or smaller messages";
-    return false;
-  }
   std::string transport = "tcp";
   if (!get_str(o, "transport", &transport, why)) return false;
   if (transport == "zmq") {
@@ -390,6 +388,22 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     r.source_addrs.push_back(a);
   }
   if (!parse_open_loop(o, &r, why)) return false;
+  // With connections as needed the bounds hold for the most that may be open (max_connections).
+  const std::string conns_name = r.connection_cap() > r.connections ? "max_connections" : "connections";
+  const uint64_t in_flight = uint64_t(r.connection_cap()) * uint64_t(r.pipeline);
+  if (in_flight > kMaxInFlightMessages) {
+    *why = conns_name + " × pipeline = " + std::to_string(in_flight) + " messages in flight exceeds the limit of " +
+           std::to_string(kMaxInFlightMessages) + ": use fewer connections or a shorter pipeline";
+    return false;
+  }
+  const char* size_name = r.protocol == Protocol::Echo ? "msize" : "request bytes";
+  if (in_flight * uint64_t(r.message_bytes()) > kMaxInFlightBytes) {
+    *why = conns_name + " × pipeline × " + std::string(size_name) + " = " +
+           std::to_string(in_flight * uint64_t(r.message_bytes())) + " bytes in flight exceeds the limit of " +
+           std::to_string(kMaxInFlightBytes) +
+           " (1 GiB): use fewer connections, a shorter pipeline or smaller messages";
+    return false;
+  }
   if (!get_num(o, "start_at", 0, 1e12, &r.start_at, why)) return false;
   if (auto it = o.find("histograms"); it != o.end()) {
     if (!it->is_boolean()) {
@@ -468,7 +482,13 @@ json open_loop_json(const Stats& s) {
           {"loader_late", o.loader_late},
           {"loader_late_threshold_us", us(double(loader_late_threshold_ns(s.rate)))},
           {"queued_at_end", o.queued_at_end},
-          {"in_flight_at_end", o.in_flight_at_end}};
+          {"in_flight_at_end", o.in_flight_at_end},
+          {"max_connections", o.max_connections},
+          {"conns_max", o.conns_max},
+          {"conns_opened", o.conns_opened},
+          {"waited_connect", o.waited_connect},
+          {"connect_us", late_json(o.connect)},
+          {"messages_on_opened", o.messages_on_opened}};
 }
 }  // namespace
 
@@ -490,6 +510,14 @@ void Stats::init_counts(int n) {
 }
 
 void Stats::add_conn(uint32_t conn, const PerPhase<uint64_t>& by_phase) {
+  if (conn >= per_conn_messages.size()) {  // opened during the load: counted, but not per connection
+    for (int p = 0; p < kPhases; p++) {
+      phases[p].messages += by_phase[p];
+      messages += by_phase[p];
+      ol.messages_on_opened += by_phase[p];
+    }
+    return;
+  }
   for (int p = 0; p < kPhases; p++) {
     phases[p].per_conn_messages[conn] += by_phase[p];
     phases[p].messages += by_phase[p];
@@ -543,7 +571,8 @@ void Stats::set_unanswered(const std::vector<WaitingMsg>& waiting, int64_t stop)
     if (age <= slowest) continue;
     unanswered++;
     unanswered_max_age_ns = std::max(unanswered_max_age_ns, age);
-    if (w.conn < seen.size() && !seen[w.conn]) {
+    if (w.conn >= seen.size()) seen.resize(size_t(w.conn) + 1, false);  // a connection opened during the load
+    if (!seen[w.conn]) {
       seen[w.conn] = true;
       unanswered_conns++;
     }

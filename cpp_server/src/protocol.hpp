@@ -96,6 +96,11 @@ struct RunRequest {
   double rate = 0;
   Arrivals arrivals = Arrivals::Constant;
   bool open_loop() const { return rate > 0; }
+  // Open loop: the most connections open at once (PROTOCOL.md, "Connections as needed"): a request that comes
+  // due while every open connection has `pipeline` in flight goes out on a new one, up to this many (0 =
+  // absent: `connections`, none are opened during the load).
+  int max_connections = 0;
+  int connection_cap() const { return std::max(connections, max_connections); }
   // Every latency object of the stats also carries its histogram's buckets (PROTOCOL.md, "Histograms"):
   // for a client that merges several loaders' stats.
   bool histograms = false;
@@ -224,23 +229,38 @@ struct Waiting {
 
 // Open-loop figures (PROTOCOL.md, "Open loop"), gathered per engine thread and summed.
 struct OpenLoopStats {
-  uint64_t intended = 0;          // intended time inside the window [start, stop)
-  uint64_t sent = 0;              // of those, sent before stop
-  uint64_t behind = 0;            // of those sent, the ones that waited for a free slot
+  uint64_t intended = 0;  // intended time inside the window [start, stop)
+  uint64_t sent = 0;      // of those, sent before stop
+  // Of those sent, the ones that waited for a free slot with no connection left to open (the connection
+  // cap reached), and the ones that waited for a connection opened for them (its connect).
+  uint64_t behind = 0;
+  uint64_t waited_connect = 0;
   Histogram behind_late;          // ns: how late the behind ones went out
-  Histogram schedule_late;        // ns: how late the others went out (the loader's own schedule error)
-  uint64_t loader_late = 0;       // of the others, later than the threshold
+  Histogram schedule_late;        // ns: how late the ones that had a free slot went out (the loader's own error)
+  uint64_t loader_late = 0;       // of those, later than the threshold
   uint64_t queued_at_end = 0;     // intended before stop, not sent by then
   uint64_t in_flight_at_end = 0;  // sent before stop, not answered by then
+  // Connections as needed: how many could be open at once (the cap), the most that were (set by the
+  // coordinator), those opened during the load that came up inside the window, the setup time (ns: first
+  // attempt to up) of every one opened during the load, and the window's messages answered on them (not
+  // in per_conn_messages, which keeps the `connections` opened before the load).
+  int max_connections = 0;
+  long conns_max = 0;
+  uint64_t conns_opened = 0;
+  Histogram connect;
+  uint64_t messages_on_opened = 0;
   void add(const OpenLoopStats& o) {
     intended += o.intended;
     sent += o.sent;
     behind += o.behind;
+    waited_connect += o.waited_connect;
     behind_late.merge(o.behind_late);
     schedule_late.merge(o.schedule_late);
     loader_late += o.loader_late;
     queued_at_end += o.queued_at_end;
     in_flight_at_end += o.in_flight_at_end;
+    conns_opened += o.conns_opened;
+    connect.merge(o.connect);
   }
 };
 

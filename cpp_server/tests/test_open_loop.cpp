@@ -40,10 +40,15 @@ TestServer::Handler echo(int delay_ms = 0) {
 // This host stalls for milliseconds at a time (a benchmark shares its 2 cores, the tests run at nice
 // 19): a run whose timing falls short is run again, at most 4 times. A loader that sends late for real
 // (the lost attempt's 815 ms) fails every time.
-Served run_timed(TestServer& server, const std::string& fields, int connections, const Enough& good) {
+// `accepted_connections` is what the server accepted during the run that is returned (its acceptor polls
+// every 100 ms: a run's last connections are counted after a pause).
+Served run_timed(TestServer& server, const std::string& fields, int connections, const Enough& good, int threads = 1) {
   Served s;
   for (int i = 0; i < 4; i++) {
-    s = run_against(server, fields, connections);
+    const int before = server.accepted();
+    s = run_against(server, fields, connections, {}, threads);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    s.accepted_connections = server.accepted() - before;
     if (s.error_kind || good(s)) break;
     // Said on stderr, so a log shows how often the host's stalls made a run fall short.
     fprintf(stderr, "run %d fell short, repeating: %.1f msgs/s, open_loop %s\n", i + 1,
@@ -59,8 +64,8 @@ double late_p50_us(const Served& s) { return s.stats.ol.schedule_late.quantile(0
 }  // namespace
 
 TEST(OpenLoopSchedule, ConstantIsStaggeredAndEvenlySpaced) {
-  // 4 connections at 1000/s: each sends every 4 ms, connection i first at i ms.
-  ScheduleParams p = ScheduleParams::make(open_request(4, 1000, Arrivals::Constant), 100 * kS);
+  // 4 streams (engine threads) at 1000/s: each sends every 4 ms, stream i first at i ms.
+  ScheduleParams p = ScheduleParams::make(open_request(4, 1000, Arrivals::Constant), 100 * kS, 4);
   for (uint32_t id = 0; id < 4; id++) {
     Arrival a;
     a.init(p, id);
@@ -75,17 +80,17 @@ TEST(OpenLoopSchedule, ConstantIsStaggeredAndEvenlySpaced) {
 }
 
 TEST(OpenLoopSchedule, PoissonIsReproducibleWithTheAskedMeanRate) {
-  ScheduleParams p = ScheduleParams::make(open_request(10, 5000, Arrivals::Poisson), 0);  // mean gap 2 ms
+  ScheduleParams p = ScheduleParams::make(open_request(10, 5000, Arrivals::Poisson), 0, 10);  // mean gap 2 ms
   Arrival a, b, other;
   a.init(p, 3);
   b.init(p, 3);
   other.init(p, 4);
-  EXPECT_NE(a.next(p), other.next(p));  // each connection its own stream
+  EXPECT_NE(a.next(p), other.next(p));  // each stream its own generator
   const int n = 100000;
   int64_t prev = 0;
   double sum_sq = 0;
   for (int i = 0; i < n; i++) {
-    ASSERT_EQ(a.next(p), b.next(p));  // seeded from the connection id alone: runs are reproducible
+    ASSERT_EQ(a.next(p), b.next(p));  // seeded from the stream's id alone: runs are reproducible
     ASSERT_GE(a.next(p), prev);
     const double gap = double(a.next(p) - prev);
     sum_sq += gap * gap;
@@ -100,7 +105,7 @@ TEST(OpenLoopSchedule, PoissonIsReproducibleWithTheAskedMeanRate) {
 
 TEST(OpenLoopSchedule, CountBeforeAgreesWithAWalk) {
   for (Arrivals arr : {Arrivals::Constant, Arrivals::Poisson}) {
-    ScheduleParams p = ScheduleParams::make(open_request(3, 3000, arr), 7 * kS);  // mean gap 1 ms
+    ScheduleParams p = ScheduleParams::make(open_request(3, 3000, arr), 7 * kS, 3);  // mean gap 1 ms
     for (uint32_t id = 0; id < 3; id++) {
       Arrival a;
       a.init(p, id);
@@ -130,6 +135,12 @@ TEST(OpenLoopFields, Parsed) {
   ok(base + R"(,"rate":100,"protocol":"http"})");
   ok(base + R"(,"rate":100,"protocol":"line","line":"PING"})");
   ok(base + R"(,"rate":100,"transport":"tcp"})");
+  // Connections as needed: absent is `connections` (none opened during the load); at least `connections`.
+  EXPECT_EQ(r.run.connection_cap(), 4);
+  EXPECT_EQ(ok(base + R"(,"rate":100,"max_connections":1000})").run.connection_cap(), 1000);
+  EXPECT_EQ(ok(base + R"(,"rate":100,"max_connections":4})").run.connection_cap(), 4);
+  EXPECT_EQ(ok(base + R"(,"rate":100,"max_connections":9,"transport":"zmtp"})").run.connection_cap(), 9);
+  EXPECT_EQ(ok(base + R"(,"rate":100,"max_connections":9,"protocol":"http"})").run.connection_cap(), 9);
 }
 
 TEST(OpenLoopFields, Refused) {
@@ -154,6 +165,21 @@ TEST(OpenLoopFields, Refused) {
   EXPECT_NE(zmq.find("rate"), std::string::npos) << zmq;
   EXPECT_NE(zmq.find("transport"), std::string::npos) << zmq;
   EXPECT_NE(why_of(R"({"cmd":"ping","rate":10})").find("unknown field 'rate'"), std::string::npos);
+  // max_connections: open loop only, not below connections, an integer in range.
+  EXPECT_NE(why_of(base + R"(,"max_connections":10})").find("max_connections needs rate"), std::string::npos);
+  EXPECT_NE(why_of(base + R"(,"rate":10,"max_connections":3})").find("max_connections 3 is below connections 4"),
+            std::string::npos);
+  for (const char* bad : {"0", "-1", "1000001"})
+    EXPECT_NE(why_of(base + R"(,"rate":10,"max_connections":)" + bad + "}").find("max_connections must be in"),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(why_of(base + R"(,"rate":10,"max_connections":"9"})").find("max_connections must be an integer"),
+            std::string::npos);
+  const std::string zmq_cap = why_of(base + R"(,"rate":10,"max_connections":9,"transport":"zmq"})");
+  EXPECT_NE(zmq_cap.find("zmq"), std::string::npos) << zmq_cap;  // ZeroMQ (libzmq) mode has no open loop
+  // The limits count what may be open: 20,000 connections × 1024 in flight is beyond 2^24.
+  const std::string big = why_of(base + R"(,"rate":10,"pipeline":1024,"max_connections":20000})");
+  EXPECT_NE(big.find("max_connections × pipeline"), std::string::npos) << big;
 }
 
 TEST(OpenLoopFields, StatsJsonOnlyWithRate) {
@@ -194,6 +220,9 @@ TEST(OpenLoopFields, StatsJsonOnlyWithRate) {
   EXPECT_EQ(o["loader_late_threshold_us"], 2000.0);  // a tenth of 1/50 s, above the 1 ms floor
   EXPECT_EQ(o["queued_at_end"], 1);
   EXPECT_EQ(o["in_flight_at_end"], 0);
+  for (const char* k : {"max_connections", "conns_max", "conns_opened", "waited_connect", "messages_on_opened"})
+    EXPECT_EQ(o[k], 0) << k;
+  for (const char* k : {"p50", "p99", "max"}) EXPECT_EQ(o["connect_us"][k], 0.0) << k;
   for (const char* k : {"p50", "p99", "max"}) EXPECT_TRUE(o["schedule_late_us"].contains(k)) << k;
   EXPECT_TRUE(j["phases"]["probed"].contains("latency_sent_us"));
   EXPECT_EQ(loader_late_threshold_ns(2000), 1'000'000);  // 50 µs, below the floor
@@ -249,6 +278,13 @@ TEST(OpenLoopEngine, SlowServerQueuesBehindAndTheLatencyShowsIt) {
   EXPECT_GT(s.stats.latency.quantile(0.99), 5 * s.stats.latency_sent.quantile(0.99))
       << stats_json(s.stats)["latency_us"].dump() << " vs " << stats_json(s.stats)["latency_sent_us"].dump();
   EXPECT_LE(o.in_flight_at_end, 2u);  // K = 1 per connection
+  // Without max_connections the load keeps its 2 connections: none opened, all waiting is behind.
+  EXPECT_EQ(o.max_connections, 2) << ol;
+  EXPECT_EQ(o.conns_max, 2) << ol;
+  EXPECT_EQ(o.conns_opened, 0u) << ol;
+  EXPECT_EQ(o.waited_connect, 0u) << ol;
+  EXPECT_EQ(o.connect.count(), 0u) << ol;
+  EXPECT_EQ(s.accepted_connections, 2);
   // The timeline shows the overload as it is: latency from the intended time grows slice by slice.
   const json t = stats_json(s.stats)["timeline"];
   ASSERT_EQ(t["slices"].size(), 4u) << t.dump();
@@ -256,6 +292,111 @@ TEST(OpenLoopEngine, SlowServerQueuesBehindAndTheLatencyShowsIt) {
   for (const auto& h : s.stats.timeline) in_slices += h.count();
   EXPECT_EQ(in_slices, s.stats.latency.count()) << t.dump();  // every answered message in one slice
   EXPECT_GT(t["slices"][3]["p50_us"].get<double>(), 2 * t["slices"][0]["p50_us"].get<double>()) << t.dump();
+}
+
+// Connections as needed (PROTOCOL.md, "Connections as needed"). The server holds each request 2 ms on its
+// connection (a thread per connection, one request at a time), so a connection carries at most 500
+// requests/s and 2,000/s keep at least 4 connections busy at once (Little's law: busy connections =
+// throughput × 2 ms): with -c 2 the loader must open more. Below the cap nothing waits behind.
+TEST(OpenLoopConnections, OpenedAsRequestsNeedThemBelowTheCap) {
+  TestServer server(echo(2));
+  Served s = run_timed(server, R"("rate":2000,"max_connections":1000)", 2, [](const Served& r) {
+    return std::abs(double(r.stats.messages) / r.stats.duration_s - 2000) < 200;
+  });
+  ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
+  const OpenLoopStats& o = s.stats.ol;
+  const std::string ol = stats_json(s.stats)["open_loop"].dump();
+  const double per_s = double(s.stats.messages) / s.stats.duration_s;
+  EXPECT_NEAR(per_s, 2000, 2000 * 0.1) << ol;
+  EXPECT_EQ(o.max_connections, 1000) << ol;
+  EXPECT_GT(o.conns_max, 2) << ol;
+  EXPECT_GE(double(o.conns_max), std::floor(per_s * 0.002)) << ol;  // at least the busy ones
+  EXPECT_LT(o.conns_max, 1000) << ol;                               // the cap never reached ...
+  EXPECT_EQ(o.behind, 0u) << ol;                                    // ... so nothing waited behind
+  EXPECT_GT(o.waited_connect, 0u) << ol;  // the requests that found every slot taken waited for a connect
+  // No connection closes: every one opened came up and stayed (the window starts with the load: warm-up 0).
+  EXPECT_EQ(o.connect.count(), uint64_t(o.conns_max - 2)) << ol;
+  EXPECT_GE(o.conns_opened, 1u) << ol;
+  EXPECT_LE(o.conns_opened, uint64_t(o.conns_max - 2)) << ol;
+  EXPECT_GT(o.connect.max(), 0u) << ol;
+  EXPECT_GE(s.accepted_connections, o.conns_max);  // (one still connecting at the end is not counted up)
+  // Per-connection counts keep the 2 connections opened before the load; the others' messages are summed.
+  ASSERT_EQ(s.stats.per_conn_messages.size(), 2u);
+  EXPECT_GT(o.messages_on_opened, 0u) << ol;
+  EXPECT_EQ(s.stats.per_conn_messages[0] + s.stats.per_conn_messages[1] + o.messages_on_opened, s.stats.messages);
+  EXPECT_EQ(o.sent + o.queued_at_end, o.intended) << ol;
+  // Every answer took the server's 2 ms at least; from the intended time, the wait for a connection too.
+  EXPECT_GE(s.stats.latency_sent.quantile(0.5), 2e6);
+  EXPECT_GE(s.stats.latency.quantile(0.5), s.stats.latency_sent.quantile(0.5));
+  const json j = stats_json(s.stats)["open_loop"];
+  for (const char* k :
+       {"max_connections", "conns_max", "conns_opened", "waited_connect", "connect_us", "messages_on_opened"})
+    EXPECT_TRUE(j.contains(k)) << k;
+}
+
+// The same load with the cap at 3: 3 connections carry at most 1,500 of the 2,000 requests/s; the loader
+// opens one and no more, and the requests that find all three busy wait behind.
+TEST(OpenLoopConnections, PastTheCapRequestsWaitBehind) {
+  TestServer server(echo(2));
+  Served s = run_timed(server, R"("rate":2000,"max_connections":3)", 2,
+                       [](const Served& r) { return r.stats.ol.behind > 0 && r.stats.ol.conns_max == 3; });
+  ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
+  const OpenLoopStats& o = s.stats.ol;
+  const std::string ol = stats_json(s.stats)["open_loop"].dump();
+  EXPECT_EQ(o.conns_max, 3) << ol;
+  EXPECT_LE(s.accepted_connections, 3);
+  EXPECT_LE(o.conns_opened, 1u) << ol;
+  EXPECT_GT(o.behind, 0u) << ol;
+  EXPECT_GT(o.queued_at_end, 0u) << ol;  // the schedule ran ahead of what 3 connections could carry
+  // At most 3 connections × (one answer per 2 ms, + the one in flight as the window opened).
+  EXPECT_LE(double(s.stats.messages), 3 * (s.stats.duration_s / 0.002 + 1)) << ol;
+  EXPECT_GT(s.stats.latency.quantile(0.99), 5 * s.stats.latency_sent.quantile(0.99)) << ol;  // the queue
+}
+
+// The cap holds across the engine's threads: 2 threads, each with its own half of 4,000 requests/s and
+// one connection of its own, each needing 4 more; the cap of 5 lets them open 3 between them.
+TEST(OpenLoopConnections, TheCapHoldsAcrossThreads) {
+  TestServer server(echo(2));
+  Served s = run_timed(
+      server, R"("rate":4000,"max_connections":5)", 2,
+      [](const Served& r) { return r.stats.ol.conns_max == 5 && r.stats.ol.behind > 0; }, 2);
+  ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
+  const OpenLoopStats& o = s.stats.ol;
+  const std::string ol = stats_json(s.stats)["open_loop"].dump();
+  EXPECT_EQ(o.conns_max, 5) << ol;
+  EXPECT_LE(s.accepted_connections, 5);
+  EXPECT_EQ(o.connect.count(), 3u) << ol;
+  EXPECT_GT(o.behind, 0u) << ol;
+  EXPECT_LE(double(s.stats.messages), 5 * (s.stats.duration_s / 0.002 + 1)) << ol;
+}
+
+// HTTP too: one connection, a server that answers each request after 2 ms, 1,000 requests/s: the loader
+// opens a second connection (at least) and the requests never wait behind.
+TEST(OpenLoopConnections, HttpOpensConnectionsAsNeeded) {
+  TestServer server([](ServerConn& c) {
+    std::string data, pending;
+    while (c.read(&data)) {
+      pending += data;
+      std::string out;
+      for (size_t end; (end = pending.find("\r\n\r\n")) != std::string::npos; pending.erase(0, end + 4)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        out += "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+      }
+      if (!c.write(out)) return;
+    }
+  });
+  Served s = run_timed(server, R"("rate":1000,"max_connections":50,"protocol":"http")", 1, [](const Served& r) {
+    return std::abs(double(r.stats.messages) / r.stats.duration_s - 1000) < 100;
+  });
+  ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
+  const OpenLoopStats& o = s.stats.ol;
+  const std::string ol = stats_json(s.stats)["open_loop"].dump();
+  EXPECT_GE(o.conns_max, 2) << ol;  // 1,000/s × 2 ms: two busy at once on average
+  EXPECT_LT(o.conns_max, 50) << ol;
+  EXPECT_EQ(o.behind, 0u) << ol;
+  EXPECT_EQ(s.stats.errors.malformed + s.stats.errors.truncated, 0u) << s.stats.errors.sample;
+  EXPECT_EQ(s.stats.status[1], s.stats.messages);  // every message a 2xx
+  EXPECT_NEAR(double(s.stats.messages) / s.stats.duration_s, 1000, 100) << ol;
 }
 
 TEST(OpenLoopEngine, PoissonArrivalsHaveTheAskedMeanRateAndRepeat) {
@@ -335,7 +476,7 @@ TEST(OpenLoopEngine, ReopenedConnectionsKeepTheSchedule) {
 TEST(OpenLoopSchedule, TinyRatesStayFarAwayWithoutOverflow) {
   for (Arrivals arr : {Arrivals::Constant, Arrivals::Poisson})
     for (double rate : {1e-3, 1e-12, 5e-324}) {
-      ScheduleParams p = ScheduleParams::make(open_request(1000, rate, arr), 5 * kS);
+      ScheduleParams p = ScheduleParams::make(open_request(1000, rate, arr), 5 * kS, 1000);
       Arrival a;
       a.init(p, 999);
       for (int i = 0; i < 3; i++) a.advance(p);

@@ -162,12 +162,14 @@ struct Served {
   int accepted_connections = 0;
 };
 
-// One run of the engine for a whole request (JSON, with "cmd"); `during` runs on another thread 0.2 s in.
-inline Served run_request(const json& req, const std::function<void()>& during = {}) {
+// One run of the engine for a whole request (JSON, with "cmd") on `threads` engine threads; `during` runs on
+// another thread 0.2 s in.
+inline Served run_request(const json& req, const std::function<void()>& during = {}, int threads = 1) {
   Request r;
   std::string why;
   if (!parse_request_obj(req, &r, &why)) throw std::runtime_error("bad test request: " + why);
   EngineConfig cfg;
+  cfg.threads = threads;
   Emit emit = [](const json&) { return true; };
   std::thread side;
   if (during)
@@ -188,7 +190,7 @@ inline Served run_request(const json& req, const std::function<void()>& during =
 // 1 s, no warm-up; `during` runs on another thread 0.2 s into the run. (1 s, not less: this kind of
 // host stalls for 0.3 s and more at a time, and a shorter window then sees almost nothing.)
 inline Served run_against(TestServer& server, const std::string& fields, int connections,
-                          const std::function<void()>& during = {}) {
+                          const std::function<void()>& during = {}, int threads = 1) {
   json req = json::parse("{" + fields + "}");
   req["cmd"] = "run";
   req["target"] = "127.0.0.1:" + std::to_string(server.port());
@@ -196,7 +198,7 @@ inline Served run_against(TestServer& server, const std::string& fields, int con
   if (!req.contains("duration")) req["duration"] = 1.0;
   if (!req.contains("warmup")) req["warmup"] = 0;
   req["connect_timeout"] = 5;
-  Served s = run_request(req, during);
+  Served s = run_request(req, during, threads);
   s.accepted_connections = server.accepted();
   return s;
 }

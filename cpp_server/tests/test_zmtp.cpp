@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -180,10 +181,12 @@ TEST(Zmtp, RequestField) {
 
 namespace {
 
-// libzmq's ROUTER on an ephemeral loopback port, echoing every message to its sender on a thread.
+// libzmq's ROUTER on an ephemeral loopback port, echoing every message to its sender on a thread (after
+// `delay_ms`, one message at a time).
 class RouterEcho {
  public:
-  RouterEcho() : ctx_(zmq_ctx_new()), sock_(zmq_socket(ctx_, ZMQ_ROUTER)) {
+  explicit RouterEcho(int delay_ms = 0)
+      : delay_ms_(delay_ms), ctx_(zmq_ctx_new()), sock_(zmq_socket(ctx_, ZMQ_ROUTER)) {
     int timeout_ms = 50, zero = 0;
     char endpoint[64];
     size_t len = sizeof endpoint;
@@ -215,6 +218,7 @@ class RouterEcho {
         more = zmq_msg_more(&parts.back());
       }
       const bool whole = !more;
+      if (whole && delay_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
       for (size_t k = 0; k < parts.size(); k++) {
         if (whole) zmq_msg_send(&parts[k], sock_, k + 1 < parts.size() ? ZMQ_SNDMORE : 0);
         zmq_msg_close(&parts[k]);
@@ -222,6 +226,7 @@ class RouterEcho {
       if (whole) echoed_++;
     }
   }
+  int delay_ms_;
   void* ctx_;
   void* sock_;
   int port_ = 0;
@@ -259,6 +264,22 @@ TEST(ZmtpEngine, AgainstLibzmqRouter) {
   }
   // every message the loader counted was one the ROUTER echoed (it also echoed those outside the window)
   EXPECT_GT(router.echoed(), 100);
+}
+
+// Connections as needed speak ZMTP too: a ROUTER that answers one message per ms serves at most 1,000/s, so
+// at 2,000/s the loader opens connections up to its cap of 4 (each with its own handshake), and then the
+// requests wait behind.
+TEST(ZmtpEngine, ConnectionsAsNeededHandshakeToo) {
+  RouterEcho router(1);
+  Served s = run_zmtp(router.port(), R"("rate":2000,"max_connections":4)", 1);
+  ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
+  const std::string ol = stats_json(s.stats)["open_loop"].dump();
+  EXPECT_EQ(s.stats.ol.conns_max, 4) << ol;
+  EXPECT_GT(s.stats.ol.messages_on_opened, 0u) << ol;  // the opened connections carried messages
+  EXPECT_GT(s.stats.ol.behind, 0u) << ol;
+  EXPECT_EQ(s.stats.errors.mismatch, 0u);
+  EXPECT_EQ(s.stats.errors.connect + s.stats.errors.timeout + s.stats.errors.reset, 0u) << s.stats.errors.sample;
+  EXPECT_LE(double(s.stats.messages), 1.05 * 1000 * s.stats.duration_s + 5) << ol;  // the ROUTER's 1 ms a message
 }
 
 TEST(ZmtpEngine, NotAZmtpPeer) {

@@ -23,6 +23,27 @@ def _pct(v: float | None) -> str:
     return units.share(v, 1 if v is not None and (0 < v < 0.01 or 0.99 < v < 1) else 0)
 
 
+def _pool(r) -> tuple[int, int | None]:
+    """(connections that could carry the requests, the cap when the loader opened connections as requests needed
+    them): with connections as needed (--max-connections above -c) a request waits behind only with every one of
+    them busy, else (older rows, the cap at -c) when its -c connections were."""
+    conns, cap = int(r.get("connections") or 1), num(r, "open_loop.max_connections")
+    if cap is None or cap <= conns:
+        return conns, None
+    return int(num(r, "open_loop.conns_max") or cap), int(cap)
+
+
+def _busy_phrase(r) -> str:
+    """What a request behind found: 'their connection still waited for its 1 in flight' (-c connections only) or
+    'all 1,000 connections the loader may open (--max-connections 1,000) had their 1 in flight'."""
+    pipe = int(r.get("pipeline") or 1)
+    most, cap = _pool(r)
+    if cap is None:
+        return f"their connection still waited for its {pipe} in flight"
+    return (f"all {units.number(most)} connections the loader had open (--max-connections {units.number(cap)}) had "
+            f"their {pipe} in flight")
+
+
 def _load_state(r, t: Thresholds) -> tuple[bool, bool, bool]:
     """(short, queued, flat) of an open-loop cell: it answered less than 95% of the rate; more than 1% of its
     requests found their connection still waiting and queued in the loader; its p99 did not grow through the
@@ -60,9 +81,8 @@ def overloaded(ctx: Context) -> list[Anomaly]:
             ev["p99 in the window's last slice (µs)"] = r2(last, 0)
         text = (f"{where(r)}: asked for {units.number(rate)} requests/s, the server answered "
                 f"{units.rate(mps)}/s ({_pct(share)} of it)")
-        pipe = int(r.get("pipeline") or 1)
-        text += (f", and {_pct(behind)} of the requests came due while their connection still waited for its "
-                 f"{pipe} in flight, so they queued in the loader. " if behind else ". ")
+        text += (f", and {_pct(behind)} of the requests came due while {_busy_phrase(r)}, so they queued in the "
+                 "loader. " if behind else ". ")
         text += ("The server could not keep up with this rate: requests pile up and wait longer the longer the load "
                  "runs")
         growth = num(r, "open_loop.p99_growth")
@@ -84,16 +104,17 @@ def overloaded(ctx: Context) -> list[Anomaly]:
 
 @rule("connections_busy", plots=("latency_time", "latency_load"))
 def connections_busy(ctx: Context) -> list[Anomaly]:
-    """More than 1% of the requests found their connection busy (`--pipeline` in flight) and waited in the
-    loader, yet the server kept up: it answered the rate and latency stayed flat through the window. The
-    limit was the loader's connections: each carries a request every connections ÷ rate seconds, and an
-    answer slower than that makes the next one wait."""
+    """More than 1% of the requests found their connection busy (`--pipeline` in flight; with connections opened as
+    needed, every connection up to --max-connections) and waited in the loader, yet the server kept up: it
+    answered the rate and latency stayed flat through the window. The limit was the loader's connections: each
+    carries a request every connections ÷ rate seconds, and an answer slower than that makes the next one wait."""
     t, found = ctx.t, []
     for _, r in _open(ctx.cells).iterrows():
         short, queued, flat = _load_state(r, t)
         if short or not queued or not flat:
             continue
-        rate, conns, pipe = float(r["rate"]), int(r.get("connections") or 1), int(r.get("pipeline") or 1)
+        rate, pipe = float(r["rate"]), int(r.get("pipeline") or 1)
+        conns, cap = _pool(r)
         behind, p99 = num(r, "open_loop.behind_share"), num(r, "lat_us.p99")
         first, last = num(r, "open_loop.p99_first_slice_us"), num(r, "open_loop.p99_last_slice_us")
         spacing = 1e6 * conns / rate  # µs between requests on one connection
@@ -104,14 +125,17 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
               "latency p99 from the intended send (µs)": r2(p99, 0),
               "p99 in the window's first slice (µs)": r2(first, 0), "p99 in the window's last slice (µs)": r2(last, 0),
               "wait behind the connection p99 (µs)": r2(num(r, "open_loop.behind_late_us.p99"), 0)}
-        text = (f"{where(r)}: {_pct(behind)} of the requests came due while their connection still had its {pipe} in "
-                f"flight, and waited in the loader; yet the server answered the rate and its latency did not grow "
+        text = (f"{where(r)}: {_pct(behind)} of the requests came due while {_busy_phrase(r)}, and waited in the "
+                f"loader; yet the server answered the rate and its latency did not grow "
                 f"through the window (p99 {units.duration_us(first)} in the first {units.seconds(width)}, "
-                f"{units.duration_us(last)} in the last): it kept up. At {units.number(rate)} requests/s over {conns} "
+                f"{units.duration_us(last)} in the last): it kept up. At {units.number(rate)} requests/s over "
+                f"{units.number(conns)} "
                 f"connections, each connection carries a request every {units.duration_us(spacing)}, and an answer "
                 "slower than that makes the next one wait. The wait is in the latency from the intended send (p99 "
                 f"{units.duration_us(p99)}), so the figures stand, but the server never saw more than {conns * pipe} "
-                "requests at once: more connections (-c) or a deeper --pipeline offer it the load as it arrives.")
+                "requests at once: " + ("more connections (-c, or --max-connections above it: the loader then opens "
+                                        "them as requests need them)" if cap is None else "a higher --max-connections")
+                + " or a deeper --pipeline offer it the load as it arrives.")
         title = f"The loader's connections were the limit, not the server: {where(r)}"
         found.append(Anomaly.at(r, "connections_busy", "info", title, text, ev))
     return found
