@@ -35,7 +35,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from netprof.profiler import atomic, interpreters, runlock, units
+from netprof.profiler import atomic, interpreters, results, runlock, units
 from netprof.profiler import meta as meta_mod
 from netprof.profiler.cell import CellEnv, run_cell
 from netprof.profiler.errors import InputError
@@ -54,7 +54,7 @@ from netprof.profiler.rules.registry import Thresholds
 from netprof.profiler.runner import STOP, close_instruments, cost_and_close, open_instruments
 from netprof.profiler.warm import WarmServer
 
-KNEE_JSON = "knee.json"
+KNEE_JSON = results.KNEE_JSON
 SCHEMA = "netprof.knee/1"
 STEPS = (1, 12)  # --steps' range
 TRIES = (1, 5)  # --tries' range
@@ -97,24 +97,31 @@ class Probe:
     row: dict = field(repr=False)
     tries: int = 1  # cells measured at this rate: the first that passed, or all `--tries` failing
     recheck: bool = False  # the search's second look at the lowest rate that failed (search())
+    attempts: tuple[Probe, ...] = ()  # every try of this rate in order, this one last (tried())
 
     def record(self, slo: Slo) -> dict:
+        """knee.json's probe: the try that decided the rate, and every try with its own verdict (the report's
+        tables average a rate's tries as rounds of one cell: this says which passed)."""
+        return {**self._figures(slo), "tries": self.tries, "recheck": self.recheck,
+                "attempts": [a._figures(slo) for a in self.attempts or (self,)]}
+
+    def _figures(self, slo: Slo) -> dict:
         ol = self.row.get("open_loop") or {}
         return {"rate": self.rate, "achieved": self.achieved, f"{slo.stat}_us": self.latency_us,
                 "p99_sent_us": (self.row.get("lat_sent_us") or {}).get("p99"),
                 "behind_share": ol.get("behind_share"), "achieved_share": ol.get("achieved_share"),
-                "conns_max": ol.get("conns_max"),
-                "met": self.met, "why": self.why, "tries": self.tries, "recheck": self.recheck}
+                "conns_max": ol.get("conns_max"), "round": self.row.get("round"),
+                "met": self.met, "why": self.why}
 
 
 def tried(measure: Callable[[], Probe], tries: int) -> Probe:
     """Up to `tries` cells of one rate: the first that passes, else the last that failed, with the count."""
     probe = measure()
-    n = 1
-    while not probe.met and n < tries:
+    seen = [probe]
+    while not probe.met and len(seen) < tries:
         probe = measure()
-        n += 1
-    return dataclasses.replace(probe, tries=n)
+        seen.append(probe)
+    return dataclasses.replace(probe, tries=len(seen), attempts=tuple(seen))
 
 
 def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
@@ -313,7 +320,8 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
         "schema": SCHEMA, "server": p.label, "connections": p.cfg.connections[0], "pipeline": p.cfg.pipeline[0],
         # the open-loop cells' connections: up to the cap, opened as requests needed them; the most open at once
         "max_connections": connection_cap(p.cfg.connections[0], p.cfg.max_connections),
-        "conns_max": max((q.record(p.slo)["conns_max"] or 0 for q in probes), default=None) or None,
+        "conns_max": max((a["conns_max"] or 0 for q in probes for a in q.record(p.slo)["attempts"]),
+                         default=None) or None,
         "slo": {"text": p.slo.text(), "stat": p.slo.stat, "limit_us": p.slo.limit_us}, "arrivals": p.arrivals,
         "window_s": p.cfg.duration,
         "tries": p.tries,

@@ -47,6 +47,20 @@ TEMPLATES = Path(__file__).parent / "templates"
 # ---------------------------------------------------------------------------------------------
 # Findings: the opening sentences, generated from the data.
 
+def _knee_tries(src: Path) -> dict | None:
+    """The table of `netprof knee`'s tries (tables.knee_tries_table) when `src` is a knee's run; None otherwise,
+    and for a knee.json this version cannot read (the rest of the report does not depend on it)."""
+    try:
+        knee = results.read_json(src, results.KNEE_JSON)
+        made = tables.knee_tries_table(knee) if isinstance(knee, dict) else None
+        if made is None:
+            return None
+        return {"title": f"The knee's tries, each judged on its own against {knee['slo']['text']} (the tables below "
+                         "average a rate's tries as rounds)", "header": made[0], "rows": made[1]}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _table_title(title: str, cells: pd.DataFrame) -> str:
     """A TABLES title in the words of `cells`' protocols."""
     protocol = cells.get("protocol")
@@ -597,6 +611,8 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         found = rules.detect(df, per_conn, meta, src, cells=cells)
         rendered = ([{"title": _table_title(t, cells), "header": made[0], "rows": made[1]} for t, fn in TABLES
                      if (made := fn(cells)) is not None] if not cells.empty else [])
+        if (made := _knee_tries(src)) is not None:
+            rendered.insert(0, made)
         if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
             back = os.path.relpath(src.resolve(), out.resolve())
             for f in flames:

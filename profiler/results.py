@@ -33,6 +33,7 @@ SOCKWAIT_CONN_PARQUET = CONN_PARQUET.format("sockwait")
 TIMELINE_PARQUET = "timeline.parquet"
 META_JSON = "meta.json"
 SUMMARY_JSON = "summary.json"
+KNEE_JSON = "knee.json"  # `netprof knee`'s document (knee.py), read by the report
 
 # Nested groups of a row; everything else is a scalar column.
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "ring", "ring_per_msg",

@@ -169,3 +169,25 @@ def syscalls_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         return per_message_notation(per_msg, ring) if per_msg else "no probes"
 
     return _pivot(agg, notation)
+
+
+def knee_tries_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
+    """`netprof knee`'s tries from knee.json, each with its own verdict, in the order they ran: the report's
+    other tables average a rate's tries as the rounds of one cell, so a rate that passed on its second try can
+    show a mean over the objective there. None for a run that is not a knee's."""
+    probes = doc.get("probes") or []
+    if not probes:
+        return None
+    stat = doc["slo"]["stat"]
+    rows = []
+    for q in probes:
+        attempts = q.get("attempts") or [q]
+        for k, a in enumerate(attempts, 1):
+            conns = a.get("conns_max")
+            rows.append([f"{units.number(a['rate'])}/s", f"{k} of {len(attempts)}",
+                         f"{units.rate(a.get('achieved'))}/s", units.duration_us(a.get(f"{stat}_us")),
+                         units.DASH if conns is None else units.count(conns),
+                         ("pass" if a["met"] else "fail") + f": {a['why']}"
+                         + (" (decided the rate)" if k == len(attempts) else "")])
+    return ["rate asked", "try", "achieved", stat, "connections open", "verdict"], rows
+

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import netprof_cli, run_netprof, wait_no_children
-from netprof.profiler import knee
+from netprof.profiler import knee, tables
 from netprof.profiler.errors import InputError
 from netprof.profiler.plan import RunConfig, validate
 from netprof.profiler.rules.registry import Thresholds
@@ -105,6 +105,13 @@ def test_a_rate_fails_only_when_every_try_fails_and_the_ceiling_is_the_best_cell
     p99s = iter([9_000, 7_000, 3_000])  # two cells in a slow regime, then the usual one
     got = knee.tried(lambda: knee.judge(_row(1000, 1000, next(p99s)), 1000, slo, t), 3)
     assert got.met and got.tries == 3 and got.latency_us == 3_000 and got.record(slo)["tries"] == 3
+    # every try with its own verdict (issue 51: a rate's merged row may show a mean over the objective)
+    tries = got.record(slo)["attempts"]
+    assert [(a["p99_us"], a["met"]) for a in tries] == [(9_000, False), (7_000, False), (3_000, True)]
+    header, rows = tables.knee_tries_table({"slo": {"stat": "p99", "text": "p99<5ms"}, "probes": [got.record(slo)]})
+    assert header[1] == "try" and [r[1] for r in rows] == ["1 of 3", "2 of 3", "3 of 3"]
+    assert rows[0][-1].startswith("fail: p99 9,000 µs over") and rows[2][-1].startswith("pass: p99 3,000 µs within")
+    assert rows[2][-1].endswith("(decided the rate)") and "decided" not in rows[0][-1]
     calls = []
     never = knee.tried(lambda: calls.append(1) or knee.judge(_row(1000, 800, 9_000), 1000, slo, t), 3)
     assert not never.met and never.tries == 3 and len(calls) == 3
@@ -188,7 +195,12 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     assert json.loads((out / knee.KNEE_JSON).read_text())["knee"] == doc["knee"]
     # its open-loop cells opened connections as requests needed them, up to the default cap
     assert doc["max_connections"] == 1000 and all(p["conns_max"] >= 10 for p in doc["probes"]), doc["probes"]
-    assert doc["conns_max"] == max(p["conns_max"] for p in doc["probes"])
+    assert doc["conns_max"] == max(a["conns_max"] for p in doc["probes"] for a in p["attempts"])
+    # every try is in knee.json with its verdict, and the report's first table lists them
+    assert all(len(p["attempts"]) == p["tries"] and p["attempts"][-1]["met"] == p["met"] for p in doc["probes"])
+    page = (out / "report.md").read_text()
+    assert "The knee's tries, each judged on its own against p99<20ms" in page, page[:3000]
+    assert page.count("(decided the rate)") == len(doc["probes"])
     # every cell is a row (the ceiling at rate 0), and the report draws latency against load
     import pandas as pd
 
