@@ -611,8 +611,8 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         found = rules.detect(df, per_conn, meta, src, cells=cells)
         rendered = ([{"title": _table_title(t, cells), "header": made[0], "rows": made[1]} for t, fn in TABLES
                      if (made := fn(cells)) is not None] if not cells.empty else [])
-        if (made := _knee_tries(src)) is not None:
-            rendered.insert(0, made)
+        if (knee_table := _knee_tries(src)) is not None:
+            rendered.insert(0, knee_table)
         if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
             back = os.path.relpath(src.resolve(), out.resolve())
             for f in flames:
