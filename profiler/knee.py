@@ -98,6 +98,7 @@ class Probe:
     tries: int = 1  # cells measured at this rate: the first that passed, or all `--tries` failing
     recheck: bool = False  # the search's second look at the lowest rate that failed (search())
     attempts: tuple[Probe, ...] = ()  # every try of this rate in order, this one last (tried())
+    limited_by: str = "none"  # what set the cell's limit: "server", "loader" (loader_limit()) or "none" (it passed)
 
     def record(self, slo: Slo) -> dict:
         """knee.json's probe: the try that decided the rate, and every try with its own verdict (the report's
@@ -111,7 +112,7 @@ class Probe:
                 "p99_sent_us": (self.row.get("lat_sent_us") or {}).get("p99"),
                 "behind_share": ol.get("behind_share"), "achieved_share": ol.get("achieved_share"),
                 "conns_max": ol.get("conns_max"), "round": self.row.get("round"),
-                "met": self.met, "why": self.why}
+                "met": self.met, "why": self.why, "limited_by": self.limited_by}
 
 
 def tried(measure: Callable[[], Probe], tries: int) -> Probe:
@@ -124,8 +125,37 @@ def tried(measure: Callable[[], Probe], tries: int) -> Probe:
     return dataclasses.replace(probe, tries=len(seen), attempts=tuple(seen))
 
 
+def loader_limit(row: dict, t: Thresholds) -> str | None:
+    """Why the loader, not the server, set this open-loop cell's limit, or None: its CPUs were busy; it sent
+    more than a few requests late on a free connection; or every connection it may open (--max-connections)
+    was busy and requests waited for one."""
+    ol = row.get("open_loop") or {}
+    cpu = (row.get("loader_cpu") or {}).get("cpu_frac")
+    if cpu is not None and cpu >= t.knee_loader_cpu:
+        return f"its CPUs were {cpu:.0%} busy"
+    late, sent = ol.get("loader_late") or 0, ol.get("sent") or 0
+    if sent and late / sent > t.loader_late_warning_share:
+        return f"it sent {late / sent:.1%} of the requests late on a free connection"
+    cap, most, behind = ol.get("max_connections"), ol.get("conns_max"), ol.get("behind_share")
+    if cap and most is not None and most >= cap and behind is not None and behind > t.overload_behind_share:
+        return (f"all {cap:,} connections it may open were busy and {behind:.1%} of the requests waited for one "
+                "(--max-connections)")
+    return None
+
+
 def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
-    """Did this open-loop cell meet the objective, with the server keeping up?"""
+    """Did this open-loop cell meet the objective, with the server keeping up? A cell that did not, where the
+    loader ran out first (loader_limit), is limited by the loader: it says nothing of the server."""
+    probe = _judge(row, rate, slo, t)
+    if probe.met:
+        return probe
+    why = loader_limit(row, t)
+    if why is not None:
+        return dataclasses.replace(probe, limited_by="loader", why=f"{probe.why}; the loader ran out: {why}")
+    return dataclasses.replace(probe, limited_by="server")
+
+
+def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     achieved = row.get("msgs_per_sec")
     lat = (row.get("lat_us") or {}).get(slo.stat)
     ol = row.get("open_loop") or {}
@@ -160,6 +190,8 @@ def search(measure: Callable[[float], Probe], ceiling: float, steps: int) -> tup
                 break
             p = measure(rate)
             probes.append(p)
+            if p.limited_by == "loader":  # it says nothing of the server, nor would a higher rate: stop here
+                break
             if p.met:
                 lo = rate
             else:
@@ -168,12 +200,16 @@ def search(measure: Callable[[float], Probe], ceiling: float, steps: int) -> tup
         return lo, hi
 
     lo, hi = bisect(0.0, float(ceiling), steps)
+    if probes and probes[-1].limited_by == "loader":
+        return probes, lo, float(probes[-1].rate)
     if hi < ceiling:  # a rate failed: look at the lowest that did again, once
         p = dataclasses.replace(measure(hi), recheck=True)
         probes.append(p)
         if p.met:
             lo, hi = hi, min(r for r in failed if r > hi)
             lo, hi = bisect(lo, hi, max(0, math.ceil(math.log2(max((hi - lo) / resolution, 1)))))
+            if probes[-1].limited_by == "loader":
+                hi = float(probes[-1].rate)
     return probes, lo, hi
 
 
@@ -316,6 +352,8 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
              outcome: KneeOutcome) -> dict:
     lo, hi = bounds
     done = not outcome.failed and not outcome.interrupted
+    # A probe the loader limited ends the search (search()): the knee is then the loader's, not found for the server
+    ran_out = next((q for q in probes if q.limited_by == "loader"), None)
     return {
         "schema": SCHEMA, "server": p.label, "connections": p.cfg.connections[0], "pipeline": p.cfg.pipeline[0],
         # the open-loop cells' connections: up to the cap, opened as requests needed them; the most open at once
@@ -328,9 +366,12 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
         "ceiling": {"msgs_per_sec": ceiling.achieved, f"{p.slo.stat}_us": ceiling.latency_us, "tries": ceiling.tries},
         "probes": [q.record(p.slo) for q in probes],
         # the highest rate that passed; None when none did (the knee is below the lowest probed rate)
-        "knee": (lo or None) if done else None, "bounds": [lo, hi],
-        "knee_share_of_ceiling": lo / ceiling.achieved if done and lo and ceiling.achieved else None,
-        "stop": "failed" if outcome.failed else "interrupted" if outcome.interrupted else "steps",
+        "knee": (lo or None) if done and ran_out is None else None, "bounds": [lo, hi],
+        "knee_share_of_ceiling": lo / ceiling.achieved if done and ran_out is None and lo and ceiling.achieved
+        else None,
+        "stop": ("failed" if outcome.failed else "interrupted" if outcome.interrupted
+                 else "loader" if ran_out is not None else "steps"),
+        "loader_ran_out": None if ran_out is None else {"rate": ran_out.rate, "why": ran_out.why},
         "elapsed_s": round(elapsed, 1),
     }
 
@@ -343,6 +384,10 @@ def summary_line(doc: dict) -> str:
     head = f"knee of {doc['server']} at c={doc['connections']}{opened} for {doc['slo']['text']}: "
     ceiling = doc["ceiling"]["msgs_per_sec"] or 0
     lo, hi = doc["bounds"]
+    if (out := doc.get("loader_ran_out")) is not None:
+        return head + (f"not found: the loader, not the server, ran out at {out['rate']:,.0f}/s ({out['why']}); "
+                       + (f"the server met the objective up to {lo:,.0f}/s" if lo else "no lower rate passed")
+                       + " (give the loader more CPUs, --loader-threads or --max-connections)")
     if doc["knee"] is None:
         return head + f"below {hi:,.0f}/s, the lowest rate probed (closed-loop ceiling {ceiling:,.0f}/s)"
     return head + (f"{lo:,.0f}/s (between {lo:,.0f} and {hi:,.0f}/s; {lo / ceiling:.0%} of the closed-loop "

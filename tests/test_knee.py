@@ -135,6 +135,43 @@ def test_a_knee_below_every_probe_says_so():
     assert "open)" not in knee.summary_line(doc | {"conns_max": 10})
 
 
+def test_a_probe_the_loader_limited_never_decides_the_knee():
+    """Issue 51: each probe says what set its limit (`limited_by`): the server, or the loader (its CPUs busy, its
+    sends late, every connection it may open busy); a failing probe the loader limited ends the search, and
+    the knee is not found for the server (knee.json and the summary say the loader ran out, and why)."""
+    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    assert knee.judge(_row(1000, 1000, 4000), 1000, slo, t).limited_by == "none"
+    assert knee.judge(_row(1000, 1000, 9000), 1000, slo, t).limited_by == "server"
+    busy = _row(1000, 1000, 9000) | {"loader_cpu": {"cpu_frac": 0.97}}
+    p = knee.judge(busy, 1000, slo, t)
+    assert p.limited_by == "loader" and not p.met and "the loader ran out: its CPUs were 97% busy" in p.why
+    assert knee.judge(_row(1000, 1000, 4000) | {"loader_cpu": {"cpu_frac": 0.97}}, 1000, slo, t).met  # met is met
+    capped = _row(1000, 1000, 9000, behind=0.2)
+    capped["open_loop"] |= {"max_connections": 100, "conns_max": 100}
+    assert "all 100 connections it may open were busy" in knee.judge(capped, 1000, slo, t).why
+    late = _row(1000, 1000, 9000)
+    late["open_loop"] |= {"loader_late": 50, "sent": 1000}
+    assert "sent 5.0% of the requests late" in knee.judge(late, 1000, slo, t).why
+
+    def measure(rate: float) -> knee.Probe:  # a server good to 8,000/s behind a loader that runs out at 6,000/s
+        row = _row(rate, rate, 1000 if rate <= 8000 else 50_000)
+        if rate > 6000:
+            row["loader_cpu"] = {"cpu_frac": 0.99}
+            row["lat_us"]["p99"] = 50_000
+        return knee.judge(row, rate, slo, t)
+
+    probes, lo, hi = knee.search(measure, 10_000, 6)
+    assert probes[-1].limited_by == "loader" and not any(p.limited_by == "loader" for p in probes[:-1])
+    assert lo <= 6000 < hi == probes[-1].rate
+    plan = knee.KneePlan(validate(RunConfig(backends=["selector"], connections=[10])), "selector", slo)
+    doc = knee.document(plan, knee.best_ceiling([_row(1, 10_000, 4000)], slo), probes, (lo, hi), 1.0,
+                        knee.KneeOutcome(Path(".")))
+    assert doc["knee"] is None and doc["stop"] == "loader" and doc["loader_ran_out"]["rate"] == hi
+    assert doc["probes"][-1]["limited_by"] == "loader"
+    line = knee.summary_line(doc)
+    assert "not found: the loader, not the server, ran out at" in line and "up to 5,000/s" in line, line
+
+
 def test_knee_json_has_the_connection_cap_and_the_most_connections_open():
     """Each probe records the most connections its cell had open (the loader's open_loop.conns_max); knee.json the
     cap (--max-connections, default 1,000) and the most over the probes."""
