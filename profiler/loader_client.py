@@ -127,6 +127,8 @@ class RunsLoad(Protocol):
     def run(self, req: RunRequest, on_event: Callable[[dict], None] | None = None,
             timeout: float | None = None) -> dict | None: ...
 
+    def abort(self) -> None: ...
+
 
 class LoaderError(NetprofError, RuntimeError):
     """The loader reported an error (or stalled, or went away). Inside a cell it makes the cell FF
