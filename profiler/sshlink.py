@@ -35,6 +35,7 @@ from netprof.profiler.loader_client import Loader, LoaderError, _LineReader
 from netprof.profiler.loaderset import LoaderSet
 from netprof.profiler.netns import DEFAULT_CONNECT_TIMEOUT_S
 from netprof.profiler.procs import ProcessError, ProcessGroup
+from netprof.profiler.safetext import clean_text
 
 HELLO_TIMEOUT_S = 20.0  # ssh's connect, key exchange and the far side's Python start
 CLOCK_SAMPLES = 5  # the offset is the one of the quickest round trip
@@ -142,7 +143,7 @@ class Session:
         finally:
             theirs.close()
         self.channel = ours
-        self.reader = _LineReader(ours)
+        self.reader = _LineReader(ours, untrusted=True)  # every string it reads loses its control characters
         try:
             self.send({"cmd": "hello", "protocol": PROTOCOL, "version": netprof.__version__})
             self.hello = self.read()
@@ -247,9 +248,9 @@ def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = 
             if kind == "started":
                 remote_out = str(evt.get("out") or "") or None
             elif kind in ("out", "err"):
-                text = str(evt.get("text", ""))
+                text = clean_text(str(evt.get("text", "")))  # cleaned as read (untrusted reader), and here
                 if remote_out:
-                    text = text.replace(remote_out, str(out))  # paths in the summary, the JSON: ours
+                    text = rewrite_path(text, remote_out, str(out))  # paths in the summary, the JSON: ours
                 print(text, file=sys.stdout if kind == "out" else sys.stderr, flush=True)
             elif kind == "file":
                 path = _result_path(out, evt.get("path"))
@@ -260,6 +261,23 @@ def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = 
                 return int(evt.get("code", 1))
             elif kind == "error":
                 raise InputError(f"--server-host {host}: {evt.get('message', evt)}")
+
+
+# Around a path in a line of output: what may stand before it (the line's start, a space, a quote, `=`, `:`,
+# an opening bracket) and after it (the line's end, a "/" and more of the path, a space, a quote, a closing
+# bracket, punctuation, a full stop that ends a sentence): the path is whole, not part of a longer name.
+_PATH_BEFORE = r"(?<![^\s\"'`=:,;(\[<{])"
+_PATH_AFTER = r"(?=$|[/\s\"'`,;:)\]>}]|\.(?:$|\s))"
+
+
+def rewrite_path(text: str, theirs: str, ours: str) -> str:
+    """`text` with the path `theirs` (the server host's results directory) made `ours` where it stands whole,
+    or begins a path below it; nothing rewritten when `theirs` is not a plain absolute directory ("/", a
+    relative or a dotted path, a path with spaces or quotes): the server host chose it."""
+    if (not theirs.startswith("/") or theirs == "/" or os.path.normpath(theirs) != theirs
+            or re.search(r"[\s\"'`]", theirs)):
+        return text
+    return re.sub(_PATH_BEFORE + re.escape(theirs) + _PATH_AFTER, lambda _m: ours, text)
 
 
 def _write_results(out: Path, files: dict[Path, bytearray]) -> None:

@@ -1,0 +1,158 @@
+"""What another host, and ssh, can do to the controller (issue 52, findings 2, 4 and 5).
+
+The far side is a stand-in: an `ssh` first on PATH that ignores its arguments and runs a program of the test's
+on the session's stdio, as sshd would run `netprof agent` there. The hostile ones speak the agent protocol
+(docs/agent-protocol.md) with terminal escapes in every text they send; one execs the real agent with the
+SSH_CONNECTION sshd would have set. netprof runs as plain root (no SUDO_*: root's own shell, doas), so ssh,
+and the stand-in, run as root too.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers import netprof_cli
+from netprof.profiler import safetext, sshlink
+
+# What a hostile far side writes: OSC 0 (the window title, ended by BEL), OSC 52 (a clipboard write), CSI 2J
+# (clear the screen) and home, the same as 8-bit C1 controls (CSI U+009B, OSC U+009D … ST U+009C), a DCS,
+# a CR that would overwrite the line shown, and a backspace.
+ESCAPES = ("\x1b]0;pwned title\x07", "\x1b]52;c;aWQgPiAvdG1wL3B3bmVk\x07", "\x1b[2J\x1b[H", "\x9b2J",
+           "\x9d0;c1 title\x9c", "\x90qdcs\x9c", "all cells passed\r", "\x08\x08")
+EVIL = "".join(ESCAPES)
+
+
+def _control_chars(data: bytes) -> list[str]:
+    """The control characters in what netprof printed (decoded as a terminal would: UTF-8, and a lone byte
+    0x80-0x9f kept as that C1 code point), newline and tab aside."""
+    text = data.decode("utf-8", "surrogateescape")
+    found = []
+    for ch in text:
+        cp = ord(ch) - 0xDC00 if 0xDC80 <= ord(ch) <= 0xDCFF else ord(ch)
+        if (cp < 0x20 and ch not in "\n\t") or 0x7F <= cp <= 0x9F:
+            found.append(f"U+{cp:04X}")
+    return found
+
+
+def _plain_root_env(**extra: str) -> dict[str, str]:
+    """The environment of root's own shell: no SUDO_* (ssh then runs as root)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")} | extra
+
+
+def _stand_in_ssh(tmp_path: Path, script: str) -> dict[str, str]:
+    """`ssh` in a directory of its own that runs `script` (shell, after `#!/bin/sh`) whatever it is asked;
+    the CLI's environment with that directory first on PATH. netprof gives ssh only PATH, HOME and the locale,
+    so what the far side needs (this interpreter, netprof's sources) is written into the script."""
+    bindir = tmp_path / "standin"
+    bindir.mkdir()
+    ssh = bindir / "ssh"
+    ssh.write_text("#!/bin/sh\n" + script + "\n")
+    ssh.chmod(0o755)
+    return _plain_root_env(PATH=f"{bindir}:{os.environ['PATH']}")
+
+
+def _hostile_agent(tmp_path: Path, *body: str) -> dict[str, str]:
+    """A stand-in far side that runs `body` (Python, each part dedented; `send(obj)`, `requests()` and EVIL
+    given) on its stdio."""
+    code = tmp_path / "hostile_agent.py"
+    code.write_text(textwrap.dedent("""\
+        import json, sys, time
+        EVIL = {evil!r}
+        def send(obj):
+            sys.stdout.write(json.dumps(obj) + "\\n")
+            sys.stdout.flush()
+        def requests():
+            for line in sys.stdin:
+                yield json.loads(line)
+        """).format(evil=EVIL) + "\n".join(textwrap.dedent(part) for part in body))
+    return _stand_in_ssh(tmp_path, f"exec {shlex.quote(sys.executable)} {shlex.quote(str(code))}")
+
+
+# A hello that passes every check (the controller's own version and protocol echoed), the host name hostile,
+# then clocks for as long as asked.
+HELLO = """
+def hello_and_clocks(host=EVIL, version=None, ssh_connection="127.0.0.1 40000 127.0.0.1 22"):
+    for req in requests():
+        if req["cmd"] == "hello":
+            send({"event": "hello", "protocol": req["protocol"], "version": version or req["version"],
+                  "host": host, "ssh_connection": ssh_connection, "bpf": None})
+        elif req["cmd"] == "clock":
+            send({"event": "clock", "t": time.monotonic()})
+        else:
+            return req
+"""
+
+
+def _args(tmp_path: Path, *more: str) -> list[str]:
+    return ["run", "selector", "-c", "1", "-d", "0.3", "-r", "1", "--warmup", "0", "--no-probes", "--no-report",
+            *more, "-o", str(tmp_path / "r")]
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 2: a remote host writes to the controller's terminal.
+
+def test_clean_text_drops_c0_c1_and_del_keeps_lines_where_meant():
+    every = "".join(map(chr, range(0x00, 0xA0)))
+    kept = safetext.clean_text(every)
+    assert kept == "\t\n" + "".join(map(chr, range(0x20, 0x7F)))
+    assert safetext.clean_text(f"a\n\tb{EVIL}c", lines=False) == ("a b]0;pwned title]52;c;aWQgPiAvdG1wL3B3bmVk[2J[H"
+                                                                   "2J0;c1 titleqdcsall cells passedc")
+    assert safetext.clean({"k\x1b": ["v\x9b", 1, None]}) == {"k": ["v", 1, None]}
+
+
+@pytest.mark.e2e  # a stand-in agent process
+def test_a_hostile_server_hosts_escapes_reach_neither_stdout_nor_stderr(tmp_path):
+    """--server-host: the agent's hello, its run's output lines (stdout and stderr) and its results directory
+    named "/" are full of escapes; netprof shows the lines without them, and rewrites no "/" of theirs."""
+    env = _hostile_agent(tmp_path, HELLO, """
+        req = hello_and_clocks()
+        assert req["cmd"] == "run", req
+        send({"event": "started", "out": "/"})
+        send({"event": "out", "text": "report: " + EVIL + " /usr/share/doc/x and a/b"})
+        send({"event": "err", "text": "warning " + EVIL})
+        send({"event": "out", "text": json.dumps({"report": "/tmp/x/report.html", "note": EVIL})})
+        send({"event": "exit", "code": 0})
+        """)
+    res = netprof_cli(*_args(tmp_path, "--server-host", "evil"), env=env, text=False)
+    assert _control_chars(res.stdout) == [] and _control_chars(res.stderr) == [], (res.stdout, res.stderr)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.decode()
+    assert "report: ]0;pwned title" in out  # the line is shown, only its control characters are gone
+    assert " /usr/share/doc/x and a/b" in out and '"/tmp/x/report.html"' in out  # a "/" of theirs stays
+
+
+@pytest.mark.parametrize("mode", ["ssh_stderr", "error_event", "hello_version"])
+def test_a_hostile_far_sides_words_in_a_refusal_are_one_clean_line(tmp_path, mode):
+    """What ssh writes on its stderr before it fails, an agent's error event and a hello's fields end up in
+    the one line of a refusal (exit 2): without their control characters, still one line."""
+    body = {
+        "ssh_stderr": "import sys; sys.stderr.write('ssh: connect: ' + EVIL + '\\n' + EVIL + '\\n'); sys.exit(255)",
+        "error_event": "hello_and_clocks()\nsend({'event': 'error', 'message': 'no\\n' + EVIL})\n",
+        "hello_version": "hello_and_clocks(version='9' + EVIL)\n",
+    }[mode]
+    env = _hostile_agent(tmp_path, HELLO, body)
+    res = netprof_cli(*_args(tmp_path, "--server-host", "evil"), env=env, text=False)
+    assert res.returncode == 2, res.stderr
+    assert _control_chars(res.stdout) == [] and _control_chars(res.stderr) == [], res.stderr
+    assert len(res.stderr.decode().strip().splitlines()) == 1, res.stderr
+    assert b"pwned title" in res.stderr  # the far side's words are there, as text
+
+
+@pytest.mark.parametrize("theirs,text,ours", [
+    ("/tmp/a/out", "report: /tmp/a/out/report.html", "report: /R/report.html"),
+    ("/tmp/a/out", '{"out": "/tmp/a/out", "x": "/tmp/a/out/x.svg"}', '{"out": "/R", "x": "/R/x.svg"}'),
+    ("/tmp/a/out", "results in /tmp/a/out.", "results in /R."),
+    ("/tmp/a/out", "/tmp/a/outer /tmp/a/out.bak x/tmp/a/out", "/tmp/a/outer /tmp/a/out.bak x/tmp/a/out"),
+    ("/", "a/b /usr/share / //", "a/b /usr/share / //"),
+    ("tmp/a", "tmp/a /tmp/a", "tmp/a /tmp/a"),
+    ("/tmp/a/../b", "/tmp/a/../b/c", "/tmp/a/../b/c"),
+    ("/tmp/a b", "/tmp/a b/c", "/tmp/a b/c"),
+])
+def test_only_whole_absolute_paths_of_the_server_hosts_results_are_rewritten(theirs, text, ours):
+    assert sshlink.rewrite_path(text, theirs, "/R") == ours
