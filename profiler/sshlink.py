@@ -11,11 +11,13 @@ commands (docs/threat-model.md). BatchMode: a host that would prompt fails at on
 command is fixed (the netprof path, quoted, and `agent`); nothing the user typed reaches the remote shell.
 
 The server runs here, listening on the address the loader hosts reach this host by (the source of their
-ssh connection, SSH_CONNECTION), and each loader connects from its own address there.
+ssh connection, SSH_CONNECTION), and each loader connects from its own address there. That address comes
+from the other host: it is used only when it is one of this host's own (check_addresses).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import pwd
@@ -195,11 +197,52 @@ class Session:
             raise InputError(f"{where}: the agent has no SSH_CONNECTION: it must be started by sshd")
 
 
+def local_addresses() -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses of this host's interfaces (in its network namespace), without an IPv6 scope."""
+    import psutil  # deferred: only --loader-hosts asks
+
+    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    found.add(ipaddress.ip_address(a.address.split("%")[0]))
+                except ValueError:
+                    continue
+    return found
+
+
+def check_addresses(hello: dict, host: str) -> None:
+    """The addresses a loader host's agent names (SSH_CONNECTION, docs/agent-protocol.md), before the server
+    listens on the first: it must be an address of one of this host's interfaces, not the unspecified one
+    (0.0.0.0 or :: would make the server listen on every interface, where any host can connect); the
+    third, the loader host's own, an IP address. InputError naming the host and the reason otherwise."""
+    where = f"--loader-hosts {host}"
+    ours, _, theirs, _ = str(hello.get("ssh_connection", "")).split()
+    try:
+        ip = ipaddress.ip_address(ours.split("%")[0])
+        ipaddress.ip_address(theirs.split("%")[0])
+    except ValueError:
+        raise InputError(f"{where}: its agent's SSH_CONNECTION ({hello.get('ssh_connection')}) does not hold IP "
+                         "addresses: it must be started by sshd") from None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped  # ::ffff:a.b.c.d, as a dual-stack sshd may say: the IPv4 address
+    if ip.is_unspecified:
+        raise InputError(f"{where}: its agent says this host is {ours}, the unspecified address: the server would "
+                         "listen on every interface; netprof listens only on an address of this host's own")
+    if ip not in local_addresses():
+        raise InputError(f"{where}: its agent says this host is {ours}, which is no address of this host's "
+                         f"interfaces: the server listens only on one of its own (is {host} reached through NAT or "
+                         "a proxy? --loader-hosts needs a direct route)")
+
+
 def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_netprof: str = "",
                  cpus: str | None = None, threads: int = 1) -> RemoteLoader:
-    """An agent on `host` over ssh, checked, and its loader started; InputError naming the host on failure."""
+    """An agent on `host` over ssh, checked (its versions, the addresses it names), and its loader started;
+    InputError naming the host on failure."""
     s = Session(group, host, "--loader-hosts", ssh_config, remote_netprof)
     try:
+        check_addresses(s.hello, host)
         s.send({"cmd": "loader", "cpus": cpus, "threads": threads})
         started = s.read()
         if started.get("event") != "loader":

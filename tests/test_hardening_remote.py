@@ -9,16 +9,21 @@ and the stand-in, run as root too.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import socket
 import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
-from helpers import netprof_cli
+import netprof
+from helpers import netprof_cli, run_netprof
 from netprof.profiler import safetext, sshlink
+from netprof.profiler.errors import InputError
 
 # What a hostile far side writes: OSC 0 (the window title, ended by BEL), OSC 52 (a clipboard write), CSI 2J
 # (clear the screen) and home, the same as 8-bit C1 controls (CSI U+009B, OSC U+009D … ST U+009C), a DCS,
@@ -156,3 +161,62 @@ def test_a_hostile_far_sides_words_in_a_refusal_are_one_clean_line(tmp_path, mod
 ])
 def test_only_whole_absolute_paths_of_the_server_hosts_results_are_rewritten(theirs, text, ours):
     assert sshlink.rewrite_path(text, theirs, "/R") == ours
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 4: a loader host chooses where the root backend listens.
+
+def _agent_saying(tmp_path: Path, ssh_connection: str) -> dict[str, str]:
+    """A stand-in ssh that runs the real agent (these sources) with the SSH_CONNECTION sshd would have set."""
+    sources = os.path.dirname(os.path.dirname(os.path.abspath(netprof.__file__)))
+    return _stand_in_ssh(tmp_path, f"SSH_CONNECTION={shlex.quote(ssh_connection)} PYTHONPATH={shlex.quote(sources)} "
+                                   f"exec {shlex.quote(sys.executable)} -m netprof.profiler agent")
+
+
+def _hello(ours: str, theirs: str = "127.0.0.1") -> dict:
+    return {"event": "hello", "ssh_connection": f"{ours} 40000 {theirs} 22"}
+
+
+def _local_addresses() -> list[str]:
+    return [a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)]
+
+
+@pytest.mark.parametrize("ours,says", [
+    ("0.0.0.0", "the unspecified address"), ("::", "the unspecified address"),
+    ("::ffff:0.0.0.0", "the unspecified address"),
+    ("203.0.113.7", "no address of this host's interfaces"), ("2001:db8::7", "no address of this host's interfaces"),
+    ("lab1", "does not hold IP addresses"),
+])
+def test_an_address_a_loader_host_names_is_refused_unless_it_is_one_of_ours(ours, says):
+    with pytest.raises(InputError, match=says):
+        sshlink.check_addresses(_hello(ours), "h")
+
+
+def test_an_address_of_this_hosts_interfaces_is_accepted():
+    local = _local_addresses()
+    assert "127.0.0.1" in local
+    for addr in [*local, "::ffff:127.0.0.1"]:
+        sshlink.check_addresses(_hello(addr), "h")
+    with pytest.raises(InputError, match="not hold IP addresses"):
+        sshlink.check_addresses(_hello("127.0.0.1", "0.0.0.0;x"), "h")
+
+
+@pytest.mark.e2e  # an agent process
+@pytest.mark.parametrize("ours,says", [("0.0.0.0", "the unspecified address"),
+                                       ("203.0.113.7", "no address of this host's interfaces")])
+def test_an_agent_naming_an_address_not_ours_is_refused_before_any_server_listens(tmp_path, ours, says):
+    env = _agent_saying(tmp_path, f"{ours} 40000 127.0.0.1 22")
+    res = netprof_cli(*_args(tmp_path, "--loader-hosts", "far", "--wait"), env=env)
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.e2e  # a run: its loader through the agent
+def test_an_agent_naming_an_address_of_ours_gets_its_run(tmp_path):
+    env = _agent_saying(tmp_path, "127.0.0.1 40000 127.0.0.1 22")
+    res = run_netprof(*_args(tmp_path, "--loader-hosts", "far", "--wait", "--json"), env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert meta["link"]["server_addr"] == "127.0.0.1", meta["link"]
+    assert json.loads(res.stdout)["runs"][0]["messages"] > 0
