@@ -274,7 +274,9 @@ def run(
         help="Run the loader on another host, over ssh (a `netprof agent` there; the server and probes stay "
              "here): a host as your ssh config names it."),
     ssh_config: Path | None = typer.Option(
-        None, "--ssh-config", metavar="FILE", help="ssh_config for --loader-hosts (default: your own ~/.ssh/config)."),
+        None, "--ssh-config", metavar="FILE",
+        help="ssh_config for --loader-hosts and --server-host (default: your own ~/.ssh/config); it, and every file it "
+             "includes, owned by root or you and writable by nobody else (ssh runs what it says)."),
     remote_netprof: str = typer.Option(
         "", "--remote-netprof", metavar="PATH",
         help="The netprof command on the loader hosts (default: this interpreter's path, with -m netprof.profiler)."),

@@ -17,6 +17,7 @@ from the other host: it is used only when it is one of this host's own (check_ad
 
 from __future__ import annotations
 
+import glob
 import ipaddress
 import json
 import os
@@ -68,6 +69,95 @@ def ssh_argv(host: str, ssh_config: str, remote_netprof: str) -> list[str]:
     if ssh_config:
         argv += ["-F", ssh_config]
     return [*argv, "--", host, remote_command(remote_netprof)]
+
+
+# How deep ssh follows Include (OpenSSH's READCONF_MAX_DEPTH): a deeper chain fails in ssh itself.
+MAX_INCLUDE_DEPTH = 16
+_INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.*)$", re.IGNORECASE)
+
+
+def check_ssh_config(given: str) -> str:
+    """`--ssh-config FILE`, absolute (ssh runs in /, so a relative path would name another file there), when
+    it may be read by the ssh netprof starts; InputError (one line, exit 2) otherwise.
+
+    ssh runs a config's ProxyCommand, LocalCommand and `Match exec`, and does not check a -F file's owner: run
+    by plain root (no SUDO_UID: root's own shell, doas, pkexec), ssh and what the file says run as root. So the
+    file, and every file it includes, is trusted as the other inputs root executes are (paths.untrusted_reason):
+    owned by root, the effective user or the sudo caller, writable by nobody else, nor any directory above it
+    (a sticky one like /tmp aside). Include lines are followed as ssh reads them (every one, whatever Host or
+    Match block holds it; `~` and relative names as ssh expands them for a user configuration; glob patterns),
+    to ssh's own depth: a pattern, or a file not there yet, needs its directory trusted too, as anyone who can
+    write there could add a file it matches. `ssh -G` would print the result, but it runs `Match exec`: the
+    files are read here instead, before ssh sees them."""
+    path = os.path.abspath(given)
+    if not os.path.isfile(path):
+        raise InputError(f"--ssh-config {given}: no such file")
+    _check_config_file(path, given, [], set())
+    return path
+
+
+def _untrusted_config(why: str, what: str) -> InputError:
+    runs_as = "root" if os.geteuid() == 0 and paths.sudo_caller() is None else "you"
+    return InputError(f"{what} is not trusted: {why}; ssh runs what a config says (ProxyCommand, Match exec) as "
+                      f"{runs_as}: make it owned by root or you and not writable by others (chown root, chmod go-w: "
+                      "the file and its directories)")
+
+
+def _check_config_file(path: str, given: str, chain: list[str], seen: set[str]) -> None:
+    what = f"--ssh-config {given}" + "".join(f", its Include {c}" for c in chain)
+    if why := paths.untrusted_reason(path, uids=paths.caller_uids()):
+        raise _untrusted_config(why, what)
+    real = os.path.realpath(path)
+    if real in seen or not os.path.isfile(real):
+        return  # read already (ssh fails on a loop at its depth), or nothing ssh reads lines from
+    seen.add(real)
+    with open(real, "rb") as f:
+        text = f.read().decode(errors="replace")
+    for n, line in enumerate(text.splitlines(), 1):
+        if not (m := _INCLUDE.match(line)):
+            continue
+        try:
+            words = shlex.split(m.group(1))
+        except ValueError:
+            raise InputError(f"{what}: line {n} (Include) cannot be read: {m.group(1)!r}") from None
+        for word in words:
+            if word.startswith("#"):
+                break  # a comment ends ssh's arguments
+            if len(chain) >= MAX_INCLUDE_DEPTH:
+                raise InputError(f"{what}: Include nested deeper than {MAX_INCLUDE_DEPTH} files (ssh's own limit)")
+            pattern = _include_pattern(word)
+            shown = f"{word} (line {n})"
+            if glob.has_magic(pattern) or not os.path.lexists(pattern):
+                parent = _existing_parent(pattern)  # where a match could be added
+                if why := paths.untrusted_reason(parent, uids=paths.caller_uids()):
+                    raise _untrusted_config(why, f"{what}, its Include {shown}")
+            for match in sorted(glob.glob(pattern)):
+                _check_config_file(match, given, [*chain, shown], seen)
+
+
+def _include_pattern(word: str) -> str:
+    """An Include argument as ssh reads it in a user configuration (a -F file is one): relative to ~/.ssh,
+    `~` the home of the user ssh runs as, `~user` that user's."""
+    if not word.startswith(("/", "~")):
+        word = "~/.ssh/" + word
+    if word.startswith("~"):
+        name, _, rest = word[1:].partition("/")
+        try:
+            home = pwd.getpwnam(name).pw_dir if name else _as_caller()[2]["HOME"]
+        except KeyError:
+            return word  # no such user: glob(3) leaves it as it is, and it matches nothing
+        word = os.path.join(home, rest)
+    return word
+
+
+def _existing_parent(pattern: str) -> str:
+    """The deepest existing directory above `pattern` with no glob character up to it."""
+    parts = pattern.split("/")
+    cut = next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts) - 1)
+    d = "/".join(parts[:cut]) or "/"
+    while not os.path.isdir(d):
+        d = os.path.dirname(d)
+    return d
 
 
 def _as_caller() -> tuple[int | None, int | None, dict[str, str]]:

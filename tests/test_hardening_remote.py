@@ -220,3 +220,95 @@ def test_an_agent_naming_an_address_of_ours_gets_its_run(tmp_path):
     meta = json.loads((tmp_path / "r" / "meta.json").read_text())
     assert meta["link"]["server_addr"] == "127.0.0.1", meta["link"]
     assert json.loads(res.stdout)["runs"][0]["messages"] > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 5: an --ssh-config someone else can write runs code as root.
+
+def _recording_ssh(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A stand-in ssh that writes its arguments to a file and fails as ssh does for a host it cannot reach."""
+    argv = tmp_path / "ssh-argv"
+    env = _stand_in_ssh(tmp_path, f'printf "%s\\n" "$@" > {shlex.quote(str(argv))}\n'
+                                  'echo "ssh: Could not resolve hostname nowhere.invalid" >&2\nexit 255')
+    return env, argv
+
+
+def _config(path: Path, text: str = "Host *\n  ProxyCommand id > /tmp/pwned-by-ssh-config\n",
+            mode: int = 0o600) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("option", ["--loader-hosts", "--server-host"])
+@pytest.mark.parametrize("plant,says", [
+    ("world_writable", "is writable by group or others (mode 666)"),
+    ("other_users", "is owned by uid 65534"),
+    ("dir_writable", "is writable by group or others (mode 777)"),
+])
+def test_an_ssh_config_others_can_write_is_refused_under_plain_root(tmp_path, option, plant, says):
+    env, argv = _recording_ssh(tmp_path)
+    d = tmp_path / "cfgdir"
+    d.mkdir(mode=0o777 if plant == "dir_writable" else 0o700)
+    d.chmod(0o777 if plant == "dir_writable" else 0o700)
+    cfg = _config(d / "config", mode=0o666 if plant == "world_writable" else 0o600)
+    if plant == "other_users":
+        os.chown(cfg, 65534, 65534)  # nobody: another non-root user
+    res = netprof_cli(*_args(tmp_path, option, "nowhere.invalid", "--ssh-config", str(cfg), "--wait"), env=env)
+    assert res.returncode == 2 and says in res.stderr and "chmod go-w" in res.stderr, res.stderr
+    assert "as root" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not argv.exists()  # ssh never ran
+
+
+@pytest.mark.parametrize("option", ["--loader-hosts", "--server-host"])
+def test_a_trusted_ssh_config_given_relative_reaches_ssh_absolute(tmp_path, option):
+    """Root's own config, named relative to the caller's directory: accepted, and ssh (which runs in /) gets
+    its absolute path; what fails after is ssh, not the trust check."""
+    env, argv = _recording_ssh(tmp_path)
+    _config(tmp_path / "my config")
+    res = netprof_cli(*_args(tmp_path, option, "nowhere.invalid", "--ssh-config", "my config", "--wait"), env=env,
+                      cwd=tmp_path)
+    assert res.returncode == 2 and "ssh or the agent failed" in res.stderr, res.stderr
+    assert "not trusted" not in res.stderr
+    args = argv.read_text().splitlines()
+    assert args[args.index("-F") + 1] == str(tmp_path / "my config")
+
+
+def test_every_file_an_ssh_config_includes_is_trusted_as_it_is(tmp_path, monkeypatch):
+    """Include lines, as ssh reads them (`Include=`, quotes, several patterns, a comment after, relative to
+    ~/.ssh, `~`, globs, nested), each name the file that is not trusted."""
+    for name in ("SUDO_UID", "SUDO_GID", "SUDO_USER"):
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    (home / ".ssh" / "conf.d").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    good = _config(home / ".ssh" / "good", "Host a\n  User x\n")
+    _config(home / ".ssh" / "conf.d" / "10.conf", "Port 22\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # sticky and world-writable, like /tmp
+    main = _config(tmp_path / "main", f'Host a\n  Include good "conf.d/*.conf" # {shared}/x\n'
+                                      f'Match all\n  include={good}\nInclude ~/.ssh/good\n')
+    assert sshlink.check_ssh_config(str(main)) == str(main)
+
+    bad = _config(home / ".ssh" / "conf.d" / "20.conf", "Port 22\n", mode=0o666)
+    with pytest.raises(InputError, match=r"its Include conf\.d/\*\.conf \(line 2\) is not trusted: .*20\.conf is "
+                                         r"writable by group or others"):
+        sshlink.check_ssh_config(str(main))
+    bad.chmod(0o600)
+
+    _config(good, f"Include {shared}/x.conf\n")  # nested, and a file not there yet in a directory all can write
+    with pytest.raises(InputError, match=rf"its Include good \(line 2\), its Include {shared}/x.conf \(line 1\) is "
+                                         "not trusted: .*shared is writable by group or others"):
+        sshlink.check_ssh_config(str(main))
+    _config(shared / "x.conf", "Port 22\n")  # there, root's and not writable by others: the sticky bit keeps it
+    assert sshlink.check_ssh_config(str(main)) == str(main)
+    _config(good, f"Include {shared}/*.conf\n")  # a pattern: anyone could add a match
+    with pytest.raises(InputError, match="shared is writable by group or others"):
+        sshlink.check_ssh_config(str(main))
+
+    _config(good, "Include good\n")  # a loop ends (ssh fails on it at its own depth)
+    assert sshlink.check_ssh_config(str(main)) == str(main)
+    _config(good, 'Include "unbalanced\n')
+    with pytest.raises(InputError, match="cannot be read"):
+        sshlink.check_ssh_config(str(main))
