@@ -119,7 +119,7 @@ def _check_config_file(path: str, given: str, chain: list[str], seen: set[str]) 
         try:
             words = shlex.split(m.group(1))
         except ValueError:
-            raise InputError(f"{what}: line {n} (Include) cannot be read: {m.group(1)!r}") from None
+            raise InputError(f"{what}: line {n} (Include) cannot be read: a quote is not closed") from None
         for word in words:
             if word.startswith("#"):
                 break  # a comment ends ssh's arguments
@@ -137,17 +137,16 @@ def _check_config_file(path: str, given: str, chain: list[str], seen: set[str]) 
 
 def _include_pattern(word: str) -> str:
     """An Include argument as ssh reads it in a user configuration (a -F file is one): relative to ~/.ssh,
-    `~` the home of the user ssh runs as, `~user` that user's."""
+    `~` the home of the user ssh runs as (its HOME), `~user` that user's; absolute."""
     if not word.startswith(("/", "~")):
         word = "~/.ssh/" + word
     if word.startswith("~"):
         name, _, rest = word[1:].partition("/")
         try:
-            home = pwd.getpwnam(name).pw_dir if name else _as_caller()[2]["HOME"]
+            word = os.path.join(pwd.getpwnam(name).pw_dir if name else _as_caller()[2]["HOME"], rest)
         except KeyError:
-            return word  # no such user: glob(3) leaves it as it is, and it matches nothing
-        word = os.path.join(home, rest)
-    return word
+            pass  # no such user: glob(3) leaves the name as it is, relative to ssh's directory, /
+    return os.path.join("/", word)
 
 
 def _existing_parent(pattern: str) -> str:

@@ -307,7 +307,7 @@ def test_every_file_an_ssh_config_includes_is_trusted_as_it_is(tmp_path, monkeyp
     with pytest.raises(InputError, match="shared is writable by group or others"):
         sshlink.check_ssh_config(str(main))
 
-    _config(good, "Include good\n")  # a loop ends (ssh fails on it at its own depth)
+    _config(good, "Include good ~npnosuchuser/x\n")  # a loop ends (ssh fails on it at its own depth); ~nobody
     assert sshlink.check_ssh_config(str(main)) == str(main)
     _config(good, 'Include "unbalanced\n')
     with pytest.raises(InputError, match="cannot be read"):
