@@ -260,6 +260,7 @@ def test_an_ssh_config_others_can_write_is_refused_under_plain_root(tmp_path, op
     assert not argv.exists()  # ssh never ran
 
 
+@pytest.mark.e2e  # --loader-hosts: a run that gets as far as its ssh (a stand-in)
 @pytest.mark.parametrize("option", ["--loader-hosts", "--server-host"])
 def test_a_trusted_ssh_config_given_relative_reaches_ssh_absolute(tmp_path, option):
     """Root's own config, named relative to the caller's directory: accepted, and ssh (which runs in /) gets
