@@ -40,6 +40,7 @@ from netprof.profiler.plan import (
     parse_tags,
     validate,
 )
+from netprof.profiler.safetext import clean_text
 from netprof.profiler.sshlink import parse_hosts
 
 # `netprof --help`'s examples: (what it shows, the command). Each comment is printed on its own line above its
@@ -103,8 +104,10 @@ class _PlainUsage(TyperCommand):
 
 
 def say_error(message: str) -> None:
-    # Messages quote paths and values the user gave: text, never rich markup ("[/x]" would raise).
-    err.print(f"[bold red]netprof:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+    # Messages quote paths and values the user gave: text, never rich markup ("[/x]" would raise). They may
+    # also quote a remote host, ssh or a child: one line without control characters (safetext.py).
+    err.print(f"[bold red]netprof:[/bold red] {escape(clean_text(message, lines=False))}", highlight=False,
+              soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -276,7 +279,9 @@ def run(
         help="Run the loader on another host, over ssh (a `netprof agent` there; the server and probes stay "
              "here): a host as your ssh config names it."),
     ssh_config: Path | None = typer.Option(
-        None, "--ssh-config", metavar="FILE", help="ssh_config for --loader-hosts (default: your own ~/.ssh/config)."),
+        None, "--ssh-config", metavar="FILE",
+        help="ssh_config for --loader-hosts and --server-host (default: your own ~/.ssh/config); it, and every file it "
+             "includes, owned by root or you and writable by nobody else (ssh runs what it says)."),
     remote_netprof: str = typer.Option(
         "", "--remote-netprof", metavar="PATH",
         help="The netprof command on the loader hosts (default: this interpreter's path, with -m netprof.profiler)."),

@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Protocol
 
+from netprof.profiler import safetext
 from netprof.profiler.errors import NetprofError
 from netprof.profiler.paths import loader_binary
 from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup, parse_cpus
@@ -150,11 +151,15 @@ class LoaderError(NetprofError, RuntimeError):
 
 
 class _LineReader:
-    """JSON lines from a socket, each read bounded by an absolute deadline."""
+    """JSON lines from a socket, each read bounded by an absolute deadline. `untrusted`: the other end is
+    another host (an agent, and the loader it relays: sshlink.py), so every string of every object loses
+    its control characters as it is read (safetext.clean): nothing it says reaches a terminal or a file as
+    an escape sequence."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, untrusted: bool = False) -> None:
         self.sock = sock
         self.buf = bytearray()
+        self.untrusted = untrusted
 
     def read(self, deadline: float) -> dict | None:
         """The next object; None on EOF; TimeoutError past the deadline; ValueError on garbage."""
@@ -168,7 +173,7 @@ class _LineReader:
                 obj = json.loads(line)
                 if not isinstance(obj, dict) or "event" not in obj:
                     raise ValueError(f"not an event: {line[:200]!r}")
-                return obj
+                return safetext.clean(obj) if self.untrusted else obj
             if len(self.buf) > MAX_REPLY_LINE:
                 raise ValueError("reply line too long")
             left = deadline - time.monotonic()

@@ -452,8 +452,15 @@ def check_loader_hosts(cfg: RunConfig) -> None:
         raise InputError("--sources is for loopback runs; a loader host connects from its own address")
     if not shutil.which("ssh"):
         raise InputError("--loader-hosts needs OpenSSH's `ssh`: run `make setup` (Debian openssh-client)")
-    if cfg.ssh_config and not os.path.isfile(cfg.ssh_config):
-        raise InputError(f"--ssh-config {cfg.ssh_config}: no such file")
+    check_ssh_config(cfg)
+
+
+def check_ssh_config(cfg: RunConfig) -> None:
+    """--ssh-config: trusted as root's other inputs are, and every file it includes; made absolute."""
+    if cfg.ssh_config:
+        from netprof.profiler.sshlink import check_ssh_config as check
+
+        cfg.ssh_config = check(cfg.ssh_config)
 
 
 def validate(cfg: RunConfig, whole_run: bool = True) -> RunConfig:
@@ -541,8 +548,7 @@ def validate(cfg: RunConfig, whole_run: bool = True) -> RunConfig:
                              "drop --remote")
         if not shutil.which("ssh"):
             raise InputError("--server-host needs OpenSSH's `ssh`: run `make setup` (Debian openssh-client)")
-        if cfg.ssh_config and not os.path.isfile(cfg.ssh_config):
-            raise InputError(f"--ssh-config {cfg.ssh_config}: no such file")
+        check_ssh_config(cfg)
     if cfg.remote == "netns":
         if os.geteuid() != 0:
             raise InputError("--remote netns needs root (it creates network namespaces); run as root or drop --remote")

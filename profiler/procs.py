@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from netprof.profiler import rootenv
 from netprof.profiler.errors import NetprofError
+from netprof.profiler.safetext import clean_text
 
 
 class ProcessError(NetprofError, RuntimeError):
@@ -181,10 +182,11 @@ class ManagedProcess:
                 return line
 
     def stderr_tail(self, max_chars: int = 400) -> str:
-        """The last meaningful line(s) of stderr, for one-line failure reasons."""
+        """The last meaningful line(s) of stderr, for one-line failure reasons: without control characters
+        (a child, or ssh relaying a remote host, may write terminal escapes: safetext.py)."""
         # A child that has exited: give the reader a moment for what it wrote last.
         text = self._stderr.text(settle=0.5 if self.popen.poll() is not None else 0.0)
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        lines = [ln for raw in text.splitlines() if (ln := clean_text(raw, lines=False).strip())]
         return " | ".join(lines[-3:])[-max_chars:]
 
     def stderr_bytes(self) -> int:

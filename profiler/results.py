@@ -13,7 +13,6 @@ import json
 import math
 import os
 import pwd
-import re
 import stat
 from pathlib import Path
 from typing import IO
@@ -22,6 +21,7 @@ import pandas as pd
 
 from netprof.profiler import atomic, paths, schema
 from netprof.profiler.errors import InputError
+from netprof.profiler.safetext import clean, clean_text
 
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
@@ -158,25 +158,8 @@ def _keyed(row: dict, rows: list[dict]) -> pd.DataFrame:
 # user's (or the sudo caller's, who may plant what they like in it): every file is opened without
 # following a link, at any level below the directory named, and (read by root) must be a regular file
 # of root's or the sudo caller's; its text loses its control characters (an ESC sequence in a crafted
-# backend name would otherwise reach the terminal through compare and report).
-
-# C0 and C1 control characters but newline and tab (stderr tails and stacks are multi-line).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def clean_text(text: str) -> str:
-    return _CONTROL.sub("", text)
-
-
-def clean(obj):
-    """Every string in a JSON-like object (keys too) without its control characters."""
-    if isinstance(obj, str):
-        return clean_text(obj)
-    if isinstance(obj, dict):
-        return {clean(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [clean(v) for v in obj]
-    return obj
+# backend name would otherwise reach the terminal through compare and report): safetext.clean_text,
+# the one owner of that rule.
 
 
 def clean_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -28,7 +28,8 @@ from netprof.profiler.loader_client import Loader
 from netprof.profiler.plan import RunConfig, loader_cpus
 from netprof.profiler.procs import ProcessGroup
 from netprof.profiler.remote_work import RemoteWork
-from netprof.profiler.results import ResultsStore, clean_text
+from netprof.profiler.results import ResultsStore
+from netprof.profiler.safetext import clean_text
 
 ERROR_LOG = "netprof-error.log"
 # Set by the CLI's SIGINT/SIGTERM handler; checked between cells (see cli._terminate_like_ctrl_c).

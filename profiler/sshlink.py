@@ -11,11 +11,14 @@ commands (docs/threat-model.md). BatchMode: a host that would prompt fails at on
 command is fixed (the netprof path, quoted, and `agent`); nothing the user typed reaches the remote shell.
 
 The server runs here, listening on the address the loader hosts reach this host by (the source of their
-ssh connection, SSH_CONNECTION), and each loader connects from its own address there.
+ssh connection, SSH_CONNECTION), and each loader connects from its own address there. That address comes
+from the other host: it is used only when it is one of this host's own (check_addresses).
 """
 
 from __future__ import annotations
 
+import glob
+import ipaddress
 import json
 import os
 import pwd
@@ -35,6 +38,7 @@ from netprof.profiler.loader_client import Loader, LoaderError, _LineReader
 from netprof.profiler.loaderset import LoaderSet
 from netprof.profiler.netns import DEFAULT_CONNECT_TIMEOUT_S
 from netprof.profiler.procs import ProcessError, ProcessGroup
+from netprof.profiler.safetext import clean_text
 
 HELLO_TIMEOUT_S = 20.0  # ssh's connect, key exchange and the far side's Python start
 CLOCK_SAMPLES = 5  # the offset is the one of the quickest round trip
@@ -65,6 +69,94 @@ def ssh_argv(host: str, ssh_config: str, remote_netprof: str) -> list[str]:
     if ssh_config:
         argv += ["-F", ssh_config]
     return [*argv, "--", host, remote_command(remote_netprof)]
+
+
+# How deep ssh follows Include (OpenSSH's READCONF_MAX_DEPTH): a deeper chain fails in ssh itself.
+MAX_INCLUDE_DEPTH = 16
+_INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.*)$", re.IGNORECASE)
+
+
+def check_ssh_config(given: str) -> str:
+    """`--ssh-config FILE`, absolute (ssh runs in /, so a relative path would name another file there), when
+    it may be read by the ssh netprof starts; InputError (one line, exit 2) otherwise.
+
+    ssh runs a config's ProxyCommand, LocalCommand and `Match exec`, and does not check a -F file's owner: run
+    by plain root (no SUDO_UID: root's own shell, doas, pkexec), ssh and what the file says run as root. So the
+    file, and every file it includes, is trusted as the other inputs root executes are (paths.untrusted_reason):
+    owned by root, the effective user or the sudo caller, writable by nobody else, nor any directory above it
+    (a sticky one like /tmp aside). Include lines are followed as ssh reads them (every one, whatever Host or
+    Match block holds it; `~` and relative names as ssh expands them for a user configuration; glob patterns),
+    to ssh's own depth: a pattern, or a file not there yet, needs its directory trusted too, as anyone who can
+    write there could add a file it matches. `ssh -G` would print the result, but it runs `Match exec`: the
+    files are read here instead, before ssh sees them."""
+    path = os.path.abspath(given)
+    if not os.path.isfile(path):
+        raise InputError(f"--ssh-config {given}: no such file")
+    _check_config_file(path, given, [], set())
+    return path
+
+
+def _untrusted_config(why: str, what: str) -> InputError:
+    runs_as = "root" if os.geteuid() == 0 and paths.sudo_caller() is None else "you"
+    return InputError(f"{what} is not trusted: {why}; ssh runs what a config says (ProxyCommand, Match exec) as "
+                      f"{runs_as}: make it owned by root or you and not writable by others (chown root, chmod go-w: "
+                      "the file and its directories)")
+
+
+def _check_config_file(path: str, given: str, chain: list[str], seen: set[str]) -> None:
+    what = f"--ssh-config {given}" + "".join(f", its Include {c}" for c in chain)
+    if why := paths.untrusted_reason(path, uids=paths.caller_uids()):
+        raise _untrusted_config(why, what)
+    real = os.path.realpath(path)
+    if real in seen or not os.path.isfile(real):
+        return  # read already (ssh fails on a loop at its depth), or nothing ssh reads lines from
+    seen.add(real)
+    with open(real, "rb") as f:
+        text = f.read().decode(errors="replace")
+    for n, line in enumerate(text.splitlines(), 1):
+        if not (m := _INCLUDE.match(line)):
+            continue
+        try:
+            words = shlex.split(m.group(1))
+        except ValueError:
+            raise InputError(f"{what}: line {n} (Include) cannot be read: a quote is not closed") from None
+        for word in words:
+            if word.startswith("#"):
+                break  # a comment ends ssh's arguments
+            if len(chain) >= MAX_INCLUDE_DEPTH:
+                raise InputError(f"{what}: Include nested deeper than {MAX_INCLUDE_DEPTH} files (ssh's own limit)")
+            pattern = _include_pattern(word)
+            shown = f"{word} (line {n})"
+            if glob.has_magic(pattern) or not os.path.lexists(pattern):
+                parent = _existing_parent(pattern)  # where a match could be added
+                if why := paths.untrusted_reason(parent, uids=paths.caller_uids()):
+                    raise _untrusted_config(why, f"{what}, its Include {shown}")
+            for match in sorted(glob.glob(pattern)):
+                _check_config_file(match, given, [*chain, shown], seen)
+
+
+def _include_pattern(word: str) -> str:
+    """An Include argument as ssh reads it in a user configuration (a -F file is one): relative to ~/.ssh,
+    `~` the home of the user ssh runs as (its HOME), `~user` that user's; absolute."""
+    if not word.startswith(("/", "~")):
+        word = "~/.ssh/" + word
+    if word.startswith("~"):
+        name, _, rest = word[1:].partition("/")
+        try:
+            word = os.path.join(pwd.getpwnam(name).pw_dir if name else _as_caller()[2]["HOME"], rest)
+        except KeyError:
+            pass  # no such user: glob(3) leaves the name as it is, relative to ssh's directory, /
+    return os.path.join("/", word)
+
+
+def _existing_parent(pattern: str) -> str:
+    """The deepest existing directory above `pattern` with no glob character up to it."""
+    parts = pattern.split("/")
+    cut = next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts) - 1)
+    d = "/".join(parts[:cut]) or "/"
+    while not os.path.isdir(d):
+        d = os.path.dirname(d)
+    return d
 
 
 def _as_caller() -> tuple[int | None, int | None, dict[str, str]]:
@@ -142,7 +234,7 @@ class Session:
         finally:
             theirs.close()
         self.channel = ours
-        self.reader = _LineReader(ours)
+        self.reader = _LineReader(ours, untrusted=True)  # every string it reads loses its control characters
         try:
             self.send({"cmd": "hello", "protocol": PROTOCOL, "version": netprof.__version__})
             self.hello = self.read()
@@ -194,11 +286,52 @@ class Session:
             raise InputError(f"{where}: the agent has no SSH_CONNECTION: it must be started by sshd")
 
 
+def local_addresses() -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses of this host's interfaces (in its network namespace), without an IPv6 scope."""
+    import psutil  # deferred: only --loader-hosts asks
+
+    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    found.add(ipaddress.ip_address(a.address.split("%")[0]))
+                except ValueError:
+                    continue
+    return found
+
+
+def check_addresses(hello: dict, host: str) -> None:
+    """The addresses a loader host's agent names (SSH_CONNECTION, docs/agent-protocol.md), before the server
+    listens on the first: it must be an address of one of this host's interfaces, not the unspecified one
+    (0.0.0.0 or :: would make the server listen on every interface, where any host can connect); the
+    third, the loader host's own, an IP address. InputError naming the host and the reason otherwise."""
+    where = f"--loader-hosts {host}"
+    ours, _, theirs, _ = str(hello.get("ssh_connection", "")).split()
+    try:
+        ip = ipaddress.ip_address(ours.split("%")[0])
+        ipaddress.ip_address(theirs.split("%")[0])
+    except ValueError:
+        raise InputError(f"{where}: its agent's SSH_CONNECTION ({hello.get('ssh_connection')}) does not hold IP "
+                         "addresses: it must be started by sshd") from None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped  # ::ffff:a.b.c.d, as a dual-stack sshd may say: the IPv4 address
+    if ip.is_unspecified:
+        raise InputError(f"{where}: its agent says this host is {ours}, the unspecified address: the server would "
+                         "listen on every interface; netprof listens only on an address of this host's own")
+    if ip not in local_addresses():
+        raise InputError(f"{where}: its agent says this host is {ours}, which is no address of this host's "
+                         f"interfaces: the server listens only on one of its own (is {host} reached through NAT or "
+                         "a proxy? --loader-hosts needs a direct route)")
+
+
 def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_netprof: str = "",
                  cpus: str | None = None, threads: int = 1) -> RemoteLoader:
-    """An agent on `host` over ssh, checked, and its loader started; InputError naming the host on failure."""
+    """An agent on `host` over ssh, checked (its versions, the addresses it names), and its loader started;
+    InputError naming the host on failure."""
     s = Session(group, host, "--loader-hosts", ssh_config, remote_netprof)
     try:
+        check_addresses(s.hello, host)
         s.send({"cmd": "loader", "cpus": cpus, "threads": threads})
         started = s.read()
         if started.get("event") != "loader":
@@ -247,9 +380,9 @@ def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = 
             if kind == "started":
                 remote_out = str(evt.get("out") or "") or None
             elif kind in ("out", "err"):
-                text = str(evt.get("text", ""))
+                text = clean_text(str(evt.get("text", "")))  # cleaned as read (untrusted reader), and here
                 if remote_out:
-                    text = text.replace(remote_out, str(out))  # paths in the summary, the JSON: ours
+                    text = rewrite_path(text, remote_out, str(out))  # paths in the summary, the JSON: ours
                 print(text, file=sys.stdout if kind == "out" else sys.stderr, flush=True)
             elif kind == "file":
                 path = _result_path(out, evt.get("path"))
@@ -260,6 +393,23 @@ def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = 
                 return int(evt.get("code", 1))
             elif kind == "error":
                 raise InputError(f"--server-host {host}: {evt.get('message', evt)}")
+
+
+# Around a path in a line of output: what may stand before it (the line's start, a space, a quote, `=`, `:`,
+# an opening bracket) and after it (the line's end, a "/" and more of the path, a space, a quote, a closing
+# bracket, punctuation, a full stop that ends a sentence): the path is whole, not part of a longer name.
+_PATH_BEFORE = r"(?<![^\s\"'`=:,;(\[<{])"
+_PATH_AFTER = r"(?=$|[/\s\"'`,;:)\]>}]|\.(?:$|\s))"
+
+
+def rewrite_path(text: str, theirs: str, ours: str) -> str:
+    """`text` with the path `theirs` (the server host's results directory) made `ours` where it stands whole,
+    or begins a path below it; nothing rewritten when `theirs` is not a plain absolute directory ("/", a
+    relative or a dotted path, a path with spaces or quotes): the server host chose it."""
+    if (not theirs.startswith("/") or theirs == "/" or os.path.normpath(theirs) != theirs
+            or re.search(r"[\s\"'`]", theirs)):
+        return text
+    return re.sub(_PATH_BEFORE + re.escape(theirs) + _PATH_AFTER, lambda _m: ours, text)
 
 
 def _write_results(out: Path, files: dict[Path, bytearray]) -> None:

@@ -75,7 +75,8 @@ def netprof_cmd(*args: str) -> list[str]:
 
 
 def run_netprof(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(netprof_cmd(*args), capture_output=True, text=True, timeout=timeout, **kw)
+    kw.setdefault("text", True)  # text=False: bytes, as a terminal would get them
+    return subprocess.run(netprof_cmd(*args), capture_output=True, timeout=timeout, **kw)
 
 
 def netprof_cli(*args: str, **kw) -> subprocess.CompletedProcess:

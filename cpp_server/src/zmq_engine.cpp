@@ -31,6 +31,10 @@ namespace {
 
 constexpr int kIoThreads = 1;                      // libzmq I/O threads (besides ours)
 constexpr uint64_t kHelloSeq = uint64_t(1) << 63;  // the hello's sequence number: never a real one
+// ZMQ_MAXMSGSIZE is msize and this much: a longer echo is still read (its extra bytes count as `mismatch`),
+// a frame longer than that makes libzmq drop the connection before it buffers the frame, so a backend
+// cannot have the loader (root) allocate whatever size a frame header says.
+constexpr int64_t kFrameSlack = 64 * 1024;
 
 // Owners of libzmq handles (the ZeroMQ counterpart of Fd).
 struct ZmqSocketClose {
@@ -218,10 +222,12 @@ class ZmqRun {
     c.sock.reset(zmq_socket(ctx_.get(), ZMQ_DEALER));
     if (!c.sock) return hard_fail(i);  // EMFILE, or the context's socket limit
     int zero = 0;
+    const int64_t max_frame = int64_t(req_.msize) + kFrameSlack;
     // In-flight messages are bounded by `pipeline`: unlimited queues never make a send EAGAIN.
     if (zmq_setsockopt(c.sock.get(), ZMQ_LINGER, &zero, sizeof zero) < 0 ||
         zmq_setsockopt(c.sock.get(), ZMQ_SNDHWM, &zero, sizeof zero) < 0 ||
-        zmq_setsockopt(c.sock.get(), ZMQ_RCVHWM, &zero, sizeof zero) < 0)
+        zmq_setsockopt(c.sock.get(), ZMQ_RCVHWM, &zero, sizeof zero) < 0 ||
+        zmq_setsockopt(c.sock.get(), ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) < 0)
       return hard_fail(i);
     const std::string& src = req_.sources[i % req_.sources.size()];
     // libzmq's "tcp://SOURCE:0;TARGET" binds the outgoing connection to a source address.

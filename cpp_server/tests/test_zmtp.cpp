@@ -182,11 +182,12 @@ TEST(Zmtp, RequestField) {
 namespace {
 
 // libzmq's ROUTER on an ephemeral loopback port, echoing every message to its sender on a thread (after
-// `delay_ms`, one message at a time).
+// `delay_ms`, one message at a time); with `extra`, each echo's last frame comes back that many bytes longer (a
+// backend that answers too much).
 class RouterEcho {
  public:
-  explicit RouterEcho(int delay_ms = 0)
-      : delay_ms_(delay_ms), ctx_(zmq_ctx_new()), sock_(zmq_socket(ctx_, ZMQ_ROUTER)) {
+  explicit RouterEcho(int delay_ms = 0, size_t extra = 0)
+      : delay_ms_(delay_ms), ctx_(zmq_ctx_new()), sock_(zmq_socket(ctx_, ZMQ_ROUTER)), extra_(extra) {
     int timeout_ms = 50, zero = 0;
     char endpoint[64];
     size_t len = sizeof endpoint;
@@ -219,6 +220,15 @@ class RouterEcho {
       }
       const bool whole = !more;
       if (whole && delay_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+      if (whole && extra_ > 0) {  // the last frame, longer: its bytes and then `extra_` more
+        zmq_msg_t longer;
+        const size_t n = zmq_msg_size(&parts.back());
+        zmq_msg_init_size(&longer, n + extra_);
+        memcpy(zmq_msg_data(&longer), zmq_msg_data(&parts.back()), n);
+        memset(static_cast<char*>(zmq_msg_data(&longer)) + n, 'x', extra_);
+        zmq_msg_move(&parts.back(), &longer);  // releases the frame's own bytes
+        zmq_msg_close(&longer);
+      }
       for (size_t k = 0; k < parts.size(); k++) {
         if (whole) zmq_msg_send(&parts[k], sock_, k + 1 < parts.size() ? ZMQ_SNDMORE : 0);
         zmq_msg_close(&parts[k]);
@@ -229,22 +239,25 @@ class RouterEcho {
   int delay_ms_;
   void* ctx_;
   void* sock_;
+  size_t extra_;
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<long> echoed_{0};
   std::thread thread_;
 };
 
-// One 1-s run of the engine in zmtp mode against the server on `port` (run_against() is for TestServers).
-Served run_zmtp(int port, const std::string& fields, int connections) {
+// One 1-s run of the engine in zmtp (or zmq) mode against the server on `port` (run_against() is for
+// TestServers).
+Served run_zmtp(int port, const std::string& fields, int connections, const char* transport = "zmtp",
+                double connect_timeout = 5) {
   json req = json::parse("{" + fields + "}");
   req["cmd"] = "run";
   req["target"] = "127.0.0.1:" + std::to_string(port);
   req["connections"] = connections;
-  req["transport"] = "zmtp";
+  req["transport"] = transport;
   req["duration"] = 1.0;
   req["warmup"] = 0;
-  req["connect_timeout"] = 5;
+  req["connect_timeout"] = connect_timeout;
   return run_request(req);
 }
 
@@ -293,4 +306,23 @@ TEST(ZmtpEngine, NotAZmtpPeer) {
   EXPECT_NE(s.error_message.find("zmtp: not a ZMTP peer: its first bytes are 'HTTP/1.1 400"), std::string::npos)
       << s.error_message;
   EXPECT_EQ(s.stats.errors.connect, 2u);
+}
+
+// ZMQ_MAXMSGSIZE (issue 52): an echo up to 64 KiB too long is read and its extra bytes count as mismatch; a
+// frame longer than that makes libzmq drop the connection before it is buffered, so the DEALERs' hellos
+// are never answered and they time out (without the cap the 1-MiB echoes were read, and the run went on).
+TEST(ZmqEngine, AFrameOverMsizeAnd64KiBIsNeverRead) {
+  {
+    RouterEcho longer(0, 1024);
+    Served s = run_zmtp(longer.port(), R"("msize":64)", 2, "zmq", 2);
+    ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
+    EXPECT_EQ(s.stats.connected, 2);
+    EXPECT_GE(s.stats.errors.mismatch, 2u * 1024u);
+  }
+  RouterEcho huge(0, 1 << 20);
+  Served s = run_zmtp(huge.port(), R"("msize":64)", 2, "zmq", 2);
+  ASSERT_NE(s.error_kind, nullptr) << "the oversized echoes were read: " << s.stats.errors.mismatch << " bytes";
+  EXPECT_STREQ(s.error_kind, err::kConnect);
+  EXPECT_EQ(s.stats.errors.timeout, 2u);
+  EXPECT_EQ(s.stats.errors.mismatch, 0u);
 }

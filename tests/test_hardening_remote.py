@@ -1,0 +1,315 @@
+"""What another host, and ssh, can do to the controller (issue 52, findings 2, 4 and 5).
+
+The far side is a stand-in: an `ssh` first on PATH that ignores its arguments and runs a program of the test's
+on the session's stdio, as sshd would run `netprof agent` there. The hostile ones speak the agent protocol
+(docs/agent-protocol.md) with terminal escapes in every text they send; one execs the real agent with the
+SSH_CONNECTION sshd would have set. netprof runs as plain root (no SUDO_*: root's own shell, doas), so ssh,
+and the stand-in, run as root too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+import netprof
+from helpers import netprof_cli, run_netprof
+from netprof.profiler import safetext, sshlink
+from netprof.profiler.errors import InputError
+
+# What a hostile far side writes: OSC 0 (the window title, ended by BEL), OSC 52 (a clipboard write), CSI 2J
+# (clear the screen) and home, the same as 8-bit C1 controls (CSI U+009B, OSC U+009D … ST U+009C), a DCS,
+# a CR that would overwrite the line shown, and a backspace.
+ESCAPES = ("\x1b]0;pwned title\x07", "\x1b]52;c;aWQgPiAvdG1wL3B3bmVk\x07", "\x1b[2J\x1b[H", "\x9b2J",
+           "\x9d0;c1 title\x9c", "\x90qdcs\x9c", "all cells passed\r", "\x08\x08")
+EVIL = "".join(ESCAPES)
+
+
+def _control_chars(data: bytes) -> list[str]:
+    """The control characters in what netprof printed (decoded as a terminal would: UTF-8, and a lone byte
+    0x80-0x9f kept as that C1 code point), newline and tab aside."""
+    text = data.decode("utf-8", "surrogateescape")
+    found = []
+    for ch in text:
+        cp = ord(ch) - 0xDC00 if 0xDC80 <= ord(ch) <= 0xDCFF else ord(ch)
+        if (cp < 0x20 and ch not in "\n\t") or 0x7F <= cp <= 0x9F:
+            found.append(f"U+{cp:04X}")
+    return found
+
+
+def _plain_root_env(**extra: str) -> dict[str, str]:
+    """The environment of root's own shell: no SUDO_* (ssh then runs as root)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")} | extra
+
+
+def _stand_in_ssh(tmp_path: Path, script: str) -> dict[str, str]:
+    """`ssh` in a directory of its own that runs `script` (shell, after `#!/bin/sh`) whatever it is asked;
+    the CLI's environment with that directory first on PATH. netprof gives ssh only PATH, HOME and the locale,
+    so what the far side needs (this interpreter, netprof's sources) is written into the script."""
+    bindir = tmp_path / "standin"
+    bindir.mkdir()
+    ssh = bindir / "ssh"
+    ssh.write_text("#!/bin/sh\n" + script + "\n")
+    ssh.chmod(0o755)
+    return _plain_root_env(PATH=f"{bindir}:{os.environ['PATH']}")
+
+
+def _hostile_agent(tmp_path: Path, *body: str) -> dict[str, str]:
+    """A stand-in far side that runs `body` (Python, each part dedented; `send(obj)`, `requests()` and EVIL
+    given) on its stdio."""
+    code = tmp_path / "hostile_agent.py"
+    code.write_text(textwrap.dedent("""\
+        import json, sys, time
+        EVIL = {evil!r}
+        def send(obj):
+            sys.stdout.write(json.dumps(obj) + "\\n")
+            sys.stdout.flush()
+        def requests():
+            for line in sys.stdin:
+                yield json.loads(line)
+        """).format(evil=EVIL) + "\n".join(textwrap.dedent(part) for part in body))
+    return _stand_in_ssh(tmp_path, f"exec {shlex.quote(sys.executable)} {shlex.quote(str(code))}")
+
+
+# A hello that passes every check (the controller's own version and protocol echoed), the host name hostile,
+# then clocks for as long as asked.
+HELLO = """
+def hello_and_clocks(host=EVIL, version=None, ssh_connection="127.0.0.1 40000 127.0.0.1 22"):
+    for req in requests():
+        if req["cmd"] == "hello":
+            send({"event": "hello", "protocol": req["protocol"], "version": version or req["version"],
+                  "host": host, "ssh_connection": ssh_connection, "bpf": None})
+        elif req["cmd"] == "clock":
+            send({"event": "clock", "t": time.monotonic()})
+        else:
+            return req
+"""
+
+
+def _args(tmp_path: Path, *more: str) -> list[str]:
+    return ["run", "selector", "-c", "1", "-d", "0.3", "-r", "1", "--warmup", "0", "--no-probes", "--no-report",
+            *more, "-o", str(tmp_path / "r")]
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 2: a remote host writes to the controller's terminal.
+
+def test_clean_text_drops_c0_c1_and_del_keeps_lines_where_meant():
+    every = "".join(map(chr, range(0x00, 0xA0)))
+    kept = safetext.clean_text(every)
+    assert kept == "\t\n" + "".join(map(chr, range(0x20, 0x7F)))
+    assert safetext.clean_text(f"a\n\tb{EVIL}c", lines=False) == ("a b]0;pwned title]52;c;aWQgPiAvdG1wL3B3bmVk[2J[H"
+                                                                   "2J0;c1 titleqdcsall cells passedc")
+    assert safetext.clean({"k\x1b": ["v\x9b", 1, None]}) == {"k": ["v", 1, None]}
+
+
+@pytest.mark.e2e  # a stand-in agent process
+def test_a_hostile_server_hosts_escapes_reach_neither_stdout_nor_stderr(tmp_path):
+    """--server-host: the agent's hello, its run's output lines (stdout and stderr) and its results directory
+    named "/" are full of escapes; netprof shows the lines without them, and rewrites no "/" of theirs."""
+    env = _hostile_agent(tmp_path, HELLO, """
+        req = hello_and_clocks()
+        assert req["cmd"] == "run", req
+        send({"event": "started", "out": "/"})
+        send({"event": "out", "text": "report: " + EVIL + " /usr/share/doc/x and a/b"})
+        send({"event": "err", "text": "warning " + EVIL})
+        send({"event": "out", "text": json.dumps({"report": "/tmp/x/report.html", "note": EVIL})})
+        send({"event": "exit", "code": 0})
+        """)
+    res = netprof_cli(*_args(tmp_path, "--server-host", "evil"), env=env, text=False)
+    assert _control_chars(res.stdout) == [] and _control_chars(res.stderr) == [], (res.stdout, res.stderr)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.decode()
+    assert "report: ]0;pwned title" in out  # the line is shown, only its control characters are gone
+    assert " /usr/share/doc/x and a/b" in out and '"/tmp/x/report.html"' in out  # a "/" of theirs stays
+
+
+@pytest.mark.parametrize("mode", ["ssh_stderr", "error_event", "hello_version"])
+def test_a_hostile_far_sides_words_in_a_refusal_are_one_clean_line(tmp_path, mode):
+    """What ssh writes on its stderr before it fails, an agent's error event and a hello's fields end up in
+    the one line of a refusal (exit 2): without their control characters, still one line."""
+    body = {
+        "ssh_stderr": "import sys; sys.stderr.write('ssh: connect: ' + EVIL + '\\n' + EVIL + '\\n'); sys.exit(255)",
+        "error_event": "hello_and_clocks()\nsend({'event': 'error', 'message': 'no\\n' + EVIL})\n",
+        "hello_version": "hello_and_clocks(version='9' + EVIL)\n",
+    }[mode]
+    env = _hostile_agent(tmp_path, HELLO, body)
+    res = netprof_cli(*_args(tmp_path, "--server-host", "evil"), env=env, text=False)
+    assert res.returncode == 2, res.stderr
+    assert _control_chars(res.stdout) == [] and _control_chars(res.stderr) == [], res.stderr
+    assert len(res.stderr.decode().strip().splitlines()) == 1, res.stderr
+    assert b"pwned title" in res.stderr  # the far side's words are there, as text
+
+
+@pytest.mark.parametrize("theirs,text,ours", [
+    ("/tmp/a/out", "report: /tmp/a/out/report.html", "report: /R/report.html"),
+    ("/tmp/a/out", '{"out": "/tmp/a/out", "x": "/tmp/a/out/x.svg"}', '{"out": "/R", "x": "/R/x.svg"}'),
+    ("/tmp/a/out", "results in /tmp/a/out.", "results in /R."),
+    ("/tmp/a/out", "/tmp/a/outer /tmp/a/out.bak x/tmp/a/out", "/tmp/a/outer /tmp/a/out.bak x/tmp/a/out"),
+    ("/", "a/b /usr/share / //", "a/b /usr/share / //"),
+    ("tmp/a", "tmp/a /tmp/a", "tmp/a /tmp/a"),
+    ("/tmp/a/../b", "/tmp/a/../b/c", "/tmp/a/../b/c"),
+    ("/tmp/a b", "/tmp/a b/c", "/tmp/a b/c"),
+])
+def test_only_whole_absolute_paths_of_the_server_hosts_results_are_rewritten(theirs, text, ours):
+    assert sshlink.rewrite_path(text, theirs, "/R") == ours
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 4: a loader host chooses where the root backend listens.
+
+def _agent_saying(tmp_path: Path, ssh_connection: str) -> dict[str, str]:
+    """A stand-in ssh that runs the real agent (these sources) with the SSH_CONNECTION sshd would have set."""
+    sources = os.path.dirname(os.path.dirname(os.path.abspath(netprof.__file__)))
+    return _stand_in_ssh(tmp_path, f"SSH_CONNECTION={shlex.quote(ssh_connection)} PYTHONPATH={shlex.quote(sources)} "
+                                   f"exec {shlex.quote(sys.executable)} -m netprof.profiler agent")
+
+
+def _hello(ours: str, theirs: str = "127.0.0.1") -> dict:
+    return {"event": "hello", "ssh_connection": f"{ours} 40000 {theirs} 22"}
+
+
+def _local_addresses() -> list[str]:
+    return [a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)]
+
+
+@pytest.mark.parametrize("ours,says", [
+    ("0.0.0.0", "the unspecified address"), ("::", "the unspecified address"),
+    ("::ffff:0.0.0.0", "the unspecified address"),
+    ("203.0.113.7", "no address of this host's interfaces"), ("2001:db8::7", "no address of this host's interfaces"),
+    ("lab1", "does not hold IP addresses"),
+])
+def test_an_address_a_loader_host_names_is_refused_unless_it_is_one_of_ours(ours, says):
+    with pytest.raises(InputError, match=says):
+        sshlink.check_addresses(_hello(ours), "h")
+
+
+def test_an_address_of_this_hosts_interfaces_is_accepted():
+    local = _local_addresses()
+    assert "127.0.0.1" in local
+    for addr in [*local, "::ffff:127.0.0.1"]:
+        sshlink.check_addresses(_hello(addr), "h")
+    with pytest.raises(InputError, match="not hold IP addresses"):
+        sshlink.check_addresses(_hello("127.0.0.1", "0.0.0.0;x"), "h")
+
+
+@pytest.mark.e2e  # an agent process
+@pytest.mark.parametrize("ours,says", [("0.0.0.0", "the unspecified address"),
+                                       ("203.0.113.7", "no address of this host's interfaces")])
+def test_an_agent_naming_an_address_not_ours_is_refused_before_any_server_listens(tmp_path, ours, says):
+    env = _agent_saying(tmp_path, f"{ours} 40000 127.0.0.1 22")
+    res = netprof_cli(*_args(tmp_path, "--loader-hosts", "far", "--wait"), env=env)
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.e2e  # a run: its loader through the agent
+def test_an_agent_naming_an_address_of_ours_gets_its_run(tmp_path):
+    env = _agent_saying(tmp_path, "127.0.0.1 40000 127.0.0.1 22")
+    res = run_netprof(*_args(tmp_path, "--loader-hosts", "far", "--wait", "--json"), env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert meta["link"]["server_addr"] == "127.0.0.1", meta["link"]
+    assert json.loads(res.stdout)["runs"][0]["messages"] > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 5: an --ssh-config someone else can write runs code as root.
+
+def _recording_ssh(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A stand-in ssh that writes its arguments to a file and fails as ssh does for a host it cannot reach."""
+    argv = tmp_path / "ssh-argv"
+    env = _stand_in_ssh(tmp_path, f'printf "%s\\n" "$@" > {shlex.quote(str(argv))}\n'
+                                  'echo "ssh: Could not resolve hostname nowhere.invalid" >&2\nexit 255')
+    return env, argv
+
+
+def _config(path: Path, text: str = "Host *\n  ProxyCommand id > /tmp/pwned-by-ssh-config\n",
+            mode: int = 0o600) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("option", ["--loader-hosts", "--server-host"])
+@pytest.mark.parametrize("plant,says", [
+    ("world_writable", "is writable by group or others (mode 666)"),
+    ("other_users", "is owned by uid 65534"),
+    ("dir_writable", "is writable by group or others (mode 777)"),
+])
+def test_an_ssh_config_others_can_write_is_refused_under_plain_root(tmp_path, option, plant, says):
+    env, argv = _recording_ssh(tmp_path)
+    d = tmp_path / "cfgdir"
+    d.mkdir(mode=0o777 if plant == "dir_writable" else 0o700)
+    d.chmod(0o777 if plant == "dir_writable" else 0o700)
+    cfg = _config(d / "config", mode=0o666 if plant == "world_writable" else 0o600)
+    if plant == "other_users":
+        os.chown(cfg, 65534, 65534)  # nobody: another non-root user
+    res = netprof_cli(*_args(tmp_path, option, "nowhere.invalid", "--ssh-config", str(cfg), "--wait"), env=env)
+    assert res.returncode == 2 and says in res.stderr and "chmod go-w" in res.stderr, res.stderr
+    assert "as root" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not argv.exists()  # ssh never ran
+
+
+@pytest.mark.e2e  # --loader-hosts: a run that gets as far as its ssh (a stand-in)
+@pytest.mark.parametrize("option", ["--loader-hosts", "--server-host"])
+def test_a_trusted_ssh_config_given_relative_reaches_ssh_absolute(tmp_path, option):
+    """Root's own config, named relative to the caller's directory: accepted, and ssh (which runs in /) gets
+    its absolute path; what fails after is ssh, not the trust check."""
+    env, argv = _recording_ssh(tmp_path)
+    _config(tmp_path / "my config")
+    res = netprof_cli(*_args(tmp_path, option, "nowhere.invalid", "--ssh-config", "my config", "--wait"), env=env,
+                      cwd=tmp_path)
+    assert res.returncode == 2 and "ssh or the agent failed" in res.stderr, res.stderr
+    assert "not trusted" not in res.stderr
+    args = argv.read_text().splitlines()
+    assert args[args.index("-F") + 1] == str(tmp_path / "my config")
+
+
+def test_every_file_an_ssh_config_includes_is_trusted_as_it_is(tmp_path, monkeypatch):
+    """Include lines, as ssh reads them (`Include=`, quotes, several patterns, a comment after, relative to
+    ~/.ssh, `~`, globs, nested), each name the file that is not trusted."""
+    for name in ("SUDO_UID", "SUDO_GID", "SUDO_USER"):
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    (home / ".ssh" / "conf.d").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    good = _config(home / ".ssh" / "good", "Host a\n  User x\n")
+    _config(home / ".ssh" / "conf.d" / "10.conf", "Port 22\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # sticky and world-writable, like /tmp
+    main = _config(tmp_path / "main", f'Host a\n  Include good "conf.d/*.conf" # {shared}/x\n'
+                                      f'Match all\n  include={good}\nInclude ~/.ssh/good\n')
+    assert sshlink.check_ssh_config(str(main)) == str(main)
+
+    bad = _config(home / ".ssh" / "conf.d" / "20.conf", "Port 22\n", mode=0o666)
+    with pytest.raises(InputError, match=r"its Include conf\.d/\*\.conf \(line 2\) is not trusted: .*20\.conf is "
+                                         r"writable by group or others"):
+        sshlink.check_ssh_config(str(main))
+    bad.chmod(0o600)
+
+    _config(good, f"Include {shared}/x.conf\n")  # nested, and a file not there yet in a directory all can write
+    with pytest.raises(InputError, match=rf"its Include good \(line 2\), its Include {shared}/x.conf \(line 1\) is "
+                                         "not trusted: .*shared is writable by group or others"):
+        sshlink.check_ssh_config(str(main))
+    _config(shared / "x.conf", "Port 22\n")  # there, root's and not writable by others: the sticky bit keeps it
+    assert sshlink.check_ssh_config(str(main)) == str(main)
+    _config(good, f"Include {shared}/*.conf\n")  # a pattern: anyone could add a match
+    with pytest.raises(InputError, match="shared is writable by group or others"):
+        sshlink.check_ssh_config(str(main))
+
+    _config(good, "Include good ~npnosuchuser/x\n")  # a loop ends (ssh fails on it at its own depth); ~nobody
+    assert sshlink.check_ssh_config(str(main)) == str(main)
+    _config(good, 'Include "unbalanced\n')
+    with pytest.raises(InputError, match="cannot be read"):
+        sshlink.check_ssh_config(str(main))
