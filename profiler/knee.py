@@ -127,8 +127,10 @@ def tried(measure: Callable[[], Probe], tries: int) -> Probe:
 
 def loader_limit(row: dict, t: Thresholds) -> str | None:
     """Why the loader, not the server, set this open-loop cell's limit, or None: its CPUs were busy; it sent
-    more than a few requests late on a free connection; or every connection it may open (--max-connections)
-    was busy and requests waited for one."""
+    more than a few requests late on a free connection; or, while the server kept up with the rate, every
+    connection it may open (--max-connections) was busy and requests waited for one. (A server that falls
+    behind fills every connection the loader may open: that cap reached is the server's overload, not the
+    loader's limit.)"""
     ol = row.get("open_loop") or {}
     cpu = (row.get("loader_cpu") or {}).get("cpu_frac")
     if cpu is not None and cpu >= t.knee_loader_cpu:
@@ -137,7 +139,9 @@ def loader_limit(row: dict, t: Thresholds) -> str | None:
     if sent and late / sent > t.loader_late_warning_share:
         return f"it sent {late / sent:.1%} of the requests late on a free connection"
     cap, most, behind = ol.get("max_connections"), ol.get("conns_max"), ol.get("behind_share")
-    if cap and most is not None and most >= cap and behind is not None and behind > t.overload_behind_share:
+    share = ol.get("achieved_share")
+    kept_up = share is None or share >= 1 - t.overload_shortfall
+    if cap and most is not None and most >= cap and kept_up and behind is not None and behind > t.overload_behind_share:
         return (f"all {cap:,} connections it may open were busy and {behind:.1%} of the requests waited for one "
                 "(--max-connections)")
     return None

@@ -149,6 +149,10 @@ def test_a_probe_the_loader_limited_never_decides_the_knee():
     capped = _row(1000, 1000, 9000, behind=0.2)
     capped["open_loop"] |= {"max_connections": 100, "conns_max": 100}
     assert "all 100 connections it may open were busy" in knee.judge(capped, 1000, slo, t).why
+    # a server that fell behind fills every connection the loader may open: its overload, not the loader's limit
+    behind_server = _row(1000, 800, 9000, behind=0.2)
+    behind_server["open_loop"] |= {"max_connections": 100, "conns_max": 100}
+    assert knee.judge(behind_server, 1000, slo, t).limited_by == "server"
     late = _row(1000, 1000, 9000)
     late["open_loop"] |= {"loader_late": 50, "sent": 1000}
     assert "sent 5.0% of the requests late" in knee.judge(late, 1000, slo, t).why
