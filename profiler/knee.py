@@ -125,25 +125,30 @@ def tried(measure: Callable[[], Probe], tries: int) -> Probe:
     return dataclasses.replace(probe, tries=len(seen), attempts=tuple(seen))
 
 
-def loader_limit(row: dict, t: Thresholds) -> str | None:
-    """Why the loader, not the server, set this open-loop cell's limit, or None: its CPUs were busy; it sent
-    more than a few requests late on a free connection; or, while the server kept up with the rate, every
-    connection it may open (--max-connections) was busy and requests waited for one. (A server that falls
-    behind fills every connection the loader may open: that cap reached is the server's overload, not the
-    loader's limit.)"""
+def loader_limit(row: dict, slo: Slo, t: Thresholds) -> str | None:
+    """Why the loader, not the server, set the limit of this open-loop cell that missed the objective, or None:
+    its CPUs were busy; or the server answered within the objective once a request was sent (its latency from
+    the send) and the time over it was spent in the loader: requests sent late on a free connection, or waiting
+    with every connection it may open (--max-connections) busy. (A server that falls behind, or answers
+    slowly, fills every connection the loader may open: that cap reached is the server's limit, not the
+    loader's.)"""
     ol = row.get("open_loop") or {}
     cpu = (row.get("loader_cpu") or {}).get("cpu_frac")
     if cpu is not None and cpu >= t.knee_loader_cpu:
         return f"its CPUs were {cpu:.0%} busy"
-    late, sent = ol.get("loader_late") or 0, ol.get("sent") or 0
-    if sent and late / sent > t.loader_late_warning_share:
-        return f"it sent {late / sent:.1%} of the requests late on a free connection"
-    cap, most, behind = ol.get("max_connections"), ol.get("conns_max"), ol.get("behind_share")
+    sent = (row.get("lat_sent_us") or {}).get(slo.stat)
     share = ol.get("achieved_share")
-    kept_up = share is None or share >= 1 - t.overload_shortfall
-    if cap and most is not None and most >= cap and kept_up and behind is not None and behind > t.overload_behind_share:
-        return (f"all {cap:,} connections it may open were busy and {behind:.1%} of the requests waited for one "
-                "(--max-connections)")
+    if sent is None or sent > slo.limit_us or (share is not None and share < 1 - t.overload_shortfall):
+        return None  # the server was slow or behind: its own limit
+    late, n = ol.get("loader_late") or 0, ol.get("sent") or 0
+    if n and late / n > t.loader_late_warning_share:
+        return (f"it sent {late / n:.1%} of the requests late on a free connection, and the server answered them "
+                f"within the objective once sent ({slo.stat} {sent:,.0f} µs from the send)")
+    cap, most, behind = ol.get("max_connections"), ol.get("conns_max"), ol.get("behind_share")
+    if cap and most is not None and most >= cap and behind is not None and behind > t.overload_behind_share:
+        return (f"all {cap:,} connections it may open were busy and {behind:.1%} of the requests waited for one, "
+                f"while the server answered within the objective once sent ({slo.stat} {sent:,.0f} µs from the "
+                "send; --max-connections)")
     return None
 
 
@@ -153,7 +158,7 @@ def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     probe = _judge(row, rate, slo, t)
     if probe.met:
         return probe
-    why = loader_limit(row, t)
+    why = loader_limit(row, slo, t)
     if why is not None:
         return dataclasses.replace(probe, limited_by="loader", why=f"{probe.why}; the loader ran out: {why}")
     return dataclasses.replace(probe, limited_by="server")

@@ -146,16 +146,22 @@ def test_a_probe_the_loader_limited_never_decides_the_knee():
     p = knee.judge(busy, 1000, slo, t)
     assert p.limited_by == "loader" and not p.met and "the loader ran out: its CPUs were 97% busy" in p.why
     assert knee.judge(_row(1000, 1000, 4000) | {"loader_cpu": {"cpu_frac": 0.97}}, 1000, slo, t).met  # met is met
-    capped = _row(1000, 1000, 9000, behind=0.2)
+    capped = _row(1000, 1000, 9000, behind=0.2)  # _row: p99 from the send 4.5 ms, within the 5 ms
     capped["open_loop"] |= {"max_connections": 100, "conns_max": 100}
     assert "all 100 connections it may open were busy" in knee.judge(capped, 1000, slo, t).why
-    # a server that fell behind fills every connection the loader may open: its overload, not the loader's limit
+    # a server that fell behind, or answered slowly once sent, fills every connection the loader may open: its
+    # own limit, not the loader's (uvicorn_httptools at 22.8k/s: 1,000 connections busy, p99 102 ms)
     behind_server = _row(1000, 800, 9000, behind=0.2)
     behind_server["open_loop"] |= {"max_connections": 100, "conns_max": 100}
     assert knee.judge(behind_server, 1000, slo, t).limited_by == "server"
+    slow_server = _row(1000, 1000, 100_000, behind=0.5)
+    slow_server["open_loop"] |= {"max_connections": 100, "conns_max": 100}
+    assert knee.judge(slow_server, 1000, slo, t).limited_by == "server"
     late = _row(1000, 1000, 9000)
     late["open_loop"] |= {"loader_late": 50, "sent": 1000}
     assert "sent 5.0% of the requests late" in knee.judge(late, 1000, slo, t).why
+    late["lat_sent_us"]["p99"] = 8000  # the server was slow too: its limit
+    assert knee.judge(late, 1000, slo, t).limited_by == "server"
 
     def measure(rate: float) -> knee.Probe:  # a server good to 8,000/s behind a loader that runs out at 6,000/s
         row = _row(rate, rate, 1000 if rate <= 8000 else 50_000)
