@@ -319,23 +319,11 @@ int main(int argc, char **argv) {
 
 def micro_sock() -> str:
     """Per loopback message: the socket-wait set (and, for scale, the counting set) vs none."""
-    import tempfile
 
-    exe = Path(tempfile.mkdtemp(prefix="netprof-pingpong-")) / "pingpong"
-    src = exe.with_suffix(".c")
-    src.write_text(PINGPONG_C)
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+    exe = _build(PINGPONG_C, "pingpong")
 
     def cost(probe, pid_for, n: int) -> float:
-        p = subprocess.Popen(["sh", "-c", f"read go; exec taskset -c 0 {exe} {n}"], stdin=subprocess.PIPE, text=True)
-        if probe is not None:
-            probe.target(pid_for(p.pid))
-        p.stdin.write("go\n")
-        p.stdin.close()
-        _, status, ru = os.wait4(p.pid, 0)
-        if status:
-            raise RuntimeError("the ping-pong loop failed")
-        return ru.ru_utime + ru.ru_stime
+        return _loop_cpu(exe, n, probe, pid_for, "the ping-pong loop")
 
     # Compiled once, attached in turn: every round measures every variant and role (interleaved).
     sets = {"none": None, "sockwait": SockWaitProbes(attached=False), "counting": CountingProbes(attached=False)}
@@ -364,12 +352,45 @@ def micro_sock() -> str:
         bystander.kill()
         bystander.wait()
         shutil.rmtree(exe.parent, ignore_errors=True)
+    return "\n".join(rows + _cost_rows(raw, sets, 0))
+
+
+def _build(source: str, name: str, flags: tuple[str, ...] = (), libs: tuple[str, ...] = ()) -> Path:
+    """A micro mode's C loop, compiled with cc -O2 into a new temporary directory (the caller removes it)."""
+    import tempfile
+
+    exe = Path(tempfile.mkdtemp(prefix=f"netprof-{name}-")) / name
+    src = exe.with_suffix(".c")
+    src.write_text(source)
+    subprocess.run(["cc", "-O2", *flags, "-o", str(exe), str(src), *libs], check=True)
+    return exe
+
+
+def _loop_cpu(exe: Path, n: int, probe, pid_for, what: str) -> float:
+    """CPU seconds (rusage) of `exe n` pinned to CPU 0, made `probe`'s target (through `pid_for`) before it
+    starts its loop."""
+    p = subprocess.Popen(["sh", "-c", f"read go; exec taskset -c 0 {exe} {n}"], stdin=subprocess.PIPE, text=True)
+    assert p.stdin is not None
+    if probe is not None:
+        probe.target(pid_for(p.pid))
+    p.stdin.write("go\n")
+    p.stdin.close()
+    _, status, ru = os.wait4(p.pid, 0)
+    if status:
+        raise RuntimeError(f"{what} failed")
+    return ru.ru_utime + ru.ru_stime
+
+
+def _cost_rows(raw: dict, names, decimals: int) -> list[str]:
+    """The table rows of a micro mode: each variant's median per-operation cost as bystander and target, and
+    what it adds to `none`'s."""
     med = {k: statistics.median(v) for k, v in raw.items()}
-    for name in sets:
+    out = []
+    for name in names:
         b, t = med[(name, "bystander")], med[(name, "target")]
-        rows.append(f"| {name} | {b:.0f} | {t:.0f} | {b - med[('none', 'bystander')]:+.0f} | "
-                    f"{t - med[('none', 'target')]:+.0f} |")
-    return "\n".join(rows)
+        db, dt = b - med[("none", "bystander")], t - med[("none", "target")]
+        out.append(f"| {name} | {b:.{decimals}f} | {t:.{decimals}f} | {db:+.{decimals}f} | {dt:+.{decimals}f} |")
+    return out
 
 
 MICRO_RING_ROUNDS = 7
@@ -420,22 +441,11 @@ NOP = RING_OPS.index("nop")  # IORING_OP_NOP, opcode 0
 
 def micro_ring(n_rounds: int, big: int) -> str:
     """Per io_uring operation: the counting set (its io_uring tracepoints), attached and detached, vs none."""
-    import tempfile
 
-    exe = Path(tempfile.mkdtemp(prefix="netprof-ringnop-")) / "ring_nop"
-    src = exe.with_suffix(".c")
-    src.write_text(RING_NOP_C)
-    subprocess.run(["cc", "-O2", f"-DBATCH={RING_BATCH}", "-o", str(exe), str(src), "-luring"], check=True)
+    exe = _build(RING_NOP_C, "ring_nop", flags=(f"-DBATCH={RING_BATCH}",), libs=("-luring",))
 
     def cost(probe, name: str, who: str, pid_for, n: int) -> float:
-        p = subprocess.Popen(["sh", "-c", f"read go; exec taskset -c 0 {exe} {n}"], stdin=subprocess.PIPE, text=True)
-        if probe is not None:
-            probe.target(pid_for(p.pid))
-        p.stdin.write("go\n")
-        p.stdin.close()
-        _, status, ru = os.wait4(p.pid, 0)
-        if status:
-            raise RuntimeError("the io_uring NOP loop failed")
+        cpu = _loop_cpu(exe, n, probe, pid_for, "the io_uring NOP loop")
         if probe is not None:  # the tracepoints counted the target's every operation, and nothing else
             snap = probe.snapshot()
             nops, done = (snap.ring or {}).get(NOP, 0), snap.cpu["ring_done"]
@@ -443,7 +453,7 @@ def micro_ring(n_rounds: int, big: int) -> str:
             if not (nops >= n and done >= n if counts else nops == done == 0):
                 raise RuntimeError(f"{name} as {who} of a loop of {n} NOPs counted {nops} NOP submissions and "
                                    f"{done} completions: its io_uring tracepoints did not fire as they should")
-        return ru.ru_utime + ru.ru_stime
+        return cpu
 
     # `none` has no set loaded at all (nothing resident either), so each round loads the set anew after it and
     # closes it at the end; `counting-detached` checks that the set's io_uring hooks really are off.
@@ -474,12 +484,7 @@ def micro_ring(n_rounds: int, big: int) -> str:
         bystander.kill()
         bystander.wait()
         shutil.rmtree(exe.parent, ignore_errors=True)
-    med = {k: statistics.median(v) for k, v in raw.items()}
-    for name in variants:
-        b, t = med[(name, "bystander")], med[(name, "target")]
-        rows.append(f"| {name} | {b:.1f} | {t:.1f} | {b - med[('none', 'bystander')]:+.1f} | "
-                    f"{t - med[('none', 'target')]:+.1f} |")
-    return "\n".join(rows)
+    return "\n".join(rows + _cost_rows(raw, variants, 1))
 
 if __name__ == "__main__":
     sys.exit(main())
