@@ -179,6 +179,36 @@ def attached(pid: int, target: str, name: str = "") -> ServerSpec:
     return ServerSpec(label, "attach", "attach", "own", target=f"{host}:{port}", pid=pid, start_time=started)
 
 
+def _tree(pid: int) -> set[int]:
+    """`pid` and its descendants (those that could be listed)."""
+    try:
+        root = psutil.Process(pid)
+        return {pid, *(p.pid for p in root.children(recursive=True))}
+    except psutil.Error:
+        return {pid}
+
+
+def _listener(port: int, pid: int) -> str | None:
+    """'pid 123 (python3, uid 1000)' of a process outside `pid`'s tree listening on TCP `port` (in this network
+    namespace), or None. The tree is read after the listeners, so that the command's own listener (bound, or
+    inherited by a child forked, since it was last looked for) is never taken for another's; a listener no
+    process could be found for yet is left for the next look."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    ours = _tree(pid)
+    for c in conns:
+        if (c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid is not None
+                and c.pid not in ours):
+            try:
+                p = psutil.Process(c.pid)
+                return f"pid {c.pid} ({p.name()}, uid {p.uids().real})"
+            except psutil.Error:
+                return f"pid {c.pid}"
+    return None
+
+
 def _listens(pid: int, port: int) -> bool:
     """`pid` or one of its descendants has a listening TCP socket on `port`."""
     try:
@@ -203,18 +233,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: str = "127.0.0.1",
               deny_io_uring: bool = False) -> Running:
     """Start the user's command for one cell and wait until it is ready: its --ready-regex line (if
-    any) and then its port, both within --ready-timeout. `listen`: the address {host} stands for."""
+    any) and then its port, both within --ready-timeout. `listen`: the address {host} stands for.
+
+    Ready means the command's own process tree listens on the port (as --attach checks), not merely that
+    something accepts there: the port is on the command line, which every local user can read in
+    /proc/PID/cmdline, and a Python server takes hundreds of milliseconds to bind it, so another user could
+    bind it first and receive the load, headers and secrets included (issue 52). A listener there that is not
+    the command's fails the cell, naming it."""
     if PORT_PLACEHOLDER in spec.template:
         host, port = listen, free_port(listen)
         argv = [a.replace(PORT_PLACEHOLDER, str(port)).replace(HOST_PLACEHOLDER, host)
@@ -238,10 +266,13 @@ def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: s
                                f"{': ' + tail if tail else ''}")
         if not matched:
             matched = _ready_line(proc, pattern, deadline)
-        elif _accepts(host, port):
+        elif _listens(proc.pid, port):
             if pattern is not None:
                 proc.drain_stdout()
             return Running(proc.pid, host, port, proc)
+        elif (thief := _listener(port, proc.pid)) is not None:
+            raise ProcessError(f"--cmd {spec.name}: port {port} is held by another process ({thief}), not by the "
+                               "command's processes; it would have received the load: nothing was sent")
         else:
             time.sleep(0.05)
     tail = proc.stderr_tail()

@@ -157,6 +157,65 @@ def test_own_server_that_does_not_start_is_a_failed_row(tmp_path, args, needle):
     assert not wait_no_children()
 
 
+# Another local user (nobody) who watches /proc for a --cmd's command line and binds its port first: it prints
+# "connections bytes" each time it accepts one, until killed.
+THIEF = r"""
+import os, socket, sys, time
+marker = sys.argv[1]
+os.setgid(65534); os.setuid(65534)
+deadline, port = time.monotonic() + 60, None
+while port is None and time.monotonic() < deadline:
+    for pid in os.listdir("/proc"):
+        try:
+            args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if any(marker.encode() in a for a in args) and args[-2:] and args[-2].isdigit():
+            port = int(args[-2])
+            break
+    time.sleep(0.005)
+s = socket.socket()
+s.bind(("127.0.0.1", port))
+s.listen(128)
+s.settimeout(0.2)
+conns, got = 0, 0
+while True:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    conns += 1
+    c.settimeout(0.2)
+    try:
+        got += len(c.recv(65536))
+    except OSError:
+        pass
+    print(conns, got, flush=True)
+"""
+
+
+def test_cmd_whose_port_another_user_binds_first_receives_nothing(tmp_path):
+    """Issue 52, finding 1: the {port} of a --cmd is on its command line, which every local user can read; a user
+    who binds it before the server (a Python server takes a moment to start) used to count as the server being
+    ready and got the loader's requests, headers and secrets included. Ready now means the command's own
+    processes listen there: the cell fails, naming the other process, and nothing reaches it."""
+    marker = f"npthief{tmp_path.name}"
+    thief = subprocess.Popen([PY, "-I", "-c", THIEF, marker], stdout=subprocess.PIPE, text=True)
+    try:
+        # $0 is the marker, $1 the port: the server binds it only after a second and a half
+        p, summary = run(tmp_path, "--cmd", f"sh -c 'sleep 1.5; exec {PY} -m http.server --bind 127.0.0.1 $1' "
+                         f"{marker} {{port}}", "--protocol", "http", "--header", "Authorization: Bearer s3cret",
+                         "-c", "2", "-d", "0.5", "--ready-timeout", "10", "--no-probes", timeout=120)
+    finally:
+        thief.kill()
+        stolen = thief.communicate()[0]
+    assert p.returncode == 1, p.stderr
+    (row,) = summary["runs"]
+    assert "is held by another process" in row["error"] and "uid 65534" in row["error"], row["error"]
+    assert stolen == "", f"the other user accepted connections (connections, bytes): {stolen}"
+    assert not wait_no_children()
+
+
 def test_cmd_on_another_port_is_an_ff_cell_with_the_cause(tmp_path):
     other = free_port()  # the command listens here, not on the {port} netprof gave it ($0 of sh -c)
     p, summary = run(tmp_path, "--cmd", f"sh -c 'exec {PY} -m http.server --bind 127.0.0.1 {other}' {{port}}",
