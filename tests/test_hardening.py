@@ -60,6 +60,7 @@ def root_only():
 # Item 1: every child runs in a fixed cwd, with no cwd or PYTHONPATH on its sys.path
 
 
+@pytest.mark.concurrent  # what the run imports, refuses or ignores; no probes, the run passes --wait
 def test_planted_modules_in_cwd_are_not_imported_by_a_run(tmp_path):
     """A real run started from a directory holding random.py/socket.py/selectors.py (the modules a
     backend imports first): none of them runs, and the run succeeds."""
@@ -321,6 +322,7 @@ def test_netprof_cache_and_pyenv_root_must_be_trusted(tmp_path, monkeypatch, roo
     assert interpreters.available(), "netprof's own interpreter is still offered"
 
 
+@pytest.mark.concurrent  # what the run imports, refuses or ignores; no probes, the run passes --wait
 def test_bad_netprof_loader_is_one_line_exit_2(loader_copy, tmp_path, root_only):
     _nobody(loader_copy)
     res = run_netprof("run", "selector", "-c", "2", "-d", "0.5", "-r", "1", "--warmup", "0", "--no-probes",
@@ -661,6 +663,7 @@ def _rows(out: Path) -> int:
         return 0
 
 
+@pytest.mark.concurrent  # what the run imports, refuses or ignores; no probes, the run passes --wait
 def test_run_started_with_sigint_ignored_keeps_ignoring_it_and_stops_on_sigterm(tmp_path):
     """Like a job started by `nohup` or from a script's background: Ctrl-C is not meant for it, so it
     neither dies nor loses a child to SIGINT; SIGTERM still stops it cleanly (exit 130)."""

@@ -14,6 +14,8 @@ from netprof.profiler import hist, loaderset
 from netprof.profiler.loader_client import Loader, RunRequest
 from netprof.profiler.procs import ProcessGroup
 
+pytestmark = pytest.mark.concurrent  # histograms and merged counts; both loaders' windows start at one scheduled time
+
 
 def _exact(values: list[int], q: float) -> int:
     """The ceil(q·n)-th smallest value: the sample the loader's percentile stands for."""

@@ -23,6 +23,11 @@ from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.paths import loader_binary
 from netprof.profiler.procs import ProcessGroup
 
+# The loader's protocol, events, schedules and errors: what it sent and counted, not how fast, so these run
+# three at a time in `make test`'s first pass (the window's marks are its scheduled bounds, not the clock at
+# the write). A test that judges a rate, a latency or live progress against the clock is marked serial.
+pytestmark = pytest.mark.concurrent
+
 ECHO_SERVER = r"""
 import asyncio, sys, time
 try:
@@ -202,6 +207,7 @@ def test_two_threads_and_large_messages(group):
     assert s["messages"] > 0 and s["errors"]["mismatch"] == 0
 
 
+@pytest.mark.serial
 def test_pipeline_keeps_more_messages_in_flight(group, loader):
     # Each echo takes 20 ms, so a connection completes about K messages per 20 ms (Little's law).
     _, port = start_echo(group, "delay", 0.02)
@@ -216,6 +222,7 @@ def test_pipeline_keeps_more_messages_in_flight(group, loader):
         assert s["latency_us"]["p50"] >= 20_000
 
 
+@pytest.mark.serial
 def test_think_time_caps_the_rate(group, loader):
     _, port = start_echo(group)
     s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=1.5, warmup=0.2,
@@ -228,6 +235,7 @@ def test_think_time_caps_the_rate(group, loader):
         assert 1000 < s["msgs_per_sec"] <= 10 / 0.001 * 1.3, spec
 
 
+@pytest.mark.serial
 def test_open_loop_opens_connections_as_requests_need_them(group, loader):
     """Connections as needed (PROTOCOL.md, "Connections as needed"), through the client: a server that answers
     each request 2 ms after it came keeps at least 4 requests in flight at 2,000/s, so 2 connections with 1 in
@@ -259,6 +267,7 @@ def test_open_loop_opens_connections_as_requests_need_them(group, loader):
     assert "max_connections" not in RunRequest(target="127.0.0.1:1", connections=1, rate=10).to_json()
 
 
+@pytest.mark.serial
 def test_turns_serve_two_servers_one_at_a_time(group, loader):
     """Turns (PROTOCOL.md, "Turns"): one loader, two servers (one answering after 5 ms), 10 connections each,
     0.1 s turns in rounds A B, B A: each turn's messages are its server's, and the client's fields reach the
@@ -536,6 +545,7 @@ def test_probe_share_zero_one_and_absent(group, loader):
         assert [e["event"] for e in events] == ["error"]
 
 
+@pytest.mark.serial
 def test_probe_phases_pair_up_when_the_backend_dies_mid_probe(group, loader):
     echo, port = start_echo(group)
     events = []
@@ -637,6 +647,7 @@ def assert_ignored_counted(u: dict, ignored: int, conns: int, pipeline: int) -> 
     assert u["count"] - ignored * pipeline <= (u["connections"] - ignored) * pipeline, u
 
 
+@pytest.mark.serial
 def test_unanswered_at_the_windows_end(group, loader):
     # The server never answers every second connection it accepts: their first `pipeline` requests,
     # sent when pinging starts (the warm-up's start), are still waiting at measure_stop, and nothing
@@ -673,6 +684,7 @@ def test_unanswered_at_the_windows_end(group, loader):
     assert s["unanswered"]["max_age_us"] < 50_000, s["unanswered"]
 
 
+@pytest.mark.serial
 def test_progress_events_live_counts(group):
     _, port = start_echo(group)
     cpus = sorted(os.sched_getaffinity(0))[:2]

@@ -78,10 +78,11 @@ def test_loader_on_a_lab_host_counts_one_recv_per_message(lab, tmp_path):
 
 def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp_path):
     """The server and its probes on lab1 (--server-host), -c 100 from lab2 and lab3 (50 each) against the
-    same server as from lab2 alone: every connection
-    connected and served, the counts merged to 100, syscalls per message unchanged, throughput alike (one
-    machine's CPUs underneath both). This host moves in speed regimes of 0.3-3 s (bench/host_regimes.py), so a
-    pair of 1-s runs may land in two of them: the ratio is measured again, at most 3 times, until one pair
+    same server as from lab2 alone: every connection connected and served, the counts merged to 100, syscalls per
+    message unchanged, throughput alike (one machine's CPUs underneath both). The run is lab1's (its backend, its
+    probes, lab1's address as the loaders see it); the output, the report and the results directory come back
+    here (the first two-host run draws it). This host moves in speed regimes of 0.3-3 s (bench/host_regimes.py),
+    so a pair of 1-s runs may land in two of them: the ratio is measured again, at most 3 times, until one pair
     is within 0.7-1.3; everything else must hold in every pair."""
     require_bpf()
     ratios = []
@@ -89,11 +90,21 @@ def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp
         rows = {}
         for name, hosts in (("one", "lab2"), ("two", "lab2,lab3")):
             out = tmp_path / f"{name}{attempt}"
+            report = name == "two" and attempt == 0
+            # counted over the whole 1-s window (--probe-share 1): the counters are read when lab1's netprof hears
+            # the loaders' marks over the lab's links, late and not equally at both ends, and over a 0.15-s probed
+            # sub-window that put recvfrom at 0.93 per message on a busy host
             res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3",
-                              "--probe-share", "1", "--json", "--no-report", "--server-host", "lab1", "--loader-hosts",
-                              hosts, "--ssh-config", lab, "-o", str(out))
+                              "--probe-share", "1", "--json", *([] if report else ["--no-report"]), "--server-host",
+                              "lab1", "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(out))
             assert res.returncode == 0, res.stderr[-2000:]
-            rows[name] = json.loads(res.stdout)["runs"][0]
+            doc = json.loads(res.stdout)
+            rows[name] = doc["runs"][0]
+            if report:
+                meta = json.loads((out / "meta.json").read_text())
+                assert meta["link"]["server_addr"] == "10.213.0.1"  # lab1, as lab2 and lab3 reach it
+                assert (out / "report.html").is_file() and (out / "results.parquet").is_file()
+                assert doc["artifacts"]["report_html"] == str(out / "report.html")  # our paths, not lab1's
         two = rows["two"]
         assert two["status"] == "ok" and two["connected"] == 100 and two["loader_host"] == "lab2,lab3"
         assert two["loaders"]["hosts"] == "lab2,lab3" and two["loaders"]["connections"] == "50,50"
@@ -192,29 +203,6 @@ def test_an_agent_of_another_version_is_refused(lab, tmp_path):
                       "--loader-hosts", "lab2", "--ssh-config", lab, "--remote-netprof", str(older),
                       "-o", str(tmp_path / "r"))
     assert res.returncode == 2 and "0.0.1" in res.stderr and "Traceback" not in res.stderr, res.stderr
-    assert not _gone_soon()
-
-
-def test_server_host_runs_server_and_probes_there_and_its_results_land_here(lab, tmp_path):
-    """--server-host lab1 --loader-hosts lab2,lab3: the run is lab1's (its backend, its probes, lab1's
-    address as the loaders see it); the output and the results directory come back here."""
-    require_bpf()
-    out = tmp_path / "r"
-    # counted over the whole 1-s window (--probe-share 1): the counters are read when lab1's netprof hears the
-    # loaders' marks over the lab's links, late and not equally at both ends, and over a 0.15-s probed sub-window
-    # that put recvfrom at 0.93 per message on a busy host
-    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--probe-share", "1",
-                      "--json", "--server-host", "lab1", "--loader-hosts", "lab2,lab3", "--ssh-config", lab,
-                      "-o", str(out))
-    assert res.returncode == 0, res.stderr[-2000:]
-    doc = json.loads(res.stdout)
-    row = doc["runs"][0]
-    assert row["status"] == "ok" and row["connected"] == 100 and row["loader_host"] == "lab2,lab3"
-    assert abs(row["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, row["syscalls_per_msg"]
-    meta = json.loads((out / "meta.json").read_text())
-    assert meta["link"]["server_addr"] == "10.213.0.1"  # lab1, as lab2 and lab3 reach it
-    assert (out / "report.html").is_file() and (out / "results.parquet").is_file()
-    assert doc["artifacts"]["report_html"] == str(out / "report.html")  # our paths, not lab1's
     assert not _gone_soon()
 
 

@@ -142,6 +142,7 @@ def test_bad_own_server_input_is_one_line_exit_2(tmp_path, args, needle):
 
 # A server that exits or never listens is known only once it was started: like a backend that dies, a
 # failed (FF) row naming the cause, the run goes on to its other cells, exit 1.
+@pytest.mark.concurrent  # a failed row and its cause; waits out timers, measures nothing (its run passes --wait)
 @pytest.mark.parametrize("args, needle", [
     (["--cmd", "true {port}"], "exited with code 0 before it was ready"),
     (["--cmd", f"{PY} -c 'import time; time.sleep(60)' {{port}}", "--ready-timeout", "1"],
@@ -194,6 +195,7 @@ while True:
 """
 
 
+@pytest.mark.concurrent  # a failed row and its cause; waits out timers, measures nothing (its run passes --wait)
 def test_cmd_whose_port_another_user_binds_first_receives_nothing(tmp_path):
     """Issue 52, finding 1: the {port} of a --cmd is on its command line, which every local user can read; a user
     who binds it before the server (a Python server takes a moment to start) used to count as the server being
@@ -216,6 +218,7 @@ def test_cmd_whose_port_another_user_binds_first_receives_nothing(tmp_path):
     assert not wait_no_children()
 
 
+@pytest.mark.concurrent  # a failed row and its cause; waits out timers, measures nothing (its run passes --wait)
 def test_cmd_on_another_port_is_an_ff_cell_with_the_cause(tmp_path):
     other = free_port()  # the command listens here, not on the {port} netprof gave it ($0 of sh -c)
     p, summary = run(tmp_path, "--cmd", f"sh -c 'exec {PY} -m http.server --bind 127.0.0.1 {other}' {{port}}",
