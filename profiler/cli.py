@@ -67,6 +67,9 @@ missing capability; 3 netprof's own error (the report of finished cells is still
 """
 
 # --zmq-client, the same on every command that drives ZeroMQ backends (plan.ZMQ_CLIENTS).
+MAX_CONNECTIONS_HELP = ("With --rate: a request that comes due while every connection has --pipeline in flight goes "
+                        "out on a new connection, up to N open at once (default 1000; -c are opened before the load "
+                        "and carry what they can first); past N it waits in the loader (open_loop.behind).")
 ZMQ_CLIENT_HELP = ("How the loader drives the ZeroMQ backends (zmq_raw, zmq_poller, ...; no other server): libzmq, "
                    "its DEALER sockets (the default: the reference harness uses libzmq); native, the loader speaks "
                    "ZMTP 3.0 itself on its own epoll loop, so the thread that times an answer reads it (no libzmq "
@@ -196,11 +199,8 @@ def run(
     arrivals: str = typer.Option(
         "", "--arrivals", metavar="constant|poisson",
         help="With --rate: requests evenly spaced (constant, the default) or at random (poisson) times."),
-    max_connections: int = typer.Option(
-        0, "--max-connections", metavar="N", show_default=False,
-        help="With --rate: a request that comes due while every connection has --pipeline in flight goes out on a "
-             "new connection, up to N open at once (default 1000; -c are opened before the load); past N it waits "
-             "in the loader (open_loop.behind)."),
+    max_connections: int = typer.Option(0, "--max-connections", metavar="N", show_default=False,
+                                        help=MAX_CONNECTIONS_HELP),
     zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
@@ -713,6 +713,8 @@ def ab_cmd(
         help="Open-loop load at R requests/s (one value, as in `run`): both variants get the same schedule, so the "
              "stopping rule reads latency (--metric defaults to lat_us.p99). Default: closed loop."),
     arrivals: str = typer.Option("", "--arrivals", metavar="constant|poisson", help="With --rate: as in `run`."),
+    max_connections: int = typer.Option(0, "--max-connections", metavar="N", show_default=False,
+                                        help=MAX_CONNECTIONS_HELP),
     zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
     metric: str = typer.Option("", "--metric", metavar="NAME",
                                help="The figure the stopping rule reads: msgs_per_sec (the default), lat_us.p50, "
@@ -767,7 +769,7 @@ def ab_cmd(
         msize=msize, work=work, probes=not no_probes, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
         out_dir=str(out) if out else "", force=force, wait=wait, framings=parse_framings(framing), protocol=protocol,
         request=request, headers=headers, body=body, line=line, keep_secrets=keep_secrets,
-        extra_dims=rates, arrivals=arrivals, zmq_client=zmq_client)
+        extra_dims=rates, arrivals=arrivals, max_connections=max_connections, zmq_client=zmq_client)
     check_remote_work(template, "ab")
     plan = ab.plan(template, list(variants or []), list(cmd or []), cmd_names=list(name or []), python=python,
                    env_items=list(env or []), io_uring=io_uring, aa=aa, fresh=fresh, window=window,

@@ -139,8 +139,8 @@ def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
     message (the server 40% busy) adds at least 1 ms to every round trip. The echo's own p99 at a low rate is
     this host's wake-up jitter (2.8 ms here, where its median is ~0.1 ms), so p99 moves by less than p50."""
     doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(1_000_000), "--name", "slow", "--no-probes",
-                   "-c", "10", "--rate", "400", "--window", "1", "--precision", "20%", "--max-time", "11.5",
-                   "--out", str(tmp_path / "ab"))
+                   "-c", "10", "--rate", "400", "--max-connections", "20", "--window", "1", "--precision", "20%",
+                   "--max-time", "11.5", "--out", str(tmp_path / "ab"))
     info, cell = doc["ab"], doc["comparisons"][0]["cells"][0]
     assert info["rate"] == 400 and info["arrivals"] == "constant" and info["metric"] == "lat_us.p99"
     assert info["short_of_rate"] == {}  # both kept up
@@ -160,6 +160,7 @@ def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
     assert "open loop at 400 requests/s (constant arrivals), judged on lat_us.p99" in doc["method"]["text"]
     rows = pd.read_parquet(tmp_path / "ab" / "results.parquet")
     assert set(rows["rate"]) == {400} and (rows["msgs_per_sec"].between(380, 420)).all(), rows["msgs_per_sec"]
+    assert set(rows["max_connections"]) == {20}  # --max-connections reached every variant's cells
     assert "lat_us.p99" in err and wait_no_children() == []
 
 
@@ -233,6 +234,8 @@ def test_flamegraph_samples_each_variant_and_draws_the_difference(bpf, echo, tmp
     (["selector", "selector", "--rate", "1k,2k"], "give one --rate"),
     (["selector", "selector", "--rate", "fast"], "--rate 'fast' is not a rate"),
     (["selector", "selector", "--arrivals", "poisson"], "add --rate R"),
+    (["selector", "selector", "--max-connections", "50"], "--max-connections caps the connections an open-loop"),
+    (["selector", "selector", "--rate", "1k", "-c", "100", "--max-connections", "50"], "is below -c 100"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, says):
     res = netprof_cli("ab", *args)

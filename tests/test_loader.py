@@ -65,8 +65,11 @@ class Echo(asyncio.Protocol):
             return  # stops answering, keeps the connections open
         elif mode == "ignore_odd" and self.index % 2:
             return  # a starved connection: its requests wait for ever
+        held = t0 + arg + 0.05 - time.monotonic()  # "pause": every answer of [arg, arg + 50 ms) held to its end
         if mode == "delay":
             asyncio.get_running_loop().call_later(arg, self.t.write, data)
+        elif mode == "pause" and 0 < held <= 0.05:
+            asyncio.get_running_loop().call_later(held, self.t.write, data)
         else:
             self.t.write(data)
 
@@ -265,6 +268,20 @@ def test_open_loop_opens_connections_as_requests_need_them(group, loader):
         loader.run(dataclasses.replace(req, max_connections=1))
     assert e.value.kind == "bad_request" and "max_connections 1 is below connections 2" in e.value.message
     assert "max_connections" not in RunRequest(target="127.0.0.1:1", connections=1, rate=10).to_json()
+
+
+@pytest.mark.serial
+def test_connections_opened_for_a_burst_fall_idle_after_it(group, loader):
+    """A server that holds its answers for 50 ms (a GC pause, a stalled host) makes the loader open connections
+    for the ~100 requests that come due meanwhile at 2,000/s; once it answers again, the 2 connections opened
+    before the load carry the rate, and the opened ones only what those cannot take (PROTOCOL.md, "Sending"):
+    taking turns over all of them would put most of the window's requests on the opened ones."""
+    _, port = start_echo(group, "pause", 0.5)
+    s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=1.0, warmup=0.2, rate=2000,
+                              max_connections=1000))
+    ol = s["open_loop"]
+    assert ol["conns_opened"] >= 20 and ol["behind"] == 0, ol  # the pause needed them
+    assert ol["messages_on_opened"] < 0.25 * s["messages"], (ol["messages_on_opened"], s["messages"], ol)
 
 
 @pytest.mark.serial

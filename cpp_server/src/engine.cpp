@@ -241,6 +241,7 @@ class Worker {
       conns_.back().id = uint32_t(i);
       conns_.back().parser = new_parser(r);
     }
+    base_ = uint32_t(conns_.size());
     ep_.reset(check_sys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     wake_fd_.reset(check_sys(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd"));
     epoll_event ev{};
@@ -597,22 +598,45 @@ class Worker {
     return used >= K_ ? 0 : K_ - used;
   }
 
-  // Queues a connection that is up and has a free slot, behind the others (least recently used first).
+  // Queues a connection that is up and has a free slot: one of the -c connections behind the others (least
+  // recently used first: they share the load evenly, as in closed loop, so their per-connection counts still
+  // judge the server's fairness); one opened during the load on top of the others opened so (most recently
+  // used first).
   void push_ready(uint32_t i) {
     Conn& c = conns_[i];
     if (!scheduled_ || c.in_ready || c.state != Conn::Up || free_slots(c) == 0) return;
     c.in_ready = true;
-    ready_.push_back(i);
+    if (i < base_) {
+      ready_.push_back(i);
+    } else {
+      extra_ready_.push_back(i);
+    }
   }
 
-  // The next connection with a free slot; false when none has one.
+  // The next connection with a free slot, false when none has one: a -c connection first, else the opened
+  // connection used last. A burst (a stall of the server or the host) opens connections for the requests it
+  // held up; afterwards the load goes back to the -c connections and the opened ones carry only what those
+  // cannot take, instead of spreading every request over all of them for the rest of the window (with
+  // hundreds of connections taking turns, a server works per request as at hundreds of connections: the knee
+  // of issue 51 fell below -c 10's).
   bool take_ready(uint32_t* out) {
+    auto usable = [this](uint32_t i) {
+      Conn& c = conns_[i];
+      c.in_ready = false;
+      return c.state == Conn::Up && free_slots(c) > 0;
+    };
     while (!ready_.empty()) {
       const uint32_t i = ready_.front();
       ready_.pop_front();
-      Conn& c = conns_[i];
-      c.in_ready = false;
-      if (c.state == Conn::Up && free_slots(c) > 0) {
+      if (usable(i)) {
+        *out = i;
+        return true;
+      }
+    }
+    while (!extra_ready_.empty()) {
+      const uint32_t i = extra_ready_.back();
+      extra_ready_.pop_back();
+      if (usable(i)) {
         *out = i;
         return true;
       }
@@ -1145,7 +1169,9 @@ class Worker {
   Arrival arrival_, seen_;
   uint64_t started_n_ = 0, seen_n_ = 0;
   std::deque<KindRun> kinds_;
-  std::deque<uint32_t> ready_;    // connections with a free slot, least recently used first
+  std::deque<uint32_t> ready_;    // -c connections with a free slot, least recently used first
+  std::vector<uint32_t> extra_ready_;  // connections opened during the load with a free slot, most recent last
+  uint32_t base_ = 0;                  // this thread's -c connections: conns_[0, base_)
   uint64_t waiting_connect_ = 0;  // requests waiting that a connection is being opened for
   uint64_t opening_slots_ = 0;    // the slots (pipeline each) of the connections being opened
   int64_t timer_due_ = 0;         // the pending send timer (0: none)
