@@ -32,6 +32,17 @@ from netprof.profiler.procs import ManagedProcess, ProcessError, ProcessGroup, p
 
 PROTOCOL_VERSION = 1
 MAX_REPLY_LINE = 256 * 1024 * 1024  # a result carries one count per connection: allow it to be long
+# Another host's lines (an agent, the loader it relays) are capped by what they can need, not by what this one's
+# loader could send: 4 MiB (an agent's `file` event carries 256 KiB in base64), and a loader's result up to 96 bytes
+# more per connection (one count per connection in the window and in each of its three phases, 20 digits at most).
+UNTRUSTED_LINE = 4 * 1024 * 1024
+RESULT_BYTES_PER_CONNECTION = 96
+
+
+def result_line_cap(connections: int) -> int:
+    """The longest line a loader on another host may send for a run of `connections` (-c or, opened as
+    needed, --max-connections)."""
+    return UNTRUSTED_LINE + RESULT_BYTES_PER_CONNECTION * connections
 STALL_GRACE_S = 15.0  # on top of connect_timeout + warmup + duration
 
 # Error kinds the loader sends, plus two the client raises itself.
@@ -160,6 +171,7 @@ class _LineReader:
         self.sock = sock
         self.buf = bytearray()
         self.untrusted = untrusted
+        self.max_line = UNTRUSTED_LINE if untrusted else MAX_REPLY_LINE  # Loader.run raises it for a result
 
     def read(self, deadline: float) -> dict | None:
         """The next object; None on EOF; TimeoutError past the deadline; ValueError on garbage."""
@@ -174,8 +186,9 @@ class _LineReader:
                 if not isinstance(obj, dict) or "event" not in obj:
                     raise ValueError(f"not an event: {line[:200]!r}")
                 return safetext.clean(obj) if self.untrusted else obj
-            if len(self.buf) > MAX_REPLY_LINE:
-                raise ValueError("reply line too long")
+            if len(self.buf) > self.max_line:
+                raise ValueError(f"a line longer than {self.max_line:,} bytes (the cap on what "
+                                 f"{'another host' if self.untrusted else 'the loader'} may send in one line)")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
@@ -355,6 +368,8 @@ class Loader:
         deadline = time.monotonic() + timeout
         stats: dict | None = None
         off = self.clock_offset_s
+        if self._reader.untrusted:  # a loader on another host: its result may be as long as this run needs
+            self._reader.max_line = result_line_cap(max(req.connections, req.max_connections or 0))
         try:
             self._send(req.to_json() if not off or req.start_at is None
                        else {**req.to_json(), "start_at": req.start_at + off})

@@ -17,6 +17,7 @@ from the other host: it is used only when it is one of this host's own (check_ad
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import ipaddress
 import json
@@ -29,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import netprof
 from netprof.profiler import paths
@@ -351,13 +353,87 @@ def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_ne
 
 _SAFE_PART = re.compile(r"^[A-Za-z0-9_.@+=,-]+$")
 
+# What a server host may send back (issue 52, finding 3): its results directory's files are written here as they
+# come, one open at a time (never held whole in memory: 192 MiB of files once took the root controller to 565 MiB),
+# within these caps; past one the run ends with it named. A real results directory is a few MiB to a few hundred
+# (flamegraphs, per-connection tables); the caps are there to bound a hostile one.
+MAX_RESULT_FILE = 1 << 30  # bytes of one file
+MAX_RESULT_TOTAL = 4 << 30  # bytes of all of them
+MAX_RESULT_FILES = 10_000
+MAX_RESULT_DEPTH = 8  # directories below the results directory
+
 
 def _result_path(out: Path, rel: object) -> Path:
     """Where a file the server host sent goes: under `out`, by a relative path of plain names only."""
     parts = str(rel).split("/") if isinstance(rel, str) else []
     if not parts or any(p in ("", ".", "..") or not _SAFE_PART.match(p) for p in parts):
         raise ProcessError(f"the server host sent a result file with a path netprof does not write: {rel!r}")
+    if len(parts) - 1 > MAX_RESULT_DEPTH:
+        raise ProcessError(f"the server host sent a result file {len(parts) - 1} directories deep: netprof writes "
+                           f"at most {MAX_RESULT_DEPTH} (MAX_RESULT_DEPTH)")
     return out.joinpath(*parts)
+
+
+class ResultFiles:
+    """The server host's results directory, written under `out` as its `file` events come: a file's pieces come one
+    after another (agent.py), so one file is open at a time, written beside its name and renamed onto it once
+    the next begins or the run ends (atomic.open_atomic: through no link). ProcessError, naming the cap, past
+    one of the caps above, for a piece of a file that is not the one being written, or a file sent twice."""
+
+    def __init__(self, out: Path, max_file: int = MAX_RESULT_FILE, max_total: int = MAX_RESULT_TOTAL,
+                 max_files: int = MAX_RESULT_FILES) -> None:
+        self.out, self.max_file, self.max_total, self.max_files = out, max_file, max_total, max_files
+        self.written: set[Path] = set()
+        self.total = 0
+        self._open: tuple[Path, contextlib.ExitStack, IO[bytes]] | None = None
+        self._size = 0
+
+    def add(self, rel: object, data: bytes, append: bool) -> None:
+        path = _result_path(self.out, rel)
+        if append:
+            if self._open is None or self._open[0] != path:
+                raise ProcessError(f"the server host sent a piece of result file {rel!r} out of turn")
+        else:
+            if path in self.written:
+                raise ProcessError(f"the server host sent result file {rel!r} twice")
+            if len(self.written) >= self.max_files:
+                raise ProcessError(f"the server host sent more than {self.max_files:,} result files (MAX_RESULT_FILES)")
+            self.commit()
+            self._begin(path)
+        self._size += len(data)
+        self.total += len(data)
+        if self._size > self.max_file:
+            raise ProcessError(f"the server host sent result file {rel!r} of more than {self.max_file:,} bytes "
+                               f"(MAX_RESULT_FILE)")
+        if self.total > self.max_total:
+            raise ProcessError(f"the server host sent more than {self.max_total:,} bytes of result files "
+                               f"(MAX_RESULT_TOTAL)")
+        assert self._open is not None
+        self._open[2].write(data)
+
+    def _begin(self, path: Path) -> None:
+        from netprof.profiler import atomic
+
+        atomic.ensure_out_dir(self.out)
+        rel = path.relative_to(self.out)
+        if len(rel.parts) > 1:
+            atomic.make_subdir(self.out, str(rel.parent))
+        stack = contextlib.ExitStack()
+        f = stack.enter_context(atomic.open_atomic(path, "wb"))
+        self._open, self._size = (path, stack, f), 0
+        self.written.add(path)
+
+    def commit(self) -> None:
+        """The file being written, renamed onto its name (complete)."""
+        if self._open is not None:
+            stack, self._open = self._open[1], None
+            stack.close()
+
+    def discard(self) -> None:
+        """The file being written, removed (the run ended before it was complete)."""
+        if self._open is not None:
+            stack, self._open = self._open[1], None
+            stack.__exit__(ProcessError, ProcessError("incomplete"), None)
 
 
 def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = "", remote_netprof: str = "",
@@ -365,34 +441,40 @@ def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = 
     """`--server-host HOST`: the whole run (server, probes, cells, report) by the netprof on HOST, started by
     its agent; its output shown here as it comes, its results directory copied into `out` (created here),
     its exit code returned. Loaders given with --loader-hosts are reached from HOST (it needs ssh to them)."""
-    import base64
-
     with ProcessGroup() as group:
         s = Session(group, host, "--server-host", ssh_config, remote_netprof)
         if probes and s.hello.get("bpf"):
             raise InputError(f"--server-host {host} cannot run the probes: {s.hello['bpf']}; or pass --no-probes")
         s.send({"cmd": "run", "args": args})
-        files: dict[Path, bytearray] = {}
-        remote_out = None
-        while True:
-            evt = s.read(timeout=24 * 3600.0)  # the run's own length: it says when it ends
-            kind = evt.get("event")
-            if kind == "started":
-                remote_out = str(evt.get("out") or "") or None
-            elif kind in ("out", "err"):
-                text = clean_text(str(evt.get("text", "")))  # cleaned as read (untrusted reader), and here
-                if remote_out:
-                    text = rewrite_path(text, remote_out, str(out))  # paths in the summary, the JSON: ours
-                print(text, file=sys.stdout if kind == "out" else sys.stderr, flush=True)
-            elif kind == "file":
-                path = _result_path(out, evt.get("path"))
-                chunk = base64.b64decode(evt.get("data", ""))
-                files[path] = files[path] + chunk if evt.get("append") and path in files else bytearray(chunk)
-            elif kind == "exit":
-                _write_results(out, files)
-                return int(evt.get("code", 1))
-            elif kind == "error":
-                raise InputError(f"--server-host {host}: {evt.get('message', evt)}")
+        files = ResultFiles(out)
+        try:
+            return _relay_run(s, host, out, files)
+        finally:
+            files.discard()  # what is still open was not complete (a normal end committed it)
+
+
+def _relay_run(s: Session, host: str, out: Path, files: ResultFiles) -> int:
+    """The server host's run, relayed: its output printed as it comes, its files written; its exit code."""
+    import base64
+
+    remote_out = None
+    while True:
+        evt = s.read(timeout=24 * 3600.0)  # the run's own length: it says when it ends
+        kind = evt.get("event")
+        if kind == "started":
+            remote_out = str(evt.get("out") or "") or None
+        elif kind in ("out", "err"):
+            text = clean_text(str(evt.get("text", "")))  # cleaned as read (untrusted reader), and here
+            if remote_out:
+                text = rewrite_path(text, remote_out, str(out))  # paths in the summary, the JSON: ours
+            print(text, file=sys.stdout if kind == "out" else sys.stderr, flush=True)
+        elif kind == "file":
+            files.add(evt.get("path"), base64.b64decode(evt.get("data", "")), bool(evt.get("append")))
+        elif kind == "exit":
+            files.commit()
+            return int(evt.get("code", 1))
+        elif kind == "error":
+            raise InputError(f"--server-host {host}: {evt.get('message', evt)}")
 
 
 # Around a path in a line of output: what may stand before it (the line's start, a space, a quote, `=`, `:`,
@@ -410,19 +492,6 @@ def rewrite_path(text: str, theirs: str, ours: str) -> str:
             or re.search(r"[\s\"'`]", theirs)):
         return text
     return re.sub(_PATH_BEFORE + re.escape(theirs) + _PATH_AFTER, lambda _m: ours, text)
-
-
-def _write_results(out: Path, files: dict[Path, bytearray]) -> None:
-    """The server host's results directory, here: subdirectories made as results directories are, every
-    file written through no link (atomic.py)."""
-    from netprof.profiler import atomic
-
-    atomic.ensure_out_dir(out)
-    for path, data in sorted(files.items()):
-        rel = path.relative_to(out)
-        if len(rel.parts) > 1:
-            atomic.make_subdir(out, str(rel.parent))
-        atomic.write_bytes(path, bytes(data))
 
 
 class SshLink:

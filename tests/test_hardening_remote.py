@@ -9,19 +9,23 @@ and the stand-in, run as root too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import socket
+import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 import netprof
-from helpers import netprof_cli, run_netprof
+from helpers import netprof_cli, netprof_cmd, run_netprof
 from netprof.profiler import safetext, sshlink
 from netprof.profiler.errors import InputError
 
@@ -313,3 +317,110 @@ def test_every_file_an_ssh_config_includes_is_trusted_as_it_is(tmp_path, monkeyp
     _config(good, 'Include "unbalanced\n')
     with pytest.raises(InputError, match="cannot be read"):
         sshlink.check_ssh_config(str(main))
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 3: a remote host exhausts the controller's memory.
+
+# A far side that answers `run` with N_FILES files of FILE_MIB MiB each, sent as the agent sends files (pieces of
+# 256 KiB in base64, `append` after the first), then exit 0.
+FILES = """
+import base64
+N_FILES, FILE_MIB = {n}, {mib}
+req = hello_and_clocks()
+assert req["cmd"] == "run", req
+send({{"event": "started", "out": "/srv/r"}})
+piece = base64.b64encode(b"x" * (256 * 1024)).decode()
+for i in range(N_FILES):
+    for k in range(FILE_MIB * 4):
+        send({{"event": "file", "path": f"d{{i % 4}}/f{{i}}.bin", "append": k > 0, "data": piece}})
+send({{"event": "exit", "code": 0}})
+"""
+
+# The controller as a child of a small parent that prints its peak RSS (KiB) once it has exited.
+PEAK_RSS = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+            "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def _server_host_peak(tmp_path: Path, n: int, mib: int) -> tuple[int, int, Path]:
+    """(exit code, peak RSS in MiB, results directory) of `--server-host` against a far side sending n × mib MiB."""
+    work = tmp_path / f"{n}x{mib}"
+    work.mkdir()
+    env = _hostile_agent(work, HELLO, FILES.format(n=n, mib=mib))
+    res = subprocess.run([sys.executable, "-c", PEAK_RSS, *netprof_cmd(*_args(work, "--server-host", "evil"))],
+                         env=env, capture_output=True, text=True, timeout=300)
+    code, kib = res.stdout.split()[-2:]
+    return int(code), int(kib) // 1024, work / "r"
+
+
+@pytest.mark.e2e  # stand-in agent processes
+def test_a_server_hosts_192_mib_of_result_files_are_streamed_to_disk_not_held(tmp_path):
+    """Issue 52, finding 3: 192 MiB of result files once took the root controller's RSS to 565 MiB (held in memory,
+    re-copied on each piece). Now each piece goes to disk as it comes: the peak stays within 64 MiB of the same
+    run's with 1 MiB of files (the controller's own size, measured here rather than assumed)."""
+    code, small, _ = _server_host_peak(tmp_path, 1, 1)
+    assert code == 0
+    code, big, out = _server_host_peak(tmp_path, 48, 4)
+    assert code == 0
+    sizes = sorted(p.stat().st_size for p in out.rglob("*.bin"))
+    assert len(sizes) == 48 and set(sizes) == {4 << 20}, sizes[:5]
+    assert big < small + 64, f"peak RSS {big} MiB with 192 MiB of files, {small} MiB with 1 MiB"
+
+
+def test_result_files_refuse_past_each_cap_and_name_it(tmp_path):
+    from netprof.profiler.procs import ProcessError
+
+    def sink(**caps):
+        out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+        return sshlink.ResultFiles(out, **caps), out
+
+    files, out = sink(max_file=10)
+    files.add("a.bin", b"x" * 6, append=False)
+    with pytest.raises(ProcessError, match=r"result file 'a.bin' of more than 10 bytes \(MAX_RESULT_FILE\)"):
+        files.add("a.bin", b"x" * 6, append=True)
+    files.discard()
+    assert list(out.iterdir()) == []  # the incomplete file is gone, its temp file too
+    files, out = sink(max_total=10)
+    files.add("a.bin", b"x" * 6, append=False)
+    with pytest.raises(ProcessError, match=r"more than 10 bytes of result files \(MAX_RESULT_TOTAL\)"):
+        files.add("b/c.bin", b"x" * 6, append=False)
+    assert (out / "a.bin").read_bytes() == b"x" * 6  # complete before the next began: kept
+    files, out = sink(max_files=2)
+    files.add("a", b"1", append=False)
+    files.add("b", b"2", append=False)
+    with pytest.raises(ProcessError, match=r"more than 2 result files \(MAX_RESULT_FILES\)"):
+        files.add("c", b"3", append=False)
+    files, out = sink()
+    with pytest.raises(ProcessError, match=r"9 directories deep: netprof writes at most 8 \(MAX_RESULT_DEPTH\)"):
+        files.add("/".join("d" * 9) + "/f", b"", append=False)
+    files.add("x", b"1", append=False)
+    files.add("y", b"1", append=False)
+    with pytest.raises(ProcessError, match="piece of result file 'x' out of turn"):
+        files.add("x", b"2", append=True)
+    with pytest.raises(ProcessError, match="result file 'x' twice"):
+        files.add("x", b"2", append=False)
+    files.commit()
+    assert (out / "x").read_bytes() == b"1" and (out / "y").read_bytes() == b"1"
+
+
+def test_another_hosts_line_is_capped_and_a_loaders_result_by_its_connections():
+    from netprof.profiler import loader_client
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        reader = loader_client._LineReader(ours, untrusted=True)
+        line = b'{"event": "out", "text": "' + b"x" * (loader_client.UNTRUSTED_LINE + 1)
+
+        def write() -> None:
+            with contextlib.suppress(OSError):  # the reader stops reading at the cap
+                theirs.sendall(line)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        with pytest.raises(ValueError, match=r"longer than 4,194,304 bytes \(the cap on what another host"):
+            reader.read(time.monotonic() + 30)
+        ours.shutdown(socket.SHUT_RDWR)  # the writer's sendall ends
+        writer.join(timeout=10)
+    assert loader_client._LineReader(ours).max_line == loader_client.MAX_REPLY_LINE  # our own loader's
+    # a result of 100,000 connections (one count each, in the window and three phases): within its cap
+    assert loader_client.result_line_cap(100_000) == 4 * 1024 * 1024 + 96 * 100_000
