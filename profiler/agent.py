@@ -12,7 +12,8 @@ the agent's side of it, sshlink.py the controller's, and tests/test_agent.py che
     ← {"event": "loader", "pid": 4242}
     … from here on the stream is the loader's own control channel (cpp_server/PROTOCOL.md), relayed
       byte for byte, until either side closes it.
-    → {"cmd": "run", "args": ["selector", "-c", "100", "--loader-hosts", "lab2", …]}   (--server-host)
+    → {"cmd": "run", "args": ["selector", "-c", "100", "--loader-hosts", "lab2", …],   (--server-host)
+       "secrets": {"headers": ["Authorization: …"], "body": null, "env": ["TOKEN=…"]}}
     ← {"event": "started", "out": "/tmp/…/out"}, then {"event": "out" | "err", "text": "…"} as the run
       prints, {"event": "file", "path": "report.html", "append": false, "data": "<base64>"} for each
       file of its results, {"event": "exit", "code": 0}
@@ -36,7 +37,9 @@ from netprof.profiler.loader_client import Loader
 from netprof.profiler.procs import ProcessGroup
 
 PROTOCOL = 1
-MAX_REQUEST_LINE = 64 * 1024  # a request is a few hundred bytes; anything longer is not the controller
+# A request is a few hundred bytes, a run's with its secrets at most a body and a header file (1 MiB each,
+# results.MAX_NAMED_FILE, JSON-escaped: up to 6 bytes a byte): anything longer is not the controller.
+MAX_REQUEST_LINE = 16 * 1024 * 1024
 
 
 def hello() -> dict:
@@ -97,7 +100,41 @@ FILE_CHUNK = 256 * 1024  # bytes of a result file per `file` event (base64 in th
 STOP_GRACE_S = 15.0  # a remote run told to stop (SIGTERM, like Ctrl-C) keeps its finished cells meanwhile
 
 
-def _run_here(io: _Stdio, args: list[str]) -> int:
+def _secret_args(work: str, secrets: dict) -> list[str]:
+    """The run's headers, body and --cmd environment (the controller's `secrets`), as files in the agent's private
+    directory (0700, each file 0600) named by --header-file, --body-file and --env-file: a value on the command
+    line would be readable by every user of this host in /proc/PID/cmdline."""
+    args = []
+    for key, option in (("headers", "--header-file"), ("env", "--env-file")):
+        if secrets.get(key):
+            args += [option, _private_file(work, key, "".join(f"{v}\n" for v in secrets[key]))]
+    if secrets.get("body") is not None:
+        args += ["--body-file", _private_file(work, "body", secrets["body"])]
+    return args
+
+
+def _private_file(work: str, name: str, text: str) -> str:
+    path = os.path.join(work, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def _check_secrets(secrets: object) -> str | None:
+    """Why a run request's `secrets` is not what the controller sends, or None."""
+    if not isinstance(secrets, dict) or set(secrets) - {"headers", "body", "env"}:
+        return "run: secrets is an object of headers, body and env"
+    for key in ("headers", "env"):
+        items = secrets.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(v, str) and "\n" not in v for v in items):
+            return f"run: secrets.{key} is a list of one-line strings"
+    if not isinstance(secrets.get("body"), (str, type(None))):
+        return "run: secrets.body is a string or null"
+    return None
+
+
+def _run_here(io: _Stdio, args: list[str], secrets: dict) -> int:
     """`netprof run ARGS -o TMP` on this host (the server host of `--server-host`): its stdout and stderr
     lines as `out`/`err` events while it runs, then every file of its results directory as `file` events,
     then `exit` with its exit code. The session's EOF stops it (SIGTERM: it ends like Ctrl-C); the agent
@@ -113,6 +150,7 @@ def _run_here(io: _Stdio, args: list[str]) -> int:
     work = tempfile.mkdtemp(prefix="netprof-agent-")
     out = os.path.join(work, "out")
     try:
+        args = [*args, *_secret_args(work, secrets)]
         child = subprocess.Popen([sys.executable, "-m", "netprof.profiler", "run", *args, "-o", out],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  cwd="/", start_new_session=True, preexec_fn=procs.die_with(os.getpid()))
@@ -264,7 +302,11 @@ def serve(fd_in: int = 0, fd_out: int = 1) -> int:
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
                 io.reply(_error("run: args is a list of strings (netprof run's arguments)"))
                 continue
-            return _run_here(io, args)
+            secrets = req.get("secrets") or {}
+            if why := _check_secrets(secrets):
+                io.reply(_error(why))
+                continue
+            return _run_here(io, args, secrets)
         else:
             io.reply(_error(f"unknown cmd {cmd!r}"))
 

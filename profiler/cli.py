@@ -29,6 +29,7 @@ from netprof.profiler.paths import caller_uids, untrusted_reason
 from netprof.profiler.plan import (
     RunConfig,
     check_remote_work,
+    parse_env_file,
     parse_framings,
     parse_header_file,
     parse_int_list,
@@ -314,6 +315,10 @@ def run(
         None, "--env", metavar="NAME=VALUE",
         help="Set a variable in --cmd's environment (repeatable). Through sudo, --cmd gets your environment (your "
              "HOME, USER, and the PATH netprof got: sudo's secure_path unless kept); --env PATH=... sets another."),
+    env_file: Path | None = typer.Option(
+        None, "--env-file", metavar="FILE",
+        help="Variables for --cmd's environment from a file, one NAME=VALUE per line (blank lines and # comments "
+             "skipped); unlike --env, not visible to other users."),
     protocol: str = typer.Option(
         "echo", "--protocol", metavar="echo|http|line",
         help="echo (64-byte echo), http (HTTP/1.1 keep-alive), line (a request line, one reply line)."),
@@ -341,7 +346,8 @@ def run(
     """Run servers × connections × pipeline × rounds and report what each message costs.
 
     BACKEND...: the built-in backends to run (`netprof list`); or --cmd / --attach for your own server."""
-    own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root, ready_timeout, env or [])
+    env_items = list(env or []) + _env_file(env_file)
+    own = _own_servers(cmd or [], name or [], ready_regex, attach, target, as_root, ready_timeout, env_items)
     headers, body = _http_request(header, header_file, body, body_file)
     pin, pin_both = parse_pin(pin_mode, no_pin)
     cfg = validate(RunConfig(
@@ -358,7 +364,7 @@ def run(
             loader_hosts=parse_hosts(loader_hosts), server_host=(parse_hosts(server_host, "--server-host") or [""])[0],
             ssh_config=str(ssh_config) if ssh_config else "",
             remote_netprof=remote_netprof,
-            env=list(env or []), extra_dims={**parse_tags(tag), **parse_rates(rate), **parse_io_uring(io_uring)},
+            env=env_items, extra_dims={**parse_tags(tag), **parse_rates(rate), **parse_io_uring(io_uring)},
             arrivals=arrivals, max_connections=max_connections,
             zmq_client=zmq_client,
         ))
@@ -373,8 +379,11 @@ def run(
         _execute(cfg, as_json, quiet=quiet, verbose=verbose, render_report=not no_report)
 
 
-# `run`'s options that stay on this side with --server-host: where the results land here, and the host itself.
-_LOCAL_OPTIONS = ("--server-host", "-o", "--out")
+# `run`'s options that stay on this side with --server-host: where the results land here, the host itself, and
+# those that may carry secrets: their values go to the server host through the agent's channel (`secrets` of its
+# run request, docs/agent-protocol.md), never on the remote command line, which every user there can read.
+_LOCAL_OPTIONS = ("--server-host", "-o", "--out", "--header", "--header-file", "--body", "--body-file", "--env",
+                  "--env-file")
 
 
 def forwarded_args(argv: list[str]) -> list[str]:
@@ -401,8 +410,9 @@ def _run_on_server_host(cfg: RunConfig) -> None:
 
     argv = sys.argv[sys.argv.index("run") + 1:] if "run" in sys.argv else []
     out = Path(cfg.out_dir) if cfg.out_dir else runlock.unique_out_dir()
+    secrets = {"headers": cfg.headers, "body": cfg.body, "env": cfg.env}  # read here, files included
     code = sshlink.run_on_server_host(cfg.server_host, forwarded_args(argv), out, cfg.ssh_config,
-                                      cfg.remote_netprof, probes=cfg.probes)
+                                      cfg.remote_netprof, probes=cfg.probes, secrets=secrets)
     if code == 0:
         err.print(f"results of {cfg.server_host}: {escape(str(out))}")
     raise typer.Exit(code)
@@ -421,6 +431,15 @@ def _http_request(header: list[str] | None, header_file: Path | None, body: str 
     if header_file is not None:
         headers += parse_header_file(read_named_file(header_file, "--header-file"), str(header_file))
     return headers, body
+
+
+def _env_file(env_file: Path | None) -> list[str]:
+    """--env-file's NAME=VALUE lines."""
+    if env_file is None:
+        return []
+    from netprof.profiler.results import read_named_file  # only with a file: it loads pandas (~0.25 s)
+
+    return parse_env_file(read_named_file(env_file, "--env-file"), str(env_file))
 
 
 def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: int | None, target: str,

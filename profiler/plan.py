@@ -436,6 +436,20 @@ def parse_header_file(text: str, path: str) -> list[str]:
     return headers
 
 
+def parse_env_file(text: str, path: str) -> list[str]:
+    """--env-file: one NAME=VALUE per line (as --env); blank lines and # comments skipped. A bad line is named by
+    its number only: the file may hold secrets."""
+    items = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise InputError(f"--env-file {path}: line {n} is not NAME=VALUE (blank lines and # comments are skipped)")
+        items.append(line)
+    return items
+
+
 def check_loader_hosts(cfg: RunConfig) -> None:
     """--loader-hosts: what goes with it (sshlink.py runs the sessions)."""
     if cfg.remote:

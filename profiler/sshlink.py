@@ -437,15 +437,16 @@ class ResultFiles:
 
 
 def run_on_server_host(host: str, args: list[str], out: Path, ssh_config: str = "", remote_netprof: str = "",
-                       probes: bool = True) -> int:
+                       probes: bool = True, secrets: dict | None = None) -> int:
     """`--server-host HOST`: the whole run (server, probes, cells, report) by the netprof on HOST, started by
     its agent; its output shown here as it comes, its results directory copied into `out` (created here),
-    its exit code returned. Loaders given with --loader-hosts are reached from HOST (it needs ssh to them)."""
+    its exit code returned. Loaders given with --loader-hosts are reached from HOST (it needs ssh to them).
+    `secrets` (headers, body, env items) go over the agent's channel, not on the remote command line."""
     with ProcessGroup() as group:
         s = Session(group, host, "--server-host", ssh_config, remote_netprof)
         if probes and s.hello.get("bpf"):
             raise InputError(f"--server-host {host} cannot run the probes: {s.hello['bpf']}; or pass --no-probes")
-        s.send({"cmd": "run", "args": args})
+        s.send({"cmd": "run", "args": args, "secrets": secrets or {}})
         files = ResultFiles(out)
         try:
             return _relay_run(s, host, out, files)

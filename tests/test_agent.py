@@ -142,10 +142,37 @@ def test_loader_hosts_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
 
 
-def test_server_host_forwards_every_option_but_where_results_land_here():
+def test_server_host_forwards_every_option_but_where_results_land_here_and_secrets():
     from netprof.profiler.cli import forwarded_args
 
     argv = ["selector", "-c", "100", "--server-host", "lab1", "-o", "/x", "--loader-hosts", "lab2", "--out=/y",
-            "--server-host=lab1", "-oZ", "--yes", "--json", "--cmd", "python app.py --port {port}"]
+            "--server-host=lab1", "-oZ", "--yes", "--json", "--cmd", "python app.py --port {port}",
+            "--header", "Authorization: Bearer s", "--header=X-Key: k", "--header-file", "/h", "--body", "b",
+            "--body-file=/b", "--env", "TOKEN=t", "--env-file", "/e", "--protocol", "http"]
+    # the values that may be secrets go through the agent's channel (sshlink.run_on_server_host's `secrets`)
     assert forwarded_args(argv) == ["selector", "-c", "100", "--loader-hosts", "lab2", "--json", "--cmd",
-                                    "python app.py --port {port}"]
+                                    "python app.py --port {port}", "--protocol", "http"]
+
+
+@pytest.mark.parametrize("secrets, says", [
+    ([], "secrets is an object of headers, body and env"),
+    ({"headers": ["A: b"], "cookies": []}, "secrets is an object of headers, body and env"),
+    ({"headers": "A: b"}, "secrets.headers is a list of one-line strings"),
+    ({"env": ["A=1\nB=2"]}, "secrets.env is a list of one-line strings"),
+    ({"body": 3}, "secrets.body is a string or null"),
+])
+def test_a_run_requests_secrets_are_checked(secrets, says):
+    assert agent._check_secrets(secrets) == f"run: {says}"
+
+
+def test_secrets_become_private_files_named_by_their_options(tmp_path):
+    work = tmp_path / "w"
+    work.mkdir(mode=0o700)
+    args = agent._secret_args(str(work), {"headers": ["Authorization: Bearer s3cret", "X-A: 1"], "body": "",
+                                          "env": ["TOKEN=t0k"]})
+    assert args == ["--header-file", str(work / "headers"), "--env-file", str(work / "env"),
+                    "--body-file", str(work / "body")]
+    assert (work / "headers").read_text() == "Authorization: Bearer s3cret\nX-A: 1\n"
+    assert (work / "env").read_text() == "TOKEN=t0k\n" and (work / "body").read_text() == ""
+    assert {oct(p.stat().st_mode & 0o777) for p in work.iterdir()} == {"0o600"}
+    assert agent._secret_args(str(tmp_path), {}) == []

@@ -424,3 +424,47 @@ def test_another_hosts_line_is_capped_and_a_loaders_result_by_its_connections():
     assert loader_client._LineReader(ours).max_line == loader_client.MAX_REPLY_LINE  # our own loader's
     # a result of 100,000 connections (one count each, in the window and three phases): within its cap
     assert loader_client.result_line_cap(100_000) == 4 * 1024 * 1024 + 96 * 100_000
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding 6: secrets on the remote command line.
+
+@pytest.mark.e2e  # a run through the real agent, its --cmd server and loader
+def test_server_host_secrets_never_reach_a_command_line_there(tmp_path):
+    """--server-host with --header-file, --header, --env and --env-file: the values went onto the remote `netprof
+    run` command line (readable by every user there) and --header-file was forwarded as a path of the other host.
+    Now the controller reads them and sends them through the agent's channel, which writes them to private
+    files: no process's command line holds a secret while the run goes on (the far side is this host, so its
+    `ps` is ours), and the remote run had them (its meta.json, redacted, names them)."""
+    secret, token = "Bearer hdr5ecret", "env5ecret"
+    headers = tmp_path / "headers"
+    headers.write_text(f"Authorization: {secret}\n")
+    headers.chmod(0o600)
+    env_file = tmp_path / "env"
+    env_file.write_text(f"API_TOKEN={token}\n")
+    env_file.chmod(0o600)
+    env = _agent_saying(tmp_path, "127.0.0.1 40000 127.0.0.1 22")
+    server = f"{sys.executable} -m http.server --bind 127.0.0.1 {{port}}"
+    args = ["run", "--cmd", server, "--protocol", "http", "--header-file", str(headers), "--header",
+            "X-Key: k3ysecret", "--env", "DB_PASSWORD=pw5ecret", "--env-file", str(env_file), "-c", "2", "-d", "1",
+            "-r", "1", "--warmup", "0.3", "--no-probes", "--no-report", "--wait", "--server-host", "far",
+            "-o", str(tmp_path / "r")]
+    proc = subprocess.Popen(netprof_cmd(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, str] = {}
+    while proc.poll() is None:
+        for p in psutil.process_iter(["cmdline"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if "netprof" in cmd or "http.server" in cmd:
+                seen[p.pid] = cmd
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    remote = [c for c in seen.values() if " agent" not in c and "--env-file" in c]
+    assert remote, f"the remote run was never seen: {list(seen.values())}"  # its secrets came as files
+    # (the controller's own command line holds what was given there, --header and --env: the user's choice, here)
+    theirs = [c for pid, c in seen.items() if pid != proc.pid]
+    for word in ("hdr5ecret", "k3ysecret", "pw5ecret", "env5ecret"):
+        assert not [c for c in theirs if word in c], word
+    config = json.loads((tmp_path / "r" / "meta.json").read_text())["config"]
+    assert config["headers"] == ["X-Key: <redacted, 9 chars>", "Authorization: Bearer <redacted, 9 chars>"], config
+    assert sorted(config["env"]) == ["API_TOKEN=<redacted, 9 chars>", "DB_PASSWORD=<redacted, 8 chars>"], config
