@@ -12,8 +12,15 @@
 # reaches them; no default route, nothing routed beyond the bridge. Host 1 (lab1) is the server's host.
 #
 # Everything the lab makes is named here and nowhere else: namespaces nplab1..nplab16, the bridge
-# nplab0, the veths nplabv1..nplabv16 and the directory /run/netprof-lab (0700, root's: keys, sshd
-# configs, pid and log files, known_hosts, ssh_config). `down` touches nothing else.
+# nplab0, the veths nplabv1..nplabv16, the directory /run/netprof-lab (0700, root's: keys, sshd
+# configs, pid and log files, known_hosts, ssh_config) and, when `up` runs through sudo, the caller's
+# copy /run/netprof-lab.UID (0700, the caller's: the client key, known_hosts and an ssh_config naming
+# them), since netprof runs ssh as the sudo caller, who cannot read root's. `down` touches nothing else.
+#
+# A lab key is root on this machine: a lab host is a set of namespaces of this kernel, sharing its
+# filesystem and processes, and its sshd lets the key in as root. Only root holds it, and the user who
+# brought the lab up through sudo (who is root already); each sshd listens on its host's address
+# (10.213.0.I), reached only from this machine's bridge, and takes nothing but that key.
 #
 # netprof's own reaper (profiler/netns.py `cleanup_leftovers`, run by profiler/reap.py at every run's
 # start, by the watchdog and by `netprof doctor`) deletes namespaces matching ^netprof-<pid>-[bl]$ whose
@@ -133,6 +140,11 @@ teardown() {
         kill -KILL "$pid" 2>/dev/null || true
       fi
     done
+    local caller
+    caller="$(head -c 64 "$LAB/caller_dir" 2>/dev/null || true)"
+    if [[ "$caller" =~ ^/run/netprof-lab\.[0-9]+$ ]] && [ -d "$caller" ] && [ ! -L "$caller" ]; then
+      rm -rf --one-file-system -- "$caller"
+    fi
     rm -rf --one-file-system -- "$LAB"
   elif why="$(lab_refusal)" && [ -n "$why" ]; then
     die "$why"
@@ -172,9 +184,10 @@ Subsystem sftp internal-sftp
 EOF
 }
 
+# The ssh config for `up N` whose key and known_hosts are in directory $2 (root's $LAB, or the caller's copy).
 client_config() {
-  local n="$1" i
-  echo "# Lab hosts made by scripts/lab.sh up $n: ssh -F $CFG labI. lab1 is the server's host."
+  local n="$1" dir="$2" i
+  echo "# Lab hosts made by scripts/lab.sh up $n: ssh -F $dir/ssh_config labI. lab1 is the server's host."
   for i in $(seq "$n"); do
     cat <<EOF
 
@@ -182,9 +195,9 @@ Host lab$i
   HostName $NET.$i
   User root
   Port 22
-  IdentityFile $LAB/id_ed25519
+  IdentityFile $dir/id_ed25519
   IdentitiesOnly yes
-  UserKnownHostsFile $LAB/known_hosts
+  UserKnownHostsFile $dir/known_hosts
   GlobalKnownHostsFile /dev/null
   StrictHostKeyChecking yes
   BatchMode yes
@@ -212,7 +225,7 @@ up_exit() {
 }
 
 up() {
-  local n="$1" i ns veth
+  local n="$1" i ns veth cfg
   [ -x "$SSHD" ] || die "$SSHD is missing: install openssh-server (scripts/setup-system.sh)"
   local tool
   for tool in ip ssh ssh-keygen unshare ss; do
@@ -248,7 +261,11 @@ up() {
     host_sshd_config "$i" >"$LAB/host$i/sshd_config"
     try "checking lab$i's sshd config" "$SSHD" -t -f "$LAB/host$i/sshd_config"
   done
-  client_config "$n" >"$CFG"
+  client_config "$n" "$LAB" >"$CFG"
+  cfg="$CFG"
+  if [ -n "${SUDO_UID:-}" ] && [ "$SUDO_UID" != 0 ]; then
+    cfg="$(caller_copy "$n")"
+  fi
 
   try "making the bridge $BRIDGE" ip link add "$BRIDGE" type bridge stp_state 0
   { echo 1 >"/proc/sys/net/ipv6/conf/$BRIDGE/disable_ipv6"; } 2>/dev/null || true
@@ -291,8 +308,27 @@ up() {
   fi
 
   trap - EXIT
-  echo "lab: $n host(s) up: lab1..lab$n at $NET.1..$NET.$n (lab1 is the server's); ssh -F $CFG labI"
-  echo "$CFG"
+  echo "lab: $n host(s) up: lab1..lab$n at $NET.1..$NET.$n (lab1 is the server's); ssh -F $cfg labI"
+  echo "$cfg"
+}
+
+# The sudo caller's copy of the client side (netprof runs ssh as that user): a directory of theirs in /run
+# (where only root creates), recorded in $LAB so that `down` removes it; prints its ssh config's path.
+caller_copy() {
+  local n="$1" uid gid dir
+  uid="$(printf '%s' "$SUDO_UID" | tr -cd 0-9)"
+  gid="$(printf '%s' "${SUDO_GID:-$SUDO_UID}" | tr -cd 0-9)"
+  [ -n "$uid" ] && [ -n "$gid" ] || die "SUDO_UID/SUDO_GID are not numbers"
+  dir="$LAB.$uid"
+  [ ! -e "$dir" ] && [ ! -L "$dir" ] || die "$dir exists (a lab's leftover?); remove it first"
+  echo "$dir" >"$LAB/caller_dir"
+  mkdir -m 0700 "$dir"
+  install -m 0600 "$LAB/id_ed25519" "$dir/id_ed25519"
+  install -m 0644 "$LAB/known_hosts" "$dir/known_hosts"
+  client_config "$n" "$dir" >"$dir/ssh_config"
+  chmod 0600 "$dir/ssh_config"
+  chown -R -- "$uid:$gid" "$dir"
+  echo "$dir/ssh_config"
 }
 
 status() {

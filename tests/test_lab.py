@@ -30,8 +30,11 @@ SSHD = "/usr/sbin/sshd"
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # one lab per machine
 
 
-def _lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(LAB_SH), *args], capture_output=True, text=True, timeout=timeout)
+def _lab(*args: str, timeout: float = 60, sudo: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """scripts/lab.sh as root itself (no SUDO_*, whatever this session got), or as through sudo (`sudo`: its
+    SUDO_UID/SUDO_GID)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")} | (sudo or {})
+    return subprocess.run(["bash", str(LAB_SH), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _ssh(host: str, command: str) -> subprocess.CompletedProcess:
@@ -151,3 +154,33 @@ def test_bad_host_count_is_one_line_exit_2(count):
     res = _lab("up", count)
     assert res.returncode == 2, res
     assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1 and "1 to 16" in res.stderr, res.stderr
+
+
+def test_up_through_sudo_gives_the_caller_a_key_of_their_own_that_down_removes(local_user):
+    """netprof runs ssh as the sudo caller, who cannot read root's /run/netprof-lab: `up` through sudo copies the
+    client key and known_hosts into /run/netprof-lab.UID (the caller's, 0700) with an ssh config naming them, and
+    prints that config. The caller reaches the lab with it; another user cannot read the key (it is root on this
+    machine: the lab's hosts are namespaces of it); `down` removes the copy."""
+    _require_lab_machine()
+    left = _leftovers()
+    if left:
+        pytest.fail(f"a lab is already up ({', '.join(left)}): someone else's? run scripts/lab.sh down first")
+    mine = f"{LAB_DIR}.{local_user.uid}"
+    try:
+        up = _lab("up", "1", sudo={"SUDO_UID": str(local_user.uid), "SUDO_GID": str(local_user.gid)})
+        assert up.returncode == 0, up.stderr + up.stdout
+        assert up.stdout.splitlines()[-1] == f"{mine}/ssh_config", up.stdout
+        st = os.lstat(mine)
+        assert stat.S_ISDIR(st.st_mode) and (st.st_uid, stat.S_IMODE(st.st_mode)) == (local_user.uid, 0o700)
+        key = os.lstat(f"{mine}/id_ed25519")
+        assert (key.st_uid, stat.S_IMODE(key.st_mode)) == (local_user.uid, 0o600)
+        assert f"IdentityFile {mine}/id_ed25519" in Path(f"{mine}/ssh_config").read_text()
+        res = local_user.run(["ssh", "-F", f"{mine}/ssh_config", "lab1", "hostname"], stdin=subprocess.DEVNULL)
+        assert res.returncode == 0 and res.stdout.strip() == "lab1", res.stderr
+        other = subprocess.run(["cat", f"{mine}/id_ed25519"], user=65534, group=65534, extra_groups=[],
+                               capture_output=True, timeout=10)
+        assert other.returncode != 0 and not other.stdout  # nobody: permission denied
+    finally:
+        down = _lab("down")
+    assert down.returncode == 0, down.stderr
+    assert not os.path.lexists(mine) and _leftovers() == []
