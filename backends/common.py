@@ -127,10 +127,12 @@ def _remote_call(peer: str):
     `sleep` model does."""
     import _socket
 
+    from netprof.profiler.remote_work import REQUEST, TOKEN_ENV  # the helper's side of the exchange owns it
+
     if not peer:
         raise BadWorkSpec("--work remote:US needs the helper's address: netprof gives it (remote:US@HOST:PORT)")
     host, port = peer.rsplit(":", 1)
-    token = os.environ.get("NETPROF_REMOTE_TOKEN", "").encode()
+    token = os.environ.get(TOKEN_ENV, "").encode()
     local = threading.local()
 
     def work():
@@ -141,7 +143,7 @@ def _remote_call(peer: str):
             conn.connect((host, int(port)))
             conn.sendall(token)
             local.conn = conn
-        conn.sendall(b"q")
+        conn.sendall(REQUEST)
         if not conn.recv(1):
             raise ConnectionError("the remote-work helper closed the connection")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from netprof.probes import proc_cpu_times, registry
+from netprof.probes import proc_cpu_times, proc_delta, registry
 from netprof.probes.instrument import Counted, Instrument
 from netprof.profiler import servers, stats
 from netprof.profiler.interpreters import Interpreter
@@ -299,8 +299,8 @@ def _stop_builtin(proc: ManagedProcess) -> str | None:
     return None
 
 
-def _proc_delta(a: Snap, b: Snap) -> dict:
-    return {k: b.proc[k] - a.proc[k] for k in ("user_s", "sys_s", "minflt", "majflt", "vol_ctx", "invol_ctx")}
+def _proc_delta(a: Snap, b: Snap) -> dict:  # /proc counters between two marks
+    return proc_delta(a.proc, b.proc)
 
 
 def _unprobed_proc(marks: Marks) -> dict | None:

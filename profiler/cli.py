@@ -67,6 +67,54 @@ missing capability; 3 netprof's own error (the report of finished cells is still
 130 interrupted.
 """
 
+# The load options, declared once here and shared by `run`, `flamegraph`, `ab` and `knee`: each command gives its
+# default and, where the text differs, its help; `one` = the command takes one value, not a comma list (a run
+# dimension). typer reads the returned OptionInfo as the parameter's default.
+
+
+def connections_option(default: str | int, one: bool = False):
+    return typer.Option(default, "-c", "--connections", metavar="N" if one else "N[,N...]",
+                        help="Connections (one value)." if one else "Comma list of connection counts.")
+
+
+def pipeline_option(default: str | int, one: bool = False, help: str = ""):
+    return typer.Option(default, "--pipeline", metavar="K" if one else "K[,K...]",
+                        help=help or ("Messages in flight per connection." if one
+                                      else "Messages in flight per connection (comma list)."))
+
+
+def msize_option(help: str = "Message size in bytes."):
+    return typer.Option(64, "-s", "--msize", metavar="BYTES", help=help)
+
+
+def warmup_option(default: float, help: str):
+    return typer.Option(default, "--warmup", metavar="SECONDS", help=help)
+
+
+def framing_option(help: str = "message or stream (as in `run`)."):
+    return typer.Option("message", "--framing", metavar="message|stream", help=help)
+
+
+def work_option(help: str = "Handler work per message (as in `run`)."):
+    return typer.Option("none", "--work", metavar="SPEC", help=help)
+
+
+def rate_option(help: str, one: bool = False):
+    return typer.Option("", "--rate", metavar="R" if one else "R[,R...]", help=help)
+
+
+def arrivals_option(default: str = "", help: str = "With --rate: as in `run`."):
+    return typer.Option(default, "--arrivals", metavar="constant|poisson", help=help)
+
+
+def max_connections_option(help: str = ""):
+    return typer.Option(0, "--max-connections", metavar="N", show_default=False, help=help or MAX_CONNECTIONS_HELP)
+
+
+def zmq_client_option():
+    return typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP)
+
+
 # --zmq-client, the same on every command that drives ZeroMQ backends (plan.ZMQ_CLIENTS).
 MAX_CONNECTIONS_HELP = ("With --rate: a request that comes due while every connection has --pipeline in flight goes "
                         "out on a new connection, up to N open at once (default 1000; -c are opened before the load "
@@ -166,43 +214,36 @@ def doctor() -> None:
 def run(
     # Documented in the docstring: typer would print an argument's help with its Python type (<list[str]>).
     backends: list[str] | None = typer.Argument(None, metavar="BACKEND", hidden=True),
-    connections: str = typer.Option("10,100,1000", "-c", "--connections", metavar="N[,N...]",
-                                    help="Comma list of connection counts."),
+    connections: str = connections_option("10,100,1000"),
     duration: float = typer.Option(5.0, "-d", "--duration", metavar="SECONDS", help="Measured seconds per cell."),
     rounds: int = typer.Option(3, "-r", "--rounds", metavar="N", help="Rounds per cell (mean ± interval across them)."),
-    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes."),
-    pipeline: str = typer.Option("1", "--pipeline", metavar="K[,K...]",
-                                 help="Messages in flight per connection (comma list)."),
-    framing: str = typer.Option(
-        "message", "--framing", metavar="message|stream",
-        help="message: each receive asks for one message (the reference harness's way); stream: read up to 64 KiB "
-             "and echo what came; or message,stream."),
-    warmup: float = typer.Option(1.0, "--warmup", metavar="SECONDS", help="Seconds of load before measuring."),
+    msize: int = msize_option(),
+    pipeline: str = pipeline_option("1"),
+    framing: str = framing_option(
+        "message: each receive asks for one message (the reference harness's way); stream: read up to 64 KiB "
+        "and echo what came; or message,stream."),
+    warmup: float = warmup_option(1.0, "Seconds of load before measuring."),
     tag: str = typer.Option(
         "", "--tag", metavar="TAG[,TAG...]",
         help="Label the cells (a run dimension, in every row, table, label and file name): --tag old / --tag new "
              "names what two runs compare; --tag a,b runs every cell once per tag (an A/A control)."),
-    work: str = typer.Option(
-        "none", "--work", metavar="SPEC",
-        help="Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN|remote:US "
-             "(a blocking call to a helper that answers after US µs)."),
+    work: str = work_option(
+        "Handler work per message: none|sleep:US|spin:US|poisson-sleep:MEAN|poisson-spin:MEAN|remote:US "
+        "(a blocking call to a helper that answers after US µs)."),
     think: str = typer.Option("none", "--think", metavar="SPEC",
                               help="Loader think time: none|fixed:US|uniform:MIN-MAX|poisson:MEAN."),
     io_uring: str = typer.Option(
         "on", "--io-uring", metavar="on|off",
         help="off: start the server with io_uring_setup failing (ENOSYS), as a container's seccomp profile may, so "
              "a loop that falls back does its ring work as syscalls; on,off runs both (a run dimension)."),
-    rate: str = typer.Option(
-        "", "--rate", metavar="R[,R...]",
-        help="Open-loop load: requests/s over all connections, sent on a schedule whatever the replies do (a run "
-             "dimension: 500,2k,1.5m runs each); latency counts from each request's intended send time. "
-             "Default: closed loop (each connection sends when its reply came)."),
-    arrivals: str = typer.Option(
-        "", "--arrivals", metavar="constant|poisson",
+    rate: str = rate_option(
+        "Open-loop load: requests/s over all connections, sent on a schedule whatever the replies do (a run "
+        "dimension: 500,2k,1.5m runs each); latency counts from each request's intended send time. "
+        "Default: closed loop (each connection sends when its reply came)."),
+    arrivals: str = arrivals_option(
         help="With --rate: requests evenly spaced (constant, the default) or at random (poisson) times."),
-    max_connections: int = typer.Option(0, "--max-connections", metavar="N", show_default=False,
-                                        help=MAX_CONNECTIONS_HELP),
-    zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
+    max_connections: int = max_connections_option(),
+    zmq_client: str = zmq_client_option(),
     no_probes: bool = typer.Option(False, "--no-probes", help="No BPF: throughput, latency and /proc CPU only."),
     probe_share: float = typer.Option(
         0.3, "--probe-share", metavar="SHARE",
@@ -557,16 +598,13 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
 @app.command(cls=_PlainUsage)
 def flamegraph(
     args: list[str] = typer.Argument(..., metavar="BACKEND", hidden=True),  # in the docstring (see `run`)
-    connections: str = typer.Option("100", "-c", "--connections", metavar="N[,N...]",
-                                    help="Comma list of connection counts."),
+    connections: str = connections_option("100"),
     duration: float = typer.Option(5.0, "-d", "--duration", metavar="SECONDS", help="Sampled seconds per cell."),
-    pipeline: str = typer.Option("1", "--pipeline", metavar="K[,K...]",
-                                 help="Messages in flight per connection (comma list)."),
-    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes."),
-    framing: str = typer.Option("message", "--framing", metavar="message|stream",
-                                help="message or stream (as in `run`)."),
-    warmup: float = typer.Option(1.0, "--warmup", metavar="SECONDS", help="Seconds of load before sampling."),
-    work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
+    pipeline: str = pipeline_option("1"),
+    msize: int = msize_option(),
+    framing: str = framing_option(),
+    warmup: float = warmup_option(1.0, "Seconds of load before sampling."),
+    work: str = work_option(),
     python: str = typer.Option(
         "", "--python", metavar="VERSIONS",
         help="Interpreter(s) for the backends (as in `run`); 3.13 adds the mixed Python+kernel view."),
@@ -706,12 +744,11 @@ def ab_cmd(
         "on", "--io-uring", metavar="on|off[,...]",
         help="off: the variant's server starts with io_uring_setup failing (ENOSYS); one value = every variant, a "
              "comma list = one per variant; with one SERVER, on,off compares it with io_uring and without."),
-    connections: int = typer.Option(100, "-c", "--connections", metavar="N", help="Connections (one value)."),
-    pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Messages in flight per connection."),
-    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes."),
-    framing: str = typer.Option("message", "--framing", metavar="message|stream",
-                                help="How the built-in echo backends read (as in `run`; one value)."),
-    work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
+    connections: int = connections_option(100, one=True),
+    pipeline: int = pipeline_option(1, one=True),
+    msize: int = msize_option(),
+    framing: str = framing_option("How the built-in echo backends read (as in `run`; one value)."),
+    work: str = work_option(),
     # Short cells (ab.default_window): the two of a pair fall in the same speed regime of the host more often
     # (its regimes last 0.3-3 s), which the canary adjustment cannot fully undo; 0.3 s halved the variance per
     # second of 1.0 s.
@@ -723,18 +760,15 @@ def ab_cmd(
         "", "--method", metavar="turns|cells",
         help="turns (the default in closed loop): one loader serves the variants in 0.1 s turns, A B, B A, ...; "
              "cells: paired cells, one variant at a time (the default with --rate, --fresh or ZeroMQ)."),
-    warmup: float = typer.Option(0.1, "--warmup", metavar="SECONDS",
-                                 help="Seconds of load before each cell's window (the servers stay warm)."),
+    warmup: float = warmup_option(0.1, "Seconds of load before each cell's window (the servers stay warm)."),
     precision: str = typer.Option("1%", "--precision", metavar="SHARE",
                                   help="Stop once the --metric ratio's 95% interval is within ± this (1% or 0.01)."),
-    rate: str = typer.Option(
-        "", "--rate", metavar="R",
-        help="Open-loop load at R requests/s (one value, as in `run`): both variants get the same schedule, so the "
-             "stopping rule reads latency (--metric defaults to lat_us.p99). Default: closed loop."),
-    arrivals: str = typer.Option("", "--arrivals", metavar="constant|poisson", help="With --rate: as in `run`."),
-    max_connections: int = typer.Option(0, "--max-connections", metavar="N", show_default=False,
-                                        help=MAX_CONNECTIONS_HELP),
-    zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
+    rate: str = rate_option(
+        "Open-loop load at R requests/s (one value, as in `run`): both variants get the same schedule, so the "
+        "stopping rule reads latency (--metric defaults to lat_us.p99). Default: closed loop.", one=True),
+    arrivals: str = arrivals_option(),
+    max_connections: int = max_connections_option(),
+    zmq_client: str = zmq_client_option(),
     metric: str = typer.Option("", "--metric", metavar="NAME",
                                help="The figure the stopping rule reads: msgs_per_sec (the default), lat_us.p50, "
                                     "lat_us.p99 (the default with --rate), cpu_us_per_msg.user, cpu_us_per_msg.sys "
@@ -831,15 +865,13 @@ def knee_cmd(
     slo: str = typer.Option(..., "--slo", metavar="pNN<TIME",
                             help="The latency objective, from each request's intended time: p50, p90, p95, p99 or "
                                  "p999 below a time, e.g. 'p99<5ms' (quoted for the shell)."),
-    connections: int = typer.Option(10, "-c", "--connections", metavar="N", help="Connections (one value)."),
-    pipeline: int = typer.Option(1, "--pipeline", metavar="K", help="Requests in flight per connection at most."),
-    arrivals: str = typer.Option("constant", "--arrivals", metavar="constant|poisson",
-                                 help="How the requests of each probed rate are spaced."),
-    max_connections: int = typer.Option(
-        0, "--max-connections", metavar="N", show_default=False,
-        help="Open-loop cells open connections as requests need them, up to N (default 1000; -c is the closed-loop "
-             "ceiling's and opened first); -c's value keeps them to -c."),
-    zmq_client: str = typer.Option("libzmq", "--zmq-client", metavar="libzmq|native", help=ZMQ_CLIENT_HELP),
+    connections: int = connections_option(10, one=True),
+    pipeline: int = pipeline_option(1, one=True, help="Requests in flight per connection at most."),
+    arrivals: str = arrivals_option("constant", "How the requests of each probed rate are spaced."),
+    max_connections: int = max_connections_option(
+        "Open-loop cells open connections as requests need them, up to N (default 1000; -c is the closed-loop "
+        "ceiling's and opened first); -c's value keeps them to -c."),
+    zmq_client: str = zmq_client_option(),
     steps: int = typer.Option(6, "--steps", metavar="N",
                               help="Open-loop probes after the closed-loop ceiling; each halves the interval the knee "
                                    "is in (6: to 1/64 of the ceiling)."),
@@ -847,9 +879,9 @@ def knee_cmd(
                               help="Cells a rate may take to pass (a rate fails only when all N fail; the ceiling is "
                                    "the best of N): this host's slow speed regimes fail single cells."),
     window: float = typer.Option(2.0, "--window", metavar="SECONDS", help="Measured seconds per cell."),
-    warmup: float = typer.Option(0.5, "--warmup", metavar="SECONDS", help="Seconds of load before each window."),
-    msize: int = typer.Option(64, "-s", "--msize", metavar="BYTES", help="Message size in bytes (echo)."),
-    work: str = typer.Option("none", "--work", metavar="SPEC", help="Handler work per message (as in `run`)."),
+    warmup: float = warmup_option(0.5, "Seconds of load before each window."),
+    msize: int = msize_option("Message size in bytes (echo)."),
+    work: str = work_option(),
     protocol: str = typer.Option("echo", "--protocol", metavar="echo|http|line", help="As in `run`."),
     request: str = typer.Option("GET /", "--request", metavar="'METHOD /path'", help="--protocol http: the request."),
     line: str = typer.Option("PING", "--line", metavar="TEXT", help="--protocol line: the request line."),

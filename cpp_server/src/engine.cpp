@@ -1169,13 +1169,13 @@ class Worker {
   Arrival arrival_, seen_;
   uint64_t started_n_ = 0, seen_n_ = 0;
   std::deque<KindRun> kinds_;
-  std::deque<uint32_t> ready_;    // -c connections with a free slot, least recently used first
+  std::deque<uint32_t> ready_;         // -c connections with a free slot, least recently used first
   std::vector<uint32_t> extra_ready_;  // connections opened during the load with a free slot, most recent last
   uint32_t base_ = 0;                  // this thread's -c connections: conns_[0, base_)
-  uint64_t waiting_connect_ = 0;  // requests waiting that a connection is being opened for
-  uint64_t opening_slots_ = 0;    // the slots (pipeline each) of the connections being opened
-  int64_t timer_due_ = 0;         // the pending send timer (0: none)
-  bool grow_stopped_ = false;     // a connection opened during the load failed: open no more
+  uint64_t waiting_connect_ = 0;       // requests waiting that a connection is being opened for
+  uint64_t opening_slots_ = 0;         // the slots (pipeline each) of the connections being opened
+  int64_t timer_due_ = 0;              // the pending send timer (0: none)
+  bool grow_stopped_ = false;          // a connection opened during the load failed: open no more
   Fd ep_, wake_fd_;
   std::deque<Conn> conns_;  // a deque: connections opened during the load are added without moving the others
   std::deque<uint32_t> pending_;

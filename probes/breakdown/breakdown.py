@@ -36,8 +36,6 @@ PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_
 DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu", "off_cpu_gil")
 # Why a request was not measured (K_*).
 SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "clock")
-# The parts the server side is made of (the rest is the network and the loader).
-SERVER_PARTS = PARTS[:9]
 TAIL_QUANTILE = 0.99
 # The syscalls each off-CPU part's waits are made in (breakdown.bpf.h's bd_cause): with --stacks beside
 # --breakdown the evidence round walks their stacks too, and the tail_cause rule shows where the tail's
