@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -236,15 +237,39 @@ def prefetch(src: str | Path, cflags: list[str]) -> None:
     compiling.wait(timeout=1.0)
 
 
+class Shown(Exception):  # noqa: N818 (not an error: the answer of load() under show())
+    """What load() would have compiled: the file, BCC's cflags, and the text BCC is given (headers pasted)."""
+
+    def __init__(self, path: Path, cflags: list[str], text: str) -> None:
+        super().__init__(path.name)
+        self.path, self.cflags, self.text = path, cflags, text
+
+
+_SHOWING = threading.local()
+
+
+@contextlib.contextmanager
+def show():
+    """Within it, load() raises Shown instead of compiling: a set's constructor, run with a run's flags, tells
+    exactly which program and cflags it would load (`netprof probes --show NAME`, as bcc's tools' --ebpf)."""
+    _SHOWING.on = True
+    try:
+        yield
+    finally:
+        _SHOWING.on = False
+
+
 def load(src: str | Path, cflags: list[str]):
     """Compile probes/<src> (or the file at path `src`) and load its programs, none attached
-    (LoadedProgram.attach does that). Raises ProbeError."""
+    (LoadedProgram.attach does that). Raises ProbeError (Shown under show())."""
+    key = _key(src, cflags)
+    path, flags = Path(key[0]), list(key[1])
+    if getattr(_SHOWING, "on", False):
+        raise Shown(path, flags, bpf_source(path))
     why = prerequisites()
     if why:
         raise ProbeError(why)
     ensure_tracefs()
-    key = _key(src, cflags)
-    path, flags = Path(key[0]), list(key[1])
     bpf = _SPARE.pop(key, None)
     if bpf is not None:
         return bpf

@@ -194,6 +194,39 @@ def list_backends(all_: bool = typer.Option(False, "--all", help="Include test-o
     out_console().print(table)
 
 
+@app.command("probes")
+def probes_cmd(
+    show: str = typer.Option("", "--show", metavar="NAME",
+                             help="Print the BPF program instrument NAME would load with these flags: the C text BCC "
+                                  "compiles (its headers pasted in) and the cflags, as bcc's tools' --ebpf."),
+    syscall_time: bool = typer.Option(False, "--syscall-time", help="As in `run` (the counting set's timing)."),
+) -> None:
+    """The instruments a run can carry, and how each is switched on; --show NAME prints the exact program."""
+    from netprof.probes import base  # deferred: only this command shows programs
+
+    classes = instrument_registry.registered()
+    if not show:
+        table = Table("instrument", "switched on by", "attached", "row group", box=None, header_style="bold")
+        how = {"counting": "every run (--no-probes: off)", "sockwait": "--sockwait", "breakdown": "--breakdown"}
+        for cls in classes:
+            table.add_row(cls.name, how.get(cls.name, f"--instrument {cls.name}"),
+                          "the probed sub-window" if cls.sub_window else "the whole cell", cls.group or "top-level")
+        out_console().print(table)
+        return
+    cls = instrument_registry.by_name(show)
+    if cls is None:
+        raise InputError(f"--show '{show}' is not an instrument; one of {', '.join(c.name for c in classes)}")
+    try:
+        with base.show():
+            cls.open(RunConfig(backends=[], syscall_time=syscall_time, instruments=(show,)))
+    except base.Shown as shown:
+        where = os.path.relpath(shown.path, Path(base.__file__).parent)
+        sys.stdout.write(f"// netprof probes --show {show}{' --syscall-time' if syscall_time else ''}: "
+                         f"probes/{where}\n// cflags: {' '.join(shown.cflags)}\n{shown.text}")
+        return
+    raise NetprofError(f"instrument {show} opened without loading a program: nothing to show")
+
+
 @app.command()
 def doctor() -> None:
     """Check every capability a profiled run needs; exit 0 only when one can work."""

@@ -121,3 +121,26 @@ def test_a_new_instrument_is_its_folder_and_one_name(getpid_registered, tmp_path
     back = results.rows_of(store.frame())[0]
     assert back["getpid"]["per_msg"] == pytest.approx(row["getpid"]["per_msg"])
     assert back["sockwait"] == {"attached": False}
+
+
+@pytest.mark.parametrize("name, args", [("counting", ["--syscall-time"]), ("breakdown", [])])
+def test_probes_show_prints_the_program_and_cflags_the_set_loads(name, args):
+    """`netprof probes --show NAME` (bcc's --ebpf): the text and cflags it prints are what the instrument's set
+    compiles with the same flags: the loaded set's own key (its source path and BCC's cflags) says so."""
+    require_bpf()
+    from helpers import netprof_cli
+
+    res = netprof_cli("probes", "--show", name, *args)
+    assert res.returncode == 0, res.stderr
+    head, flags, text = res.stdout.split("\n", 2)
+    cls = registry.by_name(name)
+    inst = cls.open(RunConfig(backends=[], syscall_time=bool(args), instruments=(name,)))
+    try:
+        path, cflags = inst.probes.bpf.netprof_key
+    finally:
+        inst.close()
+    assert head.endswith(str(Path(path).relative_to(Path(netprof.probes.__file__).parent.parent))), (head, path)
+    assert flags == "// cflags: " + " ".join(cflags)
+    assert text.startswith(Path(path).read_text().splitlines()[0])
+    bad = netprof_cli("probes", "--show", "nosuch")
+    assert bad.returncode == 2 and "one of counting, sockwait, breakdown" in bad.stderr
