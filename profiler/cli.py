@@ -213,12 +213,12 @@ def probes_cmd(
                           "the probed sub-window" if cls.sub_window else "the whole cell", cls.group or "top-level")
         out_console().print(table)
         return
-    cls = instrument_registry.by_name(show)
-    if cls is None:
+    shown_cls = instrument_registry.by_name(show)
+    if shown_cls is None:
         raise InputError(f"--show '{show}' is not an instrument; one of {', '.join(c.name for c in classes)}")
     try:
         with base.show():
-            cls.open(RunConfig(backends=[], syscall_time=syscall_time, instruments=(show,)))
+            shown_cls.open(RunConfig(backends=[], syscall_time=syscall_time, instruments=(show,)))
     except base.Shown as shown:
         where = os.path.relpath(shown.path, Path(base.__file__).parent)
         sys.stdout.write(f"// netprof probes --show {show}{' --syscall-time' if syscall_time else ''}: "
