@@ -22,7 +22,7 @@ $(VENV)/bin/python:
 # (tests/test_hardening.py checks they agree): its names and versions are constraints of every install
 # here (pip takes no hashes in a constraints file), so an upstream release changes neither until the
 # lock does.
-LOCK := profiler/interp-requirements.txt
+LOCK := profiler/run/interp-requirements.txt
 CONSTRAINTS := build/lock-constraints.txt
 
 $(CONSTRAINTS): $(LOCK)

@@ -61,7 +61,7 @@ class WorkModel:
     kind: str = "none"  # none | sleep | spin | remote
     us: float = 0.0  # duration, or mean duration when poisson
     poisson: bool = False
-    # remote: HOST:PORT of the helper that answers after `us` (profiler/remote_work.py). netprof's own
+    # remote: HOST:PORT of the helper that answers after `us` (profiler/core/remote_work.py). netprof's own
     # --work remote:US has none; the backend's gets it from netprof (remote:US@HOST:PORT).
     peer: str = ""
 
@@ -127,7 +127,7 @@ def _remote_call(peer: str):
     `sleep` model does."""
     import _socket
 
-    from netprof.profiler.remote_work import REQUEST, TOKEN_ENV  # the helper's side of the exchange owns it
+    from netprof.profiler.core.remote_work import REQUEST, TOKEN_ENV  # the helper's side of the exchange owns it
 
     if not peer:
         raise BadWorkSpec("--work remote:US needs the helper's address: netprof gives it (remote:US@HOST:PORT)")

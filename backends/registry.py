@@ -25,7 +25,7 @@ FIXES = {
     "aiozmq": "pip install 'aiozmq[rpc]'",
     "aiozmq.rpc": "pip install 'aiozmq[rpc]' (aiozmq.rpc needs msgpack)",
     # The HTTP servers, pinned in pyproject.toml: `make setup` installs them into netprof's venv; the
-    # --python environments get the same versions from profiler/interp-requirements.txt.
+    # --python environments get the same versions from profiler/run/interp-requirements.txt.
     **{mod: f"pip install '{mod}=={pin}' (netprof's own venv: make setup)" for mod, pin in (
         ("aiohttp", "3.14.*"), ("uvicorn", "0.54.*"), ("h11", "0.16.*"), ("httptools", "0.9.*"),
         ("granian", "2.8.*"), ("gunicorn", "27.0.*"))},
@@ -68,7 +68,7 @@ class BackendInfo:
     reads: str = "exact"
     min_python: tuple[int, int] = (3, 11)  # the oldest CPython it runs on (pyproject: >= 3.11)
     # What the loader speaks to it: "echo" (the ping-pong) or "http" (HTTP_REQUEST over HTTP/1.1);
-    # a run's protocol comes from its built-in backends (profiler/plan.py).
+    # a run's protocol comes from its built-in backends (profiler/run/plan.py).
     protocol: str = "echo"
 
 

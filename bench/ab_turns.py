@@ -27,9 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-from netprof.profiler import paired, turns
-from netprof.profiler.loader_client import Loader, RunRequest
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.model import paired
+from netprof.profiler.run import turns
+from netprof.profiler.run.loader_client import Loader, RunRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"

@@ -24,7 +24,7 @@ from pathlib import Path
 from results_md import command, publish  # bench/ is sys.path[0]: these run as files
 
 from netprof.probes import per_message_notation
-from netprof.profiler import results, schema, stats
+from netprof.profiler.model import results, schema, stats
 
 SEED_BACKENDS = ["asyncio", "asyncio_proto", "asyncio_sock", "uvloop", "uvloop_proto", "uvloop_sock", "gevent",
                  "selector", "thread", "cpp_epoll", "cpp_poll", "cpp_th"]

@@ -26,11 +26,11 @@ import numpy as np
 from probe_window_paired import BACKEND_CPU, canary  # bench/ is sys.path[0]: these run as files
 from results_md import command, publish
 
-from netprof.profiler import interpreters
-from netprof.profiler.cell import CellEnv, start_server
-from netprof.profiler.loader_client import Loader, RunRequest
-from netprof.profiler.plan import Cell, RunConfig, loader_cpus
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.run import interpreters
+from netprof.profiler.run.cell import CellEnv, start_server
+from netprof.profiler.run.loader_client import Loader, RunRequest
+from netprof.profiler.run.plan import Cell, RunConfig, loader_cpus
 
 SECTION = "This host's throughput regimes (bench/host_regimes.py)"
 SLICE_S = 0.1

@@ -19,9 +19,9 @@ import statistics
 import sys
 import time
 
-from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
-from netprof.profiler.plan import RunConfig
-from netprof.profiler.procs import ProcessError, ProcessGroup
+from netprof.profiler.core.procs import ProcessError, ProcessGroup
+from netprof.profiler.run.loader_client import Loader, LoaderError, RunRequest
+from netprof.profiler.run.plan import RunConfig
 
 
 def start_backend(group: ProcessGroup, name: str, cpu: str | None) -> int:

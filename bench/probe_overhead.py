@@ -56,7 +56,7 @@ from results_md import write_section
 
 from netprof.probes import CountingProbes, SockWaitProbes, StackProbes, proc_cpu_times
 from netprof.probes.ring_ops import RING_OPS
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
 
 VENV_BIN = Path(sys.executable).parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

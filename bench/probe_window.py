@@ -51,8 +51,8 @@ from pathlib import Path
 
 from results_md import command, publish  # bench/ is sys.path[0]: these run as files
 
-from netprof.profiler import stats
-from netprof.profiler.stats import summarize
+from netprof.profiler.model import stats
+from netprof.profiler.model.stats import summarize
 
 SECTION = "Probe window: headline throughput with and without probes (bench/probe_window.py)"
 NOISY = "Probe window on a noisy host (bench/probe_window.py --noise)"
@@ -117,7 +117,7 @@ def main() -> int:
 
 def phases_once(backend: str, args: argparse.Namespace) -> dict:
     """One one-shot loader run with the default phase split and nothing attached: its stats."""
-    from netprof.profiler.procs import ProcessGroup
+    from netprof.profiler.core.procs import ProcessGroup
 
     loader = str(Path(sys.executable).with_name("netprof-loader"))
     with ProcessGroup() as group:

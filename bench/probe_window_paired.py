@@ -48,12 +48,12 @@ from results_md import command, publish
 from scipy import stats as sps
 
 from netprof.probes.instrument import Instrument
-from netprof.profiler import interpreters, servers
 from netprof.profiler.ab import RecordingLoader
-from netprof.profiler.cell import CellEnv, run_cell, start_server
-from netprof.profiler.paired import disturbed, headline_spans, loop_ns
-from netprof.profiler.plan import Cell, RunConfig, loader_cpus
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.model.paired import disturbed, headline_spans, loop_ns
+from netprof.profiler.run import interpreters, servers
+from netprof.profiler.run.cell import CellEnv, run_cell, start_server
+from netprof.profiler.run.plan import Cell, RunConfig, loader_cpus
 
 SECTION = "Probe window, paired and adjusted for the host (bench/probe_window_paired.py)"
 DEFAULT, NONE, SPLIT = "default", "no-probes", "split"

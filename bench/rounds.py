@@ -42,7 +42,7 @@ def interleaved(backends: Sequence[str], variants: Sequence[V], rounds: int, see
 
 def interval(xs: Sequence[float]) -> tuple[float, float]:
     """Mean and half-width of the 95% t-interval (netprof's own statistics; NaN from fewer than 2)."""
-    from netprof.profiler.stats import summarize  # netprof's import is not needed for --help
+    from netprof.profiler.model.stats import summarize  # netprof's import is not needed for --help
 
     s = summarize(xs)
     return s["mean"], s["ci"]

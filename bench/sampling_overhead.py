@@ -33,7 +33,7 @@ from netprof.flamegraphs import sample
 from netprof.flamegraphs.offcpu import OffCpuProbe
 from netprof.flamegraphs.oncpu import PerfRecorder
 from netprof.flamegraphs.pyspy import PySpyRecorder
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
 
 VENV_BIN = Path(sys.executable).parent
 SETTLE_S = 1.0

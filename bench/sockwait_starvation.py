@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from results_md import command, publish  # bench/ is sys.path[0]: these run as files
 
-from netprof.profiler import results, stats
+from netprof.profiler.model import results, stats
 
 DATA = lib.ROOT / "bench" / "data" / "sockwait_starvation"
 SECTION = "Socket waits under starvation: p90, median and mean wait per connection (bench/sockwait_starvation.py)"

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from netprof.profiler import runlock
+from netprof.profiler.core import runlock
 
 ROOT = Path(__file__).resolve().parents[1]
 NETPROF = ROOT / ".venv" / "bin" / "netprof"

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from netprof.profiler import atomic
+from netprof.profiler.core import atomic
 
 KERNEL = "_[k]"
 JIT = "_[j]"

@@ -18,7 +18,7 @@ link planted at that name. `procs.spawn` therefore creates both files itself (`r
 O_NOFOLLOW) between fork and exec, when the pid is known and before the interpreter opens them, and
 refuses to start the backend when a file it did not create stands there. This module tells it which
 (`spawn_reservation`, a spawn hook registered when it is imported: the run path imports it through
-profiler/reap.py before its first child).
+profiler/run/reap.py before its first child).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import stat
 import struct
 from collections.abc import Mapping, Sequence
 
-from netprof.profiler import procs
+from netprof.profiler.core import procs
 
 STATE_SYMBOLS = ("perf_jit_map_state", "perf_map_jit_state")  # 3.13 name first
 _WRITE_BASE, _WRITE_PTR = 32, 40  # offsets in glibc's x86-64 struct _IO_FILE

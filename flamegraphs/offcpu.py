@@ -15,7 +15,7 @@ from pathlib import Path
 
 from netprof.flamegraphs.fold import INTERP, INTERP_DSO, KERNEL
 from netprof.probes.base import LoadedProgram
-from netprof.profiler.symbols import UNKNOWN, user_symbols
+from netprof.profiler.core.symbols import UNKNOWN, user_symbols
 
 SOURCE = Path(__file__).resolve().parent / "offcpu.bpf.c"
 
@@ -71,7 +71,7 @@ class OffCpuProbe(LoadedProgram):
         for key, val in items:
             if val.us:
                 wanted[key.tgid].update(user[key.user_stack_id])
-        symbols = user_symbols(wanted)  # in a child: see profiler/symbols.py
+        symbols = user_symbols(wanted)  # in a child: see profiler/core/symbols.py
         for key, val in items:
             events += val.n
             if val.us == 0:
@@ -102,7 +102,7 @@ class OffCpuProbe(LoadedProgram):
 
     @staticmethod
     def _user_frame(sym: str) -> str:
-        """A frame from BCC's name of a user address (profiler/symbols.py)."""
+        """A frame from BCC's name of a user address (profiler/core/symbols.py)."""
         sym = sym.replace(";", ":")
         # BCC renders "name [module]" (or "[unknown] [module]" / "[unknown]").
         name, _, module = sym.rpartition(" [")

@@ -29,8 +29,8 @@ import subprocess
 
 from netprof.flamegraphs import jitdump
 from netprof.flamegraphs.fold import fold_perf_script, write_folded
-from netprof.profiler import procs
-from netprof.profiler.procs import ManagedProcess, spawn
+from netprof.profiler.core import procs
+from netprof.profiler.core.procs import ManagedProcess, spawn
 
 MIXED_MAX_HZ = 99          # DWARF samples are ~16 KiB each; 99 Hz keeps perf.data and unwinding small
 DWARF_STACK_BYTES = 16384  # enough for Python → libc → syscall entry on these backends

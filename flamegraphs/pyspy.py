@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 
 from netprof.flamegraphs.fold import read_folded, write_folded
-from netprof.profiler.procs import ManagedProcess, spawn
+from netprof.profiler.core.procs import ManagedProcess, spawn
 
 # --subprocesses puts `process 1234:"argv"` at the root of every stack.
 _PROCESS_ROOT = re.compile(r'^process \d+:"[^;]*";')

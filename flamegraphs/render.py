@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from netprof.profiler import atomic, paths, procs
+from netprof.profiler.core import atomic, paths, procs
 
 RENDER_TIMEOUT = 60.0
 MAX_FOLDED = 64 << 20  # a folded file named on the command line (`flamegraph diff`): far above a real one
@@ -47,7 +47,7 @@ def read_folded(path: str) -> str:
     file for a link to a root-only file (/etc/shadow), whose lines root's inferno would draw into the
     SVG. Read as results.py reads a run: no link of another user's on the way, none at the file, a
     regular file of root's or the sudo caller's."""
-    from netprof.profiler import results  # not at import time: it loads pandas
+    from netprof.profiler.model import results  # not at import time: it loads pandas
 
     with results.open_input_path(path) as f:
         return f.read().decode("utf-8", "replace")

@@ -22,8 +22,8 @@ from netprof.flamegraphs import render
 from netprof.flamegraphs.fold import write_folded
 from netprof.flamegraphs.oncpu import MIXED_MAX_HZ, PerfRecorder, perf_binary
 from netprof.flamegraphs.pyspy import PySpyRecorder, pyspy_binary
-from netprof.profiler import atomic, procs
-from netprof.profiler.errors import InputError
+from netprof.profiler.core import atomic, procs
+from netprof.profiler.core.errors import InputError
 
 if TYPE_CHECKING:
     from netprof.flamegraphs.offcpu import OffCpuProbe

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from netprof.profiler.errors import NetprofError
+from netprof.profiler.core.errors import NetprofError
 
 HERE = Path(__file__).resolve().parent
 TRACEFS = "/sys/kernel/tracing"

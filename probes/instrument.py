@@ -1,7 +1,7 @@
 """An instrument: one kind of kernel measurement a run can carry — the counting set, socket waits, and
 the next ones — behind one protocol that the run loop and each cell's marks loop over.
 
-The life of an instrument in a run (profiler/runner.py and profiler/cell.py do the calls):
+The life of an instrument in a run (profiler/run/runner.py and profiler/run/cell.py do the calls):
 
     inst = Cls.open(cfg)            # once per run: compile (BCC, ~1 s), detached
     for each cell:
@@ -19,7 +19,7 @@ carries what the loader and /proc measured over it, so figures per message use t
 
 An instrument is one folder under probes/ (its BPF C, its Python, its row shaping) whose package exports
 `INSTRUMENT`, the class; registry.py lists the folders. Nothing here imports bcc or the run layer:
-`cfg` is the run's configuration (profiler.plan.RunConfig), read by attribute. A remote agent serving
+`cfg` is the run's configuration (profiler.run.plan.RunConfig), read by attribute. A remote agent serving
 the probes on another host runs the same calls on its side of a channel.
 """
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import netprof
-from netprof.profiler import cache
+from netprof.profiler.core import cache
 
 # One entry per probe variant (runs with and without --syscall-time alternate); cached_cost adds .json.
 CACHE_FILE = "probe-cost{variant}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 
-from netprof.profiler.symbols import UNKNOWN, user_symbols
+from netprof.profiler.core.symbols import UNKNOWN, user_symbols
 
 from . import pyframes, tree
 from .base import NR_SLOTS, LoadedProgram, ProbeError, syscall_name, syscall_number
@@ -149,7 +149,7 @@ class StackProbes(LoadedProgram):
         wanted: dict[int, set[int]] = defaultdict(set)
         for k, _ in counts:
             wanted[k.tgid].update(walks.get(k.stackid, ()))
-        symbols = user_symbols(wanted)  # in a child: see profiler/symbols.py
+        symbols = user_symbols(wanted)  # in a child: see profiler/core/symbols.py
         try:
             for k, v in counts:
                 if k.stackid < 0:

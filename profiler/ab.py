@@ -34,31 +34,30 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from netprof.backends import registry as backend_registry
 from netprof.probes import registry as instrument_registry
-from netprof.profiler import (
-    atomic,
-    compare,
-    compare_report,
-    evidence,
-    interpreters,
-    paired,
-    results,
-    runlock,
-    servers,
-    stats,
-    units,
+from netprof.profiler.analysis import compare
+from netprof.profiler.analysis.rules.registry import Thresholds
+from netprof.profiler.core import atomic, runlock, units
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.core.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup, parse_cpus
+from netprof.profiler.model import paired, results, stats
+from netprof.profiler.model.results import ResultsStore
+from netprof.profiler.report import compare_report
+from netprof.profiler.run import evidence, interpreters, servers
+from netprof.profiler.run import meta as meta_mod
+from netprof.profiler.run import turns as turns_mod
+from netprof.profiler.run.cell import CellEnv, run_cell
+from netprof.profiler.run.interpreters import Interpreter
+from netprof.profiler.run.loader_client import Loader
+from netprof.profiler.run.plan import (
+    RunConfig,
+    check_zmq_client,
+    closed_loop_only,
+    loader_cpus,
+    parse_io_uring,
+    validate,
 )
-from netprof.profiler import meta as meta_mod
-from netprof.profiler import turns as turns_mod
-from netprof.profiler.cell import CellEnv, run_cell
-from netprof.profiler.errors import InputError
-from netprof.profiler.interpreters import Interpreter
-from netprof.profiler.loader_client import Loader
-from netprof.profiler.plan import RunConfig, check_zmq_client, closed_loop_only, loader_cpus, parse_io_uring, validate
-from netprof.profiler.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup, parse_cpus
-from netprof.profiler.results import ResultsStore
-from netprof.profiler.rules.registry import Thresholds
-from netprof.profiler.runner import STOP, close_instruments, cost_and_close, open_instruments
-from netprof.profiler.warm import WarmServer
+from netprof.profiler.run.runner import STOP, close_instruments, cost_and_close, open_instruments
+from netprof.profiler.run.warm import WarmServer
 
 AB_JSON = "ab.json"
 TURNS_PARQUET = "turns.parquet"  # turns: every round's messages per variant
@@ -360,7 +359,7 @@ def missing_capability(p: AbPlan) -> str | None:
 # The processes: canary, loader, the variants' servers
 
 class Canary:
-    """`python -I -m netprof.profiler.canary` on the backend's CPU for the whole run (through the run's
+    """`python -I -m netprof.profiler.core.canary` on the backend's CPU for the whole run (through the run's
     ProcessGroup); a thread keeps its samples (monotonic s, loop ns) as they come."""
 
     def __init__(self, proc: ManagedProcess) -> None:
@@ -372,7 +371,8 @@ class Canary:
 
     @classmethod
     def start(cls, group: ProcessGroup, cpu: int, seconds: float) -> Canary:
-        argv = [sys.executable, "-I", "-m", "netprof.profiler.canary", "--cpu", str(cpu), "--seconds", f"{seconds:.0f}"]
+        argv = [sys.executable, "-I", "-m", "netprof.profiler.core.canary", "--cpu", str(cpu),
+                "--seconds", f"{seconds:.0f}"]
         return cls(group.spawn("canary", argv, cpus=[cpu]))
 
     def _read(self) -> None:

@@ -22,11 +22,14 @@ from netprof.flamegraphs import check_available as flame_missing
 from netprof.flamegraphs.render import MAX_FOLDED, diff_stacks
 from netprof.probes import check_available
 from netprof.probes import registry as instrument_registry
-from netprof.profiler import rootenv, servers
-from netprof.profiler.atomic import check_out_dir, ensure_out_dir
-from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
-from netprof.profiler.paths import caller_uids, untrusted_reason
-from netprof.profiler.plan import (
+from netprof.profiler.core import rootenv
+from netprof.profiler.core.atomic import check_out_dir, ensure_out_dir
+from netprof.profiler.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
+from netprof.profiler.core.paths import caller_uids, untrusted_reason
+from netprof.profiler.core.safetext import clean_text
+from netprof.profiler.run import servers
+from netprof.profiler.run.link.sshlink import parse_hosts
+from netprof.profiler.run.plan import (
     RunConfig,
     check_remote_work,
     parse_env_file,
@@ -41,8 +44,6 @@ from netprof.profiler.plan import (
     parse_tags,
     validate,
 )
-from netprof.profiler.safetext import clean_text
-from netprof.profiler.sshlink import parse_hosts
 
 # `netprof --help`'s examples: (what it shows, the command). Each comment is printed on its own line above its
 # command, and each is marked for click not to rewrap it (`\b`), so at 80 columns no comment is cut in two
@@ -230,7 +231,7 @@ def probes_cmd(
 @app.command()
 def doctor() -> None:
     """Check every capability a profiled run needs; exit 0 only when one can work."""
-    from netprof.profiler.doctor import all_ok, run_checks  # deferred: the checks load the run layer
+    from netprof.profiler.run.doctor import all_ok, run_checks  # deferred: the checks load the run layer
 
     checks = run_checks()
     out = Console(highlight=False)
@@ -445,7 +446,7 @@ def run(
     _confirm_long_plan(cfg, yes)
     if cfg.server_host:
         _run_on_server_host(cfg)
-    from netprof.profiler import plotset, report  # deferred: pandas and the report's modules
+    from netprof.profiler.report import plotset, report  # deferred: pandas and the report's modules
 
     # The report's drawing process, started before the capability checks: its matplotlib import runs beside
     # their BPF compile (and is waited for before the run, never during a measured load), not after the run.
@@ -480,7 +481,8 @@ def forwarded_args(argv: list[str]) -> list[str]:
 
 def _run_on_server_host(cfg: RunConfig) -> None:
     """--server-host: the run by the netprof there (sshlink.run_on_server_host); its exit code is ours."""
-    from netprof.profiler import runlock, sshlink  # deferred: only this mode
+    from netprof.profiler.core import runlock  # deferred: only this mode
+    from netprof.profiler.run.link import sshlink
 
     argv = sys.argv[sys.argv.index("run") + 1:] if "run" in sys.argv else []
     out = Path(cfg.out_dir) if cfg.out_dir else runlock.unique_out_dir()
@@ -497,7 +499,7 @@ def _http_request(header: list[str] | None, header_file: Path | None, body: str 
     """--header/--header-file and --body/--body-file → (headers, body)."""
     if body_file is None and header_file is None:
         return list(header or []), body
-    from netprof.profiler.results import read_named_file  # only with a file: it loads pandas (~0.25 s)
+    from netprof.profiler.model.results import read_named_file  # only with a file: it loads pandas (~0.25 s)
 
     if body_file is not None:
         body = read_named_file(body_file, "--body-file")
@@ -511,7 +513,7 @@ def _env_file(env_file: Path | None) -> list[str]:
     """--env-file's NAME=VALUE lines."""
     if env_file is None:
         return []
-    from netprof.profiler.results import read_named_file  # only with a file: it loads pandas (~0.25 s)
+    from netprof.profiler.model.results import read_named_file  # only with a file: it loads pandas (~0.25 s)
 
     return parse_env_file(read_named_file(env_file, "--env-file"), str(env_file))
 
@@ -544,7 +546,7 @@ def _confirm_long_plan(cfg: RunConfig, yes: bool) -> None:
     total = cfg.estimate_s()
     if total <= LONG_PLAN_S or yes:
         return
-    from netprof.profiler.runner import plan_line  # deferred: the run layer, only for commands that run
+    from netprof.profiler.run.runner import plan_line  # deferred: the run layer, only for commands that run
 
     text = plan_line(cfg)
     if not sys.stdin.isatty():
@@ -557,7 +559,7 @@ def _terminate_like_ctrl_c(signum, frame) -> None:
     """SIGTERM and Ctrl-C: clean up, keep finished cells. The flag survives where the exception may
     not: Python swallows an exception raised inside an at-fork hook (a signal that lands while a
     child is being started), so the runner also checks the flag between cells."""
-    from netprof.profiler import runner  # deferred: the run layer, only for commands that run
+    from netprof.profiler.run import runner  # deferred: the run layer, only for commands that run
 
     runner.STOP.set()
     raise KeyboardInterrupt
@@ -587,7 +589,9 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
         if why:
             fail(f"flamegraphs cannot be sampled: {why}")
 
-    from netprof.profiler import interpreters, report, results, runner  # deferred: run layer, pandas, report
+    from netprof.profiler.model import results  # deferred: run layer, pandas, report
+    from netprof.profiler.report import report
+    from netprof.profiler.run import interpreters, runner
 
     console = out_console(stderr=True, quiet=quiet) if as_json else out_console(quiet=quiet)
     progress = out_console(stderr=True, quiet=quiet)
@@ -599,7 +603,7 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
         with progress.status(f"preparing the backends' environment for --python {spec} (cached after the first run)"):
             interps[spec] = interpreters.prepare(spec)
     _stop_on_signals()
-    from netprof.profiler import plotset
+    from netprof.profiler.report import plotset
 
     plotset.ready()  # run's warm drawing process has done its import: none of it overlaps the load
     outcome = runner.execute(cfg, sys.argv, progress, interps, verbose=verbose)
@@ -655,7 +659,7 @@ def flamegraph(
     if args and args[0] == "diff":
         if len(args) != 3:
             fail("usage: netprof flamegraph diff A.folded B.folded [-o diff.svg]")
-        from netprof.profiler.results import read_named_file  # deferred: it loads pandas
+        from netprof.profiler.model.results import read_named_file  # deferred: it loads pandas
 
         stacks = []
         for f in args[1:]:
@@ -699,8 +703,8 @@ def report_cmd(
     """Rebuild report.md / report.html (and summary.json) from a results directory.
 
     DIR: a results directory written by `netprof run`; nothing is re-run."""
-    from netprof.profiler import report  # deferred: pandas, jinja2 and the report's modules
-    from netprof.profiler.results import RESULTS_PARQUET
+    from netprof.profiler.model.results import RESULTS_PARQUET
+    from netprof.profiler.report import report  # deferred: pandas, jinja2 and the report's modules
 
     if not directory.is_dir():
         raise InputError(f"{directory}: no such directory; give a results directory written by `netprof run`")
@@ -748,7 +752,7 @@ def compare_cmd(
     Welch's t-test verdicts, and the syscall and CPU deltas that explain each change.
 
     BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."""
-    from netprof.profiler import compare_report  # deferred: pandas and the comparison's statistics
+    from netprof.profiler.report import compare_report  # deferred: pandas and the comparison's statistics
 
     raise typer.Exit(compare_report.main([str(r) for r in runs], as_json=as_json, out=str(out) if out else None,
                                   fail_if=fail_if, console=out_console()))
@@ -934,7 +938,8 @@ def knee_cmd(
     """The highest request rate SERVER serves within --slo: a closed-loop cell for its ceiling, then open-loop
     cells (latency from each request's intended time) bisecting below it. Writes the cells' rows, knee.json
     and the report (latency against load, and why the curve bends)."""
-    from netprof.profiler import knee, report  # deferred: the run layer and the report's modules
+    from netprof.profiler import knee  # deferred: the run layer and the report's modules
+    from netprof.profiler.report import report
 
     if bool(server) == bool(cmd):
         raise InputError("give one SERVER (a built-in backend) or one --cmd")
@@ -971,7 +976,7 @@ def knee_cmd(
 def agent() -> None:
     """netprof's far side for --loader-hosts: JSON lines on stdin/stdout (docs/agent-protocol.md). Started by
     the controller over ssh; not for people."""
-    from netprof.profiler import agent as agent_mod  # deferred: only the far side needs it
+    from netprof.profiler.run.link import agent as agent_mod  # deferred: only the far side needs it
 
     raise typer.Exit(agent_mod.main())
 

@@ -16,8 +16,8 @@ import os
 import sys
 from typing import NoReturn
 
-from netprof.profiler import rootenv
-from netprof.profiler.errors import EXIT_BAD_INPUT
+from netprof.profiler.core import rootenv
+from netprof.profiler.core.errors import EXIT_BAD_INPUT
 
 MEASURING = ("run", "ab", "knee")  # commands whose cells carry the counting set unless --no-probes
 
@@ -56,7 +56,7 @@ def main() -> None:
     if report_wanted(args):
         # The report's drawing process (plotset.warm), forked now: its matplotlib import runs beside the
         # compile and the CLI's imports instead of after them; `run` adopts it.
-        from netprof.profiler import plotset, report
+        from netprof.profiler.report import plotset, report
 
         plotset.begin(report._draw, report.DRAW_PRELOAD)
     from netprof.profiler import cli  # the rest of the imports, beside the compile
@@ -75,7 +75,7 @@ def _leave_refused() -> NoReturn:
     seconds on a busy host, and the drawing process's import. The drawing process is killed, the private
     temp directory removed (its exit handler would not run), and os._exit leaves without waiting for the
     thread and without finalizing the interpreter (so nothing unloads LLVM under it)."""
-    from netprof.profiler import plotset
+    from netprof.profiler.report import plotset
 
     plotset.abandon()
     rootenv.remove_private()

@@ -35,12 +35,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from netprof.profiler import atomic, interpreters, results, runlock, units
-from netprof.profiler import meta as meta_mod
-from netprof.profiler.cell import CellEnv, run_cell
-from netprof.profiler.errors import InputError
-from netprof.profiler.loader_client import Loader
-from netprof.profiler.plan import (
+from netprof.profiler.analysis.rules.registry import Thresholds
+from netprof.profiler.core import atomic, runlock, units
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.core.procs import ProcessError, ProcessGroup
+from netprof.profiler.model import results
+from netprof.profiler.model.results import ResultsStore
+from netprof.profiler.run import interpreters
+from netprof.profiler.run import meta as meta_mod
+from netprof.profiler.run.cell import CellEnv, run_cell
+from netprof.profiler.run.loader_client import Loader
+from netprof.profiler.run.plan import (
     ARRIVALS,
     RunConfig,
     check_max_connections,
@@ -48,11 +53,8 @@ from netprof.profiler.plan import (
     connection_cap,
     loader_cpus,
 )
-from netprof.profiler.procs import ProcessError, ProcessGroup
-from netprof.profiler.results import ResultsStore
-from netprof.profiler.rules.registry import Thresholds
-from netprof.profiler.runner import STOP, close_instruments, cost_and_close, open_instruments
-from netprof.profiler.warm import WarmServer
+from netprof.profiler.run.runner import STOP, close_instruments, cost_and_close, open_instruments
+from netprof.profiler.run.warm import WarmServer
 
 KNEE_JSON = results.KNEE_JSON
 SCHEMA = "netprof.knee/1"

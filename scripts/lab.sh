@@ -22,7 +22,7 @@
 # brought the lab up through sudo (who is root already); each sshd listens on its host's address
 # (10.213.0.I), reached only from this machine's bridge, and takes nothing but that key.
 #
-# netprof's own reaper (profiler/netns.py `cleanup_leftovers`, run by profiler/reap.py at every run's
+# netprof's own reaper (profiler/run/link/netns.py `cleanup_leftovers`, run by profiler/run/reap.py at every run's
 # start, by the watchdog and by `netprof doctor`) deletes namespaces matching ^netprof-<pid>-[bl]$ whose
 # pid is gone. The lab's names (nplab*) must never match that pattern, or a netprof run would delete a
 # live lab under the hosts' feet; its veth names (npb<pid>, npl<pid>) are numeric after the prefix,

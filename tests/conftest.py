@@ -37,8 +37,8 @@ import types
 import pytest
 
 from helpers import _missing_bpf, require_bpf, run_netprof, wait_no_children
-from netprof.profiler.loader_client import Loader
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.run.loader_client import Loader
 
 # Every process this test session starts inherits this tag, so leftover checks see only our own
 # processes (not those of another session running on the same machine).

@@ -138,10 +138,10 @@ def wait_no_children(timeout: float = 10.0) -> list[psutil.Process]:
 
 
 def reaping_watchdogs() -> list[psutil.Process]:
-    """netprof watchdogs (`… -m netprof.profiler.reap watchdog PID`) whose netprof has exited: each is running
+    """netprof watchdogs (`… -m netprof.profiler.run.reap watchdog PID`) whose netprof has exited: each is running
     every reaper (procs.start_watchdog), and cleans /tmp and leftover namespaces as the next run would. A live
     netprof's watchdog only waits (this test session's own among them)."""
-    from netprof.profiler import procs
+    from netprof.profiler.core import procs
 
     busy = []
     for p in psutil.process_iter(["cmdline"]):

@@ -14,8 +14,8 @@ import pytest
 
 from helpers import netprof_cli, run_netprof, wait_no_children
 from netprof.profiler import ab
-from netprof.profiler.errors import InputError
-from netprof.profiler.plan import RunConfig
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.run.plan import RunConfig
 
 # One 64-byte recv per message, then --spin-ns of busy CPU, then the echo (bench/spin_echo.py: the server
 # issue 33's acceptance bench uses).
@@ -291,7 +291,7 @@ def test_variant_syntax_without_starting_anything():
 def test_pairs_plot_needs_two_pairs_and_draws_counts_as_differences():
     """ab_plot.draw on a record as ab.py writes it: fewer than two pairs with the metric draw nothing; a count
     (not log-judged) is plotted as NEW − BASE, and a pair without canary samples still has its point."""
-    from netprof.profiler import ab_plot
+    from netprof.profiler.report import ab_plot
 
     def pair(t, d, dropped=False):
         return {"pair": t, "t_s": t, "order": "AB", "dropped": dropped, "canary_ns": {"base": 0, "new": 0},
@@ -308,7 +308,7 @@ def test_pairs_plot_needs_two_pairs_and_draws_counts_as_differences():
 def test_turns_plot_shows_each_generations_rounds_and_no_empty_canary_panel():
     """Turns have no canary: beneath the generations the plot shows each round's NEW/BASE (from the rounds ab.py
     pairs up out of turns.parquet's rows), and a record with neither gets one panel, not an empty canary one."""
-    from netprof.profiler import ab_plot
+    from netprof.profiler.report import ab_plot
 
     rows = [{"generation": g, "block": b, "round": r, "t_s": round(0.2 * (10 * b + r), 3), "variant": v, "messages": m}
             for g, b in ((1, 1), (2, 2)) for r in range(3)

@@ -1,4 +1,4 @@
-"""netprof agent (profiler/agent.py) against its controller (profiler/sshlink.py): the protocol of
+"""netprof agent (profiler/run/link/agent.py) against its controller (profiler/run/link/sshlink.py): the protocol of
 docs/agent-protocol.md, each side tested against the other. Here the agent runs as a local child on a
 socketpair (what ssh would carry); tests/test_multihost.py runs it over real ssh in the lab."""
 
@@ -14,10 +14,10 @@ import time
 import pytest
 
 import netprof
-from netprof.profiler import agent, sshlink
-from netprof.profiler.errors import InputError
-from netprof.profiler.loader_client import Loader, _LineReader
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.run.link import agent, sshlink
+from netprof.profiler.run.loader_client import Loader, _LineReader
 
 FAKE_SSH = "10.213.0.254 40000 10.213.0.2 22"  # what sshd would set: client addr/port, server addr/port
 
@@ -89,7 +89,7 @@ def test_loader_request_turns_the_session_into_the_loaders_channel(session):
         srv.listen()
         import threading
 
-        from netprof.profiler.loader_client import RunRequest
+        from netprof.profiler.run.loader_client import RunRequest
 
         def echo():
             conn, _ = srv.accept()

@@ -9,9 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-from netprof.profiler import results, schema
-from netprof.profiler import rules as anomalies
-from netprof.profiler.rules import Thresholds, detect
+from netprof.profiler.analysis import rules as anomalies
+from netprof.profiler.analysis.rules import Thresholds, detect
+from netprof.profiler.model import results, schema
 
 FAIR = {"min": 990, "p5": 995, "p50": 1000, "p95": 1005, "max": 1010, "jain": 0.999, "active_share": 0.95, "idle": 0}
 

@@ -454,11 +454,11 @@ MISBEHAVING = ("import os, signal, sys\n"
     ("lambda *_: os._exit(3)", "backend exited with code 3 when stopped with SIGTERM (it must exit 0)"),
 ], ids=["clean", "ignores-sigterm", "exits-3"])
 def test_cell_stops_the_backend_and_fails_an_unclean_stop(monkeypatch, handler, error):
-    from netprof.profiler import cell as cell_mod
-    from netprof.profiler.interpreters import prepare
-    from netprof.profiler.loader_client import Loader
-    from netprof.profiler.plan import Cell, RunConfig
-    from netprof.profiler.procs import ProcessGroup
+    from netprof.profiler.core.procs import ProcessGroup
+    from netprof.profiler.run import cell as cell_mod
+    from netprof.profiler.run.interpreters import prepare
+    from netprof.profiler.run.loader_client import Loader
+    from netprof.profiler.run.plan import Cell, RunConfig
 
     monkeypatch.setattr(cell_mod, "EXIT_GRACE", 1.0)
     if handler:

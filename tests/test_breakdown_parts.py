@@ -93,7 +93,7 @@ def test_the_rows_dicts_of_parts_survive_results_parquet(tmp_path):
     it is the dict again, while other groups' dotted keys stay keys (open_loop's `behind_late_us.p99`)."""
     import pandas as pd
 
-    from netprof.profiler import results
+    from netprof.profiler.model import results
 
     row = {"backend": "selector", "breakdown": {"attached": True, "requests": 10,
                                                 "mean_us": {"loop_wait": 5.0, "on_cpu": 2.5},
@@ -170,8 +170,8 @@ def test_tail_cause_names_the_descriptor_and_where_the_wait_was_made(tmp_path):
 
     import pandas as pd
 
-    from netprof.profiler import results, schema
-    from netprof.profiler.rules.registry import detect
+    from netprof.profiler.analysis.rules.registry import detect
+    from netprof.profiler.model import results, schema
 
     tail = {p: 0.0 for p in PARTS[:-1]} | {"off_cpu_io": 900.0, "on_cpu": 50.0, "transit": 50.0}
     row = {"backend": "thread", "family": "threads", "interpreter": "", "connections": 10, "pipeline": 1,
@@ -230,8 +230,8 @@ def test_loader_queue_names_libzmqs_own_queue_and_the_option_that_removes_it(cli
     before zmq_client was recorded: libzmq too) is the loader's own queue; under native, or within 5%, nothing."""
     import pandas as pd
 
-    from netprof.profiler import results
-    from netprof.profiler.rules.registry import detect
+    from netprof.profiler.analysis.rules.registry import detect
+    from netprof.profiler.model import results
 
     mean = {p: 0.0 for p in PARTS} | {"queue_wait": parts - 100.0, "transit": 60.0, "loader_wait": 40.0}
     row = {"backend": "zmq_raw", "family": "zeromq", "reads": "frames", "interpreter": "", "connections": 100,

@@ -146,7 +146,7 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     for name in ("selector", "thread"):
         (doc,) = [json.loads(f.read_text()) for f in (out / "stacks").glob(f"{name}-*.json")]
         assert any("_remote_call" in " ".join(st["python"]) for st in doc.get("recvfrom", [])), (name, doc)
-    helper = "netprof.profiler.remote_work"
+    helper = "netprof.profiler.core.remote_work"
     assert not [p for p in psutil.process_iter(["cmdline"]) if helper in (p.info["cmdline"] or [])]
 
 

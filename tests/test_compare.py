@@ -13,8 +13,10 @@ from rich.console import Console
 from test_anomalies import make_row
 
 from helpers import run_netprof
-from netprof.profiler import compare, compare_report, results, schema, stats
-from netprof.profiler.errors import InputError
+from netprof.profiler.analysis import compare
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.model import results, schema, stats
+from netprof.profiler.report import compare_report
 
 SHORT = ("-d", "0.5", "--warmup", "0.2", "--no-report", "--wait")  # --wait: queue behind another run
 NO_CHANGE = "no significant change"

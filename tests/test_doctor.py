@@ -36,7 +36,7 @@ def test_doctor_notes_symlink_protection_and_removes_stale_files():
     import tempfile
 
     from netprof.flamegraphs.session import WORK_PREFIX
-    from netprof.profiler import doctor
+    from netprof.profiler.run import doctor
 
     with open("/proc/sys/fs/protected_symlinks") as f:
         value = f.read().strip()

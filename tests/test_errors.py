@@ -1,4 +1,4 @@
-"""Every expected failure is a NetprofError carrying its exit code (profiler/errors.py), and the CLI
+"""Every expected failure is a NetprofError carrying its exit code (profiler/core/errors.py), and the CLI
 leaves with that code and one line."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from helpers import run_netprof
 from netprof.flamegraphs import session
 from netprof.probes import ProbeError
-from netprof.profiler import paths, procs
-from netprof.profiler.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, NetprofError
-from netprof.profiler.loader_client import LoaderError
+from netprof.profiler.core import paths, procs
+from netprof.profiler.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, NetprofError
+from netprof.profiler.run.loader_client import LoaderError
 
 pytestmark = pytest.mark.concurrent  # one-line errors and exit codes; its run passes --wait
 

@@ -24,9 +24,10 @@ import pytest
 from helpers import netprof_cmd, require, require_bpf, require_tool, run_netprof, wait_no_children, wait_until_empty
 from netprof.flamegraphs import jitdump, oncpu
 from netprof.flamegraphs import session as flame_session
-from netprof.profiler import atomic, interpreters, paths, procs, runlock
-from netprof.profiler.errors import InputError
-from netprof.profiler.results import ResultsStore
+from netprof.profiler.core import atomic, paths, procs, runlock
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.model.results import ResultsStore
+from netprof.profiler.run import interpreters
 
 NOBODY = 65534
 PLANTED = ("random", "socket", "selectors", "argparse")
@@ -90,7 +91,7 @@ def test_python_children_ignore_cwd_and_pythonpath(tmp_path, monkeypatch):
         child = group.spawn("probe", [sys.executable, "-c", probe])
         cwd, path = json.loads(child.readline(30))
         forwarder = group.spawn("netem-forwarder",
-                                [sys.executable, "-m", "netprof.profiler.netns", "forward", "--help"])
+                                [sys.executable, "-m", "netprof.profiler.run.link.netns", "forward", "--help"])
         assert forwarder.readline(30) is not None
         assert forwarder.popen.wait(30) == 0, forwarder.stderr_tail()
     assert cwd == procs.SAFE_CWD
@@ -353,7 +354,7 @@ def test_interpreter_lock_pins_and_hashes_everything():
 
 HOLD_LOCK = textwrap.dedent("""
     import sys, time
-    from netprof.profiler.runlock import run_lock
+    from netprof.profiler.core.runlock import run_lock
     with run_lock(wait=False, path=sys.argv[1]):
         print("locked", flush=True)
         time.sleep(float(sys.argv[2]))
@@ -393,7 +394,7 @@ def test_run_lock_file_is_not_followed(tmp_path, victim):
 
 MAKE_DIRS = textwrap.dedent("""
     import sys
-    from netprof.profiler.runlock import unique_out_dir
+    from netprof.profiler.core.runlock import unique_out_dir
     print("\\n".join(str(unique_out_dir(sys.argv[1])) for _ in range(20)))
 """)
 
@@ -410,7 +411,7 @@ def test_unique_out_dirs_of_runs_started_together_differ(tmp_path):
 BUILD_ENV = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from netprof.profiler import interpreters
+    from netprof.profiler.run import interpreters
 
     def fake_build(base, info, env):  # the real one takes minutes; the locking around it is the point
         (env / "bin").mkdir(parents=True)
@@ -500,7 +501,7 @@ def _bpf_progs_loaded() -> set[int]:
 
 
 def _own_namespaces(pid: int) -> list[str]:
-    from netprof.profiler.netns import list_namespaces
+    from netprof.profiler.run.link.netns import list_namespaces
 
     return [n for n in list_namespaces() if n.startswith(f"netprof-{pid}-")]
 

@@ -25,8 +25,9 @@ import psutil
 import pytest
 
 from helpers import netprof_cmd, wait_no_children
-from netprof.profiler import procs, servers
-from netprof.profiler.errors import InputError
+from netprof.profiler.core import procs
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.run import servers
 
 pytestmark = pytest.mark.concurrent  # children's environment, output and exits; runs pass --wait
 

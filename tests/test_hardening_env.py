@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from helpers import backend_of, netprof_cmd, require, run_netprof, wait_no_watchdog_reaping, wait_until_empty
-from netprof.profiler import interpreters, procs
+from netprof.profiler.core import procs
+from netprof.profiler.run import interpreters
 
 # The variables that would point root elsewhere than the caller's HOME (the machine's own, which
 # `sudo -E` from a user would not carry): removed so the caller's HOME is what is tested.
@@ -89,7 +90,7 @@ def test_a_python_planted_in_the_callers_pyenv_is_never_run(tmp_path, local_user
     env = _sudo_env(local_user)
 
     found = _as_root("""
-        from netprof.profiler import interpreters
+        from netprof.profiler.run import interpreters
         print(interpreters.pyenv_versions())
         try:
             print(interpreters.resolve("3.13.9"))
@@ -118,7 +119,8 @@ def test_an_environment_planted_in_the_callers_cache_is_never_run(tmp_path, loca
     _plant(local_user, f"{env_dir}/.ready", json.dumps(info | {"executable": base}), 0o644)
 
     res = _as_root("""
-        from netprof.profiler import interpreters, procs
+        from netprof.profiler.core import procs
+        from netprof.profiler.run import interpreters
         try:
             it = interpreters.prepare("3.13")
         except interpreters.InterpreterError as e:
@@ -214,7 +216,7 @@ def test_report_reads_no_matplotlibrc_and_writes_nothing_in_the_callers_home(tmp
     assert "ROOT-ONLY-SECRET" not in res.stdout + res.stderr
     assert not _root_files(local_user.home), "root wrote into the caller's home"
     assert (results / "plots").is_dir() and any((results / "plots").iterdir())
-    from netprof.profiler import rootenv
+    from netprof.profiler.core import rootenv
 
     st = os.stat(rootenv.MATPLOTLIB_DIR)
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700)
@@ -225,7 +227,7 @@ def test_report_reads_no_matplotlibrc_from_the_working_directory(tmp_path, local
     """matplotlib reads ./matplotlibrc before anything else, and sudo keeps the working directory:
     a `matplotlibrc` link to a root-only file in the user's directory, where the user runs `sudo
     netprof report`, came back line by line in matplotlib's warnings. Now matplotlib is imported from
-    `/` (profiler/mpl.py)."""
+    `/` (profiler/report/mpl.py)."""
     secret = tmp_path / "root-only"
     secret.write_text("ROOT-ONLY-SECRET: 1\n")
     secret.chmod(0o600)

@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 
 from helpers import require, require_tool, root_only_dir, run_netprof
-from netprof.profiler import atomic, compare
-from netprof.profiler.errors import InputError
+from netprof.profiler.analysis import compare
+from netprof.profiler.core import atomic
+from netprof.profiler.core.errors import InputError
 
 SECRET = "s3cr3t-ROOT-ONLY-race-5b9e"
 

@@ -26,8 +26,9 @@ import pytest
 
 import netprof
 from helpers import netprof_cli, netprof_cmd, run_netprof
-from netprof.profiler import safetext, sshlink
-from netprof.profiler.errors import InputError
+from netprof.profiler.core import safetext
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.run.link import sshlink
 
 # What a hostile far side writes: OSC 0 (the window title, ended by BEL), OSC 52 (a clipboard write), CSI 2J
 # (clear the screen) and home, the same as 8-bit C1 controls (CSI U+009B, OSC U+009D … ST U+009C), a DCS,
@@ -368,7 +369,7 @@ def test_a_server_hosts_192_mib_of_result_files_are_streamed_to_disk_not_held(tm
 
 
 def test_result_files_refuse_past_each_cap_and_name_it(tmp_path):
-    from netprof.profiler.procs import ProcessError
+    from netprof.profiler.core.procs import ProcessError
 
     def sink(**caps):
         out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
@@ -404,7 +405,7 @@ def test_result_files_refuse_past_each_cap_and_name_it(tmp_path):
 
 
 def test_another_hosts_line_is_capped_and_a_loaders_result_by_its_connections():
-    from netprof.profiler import loader_client
+    from netprof.profiler.run import loader_client
 
     ours, theirs = socket.socketpair()
     with ours, theirs:

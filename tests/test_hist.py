@@ -1,5 +1,5 @@
-"""profiler/hist.py against the loader's own histogram (cpp_server/src/histogram.cpp, PROTOCOL.md
-"Histograms"), and the merge of several loaders' stats (profiler/loaderset.py)."""
+"""profiler/model/hist.py against the loader's own histogram (cpp_server/src/histogram.cpp, PROTOCOL.md
+"Histograms"), and the merge of several loaders' stats (profiler/run/link/loaderset.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import threading
 
 import pytest
 
-from netprof.profiler import hist, loaderset
-from netprof.profiler.loader_client import Loader, RunRequest
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.model import hist
+from netprof.profiler.run.link import loaderset
+from netprof.profiler.run.loader_client import Loader, RunRequest
 
 pytestmark = pytest.mark.concurrent  # histograms and merged counts; both loaders' windows start at one scheduled time
 

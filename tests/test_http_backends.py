@@ -26,8 +26,8 @@ import pytest
 from helpers import Backend, _missing_bpf, require_bpf, run_netprof, wait_no_children
 from netprof.backends import registry
 from netprof.backends.http_common import BODY, PATH
-from netprof.profiler.errors import InputError
-from netprof.profiler.plan import RunConfig, validate
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.run.plan import RunConfig, validate
 
 HTTP = [n for n in registry.names() if registry.get(n).protocol == "http"]
 # gunicorn's sync worker answers one request per connection and closes it (by design: it does not

@@ -14,8 +14,11 @@ from rich.console import Console
 from test_anomalies import frame, ids, make_row
 from test_report import META, fair_counts
 
-from netprof.profiler import compare, compare_report, plotset, report, results, runner, stats, tables
-from netprof.profiler.rules import detect
+from netprof.profiler.analysis import compare
+from netprof.profiler.analysis.rules import detect
+from netprof.profiler.model import results, stats
+from netprof.profiler.report import compare_report, plotset, report, tables
+from netprof.profiler.run import runner
 
 HTTP = {"protocol": "http", "framing": "own", "reads": "http", "family": "uvicorn"}
 

@@ -19,15 +19,15 @@ import pytest
 import netprof.probes
 from helpers import require_bpf
 from netprof.probes import registry
-from netprof.profiler import results
-from netprof.profiler.cell import CellEnv, run_cell
-from netprof.profiler.errors import InputError
-from netprof.profiler.interpreters import prepare
-from netprof.profiler.loader_client import Loader
-from netprof.profiler.plan import RunConfig, validate
-from netprof.profiler.procs import ProcessGroup
-from netprof.profiler.runner import close_instruments, open_instruments
-from netprof.profiler.servers import from_cmd
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.model import results
+from netprof.profiler.run.cell import CellEnv, run_cell
+from netprof.profiler.run.interpreters import prepare
+from netprof.profiler.run.loader_client import Loader
+from netprof.profiler.run.plan import RunConfig, validate
+from netprof.profiler.run.runner import close_instruments, open_instruments
+from netprof.profiler.run.servers import from_cmd
 
 HERE = Path(__file__).resolve().parent
 

@@ -18,7 +18,8 @@ from packaging.utils import canonicalize_name
 
 from helpers import REQUIRE_TOOLS, netprof_cli, require_bpf, run_netprof, wait_no_children
 from netprof.backends import registry
-from netprof.profiler import interpreters, schema
+from netprof.profiler.model import schema
+from netprof.profiler.run import interpreters
 
 
 def _need(version: str) -> None:

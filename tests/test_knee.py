@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from helpers import netprof_cli, run_netprof, wait_no_children
-from netprof.profiler import knee, tables
-from netprof.profiler.errors import InputError
-from netprof.profiler.plan import RunConfig, validate
-from netprof.profiler.rules.registry import Thresholds
+from netprof.profiler import knee
+from netprof.profiler.analysis.rules.registry import Thresholds
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.report import tables
+from netprof.profiler.run.plan import RunConfig, validate
 
 
 @pytest.mark.parametrize("text, stat, us", [("p99<5ms", "p99", 5000), ("P50 < 200us", "p50", 200),

@@ -18,10 +18,10 @@ import time
 
 import pytest
 
-from netprof.profiler import cell
-from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
-from netprof.profiler.paths import loader_binary
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.paths import loader_binary
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.run import cell
+from netprof.profiler.run.loader_client import Loader, LoaderError, RunRequest
 
 # The loader's protocol, events, schedules and errors: what it sent and counted, not how fast, so these run
 # three at a time in `make test`'s first pass (the window's marks are its scheduled bounds, not the clock at

@@ -12,8 +12,8 @@ import time
 import pytest
 from test_loader import start_echo
 
-from netprof.profiler.loader_client import Loader, RunRequest
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.run.loader_client import Loader, RunRequest
 
 pytestmark = pytest.mark.concurrent  # the loader's answers to malformed input
 

@@ -17,8 +17,8 @@ import psutil
 import pytest
 from test_loader import check_stats, one_shot, start_echo
 
-from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
-from netprof.profiler.paths import loader_binary
+from netprof.profiler.core.paths import loader_binary
+from netprof.profiler.run.loader_client import Loader, LoaderError, RunRequest
 
 pytestmark = pytest.mark.concurrent  # the loader's descriptors, privileges and refusals
 
@@ -156,8 +156,8 @@ def test_the_removed_tcp_control_mode_is_refused():
 
 PARENT = r"""
 import os, subprocess, sys, time
-from netprof.profiler.loader_client import Loader
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.run.loader_client import Loader
+from netprof.profiler.core.procs import ProcessGroup
 mode = sys.argv[1]
 if mode == "one-shot":  # no channel: only PR_SET_PDEATHSIG can end it early
     p = subprocess.Popen([sys.argv[2], "--target", sys.argv[3], "-c", "5", "-d", "60", "--json"],

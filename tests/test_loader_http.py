@@ -13,8 +13,8 @@ import sys
 import pytest
 from test_loader import ECHO_SERVER
 
-from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.run.loader_client import Loader, LoaderError, RunRequest
 
 pytestmark = pytest.mark.concurrent  # the loader against small servers: what it parsed and counted, not how fast
 

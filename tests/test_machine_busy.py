@@ -14,9 +14,9 @@ import os
 import pytest
 from test_anomalies import frame, make_row
 
-from netprof.profiler import meta as meta_mod
-from netprof.profiler import schema
-from netprof.profiler.rules import detect
+from netprof.profiler.analysis.rules import detect
+from netprof.profiler.model import schema
+from netprof.profiler.run import meta as meta_mod
 
 
 def _three_rounds(slow_busy: float, slow_loader: float, slow_factor: float = 0.7) -> list[dict]:

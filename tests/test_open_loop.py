@@ -13,12 +13,14 @@ import pandas as pd
 import pytest
 
 from helpers import netprof_cli, wait_no_children
-from netprof.profiler import cell, results, rules, schema, stats
-from netprof.profiler.errors import InputError
-from netprof.profiler.interpreters import Interpreter
-from netprof.profiler.loader_client import RunRequest
-from netprof.profiler.plan import Cell, RunConfig, parse_rates, validate
-from netprof.profiler.rules import Thresholds, detect
+from netprof.profiler.analysis import rules
+from netprof.profiler.analysis.rules import Thresholds, detect
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.model import results, schema, stats
+from netprof.profiler.run import cell
+from netprof.profiler.run.interpreters import Interpreter
+from netprof.profiler.run.loader_client import RunRequest
+from netprof.profiler.run.plan import Cell, RunConfig, parse_rates, validate
 
 # --------------------------------------------------------------------------------------------- parsing
 
@@ -463,7 +465,7 @@ def test_closed_loop_rows_fire_no_open_loop_rule():
 
 
 def test_latency_against_load_is_drawn_with_two_rates_only():
-    from netprof.profiler import plots
+    from netprof.profiler.report import plots
 
     two = stats.aggregate(pd.DataFrame([results.flatten(r) for r in
                                         (open_row(500, 500.0), open_row(2000, 1000.0, p99=1e6))]))
@@ -481,7 +483,8 @@ def test_latency_against_load_is_drawn_with_two_rates_only():
 def test_report_of_an_open_loop_run(tmp_path, monkeypatch):
     """A results directory of two rates × two backends: the report labels cells by rate, draws latency
     against load, and finds the overload and the knee."""
-    from netprof.profiler import cache, report
+    from netprof.profiler.core import cache
+    from netprof.profiler.report import report
 
     monkeypatch.setattr(cache, "ROOT", str(tmp_path / "cache"))  # not the real /var/cache/netprof
     store = results.ResultsStore(tmp_path / "run")

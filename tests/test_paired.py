@@ -1,4 +1,4 @@
-"""The statistics of `netprof ab` (profiler/paired.py) on constructed data: known ratios come back, the
+"""The statistics of `netprof ab` (profiler/model/paired.py) on constructed data: known ratios come back, the
 canary adjustment removes what the host's speed did, the stopping rule triggers at the width it states,
 disturbed pairs are dropped and counted."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from netprof.profiler import paired
+from netprof.profiler.model import paired
 
 
 def _pairs(ratio: float, sd: float, n: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:

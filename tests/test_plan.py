@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from netprof.profiler.errors import InputError
-from netprof.profiler.plan import RunConfig, parse_pin, validate
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.run.plan import RunConfig, parse_pin, validate
 
 
 def _cells(**kw) -> list:
@@ -35,7 +35,7 @@ def test_parse_pin_refuses(mode, no_pin):
 def test_http_backends_frame_their_own_way_once_per_scale():
     """--framing does not apply to a server with its own HTTP parser: one cell per scale and
     interpreter, framing "own", and the backend is not given --framing."""
-    from netprof.profiler.cell import backend_argv
+    from netprof.profiler.run.cell import backend_argv
 
     cfg = validate(RunConfig(backends=["http_asyncio"], connections=[10], rounds=2))
     cells = list(cfg.cells())

@@ -135,7 +135,7 @@ def test_counts_agree_with_perf_stat():
     require_bpf()
     perf = require_tool("perf")
     from netprof.probes import CountingProbes, delta
-    from netprof.profiler.paths import loader_binary
+    from netprof.profiler.core.paths import loader_binary
 
     backend = subprocess.Popen([sys.executable, "-m", "netprof.backends", "selector", "--port", "0"],
                                stdout=subprocess.PIPE, text=True)

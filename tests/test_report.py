@@ -15,7 +15,8 @@ import pytest
 from test_anomalies import STARVED, make_row
 
 from helpers import REQUIRE_TOOLS
-from netprof.profiler import report, results, schema
+from netprof.profiler.model import results, schema
+from netprof.profiler.report import report
 
 META = {"netprof_version": "0.1.0", "started": "2026-11-21T12:00:00+00:00",
         "command": "netprof run selector uvloop_sock asyncio -c 10,100,1000 -r 2 --pipeline 1,4",
@@ -205,7 +206,7 @@ def test_pinned_and_unpinned_cells_are_told_apart(tmp_path):
 def test_fairness_is_stated_plainly_either_way():
     """The seed's starvation question gets an answer in the findings, whether or not it happened."""
 
-    from netprof.profiler.report import _fairness_sentence
+    from netprof.profiler.report.report import _fairness_sentence
 
     cells = pd.DataFrame({"backend": ["asyncio_sock"] * 2, "connections": [100, 100], "pipeline": [1, 4],
                           "per_conn.jain": [1.0, 0.99]})
@@ -220,7 +221,7 @@ def test_fairness_is_stated_plainly_either_way():
 def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
     """The report's claim that no probe ran in headline time follows each cell's measured attach and
     detach times (probed.late_ms / probed.spill_ms), and names the cells where it does not hold."""
-    from netprof.profiler.report import _probe_sentence
+    from netprof.profiler.report.report import _probe_sentence
 
     def cells(spill: float) -> pd.DataFrame:
         return pd.DataFrame({"backend": ["selector", "cpp_epoll"], "interpreter": ["cpython-3.11.2"] * 2,
@@ -242,7 +243,8 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
 def test_probe_cost_table_gives_the_interval_over_rounds():
     """One window's probe cost moves by a few percent with no probe attached (bench/RESULTS.md,
     --edges): over rounds the table gives the 95% interval beside the mean; one round gives none."""
-    from netprof.profiler import stats, tables
+    from netprof.profiler.model import stats
+    from netprof.profiler.report import tables
 
     def rows(costs: list[float], drift: list[float] | None = None) -> pd.DataFrame:
         df = pd.DataFrame({"backend": "selector", "interpreter": "cpython-3.11.2", "framing": "message",
@@ -319,7 +321,7 @@ def test_evidence_reads_in_units(reported):
 def test_uvloop_churn_card_names_every_epoll_ctl_call():
     """6 epoll_ctl per read on a uvloop backend: the card explains each call (traced on uvloop 0.23: 1 ADD,
     5 DEL, 3 of them ENOENT) and quotes uvloop's own source; asyncio's 2 per read gets the plain model."""
-    from netprof.profiler import rules as anomalies
+    from netprof.profiler.analysis import rules as anomalies
 
     uv = make_row("uvloop_sock", 100, family="uvloop",
                   syscalls_per_msg={"epoll_ctl": 6.0, "ioctl": 1.0, "sendto": 1.0, "recvfrom": 1.0})

@@ -215,7 +215,7 @@ def test_spawn_can_deny_io_uring_to_a_child_and_its_children():
     import errno
     import sys
 
-    from netprof.profiler.procs import ProcessGroup
+    from netprof.profiler.core.procs import ProcessGroup
 
     nested = f"import subprocess, sys; sys.stdout.write(subprocess.run([sys.executable, '-c', {SETUP!r}], " \
              "capture_output=True, text=True).stdout)"

@@ -27,8 +27,8 @@ from helpers import (
     wait_no_watchdog_reaping,
     wait_until_empty,
 )
-from netprof.profiler import plan
-from netprof.profiler.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
+from netprof.profiler.run import plan
+from netprof.profiler.run.link.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
 
 def require_root() -> None:
@@ -50,7 +50,7 @@ def netns_run_processes() -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "--host 198.18.0.1" in cmd or "netprof.profiler.netns forward" in cmd:
+        if "--host 198.18.0.1" in cmd or "netprof.profiler.run.link.netns forward" in cmd:
             found.append(p)
     return found
 
@@ -240,7 +240,7 @@ def test_forwarder_queue_is_bounded_and_counts_drops():
     counted, as netem's `limit` does; the counters come back on the control socket."""
     import threading
 
-    from netprof.profiler.netns import forward
+    from netprof.profiler.run.link.netns import forward
 
     a_ours, a_fwd = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     b_ours, b_fwd = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)

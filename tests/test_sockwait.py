@@ -18,8 +18,8 @@ import pytest
 from helpers import require_tool
 from netprof.probes import SockWaitProbes, sockwait_delta
 from netprof.probes.sockwait import NSLOTS, WaitDist, conn_rows, log2_quantile_us, slot_bounds, slot_of
-from netprof.profiler import stats as stats_mod
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.model import stats as stats_mod
 
 needs_bpf = pytest.mark.usefixtures("bpf")
 

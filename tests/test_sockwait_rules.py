@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 from test_anomalies import frame, ids, make_row
 
-from netprof.profiler import rules as anomalies
-from netprof.profiler import sockwait_report, stats
-from netprof.profiler.rules import detect
+from netprof.profiler.analysis import rules as anomalies
+from netprof.profiler.analysis.rules import detect
+from netprof.profiler.model import stats
+from netprof.profiler.report import sockwait_report
 
 # A `sockwait` row group: short waits and handlers, connections served alike.
 SW = {

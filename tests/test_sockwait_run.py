@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from helpers import require_bpf, run_netprof, wait_no_children
-from netprof.profiler import results
+from netprof.profiler.model import results
 
 
 def sockwait_run(tmp_path, *args: str, name: str = "run", timeout: float = 300) -> tuple[dict, object]:

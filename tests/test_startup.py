@@ -20,7 +20,10 @@ from scipy import stats as sps
 from test_report import build_results
 
 from netprof.probes import selfcost
-from netprof.profiler import cache, cli, plotset, procs, report, stats
+from netprof.profiler import cli
+from netprof.profiler.core import cache, procs
+from netprof.profiler.model import stats
+from netprof.profiler.report import plotset, report
 
 
 @pytest.fixture
@@ -41,7 +44,7 @@ def test_a_backend_imports_no_package_metadata_and_the_version_is_still_there():
 
 
 def test_cli_and_report_import_neither_scipy_nor_matplotlib():
-    code = ("import sys, netprof.profiler.cli, netprof.profiler.report, netprof.profiler.runner; "
+    code = ("import sys, netprof.profiler.cli, netprof.profiler.report.report, netprof.profiler.run.runner; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'matplotlib')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]", out.stdout
@@ -191,7 +194,7 @@ def test_warm_process_dies_with_a_killed_netprof(tmp_path):
     """SIGKILL runs no cleanup: the kernel ends the warm process (and a drawing sibling) itself."""
     code = textwrap.dedent("""
         import os, sys, time
-        from netprof.profiler import plotset
+        from netprof.profiler.report import plotset
         def draw(name, cells, per_conn):
             return b"<svg/>"
         with plotset.warm(draw, preload=[]) as warm:
@@ -238,7 +241,7 @@ def test_run_command_starts_the_warm_process_for_its_report(monkeypatch, tmp_pat
 
 
 def _df(tmp_path):
-    from netprof.profiler import results
+    from netprof.profiler.model import results
 
     d = build_results(tmp_path / "rows")
     return results.load(d)[0]
@@ -376,7 +379,8 @@ def test_entry_begins_the_compile_and_the_drawing_process_before_importing_the_c
     imported, the compile with the run's own flag."""
     code = textwrap.dedent("""
         import sys
-        from netprof.profiler import entry, plotset
+        from netprof.profiler import entry
+        from netprof.profiler.report import plotset
         from netprof.probes.counting import counting
         def seen(*what):  # printed at once: a refused command leaves with os._exit (entry._leave_refused)
             print(repr(what), flush=True)
@@ -445,7 +449,7 @@ def test_probes_close_in_a_thread_after_every_cost_is_read():
     another thread that the caller joins."""
     import threading
 
-    from netprof.profiler import runner
+    from netprof.profiler.run import runner
 
     closed_by = []
 

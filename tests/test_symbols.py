@@ -1,4 +1,4 @@
-"""User addresses are named in a forked child (profiler/symbols.py): the names are BCC's, and whatever the
+"""User addresses are named in a forked child (profiler/core/symbols.py): the names are BCC's, and whatever the
 symbolizer closes by mistake is the child's descriptor, never netprof's."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import require_bpf
-from netprof.profiler import procs, symbols
+from netprof.profiler.core import procs, symbols
 
 
 def test_names_an_address_of_a_live_process_as_bcc_does():

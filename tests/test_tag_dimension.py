@@ -1,6 +1,6 @@
 """The run-dimension path, end to end, through its first user-facing dimension: `--tag` (issue 32).
 
-A dimension declared in profiler/schema.py plus a CLI option must reach every row, per-connection
+A dimension declared in profiler/model/schema.py plus a CLI option must reach every row, per-connection
 file, table label, file name and `compare` with no other change; these tests run netprof for real and
 read what it wrote.
 """
@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from helpers import run_netprof, wait_no_children
-from netprof.profiler import schema
-from netprof.profiler.errors import InputError
-from netprof.profiler.plan import parse_tags
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.model import schema
+from netprof.profiler.run.plan import parse_tags
 
 pytestmark = pytest.mark.concurrent  # the --tag dimension's rows, labels and refusals; runs pass --wait
 

@@ -1,4 +1,4 @@
-"""profiler/turns.py on the loader's `turns` stats (PROTOCOL.md, "Turns"), made here in its shape: rounds,
+"""profiler/run/turns.py on the loader's `turns` stats (PROTOCOL.md, "Turns"), made here in its shape: rounds,
 their balance, the variants' order, each variant's share of a block. The loader's own tests run it for real
 (cpp_server/tests/test_turns.cpp, tests/test_loader.py, tests/test_ab.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from netprof.profiler import turns
+from netprof.profiler.run import turns
 
 
 def served(n: int, variants: int) -> list[int]:

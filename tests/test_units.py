@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from netprof.profiler import units
+from netprof.profiler.core import units
 
 
 @pytest.mark.parametrize(

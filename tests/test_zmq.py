@@ -15,9 +15,9 @@ import pytest
 
 from helpers import Backend, require_bpf, run_netprof, wait_no_children
 from netprof.backends import registry
-from netprof.profiler.loader_client import Loader, LoaderError, RunRequest
-from netprof.profiler.paths import loader_binary
-from netprof.profiler.procs import ProcessGroup
+from netprof.profiler.core.paths import loader_binary
+from netprof.profiler.core.procs import ProcessGroup
+from netprof.profiler.run.loader_client import Loader, LoaderError, RunRequest
 
 zmq = pytest.importorskip("zmq")
 

@@ -13,11 +13,15 @@ import pytest
 
 from helpers import netprof_cli, wait_no_children
 from netprof.backends import registry
-from netprof.profiler import ab, cell, compare, knee, report, schema, servers, turns
-from netprof.profiler.errors import InputError
-from netprof.profiler.interpreters import Interpreter
-from netprof.profiler.loader_client import RunRequest
-from netprof.profiler.plan import RunConfig, validate
+from netprof.profiler import ab, knee
+from netprof.profiler.analysis import compare
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.model import schema
+from netprof.profiler.report import report
+from netprof.profiler.run import cell, servers, turns
+from netprof.profiler.run.interpreters import Interpreter
+from netprof.profiler.run.loader_client import RunRequest
+from netprof.profiler.run.plan import RunConfig, validate
 
 ZMQ = [n for n in registry.names() if registry.get(n).transport == "zmq"]
 TCP = [n for n in registry.names() if registry.get(n).transport == "tcp"]

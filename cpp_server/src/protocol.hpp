@@ -1,5 +1,5 @@
 // The control protocol, loader side: request parsing/validation and the JSON of events and stats.
-// The contract is cpp_server/PROTOCOL.md; netprof.profiler.loader_client is the other side.
+// The contract is cpp_server/PROTOCOL.md; netprof.profiler.run.loader_client is the other side.
 #pragma once
 
 #include <netinet/in.h>

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netprof.profiler import stats
+from netprof.profiler.model import stats
 
 from .. import selfcost
 from ..instrument import Counted, ProbeInstrument

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netprof.profiler import stats
+from netprof.profiler.model import stats
 
 from ..instrument import Counted, ProbeInstrument
 from .sockwait import KINDS, SockWaitDelta, SockWaitProbes, SockWaitSnapshot, WaitDist, cached_cost, check_available

@@ -7,7 +7,7 @@ from typing import Any
 
 from netprof.probes.base import LoadedProgram
 from netprof.probes.instrument import Counted, ProbeInstrument
-from netprof.profiler import stats
+from netprof.profiler.model import stats
 
 
 class GetpidProbes(LoadedProgram):

@@ -1,0 +1,29 @@
+"""Anomaly rules: each one looks at the measured cells and, when something is off, says what it is,
+why it happens and which numbers (and stacks, and source lines) prove it.
+
+A rule is a small function registered with `@rule(id, ...)` (registry.py), which also records what the
+report needs to know of it: whether its findings merge into one card per backend, the plots that show
+it, the report section that explains it. It receives a `Context` and returns `Anomaly` objects; every
+threshold lives in `Thresholds`. `detect()` runs them all and returns plain dicts (the JSON summary's
+`anomalies`), most severe first. The rules live by topic in the modules imported below.
+"""
+
+# Imported for their @rule registrations, in this order: RULES' order is the order in which findings
+# of one severity are listed.
+from netprof.profiler.analysis.rules import fairness, syscalls, cpu, latency, throughput, host, failures, sockwait, open_loop, breakdown  # noqa: F401, I001, E501
+from netprof.profiler.analysis.rules.registry import (
+    META,
+    RULES,
+    SEVERITIES,
+    THRESHOLDS,
+    Anomaly,
+    Context,
+    RuleMeta,
+    Thresholds,
+    consolidate,
+    detect,
+    rule,
+)
+
+__all__ = ["META", "RULES", "SEVERITIES", "THRESHOLDS", "Anomaly", "Context", "RuleMeta", "Thresholds",
+           "consolidate", "detect", "rule"]

@@ -1,0 +1,38 @@
+"""What several rules share: a cell in a sentence, evidence figures rounded, the requests the loader
+left unanswered, and the syscall groups they reason about."""
+
+from __future__ import annotations
+
+from netprof.profiler.core import units
+from netprof.profiler.model import schema
+from netprof.profiler.model.stats import num
+
+READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
+MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
+
+where = schema.cell_phrase  # 'asyncio_sock at 100 connections, 8 in flight (message framing)'
+
+
+def r2(v: float | None, digits: int = 2):
+    return None if v is None else round(v, digits)
+
+
+def _count(v: float) -> str:
+    """A count that may be the mean of a cell's rounds: '40', or '0.3'."""
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def unanswered(r) -> tuple[dict, str]:
+    """The requests the loader left waiting at the window's end, older than any it measured (the row's
+    `unanswered` group), as evidence and a sentence; empty when there were none (or an older loader)."""
+    n = num(r, "unanswered.count")
+    if not n:
+        return {}, ""
+    requests, conns = _count(n), _count(num(r, "unanswered.connections") or 0)
+    oldest = units.duration_us(num(r, "unanswered.max_age_us"))
+    text = (f"At the window's end {requests} requests on {conns} connections were still unanswered, the oldest "
+            f"for {oldest}, longer than any request the window measured: they are missing from its latency "
+            "figures, so the real tail is longer (a load generator that waits for them, like wrk, reports a "
+            "higher p99). ")
+    ev = {"still unanswered at the window's end": f"{requests} on {conns} connections, the oldest waiting {oldest}"}
+    return ev, text

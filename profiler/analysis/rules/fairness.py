@@ -1,0 +1,161 @@
+"""Fairness: did every connection get served? `starvation` fires when a few connections got most of the
+messages, and tells, from epoll_ctl per message, whether the reads skipped the event loop (the
+eager-read path of asyncio's `sock_recv`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from netprof.profiler.analysis.rules.common import READ_SYSCALLS, r2, unanswered, where
+from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
+from netprof.profiler.analysis.rules.sources import source_line
+from netprof.profiler.core import units
+from netprof.profiler.model.stats import num, syscalls_of
+
+
+@rule("starvation", plots=("per_conn", "fairness"))
+def starvation(ctx: Context) -> list[Anomaly]:
+    """A few connections got most of the messages (Jain index or active share far below fair).
+
+    When epoll_ctl per message is far below what register-per-read implies, the reads took the
+    eager path: `sock_recv` returned data that was already there without yielding to the loop."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        jain, share = num(r, "per_conn.jain"), num(r, "per_conn.active_share")
+        idle = num(r, "per_conn.idle")
+        if r["connections"] < t.starvation_min_connections or (jain is None and share is None):
+            continue
+        skewed = ((jain is not None and jain < t.starvation_jain)
+                  or (share is not None and share < t.starvation_active_share))
+        idle_share = (idle or 0) / r["connections"]
+        if not skewed and idle_share < t.starvation_idle_share:
+            continue
+        ev = _starvation_evidence(ctx, r, jain, share, idle)
+        text = f"{where(r)} served its connections very unevenly: {_how_uneven(ctx, r, ev, skewed, idle_share)}"
+        text += f" (Jain {jain:.2f}; fair is ≈1). " if jain is not None else ". "
+        text += eager_read_explanation(ctx, r, ev)
+        waiting_ev, waiting = unanswered(r)
+        ev.update(waiting_ev)
+        text += waiting
+        text += ("Its throughput figure therefore measures the favoured connections, not fair service: "
+                 f"judge this cell by its per-connection distribution, not its {units.rate_unit(r.get('protocol'))}.")
+        found.append(Anomaly.at(r, "starvation", "critical" if skewed else "warning",
+                                f"Connection starvation: {where(r)}", text, ev))
+    return found
+
+
+def _starvation_evidence(ctx: Context, r, jain: float | None, share: float | None, idle: float | None) -> dict:
+    n = int(r["connections"])
+    ev = {"Jain index (1 = fair)": r2(jain), "share of connections that handled 95% of messages": r2(share),
+          "connections serving 95% of messages": None if share is None else f"{round(share * n)} of {n}",
+          "messages per connection min / p5 / p50 / p95 / max": " / ".join(
+              f"{num(r, 'per_conn.' + k) or 0:.0f}" for k in ("min", "p5", "p50", "p95", "max")),
+          "idle connections": None if idle is None else int(idle)}
+    counts = ctx.conn_counts(r)
+    if counts is not None and counts.sum() > 0:
+        ranked = np.sort(counts)[::-1]
+        k = max(1, len(ranked) // 100)
+        ev["top 1% of connections got"] = (f"{100 * ranked[:k].sum() / ranked.sum():.0f}% of "
+                                           f"{units.exchanges(r.get('protocol'))}")
+    return ev
+
+
+def _how_uneven(ctx: Context, r, ev: dict, skewed: bool, idle_share: float) -> str:
+    """The clause that says how unevenly: by active share, idle connections, or busiest against median."""
+    share, idle = num(r, "per_conn.active_share"), num(r, "per_conn.idle")
+    p50, top = num(r, "per_conn.p50"), num(r, "per_conn.max")
+    one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
+    if share is not None and share < ctx.t.starvation_active_share:
+        return f"{ev['connections serving 95% of messages']} connections handled 95% of the {many}"
+    if not skewed:
+        return (f"{int(idle or 0)} of {int(r['connections'])} connections ({100 * idle_share:.0f}%) exchanged no "
+                f"{one} at all in the measurement window while the others were served")
+    if p50 and top:
+        return (f"its busiest connection exchanged {top / p50:.0f}× the {many} of the median one "
+                f"({top:.0f} vs {p50:.0f})")
+    return "a few connections got most of the service"
+
+
+def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
+    """Why reads did not yield, when epoll_ctl/msg says they registered far less than the model implies:
+    the numbers, the code path, the contrast with the same backend under strict ping-pong and under
+    stream framing, and the stacks (or which view would show them)."""
+    per = syscalls_of(r)
+    if per is None:
+        return "(No syscall counts for this cell: run with probes to see whether reads skipped the event loop.) "
+    ec = per.get("epoll_ctl", 0.0)
+    reads = sum(per.get(name, 0.0) for name in READ_SYSCALLS)
+    implied = _implied_epoll_ctl(ctx, r)
+    ev["epoll_ctl per message"] = r2(ec, 3)
+    ev["read syscalls per message"] = r2(reads, 2)
+    if not implied or ec >= implied * ctx.t.eager_read_fraction:
+        return ""
+    ev["epoll_ctl per message the register-per-read model implies"] = r2(implied, 1)
+    ev["source"] = source_line("asyncio.selector_events:BaseSelectorEventLoop.sock_recv", "return sock.recv(")
+    ev["mechanism"] = (f"{r['backend']}'s reads found their data already waiting and returned without yielding to the "
+                       "event loop (asyncio's `sock_recv` tries `sock.recv()` first), so the coroutine that has data "
+                       "keeps the loop while the other connections wait.")
+    text = (f"Its reads almost never went through the event loop: {reads:.2f} read calls and {ec:.2f} epoll_ctl "
+            f"{units.per_unit(r.get('protocol'))}, where registering for readiness around each read implies "
+            f"{implied:.1f} epoll_ctl. This is the eager-read path of asyncio's `sock_recv` "
+            "(asyncio/selector_events.py): it first calls `sock.recv(n)` and, when data is already there, returns "
+            "it at once — the coroutine continues without yielding to the event loop, so the connection that has "
+            "data keeps the loop and the others wait. ")
+    text += _pipeline_trigger(ctx, r, ev) + _framing_trigger(ctx, r, ev)
+    _stack_evidence(ctx, r, ev)
+    return text
+
+
+def _implied_epoll_ctl(ctx: Context, r) -> float:
+    """epoll_ctl per message if every read registered: the backend's own highest figure in another cell,
+    else the `sock_recv` model's for a *sock* backend (0: no model to hold it to)."""
+    same_backend = ctx.cells[(ctx.cells["backend"] == r["backend"])]
+    elsewhere = [v for v in same_backend.get("syscalls_per_msg.epoll_ctl", pd.Series(dtype=float)).dropna()]
+    implied = max(elsewhere, default=0.0)
+    if implied < ctx.t.readiness_churn_epoll_ctl:
+        family = str(r.get("family", "") or "")
+        implied = ctx.t.sock_recv_model_epoll_ctl if "sock" in f"{r['backend']} {family}" else 0.0
+    return implied
+
+
+def _pipeline_trigger(ctx: Context, r, ev: dict) -> str:
+    """Several messages in flight keep data waiting; the same backend at pipeline 1, when measured."""
+    if not (r.get("pipeline") or 1) > 1:
+        return ""
+    one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
+    text = (f"With {int(r['pipeline'])} {many} in flight per connection the next {one} is almost always "
+            "already waiting: that is the trigger. ")
+    fair = ctx.same_cell(r, pipeline=1)
+    if not fair.empty and (j := num(fair.iloc[0], "per_conn.jain")) is not None:
+        ev["Jain index of the same backend at pipeline 1"] = r2(j)
+        if j >= ctx.t.starvation_jain:
+            text += f"Under strict ping-pong (pipeline 1) the same backend was fair (Jain {j:.2f}). "
+    return text
+
+
+def _framing_trigger(ctx: Context, r, ev: dict) -> str:
+    """One message per receive leaves the rest queued; the same cell with stream framing, when measured."""
+    if r.get("framing") != "message":
+        return ""
+    text = ("Each receive asks for one message (`--framing message`, as network_ping_test does), so a "
+            "connection with several queued messages stays readable after every read. ")
+    stream = ctx.same_cell(r, framing="stream")
+    if not stream.empty and (j := num(stream.iloc[0], "per_conn.jain")) is not None:
+        ev["Jain index of the same cell with stream framing"] = r2(j)
+        text += (f"With `--framing stream` (one 64 KiB read drains every queued message) the same cell had "
+                 f"Jain {j:.2f}. ")
+    return text
+
+
+def _stack_evidence(ctx: Context, r, ev: dict) -> None:
+    """The read and epoll_ctl stacks when they name frames, else which view would show them."""
+    stacks = ctx.stacks(r, READ_SYSCALLS + ("epoll_ctl",))
+    if stacks and any(f not in ("[unknown]", "") for s in stacks for f in s["frames"]):
+        ev["stacks"] = stacks
+        return
+    ev["where to see the Python frames"] = (
+        "this interpreter's stacks have no frame pointers, so the evidence set cannot name Python callers"
+        if stacks else "no stacks were collected (`--stacks`)") + (
+        "; `--python 3.13 --flamegraph` adds the mixed Python→kernel view, which shows "
+        "`sock_recv` → `__libc_recv` → `__x64_sys_recvfrom`")

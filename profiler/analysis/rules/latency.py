@@ -1,0 +1,51 @@
+"""The latency distribution: one message in a thousand waiting far longer than the median one."""
+
+from __future__ import annotations
+
+from netprof.profiler.analysis.rules.common import r2, unanswered, where
+from netprof.profiler.analysis.rules.registry import Anomaly, Context, Thresholds, rule
+from netprof.profiler.core import units
+from netprof.profiler.model.stats import num
+
+
+@rule("latency_tail", consolidate=True, plots=("latency",))
+def latency_tail(ctx: Context) -> list[Anomaly]:
+    """p999 far above p50 (> 20×): some messages wait much longer than the typical one."""
+    t, found = ctx.t, []
+    for _, r in ctx.cells.iterrows():
+        p50, p999 = num(r, "lat_us.p50"), num(r, "lat_us.p999")
+        if not p50 or p999 is None or p999 / p50 <= t.tail_ratio:
+            continue
+        ratio = p999 / p50
+        ev = {f"latency {p} (µs)": r2(num(r, f"lat_us.{p}"), 0) for p in ("p50", "p90", "p99", "p999", "max")}
+        ev["p999 / p50"] = r2(ratio, 1)
+        text = (f"For {where(r)}, one {units.exchange(r.get('protocol'))} in a thousand took {ratio:.0f}× the median "
+                f"({units.duration_us(p999)} vs {units.duration_us(p50)}). ")
+        waiting_ev, waiting = unanswered(r)
+        ev.update(waiting_ev)
+        text += waiting
+        causes = _tail_causes(r, t)
+        text += ("Likely cause here: " + "; ".join(causes) + ". ") if causes else (
+            "Nothing else in this cell explains it: suspect pauses (GC, allocator, a slow handler) or the noisy "
+            "machine; compare with the flamegraph's off-CPU view. ")
+        sev = "warning" if ratio > t.tail_warning_factor * t.tail_ratio or causes else "info"
+        found.append(Anomaly.at(r, "latency_tail", sev, f"Latency tail {ratio:.0f}× the median: {where(r)}", text, ev))
+    return found
+
+
+def _tail_causes(r, t: Thresholds) -> list[str]:
+    """What else in the cell explains a long tail: starved or idle connections, preemption, pipelining."""
+    causes = []
+    many = units.exchanges(r.get("protocol"))
+    jain = num(r, "per_conn.jain")
+    idle = num(r, "per_conn.idle") or 0
+    if jain is not None and jain < t.starvation_jain:
+        causes.append(f"connections are starved (Jain {jain:.2f}): the waiting ones make the tail")
+    elif idle / r["connections"] >= t.starvation_idle_share:
+        causes.append(f"{int(idle)} connections got no service in the window: their {many} make the tail")
+    inv = num(r, "ctx.involuntary_per_msg")
+    if inv is not None and inv >= t.involuntary_per_msg:
+        causes.append(f"the backend is preempted {inv:.2f}× {units.per_unit(r.get('protocol'))}")
+    if (r.get("pipeline") or 1) > 1:
+        causes.append(f"{many} queue behind others in flight on the same connection")
+    return causes

@@ -1,0 +1,339 @@
+"""Open-loop load (--rate): a server that could not keep up with the rate asked, a loader that fell
+behind its own schedule, and where the latency–throughput curve bends (the knee) across the rates."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from netprof.profiler.analysis.rules.common import r2, where
+from netprof.profiler.analysis.rules.registry import Anomaly, Context, Thresholds, rule
+from netprof.profiler.core import units
+from netprof.profiler.model import schema, stats
+from netprof.profiler.model.stats import num
+
+
+def _open(cells: pd.DataFrame) -> pd.DataFrame:
+    """The open-loop cells (rate > 0) of the per-cell table."""
+    if cells.empty or "rate" not in cells:
+        return cells.iloc[0:0]
+    return cells[cells["rate"].fillna(0).astype(float) > 0]
+
+
+def _pct(v: float | None) -> str:
+    """'48%'; with one decimal near 0 and 1 ('0.6%', '99.4%'), where the rounded whole would mislead."""
+    return units.share(v, 1 if v is not None and (0 < v < 0.01 or 0.99 < v < 1) else 0)
+
+
+def _pool(r) -> tuple[int, int | None]:
+    """(connections that could carry the requests, the cap when the loader opened connections as requests needed
+    them): with connections as needed (--max-connections above -c) a request waits behind only with every one of
+    them busy, else (older rows, the cap at -c) when its -c connections were."""
+    conns, cap = int(r.get("connections") or 1), num(r, "open_loop.max_connections")
+    if cap is None or cap <= conns:
+        return conns, None
+    return int(num(r, "open_loop.conns_max") or cap), int(cap)
+
+
+def _busy_phrase(r) -> str:
+    """What a request behind found: 'their connection still waited for its 1 in flight' (-c connections only) or
+    'all 1,000 connections the loader may open (--max-connections 1,000) had their 1 in flight'."""
+    pipe = int(r.get("pipeline") or 1)
+    most, cap = _pool(r)
+    if cap is None:
+        return f"their connection still waited for its {pipe} in flight"
+    return (f"all {units.number(most)} connections the loader had open (--max-connections {units.number(cap)}) had "
+            f"their {pipe} in flight")
+
+
+def _load_state(r, t: Thresholds) -> tuple[bool, bool, bool]:
+    """(short, queued, flat) of an open-loop cell: it answered less than 95% of the rate; more than 1% of its
+    requests found their connection still waiting and queued in the loader; its p99 did not grow through the
+    window (last slice < 2× the first; False without a timeline: older results, several loader hosts)."""
+    share, behind = num(r, "open_loop.achieved_share"), num(r, "open_loop.behind_share")
+    growth = num(r, "open_loop.p99_growth")
+    return (share is not None and share < 1 - t.overload_shortfall,
+            behind is not None and behind > t.overload_behind_share,
+            growth is not None and growth < t.overload_growth)
+
+
+@rule("overloaded", plots=("latency_time", "latency_load", "throughput", "latency"))
+def overloaded(ctx: Context) -> list[Anomaly]:
+    """The server fell behind the rate asked: it answered less than 95% of it, or more than 1% of the
+    requests found their connection still waiting and queued in the loader while latency grew through the
+    window (queued with flat latency is `connections_busy`: the loader's connections, not the server)."""
+    t, found = ctx.t, []
+    for _, r in _open(ctx.cells).iterrows():
+        rate = float(r["rate"])
+        share, behind = num(r, "open_loop.achieved_share"), num(r, "open_loop.behind_share")
+        short, queued, flat = _load_state(r, t)
+        if not (short or (queued and not flat)):
+            continue
+        mps = num(r, "mps_mean")
+        p99, p99_sent = num(r, "lat_us.p99"), num(r, "lat_sent_us.p99")
+        ev = {"asked (requests/s)": r2(rate, 0), "achieved (msgs/s)": r2(mps, 0),
+              "achieved share": _pct(share), "requests behind (waited for their connection)": _pct(behind),
+              "latency p99 from the intended send (µs)": r2(p99, 0),
+              "latency p99 from the actual send (µs)": r2(p99_sent, 0),
+              "wait behind the connection p99 (µs)": r2(num(r, "open_loop.behind_late_us.p99"), 0),
+              "queued in the loader at the window's end": r2(num(r, "open_loop.queued_at_end"), 1)}
+        first, last = num(r, "open_loop.p99_first_slice_us"), num(r, "open_loop.p99_last_slice_us")
+        if first is not None and last is not None:
+            ev["p99 in the window's first slice (µs)"] = r2(first, 0)
+            ev["p99 in the window's last slice (µs)"] = r2(last, 0)
+        text = (f"{where(r)}: asked for {units.number(rate)} requests/s, the server answered "
+                f"{units.rate(mps)}/s ({_pct(share)} of it)")
+        text += (f", and {_pct(behind)} of the requests came due while {_busy_phrase(r)}, so they queued in the "
+                 "loader. " if behind else ". ")
+        text += ("The server could not keep up with this rate: requests pile up and wait longer the longer the load "
+                 "runs")
+        growth = num(r, "open_loop.p99_growth")
+        if first is not None and last is not None and growth is not None and growth > 1:
+            width = num(r, "open_loop.slice_s")
+            span = f"{units.seconds(width)} " if width else "slice "
+            text += (f" (the p99 of the requests answered in the window's first {span}was "
+                     f"{units.duration_us(first)}, in its last {units.duration_us(last)}: {r2(growth, 1)}× as long)")
+        text += ". "
+        if p99 is not None and p99_sent is not None:
+            text += (f"Latency from each request's intended send time has p99 {units.duration_us(p99)}; from its "
+                     f"actual send, {units.duration_us(p99_sent)}: the difference is the queue a closed-loop load, "
+                     "or a tool that times from the send, would not show. ")
+        text += "Its capacity is below this rate: ask for less, or find what limits it at a lower rate."
+        title = f"Overloaded: {units.rate(mps)}/s of {units.number(rate)}/s asked ({where(r)})"
+        found.append(Anomaly.at(r, "overloaded", "warning", title, text, ev))
+    return found
+
+
+@rule("connections_busy", plots=("latency_time", "latency_load"))
+def connections_busy(ctx: Context) -> list[Anomaly]:
+    """More than 1% of the requests found their connection busy (`--pipeline` in flight; with connections opened as
+    needed, every connection up to --max-connections) and waited in the loader, yet the server kept up: it
+    answered the rate and latency stayed flat through the window. The limit was the loader's connections: each
+    carries a request every connections ÷ rate seconds, and an answer slower than that makes the next one wait."""
+    t, found = ctx.t, []
+    for _, r in _open(ctx.cells).iterrows():
+        short, queued, flat = _load_state(r, t)
+        if short or not queued or not flat:
+            continue
+        rate, pipe = float(r["rate"]), int(r.get("pipeline") or 1)
+        conns, cap = _pool(r)
+        behind, p99 = num(r, "open_loop.behind_share"), num(r, "lat_us.p99")
+        first, last = num(r, "open_loop.p99_first_slice_us"), num(r, "open_loop.p99_last_slice_us")
+        spacing = 1e6 * conns / rate  # µs between requests on one connection
+        width = num(r, "open_loop.slice_s")
+        ev = {"asked (requests/s)": r2(rate, 0), "achieved share": _pct(num(r, "open_loop.achieved_share")),
+              "requests behind (waited for their connection)": _pct(behind),
+              "time between requests on one connection (µs)": r2(spacing, 0),
+              "latency p99 from the intended send (µs)": r2(p99, 0),
+              "p99 in the window's first slice (µs)": r2(first, 0), "p99 in the window's last slice (µs)": r2(last, 0),
+              "wait behind the connection p99 (µs)": r2(num(r, "open_loop.behind_late_us.p99"), 0)}
+        text = (f"{where(r)}: {_pct(behind)} of the requests came due while {_busy_phrase(r)}, and waited in the "
+                f"loader; yet the server answered the rate and its latency did not grow "
+                f"through the window (p99 {units.duration_us(first)} in the first {units.seconds(width)}, "
+                f"{units.duration_us(last)} in the last): it kept up. At {units.number(rate)} requests/s over "
+                f"{units.number(conns)} "
+                f"connections, each connection carries a request every {units.duration_us(spacing)}, and an answer "
+                "slower than that makes the next one wait. The wait is in the latency from the intended send (p99 "
+                f"{units.duration_us(p99)}), so the figures stand, but the server never saw more than {conns * pipe} "
+                "requests at once: " + ("more connections (-c, or --max-connections above it: the loader then opens "
+                                        "them as requests need them)" if cap is None else "a higher --max-connections")
+                + " or a deeper --pipeline offer it the load as it arrives.")
+        title = f"The loader's connections were the limit, not the server: {where(r)}"
+        found.append(Anomaly.at(r, "connections_busy", "info", title, text, ev))
+    return found
+
+
+# What a near timer costs the loader on netprof's reference host (bench/RESULTS.md, "Open loop: the loader's
+# timers", bench/timer_cost.py, 2026-11-27): arming and disarming a timer due in 20 µs, and the loader's CPU per
+# request at --rate 50k. Quoted in the finding so that a user can set this host's lateness beside it.
+TIMER_REF = {"source": "bench/timer_cost.py on netprof's reference host, 2026-11-27",
+             "near_timer_us": 11.1, "loader_cpu_us_at_50k": 15.5}
+
+
+@rule("loader_late", plots=("latency_load",))
+def loader_late(ctx: Context) -> list[Anomaly]:
+    """The loader sent requests late on a free connection (past its lateness threshold): it, not the
+    server, fell behind its schedule, so the cell's open-loop figures are suspect."""
+    t, found = ctx.t, []
+    for _, r in _open(ctx.cells).iterrows():
+        late = num(r, "open_loop.loader_late")
+        if late is None or late < t.loader_late_min:
+            continue
+        threshold = num(r, "open_loop.loader_late_threshold_us")
+        p99, worst = num(r, "open_loop.schedule_late_us.p99"), num(r, "open_loop.schedule_late_us.max")
+        ev = {"lateness threshold (µs)": r2(threshold, 1), "requests the loader sent late": r2(late, 1),
+              "schedule lateness p50 (µs)": r2(num(r, "open_loop.schedule_late_us.p50"), 1),
+              "schedule lateness p99 (µs)": r2(p99, 1), "schedule lateness max (µs)": r2(worst, 1),
+              "loader CPU (share of its CPUs)": r2(num(r, "loader_cpu.cpu_frac"))}
+        sent = num(r, "open_loop.sent")
+        share = late / sent if sent else None
+        ev["share of the requests sent"] = _pct(share) if share is not None else None
+        text = (f"For {where(r)} the loader sent {late:.0f} requests"
+                + (f" ({_pct(share)} of those it sent)" if share is not None else "")
+                + f" more than {units.duration_us(threshold)} after their intended time although their connection "
+                f"was free (schedule lateness p99 {units.duration_us(p99)}, worst {units.duration_us(worst)}): the "
+                "load generator itself fell behind its schedule. ")
+        serious = (share is None or share > t.loader_late_warning_share
+                   or (p99 is not None and threshold is not None and p99 > threshold))
+        text += ("This cell's rate and latency describe the loader as much as the server: give the loader more "
+                 "CPUs or threads (--loader-threads), ask for a lower rate, or run on a quieter machine."
+                 if serious else "Few and brief: the cell's figures stand, but the loader was disturbed (a busy "
+                 "machine, or too few CPUs for it).")
+        p50 = num(r, "open_loop.schedule_late_us.p50")
+        text += (f" For scale: on this host this cell's sends came {units.duration_us(p50)} after their intended "
+                 f"time at the median; on netprof's reference host a timer due in 20 µs costs "
+                 f"{units.duration_us(TIMER_REF['near_timer_us'])} to arm and disarm, and the loader spends "
+                 f"{units.duration_us(TIMER_REF['loader_cpu_us_at_50k'])} of CPU per request at 50k/s "
+                 f"({TIMER_REF['source']}).")
+        ev["reference host: µs to arm and disarm a timer due in 20 µs"] = TIMER_REF["near_timer_us"]
+        title = f"The loader fell behind its schedule: {where(r)}"
+        found.append(Anomaly.at(r, "loader_late", "warning" if serious else "info", title, text, ev))
+    return found
+
+
+# Per-message figures that explain a bend: how each moved from the lowest rate to the knee. The labels are the
+# evidence keys (summary.json keeps them); the text says them in the cell's words (units.reword: per request).
+SYSCALLS = "syscalls"  # every counted syscall per message (stats.syscalls_of), when the cell ran with probes
+KNEE_FIGURES = (("syscalls per message", SYSCALLS, units.per_message),
+                ("user CPU per message", "cpu_us_per_msg.user", units.duration_us),
+                ("kernel CPU per message", "cpu_us_per_msg.sys", units.duration_us),
+                ("context switches per message", "ctx_switches_per_msg", units.per_message))
+
+
+@rule("latency_knee", plots=("latency_load", "latency"))
+def latency_knee(ctx: Context) -> list[Anomaly]:
+    """Across the rates of one cell (all else equal): the first rate whose p99 is 3× the lowest rate's
+    and whose achieved share fell: the latency–throughput curve bends between it and the rate before."""
+    t, found = ctx.t, []
+    cells = _open(ctx.cells)
+    keys = [k for k in schema.CELL_KEYS if k in cells and k != "rate"]
+    if cells.empty:
+        return []
+    for _, g in cells.groupby(keys, dropna=False, sort=False):
+        g = g.sort_values("rate")
+        if len(g) < 2:
+            continue
+        knee = _knee(g, t)
+        if knee is not None:
+            found.append(_knee_anomaly(g, knee, t))
+    return found
+
+
+def _knee(g: pd.DataFrame, t: Thresholds) -> int | None:
+    """Position in `g` (sorted by rate) of the first rate past the knee, or None."""
+    base = g.iloc[0]
+    p99_0, share_0 = num(base, "lat_us.p99"), num(base, "open_loop.achieved_share")
+    if not p99_0 or share_0 is None:
+        return None
+    for i in range(1, len(g)):
+        r = g.iloc[i]
+        p99, share = num(r, "lat_us.p99"), num(r, "open_loop.achieved_share")
+        if p99 is not None and share is not None and p99 > t.knee_factor * p99_0 \
+                and share < share_0 - t.knee_share_drop:
+            return i
+    return None
+
+
+def _figure(r, col: str) -> float | None:
+    if col == SYSCALLS:
+        per = stats.syscalls_of(r)
+        return sum(per.values()) if per else None
+    return num(r, col)
+
+
+def _queue_share(r) -> tuple[float, str] | None:
+    """How much of a rate's slowest requests was the socket queue: with --breakdown, queue_wait's share of the
+    slowest 1% (their composition); with --sockwait, the socket-queue wait's p99 against the round trip's p99
+    from the send (not a partition: two p99s). (share, how it was measured), or None without either."""
+    tail = [num(r, k) for k in r.index if str(k).startswith("breakdown.tail_us.")]
+    total = sum(max(0.0, v) for v in tail if v is not None)
+    queue = num(r, "breakdown.tail_us.queue_wait")
+    if queue is not None and total > 0:
+        return queue / total, "of the slowest 1%'s time (--breakdown)"
+    wait, p99 = num(r, "sockwait.wait_p99_us"), num(r, "lat_sent_us.p99") or num(r, "lat_us.p99")
+    if wait is not None and p99:
+        return min(1.0, wait / p99), "socket-queue wait p99 against the p99 from the send (--sockwait)"
+    return None
+
+
+WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6", "poll", "ppoll")  # a loop's wait
+
+
+def _waits(r) -> float | None:
+    """The event loop's waits per message (epoll_wait and its kin), when the cell ran with probes."""
+    per = stats.syscalls_of(r)
+    return sum(v for k, v in per.items() if k in WAITS) if per else None
+
+
+def _limit(base, at, t: Thresholds) -> tuple[str, str] | None:
+    """What ran out at the knee rate `at` (against the lowest rate `base`), checked in this order: the loader
+    (then the knee is not the server's), the server's CPU, its run queue (a thread ready, no CPU for it), the
+    loop's batching (no idle turn left: each wait returns more ready sockets). (name, sentence) or None."""
+    def pct(r, col):
+        return _pct(num(r, col))
+    rate = units.number(at["rate"])
+    lf = num(at, "loader_cpu.cpu_frac")
+    if lf is not None and lf >= t.knee_loader_cpu:
+        return "the loader's CPU", (f"the loader's CPU: it used {_pct(lf)} of its CPUs at {rate}/s, so this bend is "
+                                    "the load generator's as much as the server's (give it more CPUs or threads)")
+    busy = num(at, "cpu.busy_frac")
+    if busy is not None and busy >= t.knee_cpu_busy:
+        return "the server's CPU", (f"the server's CPU: busy {_pct(busy)} of one CPU at {rate}/s, against "
+                                    f"{pct(base, 'cpu.busy_frac')} at {units.number(base['rate'])}/s")
+    tail = {str(k)[len("breakdown.tail_us."):]: num(at, k) for k in at.index if str(k).startswith("breakdown.tail_us.")}
+    total = sum(max(0.0, v) for v in tail.values() if v is not None)
+    runq = tail.get("runqueue") or 0.0
+    if total > 0 and runq / total >= t.knee_runqueue_share:
+        return "the run queue", (f"the run queue: the slowest 1% of requests spent {_pct(runq / total)} "
+                                 "of their time ready to run with no CPU for them (another thread, or the loader, "
+                                 "on the server's CPU)")
+    w0, w = _waits(base), _waits(at)
+    if w0 and w is not None and w <= (1 - t.knee_batching_drop) * w0:
+        return "the loop's idle time", (f"the loop's idle time: its waits per message fell from "
+                                        f"{units.per_message(w0)} to {units.per_message(w)} (each wait returned "
+                                        "more ready sockets: no idle turn was left)"
+                                        + (f"; busy {_pct(busy)} of one CPU" if busy is not None else ""))
+    return None
+
+
+def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
+    base, before, at = g.iloc[0], g.iloc[i - 1], g.iloc[i]
+    lo, hi = float(before["rate"]), float(at["rate"])
+    ev: dict = {}
+    for _, r in g.iterrows():
+        ev[f"at {units.number(r['rate'])}/s: achieved, p99 from the intended send"] = (
+            f"{units.rate(num(r, 'mps_mean'))}/s ({_pct(num(r, 'open_loop.achieved_share'))}), "
+            f"{units.duration_us(num(r, 'lat_us.p99'))}")
+        if (q := _queue_share(r)) is not None:
+            ev[f"at {units.number(r['rate'])}/s: the socket queue's share"] = f"{_pct(q[0])} {q[1]}"
+    moved = []
+    for label, col, fmt in KNEE_FIGURES:
+        a, b = _figure(base, col), _figure(at, col)
+        if a and b is not None and abs(b - a) / a >= t.knee_change:
+            ev[f"{label} at {units.number(base['rate'])}/s → {units.number(hi)}/s"] = f"{fmt(a)} → {fmt(b)}"
+            moved.append(f"{units.reword(label, at.get('protocol'))} {'rose' if b > a else 'fell'} from {fmt(a)} to "
+                         f"{fmt(b)}")
+    p99_0, p99 = num(base, "lat_us.p99"), num(at, "lat_us.p99")
+    text = (f"{where(at)}: the latency–throughput curve bends between {units.number(lo)} and {units.number(hi)} "
+            f"requests/s. At {units.number(hi)}/s the p99 from the intended send is {units.duration_us(p99)}, "
+            f"{(p99 or 0) / (p99_0 or 1):.0f}× its {units.duration_us(p99_0)} at {units.number(base['rate'])}/s, and "
+            f"the server answered {_pct(num(at, 'open_loop.achieved_share'))} of the rate asked "
+            f"({_pct(num(base, 'open_loop.achieved_share'))} at the lowest rate): past the knee requests queue. ")
+    per, one = units.per_unit(at.get("protocol")), units.exchange(at.get("protocol"))
+    text += ((f"{per.capitalize()}, between the lowest rate and the knee: " + "; ".join(moved) + ". ") if moved else
+             f"No per-{one} figure moved by a quarter on the way (run with probes for syscalls {per}). ")
+    q0, q = _queue_share(base), _queue_share(at)
+    if q0 is not None and q is not None:
+        text += (f"The socket queue's share of the slowest requests went from {_pct(q0[0])} at "
+                 f"{units.number(base['rate'])}/s to {_pct(q[0])} at {units.number(hi)}/s ({q[1]}): "
+                 + ("the requests wait unread for a busy server. " if q[0] >= 0.5 else
+                    "most of their time is not the socket queue. "))
+    limit = _limit(base, at, t)
+    if limit is not None:
+        ev["what ran out first"] = limit[0]
+        text += f"What ran out first: {limit[1]}. "
+    else:
+        text += ("No resource netprof measures reached its limit at the knee (the server's CPU, the loader's, the run "
+                 "queue, the loop's idle time): run with --breakdown for where the slowest requests waited. ")
+    text += f"Its usable capacity, at this latency, is below {units.number(hi)} requests/s."
+    title = f"Latency knee between {units.number(lo)}/s and {units.number(hi)}/s: {at['backend']}"
+    return Anomaly.at(at, "latency_knee", "info", title, text, ev)

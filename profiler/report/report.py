@@ -1,0 +1,681 @@
+"""Turn a results directory into what a person reads: a few sentences of findings, the anomalies with
+their evidence, network_ping_test's tables and the plots — as terminal output, report.md, a self-contained
+report.html, and summary.json (the interface contract's JSON summary).
+
+This module only gathers and renders; the numbers come from `stats.aggregate`, the
+judgements from `rules`, the figures from `plots`, the layout from `templates/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+from markupsafe import Markup
+from rich.console import Console
+from rich.markup import escape
+
+from netprof.profiler.analysis import rules
+from netprof.profiler.core import atomic, cache, units
+from netprof.profiler.core.errors import InputError
+from netprof.profiler.model import results, schema, stats
+from netprof.profiler.model.stats import num, syscalls_of
+from netprof.profiler.report import plotset, tables
+
+HEADLINE = "Headline: every cell"
+# A title's {rate} and {per} are the cells' words (units.rate_unit, units.per_unit: req/s for HTTP).
+TABLES = (  # a function may return None: the table does not apply to this run (e.g. one backend)
+    ("Throughput, {rate} ± 95% interval", tables.throughput_table),
+    ("Relative speed (slowest backend of each column = 1)", tables.relative_table),
+    ("Latency p50 / p95 / p99 / p999", tables.latency_table),
+    ("Fairness across connections", tables.fairness_table),
+    ("Backend CPU", tables.cpu_table),
+    ("Syscalls {per}", tables.syscalls_table),
+    ("Probe cost in each cell: probed sub-window {rate} vs the unprobed rest, ± 95% interval over the rounds, "
+     "and how far apart the unprobed parts before and after it were (headline numbers exclude it, not the "
+     "--sockwait set's)",
+     tables.probe_cost_table),
+)
+FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu", "mixed")
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+# ---------------------------------------------------------------------------------------------
+# Findings: the opening sentences, generated from the data.
+
+def _knee_tries(src: Path) -> dict | None:
+    """The table of `netprof knee`'s tries (tables.knee_tries_table) when `src` is a knee's run; None otherwise,
+    and for a knee.json this version cannot read (the rest of the report does not depend on it)."""
+    try:
+        knee = results.read_json(src, results.KNEE_JSON)
+        made = tables.knee_tries_table(knee) if isinstance(knee, dict) else None
+        if made is None:
+            return None
+        return {"title": f"The knee's tries, each judged on its own against {knee['slo']['text']} (the tables below "
+                         "average a rate's tries as rounds)", "header": made[0], "rows": made[1]}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _table_title(title: str, cells: pd.DataFrame) -> str:
+    """A TABLES title in the words of `cells`' protocols."""
+    protocol = cells.get("protocol")
+    return title.format(rate=units.rate_unit(protocol), per=units.per_unit(protocol))
+
+
+def _scale(r) -> str:
+    """'100 connections, 8 messages in flight, message framing' (what varies in this run, in words)."""
+    piped = (r.get("pipeline") or 1) > 1
+    pipe = f", {int(r['pipeline'])} {units.exchanges(r.get('protocol'))} in flight" if piped else ""
+    vary = r.get("_vary") or ()
+    interp = f" on {r['interpreter']}" if "interpreter" in vary else ""
+    framing = _framing_words(r.get("framing")) if "framing" in vary else ""
+    pinned = ", not pinned" if "pinned" in vary and not r.get("pinned") else ""
+    rate = f", {schema.BY_NAME['rate'].text(r.get('rate') or 0)}" if "rate" in vary else ""
+    return f"{int(r['connections'])} connections{pipe}{framing}{interp}{pinned}{rate}"
+
+
+def _framing_words(framing) -> str:
+    """', message framing'; nothing for a server that frames its own way (schema's text)."""
+    text = schema.BY_NAME["framing"].text(framing) if framing else ""
+    return f", {text}" if text else ""
+
+
+def _cost(r) -> str | None:
+    """'9.1 µs of CPU per message (5.0 user + 4.1 kernel) and 2.01 syscalls per message' ('per request'
+    in an HTTP cell) or None."""
+    u, k = num(r, "cpu_us_per_msg.user"), num(r, "cpu_us_per_msg.sys")
+    per = syscalls_of(r)
+    each = units.per_unit(r.get("protocol"))
+    parts = []
+    if u is not None and k is not None:
+        parts.append(f"{units.duration_us(u + k)} of CPU {each} ({units.duration_us(u)} user + "
+                     f"{units.duration_us(k)} kernel)")
+    if per:
+        parts.append(f"{units.per_message(sum(per.values()))} syscalls {each}")
+    return " and ".join(parts) or None
+
+
+def _why(best, other) -> str:
+    """One clause on why `best` beats `other`: where its per-message CPU is lower."""
+    ub, kb, uo, ko = (num(best, "cpu_us_per_msg.user"), num(best, "cpu_us_per_msg.sys"),
+                      num(other, "cpu_us_per_msg.user"), num(other, "cpu_us_per_msg.sys"))
+    cb, co = _cost(best), _cost(other)
+    if not cb or not co:
+        return ""
+    text = f" It needs {cb}; {other['backend']} needs {co}"
+    if ub is not None and kb is not None and uo is not None and ko is not None:
+        du, dk = uo - ub, ko - kb
+        text += (", the difference mostly in user space (interpreter and event loop)" if du >= dk
+                 else ", the difference mostly in the kernel (more or costlier syscalls)")
+    return text + "."
+
+
+def _span(values: list[float], fmt) -> str:
+    """'90k' when the values agree within 5%, else '60k–90k'."""
+    lo, hi = min(values), max(values)
+    return fmt(hi) if hi <= lo * 1.05 else f"{fmt(lo)}–{fmt(hi)}"
+
+
+def _counts(cs: list[int]) -> str:
+    names = [str(c) for c in cs]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
+    """One sentence for consecutive scales that share the same winner and runner-up."""
+    best, last = runs[-1], groups[-1]
+    scales = [int(r["connections"]) for r in runs]
+    where = _scale(best).replace(f"{int(best['connections'])} connections", f"{_counts(scales)} connections")
+    rate = f"{_span([r['mps_mean'] for r in runs], units.rate)} {units.rate_unit(best.get('protocol'))}"
+    head = f"At {where}, **{best['backend']}** " + (f"is fastest with {rate}" if len(last) > 1 else f"handled {rate}")
+    ci = [num(r, "mps_ci_pct") for r in runs]
+    known_ci = [c for c in ci if c is not None]
+    if len(known_ci) == len(ci):
+        head += f" (±{max(known_ci):.0f}%)"
+    elif not known_ci:  # one round: there is no interval to give
+        head += f" ({units.interval(None, min(num(r, 'mps_n') or 0 for r in runs))})"
+    if len(last) == 1:
+        cost = _cost(best)
+        return head + (f", using {cost}." if cost else ".")
+    ratios = [g.iloc[0]["mps_mean"] / g.iloc[1]["mps_mean"] for g in groups]
+    nxt = last.iloc[1]
+    head += f", {_span(ratios, lambda v: f'{v:.2f}')}× the next, {nxt['backend']}"
+    if len(last) > 2:
+        slowest = [g.iloc[0]["mps_mean"] / g.iloc[-1]["mps_mean"] for g in groups]
+        head += f", and up to {max(slowest):.1f}× the slowest, {last.iloc[-1]['backend']}"
+    head += "."
+    close = [g for g in groups if g.iloc[0]["mps_mean"] - (num(g.iloc[0], "mps_ci") or 0)
+             <= g.iloc[1]["mps_mean"] + (num(g.iloc[1], "mps_ci") or 0)]
+    if close:
+        head += (" The lead is within the measurement intervals"
+                 + (f" at {_counts([int(g.iloc[0]['connections']) for g in close])} connections"
+                    if len(groups) > 1 else "")
+                 + ": not a clear win.")
+    why = _why(best, nxt)
+    if why and len(runs) > 1:
+        why = why.replace(" It needs", f" At {int(best['connections'])} connections it needs", 1)
+    return head + why
+
+
+def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
+    """Whether service was fair, stated plainly either way (network_ping_test's starvation question),
+    and, when it was not, the mechanism the starvation rule found."""
+    if "per_conn.jain" not in cells or cells["per_conn.jain"].dropna().empty:
+        return None
+    starving = [a for a in found if a["id"] == "starvation"]
+    piped = sorted(int(p) for p in cells["pipeline"].dropna().unique() if p > 1)
+    if not starving:
+        jain = cells["per_conn.jain"].dropna()
+        lo, hi = f"{jain.min():.2f}", f"{jain.max():.2f}"
+        span = lo if lo == hi else f"{lo}–{hi}"
+        text = f"Every cell served its connections evenly (Jain index {span})"
+        if piped:
+            framings = set(cells["framing"].dropna()) if "framing" in cells else set()
+            text += (f", also with {_counts(piped)} {units.exchanges(cells.get('protocol'))} in flight per connection: "
+                     "the `sock_recv` starvation of network_ping_test (data already waiting lets one coroutine "
+                     "keep reading without yielding) did not appear in this run")
+            if framings == {"stream"}:
+                text += (" — with stream framing each receive drains every queued message, so no connection "
+                         "can run ahead; `--framing message` reads one message per receive, as the reference does")
+        return text + "."
+    where = "; ".join(f"{a['backend']} at {a['connections']} connections"
+                      + (f", {a['pipeline']} in flight" if (a.get("pipeline") or 1) > 1 else "")
+                      + _framing_words(a.get("framing"))
+                      + (f" (Jain {j:.2f})" if (j := a["evidence"].get("Jain index (1 = fair)")) is not None else "")
+                      for a in sorted(starving, key=lambda a: (a["backend"], a["connections"], a.get("pipeline") or 1)))
+    see = (f"see the starvation {'anomaly' if len(starving) == 1 else 'anomalies'} and the per-connection plot")
+    if len(starving) <= 3:
+        text = (f"Fairness broke in {units.plural(len(starving), 'cell')}: {where} ({see}); the other cells served "
+                "their connections evenly.")
+    else:  # many: the first sentence says who and how badly, the list follows
+        per: dict[str, int] = {}
+        for a in starving:
+            per[a["backend"]] = per.get(a["backend"], 0) + 1
+        jains = [j for a in starving if (j := a["evidence"].get("Jain index (1 = fair)")) is not None]
+        worst = f", Jain down to {min(jains):.2f}" if jains else ""
+        text = (f"Fairness broke in {len(starving)} cells of {units.plural(len(per), 'backend')}: "
+                + ", ".join(f"{b} ({n})" for b, n in sorted(per.items(), key=lambda kv: -kv[1]))
+                + f" ({see}{worst}). The cells: {where}; the other cells served their connections evenly.")
+    mechanisms = list(dict.fromkeys(a["evidence"]["mechanism"] for a in starving if a["evidence"].get("mechanism")))
+    if mechanisms:
+        text += " Why: " + " ".join(mechanisms)
+    return text
+
+
+def _probe_sentence(cells: pd.DataFrame) -> str | None:
+    """Where the figures come from, and what the probes cost in these very cells."""
+    if cells.empty or "probe_cost" not in cells or cells["probe_cost"].dropna().empty:
+        return None
+    cost = 100 * cells["probe_cost"].dropna()
+    share = cells["probed.share"].dropna() if "probed.share" in cells else pd.Series(dtype=float)
+    part = f"the middle {100 * share.iloc[0]:.0f}%" if not share.empty else "a probed part"
+    return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
+            f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, the "
+            f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell)."
+            + _drift_sentence(cells)
+            + _guard_sentence(cells)
+            + (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
+               "every figure, the headline included." if _sockwait_on(cells) else ""))
+
+
+def _drift_sentence(cells: pd.DataFrame) -> str:
+    """The cells' own noise floor for that cost: how far apart their two unprobed parts were."""
+    if "unprobed_drift" not in cells or cells["unprobed_drift"].dropna().empty:
+        return ""
+    drift = 100 * cells["unprobed_drift"].dropna()
+    return (f" With no probe attached, the two unprobed parts of the same windows (before and after the probed "
+            f"part) were {_span_pct(drift)} apart: a cost within that is within the cell's own noise.")
+
+
+def _guard_sentence(cells: pd.DataFrame) -> str:
+    """Whether the probes really ran only inside the guards around the probed part (measured per round)."""
+    if "probed.guard_s" not in cells or cells["probed.guard_s"].dropna().empty:
+        return ""
+    g = cells.dropna(subset=["probed.guard_s"])
+    guard = units.duration_us(1e6 * float(g["probed.guard_s"].max()))
+    spill = g[(g["probed.spill_ms"] > 0) | (g["probed.late_ms"] > 0)]
+    if spill.empty:
+        return (f" They were attached {units.duration_us(1e3 * float(g['probed.attach_lead_ms'].min()))} or more "
+                f"before it and detached within {units.duration_us(1e3 * float(g['probed.detach_lag_ms'].max()))} "
+                f"after it, inside the {guard} on each side that counts in neither part: no probe ran in headline "
+                "time.")
+    where = ", ".join(schema.cell_label(r) for _, r in spill.iterrows())
+    return (f" In {units.plural(len(spill), 'cell')} ({where}) the probes attached late or stayed attached past the "
+            f"{guard} guard (probed.late_ms, probed.spill_ms): there the headline holds some probed time.")
+
+
+def _sockwait_on(cells: pd.DataFrame) -> bool:
+    return "sockwait.attached" in cells and bool(cells["sockwait.attached"].fillna(False).astype(bool).any())
+
+
+def _span_pct(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}% to {hi:.0f}%"
+
+
+def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[str]:
+    """A few plain sentences: who is fastest at each scale, by how much, and why; then the worst problems."""
+    out: list[str] = []
+    if cells.empty:
+        out.append("No cell produced a measurement: every cell failed (see the failed cells below).")
+    else:
+        cells = cells.copy()
+        vary = tuple(schema.varying(cells))
+        cells["_vary"] = [vary] * len(cells)
+        starved = {(a["backend"], a["connections"], a.get("pipeline"), a.get("framing"))
+                   for a in found if a["id"] == "starvation"}
+        others = [k for k in schema.SERIES_KEYS if k != "backend" and k in cells]
+        for _, series in cells.groupby(others, dropna=False, sort=True):
+            runs: list[pd.Series] = []
+            groups: list[pd.DataFrame] = []
+            for _, g in series.groupby("connections", sort=True):
+                g = g.sort_values("mps_mean", ascending=False)
+                order = tuple(g["backend"].iloc[:2])
+                if groups and order != tuple(groups[-1]["backend"].iloc[:2]):
+                    out.append(_ranking_sentence(runs, groups))
+                    runs, groups = [], []
+                runs.append(g.iloc[0])
+                groups.append(g)
+            out.append(_ranking_sentence(runs, groups))
+            winners = {int(c): g.loc[g["mps_mean"].idxmax(), "backend"] for c, g in series.groupby("connections")}
+            pipe, framing = int(series["pipeline"].iloc[0] or 1), series["framing"].iloc[0]
+            caught = sorted(c for (b, c, p, f) in starved if p == pipe and f == framing and winners.get(c) == b)
+            if caught:
+                out[-1] += (f" Caution: at {_counts(caught)} connections the fastest backend starved part of its "
+                            "connections (see the anomalies), so its figure there is not fair service.")
+        fair = _fairness_sentence(cells, found)
+        if fair:
+            out.append(fair)
+    probe = _probe_sentence(cells)
+    if probe:
+        out.append(probe)
+    if found:
+        by_sev = {s: sum(a["severity"] == s for a in found) for s in rules.SEVERITIES}
+        counts = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
+        top = [a for a in found if a["severity"] == found[0]["severity"]][:3]
+        lead = "Most severe" if found[0]["severity"] != "info" else "Informational only"
+        out.append(f"The analysis flagged {counts}. {lead}: " + "; ".join(a["title"] for a in top) + ".")
+    else:
+        out.append(f"No anomaly rule fired: service was fair, costs {units.per_unit(cells.get('protocol'))} were "
+                   "ordinary, and the loader had headroom.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Run summary, failed cells, flamegraphs.
+
+def run_facts(df: pd.DataFrame, meta: dict) -> dict:
+    cfg = meta.get("config", {}) or {}
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    facts = {
+        "command": meta.get("command", ""),
+        "started": meta.get("started", ""),
+        "backends": ", ".join(dict.fromkeys(map(str, df["backend"]))) if "backend" in df else "",
+        "connections": ", ".join(str(c) for c in sorted(df["connections"].unique())) if "connections" in df else "",
+        "pipeline": ", ".join(str(p) for p in sorted(df["pipeline"].unique())) if "pipeline" in df else "1",
+        "framing": ", ".join(sorted(schema.normalize(df)["framing"].dropna().unique())) if len(df) else "",
+        "interpreters": ", ".join(dict.fromkeys(map(str, df["interpreter"].dropna()))) if "interpreter" in df else "",
+        "rounds": cfg.get("rounds", int(df["round"].max()) if "round" in df and len(df) else ""),
+        "duration": cfg.get("duration", ""),
+        "msize": cfg.get("msize", df["msize"].iloc[0] if "msize" in df and len(df) else ""),
+        "message": _message_words(schema.normalize(df), cfg) if len(df) else "",
+        "zmq_client": _zmq_client_words(df),
+        "measured_s": float(ok["duration_s"].sum()) if "duration_s" in ok else None,
+        "cells_total": len(df), "cells_failed": int((df["status"] != "ok").sum()) if "status" in df else 0,
+        "probes": ", ".join(sorted({p for v in df.get("probes", pd.Series(dtype=str)).dropna()
+                                    for p in str(v).split(",") if p})) or "none",
+        "machine": f"{meta.get('cpu_model', '?')}, {meta.get('cpus', '?')} CPUs, kernel {meta.get('kernel', '?')}",
+        "python": (meta.get("python") or {}).get("version", ""),
+        "packages": ", ".join(f"{k} {v}" for k, v in (meta.get("packages") or {}).items() if v),
+        "pinning": _pinning(meta.get("pinning") or {}),
+        "netprof": meta.get("netprof_version", ""),
+        "probe_cost": _syscall_cost(meta.get("probe_cost_per_syscall")),
+    }
+    return facts
+
+
+def _message_words(df: pd.DataFrame, cfg: dict) -> str:
+    """What one message of this run was: '64-byte messages, message framing', or 'HTTP `GET
+    /plaintext` requests, each server's own framing' (the HTTP backends and your own servers parse
+    requests themselves)."""
+    framings = sorted(df["framing"].dropna().unique())
+    words = ", ".join("each server's own" if f == "own" else f for f in framings) + " framing"
+    protocols = set(df["protocol"].dropna())
+    if protocols <= {"echo"}:
+        return f"{cfg.get('msize', df['msize'].iloc[0] if 'msize' in df else '?')}-byte messages, {words}"
+    if protocols == {"http"}:
+        return f"HTTP {cfg.get('request', '?')} requests, {words}"
+    return f"{', '.join(sorted(protocols))} exchanges, {words}"
+
+
+ZMQ_CLIENT_WORDS = {  # --zmq-client, as "What ran" says it
+    "libzmq": "libzmq DEALER sockets in the loader (--zmq-client libzmq; a round trip includes its I/O thread's queue)",
+    "native": "the loader's own ZMTP 3.0 DEALER connections on its epoll loop (--zmq-client native)",
+}
+
+
+def _zmq_client_words(df: pd.DataFrame) -> str:
+    """What drove the ZeroMQ backends' rows (reads "frames"), "" in a run without them: it changes what their
+    latency holds. Rows written before the column have its legacy value (schema.RUN_SETTINGS)."""
+    if "reads" not in df:
+        return ""
+    zmq = df[df["reads"] == "frames"]
+    legacy = schema.RUN_SETTINGS["zmq_client"]
+    values = zmq["zmq_client"].fillna(legacy) if "zmq_client" in zmq else [legacy] * len(zmq)
+    return "; ".join(ZMQ_CLIENT_WORDS.get(str(v), str(v)) for v in dict.fromkeys(values))
+
+
+def _syscall_cost(c: dict | None) -> str:
+    if not c:
+        return ""
+    if c.get("source") == "cache":  # selfcost.cached: measured earlier in this boot (doctor, or a probed run)
+        when = f"measured on this host {units.seconds(float(c.get('age_s') or 0))} earlier in this boot, and cached"
+    else:
+        when = "measured on this host during the run"
+    return (f"{c['added_target_ns']:+.0f} ns per syscall of the watched server, {c['added_bystander_ns']:+.0f} ns per "
+            f"syscall of every other process, while attached (a getppid() costs {c['bare_ns']:.0f} ns from Python "
+            f"here; {when})")
+
+
+def _pinning(p: dict) -> str:
+    if not p:
+        return "unknown"
+    if not p.get("enabled", True):
+        return "not pinned"
+    loader = p.get("loader_cpus")
+    loader = ",".join(map(str, loader)) if isinstance(loader, (list, tuple)) else loader
+    return f"backend on CPU {p.get('backend_cpu')}, loader on CPU(s) {loader}"
+
+
+def failed_rows(df: pd.DataFrame) -> list[dict]:
+    if "status" not in df:
+        return []
+    bad = schema.normalize(df[df["status"] != "ok"])
+    return [{"label": schema.cell_label(r, with_round=True), "error": r.get("error") or "?"} for _, r in bad.iterrows()]
+
+
+def sampling_cost(entry: dict, df: pd.DataFrame) -> str | None:
+    """What sampling cost this cell: the sampling round's msgs/s against the same cell's throughput
+    rounds (measured in this run; bench/RESULTS.md has the interleaved benchmark)."""
+    sampled = entry.get("msgs_per_sec")
+    if not sampled or df.empty or "msgs_per_sec" not in df:
+        return None
+    same = schema.select(schema.normalize(df), entry)
+    same = same[same["status"] == "ok"] if "status" in same else same
+    unit = units.rate_unit(entry.get("protocol") or (same["protocol"] if "protocol" in same else None))
+    if same.empty:
+        return f"sampling round: {sampled:,.0f} {unit} (no throughput round of this cell to compare)"
+    base = float(same["msgs_per_sec"].mean())
+    return (f"sampling round ran at {sampled:,.0f} {unit} vs {base:,.0f} in the throughput rounds "
+            f"(×{sampled / base:.2f}: what the samplers cost; one run, and this machine varies ±10%)")
+
+
+def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
+    """flamegraphs/<cell>/{oncpu,python,offcpu,mixed}.svg that exist (paths relative to `out`), with the
+    sampler's notes and what sampling cost. Read as results.py reads (a link is refused)."""
+    try:
+        doc = results.read_json(out, "flamegraphs/index.json", [])
+    except InputError:  # a link or another user's file: refused, not skipped
+        raise
+    except ValueError:  # not JSON (a run cut off while writing it): the SVGs are still linked
+        doc = []
+    index = {Path(str(e.get("dir", ""))).name: e for e in (doc if isinstance(doc, list) else [])
+             if isinstance(e, dict)}
+    found = []
+    for name in results.list_input_dir(out, "flamegraphs") or []:
+        if results.input_kind(out / "flamegraphs", name) != "dir":
+            continue
+        cell = out / "flamegraphs" / name
+        svgs = {k: f"flamegraphs/{name}/{k}.svg" for k in FLAMEGRAPH_KINDS
+                if results.input_kind(cell, f"{k}.svg") == "file"}
+        entry = index.get(name, {})
+        notes = list(entry.get("notes") or [])
+        if entry.get("mixed_stacks") and "mixed" not in svgs:
+            notes.append(f"no mixed Python+kernel view: {entry['mixed_stacks']}")
+        cost = sampling_cost(entry, df if df is not None else pd.DataFrame())
+        if svgs or notes:
+            found.append({"cell": name, "svgs": svgs, "notes": notes, "cost": cost})
+    return found
+
+
+def headline_note(cells: pd.DataFrame) -> str:
+    """Where the headline table's figures come from, in one line."""
+    if cells.empty:
+        return ""
+    n = sorted({int(v) for v in cells["mps_n"].dropna()}) if "mps_n" in cells else []
+    rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
+    protocol = cells.get("protocol")
+    text = (f"{units.rate_unit(protocol)}: mean of {rounds} ± its 95% interval; latency from the loader; CPU "
+            f"{units.per_unit(protocol)} from /proc over the same window")
+    if "probe_cost" in cells and cells["probe_cost"].notna().any():
+        text += f"; syscalls {units.per_unit(protocol)} from the probed part of the window"
+    return text + ". Fastest first within each group."
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each anomaly can be seen: its plot, the flamegraph of its cell.
+
+def _anomaly_cells(a: dict, cells: pd.DataFrame) -> pd.DataFrame:
+    """The aggregate's cells an anomaly is about (all of its backend's when it names no scale)."""
+    if cells.empty or "backend" not in cells:
+        return cells
+    sel = cells["backend"] == a.get("backend")
+    for k in ("connections", "pipeline", "framing", "interpreter"):
+        if a.get(k) is not None and k in cells:
+            sel &= cells[k] == a[k]
+    return cells[sel]
+
+
+def _anomaly_protocols(a: dict, cells: pd.DataFrame) -> list:
+    """The protocols of an anomaly's cells: its evidence's keys read in their words on the page (units.value)."""
+    mine = _anomaly_cells(a, cells)
+    return list(mine["protocol"]) if "protocol" in mine else []
+
+
+def anomaly_links(a: dict, cells: pd.DataFrame, plots: list, flames: list[dict], sockwait: bool) -> list[dict]:
+    """[{text, href, anchor}]: the anomaly's plots (its rule's, anchor in the page, file for report.md),
+    its section and, when its cell was sampled, that cell's flamegraphs."""
+    rule = rules.META[a["id"]]
+    made = {p.name: p for p in plots}
+    links = [{"text": f"{made[n].title} plot", "anchor": f"#{made[n].anchor}", "href": made[n].path}
+             for n in rule.plots if n in made]
+    if sockwait and rule.section == "sockwait":
+        links.append({"text": "where the round trip went", "anchor": "#sockwait", "href": "#sockwait"})
+    by_cell = {f["cell"]: f for f in flames}
+    for slug in dict.fromkeys(schema.cell_slug(r) for _, r in _anomaly_cells(a, cells).iterrows()):
+        f = by_cell.get(slug)
+        for kind, path in (f or {}).get("svgs", {}).items():
+            links.append({"text": f"{kind} flamegraph ({slug})" if a.get("connections") is None
+                          else f"{kind} flamegraph", "anchor": path, "href": path})
+    return links
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+def _inline_md(text: str) -> Markup:
+    """Escape, then render the two bits of Markdown the explanations use: `code` and **bold**."""
+    s = html.escape(str(text))
+    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+    return Markup(s)
+
+
+def _lead(text: str) -> tuple[str, str]:
+    """A finding split into its first sentence (shown) and the rest (one click away in the HTML)."""
+    m = re.search(r"(?<=[.:])\s+(?=[A-Z*])", str(text))
+    return (text, "") if m is None else (text[:m.start()], text[m.end():])
+
+
+def _md_cell(v) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    def dump_bytecode(self, bucket) -> None:
+        with contextlib.suppress(OSError):  # a cache that cannot be written (read-only /var) is only a miss
+            super().dump_bytecode(bucket)
+
+
+def _bytecode_cache(autoescape: bool) -> jinja2.BytecodeCache | None:
+    """Compiled templates kept in netprof's cache (jinja checks each against its template's source):
+    compiling the report's templates is ~0.1 s of every report. One set per autoescape setting, which is
+    compiled into the code but not part of jinja's key. Only in the root-owned, checked cache directory:
+    what is stored there is code that runs."""
+    where = cache.directory("jinja")
+    return _BytecodeCache(where, f"%s.{int(autoescape)}.cache") if where else None
+
+
+def template_env(autoescape: bool) -> jinja2.Environment:
+    """The templates/ environment with the report's filters (compare_report renders its pages with it too)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=autoescape,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             bytecode_cache=_bytecode_cache(autoescape))
+    env.filters["inline_md"] = _inline_md
+    env.filters["md_cell"] = _md_cell
+    env.filters["md_table"] = lambda t: tables.to_markdown(t["header"], [[_md_cell(c) for c in r] for r in t["rows"]])
+    env.filters["ev_value"] = lambda v: ", ".join(map(str, v)) if isinstance(v, list) else v
+    # (key, value[, protocols]) → (label in the cells' words, value in its unit)
+    env.filters["ev_row"] = lambda kv: units.value(*kv)
+    env.filters["lead"] = _lead
+    env.globals["plural"] = units.plural
+    return env
+
+
+def _stack_text(s: dict) -> str:
+    return f"{s['syscall']} × {s.get('count')}\n" + "\n".join(f"  {f}" for f in s.get("frames", []))
+
+
+def render(out: Path, context: dict) -> tuple[Path, Path]:
+    md = template_env(False).get_template("report.md.j2").render(**context, stack_text=_stack_text)
+    page = template_env(True).get_template("report.html.j2").render(**context, stack_text=_stack_text)
+    atomic.write_text(out / "report.md", md)
+    atomic.write_text(out / "report.html", page)
+    return out / "report.md", out / "report.html"
+
+
+DRAW_PRELOAD = ("netprof.profiler.report.plots",)  # what _draw imports: a warm drawing process imports it ahead
+
+
+def _draw(name: str, cells: pd.DataFrame, per_conn: pd.DataFrame | None) -> bytes | None:
+    """One plot's SVG, for plotset (which calls it in its drawing children, or not at all when its cache
+    has the set). The import is deferred on purpose: matplotlib takes ~0.5 s to import."""
+    from netprof.profiler.report import plots
+
+    return plots.draw(name, cells, per_conn)
+
+
+def timeline_plot(out: Path, timeline: pd.DataFrame | None) -> list[plotset.Plot]:
+    """The open-loop cells' latency through the window (plots.latency_time), drawn here: only runs with --rate
+    have a timeline, so only they pay for importing matplotlib in this process."""
+    if timeline is None or timeline.empty:
+        return []
+    from netprof.profiler.report import plots
+
+    svg = plots.svg_of(plots.latency_time, timeline)
+    return plotset.save(out, [("latency_time", "Latency through the window", "open loop (--rate): p99 and p50 from "
+                               "each request's intended send, slice by slice through the measured window", svg)])
+
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path | None = None,
+           render_report: bool = True) -> dict:
+    """Analyse a results directory and write report.md, report.html, plots/ and summary.json into it,
+    or into `dest` (`netprof report DIR --out OTHER`; the caller checked and created it), whose report
+    then links the flamegraphs where they are, in DIR. Without `render_report` (`run --no-report`) only
+    summary.json: the same rows, cells and anomalies, no plots or pages (`netprof report DIR` draws them)."""
+    src = Path(out_dir)
+    out = Path(dest) if dest is not None else src
+    # Everything read from DIR is read before anything is written: a refused input leaves no half report.
+    df, per_conn, meta = results.load(src)
+    sockwait_conns = results.load_sockwait_conns(src)
+    timeline = results.load_timeline(src)
+    flames = find_flamegraphs(src, df)
+    stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
+    cells = stats.aggregate(df)
+    if not render_report:  # `run --no-report`: the findings and summary.json, nothing drawn or rendered
+        found = rules.detect(df, per_conn, meta, src, cells=cells)
+        summary = _summary(src, out, df, stats.cell_summaries(df), found, meta, None, [], flames, stack_files)
+        if console is not None:
+            _print(console, {"headline": _headline(cells), "findings": findings(cells, found, df), "anomalies": found},
+                   out, rendered=False)
+        return summary
+    with plotset.start(cells, per_conn, out, _draw) as pending:  # drawn in children meanwhile
+        found = rules.detect(df, per_conn, meta, src, cells=cells)
+        rendered = ([{"title": _table_title(t, cells), "header": made[0], "rows": made[1]} for t, fn in TABLES
+                     if (made := fn(cells)) is not None] if not cells.empty else [])
+        if (knee_table := _knee_tries(src)) is not None:
+            rendered.insert(0, knee_table)
+        if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
+            back = os.path.relpath(src.resolve(), out.resolve())
+            for f in flames:
+                f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
+        context: dict[str, Any] = {
+            "facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
+            "headline": _headline(cells), "headline_note": headline_note(cells),
+            "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
+        from netprof.profiler.report import sockwait_report  # --sockwait's section: "Where the round trip went"
+        context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
+        cell_summaries = stats.cell_summaries(df)  # while the plots are drawn
+        figures = context["plots"] = pending.result() + timeline_plot(out, timeline)
+    context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])),
+                                 protocol=_anomaly_protocols(a, cells))
+                            for a in found]  # links and words are for the page only: summary.json keeps `found`
+    summary = _summary(src, out, df, cell_summaries, found, meta, render(out, context), figures, flames, stack_files)
+    if console is not None:
+        _print(console, context, out)
+    return summary
+
+
+def _headline(cells: pd.DataFrame) -> dict | None:
+    if cells.empty:
+        return None
+    header, rows = tables.headline_table(cells)
+    return {"title": HEADLINE, "header": header, "rows": rows}
+
+
+def _summary(src: Path, out: Path, df: pd.DataFrame, cell_summaries: list[dict], found: list[dict], meta: dict,
+             pages: tuple[Path, Path] | None, figures: list[plotset.Plot], flames: list[dict],
+             stack_files: list[str]) -> dict:
+    """summary.json, written to `out` and returned; `pages`: report.md and report.html, None when not drawn."""
+    md_path, html_path = pages or (None, None)
+    artifacts = {"dir": str(out), "report_md": md_path and str(md_path), "report_html": html_path and str(html_path),
+                 "summary_json": str(out / results.SUMMARY_JSON),
+                 "results_parquet": str(src / results.RESULTS_PARQUET), "results_csv": str(src / results.RESULTS_CSV),
+                 "plots": [str(out / p.path) for p in figures],
+                 "flamegraphs": [os.path.normpath(out / s) for f in flames for s in f["svgs"].values()],
+                 "stacks": stack_files}
+    summary = {"schema": 1, "runs": results.rows_of(df), "cells": cell_summaries,
+               "anomalies": found, "artifacts": artifacts, "meta": meta}
+    atomic.write_text(out / results.SUMMARY_JSON, json.dumps(summary, indent=1, default=str))
+    return summary
+
+
+def _print(console: Console, context: dict, out: Path, rendered: bool = True) -> None:
+    """The terminal's summary: the headline table, the findings, the anomalies' titles (the other
+    tables are in the report)."""
+    if context["headline"]:
+        h = context["headline"]
+        console.print(tables.to_rich(h["title"], h["header"], [[escape(str(c)) for c in r] for r in h["rows"]]))
+    console.print()
+    for line in context["findings"]:
+        console.print(line.replace("**", ""), markup=False, highlight=False)
+    for a in context["anomalies"][:8]:
+        console.print(f"[{SEVERITY_STYLE[a['severity']]}]{a['severity'].upper():8}[/] {escape(a['title'])}")
+    if len(context["anomalies"]) > 8:
+        console.print(f"… and {len(context['anomalies']) - 8} more in the report")
+    if rendered:
+        console.print(f"report: {escape(str(out))}/report.html (also report.md, summary.json, results.parquet)")
+    else:
+        console.print(f"results: {escape(str(out))}/summary.json and results.parquet (no report: "
+                      f"`netprof report {escape(str(out))}` draws it)")
