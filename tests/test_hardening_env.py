@@ -146,7 +146,8 @@ def test_a_pth_in_the_callers_user_site_does_not_run_when_inspecting(tmp_path, l
     env = _sudo_env(local_user)
     env.pop("PYTHONUSERBASE", None)
 
-    res = _as_root(f"from netprof.profiler import interpreters; print(interpreters.inspect({base!r})['version'])", env)
+    res = _as_root("from netprof.profiler.run import interpreters; "
+                   f"print(interpreters.inspect({base!r})['version'])", env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == interpreters.inspect(base)["version"]
     assert not marker.exists(), marker.read_text()

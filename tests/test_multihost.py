@@ -196,7 +196,8 @@ def test_an_agent_of_another_version_is_refused(lab, tmp_path):
     """The far side runs the real agent under another version number (what an older install answers)."""
     older = tmp_path / "old-netprof"
     older.write_text("#!/bin/sh\nexec %s -c 'import netprof, sys; netprof.__version__ = \"0.0.1\"; "
-                     "from netprof.profiler import agent; sys.exit(agent.main())'\n" % (ROOT / ".venv/bin/python"))
+                     "from netprof.profiler.run.link import agent; sys.exit(agent.main())'\n"
+                     % (ROOT / ".venv/bin/python"))
     older.chmod(0o755)
     os.chmod(tmp_path, 0o755)
     res = run_netprof("run", "selector", "-c", "10", "-d", "1", "-r", "1", "--no-probes",
