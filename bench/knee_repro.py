@@ -36,8 +36,8 @@ HEADING_RECHECK = "Open loop: netprof knee with a second look at the lowest fail
 
 
 def one(server: str, slo: str, conns: int, tries: int, canary: bool) -> dict:
-    """One `netprof knee` run; with `canary`, the speed canary (profiler/ab/records.py's reader, as `netprof ab` uses it) on
-    the backend's CPU 0 through it, and its median loop time over the run as `canary_ns` (docs/facts.md: the
+    """One `netprof knee` run; with `canary`, the speed canary (profiler/ab/records.py's reader, as `netprof ab` uses
+    it) on the backend's CPU 0 through it, and its median loop time over the run as `canary_ns` (docs/facts.md: the
     host's speed moves in regimes of 0.3-3 s, and drifted 1.4-1.7x over minutes in the runs of RESULTS.md)."""
     with ProcessGroup() as group, tempfile.TemporaryDirectory(prefix="knee-") as scratch:
         speed = Canary.start(group, 0, 1500) if canary else None
