@@ -35,10 +35,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from netprof.backends import registry as backend_registry
 from netprof.probes import registry as instrument_registry
 from netprof.profiler.analysis import compare
-from netprof.profiler.analysis.rules.registry import Thresholds
 from netprof.profiler.core import atomic, runlock, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup, parse_cpus
+from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.model import paired, results, stats
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.report import compare_report

@@ -624,7 +624,9 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
             "facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
             "headline": _headline(cells), "headline_note": headline_note(cells),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
-        from netprof.profiler.report import sockwait_report  # --sockwait's section: "Where the round trip went"
+        from netprof.probes.sockwait import (
+            report as sockwait_report,  # --sockwait's section: "Where the round trip went"
+        )
         context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
         cell_summaries = stats.cell_summaries(df)  # while the plots are drawn
         figures = context["plots"] = pending.result() + timeline_plot(out, timeline)

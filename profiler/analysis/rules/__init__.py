@@ -10,8 +10,11 @@ threshold lives in `Thresholds`. `detect()` runs them all and returns plain dict
 
 # Imported for their @rule registrations, in this order: RULES' order is the order in which findings
 # of one severity are listed.
-from netprof.profiler.analysis.rules import fairness, syscalls, cpu, latency, throughput, host, failures, sockwait, open_loop, breakdown  # noqa: F401, I001, E501
-from netprof.profiler.analysis.rules.registry import (
+from netprof.profiler.analysis.rules import fairness, syscalls, cpu, latency, throughput, host, failures  # noqa: F401, I001, E501
+from netprof.probes.sockwait import rules as sockwait  # noqa: F401, I001
+from netprof.profiler.analysis.rules import open_loop  # noqa: F401, I001
+from netprof.probes.breakdown import rules as breakdown  # noqa: F401, I001
+from netprof.profiler.kit.rule_registry import (
     META,
     RULES,
     SEVERITIES,

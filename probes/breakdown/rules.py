@@ -4,8 +4,8 @@ Figures are the cell's means over rounds of the counted window (`breakdown.*`)."
 from __future__ import annotations
 
 from netprof.probes.breakdown.breakdown import WAIT_SYSCALLS
-from netprof.profiler.analysis.rules.common import r2, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
+from netprof.profiler.kit.rule_common import r2, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
 

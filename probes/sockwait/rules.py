@@ -3,9 +3,9 @@ the cell's means over rounds of the probed sub-window (docs/results-format.md, `
 
 from __future__ import annotations
 
-from netprof.profiler.analysis.rules.common import r2, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_common import r2, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import CONN_WAIT_SHARE, num
 

@@ -81,7 +81,7 @@ def round_trip_plot(cells: pd.DataFrame):
         neg = [k for k, v in p.items() if v < -0.01 * (num(r, "sockwait.rtt_mean_us") or 0)]
         bars.append((f"{_label(r, cells)}\nround trip {_us(num(r, 'sockwait.rtt_mean_us'))}"
                      + (f" ({', '.join(neg)} < 0)" if neg else ""), p))
-    from netprof.profiler.report.plots import share_bars  # deferred: matplotlib, only --sockwait runs draw these
+    from netprof.profiler.kit.bars import share_bars  # deferred: matplotlib, only --sockwait runs draw these
 
     return share_bars(bars, list(PARTS), "share of the loader's mean round trip, %",
                       "Where the round trip went (counted window)")
@@ -107,7 +107,7 @@ def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
         return None
     ncols = min(2, len(picked))
     nrows = -(-len(picked) // ncols)
-    from netprof.profiler.report.mpl import plt  # deferred: see round_trip_plot
+    from netprof.profiler.kit.mpl import plt  # deferred: see round_trip_plot
 
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.0 * nrows), squeeze=False)
     for ax, (r, sub) in zip(axes.flat, picked):
@@ -231,7 +231,7 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
 
 
 def _save(fig, name: str, title: str, caption: str, out_dir: Path) -> Figure:
-    from netprof.profiler.report.mpl import plt  # deferred: see round_trip_plot
+    from netprof.profiler.kit.mpl import plt  # deferred: see round_trip_plot
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
@@ -275,7 +275,7 @@ def section(
                 out_dir,
             )
         )
-    from netprof.profiler.report import breakdown_report  # --breakdown carries this set: its parts follow
+    from netprof.probes.breakdown import report as breakdown_report  # --breakdown carries this set: its parts follow
 
     return {
         "cost": cost_text(cells, meta),
