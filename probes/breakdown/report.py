@@ -92,8 +92,8 @@ def plot(cells: pd.DataFrame):
 
 def section(out_dir: Path, cells: pd.DataFrame, save) -> dict | None:
     """{method, table, plots} for the report, or None without breakdown figures (the probes' cost is in the
-    section's opening: sockwait_report.cost_text). `save(fig, name, title, caption, out_dir)` stores a
-    figure (sockwait_report._save)."""
+    section's opening: probes/sockwait/report.py cost_text). `save(fig, name, title, caption, out_dir)` stores a
+    figure (probes/sockwait/report.py _save)."""
     if cells.empty or not has_breakdown(cells):
         return None
     plots = []

@@ -9,6 +9,10 @@ from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
 
+# Where these findings are listed among the others of one severity (analysis/rules/__init__): last,
+# after the open loop's.
+LISTED_AFTER = "open_loop"
+
 # What each part means for a reader, and what to look at next.
 CAUSES = {
     "queue_wait": ("the request sat unread in its socket queue while the server served other connections",

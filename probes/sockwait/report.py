@@ -3,8 +3,9 @@ mean round trip split into transit, queue wait and handler time; per connection,
 wait (p90 of its reads) beside the messages the connection got; the wait/handler table; and what the probes cost.
 
 Everything here takes explicit inputs (the per-cell aggregate, the per-connection rows, meta, the
-results directory) and returns a template context; report.py only calls `section()` and the
-templates include `_sockwait.{md,html}.j2`. The figures are computed in stats.py and probes/sockwait.py.
+results directory) and returns a template context; report.py finds this module by the instrument's
+name (probes/registry.parts), reads `read()` before anything is written, calls `section()` and renders
+report.{md,html}.j2 beside it. The figures are computed in stats.py and probes/sockwait.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from netprof.profiler.core import atomic, units
-from netprof.profiler.model import schema, stats
+from netprof.profiler.model import results, schema, stats
 from netprof.profiler.model.stats import num
 
 MAX_CONN_PANELS = 6  # per-connection panels (one per cell, its first round); the table has every cell
@@ -33,6 +34,22 @@ class Figure:
     caption: str
     path: str  # relative to the results directory
     png_b64: str
+
+
+# The section in the page: its anchor, its word in the navigation, an anomaly's link to it (report.py)
+SECTION = {"anchor": "sockwait", "nav": "round trip", "link": "where the round trip went"}
+
+
+def read(src: Path) -> pd.DataFrame | None:
+    """What the section reads from the results directory: the per-connection waits."""
+    return results.load_sockwait_conns(src)
+
+
+def probe_note(cells: pd.DataFrame) -> str:
+    """The headline's probe sentence, continued: this set stays attached for the whole window."""
+    on = "sockwait.attached" in cells and bool(cells["sockwait.attached"].fillna(False).astype(bool).any())
+    return (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
+            "every figure, the headline included.") if on else ""
 
 
 def has_sockwait(df: pd.DataFrame) -> bool:

@@ -9,6 +9,10 @@ from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import CONN_WAIT_SHARE, num
 
+# Where these findings are listed among the others of one severity (analysis/rules/__init__): after the
+# failed cells' and lost connections', before the open loop's.
+LISTED_AFTER = "failures"
+
 
 def _waits(r) -> dict:
     return {k: num(r, f"sockwait.{k}") for k in (
