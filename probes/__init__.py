@@ -15,7 +15,8 @@
 counting on and off per window (milliseconds, no recompile; counters stand still while detached).
 
 Each of the two is an instrument (instrument.py: the protocol a run drives; registry.py: the list), one
-folder with its BPF C, its Python and its row shaping.
+folder with its BPF C, its Python and its row shaping (and, for sockwait and breakdown, its rules and
+report section: registry.parts).
 
 Nothing needs bcc until a probe set is created, so `check_available()`, `proc_cpu_times()` and
 `per_message_notation()` work everywhere.

@@ -3,12 +3,20 @@
 The order is the order their counters are read at a mark: the counting set first, so that the two
 edges of its window lag their marks by the same time. Adding an instrument is its folder (a package
 exporting INSTRUMENT, an `instrument.Instrument` subclass) plus its name in NAMES.
+
+What an instrument adds to the judgement and the report lives in its folder too, found here by name
+(`parts`): `rules.py` (its `@rule`s, listed among the others after the topic module its LISTED_AFTER
+names) and `report.py` (with a SECTION: a section of the report, templates `report.{md,html}.j2` beside
+it). The rules package and report.py name no instrument: they ask `parts("rules")`, `parts("report")`.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import sys
+from types import ModuleType
 from typing import Any
 
 from .instrument import Instrument
@@ -34,3 +42,19 @@ def wanted(cfg: Any) -> list[type[Instrument]]:
 def groups() -> list[str]:
     """Every registered instrument's row group (each row has all of them, attached or not)."""
     return [cls.group for cls in registered() if cls.group]
+
+
+def parts(part: str) -> list[ModuleType]:
+    """Each registered instrument's module `part` ("rules", "report"), for those that have one, in NAMES
+    order. By name, in this one place: the layers that use these parts import no instrument themselves."""
+    found = []
+    for name in NAMES:
+        dotted = f"{__package__}.{name}.{part}"
+        if importlib.util.find_spec(dotted) is not None:  # imports the instrument's package (no bcc), not the part
+            found.append(importlib.import_module(dotted))
+    return found
+
+
+def folders() -> list[str]:
+    """Where the instruments' folders are (netprof.probes' path): the report's templates search them."""
+    return list(sys.modules[__package__].__path__)

@@ -35,10 +35,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from netprof.profiler.analysis.rules.registry import Thresholds
 from netprof.profiler.core import atomic, runlock, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.procs import ProcessError, ProcessGroup
+from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.model import results
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.run import interpreters

@@ -228,7 +228,7 @@ def test_report_reads_no_matplotlibrc_from_the_working_directory(tmp_path, local
     """matplotlib reads ./matplotlibrc before anything else, and sudo keeps the working directory:
     a `matplotlibrc` link to a root-only file in the user's directory, where the user runs `sudo
     netprof report`, came back line by line in matplotlib's warnings. Now matplotlib is imported from
-    `/` (profiler/report/mpl.py)."""
+    `/` (profiler/kit/mpl.py)."""
     secret = tmp_path / "root-only"
     secret.write_text("ROOT-ONLY-SECRET: 1\n")
     secret.chmod(0o600)

@@ -10,8 +10,8 @@ import pytest
 
 from helpers import netprof_cli, run_netprof, wait_no_children
 from netprof.profiler import knee
-from netprof.profiler.analysis.rules.registry import Thresholds
 from netprof.profiler.core.errors import InputError
+from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.report import tables
 from netprof.profiler.run.plan import RunConfig, validate
 

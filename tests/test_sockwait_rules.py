@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from test_anomalies import frame, ids, make_row
 
+from netprof.probes.sockwait import report as sockwait_report
 from netprof.profiler.analysis import rules as anomalies
 from netprof.profiler.analysis.rules import detect
 from netprof.profiler.model import stats
-from netprof.profiler.report import sockwait_report
 
 # A `sockwait` row group: short waits and handlers, connections served alike.
 SW = {

@@ -13,8 +13,8 @@ from rich.markup import escape
 from netprof.profiler.ab.plan import GEN_BLOCKS, GEN_WARMUP_S, LOG_JUDGED, METHOD, METHOD_TURNS, AbPlan, Variant
 from netprof.profiler.ab.records import CellRecord, Pairs, _value
 from netprof.profiler.analysis import compare
-from netprof.profiler.analysis.rules.registry import Thresholds
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.model import paired
 from netprof.profiler.report import compare_report
 from netprof.profiler.run import turns as turns_mod

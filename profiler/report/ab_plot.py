@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from netprof.profiler.report.mpl import plt
+from netprof.profiler.kit.mpl import plt
 from netprof.profiler.report.plots import svg_of
 
 

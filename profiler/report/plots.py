@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from netprof.profiler.core import units
+from netprof.profiler.kit.mpl import FixedLocator, FuncFormatter, Line2D, NullLocator, matplotlib, plt
 from netprof.profiler.model import schema
-from netprof.profiler.report.mpl import FixedLocator, FuncFormatter, Line2D, NullLocator, matplotlib, plt
 
 MAX_STACKED_SYSCALLS = 7  # the rest are summed as "other" so the legend stays readable
 MAX_ERROR_BARS = 8  # lines in the throughput plot up to which each point carries its interval
@@ -434,27 +434,3 @@ def svg_of(fn, data) -> bytes | None:
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # no date in the bytes
         plt.close(fig)
     return buf.getvalue()
-
-
-def share_bars(bars: list[tuple[str, dict[str, float]]], colours: list[tuple[str, str]], xlabel: str, title: str):
-    """Horizontal bars, each 100%, stacked from its parts in `colours` order ((name, colour)); a negative part
-    is drawn as 0 (the caller says so in the bar's label); a part zero in every bar has no legend entry.
-    The socket-wait round trip (sockwait_report.py) and the request breakdown (breakdown_report.py) draw
-    with it."""
-    fig, ax = plt.subplots(figsize=(8.0, 0.45 * len(bars) + 1.6))
-    y = np.arange(len(bars))
-    left = np.zeros(len(bars))
-    totals = np.array([sum(max(0.0, v) for v in p.values()) or 1.0 for _, p in bars])
-    for name, colour in colours:
-        share = 100 * np.array([max(0.0, p.get(name, 0.0)) for _, p in bars]) / totals
-        if share.any():
-            ax.barh(y, share, left=left, color=colour, label=name)
-        left += share
-    ax.set_yticks(y, [label for label, _ in bars], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel(xlabel)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title(title)
-    fig.tight_layout()
-    return fig

@@ -56,7 +56,7 @@ def worded(text: str, cells: pd.DataFrame | None) -> str:
     p = cells.get("protocol") if cells is not None else None
     return text.format(per=units.per_unit(p), one=units.exchange(p), many=units.exchanges(p))
 # what draws; a change to one draws anew (paths under profiler/)
-SOURCES = ("report/plots.py", "report/mpl.py", "core/units.py", "model/schema.py")
+SOURCES = ("report/plots.py", "kit/mpl.py", "core/units.py", "model/schema.py")
 # Drawing processes: each imports matplotlib (~0.45 s of CPU), so on 2 CPUs one child beside the parent
 # (which writes the rest of the report meanwhile) is as quick as two and much lighter on a busy host.
 CHILDREN = 1 if (os.cpu_count() or 1) <= 2 else 2

@@ -14,6 +14,7 @@ import json
 import os
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import jinja2
@@ -222,8 +223,7 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
             f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell)."
             + _drift_sentence(cells)
             + _guard_sentence(cells)
-            + (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
-               "every figure, the headline included." if _sockwait_on(cells) else ""))
+            + "".join(part.probe_note(cells) for part in instrument_sections() if hasattr(part, "probe_note")))
 
 
 def _drift_sentence(cells: pd.DataFrame) -> str:
@@ -252,8 +252,19 @@ def _guard_sentence(cells: pd.DataFrame) -> str:
             f"{guard} guard (probed.late_ms, probed.spill_ms): there the headline holds some probed time.")
 
 
-def _sockwait_on(cells: pd.DataFrame) -> bool:
-    return "sockwait.attached" in cells and bool(cells["sockwait.attached"].fillna(False).astype(bool).any())
+def instrument_sections() -> list[ModuleType]:
+    """The instruments' report sections: probes/<name>/report.py with a SECTION, found by name (report.py names
+    none). Each has `read(src)` (what it needs from the results directory, read before anything is written),
+    `section(out, df, cells, read, meta)` (its template context, or None when the run did not carry it),
+    SECTION (its anchor, its word in the page's navigation, the text of an anomaly's link to it), optionally
+    `probe_note(cells)` (a sentence for the headline's probe sentence), and templates report.{md,html}.j2."""
+    from netprof.probes import registry  # deferred: the instruments' packages, only when a report is made
+
+    return [part for part in registry.parts("report") if hasattr(part, "SECTION")]
+
+
+def _section_name(part: ModuleType) -> str:
+    return part.__name__.rsplit(".", 2)[-2]  # netprof.probes.<name>.report
 
 
 def _span_pct(values: pd.Series) -> str:
@@ -480,15 +491,17 @@ def _anomaly_protocols(a: dict, cells: pd.DataFrame) -> list:
     return list(mine["protocol"]) if "protocol" in mine else []
 
 
-def anomaly_links(a: dict, cells: pd.DataFrame, plots: list, flames: list[dict], sockwait: bool) -> list[dict]:
+def anomaly_links(a: dict, cells: pd.DataFrame, plots: list, flames: list[dict], sections: list[dict]) -> list[dict]:
     """[{text, href, anchor}]: the anomaly's plots (its rule's, anchor in the page, file for report.md),
-    its section and, when its cell was sampled, that cell's flamegraphs."""
+    its section (one of the report's `sections`, by instrument name) and, when its cell was sampled, that
+    cell's flamegraphs."""
     rule = rules.META[a["id"]]
     made = {p.name: p for p in plots}
     links = [{"text": f"{made[n].title} plot", "anchor": f"#{made[n].anchor}", "href": made[n].path}
              for n in rule.plots if n in made]
-    if sockwait and rule.section == "sockwait":
-        links.append({"text": "where the round trip went", "anchor": "#sockwait", "href": "#sockwait"})
+    for s in sections:
+        if rule.section == s["name"]:
+            links.append({"text": s["link"], "anchor": f"#{s['anchor']}", "href": f"#{s['anchor']}"})
     by_cell = {f["cell"]: f for f in flames}
     for slug in dict.fromkeys(schema.cell_slug(r) for _, r in _anomaly_cells(a, cells).iterrows()):
         f = by_cell.get(slug)
@@ -536,7 +549,11 @@ def _bytecode_cache(autoescape: bool) -> jinja2.BytecodeCache | None:
 
 def template_env(autoescape: bool) -> jinja2.Environment:
     """The templates/ environment with the report's filters (compare_report renders its pages with it too)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=autoescape,
+    from netprof.probes import registry  # deferred: see instrument_sections
+
+    # templates/, then the instruments' folders: a section's templates are <name>/report.{md,html}.j2 there
+    loader = jinja2.FileSystemLoader([str(TEMPLATES), *registry.folders()])
+    env = jinja2.Environment(loader=loader, autoescape=autoescape,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              bytecode_cache=_bytecode_cache(autoescape))
     env.filters["inline_md"] = _inline_md
@@ -598,7 +615,8 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     out = Path(dest) if dest is not None else src
     # Everything read from DIR is read before anything is written: a refused input leaves no half report.
     df, per_conn, meta = results.load(src)
-    sockwait_conns = results.load_sockwait_conns(src)
+    parts = instrument_sections()
+    inputs = [part.read(src) for part in parts]
     timeline = results.load_timeline(src)
     flames = find_flamegraphs(src, df)
     stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
@@ -624,11 +642,13 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
             "facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
             "headline": _headline(cells), "headline_note": headline_note(cells),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
-        from netprof.profiler.report import sockwait_report  # --sockwait's section: "Where the round trip went"
-        context["sockwait"] = sockwait_report.section(out, df, cells, sockwait_conns, meta)
+        context["sections"] = [dict(made, name=_section_name(part), template=f"{_section_name(part)}/report",
+                                    **part.SECTION)
+                               for part, read in zip(parts, inputs)
+                               if (made := part.section(out, df, cells, read, meta)) is not None]
         cell_summaries = stats.cell_summaries(df)  # while the plots are drawn
         figures = context["plots"] = pending.result() + timeline_plot(out, timeline)
-    context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, bool(context["sockwait"])),
+    context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, context["sections"]),
                                  protocol=_anomaly_protocols(a, cells))
                             for a in found]  # links and words are for the page only: summary.json keeps `found`
     summary = _summary(src, out, df, cell_summaries, found, meta, render(out, context), figures, flames, stack_files)

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from netprof.profiler.analysis.rules.common import r2, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_common import r2, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num, syscalls_of
 

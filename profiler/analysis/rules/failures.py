@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from netprof.profiler.analysis.rules.common import r2, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
+from netprof.profiler.kit.rule_common import r2, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from netprof.profiler.analysis.rules.common import READ_SYSCALLS, r2, unanswered, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
 from netprof.profiler.analysis.rules.sources import source_line
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_common import READ_SYSCALLS, r2, unanswered, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model.stats import num, syscalls_of
 
 

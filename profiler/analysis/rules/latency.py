@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from netprof.profiler.analysis.rules.common import r2, unanswered, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_common import r2, unanswered, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.model.stats import num
 
 

@@ -4,10 +4,10 @@ to the kernel through io_uring instead of a syscall."""
 
 from __future__ import annotations
 
-from netprof.profiler.analysis.rules.common import MEMORY_SYSCALLS, READ_SYSCALLS, r2, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
 from netprof.profiler.analysis.rules.sources import package_line, source_line
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_common import MEMORY_SYSCALLS, READ_SYSCALLS, r2, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model.stats import num, ring_of, syscalls_of
 
 

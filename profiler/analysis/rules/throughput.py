@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num, syscalls_of
 

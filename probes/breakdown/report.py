@@ -3,7 +3,7 @@ trip went": per cell, two stacked bars â€” the mean request and the slowest 1% â
 kernel measured; a table of the parts with what they leave of the loader's round trip; the method.
 
 Explicit inputs (the per-cell aggregate, the results directory) in, a template context out; the figures
-are computed in probes/breakdown/ and the rule that names the tail's cause is rules/breakdown.py.
+are computed in probes/breakdown/ and the rule that names the tail's cause is probes/breakdown/rules.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from netprof.probes.breakdown.breakdown import PARTS
-from netprof.profiler.analysis.rules.breakdown import io_wait
+from netprof.probes.breakdown.rules import io_wait
 from netprof.profiler.core.units import duration_us as _us
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
@@ -84,7 +84,7 @@ def plot(cells: pd.DataFrame):
             bars.append((f"{label}\nslowest 1% (from {_us(num(r, 'breakdown.total_p99_us'))})", p))
     if not bars:
         return None
-    from netprof.profiler.report.plots import share_bars  # deferred: matplotlib, only --breakdown runs draw this
+    from netprof.profiler.kit.bars import share_bars  # deferred: matplotlib, only --breakdown runs draw this
 
     return share_bars(bars, list(COLOURS.items()), "share of the request's time, %",
                       "Where each request's time went: the mean and the slowest 1%")
@@ -92,8 +92,8 @@ def plot(cells: pd.DataFrame):
 
 def section(out_dir: Path, cells: pd.DataFrame, save) -> dict | None:
     """{method, table, plots} for the report, or None without breakdown figures (the probes' cost is in the
-    section's opening: sockwait_report.cost_text). `save(fig, name, title, caption, out_dir)` stores a
-    figure (sockwait_report._save)."""
+    section's opening: probes/sockwait/report.py cost_text). `save(fig, name, title, caption, out_dir)` stores a
+    figure (probes/sockwait/report.py _save)."""
     if cells.empty or not has_breakdown(cells):
         return None
     plots = []

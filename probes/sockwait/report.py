@@ -3,8 +3,9 @@ mean round trip split into transit, queue wait and handler time; per connection,
 wait (p90 of its reads) beside the messages the connection got; the wait/handler table; and what the probes cost.
 
 Everything here takes explicit inputs (the per-cell aggregate, the per-connection rows, meta, the
-results directory) and returns a template context; report.py only calls `section()` and the
-templates include `_sockwait.{md,html}.j2`. The figures are computed in stats.py and probes/sockwait.py.
+results directory) and returns a template context; report.py finds this module by the instrument's
+name (probes/registry.parts), reads `read()` before anything is written, calls `section()` and renders
+report.{md,html}.j2 beside it. The figures are computed in stats.py and probes/sockwait.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from netprof.profiler.core import atomic, units
-from netprof.profiler.model import schema, stats
+from netprof.profiler.model import results, schema, stats
 from netprof.profiler.model.stats import num
 
 MAX_CONN_PANELS = 6  # per-connection panels (one per cell, its first round); the table has every cell
@@ -33,6 +34,22 @@ class Figure:
     caption: str
     path: str  # relative to the results directory
     png_b64: str
+
+
+# The section in the page: its anchor, its word in the navigation, an anomaly's link to it (report.py)
+SECTION = {"anchor": "sockwait", "nav": "round trip", "link": "where the round trip went"}
+
+
+def read(src: Path) -> pd.DataFrame | None:
+    """What the section reads from the results directory: the per-connection waits."""
+    return results.load_sockwait_conns(src)
+
+
+def probe_note(cells: pd.DataFrame) -> str:
+    """The headline's probe sentence, continued: this set stays attached for the whole window."""
+    on = "sockwait.attached" in cells and bool(cells["sockwait.attached"].fillna(False).astype(bool).any())
+    return (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
+            "every figure, the headline included.") if on else ""
 
 
 def has_sockwait(df: pd.DataFrame) -> bool:
@@ -81,7 +98,7 @@ def round_trip_plot(cells: pd.DataFrame):
         neg = [k for k, v in p.items() if v < -0.01 * (num(r, "sockwait.rtt_mean_us") or 0)]
         bars.append((f"{_label(r, cells)}\nround trip {_us(num(r, 'sockwait.rtt_mean_us'))}"
                      + (f" ({', '.join(neg)} < 0)" if neg else ""), p))
-    from netprof.profiler.report.plots import share_bars  # deferred: matplotlib, only --sockwait runs draw these
+    from netprof.profiler.kit.bars import share_bars  # deferred: matplotlib, only --sockwait runs draw these
 
     return share_bars(bars, list(PARTS), "share of the loader's mean round trip, %",
                       "Where the round trip went (counted window)")
@@ -107,7 +124,7 @@ def conn_plot(cells: pd.DataFrame, conns: pd.DataFrame | None):
         return None
     ncols = min(2, len(picked))
     nrows = -(-len(picked) // ncols)
-    from netprof.profiler.report.mpl import plt  # deferred: see round_trip_plot
+    from netprof.profiler.kit.mpl import plt  # deferred: see round_trip_plot
 
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.0 * nrows), squeeze=False)
     for ax, (r, sub) in zip(axes.flat, picked):
@@ -231,7 +248,7 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
 
 
 def _save(fig, name: str, title: str, caption: str, out_dir: Path) -> Figure:
-    from netprof.profiler.report.mpl import plt  # deferred: see round_trip_plot
+    from netprof.profiler.kit.mpl import plt  # deferred: see round_trip_plot
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
@@ -275,7 +292,7 @@ def section(
                 out_dir,
             )
         )
-    from netprof.profiler.report import breakdown_report  # --breakdown carries this set: its parts follow
+    from netprof.probes.breakdown import report as breakdown_report  # --breakdown carries this set: its parts follow
 
     return {
         "cost": cost_text(cells, meta),

@@ -4,10 +4,14 @@ Figures are the cell's means over rounds of the counted window (`breakdown.*`)."
 from __future__ import annotations
 
 from netprof.probes.breakdown.breakdown import WAIT_SYSCALLS
-from netprof.profiler.analysis.rules.common import r2, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
+from netprof.profiler.kit.rule_common import r2, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
+
+# Where these findings are listed among the others of one severity (analysis/rules/__init__): last,
+# after the open loop's.
+LISTED_AFTER = "open_loop"
 
 # What each part means for a reader, and what to look at next.
 CAUSES = {

@@ -3,11 +3,15 @@ the cell's means over rounds of the probed sub-window (docs/results-format.md, `
 
 from __future__ import annotations
 
-from netprof.profiler.analysis.rules.common import r2, where
-from netprof.profiler.analysis.rules.registry import Anomaly, Context, rule
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_common import r2, where
+from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import CONN_WAIT_SHARE, num
+
+# Where these findings are listed among the others of one severity (analysis/rules/__init__): after the
+# failed cells' and lost connections', before the open loop's.
+LISTED_AFTER = "failures"
 
 
 def _waits(r) -> dict:

@@ -192,6 +192,19 @@ def rule(id: str, consolidate: bool = False, plots: tuple[str, ...] = (), sectio
     return register
 
 
+def place(module: str, after: str) -> None:
+    """List the rules registered by `module` right after those of `after` (a module's dotted name): RULES'
+    order is the order findings of one severity are listed. An instrument's rules are found by name after
+    the topic modules' (probes/registry.parts) and say where they belong (their module's LISTED_AFTER)."""
+    mine = [id for id, fn in RULES.items() if fn.__module__ == module]
+    rest = [id for id in RULES if id not in mine]
+    at = max((i + 1 for i, id in enumerate(rest) if RULES[id].__module__ == after), default=len(rest))
+    order = rest[:at] + mine + rest[at:]
+    moved = {id: RULES[id] for id in order}
+    RULES.clear()
+    RULES.update(moved)
+
+
 def detect(df: pd.DataFrame, per_conn: pd.DataFrame | None = None, meta: dict | None = None,
            out_dir: str | Path | None = None, thresholds: Thresholds = THRESHOLDS,
            cells: pd.DataFrame | None = None) -> list[dict]:
