@@ -211,16 +211,36 @@ def test_parts_add_up_on_a_server_of_every_kind(tmp_path):
         more = ("--zmq-client", "native") if zmq else ()
         rows.update(_registry_run(tmp_path, backends, f"{proto}-{duration}", duration, *more))
     assert set(rows) == set(names)
-    bad = {}
-    for name, r in rows.items():
-        assert r["status"] == "ok", (name, r.get("error"))
+
+    def misses(r: dict) -> tuple | None:
+        """The parts against both truths, or None when either holds within 5%."""
+        assert r["status"] == "ok", (r["backend"], r.get("error"))
         b = r["breakdown"]
         followed(r)
         assert r["zmq_client"] == "native" or r["reads"] != "frames", r
         little = 100 / r["msgs_per_sec"] * 1e6
         ratios = (b["parts_mean_us"] / b["rtt_mean_us"], b["parts_mean_us"] / little)
-        if min(abs(x - 1) for x in ratios) > 0.05:
-            bad[name] = (*(round(x, 3) for x in ratios), round(b["parts_mean_us"]), round(b["rtt_mean_us"]))
+        if min(abs(x - 1) for x in ratios) <= 0.05:
+            return None
+        return (*(round(x, 3) for x in ratios), round(b["parts_mean_us"]), round(b["rtt_mean_us"]),
+                f"jain {r.get('per_conn', {}).get('jain', float('nan')):.2f}")
+
+    # One re-measure, alone and in a 2-s window, of a server that misses: both truths are window means, and a
+    # server that serves its connections unevenly puts its slowest requests at the window's edges, which the
+    # loader and the probes (whose window is two counter reads, up to 35 ms late on a busy host) cut apart.
+    # Measured: gunicorn_gevent in CI (2026-11-28, 1-s window) 1.169 of the loader's mean and 1.054 of Little's
+    # law, after six of six within 1.5% here. A wrong breakdown misses in both tries; every try is in the message.
+    tries: dict[str, list] = {}
+    for name, r in rows.items():
+        miss = misses(r)
+        if miss is None:
+            continue
+        tries[name] = [miss]
+        zmq = ("--zmq-client", "native") if registry.get(name).transport == "zmq" else ()
+        again = _registry_run(tmp_path, [name], f"again-{name}", "2", *zmq)[name]
+        rows[name] = again
+        tries[name].append(misses(again))
+    bad = {name: t for name, t in tries.items() if t[-1] is not None}
     assert not bad, bad
     # select_prethread reads in one thread and answers from another (its connection's sender): each request is
     # followed on the reader's clocks up to the read and on the sender's after it, none left as other_thread
