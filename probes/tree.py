@@ -22,23 +22,34 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
-def seed(children, pid: int, track: bool) -> list[int]:
-    """Empty the `children` map and put pid's live descendants in it (none without `track`)."""
+def members(pid: int, also: tuple[int, ...] = ()) -> list[int]:
+    """pid's live descendants, and the processes `also` (a cgroup's other members) with theirs."""
+    out = descendants(pid)
+    for m in also:
+        if m != pid and m not in out:
+            out += [m, *(d for d in descendants(m) if d not in out)]
+    return out
+
+
+def seed(children, pid: int, track: bool, also: tuple[int, ...] = ()) -> list[int]:
+    """Empty the `children` map and put pid's live descendants in it (none without `track`), and the
+    processes `also` with theirs."""
     children.clear()
-    kids = descendants(pid) if pid and track else []
+    kids = members(pid, also) if pid and track else []
     for k in kids:
         children[children.Key(k)] = children.Leaf(1)
     return kids
 
 
-def catch_late(children, pid: int, kids: list[int], track: bool, write_count: Callable[[int], None]) -> list[int]:
+def catch_late(children, pid: int, kids: list[int], track: bool, write_count: Callable[[int], None],
+               also: tuple[int, ...] = ()) -> list[int]:
     """After the target's cfg is live: add descendants forked since `seed` listed `kids`, drop seeded
     ones that exited before the program could see them go, and rewrite the map's entry count through
     `write_count` when either happened. Returns the late ones."""
     if not pid or not track:
         return []
     seeded = set(kids)
-    late = [k for k in descendants(pid) if k not in seeded]
+    late = [k for k in members(pid, also) if k not in seeded]
     gone = [k for k in kids if not psutil.pid_exists(k)]
     for k in late:
         children[children.Key(k)] = children.Leaf(1)

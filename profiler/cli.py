@@ -972,6 +972,40 @@ def knee_cmd(
         fail(f"{outcome.failed} (the cells measured before are in {outcome.out_dir})", 1)
 
 
+@app.command("watch", cls=_PlainUsage)
+def watch_cmd(
+    pid: int | None = typer.Option(None, "--pid", metavar="PID", help="The server's pid (its children are followed)."),
+    port: int | None = typer.Option(None, "--port", metavar="PORT", help="Or the TCP port it listens on."),
+    cgroup: str | None = typer.Option(None, "--cgroup", metavar="PATH",
+                                      help="Or its cgroup under /sys/fs/cgroup (a container, a systemd unit)."),
+    duration: float | None = typer.Option(None, "--duration", "-d", metavar="SECONDS",
+                                          help="Watch this long (default: until Ctrl-C or the process exits)."),
+    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="Seconds per live window."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole watch's figures as JSON on stdout."),
+    out: Path | None = typer.Option(None, "--out", "-o", metavar="DIR",
+                                    help="Write watch.json and every window (windows.jsonl) there."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", metavar="PORT",
+                                            help="Serve Prometheus metrics on this port (/metrics)."),
+    metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", metavar="ADDR",
+                                     help="Address of the metrics endpoint (0.0.0.0 for a scraper on another host)."),
+    routes: int = typer.Option(64, "--routes", metavar="N",
+                               help="Routes told apart (the rest count as (other))."),
+) -> None:
+    """Why each request of a running server took its time, under traffic netprof did not send: requests/s,
+    server time, the breakdown's parts and syscalls per request, per route for HTTP (docs/watch.md). Attaches to
+    the process tree without restarting it or sending it anything; detaches on exit."""
+    from netprof.profiler import watch  # deferred: the probes' modules
+
+    cfg = watch.WatchConfig(pid=pid, port=port, cgroup=cgroup, duration=duration, interval=interval,
+                            as_json=as_json, out=out, metrics_port=metrics_port, metrics_addr=metrics_addr,
+                            routes=routes)
+    doc = watch.execute(cfg, out_console(stderr=True))
+    if as_json:
+        print(json.dumps(doc))
+    elif doc["ended_by"] == "process exited":
+        err.print(f"{doc['target']['label']} exited: detached", markup=False, highlight=False)
+
+
 @app.command(hidden=True)
 def agent() -> None:
     """netprof's far side for --loader-hosts: JSON lines on stdin/stdout (docs/agent-protocol.md). Started by

@@ -14,6 +14,7 @@ PACKAGES=(
   libzmq3-dev nlohmann-json3-dev
   python3-seccomp liburing-dev
   chromium
+  tcpdump prometheus
 )
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -26,11 +27,16 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # openssh-server is here for scripts/lab.sh (SSH "hosts" in network namespaces, each running its own
-# `sshd -f CONFIG`). The system's own sshd must never be enabled or listening because of it: during
-# the install a policy-rc.d (exit 101: "action forbidden") stops its postinst from starting the daemon,
-# then the service is disabled and port 22 checked.
+# `sshd -f CONFIG`), prometheus for the tests of `netprof watch --metrics-port` (each starts its own
+# `prometheus --config.file`, as the lab starts sshd). The system's own daemons must never be enabled or
+# listening because of them: during the install a policy-rc.d (exit 101: "action forbidden") stops their
+# postinst from starting them, then the services are disabled and their ports (22, 9090) checked.
 installing_sshd=0
-for p in "${missing[@]}"; do [ "$p" = openssh-server ] && installing_sshd=1; done
+installing_prometheus=0
+for p in "${missing[@]}"; do
+  [ "$p" = openssh-server ] && installing_sshd=1
+  [ "$p" = prometheus ] && installing_prometheus=1
+done
 policy=/usr/sbin/policy-rc.d
 made_policy=0
 drop_policy() { if [ "$made_policy" = 1 ]; then rm -f "$policy"; made_policy=0; fi; }
@@ -39,7 +45,7 @@ trap 'exit 130' INT TERM
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup-system: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  if [ "$installing_sshd" = 1 ] && [ ! -e "$policy" ] && [ ! -L "$policy" ]; then
+  if [ "$((installing_sshd + installing_prometheus))" -gt 0 ] && [ ! -e "$policy" ] && [ ! -L "$policy" ]; then
     printf '#!/bin/sh\n# setup-system.sh: no service starts during its apt-get install\nexit 101\n' >"$policy"
     chmod 0755 "$policy"
     made_policy=1
@@ -57,6 +63,18 @@ if [ "$installing_sshd" = 1 ]; then
   fi
   if [ -n "$(ss -Htln 'sport = :22' 2>/dev/null)" ]; then
     echo "setup-system: something listens on port 22 after installing openssh-server (see: ss -tlnp 'sport = :22'); stop it: netprof's lab needs no system sshd" >&2
+    exit 1
+  fi
+fi
+if [ "$installing_prometheus" = 1 ]; then
+  if command -v systemctl >/dev/null 2>&1; then
+    systemctl disable prometheus.service >/dev/null 2>&1 || true
+  fi
+  if command -v update-rc.d >/dev/null 2>&1; then
+    update-rc.d prometheus disable >/dev/null 2>&1 || true
+  fi
+  if [ -n "$(ss -Htln 'sport = :9090' 2>/dev/null)" ]; then
+    echo "setup-system: something listens on port 9090 after installing prometheus (see: ss -tlnp 'sport = :9090'); stop it: netprof's tests start their own" >&2
     exit 1
   fi
 fi

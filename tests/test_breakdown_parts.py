@@ -170,7 +170,7 @@ def test_tail_cause_names_the_descriptor_and_where_the_wait_was_made(tmp_path):
 
     import pandas as pd
 
-    from netprof.profiler.kit.rule_registry import detect
+    from netprof.profiler.analysis.rules import detect  # registers every rule (kit.rule_registry alone has none)
     from netprof.profiler.model import results, schema
 
     tail = {p: 0.0 for p in PARTS[:-1]} | {"off_cpu_io": 900.0, "on_cpu": 50.0, "transit": 50.0}
@@ -230,7 +230,7 @@ def test_loader_queue_names_libzmqs_own_queue_and_the_option_that_removes_it(cli
     before zmq_client was recorded: libzmq too) is the loader's own queue; under native, or within 5%, nothing."""
     import pandas as pd
 
-    from netprof.profiler.kit.rule_registry import detect
+    from netprof.profiler.analysis.rules import detect  # registers every rule (kit.rule_registry alone has none)
     from netprof.profiler.model import results
 
     mean = {p: 0.0 for p in PARTS} | {"queue_wait": parts - 100.0, "transit": 60.0, "loader_wait": 40.0}

@@ -117,6 +117,7 @@ BPF_ARRAY(bd_stats, struct bd_stats_t, 1);  // shared, atomic adds: too big for 
 struct bd_req_t {
     u64 v[NPART - 1];   // the parts but loader_wait
     u32 ready;
+    u32 route;          // watch's (probes/watch/routes.bpf.h)
 };
 BPF_PERCPU_ARRAY(bd_scratch, struct bd_req_t, 1);
 BPF_PROG_ARRAY(bd_progs, 1);  // [0]: bd_commit (breakdown.py loads it)
@@ -134,6 +135,13 @@ BPF_HASH(bd_iowait, struct bd_io_key_t, u64, 4096);
 // Answers delivered to the loader's sockets, awaiting its read (loader_wait).
 BPF_HASH(bd_peer, u64, u64, 65536);
 BPF_ARRAY(bd_peer_bits, struct bits_t, 1);
+
+#if WATCH
+// probes/watch/routes.bpf.h, pasted after this file (it needs NPART)
+static __always_inline void rt_enter(struct bpf_raw_tracepoint_args *ctx, s32 sc, u32 tid);
+static __always_inline void rt_ring(u32 tid);
+static __always_inline void rt_measured(u32 route, u64 *v);
+#endif
 
 static __always_inline u32 bd_cause(s32 sc) {
     switch (sc) {
@@ -273,6 +281,9 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     }
     bd_enter_state(t, BD_SYS, now);
     t->sc = sc;
+#if WATCH
+    rt_enter(ctx, sc, tid);
+#endif
     if (bd_cause(sc) != BD_OTHER) {  // futex: which word (the GIL's?); fd syscalls: which descriptor
         struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
         u64 a0 = 0;
@@ -315,6 +326,11 @@ RAW_TRACEPOINT_PROBE(io_uring_submit_req) {
     if (!c)
         return 0;
     u32 op = ring_opcode(c, ctx->args[0]);
+#if WATCH
+    u64 who = bpf_get_current_pid_tgid();
+    if (in_tree(who >> 32))
+        rt_ring(who);
+#endif
     if (op != 26 && op != 9 && op != 47 && op != 48)
         return 0;
     u64 id = bpf_get_current_pid_tgid();
@@ -428,6 +444,10 @@ int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
 #pragma unroll
     for (int i = 0; i < NPART - 1; i++) {
         bd_record(b, i, q->v[i]);
+#if WATCH
+        if (i == P_TRANSIT)  // watch's total is the server's time: the client's network is not in it
+            continue;
+#endif
         total += q->v[i];
     }
     u32 k = slot_of(total) & (NSLOTS - 1);
@@ -436,6 +456,9 @@ int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
     for (int i = 0; i < NPART - 1; i++)
         __sync_fetch_and_add(&b->tail_ns[i * NSLOTS + k], q->v[i]);
     __sync_fetch_and_add(&b->requests, 1);
+#if WATCH
+    rt_measured(q->route, q->v);
+#endif
     return 0;
 }
 
@@ -540,6 +563,14 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     s->bd_phase = 0;
     if (phase != 2)
         return 0;
+#if WATCH
+    // a client on another host: no arrival on this machine; the send ends at its last packet handed to the
+    // device, and transit_out is not seen (0)
+    if (mine && !pc->peer_arr && pc->dev_last >= t->enter_ts && pc->dev_last) {
+        pc->dev_ts = pc->dev_last;
+        pc->peer_arr = pc->dev_last;
+    }
+#endif
     if (!mine || !pc->dev_ts || !pc->peer_arr || pc->dev_ts < t->enter_ts || pc->peer_arr < pc->dev_ts) {
         bd_skip(K_NO_SEND_EDGE);
         return 0;
@@ -576,6 +607,9 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     q->v[P_SEND] = snd;
     q->v[P_TRANSIT] = tin + tout;
     q->ready = 1;
+#if WATCH
+    q->route = s->route;
+#endif
     __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_USER], s->own_u);
     __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_SYS], s->own_s);
     __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_IN], tin);
@@ -588,6 +622,8 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
         __sync_fetch_and_add(&b->detail_ns[D_SEND_CPU], c_end - e_u - e_s);
     // the answer now waits on the loader's socket until its read
     u64 psk = pc->peer_sk, arr = pc->peer_arr;
+    if (!psk)  // not delivered on this machine (watch: a remote client)
+        return 1;
     bd_peer.update(&psk, &arr);
     u32 bit = sk_bit(psk);
     struct bits_t *pb = bd_peer_bits.lookup(&zero);

@@ -165,7 +165,7 @@ class BreakdownProbes(SockWaitProbes):
     """The socket-wait set compiled with the breakdown (same life cycle: SockWaitProbes); snapshot()
     returns both sets of figures."""
 
-    def __init__(self, attached: bool = True, **kw) -> None:
+    def __init__(self, attached: bool = True, cflags: tuple[str, ...] = (), **kw) -> None:
         self._bd: Any = None  # BCC's tables (untyped), bound at the first target()
         # io_uring sends (a SEND's submission is its send's entry) need the kernel's io_kiocb.opcode offset,
         # written into the set's cfg (ring_op.bpf.h); without it their requests are skipped as no_send_edge.
@@ -173,7 +173,8 @@ class BreakdownProbes(SockWaitProbes):
         self._ring_opcode_off = -1 if off is None else off
         self.ring_opcodes_unknown: str | None = UNKNOWN_WHY if off is None else None
         super().__init__(attached=attached, cflags=("-DBREAKDOWN=1", *(f"-D{k}={v}" for k, v in
-                                                                      sorted(task_offsets().items()))), **kw)
+                                                                      sorted(task_offsets().items())), *cflags),
+                         **kw)
         try:
             self._install_commit()
         except BaseException:
@@ -182,6 +183,10 @@ class BreakdownProbes(SockWaitProbes):
 
     def _install_commit(self) -> None:
         """bd_commit into the program array sock_send_length tail-calls (breakdown.bpf.h says why)."""
+        self._install_tail(b"bd_commit", b"bd_progs")
+
+    def _install_tail(self, fn_name: bytes, array: bytes) -> None:
+        """A program the set tail-calls, loaded into slot 0 of its program array."""
         import ctypes as ct
 
         from bcc import BPF
@@ -189,11 +194,11 @@ class BreakdownProbes(SockWaitProbes):
         b = self.bpf
         assert b is not None
         try:
-            fn = b.load_func(b"bd_commit", BPF.RAW_TRACEPOINT)
-            progs = b[b"bd_progs"]
+            fn = b.load_func(fn_name, BPF.RAW_TRACEPOINT)
+            progs = b[array]
             progs[ct.c_int(0)] = ct.c_int(fn.fd)
         except Exception as e:  # BCC raises plain Exception
-            raise ProbeError(f"cannot load the breakdown's bd_commit: {e}") from e
+            raise ProbeError(f"cannot load {fn_name.decode()}: {e}") from e
 
     def _reset_more(self, pid: int) -> None:
         b = self.bpf

@@ -117,6 +117,9 @@ struct sk_t {
 #if BREAKDOWN
     BD_SK_FIELDS
 #endif
+#if WATCH
+    u32 route;       // the route of its pending request (probes/watch/routes.bpf.h)
+#endif
 };
 BPF_TABLE("lru_hash", u64, struct sk_t, socks, MAX_SOCKETS);
 BPF_PERCPU_ARRAY(zero_sk, struct sk_t, 1);   // never written: the zeroed value new sockets start from
@@ -203,6 +206,12 @@ static __always_inline void record(struct stats_t *st, struct window_t *w, int k
 #if BREAKDOWN
 #include "breakdown/breakdown.bpf.h"
 #endif
+#if WATCH
+#include "watch/routes.bpf.h"
+#endif
+
+// Listening ports of the tree (host order; Python seeds those that exist at target()).
+BPF_HASH(lports, u16, u8, 256);
 
 // Reset a known socket's FIFO: bytes queued now (up to rcv_nxt) have an unknown arrival.
 static __always_inline void reset_fifo(struct sk_t *s, u64 sk, struct window_t *w) {
@@ -274,6 +283,13 @@ static __always_inline struct sk_t *learn(u64 sk, u32 tgid, struct cfg_t *c, str
     s->ports = ports;
     s->tgid = tgid;
     s->tcp = tcp;
+#if WATCH
+    // watch attaches to a server whose connections are already open: one the tree reads on a port it listens
+    // on is served (a run learns them at their setup: inet_sock_set_state)
+    u16 lport = ports >> 16;
+    if (tgid && tcp && lports.lookup(&lport))
+        s->served = 1;
+#endif
     if (tcp)
         reset_fifo(s, sk, w);
     barrier();
@@ -404,13 +420,20 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
         s->wh[b < WH ? b : WH - 1]++;
         record(st, w, H_WAIT, wait);
     }
-    if (!s->pending) {
+    int first = !s->pending;  // a request's first read
+    if (first) {
         s->pending = 1;
         s->req_arrival = arrival;
     }
     s->last_read = now;
 #if BREAKDOWN
     bd_read(s, now);
+#endif
+#if WATCH
+    if (first && s->served && rt_first_read(sk, ret))
+        rt_progs.call(ctx, 0);  // its route (a tail call does not return)
+#else
+    (void)first;
 #endif
     return 0;
 }
@@ -445,15 +468,16 @@ RAW_TRACEPOINT_PROBE(sock_send_length) {
     record(st, w, H_HANDLER, handler);
     if (s->req_arrival && s->req_arrival <= now)
         record(st, w, H_SERVER, now - s->req_arrival);
+#if WATCH
+    if (s->served)  // a request the server answered (not a reply to one of its own calls to another service)
+        rt_answered(s->route, s->req_arrival && s->req_arrival <= now ? now - s->req_arrival : 0);
+#endif
 #if BREAKDOWN
     if (answered)
         bd_progs.call(ctx, 0);
 #endif
     return 0;
 }
-
-// Listening ports of the tree (host order; Python seeds those that exist at target()).
-BPF_HASH(lports, u16, u8, 256);
 
 // TCP state changes (connection setup and teardown only). listen() in the tree adds its port; a
 // connection established on one of those ports is learned at once (softirq context), so its first

@@ -358,7 +358,7 @@ class SockWaitProbes(LoadedProgram):
         if self.bpf is not None:
             self._set_window(active=0)
 
-    def _reset(self, pid: int) -> None:
+    def _reset(self, pid: int, also: tuple[int, ...] = ()) -> None:
         cfg = self._cfg
 
         def write_cfg(n: int, tgid: int = pid) -> None:
@@ -375,22 +375,23 @@ class SockWaitProbes(LoadedProgram):
         self._bits[self._bits.Key(0)] = self._bits.Leaf()
         self._stats[self._stats.Key(0)] = self._stats.Leaf()
         self._reset_more(pid)
-        kids = tree.seed(self._children, pid, self.track_children)
+        kids = tree.seed(self._children, pid, self.track_children, also)
         for port in (listening_ports([pid, *kids]) if pid else ()):
             self._lports[self._lports.Key(port)] = self._lports.Leaf(1)
         write_cfg(len(kids))
-        tree.catch_late(self._children, pid, kids, self.track_children, write_cfg)
+        tree.catch_late(self._children, pid, kids, self.track_children, write_cfg, also)
         self.pid = pid
 
     def _reset_more(self, pid: int) -> None:
         """A subclass's own maps, zeroed with the set's at each target(pid) (nothing is recorded meanwhile)."""
 
-    def target(self, pid: int) -> None:
-        """Watch `pid` and (track_children) its descendants; forgets every socket and zeroes every
-        figure (sockets of the previous target are never counted again). Attached or not."""
+    def target(self, pid: int, also: tuple[int, ...] = ()) -> None:
+        """Watch `pid` and (track_children) its descendants, and the processes `also` with theirs (a cgroup's
+        members); forgets every socket and zeroes every figure (sockets of the previous target are never
+        counted again). Attached or not."""
         if self.bpf is None:
             raise ProbeError("probes are closed")
-        self._reset(pid)
+        self._reset(pid, also)
 
     # -- reading ----------------------------------------------------------------------------------
 

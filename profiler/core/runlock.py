@@ -91,3 +91,35 @@ def unique_out_dir(base: str | os.PathLike = "runs") -> Path:
         path = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         if create_dir(path):  # 0700, the sudo caller's, like every results directory
             return path
+
+
+@contextlib.contextmanager
+def watch_lock(pid: int) -> Iterator[None]:
+    """One `netprof watch` per watched process: two would each count every request (their probes both fire).
+    An flock on watch-PID.lock beside the run lock, removed when the watch ends; a file removed by the holder
+    while another watch opened it is locked again under its new inode."""
+    path = os.path.join(os.path.dirname(lock_path()), f"watch-{pid}.lock")
+    while True:
+        fd = _open_lock(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunLockError(f"another netprof watch (pid {holder}) is watching pid {pid}; stop it first "
+                               "(one watch per process)") from None
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed it as we opened it: lock the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)

@@ -1,0 +1,149 @@
+"""watch's probe set: the breakdown's (socket-wait + breakdown, compiled with -DWATCH=1) and the route of each
+request, read by the kernel from its first bytes (probes/watch/routes.bpf.h says how).
+
+    with WatchProbes() as wp:                  # compiles once (~1.5 s)
+        wp.target(server_pid)                  # its tree; connections already open are served too
+        a = wp.snapshot(); ...; b = wp.snapshot()
+        d = routes_delta(a.routes, b.routes)   # {route: RouteDelta}: requests, server time, parts, syscalls
+        sockwait_delta(a.sockwait, b.sockwait); breakdown_delta(a.breakdown, b.breakdown)  # as --breakdown
+
+Differences from a run's breakdown, all from traffic netprof does not send: a connection that was open before
+the set attached is served from its first read (a run learns its connections when they are set up), and a
+client on another host (no arrival of the answer on this machine) ends the `send` part at the last packet
+handed to the device, with no transit_out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..breakdown.breakdown import PARTS, BreakdownProbes, Snapshot
+from ..sockwait.sockwait import NSLOTS, WaitDist
+
+ROUTES = 64          # route slots, the two below included
+NOT_HTTP = 0         # bytes that are not an HTTP request line (an echo or line protocol)
+OTHER = 1            # routes first seen after the table was full
+FIRST = 2
+KEY_LEN = 128       # routes.bpf.h RT_LEN
+# The parts that are the server's: transit (the network both ways) and loader_wait (the client's read) are not.
+SERVER_PARTS = tuple(p for p in PARTS if p not in ("transit", "loader_wait"))
+NAMES = {NOT_HTTP: "(not HTTP)", OTHER: "(other)"}
+
+
+@dataclass
+class RouteCounts:
+    """One route's cumulative figures since target()."""
+
+    requests: int
+    timed: int
+    server_ns: int
+    hist: list[int]
+    measured: int
+    part_ns: list[int]       # per PARTS[:-1] (loader_wait is not measured per request)
+    syscalls: int
+    ring_ops: int
+
+
+@dataclass
+class WatchSnapshot:
+    snapshot: Snapshot                  # the socket-wait set's and the breakdown's
+    routes: dict[str, RouteCounts]      # by route name
+    processes: dict[int, int]           # answered requests by process (tgid)
+    ports: frozenset[int]               # the ports the tree listens on: its served connections' local ports
+
+
+@dataclass
+class RouteDelta:
+    """One route over a window."""
+
+    requests: int
+    server: WaitDist                     # server time: arrival of the request's first byte → its answer's send
+    measured: int                        # requests broken down
+    parts_mean_us: dict[str, float]      # SERVER_PARTS, means over the measured ones
+    syscalls: int
+    ring_ops: int
+
+    @property
+    def syscalls_per_request(self) -> float | None:
+        return self.syscalls / self.requests if self.requests else None
+
+    @property
+    def ring_ops_per_request(self) -> float | None:
+        return self.ring_ops / self.requests if self.requests else None
+
+
+def route_name(key: bytes) -> str:
+    """A route's name from its kernel key: "GET /users/{id}"; a target longer than the key ends in "…"."""
+    truncated = len(key) >= KEY_LEN and key[KEY_LEN - 1] == 1
+    text = key[:KEY_LEN - 1] if truncated else key
+    name = text.split(b"\0", 1)[0].decode("ascii", "replace")
+    return name + "…" if truncated else name
+
+
+class WatchProbes(BreakdownProbes):
+    """The breakdown's set with routes (same life cycle: SockWaitProbes)."""
+
+    def __init__(self, attached: bool = True, routes: int = ROUTES, **kw) -> None:
+        if not FIRST < routes <= 4096:
+            raise ValueError(f"routes must be in {FIRST + 1}..4096")
+        self.routes = routes
+        self._rt: tuple[Any, ...] | None = None  # BCC's tables (untyped), bound at the first target()
+        super().__init__(attached=attached, cflags=("-DWATCH=1", f"-DROUTES={routes}"), **kw)
+        try:
+            self._install_tail(b"rt_parse", b"rt_progs")
+        except BaseException:
+            self.close()
+            raise
+
+    def _reset_more(self, pid: int) -> None:
+        super()._reset_more(pid)
+        b = self.bpf
+        assert b is not None
+        if self._rt is None:
+            self._rt = (b[b"rt_index"], b[b"rt_stats"], b[b"rt_thr"], b[b"rt_next"], b[b"rt_claim"], b[b"rt_procs"])
+        index, stats, thr, nxt, claim, procs = self._rt
+        index.clear()
+        thr.clear()
+        claim.clear()
+        procs.clear()
+        zero = stats.Leaf()
+        for i in range(self.routes):
+            stats[stats.Key(i)] = zero
+        nxt[nxt.Key(0)] = nxt.Leaf(FIRST)
+
+    def snapshot(self) -> WatchSnapshot:  # type: ignore[override]
+        snap = super().snapshot()
+        assert self._rt is not None
+        index, stats, *_, procs = self._rt
+        names = dict(NAMES)
+        for k, v in list(index.items()):
+            names[v.value] = route_name(bytes(bytearray(k.s)))
+        routes: dict[str, RouteCounts] = {}
+        for i, name in names.items():
+            s = stats[stats.Key(i)]
+            if not s.requests and not s.syscalls:
+                continue
+            routes[name] = RouteCounts(requests=s.requests, timed=s.timed, server_ns=s.server_ns,
+                                       hist=list(s.hist), measured=s.measured, part_ns=list(s.part_ns),
+                                       syscalls=s.syscalls, ring_ops=s.ring_ops)
+        return WatchSnapshot(snapshot=snap, routes=routes,
+                             processes={k.value: v.value for k, v in list(procs.items())},
+                             ports=frozenset(k.value for k in list(self._lports.keys())))
+
+
+def routes_delta(a: dict[str, RouteCounts], b: dict[str, RouteCounts]) -> dict[str, RouteDelta]:
+    """Each route's figures between two snapshots (a route first seen in between counts from zero)."""
+    out: dict[str, RouteDelta] = {}
+    empty = RouteCounts(0, 0, 0, [0] * NSLOTS, 0, [0] * (len(PARTS) - 1), 0, 0)
+    for name, y in b.items():
+        x = a.get(name, empty)
+        hist = [q - p for p, q in zip(x.hist, y.hist)]
+        measured = y.measured - x.measured
+        parts = {p: (y.part_ns[i] - x.part_ns[i]) / measured / 1e3 if measured else 0.0
+                 for i, p in enumerate(PARTS[:-1]) if p in SERVER_PARTS}
+        out[name] = RouteDelta(requests=y.requests - x.requests,
+                               server=WaitDist.from_hist(hist, y.server_ns - x.server_ns, None),
+                               measured=measured, parts_mean_us=parts, syscalls=y.syscalls - x.syscalls,
+                               ring_ops=y.ring_ops - x.ring_ops)
+    return out

@@ -1,0 +1,76 @@
+"""What `netprof watch` shows while it runs: on a terminal, a table redrawn every window (rich's Live); off one
+(a pipe, a log), one line per window. Both read a window's figures (figures.py) and nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from netprof.profiler.core.safetext import clean_text
+
+TOP_PARTS = 3
+TOP_ROUTES = 10
+
+
+def _ms(us: float | None) -> str:
+    if us is None:
+        return "-"
+    return f"{us / 1e3:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def top_parts(f: dict[str, Any], n: int = TOP_PARTS) -> str:
+    """"loop_wait 49%, queue_wait 48%, on_cpu 2%": the parts' shares of the breakdown's mean."""
+    parts = f["breakdown"]["parts_mean_us"]
+    total = sum(v or 0 for v in parts.values())
+    if not total:
+        return "-"
+    ranked = sorted(parts.items(), key=lambda kv: -(kv[1] or 0))[:n]
+    return ", ".join(f"{p} {100 * (v or 0) / total:.0f}%" for p, v in ranked)
+
+
+def line(f: dict[str, Any]) -> str:
+    st = f["server_time_us"]
+    return (f"{f['requests_per_sec'] or 0:,.0f} req/s  server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "
+            f"{top_parts(f)}  {f['syscalls_per_request'] or 0:.1f} syscalls/req")
+
+
+def table(f: dict[str, Any], title: str) -> Group:
+    head = Text(f"{title}: {line(f)}")
+    t = Table(box=None, pad_edge=False)
+    for col in ("route", "req/s", "p50", "p99", "syscalls/req", "top parts"):
+        t.add_column(col, justify="left" if col in ("route", "top parts") else "right")
+    for r in f["routes"][:TOP_ROUTES]:
+        st = r["server_time_us"]
+        sub = {"breakdown": {"parts_mean_us": r["breakdown"]["parts_mean_us"]}}
+        t.add_row(Text(clean_text(r["route"])), f"{r['requests_per_sec'] or 0:,.0f}", _ms(st["p50"]), _ms(st["p99"]),
+                  f"{r['syscalls_per_request'] or 0:.1f}", top_parts(sub))
+    return Group(head, t)
+
+
+class View:
+    """Shows each window: live on a terminal, a line each off one (to stderr: stdout is --json's)."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.console, self.title = console, title
+        self.live: Live | None = None
+
+    def __enter__(self) -> View:
+        if self.console.is_terminal:
+            self.live = Live(Text(f"{self.title}: attached, first window in a moment"), console=self.console,
+                             auto_refresh=False, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def window(self, f: dict[str, Any]) -> None:
+        if self.live is not None:
+            self.live.update(table(f, self.title), refresh=True)
+        else:
+            self.console.print(Text(f"{self.title}: {line(f)}"), soft_wrap=True)

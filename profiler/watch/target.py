@@ -1,0 +1,111 @@
+"""Which processes `netprof watch` follows: --pid (and its descendants), --port (the process listening on it,
+found as `ss -ltnp` would) or --cgroup (a container's or a systemd unit's processes: the oldest one is the root,
+the others are followed as its descendants are)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from netprof.profiler.core.errors import InputError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class Target:
+    pid: int                      # the root of the followed tree
+    also: tuple[int, ...]         # other members (a cgroup's), each with its descendants
+    label: str                    # how the user named it
+    start_time: float             # the root's, to tell it from a later process with the same pid
+
+
+def _process(pid: int, how: str) -> psutil.Process:
+    try:
+        p = psutil.Process(pid)
+        p.status()
+        return p
+    except psutil.Error:
+        raise InputError(f"{how}: no such process; give the pid of a running server") from None
+
+
+def by_pid(pid: int) -> Target:
+    if pid <= 0:
+        raise InputError(f"--pid {pid}: give the pid of a running server")
+    p = _process(pid, f"--pid {pid}")
+    return Target(pid, (), f"pid {pid} ({p.name()})", p.create_time())
+
+
+def listener(port: int) -> int | None:
+    """The pid of the oldest process listening on TCP `port` (this network namespace), or None."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    pids = {c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    alive = []
+    for pid in pids:
+        try:
+            alive.append((psutil.Process(pid).create_time(), pid))
+        except psutil.Error:
+            continue
+    return min(alive)[1] if alive else None  # the oldest: a pre-fork server's master, not a worker
+
+
+def by_port(port: int) -> Target:
+    if not 0 < port < 65536:
+        raise InputError(f"--port {port}: give a TCP port between 1 and 65535")
+    pid = listener(port)
+    if pid is None:
+        raise InputError(f"--port {port}: no process listens on it here; give the server's port, or --pid")
+    p = _process(pid, f"--port {port}")
+    return Target(pid, (), f"port {port}: pid {pid} ({p.name()})", p.create_time())
+
+
+def by_cgroup(path: str) -> Target:
+    rel = path.strip()
+    full = (CGROUP_ROOT / rel.lstrip("/")).resolve()
+    if CGROUP_ROOT not in full.parents and full != CGROUP_ROOT:
+        raise InputError(f"--cgroup {path}: give a path under {CGROUP_ROOT}, e.g. system.slice/nginx.service")
+    try:
+        procs = [int(x) for x in (full / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        raise InputError(f"--cgroup {path}: no such cgroup (looked for {full}/cgroup.procs)") from None
+    alive = []
+    for pid in procs:
+        try:
+            alive.append((psutil.Process(pid).create_time(), pid))
+        except psutil.Error:
+            continue
+    if not alive:
+        raise InputError(f"--cgroup {path}: no process in it; start the server first")
+    alive.sort()
+    root = alive[0][1]
+    return Target(root, tuple(pid for _, pid in alive[1:]), f"cgroup {rel} ({len(alive)} processes)", alive[0][0])
+
+
+def resolve(pid: int | None, port: int | None, cgroup: str | None) -> Target:
+    given = [x for x in (pid, port, cgroup) if x is not None]
+    if len(given) != 1:
+        raise InputError("watch: give exactly one of --pid PID, --port PORT or --cgroup PATH")
+    if pid is not None:
+        return by_pid(pid)
+    if port is not None:
+        return by_port(port)
+    assert cgroup is not None
+    return by_cgroup(cgroup)
+
+
+def alive(t: Target) -> bool:
+    """The root is still the process that was watched (not gone, not its pid reused)."""
+    try:
+        return psutil.Process(t.pid).create_time() == t.start_time
+    except psutil.Error:
+        return False
+
+
+def is_self(t: Target) -> bool:
+    return t.pid == os.getpid()

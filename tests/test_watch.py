@@ -1,0 +1,415 @@
+"""`netprof watch` on servers netprof did not start and traffic it did not send (issue 54): wrk's count and rate,
+the wire (tcpdump on loopback, each request paired with its answer), Debian's Prometheus scraping the metrics
+endpoint, gunicorn's forked workers, a handler waiting on another service, routes read by the kernel, and the
+refusals. Each server is a built-in backend started as `python -m netprof.backends NAME` (helpers.Backend), pinned
+to CPU 0; wrk, tcpdump and Prometheus run on CPU 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import Backend, default_sigint, netprof_cli, netprof_cmd, require_bpf, require_tool, run_netprof
+
+SERVER_CPU, LOAD_CPU = 0, 1
+
+
+def _pin(pid: int, cpu: int) -> None:
+    """Every thread of pid's tree on `cpu` (the backends start before the test can pin them: their threads too)."""
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    for p in procs:
+        for t in p.threads():
+            os.sched_setaffinity(t.id, {cpu})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Watch:
+    """`netprof watch ARGS` in the background, on the load's CPU; `attached()` waits for its "watching" line."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(["taskset", "-c", str(LOAD_CPU), *netprof_cmd("watch", *args)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=default_sigint)
+        self.err_lines: list[str] = []
+
+    def attached(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stderr], [], [], 0.5)
+            if ready:
+                line = self.proc.stderr.readline()
+                if not line:
+                    break
+                self.err_lines.append(line)
+                if line.startswith("watching "):
+                    return
+        pytest.fail(f"watch never attached (exit {self.proc.poll()}): {''.join(self.err_lines)}")
+
+    def result(self, timeout: float = 60) -> dict:
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, "".join(self.err_lines) + err
+        return json.loads(out)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def _wrk(port: int, seconds: int, connections: int, path: str = "/plaintext") -> subprocess.Popen:
+    return subprocess.Popen(["taskset", "-c", str(LOAD_CPU), require_tool("wrk"), "-t1", f"-c{connections}",
+                             f"-d{seconds}s", f"http://127.0.0.1:{port}{path}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wrk_figures(out: str) -> tuple[int, float]:
+    """(requests, requests/s) as wrk printed them."""
+    requests = rate = None
+    for line in out.splitlines():
+        words = line.split()
+        if "requests in" in line:
+            requests = int(words[0])
+        if line.startswith("Requests/sec:"):
+            rate = float(words[1])
+    assert requests is not None and rate is not None, out
+    return requests, rate
+
+
+# --- the wire: a pcap of loopback, each request paired with its answer ----------------------------------------
+
+def _packets(pcap: Path):
+    """(time, sport, dport, seq, ack, payload head) of each TCP segment with data. A reader of its own: the
+    classic pcap format is a 24-byte header and a 16-byte one per packet, and no pcap library is in the venv."""
+    data = pcap.read_bytes()
+    magic = struct.unpack_from("<I", data)[0]
+    assert magic in (0xA1B2C3D4, 0xA1B23C4D), hex(magic)
+    scale = 1e-6 if magic == 0xA1B2C3D4 else 1e-9
+    linktype = struct.unpack_from("<I", data, 20)[0]
+    link = {1: 14, 113: 16}[linktype]  # Ethernet (lo), Linux cooked
+    off = 24
+    while off + 16 <= len(data):
+        sec, frac, incl, _ = struct.unpack_from("<IIII", data, off)
+        pkt = data[off + 16:off + 16 + incl]
+        off += 16 + incl
+        ip = pkt[link:]
+        if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != 6:
+            continue
+        ihl = (ip[0] & 15) * 4
+        total = struct.unpack_from("!H", ip, 2)[0]
+        tcp = ip[ihl:]
+        sport, dport, seq, ack = struct.unpack_from("!HHII", tcp)
+        doff = (tcp[12] >> 4) * 4
+        length = total - ihl - doff
+        if length > 0:
+            yield sec + frac * scale, sport, dport, seq, ack, length, tcp[doff:doff + 8]
+
+
+def _wire_server_times(pcap: Path, port: int) -> list[float]:
+    """Per request seen on the wire: its request segment → the first answer segment on its connection that
+    acknowledges it (so a dropped packet breaks a pair rather than pairing the wrong two), in µs."""
+    pending: dict[int, tuple[float, int]] = {}  # client port → (time, end seq) of its open request
+    times = []
+    for t, sport, dport, seq, ack, length, head in _packets(pcap):
+        if dport == port and head.startswith(b"GET "):
+            pending[sport] = (t, (seq + length) & 0xFFFFFFFF)
+        elif sport == port and head.startswith(b"HTTP/") and dport in pending:
+            t0, end = pending.pop(dport)
+            if ack == end:
+                times.append((t - t0) * 1e6)
+    return times
+
+
+def _tcpdump(port: int, out: Path) -> subprocess.Popen:
+    p = subprocess.Popen(["taskset", "-c", str(LOAD_CPU), require_tool("tcpdump"), "-i", "lo", "-n", "-s", "128",
+                          "-B", "32768", "-w", str(out), f"tcp port {port}"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    ready, _, _ = select.select([p.stderr], [], [], 20)
+    line = p.stderr.readline() if ready else ""
+    assert "listening on" in line, line
+    return p
+
+
+# --- Prometheus -------------------------------------------------------------------------------------------
+
+class Prometheus:
+    """Debian's prometheus, scraping `target` every second, its own data and port (as the lab starts sshd)."""
+
+    def __init__(self, tmp: Path, target: str) -> None:
+        exe = require_tool("prometheus")
+        cfg = tmp / "prometheus.yml"
+        cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+                       f"  - job_name: netprof\n    static_configs:\n      - targets: ['{target}']\n")
+        self.port = _free_port()
+        self.log = open(tmp / "prometheus.log", "w")
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", str(LOAD_CPU), exe, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"], stdout=self.log, stderr=self.log)
+
+    def query(self, expr: str) -> list:
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.loads(r.read())["data"]["result"]
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        pytest.fail(f"prometheus not ready in {timeout} s: {Path(self.log.name).read_text()[-2000:]}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.close()
+
+
+def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
+    """The acceptance's run: uvicorn (uvloop + httptools, one worker, CPU 0) under `wrk -t1 -c50` (CPU 1), `watch
+    --pid P --duration 5 --json --out D --metrics-port M`, wrk started as watch attaches and given the same 5 s.
+    requests/s within 5% of wrk's; the mean server time within 15% of the wire's (tcpdump on loopback: each
+    request's segment to the first answer segment acknowledging it); the parts' sum within 5% of the server
+    time (each is measured, none a remainder); a route `GET /plaintext` with its syscalls; Prometheus's query
+    API returns netprof_requests_total > 0 from its 1-s scrapes."""
+    require_bpf()
+    metrics_port = _free_port()
+    prom = Prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
+    try:
+        with Backend("uvicorn_httptools") as server:
+            port = server.wait_ready()
+            _pin(server.pid, SERVER_CPU)
+            prom.wait_ready()
+            pcap = tmp_path / "lo.pcap"
+            dump = _tcpdump(port, pcap)
+            out = tmp_path / "watch"
+            with Watch("--pid", str(server.pid), "--duration", "5", "--json", "--out", str(out),
+                       "--metrics-port", str(metrics_port)) as w:
+                w.attached()
+                wrk = _wrk(port, 5, 50)
+                seen: list = []
+                deadline = time.monotonic() + 20
+                while w.proc.poll() is None and time.monotonic() < deadline and not seen:
+                    time.sleep(0.5)
+                    try:
+                        seen = [r for r in prom.query("netprof_requests_total") if float(r["value"][1]) > 0]
+                    except OSError:
+                        pass
+                doc = w.result()
+                wrk_out, _ = wrk.communicate(timeout=30)
+            dump.send_signal(signal.SIGINT)
+            dump.wait(10)
+    finally:
+        prom.close()
+    assert seen, "prometheus never returned netprof_requests_total > 0 while watch ran"
+    assert seen[0]["metric"]["route"] == "GET /plaintext", seen
+    wrk_requests, wrk_rate = _wrk_figures(wrk_out)
+    assert doc["requests_per_sec"] == pytest.approx(wrk_rate, rel=0.05), (doc["requests_per_sec"], wrk_out)
+    wire = _wire_server_times(pcap, port)
+    assert len(wire) >= 0.5 * wrk_requests, (len(wire), wrk_requests)  # pairs found for most requests
+    wire_mean = sum(wire) / len(wire)
+    assert doc["server_time_us"]["mean"] == pytest.approx(wire_mean, rel=0.15), (doc["server_time_us"], wire_mean)
+    b = doc["breakdown"]
+    assert b["requests"] >= 0.9 * doc["requests"], b
+    assert b["mean_us"] == pytest.approx(doc["server_time_us"]["mean"], rel=0.05), (b, doc["server_time_us"])
+    (route,) = [r for r in doc["routes"] if r["route"] == "GET /plaintext"]
+    assert route["requests"] >= 0.99 * doc["requests"], doc["routes"]
+    assert 1 <= route["syscalls_per_request"] < 20, route
+    assert sum(p["requests"] for p in doc["processes"]) == pytest.approx(doc["requests"], rel=0.01), doc["processes"]
+    # --out: the same figures, and one line per window
+    assert json.loads((out / "watch.json").read_text())["requests"] == doc["requests"]
+    windows = [json.loads(x) for x in (out / "windows.jsonl").read_text().splitlines()]
+    assert len(windows) >= 4 and sum(x["requests"] for x in windows) == doc["requests"], len(windows)
+
+
+def test_every_gunicorn_worker_is_followed(tmp_path):
+    """gunicorn_sync with 4 forked workers (a connection per request) under wrk: every worker's requests are
+    counted, and they add up to the whole and to wrk's count (watch's window holds wrk's whole run)."""
+    require_bpf()
+    with Backend("gunicorn_sync", "--workers", "4") as server:
+        port = server.wait_ready()
+        _pin(server.pid, SERVER_CPU)
+        workers = {p.pid for p in psutil.Process(server.pid).children()}
+        assert len(workers) == 4, workers
+        with Watch("--pid", str(server.pid), "--duration", "4", "--json") as w:
+            w.attached()
+            wrk = _wrk(port, 2, 8)
+            wrk_out, _ = wrk.communicate(timeout=30)
+            doc = w.result()
+    wrk_requests, _ = _wrk_figures(wrk_out)
+    by_pid = {p["pid"]: p["requests"] for p in doc["processes"]}
+    assert set(by_pid) == workers and all(n > 0 for n in by_pid.values()), (by_pid, workers)
+    assert sum(by_pid.values()) == pytest.approx(doc["requests"], abs=8), (by_pid, doc["requests"])
+    assert doc["requests"] == pytest.approx(wrk_requests, rel=0.02), (doc["requests"], wrk_out)
+
+
+def _echo_load(port: int, connections: int, seconds: float, counts: list[int]) -> None:
+    """Strict ping-pong of 64-byte messages on `connections` connections: a load watch does not know about."""
+    def one(i: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            msg, end, n = b"x" * 64, time.monotonic() + seconds, 0
+            while time.monotonic() < end:
+                s.sendall(msg)
+                got = 0
+                while got < len(msg):
+                    chunk = s.recv(len(msg) - got)
+                    assert chunk, "server closed"
+                    got += len(chunk)
+                n += 1
+            counts[i] = n
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 30)
+
+
+def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
+    """A thread-per-connection echo server whose handler calls another service that answers after 500 µs (the
+    remote-work helper of `--work remote:500`), under a load of the test's own: watch finds ~500 µs of each
+    request off CPU waiting on I/O, and names no route (not HTTP)."""
+    require_bpf()
+    token = os.urandom(16).hex()
+    env = {**os.environ, "NETPROF_REMOTE_TOKEN": token}
+    helper = subprocess.Popen([sys.executable, "-I", "-m", "netprof.profiler.core.remote_work", "--us", "500",
+                               "--cpu", str(LOAD_CPU), "--seconds", "60"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        ready, _, _ = select.select([helper.stdout], [], [], 20)
+        line = helper.stdout.readline() if ready else ""
+        assert line.startswith("ready "), line
+        helper_port = int(line.split()[1])
+        with Backend("thread", "--work", f"remote:500@127.0.0.1:{helper_port}", env=env) as server:
+            port = server.wait_ready()
+            _pin(server.pid, SERVER_CPU)
+            with Watch("--pid", str(server.pid), "--duration", "2", "--json") as w:
+                w.attached()
+                counts = [0] * 8
+                load = threading.Thread(target=_echo_load, args=(port, 8, 2.5, counts))
+                load.start()
+                doc = w.result()
+                load.join(60)
+    finally:
+        helper.terminate()
+        helper.wait(10)
+    assert sum(counts) > 0
+    b = doc["breakdown"]
+    assert b["requests"] >= 0.8 * doc["requests"] > 0, doc
+    io = b["parts_mean_us"]["off_cpu_io"]
+    assert 480 <= io <= 700, b  # asked 500 µs: at least that minus the clock's grain, at most a loaded host's wake-up
+    assert [r["route"] for r in doc["routes"]] == ["(not HTTP)"], doc["routes"]
+
+
+def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
+    """Requests sent by hand to uvicorn: method and path become the route, ids folded into {id}, the query
+    string, headers and body never kept (a secret put in all three appears in no output: JSON, --out's files,
+    the metrics)."""
+    require_bpf()
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    sent = {"GET /users/{id}": 0, "POST /users/{id}/items/{id}": 0, "GET /static/app.js": 0}
+    metrics_port = _free_port()
+    with Backend("uvicorn_httptools") as server:
+        port = server.wait_ready()
+        out = tmp_path / "watch"
+        with Watch("--pid", str(server.pid), "--duration", "3", "--json", "--out", str(out),
+                   "--metrics-port", str(metrics_port)) as w:
+            w.attached()
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                for i in range(30):
+                    for target, method, route, body in (
+                            (f"/users/{1000 + i}?token={secret}", "GET", "GET /users/{id}", b""),
+                            (f"/users/{i}/items/0f8c2d1e-{i:04d}-4bcd-9e3f-123456789abc", "POST",
+                             "POST /users/{id}/items/{id}", secret.encode()),
+                            ("/static/app.js", "GET", "GET /static/app.js", b"")):
+                        s.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\n"
+                                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+                        head = b""
+                        while b"\r\n\r\n" not in head:
+                            head += s.recv(4096)
+                        sent[route] += 1
+            want = 'netprof_requests_total{route="POST /users/{id}/items/{id}"} 30.0'
+            deadline = time.monotonic() + 10  # the board is published once a window (--interval, 1 s)
+            metrics = ""
+            while want not in metrics and time.monotonic() < deadline and w.proc.poll() is None:
+                time.sleep(0.3)
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+                    metrics = r.read().decode()
+            doc = w.result()
+    got = {r["route"]: r["requests"] for r in doc["routes"]}
+    assert got == sent, got
+    everything = json.dumps(doc) + metrics + "".join(p.read_text() for p in out.iterdir())
+    assert secret not in everything
+    assert want in metrics, metrics[:3000]
+
+
+def test_one_watch_per_process_ctrl_c_and_the_process_exit_detach(tmp_path):
+    """A second watch of the same process refuses with one line (exit 2); the first ends when the process does
+    (exit 0, "exited: detached"), leaving no lock file and no BPF program of its own."""
+    require_bpf()
+    with Backend("asyncio_sock") as server:
+        server.wait_ready()
+        with Watch("--pid", str(server.pid)) as first:
+            first.attached()
+            second = run_netprof("watch", "--pid", str(server.pid), "--duration", "1", timeout=120)
+            assert second.returncode == 2, second.stderr
+            assert "another netprof watch" in second.stderr and "Traceback" not in second.stderr, second.stderr
+            assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+            server.stop()
+            out, err = first.proc.communicate(timeout=30)
+            assert first.proc.returncode == 0, err
+            assert "exited: detached" in err, err
+    assert not Path(f"/run/netprof/watch-{server.pid}.lock").exists()
+    # SIGTERM ends a watch the same way (and from a shell that ignores SIGINT, Ctrl-C is the user's: not tested)
+    with Backend("asyncio_sock") as server:
+        server.wait_ready()
+        with Watch("--pid", str(server.pid), "--json", "--duration", "600") as w:
+            w.attached()
+            w.proc.send_signal(signal.SIGTERM)
+            doc = w.result(timeout=30)
+    assert doc["ended_by"] == "SIGTERM", doc["ended_by"]
+
+
+@pytest.mark.parametrize("args,says", [
+    (("--pid", "0"), "--pid 0"),
+    (("--pid", "999999999"), "no such process"),
+    (("--port", "1"), "no process listens"),
+    ((), "exactly one of --pid"),
+    (("--pid", "1", "--port", "80"), "exactly one of --pid"),
+    (("--pid", "1", "--json"), "give --duration"),
+    (("--cgroup", "../../etc"), "--cgroup"),
+    (("--pid", "1", "--duration", "0"), "--duration 0"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    p = netprof_cli("watch", *args)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
