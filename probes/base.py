@@ -124,10 +124,13 @@ class LoadedProgram:
         No-op when detached or closed."""
         self._detach(resident=False)
 
-    def _detach(self, resident: bool | None = None) -> None:
+    def _detach(self, resident: bool | None = None, keep: tuple[bytes, ...] = ()) -> None:
+        """Detach the programs (all, the resident ones or the others), but those on the tracepoints `keep`."""
         if self.bpf is None:
             return
         for name, tp, on in list(self._hooks(resident)):
+            if tp in keep:
+                continue
             if on and name.startswith(_RAW):
                 self.bpf.detach_raw_tracepoint(tp)
             elif on:

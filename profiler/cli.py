@@ -989,16 +989,23 @@ def watch_cmd(
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", metavar="ADDR",
                                      help="Address of the metrics endpoint (0.0.0.0 for a scraper on another host)."),
     routes: int = typer.Option(64, "--routes", metavar="N",
-                               help="Routes told apart (the rest count as (other))."),
+                               help="Route slots, three of them (not HTTP), (other) and (unsampled): the routes "
+                                    "told apart (later new ones count as (other)). 3: none told apart."),
+    max_overhead: float | None = typer.Option(
+        None, "--max-overhead", metavar="SHARE",
+        help="Keep the probes' CPU under this share of the server's (default 0.1: a tenth): above it the whole set is "
+             "attached for part of each interval only, and in the rest requests are only counted, as the route "
+             "(unsampled). 0: attached throughout."),
 ) -> None:
     """Why each request of a running server took its time, under traffic netprof did not send: requests/s,
     server time, the breakdown's parts and syscalls per request, per route for HTTP (docs/watch.md). Attaches to
     the process tree without restarting it or sending it anything; detaches on exit."""
     from netprof.profiler import watch  # deferred: the probes' modules
 
+    cap = {} if max_overhead is None else {"max_overhead": max_overhead}  # else the config's default
     cfg = watch.WatchConfig(pid=pid, port=port, cgroup=cgroup, duration=duration, interval=interval,
                             as_json=as_json, out=out, metrics_port=metrics_port, metrics_addr=metrics_addr,
-                            routes=routes)
+                            routes=routes, **cap)
     doc = watch.execute(cfg, out_console(stderr=True))
     if as_json:
         print(json.dumps(doc))

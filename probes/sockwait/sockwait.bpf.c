@@ -219,6 +219,9 @@ static __always_inline void reset_fifo(struct sk_t *s, u64 sk, struct window_t *
     s->head = LOAD_ONCE(s->tail);
     s->pending = 0;
     s->epoch = w->attach_ns;
+#if WATCH
+    s->bd_phase = 0;  // a request from before watch's re-attach (--max-overhead) is not followed: its edges were missed
+#endif
 }
 
 // The known state of a server socket, (re)initialised when new to this target, or when its address
@@ -387,6 +390,17 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
 #endif
         return 0;
     }
+#if WATCH
+    if (rt_is_light()) {  // counted only: its route and times are not read (the hooks they need are detached)
+        if (!s->pending) {
+            s->pending = 1;
+            s->req_arrival = 0;
+            s->route = RT_UNSAMPLED;
+        }
+        s->last_read = now;
+        return 0;
+    }
+#endif
     u32 after = read_u32(sk + OFF_COPIED_SEQ);
     u32 before = after - (u32)ret;
     u32 h = s->head;
@@ -451,6 +465,13 @@ RAW_TRACEPOINT_PROBE(sock_send_length) {
         return 0;
     s->pending = 0;
     u64 now = bpf_ktime_get_ns();
+#if WATCH
+    if (rt_is_light()) {
+        if (s->served)
+            rt_answered(s->route, 0);
+        return 0;
+    }
+#endif
 #if BREAKDOWN
     // a finished request's histograms: bd_commit, tail-called on the way out (a tail call does not return)
     int answered = bd_answer(s, now);

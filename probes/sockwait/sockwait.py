@@ -139,20 +139,22 @@ class WaitDist:
         n = sum(hist)
         if n <= 0:
             return cls(0, None, None, None, None, max_ns is not None)
-
-        def pct(q: float) -> float:
-            rank, seen = max(1, math.ceil(q * n)), 0
-            for i, c in enumerate(hist):
-                seen += c
-                if seen >= rank:
-                    lo, hi = slot_bounds(i)
-                    return (lo + hi - 1) / 2 / 1e3 if i >= SUB else lo / 1e3
-            return slot_bounds(NSLOTS - 1)[0] / 1e3
-
         top = max(i for i, c in enumerate(hist) if c)
         mx = max_ns / 1e3 if max_ns is not None else slot_bounds(top)[1] / 1e3
-        p50, p99 = pct(0.50), pct(0.99)
+        p50, p99 = hist_quantile_us(hist, 0.50), hist_quantile_us(hist, 0.99)
         return cls(n, min(p50, mx), min(p99, mx), mx, sum_ns / n / 1e3, max_ns is not None)
+
+
+def hist_quantile_us(hist: list[int], q: float) -> float:
+    """The q-quantile (µs) of a histogram of slot_of(ns) slots: its slot's middle (within the slot's width);
+    a non-empty histogram."""
+    rank, seen = max(1, math.ceil(q * sum(hist))), 0
+    for i, c in enumerate(hist):
+        seen += c
+        if seen >= rank:
+            lo, hi = slot_bounds(i)
+            return (lo + hi - 1) / 2 / 1e3 if i >= SUB else lo / 1e3
+    return slot_bounds(NSLOTS - 1)[0] / 1e3
 
 
 def log2_quantile_us(counts, q: float) -> float | None:

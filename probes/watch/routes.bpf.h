@@ -11,7 +11,8 @@
 //   digits, or of at least 8 hex digits and dashes with a digit among them (ids, UUIDs, hashes) is folded
 //   into "{id}" (docs/watch.md). Bytes that are not a request line: the route RT_NOT_HTTP (echo and line
 //   protocols, a request's continuation). A target longer than the key holds: the key's last byte is 1.
-// - Routes get an index in order of first sight, up to ROUTES; later new ones count as RT_OTHER.
+// - Routes get an index in order of first sight, up to ROUTES; later new ones count as RT_OTHER. A request
+//   read while the set is light (rt_light: watch's --max-overhead) is counted as RT_UNSAMPLED.
 // - Per route: answered requests, their server time (arrival of the first byte → the answer's send,
 //   sockwait's) as a sum and a histogram, the breakdown's parts of those it measured, and the syscalls and
 //   io_uring submissions of the threads serving it: a thread's syscalls count for the route of the last
@@ -22,7 +23,8 @@
 #define RT_LEN 128  // bytes of the request read, and of a route's key
 #define RT_NOT_HTTP 0
 #define RT_OTHER 1
-#define RT_FIRST 2
+#define RT_UNSAMPLED 2  // requests read while only the counting hooks were attached (rt_light)
+#define RT_FIRST 3
 
 struct rt_key_t {
     char s[RT_LEN];
@@ -45,6 +47,16 @@ BPF_ARRAY(rt_stats, struct rt_stat_t, ROUTES);
 
 // Answered requests by process (a pre-fork server's workers; connections that closed are counted too).
 BPF_HASH(rt_procs, u32, u64, 4096);
+
+// 1 while watch's overhead cap has every hook detached but sock_recv_length and sock_send_length (Python:
+// WatchProbes.lighten): requests are still counted, nothing is timed, read or broken down.
+BPF_ARRAY(rt_light, u32, 1);
+
+static __always_inline int rt_is_light(void) {
+    u32 zero = 0;
+    u32 *l = rt_light.lookup(&zero);
+    return l && *l;
+}
 
 struct rt_thr_t {
     u64 buf;               // the user buffer of the receive in progress (0: none)

@@ -15,20 +15,25 @@ handed to the device, with no transit_out.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from ..breakdown.breakdown import PARTS, BreakdownProbes, Snapshot
 from ..sockwait.sockwait import NSLOTS, WaitDist
 
-ROUTES = 64          # route slots, the two below included
+ROUTES = 64          # route slots, the three below included
 NOT_HTTP = 0         # bytes that are not an HTTP request line (an echo or line protocol)
 OTHER = 1            # routes first seen after the table was full
-FIRST = 2
+UNSAMPLED = 2        # requests read while the set was light (lighten()): counted, neither routed nor timed
+FIRST = 3
 KEY_LEN = 128       # routes.bpf.h RT_LEN
 # The parts that are the server's: transit (the network both ways) and loader_wait (the client's read) are not.
 SERVER_PARTS = tuple(p for p in PARTS if p not in ("transit", "loader_wait"))
-NAMES = {NOT_HTTP: "(not HTTP)", OTHER: "(other)"}
+NAMES = {NOT_HTTP: "(not HTTP)", OTHER: "(other)", UNSAMPLED: "(unsampled)"}
+# The hooks a light set keeps: they count requests (routes.bpf.h rt_light); every other one costs per syscall,
+# scheduler switch or packet.
+LIGHT_HOOKS = (b"sock_recv_length", b"sock_send_length")
 
 
 @dataclass
@@ -85,16 +90,57 @@ class WatchProbes(BreakdownProbes):
     """The breakdown's set with routes (same life cycle: SockWaitProbes)."""
 
     def __init__(self, attached: bool = True, routes: int = ROUTES, **kw) -> None:
-        if not FIRST < routes <= 4096:
-            raise ValueError(f"routes must be in {FIRST + 1}..4096")
+        if not FIRST <= routes <= 4096:  # FIRST: no route told apart (all count as "(other)")
+            raise ValueError(f"routes must be in {FIRST}..4096")
         self.routes = routes
         self._rt: tuple[Any, ...] | None = None  # BCC's tables (untyped), bound at the first target()
+        self._light = False
         super().__init__(attached=attached, cflags=("-DWATCH=1", f"-DROUTES={routes}"), **kw)
         try:
             self._install_tail(b"rt_parse", b"rt_progs")
         except BaseException:
             self.close()
             raise
+
+    @property
+    def light(self) -> bool:
+        return self._light
+
+    def lighten(self) -> None:
+        """Keep counting requests (as the route "(unsampled)") with every hook detached but LIGHT_HOOKS: a
+        tenth of the full set's cost per request (the figures of what is counted while light are requests only).
+        attach() makes the set whole again."""
+        assert self.bpf is not None
+        self._set_light(1)
+        self._light = True
+        self._detach(resident=False, keep=LIGHT_HOOKS)
+
+    def attach(self) -> None:
+        if not self._light:
+            super().attach()
+            return
+        # from light: the threads' states are stale (their switches and syscalls were not seen): forgotten, each
+        # is learned afresh at its next syscall; every hook attached (the counting hooks stay on their light path
+        # meanwhile); a new epoch (sockets' arrivals and open requests from before are stale); the full path
+        assert self.bpf is not None and self._rt is not None
+        self.bpf[b"bd_thr"].clear()
+        self._rt[2].clear()  # rt_thr: each thread's receive buffer and route
+        self._attach()
+        self._attach_ns = time.monotonic_ns()
+        self._set_window(active=1)
+        self._set_light(0)
+        self._light = False
+
+    def detach(self) -> None:
+        super().detach()
+        if self.bpf is not None:
+            self._set_light(0)
+        self._light = False
+
+    def _set_light(self, on: int) -> None:
+        assert self.bpf is not None
+        t = self.bpf[b"rt_light"]
+        t[t.Key(0)] = t.Leaf(on)
 
     def _reset_more(self, pid: int) -> None:
         super()._reset_more(pid)

@@ -457,10 +457,20 @@ def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
     return found
 
 
-def headline_note(cells: pd.DataFrame) -> str:
-    """Where the headline table's figures come from, in one line."""
+def _watched(df: pd.DataFrame) -> bool:
+    """Rows of `netprof watch --out` (docs/results-format.md, "A watched row")."""
+    return bool("latency" in df and (df["latency"] == "server").any())
+
+
+def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
+    """Where the headline table's figures come from, in one line. `watched`: rows of `netprof watch --out`
+    (latency "server": no loader, the server time where a run has the round trip)."""
     if cells.empty:
         return ""
+    if watched:
+        return ("netprof watch: no loader. Requests and their rate counted by the kernel over the watch; "
+                "latency, and the round trip below, is the server time (a request's first byte in → its answer "
+                "sent); CPU per request from /proc over the same window.")
     n = sorted({int(v) for v in cells["mps_n"].dropna()}) if "mps_n" in cells else []
     rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
     protocol = cells.get("protocol")
@@ -640,7 +650,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
                 f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
         context: dict[str, Any] = {
             "facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
-            "headline": _headline(cells), "headline_note": headline_note(cells),
+            "headline": _headline(cells), "headline_note": headline_note(cells, watched=_watched(df)),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
         context["sections"] = [dict(made, name=_section_name(part), template=f"{_section_name(part)}/report",
                                     **part.SECTION)

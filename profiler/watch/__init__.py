@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -68,4 +69,15 @@ def execute(cfg: WatchConfig, err: Console) -> dict[str, Any]:
            "ended_by": outcome.ended_by}
     if out is not None:
         write_text(out / SUMMARY_FILE, json.dumps(doc, indent=1) + "\n")
+        _report(out, cfg, outcome)
     return doc
+
+
+def _report(out: Path, cfg: WatchConfig, outcome: session.Outcome) -> None:
+    """The watch as a run's results directory and the report a run writes (rundir.py), findings included."""
+    from netprof.profiler.report import report  # deferred: pandas, jinja2, matplotlib
+
+    from . import rundir
+
+    rundir.write(out, cfg, outcome, sys.argv)
+    report.finish(out)

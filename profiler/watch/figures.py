@@ -8,7 +8,9 @@ Requests are the kernel's: an answer is the first send on a served connection af
 arrived while an earlier one of their connection was still open). Server time runs from the arrival of the
 request's first byte in the socket queue to the return of its answer's send; the breakdown's server parts
 (SERVER_PARTS: the run breakdown's parts but the client's network and read) partition it for every request it
-could follow (`breakdown.requests`; the others by reason in `breakdown.skipped`).
+could follow (`breakdown.requests`; the others by reason in `breakdown.skipped`). Under --max-overhead the
+requests answered while the set was light are counted (`unsampled`, the route "(unsampled)") and nothing else:
+the times, parts and per-request syscalls are those of the rest.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 from netprof.probes.breakdown import breakdown_delta
-from netprof.probes.sockwait.sockwait import NSLOTS, WaitDist, sockwait_delta
-from netprof.probes.watch import SERVER_PARTS, WatchSnapshot, routes_delta
+from netprof.probes.sockwait.sockwait import NSLOTS, SockWaitDelta, WaitDist, sockwait_delta
+from netprof.probes.watch import NAMES, SERVER_PARTS, UNSAMPLED, WatchSnapshot, routes_delta
 from netprof.profiler.model.stats import jain_index
 
 SCHEMA = "netprof.watch/1"
+UNSAMPLED_ROUTE = NAMES[UNSAMPLED]
 
 
 def _r(v: float | None, nd: int = 1) -> float | None:
@@ -31,7 +34,7 @@ def _dist(d: WaitDist) -> dict[str, float | None]:
     return {"mean": _r(d.mean_us), "p50": _r(d.p50_us), "p99": _r(d.p99_us), "max": _r(d.max_us)}
 
 
-def _server_hist(a: WatchSnapshot, b: WatchSnapshot) -> tuple[list[int], int]:
+def server_hist(a: WatchSnapshot, b: WatchSnapshot) -> tuple[list[int], int]:
     """Server time over every route: its histogram and sum (ns) between a and b."""
     hist = [0] * NSLOTS
     total = 0
@@ -44,19 +47,28 @@ def _server_hist(a: WatchSnapshot, b: WatchSnapshot) -> tuple[list[int], int]:
     return hist, total
 
 
+def served_answers(sw: SockWaitDelta, ports: frozenset[int]) -> list[int]:
+    """Requests answered on each connection served in the window (on a port the tree listens on: not its own
+    calls out to other services)."""
+    return [c.answers for c in sw.per_conn if c.answers and c.lport in ports]
+
+
 def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tuple[int, int]) -> dict[str, Any]:
     """The figures of the window between snapshots a and b (`seconds` long)."""
     sw = sockwait_delta(a.snapshot.sockwait, b.snapshot.sockwait)
     bd = breakdown_delta(a.snapshot.breakdown, b.snapshot.breakdown)
     routes = routes_delta(a.routes, b.routes)
-    server = WaitDist.from_hist(*_server_hist(a, b), None)  # the served connections' (sockwait's has them all)
+    server = WaitDist.from_hist(*server_hist(a, b), None)  # the served connections' (sockwait's has them all)
     requests = sum(r.requests for r in routes.values())
     parts = {p: _r(bd.mean_us.get(p) or 0.0) for p in SERVER_PARTS} if bd.requests else {}
     per_second = (lambda n: round(n / seconds, 1)) if seconds > 0 else (lambda n: None)
     by_pid = {pid: n - a.processes.get(pid, 0) for pid, n in b.processes.items()}
-    served = [c.answers for c in sw.per_conn if c.answers and c.lport in b.ports]  # not its own calls out
+    served = served_answers(sw, b.ports)
     syscalls = sum(r.syscalls for r in routes.values())
     ring = sum(r.ring_ops for r in routes.values())
+    # requests counted while the set was light (--max-overhead): neither routed, timed nor their syscalls counted
+    unsampled = routes[UNSAMPLED_ROUTE].requests if UNSAMPLED_ROUTE in routes else 0
+    sampled = requests - unsampled
     out_routes = []
     for name, r in sorted(routes.items(), key=lambda kv: -kv[1].requests):
         if not r.requests:
@@ -86,8 +98,9 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
             "skipped": bd.skipped,
         },
         "pipelined": bd.skipped.get("busy", 0),
-        "syscalls_per_request": _r(syscalls / requests, 2) if requests else None,
-        "ring_ops_per_request": _r(ring / requests, 2) if requests else None,
+        "unsampled": unsampled,
+        "syscalls_per_request": _r(syscalls / sampled, 2) if sampled else None,
+        "ring_ops_per_request": _r(ring / sampled, 2) if sampled else None,
         "routes": out_routes,
         "processes": [{"pid": pid, "requests": n} for pid, n in sorted(by_pid.items()) if n],
         "connections": {"served": len(served), "jain": _r(jain_index(served), 3) if served else None},

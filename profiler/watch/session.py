@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netprof.probes import progstats
+from netprof.probes.proc import proc_cpu_times
 from netprof.probes.watch import WatchProbes, WatchSnapshot
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.runlock import watch_lock
@@ -28,12 +29,18 @@ from .config import WatchConfig
 from .figures import window_figures
 from .metrics import Board, Published
 
+MIN_DUTY = 0.05  # the least share of each interval attached under --max-overhead: some requests are always seen
+
 
 @dataclass
 class Outcome:
     target: targets.Target
     figures: dict[str, Any]       # over the whole watch
     ended_by: str                 # "duration", "interrupt", "SIGTERM", "process exited"
+    first: WatchSnapshot          # at attach
+    last: WatchSnapshot           # at the end
+    seconds: float                # between the two
+    proc: dict[str, float]        # the followed processes' /proc deltas over it (probes.proc.proc_cpu_times)
 
 
 class _Stop:
@@ -86,37 +93,81 @@ def _cost(probes: WatchProbes) -> tuple[int, int]:
     return progstats.run_time(probes.bpf)
 
 
+def _tree_times(t: targets.Target) -> dict[str, float]:
+    """The followed processes' /proc counters so far (their live descendants included), summed."""
+    total: dict[str, float] = {}
+    for pid in (t.pid, *t.also):
+        for k, v in proc_cpu_times(pid).items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def _tree_cpu_ns(t: targets.Target) -> int:
+    """CPU time of the followed processes so far (user + system)."""
+    c = _tree_times(t)
+    return int((c["user_s"] + c["sys_s"]) * 1e9)
+
+
+def next_duty(duty: float, probe_ns: int, server_ns: int, cap: float) -> float:
+    """The share of each interval to stay attached next, so that the probes' CPU stays within `cap` of the
+    watched processes' CPU on average: cap ÷ (their share while attached), between MIN_DUTY and 1. No cap (0)
+    keeps it at 1; an idle server (under 1 ms of CPU in the window: nothing to weigh) keeps it as it is."""
+    if not cap:
+        return 1.0
+    if server_ns < 1_000_000:
+        return duty
+    share = probe_ns / server_ns
+    return 1.0 if share <= cap else max(MIN_DUTY, cap / share)
+
+
 def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
           on_window: Callable[[dict[str, Any]], None], board: Board | None) -> Outcome:
+    """Each interval: the whole set attached for its first `duty` share (all of it while the probes cost less
+    than --max-overhead), then light (requests counted, nothing else) for the rest; a window's figures over the
+    interval (requests over all of it, times and parts over the attached share)."""
     base: WatchSnapshot = probes.snapshot()
-    t0 = time.monotonic()
-    cost0 = _cost(probes)
-    prev, t_prev, cost_prev = base, t0, cost0
-    end = t0 + cfg.duration if cfg.duration is not None else None
+    cost0, proc0 = _cost(probes), _tree_times(t)
+    start = time.monotonic()
+    end = start + cfg.duration if cfg.duration is not None else None
+    prev, t_prev, cost_prev = base, start, cost0
+    attached_s, duty = 0.0, 1.0
     if board:
-        board.publish(Published(base, base, 0))
-    while True:
-        now = time.monotonic()
-        wake = t_prev + cfg.interval
-        if end is not None:
-            wake = min(wake, end)
-        if stop.event.wait(max(0.0, wake - now)):
-            ended = stop.why
-        elif end is not None and time.monotonic() >= end - 1e-3:
-            ended = "duration"
-        elif not targets.alive(t):
-            ended = "process exited"
-        else:
-            ended = ""
-        snap = probes.snapshot()
-        t_snap = time.monotonic()
-        cost = _cost(probes)
+        board.publish(Published(base, base, 0, 0.0))
+    ended = ""
+    while not ended:
+        t_a = time.monotonic()
+        probes.attach()  # no-op while whole
+        cost_a, cpu_a = _cost(probes), _tree_cpu_ns(t)
+        ended = _wait(stop, t_a + duty * cfg.interval, end, t)
+        cost_b, cpu_b = _cost(probes), _tree_cpu_ns(t)
+        next_ = next_duty(duty, cost_b[0] - cost_a[0], cpu_b - cpu_a, cfg.max_overhead)
+        t_light = None
+        if not ended and duty < 1.0:
+            probes.lighten()
+            t_light = time.monotonic()
+            ended = _wait(stop, t_a + cfg.interval, end, t)
+        snap, t_snap, cost = probes.snapshot(), time.monotonic(), _cost(probes)
+        attached_s += (t_light or t_snap) - t_a
         if board:
-            board.publish(Published(base, snap, cost[0] - cost0[0]))
+            board.publish(Published(base, snap, cost[0] - cost0[0], attached_s))
         if t_snap - t_prev > 0.05:  # a window too short to say anything (an early stop) is left out
-            on_window(window_figures(prev, snap, t_snap - t_prev, (cost[0] - cost_prev[0], cost[1] - cost_prev[1])))
-        prev, t_prev, cost_prev = snap, t_snap, cost
-        if ended:
-            break
-    figures = window_figures(base, prev, t_prev - t0, (cost_prev[0] - cost0[0], cost_prev[1] - cost0[1]))
-    return Outcome(t, figures, ended)
+            f = window_figures(prev, snap, t_snap - t_prev, (cost[0] - cost_prev[0], cost[1] - cost_prev[1]))
+            on_window({**f, "duty": round(duty, 3)})
+        prev, t_prev, cost_prev, duty = snap, t_snap, cost, next_
+    proc1 = _tree_times(t)
+    figures = window_figures(base, prev, t_prev - start, (cost_prev[0] - cost0[0], cost_prev[1] - cost0[1]))
+    figures["attached_share"] = round(min(1.0, attached_s / (t_prev - start)), 3) if t_prev > start else None
+    return Outcome(t, figures, ended, base, prev, t_prev - start, {k: proc1[k] - proc0.get(k, 0) for k in proc1})
+
+
+def _wait(stop: _Stop, until: float, end: float | None, t: targets.Target) -> str:
+    """Sleep until `until` (or the watch's end); why the watch ends, or "" to go on."""
+    if end is not None:
+        until = min(until, end)
+    if stop.event.wait(max(0.0, until - time.monotonic())):
+        return stop.why
+    if end is not None and time.monotonic() >= end - 1e-3:
+        return "duration"
+    if not targets.alive(t):
+        return "process exited"
+    return ""
