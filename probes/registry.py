@@ -6,8 +6,10 @@ exporting INSTRUMENT, an `instrument.Instrument` subclass) plus its name in NAME
 
 What an instrument adds to the judgement and the report lives in its folder too, found here by name
 (`parts`): `rules.py` (its `@rule`s, listed among the others after the topic module its LISTED_AFTER
-names) and `report.py` (with a SECTION: a section of the report, templates `report.{md,html}.j2` beside
-it). The rules package and report.py name no instrument: they ask `parts("rules")`, `parts("report")`.
+names), `report.py` (with a SECTION: a section of the report, templates `report.{md,html}.j2` beside
+it) and `metrics.py` (METRICS: the figures `compare` and summary.json judge, `judge_metrics`). The rules
+package, report.py, compare and stats name no instrument: they ask `parts("rules")`, `parts("report")`,
+`judge_metrics()`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ def parts(part: str) -> list[ModuleType]:
         if importlib.util.find_spec(dotted) is not None:  # imports the instrument's package (no bcc), not the part
             found.append(importlib.import_module(dotted))
     return found
+
+
+def judge_metrics() -> None:
+    """Each registered instrument's judged figures (METRICS of its `metrics.py`: `netprof compare` and summary.json's
+    per-cell aggregates judge them) into the statistics' table (stats.INSTRUMENT_METRICS), in NAMES order; compare
+    and the report call it before they judge. Adding them again changes nothing."""
+    from netprof.profiler.model import stats  # deferred: pandas, only when a run's figures are judged
+
+    for part in parts("metrics"):
+        stats.add_metrics(part.METRICS)
 
 
 def folders() -> list[str]:

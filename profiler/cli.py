@@ -73,9 +73,17 @@ missing capability; 3 netprof's own error (the report of finished cells is still
 # dimension). typer reads the returned OptionInfo as the parameter's default.
 
 
+CONNECTIONS = "--connections"  # its one declaration: the option's name, and the name its parse errors give
+
+
 def connections_option(default: str | int, one: bool = False):
-    return typer.Option(default, "-c", "--connections", metavar="N" if one else "N[,N...]",
+    return typer.Option(default, "-c", CONNECTIONS, metavar="N" if one else "N[,N...]",
                         help="Connections (one value)." if one else "Comma list of connection counts.")
+
+
+def parse_connections(text: str) -> list[int]:
+    """A command's comma list of connection counts (connections_option without `one`)."""
+    return parse_int_list(text, CONNECTIONS)
 
 
 def pipeline_option(default: str | int, one: bool = False, help: str = ""):
@@ -427,7 +435,7 @@ def run(
     pin, pin_both = parse_pin(pin_mode, no_pin)
     cfg = validate(RunConfig(
             backends=list(backends or []), own=own, protocol=protocol, request=request, headers=headers,
-            body=body, keep_secrets=keep_secrets, line=line, connections=parse_int_list(connections, "--connections"),
+            body=body, keep_secrets=keep_secrets, line=line, connections=parse_connections(connections),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
             rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
             probe_share=probe_share, syscall_time=syscall_time, sockwait=sockwait or breakdown,
@@ -682,7 +690,7 @@ def flamegraph(
         print(target)
         return
     cfg = validate(RunConfig(
-            backends=list(args), connections=parse_int_list(connections, "--connections"),
+            backends=list(args), connections=parse_connections(connections),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup, rounds=1,
             msize=msize, work=work, probes=False, flamegraph=True, pin=not no_pin,
             out_dir=str(out) if out else "", evidence_only=True, pythons=parse_pythons(python),

@@ -21,6 +21,7 @@ import pandas as pd
 from pyarrow.lib import ArrowException
 
 from netprof.flamegraphs.render import diff_stacks
+from netprof.probes import registry as instruments
 from netprof.profiler.core import atomic, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.units import rate as human
@@ -44,8 +45,8 @@ METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful round
 LOAD_KEYS = ("connections", "pipeline")
 # A cell "changed" when one of these changed significantly; its why-sentence opens with them.
 CHANGE_METRICS = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "per_conn.jain", stats.CPU_TOTAL)
-# ... and continues with these (what explains it), largest first.
-EXPLAIN_METRICS = ("cpu_us_per_msg.user", "cpu_us_per_msg.sys", "ctx_switches_per_msg", "sockwait.wait_p50_us")
+# ... and continues with these (what explains it), then the instruments' judged figures that say `explains`.
+EXPLAIN_METRICS = ("cpu_us_per_msg.user", "cpu_us_per_msg.sys", "ctx_switches_per_msg")
 SYSCALL_MIN_DELTA = 0.01  # per message: a smaller change of one syscall is not worth a line
 FLAME_KINDS = ("oncpu",)
 MINUS = "\u2212"
@@ -71,6 +72,7 @@ def _not_a_run(path: str, why: str) -> InputError:
 
 def load_run(path: str | Path) -> Run:
     """A results directory (results.parquet, else summary.json) or a summary.json file."""
+    instruments.judge_metrics()  # the instruments' judged figures, by name (their folders' metrics.py)
     p = Path(path)
     if not p.exists():
         raise _not_a_run(str(path), "no such file or directory")
@@ -286,7 +288,7 @@ def why(label: str, metrics: dict, protocol=None) -> str | None:
                       and c["shown"] and _judged(c)), key=lambda c: -abs(c["delta"]))[:3]
     parts = [f"{c['label']} {fmt(stats.SYSCALL_PREFIX, c['mean_base'])} → {fmt(stats.SYSCALL_PREFIX, c['mean_new'])}"
              for c in explain]
-    for col in EXPLAIN_METRICS:
+    for col in (*EXPLAIN_METRICS, *(col for col, m in stats.INSTRUMENT_METRICS.items() if m.explains)):
         c = metrics.get(col)
         if _judged(c):
             parts.append(f"{c['label']} {_signed(c['delta'])}{' ' + c['unit'] if c['unit'] else ''}"

@@ -248,6 +248,9 @@ MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ring_per_
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
                  "lat_sent_us.", "open_loop.", "breakdown.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift", "ring_cpu_us_per_msg")
+# An instrument's row group: every row has "<group>.attached" for each registered instrument (cell.base_row), so
+# its figures are averaged like the built-in ones with no name of it here.
+ATTACHED = ".attached"
 # Text over a cell's rounds: the most frequent (what the breakdown's handlers waited on).
 MODE_COLUMNS = ("breakdown.io_wait",)
 
@@ -258,6 +261,8 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     df = derive(df)
     ok = df[df["status"] == "ok"] if "status" in df else df
     keys = [k for k in schema.CELL_KEYS if k in df.columns]
+    mean_prefixes = MEAN_PREFIXES + tuple(dict.fromkeys(c[:-len(ATTACHED)] + "." for c in df.columns
+                                                        if isinstance(c, str) and c.endswith(ATTACHED)))
     rows = []
     for key, g in ok.groupby(keys, sort=False, dropna=False):
         s = summarize(g["msgs_per_sec"])
@@ -269,7 +274,7 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
             if col in g:
                 row[col] = g[col].iloc[0]
         for col in g.columns:
-            if (col.startswith(MEAN_PREFIXES) or col in MEAN_COLUMNS) and pd.api.types.is_numeric_dtype(g[col]):
+            if (col.startswith(mean_prefixes) or col in MEAN_COLUMNS) and pd.api.types.is_numeric_dtype(g[col]):
                 row[col] = float(g[col].mean())
         for col in MODE_COLUMNS:
             if col in g and g[col].notna().any():
@@ -309,6 +314,8 @@ class Metric:
     higher_is_better: bool = False
     log: bool = False  # judged on a log scale (ratio of geometric means)
     judged_by: str | None = None  # judged through another column (a monotone function of this one)
+    floor: float = 0.0  # values below it are judged as it (a 0 would be -inf on the log scale)
+    explains: bool = False  # compare's why-sentence continues with it (after compare.EXPLAIN_METRICS)
 
 
 CELL_METRICS: dict[str, Metric] = {
@@ -328,25 +335,28 @@ CELL_METRICS: dict[str, Metric] = {
     "per_conn.jain": Metric("Jain index", higher_is_better=True, judged_by=CONN_CV),
     CONN_CV: Metric("spread across connections (CV)", log=True),
     "per_conn.active_share": Metric("share of connections that handled 95% of {many}", higher_is_better=True),
-    # --sockwait (probes/sockwait/): where the server side of a round trip went. Waits are heavy-
-    # tailed and span decades between a fair and a starving backend: judged on a log scale.
-    "sockwait.wait_p50_us": Metric("socket queue wait p50", "µs", log=True),
-    "sockwait.wait_p99_us": Metric("socket queue wait p99", "µs", log=True),
-    "sockwait.handler_p50_us": Metric("handler time p50", "µs", log=True),
-    "sockwait.handler_p99_us": Metric("handler time p99", "µs", log=True),
-    SOCKWAIT_TRANSIT: Metric("loader↔server transit", "µs"),
-    "sockwait.conn_wait_ratio": Metric("queue wait, least-served tenth vs most-served connections", log=True),
-    # --breakdown (probes/breakdown/): the mean request's parts, and its total; heavy-tailed like the waits
-    **{f"breakdown.mean_us.{part}": Metric(f"{part.replace('_', ' ')} per request (breakdown)", "µs", log=True)
-       for part in ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_cpu_io")},
-    "breakdown.parts_mean_us": Metric("request time, sum of its parts (breakdown)", "µs", log=True),
 }
+# Each instrument's judged figures (METRICS of its folder's metrics.py), after CELL_METRICS in the instruments'
+# order: added by probes/registry.py `judge_metrics` (compare and the report's summary call it before they judge).
+INSTRUMENT_METRICS: dict[str, Metric] = {}
 SYSCALL_PREFIX = "syscalls_per_msg."
 RING_PREFIX = "ring_per_msg."  # io_uring operations per message, by operation
 # A kernel operation per message, by name: a syscall or an io_uring operation (0 when a probed cell made none).
 KERNEL_OP_PREFIXES = (SYSCALL_PREFIX, RING_PREFIX)
-SOCKWAIT_LOG_METRICS = [c for c, m in CELL_METRICS.items() if c.startswith(("sockwait.", "breakdown.")) and m.log]
-NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns
+NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns (their metrics' floor)
+
+
+def add_metrics(metrics: Mapping[str, Metric]) -> None:
+    """An instrument's judged figures, after those already known (probes/registry.py `judge_metrics`)."""
+    for col, m in metrics.items():
+        if col in CELL_METRICS:
+            raise ValueError(f"{col}: a built-in judged figure, not an instrument's")
+        INSTRUMENT_METRICS[col] = m
+
+
+def judged_metrics() -> dict[str, Metric]:
+    """Every judged column with how it reads: CELL_METRICS, then the instruments' (INSTRUMENT_METRICS)."""
+    return {**CELL_METRICS, **INSTRUMENT_METRICS}
 
 
 def metric_info(col: str, protocol=None) -> Metric:
@@ -357,7 +367,7 @@ def metric_info(col: str, protocol=None) -> Metric:
         return Metric(f"{col[len(SYSCALL_PREFIX):]} {per}")
     if col.startswith(RING_PREFIX):
         return Metric(f"{col[len(RING_PREFIX):]} (io_uring) {per}")
-    m = CELL_METRICS[col]
+    m = judged_metrics()[col]
     return replace(m, label=m.label.format(rate=units.rate_unit(protocol), per=per, many=units.exchanges(protocol)))
 
 
@@ -370,9 +380,9 @@ def per_round(df: pd.DataFrame) -> pd.DataFrame:
     df[CPU_TOTAL] = df["cpu_us_per_msg.user"] + df["cpu_us_per_msg.sys"]
     jain = df["per_conn.jain"].astype(float) if "per_conn.jain" in df else pd.Series(np.nan, index=df.index)
     df[CONN_CV] = np.sqrt((1 / jain - 1).clip(lower=0)).clip(lower=CV_FLOOR)
-    for col in SOCKWAIT_LOG_METRICS:  # a 0 (nothing waited) would be -inf on the log scale
-        if col in df:
-            df[col] = df[col].astype(float).clip(lower=NS_FLOOR_US)
+    for col, m in judged_metrics().items():  # e.g. a wait of 0 (nothing waited) would be -inf on the log scale
+        if m.floor and col in df:
+            df[col] = df[col].astype(float).clip(lower=m.floor)
     sc = [c for c in df.columns if c.startswith(SYSCALL_PREFIX)]
     probed = (df["probes"].fillna("").astype(str).str.len() > 0 if "probes" in df
               else pd.Series(bool(sc), index=df.index))
@@ -387,7 +397,7 @@ def per_round(df: pd.DataFrame) -> pd.DataFrame:
 def metric_columns(df: pd.DataFrame) -> list[str]:
     """The judged columns `df` has data for: CELL_METRICS in their order, then each syscall and io_uring
     operation."""
-    have = [c for c in CELL_METRICS if c in df.columns and df[c].notna().any()]
+    have = [c for c in judged_metrics() if c in df.columns and df[c].notna().any()]
     return have + sorted(c for c in df.columns if c.startswith(KERNEL_OP_PREFIXES) and df[c].notna().any())
 
 

@@ -626,6 +626,9 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     # Everything read from DIR is read before anything is written: a refused input leaves no half report.
     df, per_conn, meta = results.load(src)
     parts = instrument_sections()
+    from netprof.probes import registry  # deferred: see instrument_sections
+
+    registry.judge_metrics()  # the instruments' judged figures (their metrics.py), for summary.json's cells
     inputs = [part.read(src) for part in parts]
     timeline = results.load_timeline(src)
     flames = find_flamegraphs(src, df)

@@ -253,7 +253,7 @@ def base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "framing": cell.framing, "reads": spec.reads, "protocol": cfg.protocol,
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "arrivals": cfg.arrivals_setting(),
-        "max_connections": cfg.max_connections_for(cell.connections) if cell.rate else 0,
+        "max_connections": open_loop_fields(cell, cfg).get("max_connections", 0),
         "zmq_client": cfg.zmq_client,
         "pinned": cell.pinned, "workers": cfg.workers, "loader_host": ",".join(cfg.loader_hosts),
         **dict(cell.extra), "status": "failed", "error": None,
@@ -300,21 +300,17 @@ def _stop_builtin(proc: ManagedProcess) -> str | None:
     return None
 
 
-def _proc_delta(a: Snap, b: Snap) -> dict:  # /proc counters between two marks
-    return proc_delta(a.proc, b.proc)
-
-
 def _unprobed_proc(marks: Marks) -> dict | None:
     """/proc counters of the unprobed phase: the window minus the probed sub-window and its guards
     (the probes inflate system time while attached)."""
     window = marks.pair("measure_start", "measure_stop")
     if window is None:
         return None
-    whole = _proc_delta(*window)
+    whole = proc_delta(window[0].proc, window[1].proc)
     excluded = marks.pair("guard_start", "guard_stop") or marks.pair("probe_start", "probe_stop")
     if excluded is None:
         return whole
-    sub = _proc_delta(*excluded)
+    sub = proc_delta(excluded[0].proc, excluded[1].proc)
     return {k: whole[k] - sub[k] for k in whole}
 
 
@@ -422,7 +418,7 @@ def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[In
         return {}
     window = (result.get("phases") or {}).get("probed") if marks.window else result
     counted = Counted(messages=int((window or {}).get("messages", 0)), duration_s=(window or {}).get("duration_s"),
-                      latency_us=(window or {}).get("latency_us") or {}, proc=_proc_delta(*pair))
+                      latency_us=(window or {}).get("latency_us") or {}, proc=proc_delta(pair[0].proc, pair[1].proc))
     conns = {}
     for inst in instruments:
         a, b = pair[0].counters.get(inst.name), pair[1].counters.get(inst.name)

@@ -60,20 +60,24 @@ class Cell:
     python: str = ""  # --python spec the backend runs under; "" = netprof's own interpreter
     framing: str = "message"
     pinned: bool = True  # the backend pinned to --backend-cpu (False: unpinned, or a --pin both cell)
-    # Dimensions declared only in schema.py (recorded in rows, labels and slugs): ((name, value), ...),
-    # from RunConfig.extra_dims. No process needs them but `rate`, which the loader's request carries, and
-    # `io_uring`, which the server's start does.
+    # Dimensions declared only in schema.py (recorded in rows, labels and slugs, in the run's order): ((name,
+    # value), ...), from RunConfig.extra_dims. No process needs them but `rate`, which the loader's request
+    # carries (the typed field below), and `io_uring`, which the server's start does.
     extra: tuple[tuple[str, Any], ...] = ()
+    # --rate: the open-loop target of this cell, requests/s; 0 = closed loop. Read from `extra` once, here (as
+    # parse_rates gave it: a whole number stays an int, so the loader's request and the row are what they were).
+    rate: float = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        rate = dict(self.extra).get("rate", 0)
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate < 0:
+            raise TypeError(f"Cell rate must be a number of requests/s ≥ 0, not {rate!r}")
+        object.__setattr__(self, "rate", rate)
 
     @property
     def io_uring(self) -> str:
         """--io-uring: "off" starts the server with io_uring_setup denied (procs.spawn's deny_io_uring)."""
         return dict(self.extra).get("io_uring", "on")
-
-    @property
-    def rate(self) -> float:
-        """The open-loop target of this cell, requests/s (--rate); 0 = closed loop."""
-        return dict(self.extra).get("rate", 0)
 
     def label(self) -> str:
         row = {"backend": self.backend, "interpreter": self.python, "framing": self.framing,
