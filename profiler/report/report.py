@@ -357,6 +357,8 @@ def _message_words(df: pd.DataFrame, cfg: dict) -> str:
     """What one message of this run was: '64-byte messages, message framing', or 'HTTP `GET
     /plaintext` requests, each server's own framing' (the HTTP backends and your own servers parse
     requests themselves)."""
+    if _watched(df):
+        return "the requests its clients sent (netprof watch: no loader)"
     framings = sorted(df["framing"].dropna().unique())
     words = ", ".join("each server's own" if f == "own" else f for f in framings) + " framing"
     protocols = set(df["protocol"].dropna())
