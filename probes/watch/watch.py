@@ -102,13 +102,9 @@ class WatchProbes(BreakdownProbes):
             self.close()
             raise
 
-    @property
-    def light(self) -> bool:
-        return self._light
-
     def lighten(self) -> None:
         """Keep counting requests (as the route "(unsampled)") with every hook detached but LIGHT_HOOKS: a
-        tenth of the full set's cost per request (the figures of what is counted while light are requests only).
+        fraction of the whole set's cost per request (bench/watch_overhead.py), and no figure but the count.
         attach() makes the set whole again."""
         assert self.bpf is not None
         self._set_light(1)
