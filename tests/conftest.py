@@ -7,7 +7,8 @@ probes really run there. Every test that uses the fixture carries the `bpf` mark
 
 Tests that only read the results of a run share it (once a session, read-only: copy the directory to
 change it): `standard_run` (an ordinary short run), `message_run` (asyncio_sock and uvloop_sock, 8
-in flight, message and stream framing) and `probed_run` (four servers counted over whole 1-s windows).
+in flight, message and stream framing), `probed_run` (four servers counted over whole 1-s windows) and
+`flame_run` (selector's flamegraphs, on CPython 3.13 where pyenv has it).
 Each `netprof run` costs the suite seconds of start-up, and the whole suite (`make test`) must stay under
 10 minutes on a 2-core machine.
 
@@ -119,6 +120,28 @@ def probed_run(bpf, tmp_path_factory) -> tuple:
     return rows, bpf_prog_ids() - before
 
 
+@pytest.fixture(scope="session")
+def flame_run(bpf, tmp_path_factory) -> tuple:
+    """`netprof run selector -c 100 -d 1 -r 1 --flamegraph` on pyenv's CPython 3.13 where it is installed (its perf
+    trampoline adds the mixed Python+kernel view to the on-CPU, Python and off-CPU ones), else on netprof's own
+    interpreter: tests/test_flamegraph_cli.py reads its views, tests/test_interpreters.py its mixed view (each made
+    a run of its own: ~7 s of the serial pass). Shared and read-only, like standard_run.
+    (directory, index.json's entry, the --python asked or None)"""
+    from netprof.profiler.run import interpreters
+
+    try:
+        interpreters.resolve("3.13")
+        python: str | None = "3.13"
+    except interpreters.InterpreterError:
+        python = None
+    out = tmp_path_factory.mktemp("flame") / "run"
+    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--flamegraph",
+                      *(("--python", python) if python else ()), "--wait", "--out", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    entry = json.loads((out / "flamegraphs" / "index.json").read_text())[0]
+    return out, entry, python
+
+
 def _needs_bpf(item) -> bool:
     """Uses the `bpf` fixture, or calls require_bpf() in its own body."""
     if "bpf" in getattr(item, "fixturenames", ()):
@@ -131,7 +154,7 @@ def _needs_bpf(item) -> bool:
 
 # What makes a test e2e (see the module docstring): these fixtures, or these names used by the test, by a
 # fixture it uses, or by a function of the same test module they call (transitively).
-E2E_FIXTURES = frozenset({"standard_run", "message_run", "probed_run", "loader", "group", "local_user"})
+E2E_FIXTURES = frozenset({"standard_run", "message_run", "probed_run", "flame_run", "loader", "group", "local_user"})
 E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "ProcessGroup"})
 # What makes a test serial: it measures, so nothing else may run beside it (`make test` runs the rest two
 # at a time first, then these one by one): a netprof run or the loader (both load the two CPUs and read
@@ -140,7 +163,7 @@ E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "Proce
 # A module whose runs and loaders only serve to check what was answered (bytes, exit codes, files, refusals)
 # says `pytestmark = pytest.mark.concurrent`: those run three at a time too (its netprof runs pass --wait: the
 # run lock queues them behind each other). BPF stays serial there as well.
-SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "probed_run", "loader"})
+SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "probed_run", "flame_run", "loader"})
 SERIAL_NAMES = frozenset({"run_netprof", "netprof_cmd", "Loader"})
 
 
