@@ -170,7 +170,6 @@ print(json.dumps({"checked": checked, "failed": failed}))
 
 
 @pytest.mark.slow
-@pytest.mark.concurrent  # what the servers answer and the rows' statuses; no probes, the run passes --wait
 def test_http_backends_serve_on_another_interpreter(tmp_path, env313):
     py = env313.python
     asked = subprocess.run([env313.base, "-V"], capture_output=True, text=True, timeout=60, check=True)

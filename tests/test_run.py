@@ -54,8 +54,7 @@ def test_run_json_summary_rows_and_files(standard_run, tmp_path):
     assert not left
 
 
-def _find_backend(timeout: float = 180.0) -> psutil.Process:
-    """The run's backend, once it started: up to 180 s, as its --wait may queue the run behind another's."""
+def _find_backend(timeout: float = 20.0) -> psutil.Process:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in netprof_children():
@@ -65,13 +64,10 @@ def _find_backend(timeout: float = 180.0) -> psutil.Process:
     raise AssertionError("backend never started")
 
 
-# In `make test`'s first pass, three at a time (issue 49: 12 s out of the serial pass): these judge rows,
-# statuses, exit codes and CPU affinities, not a rate or a time; no probes, and their runs pass --wait.
-@pytest.mark.concurrent
 def test_killed_backend_is_a_failed_row_and_the_run_goes_on(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "2", "-r", "2", "--warmup", "0.3",
-                                        "--no-probes", "--wait", "--out", str(out)),
+                                        "--no-probes", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     backend = _find_backend()
     time.sleep(1.0)  # mid-run: after warm-up, inside the window
@@ -86,13 +82,12 @@ def test_killed_backend_is_a_failed_row_and_the_run_goes_on(tmp_path):
     assert not wait_no_children()
 
 
-@pytest.mark.concurrent
 def test_sigint_keeps_finished_cells_and_leaves_nothing(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "1", "-r", "6", "--warmup", "0.2",
-                                        "--no-probes", "--wait", "--out", str(out)),
+                                        "--no-probes", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    deadline = time.monotonic() + 180  # --wait may queue it behind another run
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) >= 1:
             break
@@ -107,15 +102,14 @@ def test_sigint_keeps_finished_cells_and_leaves_nothing(tmp_path):
     assert not wait_no_children()
 
 
-@pytest.mark.concurrent
 def test_pin_both_runs_every_cell_pinned_and_unpinned(tmp_path):
     """--pin both: each cell twice, its backend on --backend-cpu and then free (checked on the live
     processes' CPU affinity), rows and labels say which; --pin nonsense is one line, exit 2."""
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "thread", "--pin", "both", "-c", "10", "-d", "1", "-r", "1",
-                                        "--warmup", "0.3", "--no-probes", "--wait", "--json", "--out", str(out)),
+                                        "--warmup", "0.3", "--no-probes", "--json", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    affinities, deadline = set(), time.monotonic() + 180  # --wait may queue it behind another run
+    affinities, deadline = set(), time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline:
         for p in netprof_children():
             try:

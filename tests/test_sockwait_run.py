@@ -140,7 +140,6 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
     assert not wait_no_children()
 
 
-@pytest.mark.concurrent  # what the row and the report say without the set; no probes, the run passes --wait
 def test_without_sockwait_rows_say_so_and_the_report_has_no_section(tmp_path):
     out = tmp_path / "plain"
     res = run_netprof(
