@@ -6,9 +6,11 @@ probes really run there. Every test that uses the fixture carries the `bpf` mark
 `-m "not bpf"` leaves them out.
 
 Tests that only read the results of a run share it (once a session, read-only: copy the directory to
-change it): `standard_run` (an ordinary short run) and `message_run` (asyncio_sock and uvloop_sock, 8
-in flight, message and stream framing). Each `netprof run` costs the suite seconds of start-up, and
-the whole suite (`make test`) must stay under 10 minutes on a 2-core machine.
+change it): `standard_run` (an ordinary short run), `message_run` (asyncio_sock and uvloop_sock, 8
+in flight, message and stream framing), `probed_run` (four servers counted over whole 1-s windows) and
+`flame_run` (selector's flamegraphs, on CPython 3.13 where pyenv has it).
+Each `netprof run` costs the suite seconds of start-up, and the whole suite (`make test`) must stay under
+10 minutes on a 2-core machine.
 
 The fast tier, `make test-fast` (`-m "not bpf and not e2e"`, under 2 minutes): every test not marked
 `bpf` or `e2e`. A test is marked `e2e` here when it starts a netprof run, a backend server or the
@@ -32,11 +34,12 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import time
 import types
 
 import pytest
 
-from helpers import _missing_bpf, require_bpf, run_netprof, wait_no_children
+from helpers import _missing_bpf, bpf_prog_ids, require_bpf, run_netprof, wait_no_children
 from netprof.profiler.core.procs import ProcessGroup
 from netprof.profiler.run.loader_client import Loader
 
@@ -96,6 +99,49 @@ def message_run(bpf, tmp_path_factory) -> tuple:
                        "--framing", "message,stream", "--work", "spin:20", "-d", "0.7", "-r", "3", "--warmup", "0.3")
 
 
+@pytest.fixture(scope="session")
+def probed_run(bpf, tmp_path_factory) -> tuple:
+    """selector, cpp_epoll, fork and prefork at 100 connections, one 1-s round each, the counting probes over the
+    whole window (--probe-share 1, no report): the per-message counts of tests/test_probes_e2e.py and the share-1
+    row of tests/test_phases.py (each had a run of its own: ~3 s of the serial pass). Shared and read-only, like
+    standard_run. (rows by backend, BPF programs still loaded 0.5 s after it that were not before it)"""
+    before = bpf_prog_ids()
+    out = tmp_path_factory.mktemp("probed") / "run"
+    # Its checks of one receive and one send per message (±0.02) count over the whole 1-s window: the counters are
+    # read when netprof hears the loader's marks, a few ms late and not equally late at both ends, and over the
+    # default 0.3-s probed sub-window that cost cpp_epoll (100k msgs/s) 2.4% twice in CI (0.976 at a 0.18-s
+    # sub-window, 1.024 at 0.3 s); over 1 s the same lag is a third of that. tests/test_phases.py covers the
+    # sub-window itself.
+    res = run_netprof("run", "selector", "cpp_epoll", "fork", "prefork", "-c", "100", "-d", "1", "-r", "1", "--warmup",
+                      "0.3", "--probe-share", "1", "--no-report", "--wait", "--json", "--out", str(out), timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
+    time.sleep(0.5)
+    return rows, bpf_prog_ids() - before
+
+
+@pytest.fixture(scope="session")
+def flame_run(bpf, tmp_path_factory) -> tuple:
+    """`netprof run selector -c 100 -d 1 -r 1 --flamegraph` on pyenv's CPython 3.13 where it is installed (its perf
+    trampoline adds the mixed Python+kernel view to the on-CPU, Python and off-CPU ones), else on netprof's own
+    interpreter: tests/test_flamegraph_cli.py reads its views, tests/test_interpreters.py its mixed view (each made
+    a run of its own: ~7 s of the serial pass). Shared and read-only, like standard_run.
+    (directory, index.json's entry, the --python asked or None)"""
+    from netprof.profiler.run import interpreters
+
+    try:
+        interpreters.resolve("3.13")
+        python: str | None = "3.13"
+    except interpreters.InterpreterError:
+        python = None
+    out = tmp_path_factory.mktemp("flame") / "run"
+    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--flamegraph",
+                      *(("--python", python) if python else ()), "--wait", "--out", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    entry = json.loads((out / "flamegraphs" / "index.json").read_text())[0]
+    return out, entry, python
+
+
 def _needs_bpf(item) -> bool:
     """Uses the `bpf` fixture, or calls require_bpf() in its own body."""
     if "bpf" in getattr(item, "fixturenames", ()):
@@ -108,7 +154,7 @@ def _needs_bpf(item) -> bool:
 
 # What makes a test e2e (see the module docstring): these fixtures, or these names used by the test, by a
 # fixture it uses, or by a function of the same test module they call (transitively).
-E2E_FIXTURES = frozenset({"standard_run", "message_run", "loader", "group", "local_user"})
+E2E_FIXTURES = frozenset({"standard_run", "message_run", "probed_run", "flame_run", "loader", "group", "local_user"})
 E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "ProcessGroup"})
 # What makes a test serial: it measures, so nothing else may run beside it (`make test` runs the rest two
 # at a time first, then these one by one): a netprof run or the loader (both load the two CPUs and read
@@ -117,7 +163,7 @@ E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "Proce
 # A module whose runs and loaders only serve to check what was answered (bytes, exit codes, files, refusals)
 # says `pytestmark = pytest.mark.concurrent`: those run three at a time too (its netprof runs pass --wait: the
 # run lock queues them behind each other). BPF stays serial there as well.
-SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "loader"})
+SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "probed_run", "flame_run", "loader"})
 SERIAL_NAMES = frozenset({"run_netprof", "netprof_cmd", "Loader"})
 
 

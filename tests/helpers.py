@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import select
 import shutil
@@ -61,6 +62,13 @@ def require_tool(name: str) -> str:
     path = shutil.which(name) or (in_venv if os.access(in_venv, os.X_OK) else None)
     require(path is not None, f"`{name}` is not installed")
     return path
+
+
+def bpf_prog_ids() -> set[int]:
+    """The ids of every BPF program loaded in the kernel now (bpftool)."""
+    out = subprocess.run([require_tool("bpftool"), "-j", "prog", "show"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    return {p["id"] for p in json.loads(out or "[]")}
 
 
 def default_sigint() -> None:

@@ -3,6 +3,7 @@ without starting anything. The statistics alone are tests/test_paired.py's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -12,7 +13,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from helpers import netprof_cli, run_netprof, wait_no_children
+from helpers import _missing_bpf, netprof_cli, run_netprof, wait_no_children
 from netprof.profiler import ab
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.run.plan import RunConfig
@@ -24,9 +25,9 @@ SPIN_ECHO = Path(__file__).resolve().parent.parent / "bench" / "spin_echo.py"
 SHORT = ("--window", "0.5", "--warmup", "0.2", "--max-time", "10", "--wait")
 
 
-@pytest.fixture
-def echo(tmp_path):
-    script = tmp_path / "spin_echo.py"  # a copy per test: what it leaves running is told apart by its path
+@contextlib.contextmanager
+def _echo_in(directory: Path):
+    script = directory / "spin_echo.py"  # a copy per test: what it leaves running is told apart by its path
     script.write_text(SPIN_ECHO.read_text())
 
     def command(spin_ns: int) -> str:
@@ -35,6 +36,12 @@ def echo(tmp_path):
     yield command
     left = [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])]
     assert not left, f"echo servers left running: {left}"
+
+
+@pytest.fixture
+def echo(tmp_path):
+    with _echo_in(tmp_path) as command:
+        yield command
 
 
 def _ab(*args: str, timeout: float = 90) -> tuple[dict, str]:
@@ -47,12 +54,23 @@ def _msgs(doc: dict, i: int = 0) -> dict:
     return doc["comparisons"][i]["cells"][0]["metrics"]["msgs_per_sec"]
 
 
-def test_a_slower_variant_is_resolved_as_slower_in_turns(echo, tmp_path):
+@pytest.fixture(scope="module")
+def turns_ab(tmp_path_factory):
+    """One `netprof ab` in turns of the echo against itself with 20 µs of spin per message, for two tests: the
+    verdict in turns and, where BPF is, --flamegraph's sampling round per variant after the pairs (each made an ab
+    of its own: ~8 s of the serial pass). (results directory, JSON document, stderr)"""
+    root = tmp_path_factory.mktemp("turns")
+    flame = ("--flamegraph",) if _missing_bpf() is None else ()
+    with _echo_in(root) as echo:
+        doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
+                       *flame, "--out", str(root / "ab"), "--precision", "10%", "--max-time", "8", timeout=150)
+    yield root / "ab", doc, err
+
+
+def test_a_slower_variant_is_resolved_as_slower_in_turns(turns_ab):
     """The default method: one loader serves both servers in 0.1 s turns; rounds of turns within a generation of
     the servers' processes, generations restarted every GEN_BLOCKS blocks, the interval over generations."""
-    out = tmp_path / "ab"
-    doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                   "--out", str(out), "--precision", "10%", "--max-time", "8")
+    out, doc, err = turns_ab
     m, info = _msgs(doc), doc["ab"]
     print(f"slow/fast: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}], {info['elapsed_s']} s")
     assert info["method"] == "turns" and info["turn_s"] == 0.1 and info["canary_samples"] == 0
@@ -206,14 +224,11 @@ def test_builtin_variants_with_probes_count_syscalls_and_report_works(bpf, tmp_p
     assert rep.returncode == 0, rep.stderr[-2000:]
 
 
-def test_flamegraph_samples_each_variant_and_draws_the_difference(bpf, echo, tmp_path):
+def test_flamegraph_samples_each_variant_and_draws_the_difference(bpf, turns_ab):
     """--flamegraph: after the pairs, a sampling round per variant on its warm server; the spin variant's
     extra user CPU is a notable change, so the differential on-CPU flamegraph is drawn (compare's, from the
-    two sampled cells) and the pages link it."""
-    out = tmp_path / "ab"
-    doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                   "--flamegraph", "--out", str(out), "--precision", "50%", "--max-time", "4", "--method", "cells",
-                   "--window", "0.3", "--warmup", "0.1", timeout=120)  # 4 s of pairs: ~4 (turns: 1 generation)
+    two sampled cells) and the pages link it. (The ab in turns above, made with --flamegraph where BPF is.)"""
+    out, doc, err = turns_ab
     flames = doc["ab"]["flamegraphs"]
     assert set(flames) == {"fast", "slow"}, flames
     for label, rel in flames.items():

@@ -80,15 +80,11 @@ def test_two_interpreters_side_by_side(tmp_path):
     assert not wait_no_children()
 
 
-def test_mixed_flamegraph_joins_python_and_kernel(tmp_path):
-    require_bpf()
+def test_mixed_flamegraph_joins_python_and_kernel(bpf, flame_run):
     _need("3.13")
-    out = tmp_path / "run"
-    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--python", "3.13", "--flamegraph",
-                      "--warmup", "0.3", "--wait", "--out", str(out), timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    index = json.loads((out / "flamegraphs" / "index.json").read_text())
-    entry = index[0]
+    # conftest's shared `netprof run selector -c 100 -d 1 -r 1 --python 3.13 --flamegraph`
+    out, entry, python = flame_run
+    assert python == "3.13"
     assert entry.get("mixed_svg"), entry
     stacks = (out / entry["mixed_folded"]).read_text().splitlines()
     joined = [s for s in stacks if "selector_family.py" in s and "__x64_sys_recvfrom" in s]

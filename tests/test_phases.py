@@ -99,8 +99,10 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     assert "no probe ran in headline time" in (out / "report.md").read_text()
 
 
-def test_probe_share_one_counts_as_before_and_share_zero_probes_nothing(tmp_path):
-    whole = run_row(tmp_path, "whole", "-d", "1", "--probe-share", "1")
+def test_probe_share_one_counts_as_before_and_share_zero_probes_nothing(probed_run, tmp_path):
+    # share 1: conftest's probed_run (selector -c 100 -d 1 -r 1 --probe-share 1, as run_row would make it)
+    whole = probed_run[0]["selector"]
+    assert whole["status"] == "ok", whole.get("error")
     per = whole["syscalls_per_msg"]
     assert abs(per["sendto"] - 1) <= 0.02 and abs(per["recvfrom"] - 1) <= 0.02, per
     assert "probed" not in whole and whole["probes"] == ["counting"]

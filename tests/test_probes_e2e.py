@@ -11,23 +11,13 @@ import time
 
 import pytest
 
-from helpers import default_sigint, netprof_cmd, require_bpf, require_tool, run_netprof, wait_no_children
+from helpers import bpf_prog_ids, default_sigint, netprof_cmd, require_bpf, require_tool, run_netprof, wait_no_children
 
 RECV = ("recvfrom", "recvmsg", "read", "readv")
 SEND = ("sendto", "sendmsg", "write", "writev")
 
 
-def bpf_prog_ids() -> set[int]:
-    out = subprocess.run([require_tool("bpftool"), "-j", "prog", "show"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
-    return {p["id"] for p in json.loads(out or "[]")}
-
-
-# Its checks of one receive and one send per message (±0.02) count over the whole 1-s window (--probe-share 1):
-# the counters are read when netprof hears the loader's marks, a few ms late and not equally late at both ends,
-# and over the default 0.3-s probed sub-window that cost cpp_epoll (100k msgs/s) 2.4% twice in CI (0.976 at a
-# 0.18-s sub-window, 1.024 at 0.3 s); over 1 s the same lag is a third of that. tests/test_phases.py covers the
-# sub-window itself.
+# Its own runs count over the whole 1-s window (--probe-share 1), as conftest's probed_run does: why, there.
 def _run(tmp_path, *args, timeout=240) -> list[dict]:
     res = run_netprof("run", *args, "-d", "1", "-r", "1", "--warmup", "0.3", "--probe-share", "1", "--no-report",
                       "--wait", "--json", "--out", str(tmp_path / "out"), timeout=timeout)
@@ -39,14 +29,11 @@ def _family(per_msg: dict, names) -> float:
     return sum(per_msg.get(n, 0.0) for n in names)
 
 
-@pytest.fixture(scope="module")
-def seed_rows(tmp_path_factory):
-    """One run for several acceptance checks: 4 backends at 100 connections, probes on."""
-    require_bpf()
-    before = bpf_prog_ids()
-    rows = _run(tmp_path_factory.mktemp("probes"), "selector", "cpp_epoll", "fork", "prefork", "-c", "100")
-    time.sleep(0.5)
-    return {r["backend"]: r for r in rows}, before
+@pytest.fixture
+def seed_rows(probed_run):
+    """One run for several acceptance checks: 4 backends at 100 connections, probes on (conftest's probed_run,
+    shared with tests/test_phases.py)."""
+    return probed_run
 
 
 def test_selector_one_recv_one_send_per_message(seed_rows):
@@ -75,8 +62,7 @@ def test_children_of_process_backends_are_counted(seed_rows, backend):
 
 
 def test_no_bpf_program_left_after_a_run(seed_rows):
-    before = seed_rows[1]
-    left = bpf_prog_ids() - before
+    left = seed_rows[1]  # loaded 0.5 s after the run and not before it
     assert not left, f"BPF programs still loaded after netprof exited: {left}"
 
 

@@ -112,6 +112,7 @@ def test_missing_dependency_is_one_line_exit_3(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.concurrent  # the loader's ZMTP events, counts, errors and refusals, not its rate: `make test`'s first pass
 def test_loader_zmq_mode_against_zmq_poller():
     events = []
     with ProcessGroup() as group, Backend("zmq_poller") as b:
