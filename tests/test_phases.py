@@ -76,7 +76,12 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     assert 0.6 < attached < 2.0, f"attached for {attached:.2f} s; the probed sub-window is 1.2 s"
     assert detached > 2.5, f"detached for only {detached:.2f} s of a 4.5 s warm-up and window"
     per = row["syscalls_per_msg"]
-    assert abs(per["sendto"] - 1) <= 0.02 and abs(per["recvfrom"] - 1) <= 0.02, per
+    # exact per message, but for the counters' window against the loader's: each edge is read when its mark
+    # reaches netprof, and a slow host that stalls one read and not the other skews it (measured in this very
+    # row). Once under bench/bystander.py this read 0.938 sendto per message, before the skew was recorded: a
+    # 75-ms stall at one edge of the 1.2-s window would make that.
+    skew = abs(row["probed"]["snap_skew_ms"]) / 1e3 / row["probed"]["duration_s"]
+    assert abs(per["sendto"] - 1) <= 0.02 + skew and abs(per["recvfrom"] - 1) <= 0.02 + skew, (per, row["probed"])
     assert row["probed"]["share"] == pytest.approx(0.3)
     assert 0.2 < row["probed"]["duration_s"] / (row["probed"]["duration_s"] + row["duration_s"]) < 0.4
     assert row["msgs_per_sec"] == pytest.approx(row["messages"] / row["duration_s"], rel=0.02)

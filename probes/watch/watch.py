@@ -89,6 +89,8 @@ def route_name(key: bytes) -> str:
 class WatchProbes(BreakdownProbes):
     """The breakdown's set with routes (same life cycle: SockWaitProbes)."""
 
+    prune_closed = True  # it snapshots every interval for as long as it watches
+
     def __init__(self, attached: bool = True, routes: int = ROUTES, **kw) -> None:
         if not FIRST <= routes <= 4096:  # FIRST: no route told apart (all count as "(other)")
             raise ValueError(f"routes must be in {FIRST}..4096")
@@ -154,8 +156,10 @@ class WatchProbes(BreakdownProbes):
             stats[stats.Key(i)] = zero
         nxt[nxt.Key(0)] = nxt.Leaf(FIRST)
 
-    def snapshot(self) -> WatchSnapshot:  # type: ignore[override]
-        snap = super().snapshot()
+    def snapshot(self, describe: bool = False) -> WatchSnapshot:  # type: ignore[override]
+        """Every interval: the descriptors off_cpu_io waited on are named only when asked (the report's, at the
+        end of the watch: BreakdownProbes.snapshot)."""
+        snap = super().snapshot(describe)
         assert self._rt is not None
         index, stats, *_, procs = self._rt
         names = dict(NAMES)

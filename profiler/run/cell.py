@@ -325,8 +325,15 @@ def _attach_timing(result: dict, marks: Marks) -> dict:
         return {}
     lead = 1e3 * (float(probed["t_start"]) - marks.attached_t)
     lag = 1e3 * (marks.detached_t - float(probed["t_stop"]))
-    return {"guard_s": float(guard), "attach_lead_ms": lead, "detach_lag_ms": lag,
-            "late_ms": max(0.0, -lead), "spill_ms": max(0.0, lag - 1e3 * float(guard))}
+    out = {"guard_s": float(guard), "attach_lead_ms": lead, "detach_lag_ms": lag,
+           "late_ms": max(0.0, -lead), "spill_ms": max(0.0, lag - 1e3 * float(guard))}
+    pair = marks.pair("probe_start", "probe_stop")
+    if pair is not None:
+        # the counters' window against the loader's: each edge read when its mark reached us, so a host that
+        # stalls the reading of one mark and not the other makes the counted window this much longer (or, < 0,
+        # shorter) than the one its messages were counted over
+        out["snap_skew_ms"] = 1e3 * ((pair[1].t - float(probed["t_stop"])) - (pair[0].t - float(probed["t_start"])))
+    return out
 
 
 def measure_row(row: dict, result: dict, marks: Marks, instruments: tuple[Instrument, ...]) -> dict:

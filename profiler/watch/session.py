@@ -146,7 +146,7 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
             probes.lighten()
             t_light = time.monotonic()
             ended = _wait(stop, t_a + cfg.interval, end, t)
-        snap, t_snap, cost = probes.snapshot(), time.monotonic(), _cost(probes)
+        snap, t_snap, cost = probes.snapshot(describe=bool(ended)), time.monotonic(), _cost(probes)
         attached_s += (t_light or t_snap) - t_a
         if board:
             board.publish(Published(base, snap, cost[0] - cost0[0], attached_s))
