@@ -109,12 +109,13 @@ def test_a_new_instrument_is_its_folder_and_one_name(getpid_registered, tmp_path
     assert probed > 500, (row["messages"], row["msgs_per_sec"], row["probed"])
     assert row["getpid"]["attached"] is True
     # One getpid per message, against the loader's count of the sub-window: within 5%, as the counters are read
-    # when netprof hears the loader's marks (0.969 over a 0.3-s sub-window on a busy host); read at the same two
-    # marks, the two instruments agree closer: within 3% (1.5% apart once on a busy host: at each mark the
-    # sub-window set is read first, /proc and the other instruments after it)
+    # when netprof hears the loader's marks (0.969 over a 0.3-s sub-window on a busy host). The two instruments
+    # are read at the same two marks but not at the same moment (the sub-window set first, then /proc, then the
+    # others): 1.5% apart once on a busy host, 4.0% once under bench/bystander.py (21,237 against 20,423), so the
+    # same 5%
     assert row["getpid"]["per_msg"] == pytest.approx(1.0, abs=0.05), row["getpid"]
     assert row["getpid"]["calls"] == pytest.approx(probed, rel=0.05)
-    assert row["syscalls"]["getpid"] == pytest.approx(row["getpid"]["calls"], rel=0.03)  # the counting set agrees
+    assert row["syscalls"]["getpid"] == pytest.approx(row["getpid"]["calls"], rel=0.05)  # the counting set agrees
     # The row group survives the results files like the built-in ones.
     store = results.ResultsStore(tmp_path / "out")
     store.add(row, out.per_conn_messages, out.conn_rows)

@@ -80,9 +80,7 @@ def run(cfg: WatchConfig, on_window: Callable[[dict[str, Any]], None], board: Bo
         try:
             probes.target(t.pid, t.also)
             probes.attach()
-            if on_attached:
-                on_attached(t)
-            return _loop(cfg, t, probes, stop, on_window, board)
+            return _loop(cfg, t, probes, stop, on_window, board, on_attached)
         finally:
             probes.close()
             if stats_fd is not None:
@@ -121,12 +119,16 @@ def next_duty(duty: float, probe_ns: int, server_ns: int, cap: float) -> float:
 
 
 def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
-          on_window: Callable[[dict[str, Any]], None], board: Board | None) -> Outcome:
+          on_window: Callable[[dict[str, Any]], None], board: Board | None,
+          on_attached: Callable[[targets.Target], None] | None) -> Outcome:
     """Each interval: the whole set attached for its first `duty` share (all of it while the probes cost less
     than --max-overhead), then light (requests counted, nothing else) for the rest; a window's figures over the
-    interval (requests over all of it, times and parts over the attached share)."""
+    interval (requests over all of it, times and parts over the attached share, `timed`: when, in epoch
+    seconds). `on_attached` once the first snapshot is taken: every request after it counts."""
     base: WatchSnapshot = probes.snapshot()
     cost0, proc0 = _cost(probes), _tree_times(t)
+    if on_attached:
+        on_attached(t)
     start = time.monotonic()
     end = start + cfg.duration if cfg.duration is not None else None
     prev, t_prev, cost_prev = base, start, cost0
@@ -137,22 +139,25 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
     while not ended:
         t_a = time.monotonic()
         probes.attach()  # no-op while whole
+        wall_a = time.time()
         cost_a, cpu_a = _cost(probes), _tree_cpu_ns(t)
         ended = _wait(stop, t_a + duty * cfg.interval, end, t)
         cost_b, cpu_b = _cost(probes), _tree_cpu_ns(t)
         next_ = next_duty(duty, cost_b[0] - cost_a[0], cpu_b - cpu_a, cfg.max_overhead)
-        t_light = None
+        t_light = wall_b = None
         if not ended and duty < 1.0:
+            wall_b = time.time()
             probes.lighten()
             t_light = time.monotonic()
             ended = _wait(stop, t_a + cfg.interval, end, t)
         snap, t_snap, cost = probes.snapshot(describe=bool(ended)), time.monotonic(), _cost(probes)
+        wall_b = wall_b or time.time()
         attached_s += (t_light or t_snap) - t_a
         if board:
             board.publish(Published(base, snap, cost[0] - cost0[0], attached_s))
         if t_snap - t_prev > 0.05:  # a window too short to say anything (an early stop) is left out
             f = window_figures(prev, snap, t_snap - t_prev, (cost[0] - cost_prev[0], cost[1] - cost_prev[1]))
-            on_window({**f, "duty": round(duty, 3)})
+            on_window({**f, "duty": round(duty, 3), "timed": [round(wall_a, 4), round(wall_b, 4)]})
         prev, t_prev, cost_prev, duty = snap, t_snap, cost, next_
     proc1 = _tree_times(t)
     figures = window_figures(base, prev, t_prev - start, (cost_prev[0] - cost0[0], cost_prev[1] - cost0[1]))
