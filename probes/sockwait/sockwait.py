@@ -55,7 +55,6 @@ slot).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes as ct
 import functools
 import math
@@ -304,9 +303,6 @@ class SockWaitProbes(LoadedProgram):
     """
 
     resident = (_TP,)  # the tree's fork/exit bookkeeping: attached from load to close
-    # True: a snapshot forgets the sockets it read closed (a set that snapshots for hours, netprof watch: a
-    # server with a connection per request would fill the map, and each snapshot would read every one of them)
-    prune_closed = False
     # cfg.ring_opcode_off: the breakdown's io_kiocb.opcode offset (BreakdownProbes); unused by this set alone.
     _ring_opcode_off = -1
 
@@ -432,20 +428,14 @@ class SockWaitProbes(LoadedProgram):
         present = 0
         now_ns = time.monotonic_ns()
         fifo_mask = self.fifo - 1
-        closed = []
         for key, v in _items(self._socks):
             if v.gen != self._gen:
                 continue
             present += 1
-            if self.prune_closed and v.closed:
-                closed.append(key)  # read now for the last time: its figures end here
             if not v.tcp:
                 continue
             unread = v.at[v.head & fifo_mask] if v.head != v.tail else 0
             socks[(key, v.ports)] = (v.tgid, *(getattr(v, f) for f in _CONN_FIELDS), tuple(v.wh), unread)
-        for key in closed:
-            with contextlib.suppress(KeyError):
-                del self._socks[self._socks.Key(key)]
         return SockWaitSnapshot(t=time.monotonic(), pid=self.pid, seq=prev, hist=hist, sum_ns=sums,
                                 max_prev_ns=mx, counters=counters, present=present, socks=socks, now_ns=now_ns)
 

@@ -89,8 +89,6 @@ def route_name(key: bytes) -> str:
 class WatchProbes(BreakdownProbes):
     """The breakdown's set with routes (same life cycle: SockWaitProbes)."""
 
-    prune_closed = True  # it snapshots every interval for as long as it watches
-
     def __init__(self, attached: bool = True, routes: int = ROUTES, **kw) -> None:
         if not FIRST <= routes <= 4096:  # FIRST: no route told apart (all count as "(other)")
             raise ValueError(f"routes must be in {FIRST}..4096")

@@ -69,7 +69,11 @@ def execute(cfg: WatchConfig, err: Console) -> dict[str, Any]:
            "ended_by": outcome.ended_by}
     if out is not None:
         write_text(out / SUMMARY_FILE, json.dumps(doc, indent=1) + "\n")
-        _report(out, cfg, outcome)
+        if outcome.figures["requests"]:
+            _report(out, cfg, outcome)
+        else:
+            err.print(f"{out}: no request was answered while watching: {SUMMARY_FILE} only, no report",
+                      markup=False, highlight=False, soft_wrap=True)
     return doc
 
 

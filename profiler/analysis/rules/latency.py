@@ -41,7 +41,7 @@ def _tail_causes(r, t: Thresholds) -> list[str]:
     idle = num(r, "per_conn.idle") or 0
     if jain is not None and jain < t.starvation_jain:
         causes.append(f"connections are starved (Jain {jain:.2f}): the waiting ones make the tail")
-    elif idle / r["connections"] >= t.starvation_idle_share:
+    elif r["connections"] and idle / r["connections"] >= t.starvation_idle_share:  # (a watched row may have none)
         causes.append(f"{int(idle)} connections got no service in the window: their {many} make the tail")
     inv = num(r, "ctx.involuntary_per_msg")
     if inv is not None and inv >= t.involuntary_per_msg:
