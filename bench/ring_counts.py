@@ -28,6 +28,7 @@ from pathlib import Path
 
 import lib
 import results_md
+import rounds
 
 NETPROF = lib.ROOT / ".venv" / "bin" / "netprof"
 DATA = lib.ROOT / "bench" / "data" / "ring"
@@ -145,12 +146,10 @@ def main() -> int:
     doc = lib.earlier(args)
     if doc is None:
         records = []
-        names = list(ARMS)
-        for i in range(args.rounds):
-            k = i % len(names)
-            for arm in names[k:] + names[:k]:
+        for rnd, order in rounds.rotated(list(ARMS), args.rounds):
+            for arm in order:
                 for rec in ARMS[arm]():
-                    records.append(rec | {"round": i + 1})
+                    records.append(rec | {"round": rnd})
                     print(records[-1], file=sys.stderr)
         doc = lib.keep("ring_counts", DATA, rounds=args.rounds, records=records)
     intro = (f"Measured by `.venv/bin/python bench/ring_counts.py -r {doc['rounds']}`; "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 V = TypeVar("V")
@@ -38,6 +38,14 @@ def interleaved(backends: Sequence[str], variants: Sequence[V], rounds: int, see
             raw[(b, v)].append(m)
             print(f"round {r + 1}/{rounds} {b:<12} {show(v, m)}", file=sys.stderr, flush=True)
     return raw
+
+
+def rotated(names: Sequence[V], rounds: int) -> Iterator[tuple[int, list[V]]]:
+    """(round, its order) for `rounds` rounds: every name once a round, the order rotated by one each round (a
+    name first in one round is last in the one before), for scripts whose variants cannot be shuffled freely."""
+    for i in range(rounds):
+        k = i % len(names)
+        yield i + 1, [*names[k:], *names[:k]]
 
 
 def interval(xs: Sequence[float]) -> tuple[float, float]:

@@ -26,6 +26,7 @@ import time
 import lib
 import psutil
 import results_md
+import rounds
 
 PY = lib.ROOT / ".venv" / "bin" / "python"
 LOADER = lib.ROOT / ".venv" / "bin" / "netprof-loader"
@@ -86,11 +87,9 @@ def main() -> int:
     doc = lib.earlier(args)
     if doc is None:
         records = []
-        names = list(BACKENDS)
-        for i in range(args.rounds):
-            k = i % len(names)
-            for name in names[k:] + names[:k]:
-                records.append(one(name) | {"round": i + 1})
+        for rnd, order in rounds.rotated(list(BACKENDS), args.rounds):
+            for name in order:
+                records.append(one(name) | {"round": rnd})
                 print(records[-1], file=sys.stderr)
         doc = lib.keep("stop_after_many_connections", DATA, rounds=args.rounds, records=records)
     intro = (f"Measured by `.venv/bin/python bench/stop_after_many_connections.py -r {doc['rounds']}`; "
