@@ -145,12 +145,7 @@ def main() -> int:
     args = lib.cli(__doc__, rounds=3).parse_args()
     doc = lib.earlier(args)
     if doc is None:
-        records = []
-        for rnd, order in rounds.rotated(list(ARMS), args.rounds):
-            for arm in order:
-                for rec in ARMS[arm]():
-                    records.append(rec | {"round": rnd})
-                    print(records[-1], file=sys.stderr)
+        records = rounds.rotated_records(list(ARMS), args.rounds, lambda arm: ARMS[arm]())
         doc = lib.keep("ring_counts", DATA, rounds=args.rounds, records=records)
     intro = (f"Measured by `.venv/bin/python bench/ring_counts.py -r {doc['rounds']}`; "
              f"table by {results_md.command()}; "

@@ -48,6 +48,18 @@ def rotated(names: Sequence[V], rounds: int) -> Iterator[tuple[int, list[V]]]:
         yield i + 1, [*names[k:], *names[:k]]
 
 
+def rotated_records(names: Sequence[V], rounds: int, measure: Callable[[V], list[dict]]) -> list[dict]:
+    """`measure(name)`'s records for every name in `rounds` rotated rounds, each tagged with its "round" and
+    printed to stderr as it comes."""
+    records: list[dict] = []
+    for rnd, order in rotated(names, rounds):
+        for name in order:
+            for rec in measure(name):
+                records.append(rec | {"round": rnd})
+                print(records[-1], file=sys.stderr, flush=True)
+    return records
+
+
 def interval(xs: Sequence[float]) -> tuple[float, float]:
     """Mean and half-width of the 95% t-interval (netprof's own statistics; NaN from fewer than 2)."""
     from netprof.profiler.model.stats import summarize  # netprof's import is not needed for --help

@@ -86,11 +86,7 @@ def main() -> int:
     args = lib.cli(__doc__, rounds=3).parse_args()
     doc = lib.earlier(args)
     if doc is None:
-        records = []
-        for rnd, order in rounds.rotated(list(BACKENDS), args.rounds):
-            for name in order:
-                records.append(one(name) | {"round": rnd})
-                print(records[-1], file=sys.stderr)
+        records = rounds.rotated_records(list(BACKENDS), args.rounds, lambda name: [one(name)])
         doc = lib.keep("stop_after_many_connections", DATA, rounds=args.rounds, records=records)
     intro = (f"Measured by `.venv/bin/python bench/stop_after_many_connections.py -r {doc['rounds']}`; "
              f"table by {results_md.command()}; commit {doc['commit']}, {doc['date']}: each backend loaded by "
