@@ -126,17 +126,21 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
     summary, out = sockwait_run(tmp_path, "asyncio_sock", "-c", "100", "--pipeline", "8", "--framing", "message",
                                 "--work", "spin:20")
     s = rows_by_backend(summary)["asyncio_sock"]["sockwait"]
-    assert s["sockets"] >= 10 and s["unmeasured_unknown"] == 0, s
+    # How many connections read or answered inside the 0.3-s probed window is the host's speed under the
+    # starvation itself (28 of 100 on a quiet host, 6 in a CI run of 2026-11-29): at least two (the carriers
+    # and a starved one); every one of the loader's 100 is known, the never-read at the age of their data.
+    assert s["sockets"] >= 2 and s["unmeasured_unknown"] == 0, s
+    conns = results.load_sockwait_conns(out)
+    assert conns is not None and len(conns) == 100, None if conns is None else len(conns)
     assert s["conn_wait_ratio"] >= 100, s
     assert s["conn_wait_most_us"] < 1000 < s["conn_wait_least_us"], s
     fired = [a["backend"] for a in summary["anomalies"] if a["id"] == "wait_starvation"]
     assert fired == ["asyncio_sock"], fired
     # the per-connection file holds the same split
-    conns = results.load_sockwait_conns(out)
     # (a socket counts when it read or answered: one answered with no read in the window, its request read
     # just before the window, under the strong starvation 20 µs of work gives)
     idle = conns["reads"].eq(0) & conns["answers"].eq(0)
-    assert conns is not None and len(conns) == s["sockets"] + int(idle.sum())
+    assert len(conns) == s["sockets"] + int(idle.sum())
     assert not wait_no_children()
 
 
