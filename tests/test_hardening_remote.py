@@ -460,7 +460,8 @@ def test_server_host_secrets_never_reach_a_command_line_there(tmp_path):
         time.sleep(0.05)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
-    remote = [c for c in seen.values() if " agent" not in c and "--env-file" in c]
+    # (not the controller: its own command line holds --env-file too)
+    remote = [c for pid, c in seen.items() if pid != proc.pid and " agent" not in c and "--env-file" in c]
     assert remote, f"the remote run was never seen: {list(seen.values())}"  # its secrets came as files
     # (the controller's own command line holds what was given there, --header and --env: the user's choice, here)
     theirs = [c for pid, c in seen.items() if pid != proc.pid]
