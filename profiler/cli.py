@@ -1002,8 +1002,8 @@ def watch_cmd(
     max_overhead: float | None = typer.Option(
         None, "--max-overhead", metavar="SHARE",
         help="Keep the probes' CPU under this share of the server's (default 0.1: a tenth): above it the whole set is "
-             "attached for part of each interval only, and in the rest requests are only counted, as the route "
-             "(unsampled). 0: attached throughout."),
+             "attached for part of each interval only, and in the rest requests are only counted and timed, as the "
+             "route (unsampled). 0: attached throughout."),
 ) -> None:
     """Why each request of a running server took its time, under traffic netprof did not send: requests/s,
     server time, the breakdown's parts and syscalls per request, per route for HTTP (docs/watch.md). Attaches to

@@ -97,49 +97,11 @@ def test_a_slower_variant_is_resolved_as_slower_in_turns(turns_ab):
     assert wait_no_children() == []
 
 
-def test_a_slower_variant_is_resolved_as_slower(echo, tmp_path):
-    out = tmp_path / "ab"
-    # Until ±10% (the 6 pairs paired.MIN_PAIRS asks, ~5 s here) or 30 s: a CI host that stalls got only 2 pairs in
-    # 10 s. Cells of 0.3 s on servers warm from the first pair: the spin's effect is 5x, not a fine difference.
-    doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                   "--out", str(out), "--precision", "10%", "--max-time", "30", "--method", "cells",
-                   "--window", "0.3", "--warmup", "0.1")
-    m = _msgs(doc)
-    print(f"slow/fast: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}], "
-          f"{doc['ab']['comparisons'][0]['kept']} pairs, {doc['ab']['elapsed_s']} s")
-    assert m["verdict"] == "slower" and m["ratio_hi"] < 1 and m["significant"]
-    cell = doc["comparisons"][0]["cells"][0]
-    assert cell["verdict"] == "slower" and cell["why"].startswith("fast → slow c=100: ")
-    assert cell["metrics"]["cpu_us_per_msg.user"]["verdict"] == "higher"  # the spin is user CPU
-    info = doc["ab"]
-    assert doc["base"]["name"] == "fast" and doc["comparisons"][0]["new"]["name"] == "slow"
-    assert info["measured"] == "warm" and info["server_starts"] == {"fast": 1, "slow": 1}
-    assert info["stop"]["reason"] in ("max-time", "precision") and info["elapsed_s"] <= 30 + 3
-    comp = info["comparisons"][0]
-    assert comp["kept"] + comp["dropped"] == comp["pairs"] >= 3
-    assert [p["order"] for p in comp["pairs_detail"][:4]] == ["AB", "BA", "AB", "BA"][:len(comp["pairs_detail"])]
-    # every pair the host left alone shows the spin (a pair with a stalled cell is dropped and may show anything)
-    assert all(p["canary_ns"]["base"] for p in comp["pairs_detail"])
-    assert all(p["d"]["msgs_per_sec"] < 0 for p in comp["pairs_detail"] if not p["dropped"])
-    assert info["canary_samples"] > 100  # ~100 a second
-    # the results directory: rows tagged by variant (what `netprof report` reads), ab.json, compare's pages
-    rows = pd.read_parquet(out / "results.parquet")
-    assert set(rows["tag"]) == {"fast", "slow"} and set(rows["server_kind"]) == {"cmd"}
-    assert len(rows) == 2 * comp["pairs"] and (rows["status"] == "ok").all()
-    assert json.loads((out / "ab.json").read_text())["ab"]["comparisons"][0]["pairs"] == comp["pairs"]
-    assert "| msgs/s |" in (out / "compare.md").read_text() and (out / "compare.html").exists()
-    # the pairs over time, beside the pages: one point per pair (kept or dropped), the estimate, the canary
-    svg = ET.parse(out / "ab_pairs_1.svg").getroot()
-    texts = " ".join(t for el in svg.iter() if el.tag.endswith("text") for t in el.itertext())
-    assert "Each pair's msgs_per_sec: slow against fast" in texts and f"estimate {m['ratio']:.4g}" in texts, texts
-    assert "(ab_pairs_1.svg)" in (out / "compare.md").read_text()
-    assert 'src="ab_pairs_1.svg"' in (out / "compare.html").read_text()
-    assert "pair 1:" in err  # off a terminal, one progress line per pair on stderr
-    assert wait_no_children() == []
-
-
-def test_an_aa_interval_holds_1(echo, tmp_path):
-    doc, _ = _ab("--cmd", echo(0), "--aa", "--no-probes", "--out", str(tmp_path / "aa"), "--max-time", "6")
+def test_an_aa_interval_holds_1_and_builtin_variants_count_syscalls(bpf, tmp_path):
+    """--aa on a built-in server with the counting probes: the interval holds 1, the copy is named with a prime,
+    syscalls per message are counted on both sides, --fail-if is judged, and `netprof report` reads the directory."""
+    out = tmp_path / "aa"
+    doc, _ = _ab("selector", "--aa", "--out", str(out), "--max-time", "6", "--fail-if", "slower:50%")
     m = _msgs(doc)
     print(f"A/A: {m['ratio']:.3f} [{m['ratio_lo']:.3f}, {m['ratio_hi']:.3f}]")
     # Not the 95% interval (that fails 5% of A/A runs by construction when the method is right) but p > 0.001:
@@ -148,17 +110,28 @@ def test_an_aa_interval_holds_1(echo, tmp_path):
     assert m["p"] > 0.001, m
     names = [v["label"] for v in doc["ab"]["variants"]]
     starts = doc["ab"]["server_starts"]
-    assert names[1] == names[0] + ab.PRIME and doc["ab"]["aa"] and starts[names[0]] == starts[names[1]] >= 1
+    assert names == ["selector", "selector" + ab.PRIME] and doc["ab"]["aa"]
+    assert starts[names[0]] == starts[names[1]] >= 1
+    metrics = doc["comparisons"][0]["cells"][0]["metrics"]
+    assert metrics["syscalls_per_msg.recvfrom"]["mean_base"] == pytest.approx(1.0, abs=0.1)
+    assert doc["fail_if"] == {"checks": ["slower:50%"], "breaches": []}
+    rows = pd.read_parquet(out / "results.parquet")
+    assert set(rows["backend"]) == {"selector"} and set(rows["server_kind"]) == {"builtin"}
+    rep = run_netprof("report", str(out), "-q", timeout=120)
+    assert rep.returncode == 0, rep.stderr[-2000:]
 
 
 def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
     """--rate: both variants get the same schedule (400 requests/s over 10 connections), so throughput is the
     rate for both and the verdict comes from latency p99 (the stopping metric under --rate): 1 ms of spin per
     message (the server 40% busy) adds at least 1 ms to every round trip. The echo's own p99 at a low rate is
-    this host's wake-up jitter (2.8 ms here, where its median is ~0.1 ms), so p99 moves by less than p50."""
+    this host's wake-up jitter (2.8 ms here, where its median is ~0.1 ms), so p99 moves by less than p50.
+    A rate is measured in cells (the method a rate, --fresh and ZeroMQ take): its pairs, canary, results directory,
+    pages and pairs plot are checked here too (the default method, turns, above)."""
+    out = tmp_path / "ab"
     doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(1_000_000), "--name", "slow", "--no-probes",
                    "-c", "10", "--rate", "400", "--max-connections", "20", "--window", "1", "--precision", "20%",
-                   "--max-time", "11.5", "--out", str(tmp_path / "ab"))
+                   "--max-time", "11.5", "--out", str(out))
     info, cell = doc["ab"], doc["comparisons"][0]["cells"][0]
     assert info["rate"] == 400 and info["arrivals"] == "constant" and info["metric"] == "lat_us.p99"
     assert info["short_of_rate"] == {}  # both kept up
@@ -176,9 +149,29 @@ def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
     assert cell["label"].endswith("at 400/s")
     assert 0.97 <= msgs["ratio"] <= 1.03, msgs  # the schedule's, whichever server
     assert "open loop at 400 requests/s (constant arrivals), judged on lat_us.p99" in doc["method"]["text"]
-    rows = pd.read_parquet(tmp_path / "ab" / "results.parquet")
+    rows = pd.read_parquet(out / "results.parquet")
     assert set(rows["rate"]) == {400} and (rows["msgs_per_sec"].between(380, 420)).all(), rows["msgs_per_sec"]
     assert set(rows["max_connections"]) == {20}  # --max-connections reached every variant's cells
+    # the cells method: alternating pairs on warm servers, each pair's canary, within --max-time
+    assert info["method"] == "cells" and info["measured"] == "warm" and info["server_starts"] == {"fast": 1, "slow": 1}
+    assert info["stop"]["reason"] in ("max-time", "precision") and info["elapsed_s"] <= 11.5 + 3
+    comp = info["comparisons"][0]
+    assert comp["kept"] + comp["dropped"] == comp["pairs"] >= 3
+    assert [p["order"] for p in comp["pairs_detail"][:4]] == ["AB", "BA", "AB", "BA"][:len(comp["pairs_detail"])]
+    assert all(p["canary_ns"]["base"] for p in comp["pairs_detail"]) and info["canary_samples"] > 100  # ~100 a second
+    assert doc["base"]["name"] == "fast" and doc["comparisons"][0]["new"]["name"] == "slow"
+    # the results directory: rows tagged by variant (what `netprof report` reads), ab.json, compare's pages
+    assert set(rows["tag"]) == {"fast", "slow"} and set(rows["server_kind"]) == {"cmd"}
+    assert len(rows) == 2 * comp["pairs"] and (rows["status"] == "ok").all()
+    assert json.loads((out / "ab.json").read_text())["ab"]["comparisons"][0]["pairs"] == comp["pairs"]
+    assert "| msgs/s |" in (out / "compare.md").read_text() and (out / "compare.html").exists()
+    # the pairs over time, beside the pages: one point per pair (kept or dropped), the estimate, the canary
+    svg = ET.parse(out / "ab_pairs_1.svg").getroot()
+    texts = " ".join(t for el in svg.iter() if el.tag.endswith("text") for t in el.itertext())
+    assert "Each pair's lat_us.p99: slow against fast" in texts and f"estimate {p99['ratio']:.4g}" in texts, texts
+    assert "(ab_pairs_1.svg)" in (out / "compare.md").read_text()
+    assert 'src="ab_pairs_1.svg"' in (out / "compare.html").read_text()
+    assert "pair 1:" in err  # off a terminal, one progress line per pair on stderr
     assert "lat_us.p99" in err and wait_no_children() == []
 
 
@@ -206,22 +199,6 @@ def test_the_default_window_holds_enough_requests_for_a_p99():
     assert ab.default_window({}) == 0.3
     assert ab.default_window({"rate": [1000]}) == 2.0  # 2,000 requests: a p99 of 20
     assert ab.default_window({"rate": [50_000]}) == 0.3
-
-
-def test_builtin_variants_with_probes_count_syscalls_and_report_works(bpf, tmp_path):
-    out = tmp_path / "ab"
-    res = run_netprof("ab", "selector", "selector", "--window", "0.5", "--warmup", "0.2", "--max-time", "5",
-                      "--wait", "--json", "--out", str(out), "--fail-if", "slower:50%", timeout=90)
-    assert res.returncode == 0, res.stderr[-3000:]
-    doc = json.loads(res.stdout)
-    assert [v["label"] for v in doc["ab"]["variants"]] == ["selector", "selector" + ab.PRIME]
-    metrics = doc["comparisons"][0]["cells"][0]["metrics"]
-    assert metrics["syscalls_per_msg.recvfrom"]["mean_base"] == pytest.approx(1.0, abs=0.1)
-    assert doc["fail_if"] == {"checks": ["slower:50%"], "breaches": []}
-    rows = pd.read_parquet(out / "results.parquet")
-    assert set(rows["backend"]) == {"selector"} and set(rows["server_kind"]) == {"builtin"}
-    rep = run_netprof("report", str(out), "-q", timeout=120)
-    assert rep.returncode == 0, rep.stderr[-2000:]
 
 
 def test_flamegraph_samples_each_variant_and_draws_the_difference(bpf, turns_ab):

@@ -300,6 +300,15 @@ static __always_inline struct sk_t *learn(u64 sk, u32 tgid, struct cfg_t *c, str
     return tcp ? s : 0;
 }
 
+#if BREAKDOWN
+#if WATCH
+// watch's light set keeps this hook for the requests' server time, not the breakdown's state
+#define BD_FOLLOWS() (!rt_is_light())
+#else
+#define BD_FOLLOWS() 1
+#endif
+#endif
+
 // Data became readable on a socket: runs in the sender's context (loopback softirq), or in the
 // reader's when it processes its backlog. Filtered by socket.
 RAW_TRACEPOINT_PROBE(sk_data_ready) {
@@ -311,7 +320,8 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
         s = socks.lookup(&sk);
     if (!s) {
 #if BREAKDOWN
-        bd_foreign_arrival(sk);
+        if (BD_FOLLOWS())
+            bd_foreign_arrival(sk);
 #endif
         return 0;
     }
@@ -321,7 +331,8 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
 #if BREAKDOWN
         // not a live server socket: a closed one's address reused (the kernel's slab hands a freed socket's
         // memory to the next one, often the loader's reconnecting socket)
-        bd_foreign_arrival(sk);
+        if (BD_FOLLOWS())
+            bd_foreign_arrival(sk);
 #endif
         return 0;
     }
@@ -342,7 +353,8 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
         if (st)
             st->fifo_merged++;
 #if BREAKDOWN
-        bd_arrival(s, now, 0);
+        if (BD_FOLLOWS())
+            bd_arrival(s, now, 0);
 #endif
         return 0;
     }
@@ -351,7 +363,8 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
     barrier();
     STORE_ONCE(s->tail, t + 1);
 #if BREAKDOWN
-    bd_arrival(s, now, t == h);
+    if (BD_FOLLOWS())
+        bd_arrival(s, now, t == h);
 #endif
     return 0;
 }
@@ -373,34 +386,9 @@ static __always_inline struct sk_t *own_socket(u64 sk, struct window_t **wp, str
     return learn(sk, tgid, c, w, st);
 }
 
-// TP_PROTO(struct sock *sk, int ret, int flags): after a receive on a socket, in the reader's task.
-RAW_TRACEPOINT_PROBE(sock_recv_length) {
-    int ret = (int)ctx->args[1];
-    int flags = (int)ctx->args[2];
-    if (ret <= 0 || (flags & MSG_PEEK_FLAG))
-        return 0;
-    u64 now = bpf_ktime_get_ns();
-    u64 sk = ctx->args[0];
-    struct window_t *w;
-    struct stats_t *st;
-    struct sk_t *s = own_socket(sk, &w, &st);
-    if (!s) {
-#if BREAKDOWN
-        bd_loader_read(sk, now);
-#endif
-        return 0;
-    }
-#if WATCH
-    if (rt_is_light()) {  // counted only: its route and times are not read (the hooks they need are detached)
-        if (!s->pending) {
-            s->pending = 1;
-            s->req_arrival = 0;
-            s->route = RT_UNSAMPLED;
-        }
-        s->last_read = now;
-        return 0;
-    }
-#endif
+// The arrival of the first chunk a read of `ret` bytes took (0: unknown, counted in `st`), and the chunks the
+// read consumed dropped from the socket's FIFO.
+static __always_inline u64 consume(struct sk_t *s, u64 sk, int ret, struct stats_t *st) {
     u32 after = read_u32(sk + OFF_COPIED_SEQ);
     u32 before = after - (u32)ret;
     u32 h = s->head;
@@ -424,6 +412,41 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
         h++;
     }
     s->head = h;
+    return arrival;
+}
+
+// TP_PROTO(struct sock *sk, int ret, int flags): after a receive on a socket, in the reader's task.
+RAW_TRACEPOINT_PROBE(sock_recv_length) {
+    int ret = (int)ctx->args[1];
+    int flags = (int)ctx->args[2];
+    if (ret <= 0 || (flags & MSG_PEEK_FLAG))
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 sk = ctx->args[0];
+    struct window_t *w;
+    struct stats_t *st;
+    struct sk_t *s = own_socket(sk, &w, &st);
+    if (!s) {
+#if BREAKDOWN
+        bd_loader_read(sk, now);
+#endif
+        return 0;
+    }
+#if WATCH
+    // light (watch's --max-overhead): sk_data_ready stays attached, so the request is timed (its server time);
+    // its route, parts and syscalls are not read (the hooks they need are detached)
+    if (rt_is_light()) {
+        u64 arrival = consume(s, sk, ret, st);
+        if (!s->pending) {
+            s->pending = 1;
+            s->req_arrival = arrival;
+            s->route = RT_UNSAMPLED;
+        }
+        s->last_read = now;
+        return 0;
+    }
+#endif
+    u64 arrival = consume(s, sk, ret, st);
     s->reads++;
     s->bytes += ret;
     if (arrival && arrival <= now) {
@@ -468,7 +491,7 @@ RAW_TRACEPOINT_PROBE(sock_send_length) {
 #if WATCH
     if (rt_is_light()) {
         if (s->served)
-            rt_answered(s->route, 0);
+            rt_answered(s->route, s->req_arrival && s->req_arrival <= now ? now - s->req_arrival : 0);
         return 0;
     }
 #endif

@@ -12,7 +12,7 @@
 //   into "{id}" (docs/watch.md). Bytes that are not a request line: the route RT_NOT_HTTP (echo and line
 //   protocols, a request's continuation). A target longer than the key holds: the key's last byte is 1.
 // - Routes get an index in order of first sight, up to ROUTES; later new ones count as RT_OTHER. A request
-//   read while the set is light (rt_light: watch's --max-overhead) is counted as RT_UNSAMPLED.
+//   read while the set is light (rt_light: watch's --max-overhead) is counted and timed as RT_UNSAMPLED.
 // - Per route: answered requests, their server time (arrival of the first byte → the answer's send,
 //   sockwait's) as a sum and a histogram, the breakdown's parts of those it measured, and the syscalls and
 //   io_uring submissions of the threads serving it: a thread's syscalls count for the route of the last
@@ -23,7 +23,7 @@
 #define RT_LEN 128  // bytes of the request read, and of a route's key
 #define RT_NOT_HTTP 0
 #define RT_OTHER 1
-#define RT_UNSAMPLED 2  // requests read while only the counting hooks were attached (rt_light)
+#define RT_UNSAMPLED 2  // requests read while only the counting and timing hooks were attached (rt_light)
 #define RT_FIRST 3
 
 struct rt_key_t {

@@ -25,15 +25,15 @@ from ..sockwait.sockwait import NSLOTS, WaitDist
 ROUTES = 64          # route slots, the three below included
 NOT_HTTP = 0         # bytes that are not an HTTP request line (an echo or line protocol)
 OTHER = 1            # routes first seen after the table was full
-UNSAMPLED = 2        # requests read while the set was light (lighten()): counted, neither routed nor timed
+UNSAMPLED = 2        # requests read while the set was light (lighten()): counted and timed, not routed
 FIRST = 3
 KEY_LEN = 128       # routes.bpf.h RT_LEN
 # The parts that are the server's: transit (the network both ways) and loader_wait (the client's read) are not.
 SERVER_PARTS = tuple(p for p in PARTS if p not in ("transit", "loader_wait"))
 NAMES = {NOT_HTTP: "(not HTTP)", OTHER: "(other)", UNSAMPLED: "(unsampled)"}
-# The hooks a light set keeps: they count requests (routes.bpf.h rt_light); every other one costs per syscall,
-# scheduler switch or packet.
-LIGHT_HOOKS = (b"sock_recv_length", b"sock_send_length")
+# The hooks a light set keeps: they count requests (routes.bpf.h rt_light) and time them (sk_data_ready: each
+# request's first byte in the socket queue); every other one costs per syscall or scheduler switch.
+LIGHT_HOOKS = (b"sock_recv_length", b"sock_send_length", b"sk_data_ready")
 
 
 @dataclass
@@ -103,9 +103,9 @@ class WatchProbes(BreakdownProbes):
             raise
 
     def lighten(self) -> None:
-        """Keep counting requests (as the route "(unsampled)") with every hook detached but LIGHT_HOOKS: a
-        fraction of the whole set's cost per request (bench/watch_overhead.py), and no figure but the count.
-        attach() makes the set whole again."""
+        """Keep counting and timing requests (as the route "(unsampled)") with every hook detached but
+        LIGHT_HOOKS: a fraction of the whole set's cost per request (bench/watch_overhead.py); no route, part or
+        syscall. attach() makes the set whole again."""
         assert self.bpf is not None
         self._set_light(1)
         self._light = True

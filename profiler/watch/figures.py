@@ -9,8 +9,9 @@ arrived while an earlier one of their connection was still open). Server time ru
 request's first byte in the socket queue to the return of its answer's send; the breakdown's server parts
 (SERVER_PARTS: the run breakdown's parts but the client's network and read) partition it for every request it
 could follow (`breakdown.requests`; the others by reason in `breakdown.skipped`). Under --max-overhead the
-requests answered while the set was light are counted (`unsampled`, the route "(unsampled)") and nothing else:
-the times, parts and per-request syscalls are those of the rest.
+requests answered while the set was light are counted and timed (`unsampled`, the route "(unsampled)"): server
+time is every request's; the parts, routes and per-request syscalls are those of the rest (`sampled_server_time_us`
+is their server time, the one the parts add up to).
 """
 
 from __future__ import annotations
@@ -34,11 +35,13 @@ def _dist(d: WaitDist) -> dict[str, float | None]:
     return {"mean": _r(d.mean_us), "p50": _r(d.p50_us), "p99": _r(d.p99_us), "max": _r(d.max_us)}
 
 
-def server_hist(a: WatchSnapshot, b: WatchSnapshot) -> tuple[list[int], int]:
-    """Server time over every route: its histogram and sum (ns) between a and b."""
+def server_hist(a: WatchSnapshot, b: WatchSnapshot, skip: str = "") -> tuple[list[int], int]:
+    """Server time over every route (but `skip`): its histogram and sum (ns) between a and b."""
     hist = [0] * NSLOTS
     total = 0
     for name, y in b.routes.items():
+        if name == skip:
+            continue
         x = a.routes.get(name)
         for i, c in enumerate(y.hist):
             if c:
@@ -66,9 +69,11 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
     served = served_answers(sw, b.ports)
     syscalls = sum(r.syscalls for r in routes.values())
     ring = sum(r.ring_ops for r in routes.values())
-    # requests counted while the set was light (--max-overhead): neither routed, timed nor their syscalls counted
+    # requests answered while the set was light (--max-overhead): counted and timed; not routed, broken down or
+    # their syscalls counted
     unsampled = routes[UNSAMPLED_ROUTE].requests if UNSAMPLED_ROUTE in routes else 0
     sampled = requests - unsampled
+    sampled_server = WaitDist.from_hist(*server_hist(a, b, skip=UNSAMPLED_ROUTE), None)
     out_routes = []
     for name, r in sorted(routes.items(), key=lambda kv: -kv[1].requests):
         if not r.requests:
@@ -89,6 +94,7 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
         "requests": requests,
         "requests_per_sec": per_second(requests),
         "server_time_us": _dist(server),
+        "sampled_server_time_us": _dist(sampled_server),
         "breakdown": {
             "requests": bd.requests,
             "mean_us": _r(sum(v or 0.0 for v in parts.values())) if parts else None,

@@ -11,9 +11,9 @@ a custom collector), cumulative since watch attached.
     netprof_probe_cpu_seconds_total                    the probes' own CPU time (the kernel's count)
     netprof_watch_attached_seconds_total               the whole set's attached seconds (--max-overhead: a share)
 
-Every request is counted. Under --max-overhead the whole set is attached for a share of each interval only:
-requests answered in the rest count as the route "(unsampled)", and the other counters (times, parts,
-syscalls) grow only while it is whole (netprof_watch_attached_seconds_total says how long). Labels stay
+Every request is counted and timed. Under --max-overhead the whole set is attached for a share of each interval
+only: requests answered in the rest count as the route "(unsampled)" (with their server time), and the other
+counters (parts, syscalls) grow only while it is whole (netprof_watch_attached_seconds_total says how long). Labels stay
 bounded: routes are at most the probe set's table (--routes), the rest folded into "(other)"; parts
 are the breakdown's nine. Per-request figures are ratios of counters in PromQL, e.g.
 `rate(netprof_request_syscalls_total[1m]) / rate(netprof_requests_total[1m])`.
@@ -134,8 +134,8 @@ class WatchCollector:
         yield CounterMetricFamily("netprof_probe_cpu_seconds", "CPU time the probes ran, by the kernel's count.",
                                   value=p.probe_ns / 1e9)
         yield CounterMetricFamily("netprof_watch_attached_seconds", "Seconds the whole probe set was attached: "
-                                  "what is timed above is of those seconds (--max-overhead keeps only the requests' "
-                                  "count part of the time, as the route (unsampled)).",
+                                  "the parts and syscalls above are of those seconds (--max-overhead keeps only the "
+                                  "requests' count and server time part of the time, as the route (unsampled)).",
                                   value=p.attached_s)
 
 

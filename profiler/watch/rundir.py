@@ -96,8 +96,11 @@ def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]
                 bd[key].pop(p, None)
     parts = [bd["mean_us"].get(p) for p in SERVER_PARTS]
     bd["parts_mean_us"] = sum(v for v in parts if v is not None) if d.requests else None
-    bd["unattributed_us"] = (lat["mean"] - bd["parts_mean_us"]
-                             if lat["mean"] is not None and bd["parts_mean_us"] is not None else None)
+    # what the parts partition: the server time of the requests answered while the set was whole (under
+    # --max-overhead lat_us is every request's, those answered while it was light too)
+    rtt = f["sampled_server_time_us"]["mean"]
+    bd["rtt_mean_us"] = rtt
+    bd["unattributed_us"] = rtt - bd["parts_mean_us"] if rtt is not None and bd["parts_mean_us"] is not None else None
     row[BREAKDOWN].update(bd)
     return row, conns
 

@@ -122,9 +122,10 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
           on_window: Callable[[dict[str, Any]], None], board: Board | None,
           on_attached: Callable[[targets.Target], None] | None) -> Outcome:
     """Each interval: the whole set attached for its first `duty` share (all of it while the probes cost less
-    than --max-overhead), then light (requests counted, nothing else) for the rest; a window's figures over the
-    interval (requests over all of it, times and parts over the attached share, `timed`: when, in epoch
-    seconds). `on_attached` once the first snapshot is taken: every request after it counts."""
+    than --max-overhead), then light (requests counted and timed, nothing else) for the rest; a window's figures
+    over the interval (requests and server time over all of it, parts, routes and syscalls over the attached
+    share, `whole`: when, in epoch seconds). `on_attached` once the first snapshot is taken: every request after
+    it counts."""
     base: WatchSnapshot = probes.snapshot()
     cost0, proc0 = _cost(probes), _tree_times(t)
     if on_attached:
@@ -157,7 +158,7 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
             board.publish(Published(base, snap, cost[0] - cost0[0], attached_s))
         if t_snap - t_prev > 0.05:  # a window too short to say anything (an early stop) is left out
             f = window_figures(prev, snap, t_snap - t_prev, (cost[0] - cost_prev[0], cost[1] - cost_prev[1]))
-            on_window({**f, "duty": round(duty, 3), "timed": [round(wall_a, 4), round(wall_b, 4)]})
+            on_window({**f, "duty": round(duty, 3), "whole": [round(wall_a, 4), round(wall_b, 4)]})
         prev, t_prev, cost_prev, duty = snap, t_snap, cost, next_
     proc1 = _tree_times(t)
     figures = window_figures(base, prev, t_prev - start, (cost_prev[0] - cost0[0], cost_prev[1] - cost0[1]))
