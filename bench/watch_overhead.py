@@ -132,8 +132,8 @@ def main() -> None:
              f"{doc['connections']}` on CPU 1 (the worst case: the server does nothing but answer, so the probes' "
              "time per request is the largest share of it); the variants in a shuffled order in each round, "
              "ratios to the same round's run without watch. `attached share`: the part of the time watch kept its "
-             "whole set attached under the cap (light the rest: requests counted only); the probes' CPU per request "
-             "is the kernel's count (BPF run time), the probe runs of wrk's own syscalls included.")
+             "whole set attached under the cap (light the rest: requests counted and timed only); the probes' CPU "
+             "per request is the kernel's count (BPF run time), the probe runs of wrk's own syscalls included.")
     results_md.publish(HEADING, intro, table(doc), args.write)
 
 

@@ -19,7 +19,8 @@ import pytest
 
 from helpers import netprof_children, netprof_cli, netprof_cmd, run_netprof, wait_no_children
 
-SHORT = ("-c", "10", "-d", "1", "--warmup", "0.2", "--no-probes", "--wait")
+# Short cells: this module runs beside others (three at a time) and checks output, not figures.
+SHORT = ("-c", "10", "-d", "0.3", "--warmup", "0.1", "--no-probes", "--wait")
 pytestmark = pytest.mark.concurrent  # output, exit codes and files; no probes, runs pass --wait
 COMMANDS = ("run", "report", "compare", "flamegraph", "list", "doctor")
 
@@ -98,8 +99,8 @@ def test_off_a_terminal_the_plan_and_one_line_per_cell(tmp_path):
     wall = time.monotonic() - t0
     assert res.returncode == 0, res.stderr[-2000:]
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert lines[0] == "2 cells × (0.2 s warm-up + 1 s) ≈ 4 s", lines
-    assert wall >= 2 * 1.2  # the estimate is a lower bound: every cell's warm-up and window did run
+    assert lines[0] == "2 cells × (0.1 s warm-up + 0.3 s) ≈ 3 s", lines
+    assert wall >= 2 * 0.4  # the estimate is a lower bound: every cell's warm-up and window did run
     cells = [m for ln in lines[1:] if (m := CELL_LINE.match(ln))]
     assert [m.group(1) for m in cells] == ["1", "2"], lines
     rows = __import__("pandas").read_parquet(out / "results.parquet")  # -o wrote the run where asked
@@ -299,5 +300,5 @@ def test_verbose_adds_cell_lines_on_a_terminal(tmp_path):
     rc, text = _pty_run(["run", "selector", *SHORT, "-r", "1", "-v", "-o", str(tmp_path / "run")])
     assert rc == 0, text[-2000:]
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "\n")
-    assert "1 cell × (0.2 s warm-up + 1 s) ≈ 2 s" in plain
+    assert "1 cell × (0.1 s warm-up + 0.3 s) ≈ 1 s" in plain
     assert any(CELL_LINE.match(ln.strip()) for ln in plain.splitlines()), plain[-3000:]

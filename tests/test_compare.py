@@ -18,7 +18,7 @@ from netprof.profiler.core.errors import InputError
 from netprof.profiler.model import results, schema, stats
 from netprof.profiler.report import compare_report
 
-SHORT = ("-d", "0.5", "--warmup", "0.2", "--no-report", "--wait")  # --wait: queue behind another run
+SHORT = ("-d", "0.3", "--warmup", "0.1", "--no-report", "--wait")  # --wait: queue behind another run
 NO_CHANGE = "no significant change"
 
 

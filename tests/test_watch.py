@@ -284,7 +284,7 @@ def test_every_gunicorn_worker_is_followed(tmp_path):
         _pin(server.pid, SERVER_CPU)
         workers = {p.pid for p in psutil.Process(server.pid).children()}
         assert len(workers) == 4, workers
-        with Watch("--pid", str(server.pid), "--duration", "4", "--json", "--max-overhead", "0.001") as w:
+        with Watch("--pid", str(server.pid), "--duration", "3", "--json", "--max-overhead", "0.001") as w:
             w.attached()
             wrk = _wrk(port, 2, 8)
             wrk_out, _ = wrk.communicate(timeout=30)
@@ -370,7 +370,7 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
         port = server.wait_ready()
         out = tmp_path / "watch"
         # --max-overhead 0: every request routed (under a cap some would count as "(unsampled)")
-        with Watch("--pid", str(server.pid), "--duration", "3", "--json", "--out", str(out),
+        with Watch("--pid", str(server.pid), "--duration", "2", "--json", "--out", str(out),
                    "--metrics-port", str(metrics_port), "--max-overhead", "0") as w:
             w.attached()
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
