@@ -218,6 +218,7 @@ def test_an_agent_naming_an_address_not_ours_is_refused_before_any_server_listen
 
 
 @pytest.mark.e2e  # a run: its loader through the agent
+@pytest.mark.concurrent  # its run's answers only: beside other tests (--wait: queued on the run lock)
 def test_an_agent_naming_an_address_of_ours_gets_its_run(tmp_path):
     env = _agent_saying(tmp_path, "127.0.0.1 40000 127.0.0.1 22")
     res = run_netprof(*_args(tmp_path, "--loader-hosts", "far", "--wait", "--json"), env=env, timeout=120)
@@ -348,13 +349,15 @@ def _server_host_peak(tmp_path: Path, n: int, mib: int) -> tuple[int, int, Path]
     work = tmp_path / f"{n}x{mib}"
     work.mkdir()
     env = _hostile_agent(work, HELLO, FILES.format(n=n, mib=mib))
-    res = subprocess.run([sys.executable, "-c", PEAK_RSS, *netprof_cmd(*_args(work, "--server-host", "evil"))],
+    argv = netprof_cmd(*_args(work, "--server-host", "evil", "--wait"))
+    res = subprocess.run([sys.executable, "-c", PEAK_RSS, *argv],
                          env=env, capture_output=True, text=True, timeout=300)
     code, kib = res.stdout.split()[-2:]
     return int(code), int(kib) // 1024, work / "r"
 
 
 @pytest.mark.e2e  # stand-in agent processes
+@pytest.mark.concurrent  # a peak RSS and files, nothing timed: beside other tests (its runs queue on the run lock)
 def test_a_server_hosts_192_mib_of_result_files_are_streamed_to_disk_not_held(tmp_path):
     """Issue 52, finding 3: 192 MiB of result files once took the root controller's RSS to 565 MiB (held in memory,
     re-copied on each piece). Now each piece goes to disk as it comes: the peak stays within 64 MiB of the same

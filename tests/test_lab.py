@@ -9,6 +9,8 @@ so the test fails saying so rather than take it down. ~6 s on the 2-core machine
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import stat
@@ -26,8 +28,10 @@ LAB_DIR = "/run/netprof-lab"
 CONFIG = f"{LAB_DIR}/ssh_config"
 SSHD = "/usr/sbin/sshd"
 
-# Namespaces and real sshds: not the edit loop's fast tier (make test-fast), though no netprof run starts.
-pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # one lab per machine
+# Namespaces and real sshds: not the edit loop's fast tier (make test-fast), though no netprof run starts. Nothing
+# here is timed, so the first pass runs it beside other tests; one lab per machine, so a test that brings one up
+# holds _one_lab() (its tests on other workers wait their turn).
+pytestmark = [pytest.mark.e2e, pytest.mark.concurrent]
 
 
 def _lab(*args: str, timeout: float = 60, sudo: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -78,10 +82,28 @@ def _leftovers() -> list[str]:
     return _namespaces() + _links() + _lab_sshds() + ([LAB_DIR] if os.path.lexists(LAB_DIR) else [])
 
 
+@contextlib.contextmanager
+def _one_lab():
+    """This module's tests one at a time on the machine's one lab (the first pass runs three tests at once). The
+    lock file lives in /run, which only root may write. (xdist's --dist loadgroup would do this by worker, but
+    pytest-xdist 3.8 does not group under pytest 9.2: the node ids it renames keep their names.)"""
+    fd = os.open("/run/netprof-tests-lab.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture
 def lab():
     """`scripts/lab.sh up 2`'s result; `down` afterwards, whatever happened."""
     _require_lab_machine()
+    with _one_lab():
+        yield from _lab_up()
+
+
+def _lab_up():
     left = _leftovers()
     if left:
         pytest.fail(f"a lab is already up ({', '.join(left)}): someone else's? run scripts/lab.sh down first")
@@ -162,6 +184,11 @@ def test_up_through_sudo_gives_the_caller_a_key_of_their_own_that_down_removes(l
     prints that config. The caller reaches the lab with it; another user cannot read the key (it is root on this
     machine: the lab's hosts are namespaces of it); `down` removes the copy."""
     _require_lab_machine()
+    with _one_lab():
+        _up_through_sudo(local_user)
+
+
+def _up_through_sudo(local_user) -> None:
     left = _leftovers()
     if left:
         pytest.fail(f"a lab is already up ({', '.join(left)}): someone else's? run scripts/lab.sh down first")

@@ -44,14 +44,13 @@ def test_what_measures_runs_alone_and_the_rest_three_at_a_time():
     fast = {n for n, m in marks.items() if not m & {"bpf", "e2e"}}
     assert serial and other and fast and not serial & other
     assert fast <= other  # the fast tier is a part of the first pass
-    # measuring: a netprof run, the loader's timing, BPF, the shared runs, the one lab, a test marked serial by
+    # measuring: a netprof run, the loader's timing, BPF, the shared runs, a test marked serial by
     # hand (in a `concurrent` module too)
     for name in ("test_breakdown_run.py::test_parts_add_up_on_a_server_of_every_kind",
                  "test_loader.py::test_think_time_caps_the_rate",
                  "test_probes.py::test_selector_per_message",
                  "test_machine_busy.py::test_real_run_records_each_cells_load",
                  "test_hardening_env.py::test_the_next_cleanup_removes_a_dead_runs_private_directory_and_nothing_else",
-                 "test_lab.py::test_down_removes_everything_and_twice_is_fine",
                  "test_backends.py::test_thread_per_connection_stops_quickly_after_many_connections"):
         assert name in serial, name
     # checking answers only: backend servers on their own, a `concurrent` module's loader and runs (a second local
@@ -63,6 +62,7 @@ def test_what_measures_runs_alone_and_the_rest_three_at_a_time():
                  "test_loader_http.py::test_http_pipelining",
                  "test_cli.py::test_bad_input_is_one_line_exit_2",
                  "test_own_server.py::test_bad_own_server_input_is_one_line_exit_2",  # "run" is no call of run()
-                 "test_paired.py::test_a_known_ratio_is_recovered_with_a_t_interval"):
+                 "test_paired.py::test_a_known_ratio_is_recovered_with_a_t_interval",
+                 "test_lab.py::test_down_removes_everything_and_twice_is_fine"):  # the one lab: one worker's
         assert name in other, name
 
