@@ -176,6 +176,9 @@ def test_netem_delay_shows_in_latency_and_no_namespace_remains(tmp_path):
     assert not gone([p.pid for p in netns_run_processes()])
 
 
+# Alone: every netprof run's start-up removes a dead run's namespaces too, so one started beside it (the first
+# pass runs three tests at once) took this test's "dead" namespace before it looked (fresh-clone run of 2026-11-29).
+@pytest.mark.serial
 def test_leftover_namespaces_of_a_dead_run_are_removed_with_what_runs_inside():
     """What the next run and `netprof doctor` call (tests/test_hardening.py kills a real run): the
     namespace of a dead netprof pid goes, with any process still inside; a live pid's stays."""
