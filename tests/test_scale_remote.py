@@ -27,6 +27,7 @@ from helpers import (
     wait_no_watchdog_reaping,
     wait_until_empty,
 )
+from netprof.profiler.core import runlock
 from netprof.profiler.run import plan
 from netprof.profiler.run.link.netns import LinkError, Netem, RemoteLink, list_namespaces, socket_in_netns
 
@@ -176,13 +177,18 @@ def test_netem_delay_shows_in_latency_and_no_namespace_remains(tmp_path):
     assert not gone([p.pid for p in netns_run_processes()])
 
 
-# Alone: every netprof run's start-up removes a dead run's namespaces too, so one started beside it (the first
-# pass runs three tests at once) took this test's "dead" namespace before it looked (fresh-clone run of 2026-11-29).
-@pytest.mark.serial
 def test_leftover_namespaces_of_a_dead_run_are_removed_with_what_runs_inside():
     """What the next run and `netprof doctor` call (tests/test_hardening.py kills a real run): the
     namespace of a dead netprof pid goes, with any process still inside; a live pid's stays."""
     require_root()
+    # Under the machine's run lock: every netprof run's start-up removes a dead run's namespaces under it, so one
+    # started beside this test (the first pass runs three tests at once) took the "dead" namespace before the test
+    # looked (a fresh-clone run of 2026-11-29).
+    with runlock.run_lock(wait=True):
+        _leftover_namespaces_are_removed()
+
+
+def _leftover_namespaces_are_removed() -> None:
     # A pid above PID_MAX_LIMIT (2^22, include/linux/threads.h) never runs, so "dead" cannot turn alive
     # meanwhile (the pid of a process that just exited could, once pids wrap: the fresh-clone CI forks
     # tens of thousands and once found this namespace's pid alive, or `ip netns list` empty: the
