@@ -207,20 +207,27 @@ def test_work_model_parse():
 def test_echo_then_serve_on_until_sigterm(name, framing, exercise_fn):
     """50 connections echo at once; the backend serves on as they close (message framing: all of them, the old
     backends exited there) and exits 0 on SIGTERM, with three still open (stream framing: a thread or task
-    blocked in its receive must not hold the exit), leaving nothing of its process tree."""
+    blocked in its receive must not hold the exit), leaving nothing of its process tree. With message framing
+    (the default) it first outlives a stray connection (test_stray_connection_does_not_end_a_backend's, for the
+    echo backends) and then serves the loader's 100 connections, every echo byte-checked."""
     keep = 3 if framing == "stream" else 0
     with Backend(name, "--framing", framing) as b:
         b.wait_ready()
+        if framing == "message":
+            _stray_connections(b)
         socks = [b.connect() for _ in range(50)]  # all open at once before any traffic
         with ThreadPoolExecutor(len(socks)) as pool:
             list(pool.map(exercise_fn, socks, range(len(socks))))
         assert b.proc.poll() is None, "exited while connections were open"
+        if framing == "message" and name in BACKENDS and LOADER is not None:
+            _loader_run_has_no_mismatch(b)
         for s in socks[keep:]:
             s.close()
         time.sleep(0.15)  # time enough to notice every close (the old backends exited here, within ms)
         assert b.proc.poll() is None, f"exited once its connections were closed: {b.err()}"
         assert b.stop() == 0, b.err()
         b.assert_nothing_left()
+        assert "Traceback" not in b.err(), b.err()
         for s in socks[:keep]:
             s.close()
 
@@ -297,12 +304,26 @@ def _loader_run_has_no_mismatch(b: Backend) -> None:
     assert b.proc.poll() is None, f"exited after the loader's run: {b.err()}"
 
 
-@pytest.mark.parametrize("name", backend_params(registry.names(include_test_only=True)))
+def _stray_connections(b: Backend) -> None:
+    """A connection closed at once and one reset (RST instead of FIN), as a port scan or a health check makes
+    right after `ready`: the backend must serve on."""
+    socket.create_connection(("127.0.0.1", b.port), timeout=10).close()  # connect, close at once
+    reset = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+    reset.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    reset.close()
+    time.sleep(0.2)  # time enough to notice both closes (a later exit fails the exchange after)
+    assert b.proc.poll() is None, f"exited after a stray connection (code {b.proc.returncode}): {b.err()}"
+
+
+# The echo backends (and unfair) are checked so by test_echo_then_serve_on_until_sigterm, on the server it starts.
+OTHERS = [n for n in registry.names(include_test_only=True) if n not in BACKENDS and n != "unfair"]
+
+
+@pytest.mark.parametrize("name", backend_params(OTHERS))
 def test_stray_connection_does_not_end_a_backend(name):
     """Any local process may connect and close right after `ready` (a port scan, a health check):
-    the backend serves on, answers a real exchange afterwards (and an echo backend the loader's 100
-    connections, every echo byte-checked), and ends only on SIGTERM: exit 0, nothing of its process tree
-    left (prefork's workers, fork's children)."""
+    the backend serves on, answers a real exchange afterwards, and ends only on SIGTERM: exit 0, nothing of
+    its process tree left (prefork's workers, fork's children)."""
     info = registry.get(name)
     with Backend(name) as b:
         ready, _, _ = select.select([b.proc.stdout], [], [], 30)
@@ -311,15 +332,8 @@ def test_stray_connection_does_not_end_a_backend(name):
             require(False, b.err().strip())
         assert line.startswith("ready "), f"no ready line: {line!r}; stderr: {b.err()}"
         b.port = int(line.split()[2])
-        socket.create_connection(("127.0.0.1", b.port), timeout=10).close()  # connect, close at once
-        reset = socket.create_connection(("127.0.0.1", b.port), timeout=10)
-        reset.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        reset.close()  # and one reset (RST instead of FIN)
-        time.sleep(0.2)  # time enough to notice both closes (a later exit fails the exchange below)
-        assert b.proc.poll() is None, f"exited after a stray connection (code {b.proc.returncode}): {b.err()}"
+        _stray_connections(b)
         _real_exchange(b, info)
-        if name in BACKENDS and LOADER is not None:
-            _loader_run_has_no_mismatch(b)
         time.sleep(0.15)  # its connection closed too: the count is back to zero once more
         assert b.proc.poll() is None, f"exited after its last connection closed: {b.err()}"
         tree = psutil.Process(b.pid).children(recursive=True)
