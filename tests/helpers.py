@@ -301,16 +301,21 @@ class LocalUser:
 
 
 @contextlib.contextmanager
-def _accounts_lock():
-    """One useradd/userdel at a time on this machine: each locks /etc/passwd and fails at once ("cannot lock
-    /etc/passwd") while another holds it, and tests with a local user run two at a time (make test's first
-    pass). The lock file lives in /run, which only root may write."""
-    fd = os.open("/run/netprof-tests-accounts.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def machine_lock(name: str):
+    """One test at a time on this machine's `name` (tests run three at a time in make test's first pass). The lock
+    file lives in /run, which only root may write."""
+    fd = os.open(f"/run/netprof-tests-{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
+
+
+def _accounts_lock():
+    """One useradd/userdel at a time: each locks /etc/passwd and fails at once ("cannot lock /etc/passwd") while
+    another holds it, and tests with a local user run beside each other."""
+    return machine_lock("accounts")
 
 
 def root_only_dir(tmp_path):

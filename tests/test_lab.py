@@ -9,8 +9,6 @@ so the test fails saying so rather than take it down. ~6 s on the 2-core machine
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import stat
@@ -20,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import REQUIRE_BPF, require
+from helpers import REQUIRE_BPF, machine_lock, require
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB_SH = ROOT / "scripts" / "lab.sh"
@@ -82,17 +80,10 @@ def _leftovers() -> list[str]:
     return _namespaces() + _links() + _lab_sshds() + ([LAB_DIR] if os.path.lexists(LAB_DIR) else [])
 
 
-@contextlib.contextmanager
 def _one_lab():
-    """This module's tests one at a time on the machine's one lab (the first pass runs three tests at once). The
-    lock file lives in /run, which only root may write. (xdist's --dist loadgroup would do this by worker, but
-    pytest-xdist 3.8 does not group under pytest 9.2: the node ids it renames keep their names.)"""
-    fd = os.open("/run/netprof-tests-lab.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    """This module's tests one at a time on the machine's one lab. (xdist's --dist loadgroup would do this by
+    worker, but pytest-xdist 3.8 does not group under pytest 9.2: the node ids it renames keep their names.)"""
+    return machine_lock("lab")
 
 
 @pytest.fixture
