@@ -48,21 +48,21 @@ test-cpp: system
 	cmake --build build/cpp-tests
 	ctest --test-dir build/cpp-tests --output-on-failure
 
-# Two passes (tests/conftest.py marks which test goes where): first the tests that measure nothing, three at a
+# Two passes (tests/conftest.py marks which test goes where): first the tests that measure nothing, four at a
 # time on this 2-core host (pytest-xdist: they mostly wait for processes to start; 137 s against 156 s two at a
-# time, 2026-11-27), then the ones that measure (a netprof run,
+# time, 2026-11-27; 196 s four at a time against 211 s three, both beside bench/bystander.py, 2026-11-29), then the ones that measure (a netprof run,
 # the loader, BPF), one by one with the machine to themselves. Both passes always run; a failure in either
 # fails `make test`. A pass that selects nothing (PYTEST_ARGS="-k ...") is no failure of its own; both empty is
 # pytest's 5, which .ci/run counts as a failure. Each pass writes its own --junitxml (the first's name gets
 # "-concurrent"). --durations: every log (CI's too) lists the slowest tests, for keeping the suite under its
-# time limit. NETPROF_NO_PREFETCH=1 in the first pass (profiler/entry.py): with three tests at a time no CPU is
+# time limit. NETPROF_NO_PREFETCH=1 in the first pass (profiler/entry.py): with four tests at a time no CPU is
 # idle, and its ~90 refused commands would each spend ~0.75 s of CPU on a compile and an import begun ahead.
 # PYTHONDONTWRITEBYTECODE unset (some hosts' shells set it): pytest then keeps its rewritten test modules in
 # tests/__pycache__, and the second pass and test_tiers's collection skip ~2 s of rewriting each (4.1 s → 2.2 s).
 PYTEST_ARGS_CONCURRENT = $(patsubst --junitxml=%.xml,--junitxml=%-concurrent.xml,$(PYTEST_ARGS))
 test-py: setup
 	@unset PYTHONDONTWRITEBYTECODE; rc=0; empty=0; \
-	NETPROF_NO_PREFETCH=1 $(PY) -m pytest -ra -n 3 -m "not serial" --durations=10 $(PYTEST_ARGS_CONCURRENT) \
+	NETPROF_NO_PREFETCH=1 $(PY) -m pytest -ra -n 4 -m "not serial" --durations=10 $(PYTEST_ARGS_CONCURRENT) \
 		|| { r=$$?; if [ $$r = 5 ]; then empty=$$((empty + 1)); else rc=$$r; fi; }; \
 	$(PY) -m pytest -ra -m serial --durations=25 $(PYTEST_ARGS) \
 		|| { r=$$?; if [ $$r = 5 ]; then empty=$$((empty + 1)); else rc=$$r; fi; }; \

@@ -30,7 +30,7 @@ def _here(args: list[str]) -> bool:
 # Set to 1: begin nothing ahead. Where no CPU is idle (a CI job running tests side by side, a script that
 # calls netprof many times on a busy host) the work begun ahead only competes with the command's own: a
 # command refused after parsing spends ~0.75 s of CPU on it (1.0 s against 0.25 s here), a run gains nothing
-# from overlap that no idle CPU can give. `make test` sets it for its first pass (tests three at a time).
+# from overlap that no idle CPU can give. `make test` sets it for its first pass (tests four at a time).
 NO_PREFETCH_ENV = "NETPROF_NO_PREFETCH"
 
 

@@ -24,7 +24,7 @@ subprocesses (a child `python -c`, `ip netns`) do not count: they take milliseco
 `make test` runs the suite in two passes. Tests marked `serial` measure something — they start a netprof
 run or the loader (SERIAL_NAMES, SERIAL_FIXTURES, found the same way as e2e), attach BPF, or add a local
 user — and run last, one at a time, with the machine to themselves. Every other test (the fast tier, and
-e2e tests that start only backend servers and check what they answer) runs first, three at a time
+e2e tests that start only backend servers and check what they answer) runs first, four at a time
 (pytest-xdist): they mostly wait for processes to start. A test beside another must not assume the CPUs
 are its own: a floor on throughput there is a floor for a shared machine.
 """
@@ -161,8 +161,8 @@ E2E_NAMES = frozenset({"run_netprof", "netprof_cmd", "Backend", "Loader", "Proce
 # the time they take), the shared runs or the BPF probes. Found the same way as e2e; a module may also say
 # `pytestmark = pytest.mark.serial`. A second local user is no reason (helpers.LocalUser queues useradd).
 # A module whose runs and loaders only serve to check what was answered (bytes, exit codes, files, refusals)
-# says `pytestmark = pytest.mark.concurrent`: those run three at a time too (its netprof runs pass --wait: the
-# run lock queues them behind each other). BPF stays serial there as well.
+# says `pytestmark = pytest.mark.concurrent` (a test, `@pytest.mark.concurrent`): those run four at a time too
+# (its netprof runs pass --wait: the run lock queues them behind each other). BPF stays serial there as well.
 SERIAL_FIXTURES = frozenset({"standard_run", "message_run", "probed_run", "flame_run", "loader"})
 SERIAL_NAMES = frozenset({"run_netprof", "netprof_cmd", "Loader"})
 

@@ -302,7 +302,7 @@ class LocalUser:
 
 @contextlib.contextmanager
 def machine_lock(name: str):
-    """One test at a time on this machine's `name` (tests run three at a time in make test's first pass). The lock
+    """One test at a time on this machine's `name` (tests run four at a time in make test's first pass). The lock
     file lives in /run, which only root may write."""
     fd = os.open(f"/run/netprof-tests-{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:

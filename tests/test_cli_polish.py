@@ -19,7 +19,7 @@ import pytest
 
 from helpers import netprof_children, netprof_cli, netprof_cmd, run_netprof, wait_no_children
 
-# Short cells: this module runs beside others (three at a time) and checks output, not figures.
+# Short cells: this module runs beside others (four at a time) and checks output, not figures.
 SHORT = ("-c", "10", "-d", "0.3", "--warmup", "0.1", "--no-probes", "--wait")
 pytestmark = pytest.mark.concurrent  # output, exit codes and files; no probes, runs pass --wait
 COMMANDS = ("run", "report", "compare", "flamegraph", "list", "doctor")

@@ -170,6 +170,7 @@ print(json.dumps({"checked": checked, "failed": failed}))
 
 
 @pytest.mark.slow
+@pytest.mark.concurrent  # answers, versions and rows, no figure judged (--wait: behind other runs)
 def test_http_backends_serve_on_another_interpreter(tmp_path, env313):
     py = env313.python
     asked = subprocess.run([env313.base, "-V"], capture_output=True, text=True, timeout=60, check=True)

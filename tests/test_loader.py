@@ -24,7 +24,7 @@ from netprof.profiler.run import cell
 from netprof.profiler.run.loader_client import Loader, LoaderError, RunRequest
 
 # The loader's protocol, events, schedules and errors: what it sent and counted, not how fast, so these run
-# three at a time in `make test`'s first pass (the window's marks are its scheduled bounds, not the clock at
+# four at a time in `make test`'s first pass (the window's marks are its scheduled bounds, not the clock at
 # the write). A test that judges a rate, a latency or live progress against the clock is marked serial.
 pytestmark = pytest.mark.concurrent
 

@@ -54,7 +54,7 @@ def test_run_json_summary_rows_and_files(standard_run, tmp_path):
     assert not left
 
 
-def _find_backend(timeout: float = 20.0) -> psutil.Process:
+def _find_backend(timeout: float = 240.0) -> psutil.Process:  # --wait: behind other tests' runs
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in netprof_children():
@@ -64,10 +64,12 @@ def _find_backend(timeout: float = 20.0) -> psutil.Process:
     raise AssertionError("backend never started")
 
 
+# Exit codes, rows and files, no figure judged: beside other tests in the first pass (--wait: behind other runs).
+@pytest.mark.concurrent
 def test_killed_backend_is_a_failed_row_and_the_run_goes_on(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "2", "-r", "2", "--warmup", "0.3",
-                                        "--no-probes", "--out", str(out)),
+                                        "--no-probes", "--wait", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     backend = _find_backend()
     time.sleep(1.0)  # mid-run: after warm-up, inside the window
@@ -82,12 +84,14 @@ def test_killed_backend_is_a_failed_row_and_the_run_goes_on(tmp_path):
     assert not wait_no_children()
 
 
+# Exit codes, rows and files, no figure judged: beside other tests in the first pass (--wait: behind other runs).
+@pytest.mark.concurrent
 def test_sigint_keeps_finished_cells_and_leaves_nothing(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "1", "-r", "6", "--warmup", "0.2",
-                                        "--no-probes", "--out", str(out)),
+                                        "--no-probes", "--wait", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240  # --wait: behind other tests' runs
     while time.monotonic() < deadline:
         if (out / "results.parquet").exists() and len(pd.read_parquet(out / "results.parquet")) >= 1:
             break
@@ -102,14 +106,16 @@ def test_sigint_keeps_finished_cells_and_leaves_nothing(tmp_path):
     assert not wait_no_children()
 
 
+# Exit codes, rows and files, no figure judged: beside other tests in the first pass (--wait: behind other runs).
+@pytest.mark.concurrent
 def test_pin_both_runs_every_cell_pinned_and_unpinned(tmp_path):
     """--pin both: each cell twice, its backend on --backend-cpu and then free (checked on the live
     processes' CPU affinity), rows and labels say which; --pin nonsense is one line, exit 2."""
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "thread", "--pin", "both", "-c", "10", "-d", "1", "-r", "1",
-                                        "--warmup", "0.3", "--no-probes", "--json", "--out", str(out)),
+                                        "--warmup", "0.3", "--no-probes", "--wait", "--json", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    affinities, deadline = set(), time.monotonic() + 60
+    affinities, deadline = set(), time.monotonic() + 240  # --wait: behind other tests' runs
     while proc.poll() is None and time.monotonic() < deadline:
         for p in netprof_children():
             try:
@@ -126,6 +132,6 @@ def test_pin_both_runs_every_cell_pinned_and_unpinned(tmp_path):
     every_cpu = tuple(sorted(os.sched_getaffinity(0)))  # an unpinned backend inherits netprof's
     assert affinities == {(0,), every_cpu}, affinities
     assert "not pinned" in (out / "report.md").read_text()
-    bad = run_netprof("run", "thread", "--pin", "sometimes", "-c", "10", timeout=60)
+    bad = run_netprof("run", "thread", "--pin", "sometimes", "-c", "10", "--wait", timeout=60)
     assert bad.returncode == 2 and "--pin 'sometimes'" in bad.stderr and "Traceback" not in bad.stderr
     assert not wait_no_children()

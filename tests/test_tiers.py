@@ -1,5 +1,5 @@
 """How tests/conftest.py sorts the suite: `make test-fast`'s tier (no `bpf`, no `e2e`), and `make test`'s two
-passes (`serial` alone, the rest three at a time). Asked of pytest itself (`--collect-only`), on tests whose
+passes (`serial` alone, the rest four at a time). Asked of pytest itself (`--collect-only`), on tests whose
 nature is known."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _marks() -> dict[str, set[str]]:
     return marks
 
 
-def test_what_measures_runs_alone_and_the_rest_three_at_a_time():
+def test_what_measures_runs_alone_and_the_rest_four_at_a_time():
     marks = _marks()
     serial = {n for n, m in marks.items() if "serial" in m}
     other = {n for n, m in marks.items() if "serial" not in m}

@@ -361,7 +361,8 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
 def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
     """Requests sent by hand to uvicorn: method and path become the route, ids folded into {id}, the query
     string, headers and body never kept (a secret put in all three appears in no output: JSON, --out's files,
-    the metrics)."""
+    the metrics). The watch has no --duration: SIGTERM ends it as the duration would, --out's report included
+    (and from a shell that ignores SIGINT, Ctrl-C is the user's: not tested)."""
     require_bpf()
     secret = "s3cr3t-" + os.urandom(6).hex()
     sent = {"GET /users/{id}": 0, "POST /users/{id}/items/{id}": 0, "GET /static/app.js": 0}
@@ -370,7 +371,7 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
         port = server.wait_ready()
         out = tmp_path / "watch"
         # --max-overhead 0: every request routed (under a cap some would count as "(unsampled)")
-        with Watch("--pid", str(server.pid), "--duration", "2", "--json", "--out", str(out),
+        with Watch("--pid", str(server.pid), "--duration", "600", "--json", "--out", str(out),
                    "--metrics-port", str(metrics_port), "--max-overhead", "0") as w:
             w.attached()
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -396,7 +397,10 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
                         metrics = r.read().decode()
                 except OSError:  # the endpoint closes at the watch's end (before --out's report is written)
                     break
+            w.proc.send_signal(signal.SIGTERM)
             doc = w.result()
+    assert doc["ended_by"] == "SIGTERM", doc["ended_by"]
+    assert (out / "report.md").is_file() and (out / "summary.json").is_file()
     got = {r["route"]: r["requests"] for r in doc["routes"]}
     assert got == sent, got
     everything = (json.dumps(doc) + metrics).encode() + b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
@@ -406,7 +410,7 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
 
 def test_one_watch_per_process_ctrl_c_and_the_process_exit_detach(tmp_path):
     """A second watch of the same process refuses with one line (exit 2); the first ends when the process does
-    (exit 0, "exited: detached"), leaving no lock file and no BPF program of its own."""
+    (exit 0, "exited: detached"), leaving no lock file and no BPF program of its own. (SIGTERM: the routes test.)"""
     require_bpf()
     with Backend("asyncio_sock") as server:
         server.wait_ready()
@@ -421,14 +425,6 @@ def test_one_watch_per_process_ctrl_c_and_the_process_exit_detach(tmp_path):
             assert first.proc.returncode == 0, err
             assert "exited: detached" in err, err
     assert not Path(f"/run/netprof/watch-{server.pid}.lock").exists()
-    # SIGTERM ends a watch the same way (and from a shell that ignores SIGINT, Ctrl-C is the user's: not tested)
-    with Backend("asyncio_sock") as server:
-        server.wait_ready()
-        with Watch("--pid", str(server.pid), "--json", "--duration", "600") as w:
-            w.attached()
-            w.proc.send_signal(signal.SIGTERM)
-            doc = w.result(timeout=30)
-    assert doc["ended_by"] == "SIGTERM", doc["ended_by"]
 
 
 @pytest.mark.parametrize("args,says", [
