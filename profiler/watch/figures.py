@@ -9,9 +9,11 @@ arrived while an earlier one of their connection was still open). Server time ru
 request's first byte in the socket queue to the return of its answer's send; the breakdown's server parts
 (SERVER_PARTS: the run breakdown's parts but the client's network and read) partition it for every request it
 could follow (`breakdown.requests`; the others by reason in `breakdown.skipped`). Under --max-overhead the
-requests answered while the set was light are counted and timed (`unsampled`, the route "(unsampled)"): server
-time is every request's; the parts, routes and per-request syscalls are those of the rest (`sampled_server_time_us`
-is their server time, the one the parts add up to).
+requests answered while the set was light are counted and timed (`unsampled`, the route "(unsampled)"); the
+server time, parts, routes and per-request syscalls are those of the rest, the requests followed (so the parts
+add up to `server_time_us`), and `every_request_server_time_us` is every request's. Their ratio
+(`probes.followed_time_ratio`) is the probes' own effect on the requests they follow: the server is slower while
+the whole set is attached.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
     # their syscalls counted
     unsampled = routes[UNSAMPLED_ROUTE].requests if UNSAMPLED_ROUTE in routes else 0
     sampled = requests - unsampled
-    sampled_server = WaitDist.from_hist(*server_hist(a, b, skip=UNSAMPLED_ROUTE), None)
+    followed = WaitDist.from_hist(*server_hist(a, b, skip=UNSAMPLED_ROUTE), None)
+    ratio = followed.mean_us / server.mean_us if followed.mean_us and server.mean_us else None
     out_routes = []
     for name, r in sorted(routes.items(), key=lambda kv: -kv[1].requests):
         if not r.requests:
@@ -93,8 +96,8 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
         "window_s": round(seconds, 3),
         "requests": requests,
         "requests_per_sec": per_second(requests),
-        "server_time_us": _dist(server),
-        "sampled_server_time_us": _dist(sampled_server),
+        "server_time_us": _dist(followed),
+        "every_request_server_time_us": _dist(server),
         "breakdown": {
             "requests": bd.requests,
             "mean_us": _r(sum(v or 0.0 for v in parts.values())) if parts else None,
@@ -112,6 +115,7 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
         "connections": {"served": len(served), "jain": _r(jain_index(served), 3) if served else None},
         "probes": {"cpu_us": round(ns / 1e3), "runs": runs,
                    "cpu_us_per_request": _r(ns / 1e3 / requests, 2) if requests else None,
-                   "cpu_share": round(ns / 1e9 / seconds, 4) if seconds > 0 else None},
+                   "cpu_share": round(ns / 1e9 / seconds, 4) if seconds > 0 else None,
+                   "followed_time_ratio": _r(ratio, 3)},
         "unmeasured": sw.unmeasured,
     }

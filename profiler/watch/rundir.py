@@ -41,7 +41,7 @@ def _latency(outcome: Outcome) -> dict[str, float | None]:
     if not n:
         return {k: None for k in (*QUANTILES, "max", "mean")}
     out: dict[str, float | None] = {k: round(hist_quantile_us(hist, q), 1) for k, q in QUANTILES.items()}
-    out["max"] = outcome.figures["server_time_us"]["max"]
+    out["max"] = outcome.figures["every_request_server_time_us"]["max"]  # every request's, as the quantiles
     out["mean"] = round(total_ns / n / 1e3, 1)
     return out
 
@@ -96,9 +96,9 @@ def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]
                 bd[key].pop(p, None)
     parts = [bd["mean_us"].get(p) for p in SERVER_PARTS]
     bd["parts_mean_us"] = sum(v for v in parts if v is not None) if d.requests else None
-    # what the parts partition: the server time of the requests answered while the set was whole (under
-    # --max-overhead lat_us is every request's, those answered while it was light too)
-    rtt = f["sampled_server_time_us"]["mean"]
+    # what the parts partition: the server time of the requests followed (answered while the set was whole;
+    # under --max-overhead lat_us is every request's, those answered while it was light too)
+    rtt = f["server_time_us"]["mean"]
     bd["rtt_mean_us"] = rtt
     bd["unattributed_us"] = rtt - bd["parts_mean_us"] if rtt is not None and bd["parts_mean_us"] is not None else None
     row[BREAKDOWN].update(bd)
