@@ -271,16 +271,20 @@ def test_open_loop_opens_connections_as_requests_need_them(group, loader):
 
 
 @pytest.mark.serial
-def test_connections_opened_for_a_burst_fall_idle_after_it(group, loader):
-    """A server that holds its answers for 50 ms (a GC pause, a stalled host) makes the loader open connections
-    for the ~100 requests that come due meanwhile at 2,000/s; once it answers again, the 2 connections opened
-    before the load carry the rate, and the opened ones only what those cannot take (PROTOCOL.md, "Sending"):
-    taking turns over all of them would put most of the window's requests on the opened ones."""
+def test_a_stall_does_not_open_a_connection_per_request_and_they_fall_idle_after_it(group, loader):
+    """A server that holds its answers for 50 ms (a GC pause, a stalled host): ~100 requests come due meanwhile
+    at 2,000/s. The loader opens a connection only for a request that waited a round trip, and no more than
+    the connections that answered (PROTOCOL.md, "Connections as needed"): while the server answers nothing
+    the pool of 2 at most doubles (it opened one per request before, 90-odd, whose accepts then slowed the
+    server: issue 51). Once it answers again, the 2 connections opened before the load carry the rate, and
+    the opened ones only what those cannot take ("Sending")."""
     _, port = start_echo(group, "pause", 0.5)
     s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=1.0, warmup=0.2, rate=2000,
                               max_connections=1000))
     ol = s["open_loop"]
-    assert ol["conns_opened"] >= 20 and ol["behind"] == 0, ol  # the pause needed them
+    # the pause's 2 at most; a stall of this host outside it (never seen) may double a pool of 4 once more
+    assert 1 <= ol["conns_opened"] <= 6 and ol["behind"] == 0, json.dumps(ol)
+    assert ol["waited_slot"] + ol["waited_connect"] >= 50, ol  # the pause's requests waited, below the cap
     assert ol["messages_on_opened"] < 0.25 * s["messages"], (ol["messages_on_opened"], s["messages"], ol)
 
 

@@ -450,13 +450,20 @@ def test_detached_time_is_not_charged(bpf, worker):
     assert d.oncpu_s < 0.3
 
 
+def _stolen_s() -> float:
+    """The host's steal time so far, all CPUs (/proc/stat's 8th field, in clock ticks)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def test_oncpu_time_and_split(bpf, probes, worker):
-    before = proc_cpu_times(worker.pid)
+    before, stolen = proc_cpu_times(worker.pid), _stolen_s()
     d = window(probes, worker, ("burn", 0, 0.4), ("pwrite", 20000))
-    p = proc_delta(before, proc_cpu_times(worker.pid))
-    # BPF on-CPU time vs the scheduler's own (schedstat) for the same thread. 10%: on a busy VM the
-    # scheduler's clock leaves out time stolen by the hypervisor, which the BPF wall clock includes.
-    assert d.oncpu_s == pytest.approx(p["oncpu_s"], rel=0.10)
+    p, stolen = proc_delta(before, proc_cpu_times(worker.pid)), _stolen_s() - stolen
+    # BPF on-CPU time vs the scheduler's own (schedstat) for the same thread, within 10%; above that by at
+    # most the time the hypervisor stole meanwhile (this kernel's PARAVIRT_TIME_ACCOUNTING leaves it out of the
+    # scheduler's clock, the BPF wall clock keeps it: +13% under bench/bystander.py, fresh-clone run 2026-12-01).
+    assert p["oncpu_s"] * 0.9 <= d.oncpu_s <= p["oncpu_s"] * 1.1 + stolen + 0.01, (d.oncpu_s, p, stolen)
     split = d.cpu_split(p["sys_s"])
     assert split["user_s"] > 0.3  # the burn loop
     assert 0 < split["syscall_s"] < d.oncpu_s

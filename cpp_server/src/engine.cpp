@@ -79,6 +79,9 @@ constexpr size_t kIoBuf = 256 * 1024;
 constexpr uint32_t kMaxReconnectAttempts = 8;
 // Open loop: a sleep longer than 1.5x this wakes this much before the next send is due (see loop()).
 constexpr int64_t kPreWakeNs = 200'000;
+// Open loop, connections as needed: a connection is opened only while the recent round trip is within this
+// factor of the fastest (see grow()).
+constexpr int64_t kGrowRttFactor = 2;
 
 struct Conn {
   // Handshake: zmtp only, TCP is up and the ZMTP greeting and READY are being exchanged.
@@ -110,11 +113,13 @@ struct Conn {
   // Open loop: the intended times of the messages in flight (the same ring as sent_at); whether the
   // connection is in its thread's queue of connections with a free slot; and for a connection opened
   // during the load because a request needed it (PROTOCOL.md, "Connections as needed"), whether it is
-  // still being opened and when its first attempt began. In open loop `credits` counts only the
-  // requests to send again after a reopening.
+  // still being opened and when its first attempt began, and whether it has not answered yet (it holds
+  // growth back: see grow()). In open loop `credits` counts only the requests to send again after a
+  // reopening.
   std::unique_ptr<int64_t[]> intended_at;
   bool in_ready = false;
   bool opening = false;
+  bool unproven = false;
   int64_t open_started = 0;
 };
 
@@ -560,6 +565,8 @@ class Worker {
     c.id = sh_.next_id.fetch_add(1);
     c.parser = new_parser(*sh_.req);
     c.opening = true;
+    c.unproven = true;
+    unproven_++;
     c.open_started = now;
     opening_slots_ += K_;
     attempt(i, now);
@@ -589,7 +596,15 @@ class Worker {
     errors.connect++;
     opening_slots_ -= K_;
     grow_stopped_ = true;
+    settle(c);
     sh_.open_conns.fetch_sub(1);
+  }
+
+  // A connection opened during the load answered (its first reply) or died: it no longer holds growth back.
+  void settle(Conn& c) {
+    if (!c.unproven) return;
+    c.unproven = false;
+    unproven_--;
   }
 
   // Requests a connection can still take: `pipeline` minus those in flight and those to send again.
@@ -645,9 +660,9 @@ class Worker {
   }
 
   // Sends this thread's requests that are due, each on the next connection with a free slot; the due
-  // ones that find none wait for a slot: for one of a connection opened for them (opened now when the
-  // connections being opened cannot take them all and the cap allows), else, the cap reached, "behind".
-  // Then arms the send timer for the next request not yet due.
+  // ones that find none wait for a slot: below the cap for the first that frees or for one of a connection
+  // opened for them (grow()), else, the cap reached, "behind". Then arms the send timer for the next request
+  // not yet due (or for grow()'s next look).
   void pump(int64_t now) {
     if (!scheduled_ || sh_.phase.load(std::memory_order_relaxed) != kRun) return;
     const int64_t stop = sh_.t_stop.load(std::memory_order_relaxed);
@@ -662,20 +677,41 @@ class Worker {
     while (true) {  // the due requests left: what they wait for
       const int64_t due = seen_.next(sched_);
       if (due >= stop || due > now) break;
-      uint8_t kind = kBehind;
-      if (waiting_connect_ < opening_slots_ || open_one(now)) {
-        kind = kWaitedConnect;
-        waiting_connect_++;
-      }
+      const uint8_t kind = can_grow() ? kWaited : kBehind;
+      if (kind == kWaited) waiting_++;
       if (kinds_.empty() || kinds_.back().kind != kind) kinds_.push_back({seen_n_, kind});
       kinds_.back().end = ++seen_n_;
       seen_.advance(sched_);
     }
-    const int64_t next = seen_.next(sched_);
+    const int64_t next = std::min(seen_.next(sched_), grow(now));
     if (next < stop && next != timer_due_) {
       timers_.push({next, 0, 0, Timer::Send});
       timer_due_ = next;
     }
+  }
+
+  // Whether this thread may still open a connection: the cap (over all threads) not reached, no open failed.
+  bool can_grow() const { return !grow_stopped_ && sh_.open_conns.load(std::memory_order_relaxed) < cap_; }
+
+  // Connections as needed (PROTOCOL.md): opens connections for the waiting requests that the connections
+  // being opened will not take, once the oldest has waited a round trip (this thread's recent mean: in that
+  // time every busy connection answers once on average, so a slot frees for a momentary excess), while that
+  // round trip is within kGrowRttFactor of the thread's fastest (the requests in flight are not queueing in
+  // the server: a server that is its own limit, or stalled, answers no faster on more connections, only
+  // pays for accepting them) and while fewer are opened-and-unanswered than have answered (the pool at most
+  // doubles per round trip, as TCP's slow start grows its window). Without them a stall of the server (a GC
+  // pause, a busy host) opened a connection for every request due in it, hundreds, whose accepts slowed the
+  // server further: issue 51's knee fell below a pool of 10's. Returns when to look again (INT64_MAX: no
+  // need); a reply or a connection coming up makes pump() look again anyway.
+  int64_t grow(int64_t now) {
+    const int64_t oldest = arrival_.next(sched_);  // the oldest request waiting, if any waits
+    while (waiting_ > opening_slots_) {
+      const int64_t at = oldest + rtt_ewma_ns_;
+      if (at > now) return at;
+      if (rtt_floor_ns_ > 0 && rtt_ewma_ns_ > kGrowRttFactor * rtt_floor_ns_) break;
+      if (unproven_ >= std::max<uint64_t>(1, base_ + proven_) || !open_one(now)) break;
+    }
+    return INT64_MAX;
   }
 
   // Starts this thread's next scheduled request (intended at `due`) on connection i, and counts it.
@@ -689,7 +725,7 @@ class Worker {
     if (started_n_ < seen_n_) {  // it waited: for what was decided when it came due
       kind = kinds_.front().kind;
       if (++started_n_ == kinds_.front().end) kinds_.pop_front();
-      if (kind == kWaitedConnect) waiting_connect_--;
+      if (kind == kWaited) waiting_--;
     } else {
       started_n_++;
       seen_n_++;
@@ -704,8 +740,10 @@ class Worker {
     if (kind == kBehind) {  // its time came while every slot was taken and no connection could be opened
       ol.behind++;
       ol.behind_late.record(late);
-    } else if (kind == kWaitedConnect) {  // it waited for a connection opened for it (or a slot, first)
+    } else if (kind == kWaited && i >= base_ && c.started <= K_) {  // among an opened one's first requests
       ol.waited_connect++;
+    } else if (kind == kWaited) {  // it waited for a slot of a connection that was open
+      ol.waited_slot++;
     } else {  // a slot was free: any lateness is the loader's own
       ol.schedule_late.record(late);
       if (int64_t(late) > late_threshold_) ol.loader_late++;
@@ -893,8 +931,19 @@ class Worker {
     if (in_window) in_window_.store(in_window_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
-  // An exchange completed: the next message may go (after the think time).
+  // An exchange completed: the next message may go (after the think time). Open loop: the round trip joins
+  // this thread's mean, and an opened connection's first answer lets grow() open more.
   void release_next(uint32_t i, int64_t now) {
+    if (open_) {
+      Conn& c = conns_[i];
+      const int64_t rtt = now - c.sent_at[(c.recv_seq - 1) % K_];
+      rtt_ewma_ns_ += (rtt - rtt_ewma_ns_) / 8;
+      if (rtt_floor_ns_ == 0 || rtt < rtt_floor_ns_) rtt_floor_ns_ = std::max<int64_t>(1, rtt);
+      if (c.unproven) {
+        settle(c);
+        proven_++;
+      }
+    }
     const Think& th = sh_.req->think;
     if (th.active())
       timers_.push({now + int64_t(th.sample_ns(rng_)), i, 0, Timer::Think});
@@ -1031,6 +1080,7 @@ class Worker {
     c.reconnecting = false;
     c.gen++;
     errors.connect++;
+    settle(c);
     sh_.open_conns.fetch_sub(1);
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
@@ -1134,6 +1184,7 @@ class Worker {
     close_fd(c);
     c.state = Conn::Dead;
     errors.reset++;
+    settle(c);
     sh_.open_conns.fetch_sub(1);
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
@@ -1158,9 +1209,10 @@ class Worker {
   ScheduleParams sched_;          // open loop: a copy of the run's schedule, taken when the load starts
   // Open loop: this thread's schedule. arrival_ is its next request not yet started, seen_ its next one
   // not yet looked at (at or after arrival_); the requests between them came due and wait, each for a
-  // slot of a connection opened for it (kWaitedConnect) or, the cap reached, for any slot (kBehind):
+  // slot below the cap (kWaited: one that frees, or one of a connection opened for it) or, the cap reached,
+  // for any slot (kBehind):
   // kinds_ holds their kinds in runs [previous run's end, end) of request numbers.
-  enum : uint8_t { kFree, kWaitedConnect, kBehind };
+  enum : uint8_t { kFree, kWaited, kBehind };
   struct KindRun {
     uint64_t end;
     uint8_t kind;
@@ -1172,7 +1224,11 @@ class Worker {
   std::deque<uint32_t> ready_;         // -c connections with a free slot, least recently used first
   std::vector<uint32_t> extra_ready_;  // connections opened during the load with a free slot, most recent last
   uint32_t base_ = 0;                  // this thread's -c connections: conns_[0, base_)
-  uint64_t waiting_connect_ = 0;       // requests waiting that a connection is being opened for
+  uint64_t waiting_ = 0;               // requests waiting below the cap (kWaited)
+  uint64_t unproven_ = 0;              // connections opened during the load that have not answered yet
+  uint64_t proven_ = 0;                // those that have (the -c ones count as answered: base_ + proven_)
+  int64_t rtt_ewma_ns_ = 0;            // this thread's recent mean round trip (send to answer), 1/8 weight
+  int64_t rtt_floor_ns_ = 0;           // and its fastest (0: none yet)
   uint64_t opening_slots_ = 0;         // the slots (pipeline each) of the connections being opened
   int64_t timer_due_ = 0;              // the pending send timer (0: none)
   bool grow_stopped_ = false;          // a connection opened during the load failed: open no more

@@ -487,6 +487,7 @@ json open_loop_json(const Stats& s) {
           {"conns_max", o.conns_max},
           {"conns_opened", o.conns_opened},
           {"waited_connect", o.waited_connect},
+          {"waited_slot", o.waited_slot},
           {"connect_us", late_json(o.connect)},
           {"messages_on_opened", o.messages_on_opened}};
 }

@@ -232,9 +232,11 @@ struct OpenLoopStats {
   uint64_t intended = 0;  // intended time inside the window [start, stop)
   uint64_t sent = 0;      // of those, sent before stop
   // Of those sent, the ones that waited for a free slot with no connection left to open (the connection
-  // cap reached), and the ones that waited for a connection opened for them (its connect).
+  // cap reached), the ones that waited and went out among the first of a connection opened during the
+  // load (its connect), and the others that waited below the cap (for a slot of one already open).
   uint64_t behind = 0;
   uint64_t waited_connect = 0;
+  uint64_t waited_slot = 0;
   Histogram behind_late;          // ns: how late the behind ones went out
   Histogram schedule_late;        // ns: how late the ones that had a free slot went out (the loader's own error)
   uint64_t loader_late = 0;       // of those, later than the threshold
@@ -254,6 +256,7 @@ struct OpenLoopStats {
     sent += o.sent;
     behind += o.behind;
     waited_connect += o.waited_connect;
+    waited_slot += o.waited_slot;
     behind_late.merge(o.behind_late);
     schedule_late.merge(o.schedule_late);
     loader_late += o.loader_late;

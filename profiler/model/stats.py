@@ -83,7 +83,7 @@ def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
     """An open-loop cell's `open_loop` group from the loader's stats of the same name (PROTOCOL.md,
     "Open loop"): its counts and lateness percentiles, flat ("behind_late_us.p99"), the connections it
     opened as requests needed them ("Connections as needed": `max_connections`, `conns_max`, `conns_opened`,
-    `waited_connect`, `messages_on_opened`, `connect_us.p50/p99/max`; None from older loaders), plus two
+    `waited_connect`, `waited_slot`, `messages_on_opened`, `connect_us.p50/p99/max`; None from older loaders), plus two
     shares: `behind_share` = requests that waited for a connection with every one busy and the cap
     reached (without connections as needed: their `-c` connections busy) ÷ those due in the window, and
     `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up).
@@ -93,7 +93,8 @@ def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
     kept up."""
     out: dict[str, Any] = {k: ol.get(k) for k in ("intended", "sent", "behind", "queued_at_end", "in_flight_at_end",
                                                  "loader_late", "loader_late_threshold_us", "max_connections",
-                                                 "conns_max", "conns_opened", "waited_connect", "messages_on_opened")}
+                                                 "conns_max", "conns_opened", "waited_connect", "waited_slot",
+                                                 "messages_on_opened")}
     for group in ("behind_late_us", "schedule_late_us", "connect_us"):
         late = ol.get(group) or {}
         out.update({f"{group}.{p}": late.get(p) for p in ("p50", "p99", "max")})
