@@ -220,8 +220,8 @@ TEST(OpenLoopFields, StatsJsonOnlyWithRate) {
   EXPECT_EQ(o["loader_late_threshold_us"], 2000.0);  // a tenth of 1/50 s, above the 1 ms floor
   EXPECT_EQ(o["queued_at_end"], 1);
   EXPECT_EQ(o["in_flight_at_end"], 0);
-  for (const char* k : {"max_connections", "conns_max", "conns_opened", "waited_connect", "waited_slot",
-                        "messages_on_opened"})
+  for (const char* k :
+       {"max_connections", "conns_max", "conns_opened", "waited_connect", "waited_slot", "messages_on_opened"})
     EXPECT_EQ(o[k], 0) << k;
   for (const char* k : {"p50", "p99", "max"}) EXPECT_EQ(o["connect_us"][k], 0.0) << k;
   for (const char* k : {"p50", "p99", "max"}) EXPECT_TRUE(o["schedule_late_us"].contains(k)) << k;
