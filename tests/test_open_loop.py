@@ -213,7 +213,8 @@ def test_open_loop_stats_become_row_columns(tmp_path):
               "open_loop.loader_late_threshold_us": 1000.0, "lat_sent_us.p50": 9800.0, "lat_sent_us.p99": 10200.0,
               "lat_sent_us.p90": 10000.0, "lat_sent_us.max": 12000.0, "open_loop.max_connections": 10,
               "open_loop.conns_max": 10, "open_loop.conns_opened": 0, "open_loop.waited_connect": 0,
-              "open_loop.waited_slot": 0, "open_loop.messages_on_opened": 0, "open_loop.connect_us.p50": 0.0, "open_loop.connect_us.max": 0.0}
+              "open_loop.waited_slot": 0, "open_loop.messages_on_opened": 0, "open_loop.connect_us.p50": 0.0,
+              "open_loop.connect_us.max": 0.0}
     assert {k: flat[k] for k in expect} == expect
     assert flat["open_loop.behind_share"] == pytest.approx(2990 / 6000)
     assert flat["open_loop.achieved_share"] == pytest.approx(0.5)
