@@ -50,8 +50,8 @@ test-cpp: system
 
 # Two passes (tests/conftest.py marks which test goes where): first the tests that measure nothing, four at a
 # time on this 2-core host (pytest-xdist: they mostly wait for processes to start; 137 s against 156 s two at a
-# time, 2026-11-27; 196 s four at a time against 211 s three, both beside bench/bystander.py, 2026-11-29), then the ones that measure (a netprof run,
-# the loader, BPF), one by one with the machine to themselves. Both passes always run; a failure in either
+# time, 2026-11-27; 196 s four at a time against 211 s three, both beside bench/bystander.py, 2026-11-29), then
+# the ones that measure (a netprof run, the loader, BPF), one by one with the machine to themselves. Both passes always run; a failure in either
 # fails `make test`. A pass that selects nothing (PYTEST_ARGS="-k ...") is no failure of its own; both empty is
 # pytest's 5, which .ci/run counts as a failure. Each pass writes its own --junitxml (the first's name gets
 # "-concurrent"). --durations: every log (CI's too) lists the slowest tests, for keeping the suite under its
