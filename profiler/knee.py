@@ -166,17 +166,28 @@ def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     return dataclasses.replace(probe, limited_by="server")
 
 
+def _waited_share(ol: dict) -> float | None:
+    """The share of a cell's requests that came due with every connection busy and waited in the loader: behind
+    the cap, or below it for a slot or a connection opened for them (PROTOCOL.md, "Connections as needed"); the
+    behind share alone from older loaders."""
+    intended = ol.get("intended")
+    if not intended or ol.get("waited_slot") is None:
+        return ol.get("behind_share")
+    return sum(ol.get(k) or 0 for k in ("behind", "waited_connect", "waited_slot")) / intended
+
+
 def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     achieved = row.get("msgs_per_sec")
     lat = (row.get("lat_us") or {}).get(slo.stat)
     ol = row.get("open_loop") or {}
-    share, behind = ol.get("achieved_share"), ol.get("behind_share")
+    share = ol.get("achieved_share")
     if row.get("status") != "ok" or achieved is None or lat is None:
         return Probe(rate, achieved, lat, False, f"the cell failed: {row.get('error')}", row)
     if share is not None and share < 1 - t.overload_shortfall:
         return Probe(rate, achieved, lat, False, f"overloaded: achieved {share:.0%} of the rate", row)
-    waited = (f" ({behind:.1%} of requests waited for their connection: in the latency)"
-              if behind is not None and behind > t.overload_behind_share else "")
+    share_waited = _waited_share(ol)
+    waited = (f" ({share_waited:.1%} of requests waited in the loader for a connection: in the latency)"
+              if share_waited is not None and share_waited > t.overload_behind_share else "")
     if lat > slo.limit_us:
         return Probe(rate, achieved, lat, False, f"{slo.stat} {lat:,.0f} µs over the limit{waited}", row)
     return Probe(rate, achieved, lat, True, f"{slo.stat} {lat:,.0f} µs within the limit{waited}", row)

@@ -273,17 +273,19 @@ def test_open_loop_opens_connections_as_requests_need_them(group, loader):
 @pytest.mark.serial
 def test_a_stall_does_not_open_a_connection_per_request_and_they_fall_idle_after_it(group, loader):
     """A server that holds its answers for 50 ms (a GC pause, a stalled host): ~100 requests come due meanwhile
-    at 2,000/s. The loader opens a connection only for a request that waited a round trip, and no more than
-    the connections that answered (PROTOCOL.md, "Connections as needed"): while the server answers nothing
-    the pool of 2 at most doubles (it opened one per request before, 90-odd, whose accepts then slowed the
-    server: issue 51). Once it answers again, the 2 connections opened before the load carry the rate, and
-    the opened ones only what those cannot take ("Sending")."""
+    at 2,000/s. The loader opens a connection only for a request that waited a round trip, while the round trip
+    is near its fastest, and no more than the connections that answered (PROTOCOL.md, "Connections as needed"):
+    while the server answers nothing the pool at most doubles, once (it opened one per request before, 90-odd,
+    whose accepts then slowed the server: issue 51); none at all once the held answers show the round trip
+    grown. Once it answers again, the 2 connections opened before the load carry the rate, and the opened ones
+    only what those cannot take ("Sending")."""
     _, port = start_echo(group, "pause", 0.5)
     s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=2, duration=1.0, warmup=0.2, rate=2000,
                               max_connections=1000))
     ol = s["open_loop"]
-    # the pause's 2 at most; a stall of this host outside it (never seen) may double a pool of 4 once more
-    assert 1 <= ol["conns_opened"] <= 6 and ol["behind"] == 0, json.dumps(ol)
+    # 0 to 4 in the window (0 in a fresh-clone run of 2026-12-01, whose warm-up had opened 2 before any answer gave
+    # a round trip: a pool of 4 to double); a stall of this host outside the pause may double it once more
+    assert ol["conns_opened"] <= 8 and ol["conns_max"] <= 2 + 8 and ol["behind"] == 0, json.dumps(ol)
     assert ol["waited_slot"] + ol["waited_connect"] >= 50, ol  # the pause's requests waited, below the cap
     assert ol["messages_on_opened"] < 0.25 * s["messages"], (ol["messages_on_opened"], s["messages"], ol)
 
