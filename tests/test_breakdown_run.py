@@ -18,6 +18,7 @@ import pytest
 
 from helpers import require_bpf, run_netprof
 from netprof.probes.breakdown import PARTS
+from netprof.profiler.model import schema
 
 
 def breakdown_run(tmp_path, *args: str, name: str = "run", report: bool = False) -> tuple[dict[str, dict], object]:
@@ -175,7 +176,12 @@ def _registry_run(tmp_path, backends: list[str], name: str, duration: str = "0.3
     res = run_netprof("run", *backends, "-c", "100", "-d", duration, "-r", "1", "--warmup", "0.2", "--probe-share", "1",
                       "--breakdown", "--no-report", "--wait", "--json", "--out", str(out), *more, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
-    return {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
+    rows = {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
+    # each cell's share of the host's CPU time the hypervisor stole (meta.json's host_per_cell, /proc/stat)
+    host = {e["cell"]: e for e in json.loads((out / "meta.json").read_text())["host_per_cell"]}
+    for r in rows.values():
+        r["steal_frac"] = host[schema.cell_slug(r)].get("steal_frac") or 0.0
+    return rows
 
 
 def test_parts_add_up_on_a_server_of_every_kind(tmp_path):
@@ -259,4 +265,9 @@ def test_parts_add_up_on_a_server_of_every_kind(tmp_path):
         # neighbour busy on the backend's CPU)
         assert b["mean_us"]["loop_wait"] + b["mean_us"]["runqueue"] >= 0.8 * handler, (name, b["mean_us"], handler)
         assert b["mean_us"]["on_cpu"] < 0.1 * handler, (name, b["mean_us"], handler)
-        assert b["cpu_us"] == pytest.approx(b["proc_cpu_us"], rel=0.15), (name, b)
+        # within 15%, and above it by what the hypervisor stole while the backend ran (the probes' wall clock keeps
+        # it, this kernel's PARAVIRT_TIME_ACCOUNTING leaves it out of /proc's): its CPU's share is at most twice
+        # the host's (2 CPUs). uvloop_sock read 24.3 µs against /proc's 20.7 beside bench/bystander.py on an hour
+        # whose hypervisor stole ~10% of the CPUs (fresh-clone run, 2026-12-01).
+        steal = min(2 * rows[name]["steal_frac"], 0.5)
+        assert 0.85 * b["proc_cpu_us"] <= b["cpu_us"] <= 1.15 * b["proc_cpu_us"] / (1 - steal), (name, b, steal)
