@@ -168,12 +168,12 @@ def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
 
 def _waited_share(ol: dict) -> float | None:
     """The share of a cell's requests that came due with every connection busy and waited in the loader: behind
-    the cap, or below it for a slot or a connection opened for them (PROTOCOL.md, "Connections as needed"); the
-    behind share alone from older loaders."""
-    intended = ol.get("intended")
-    if not intended or ol.get("waited_slot") is None:
+    the cap, or below it for a slot or a connection opened for them (PROTOCOL.md, "Connections as needed"), or
+    still waiting at the window's end (intended − sent); the behind share alone from older loaders."""
+    intended, sent = ol.get("intended"), ol.get("sent")
+    if not intended or sent is None or ol.get("waited_slot") is None:
         return ol.get("behind_share")
-    return sum(ol.get(k) or 0 for k in ("behind", "waited_connect", "waited_slot")) / intended
+    return (sum(ol.get(k) or 0 for k in ("behind", "waited_connect", "waited_slot")) + intended - sent) / intended
 
 
 def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:

@@ -203,7 +203,7 @@ def test_open_loop_stats_become_row_columns(tmp_path):
     assert row["lat_us"]["p99"] == LAT["p99"]  # from the intended send time: the loader's latency_us
     assert row["lat_sent_us"] == LAT_SENT
     ol = row["open_loop"]
-    assert ol["behind_share"] == pytest.approx(2990 / 6000) and ol["achieved_share"] == pytest.approx(0.5)
+    assert ol["behind_share"] == pytest.approx((2990 + 6000 - 3010) / 6000)  # sent behind + still waiting and ol["achieved_share"] == pytest.approx(0.5)
     flat = results.flatten(row)
     expect = {"open_loop.intended": 6000, "open_loop.sent": 3010, "open_loop.behind": 2990,
               "open_loop.behind_late_us.p50": 1e6, "open_loop.behind_late_us.p99": 1.9e6,
@@ -216,7 +216,7 @@ def test_open_loop_stats_become_row_columns(tmp_path):
               "open_loop.waited_slot": 0, "open_loop.messages_on_opened": 0, "open_loop.connect_us.p50": 0.0,
               "open_loop.connect_us.max": 0.0}
     assert {k: flat[k] for k in expect} == expect
-    assert flat["open_loop.behind_share"] == pytest.approx(2990 / 6000)
+    assert flat["open_loop.behind_share"] == pytest.approx((2990 + 6000 - 3010) / 6000)
     assert flat["open_loop.achieved_share"] == pytest.approx(0.5)
     # Written and read back as every results file is: the nested groups come back whole.
     store = results.ResultsStore(tmp_path)
@@ -295,7 +295,7 @@ def open_row(rate, mps, p99=2_000.0, round=1, backend="selector", behind=0, load
         "lat_sent_us": {"p50": p50, "p90": 1_900.0, "p95": 1_950.0, "p99": 2_000.0, "p999": 2_100.0, "max": 2_500.0,
                         "mean": p50},
         "open_loop": stats.open_loop(
-            {"intended": intended, "sent": intended - behind, "behind": behind,
+            {"intended": intended, "sent": intended, "behind": behind,  # all sent in the window, `behind` late
              "behind_late_us": {"p50": 0.0, "p99": 0.0, "max": 0.0},
              "schedule_late_us": {"p50": 5.0, "p99": 30.0 if not loader_late else 4_000.0, "max": 5_000.0},
              "loader_late": loader_late, "loader_late_threshold_us": 1000.0, "queued_at_end": behind // 2,

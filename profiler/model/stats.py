@@ -84,8 +84,10 @@ def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
     "Open loop"): its counts and lateness percentiles, flat ("behind_late_us.p99"), the connections it
     opened as requests needed them ("Connections as needed": `max_connections`, `conns_max`, `conns_opened`,
     `waited_connect`, `waited_slot`, `messages_on_opened`, `connect_us.p50/p99/max`; None from older loaders), plus two
-    shares: `behind_share` = requests that waited for a connection with every one busy and the cap
-    reached (without connections as needed: their `-c` connections busy) ÷ those due in the window, and
+    shares: `behind_share` = requests due in the window that waited for a connection with every one busy and
+    the cap reached (without connections as needed: their `-c` connections busy), whether sent by the window's
+    end (`behind`) or still waiting then (`intended` − `sent`: under a deep overload most of them), ÷ those due
+    in the window, and
     `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up).
     With the window's `slices` (timeline_rows) of `slice_s` seconds: the p99 of its first and of its last
     slice that answered anything (`p99_first_slice_us`, `p99_last_slice_us`) and their ratio `p99_growth`:
@@ -98,8 +100,9 @@ def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
     for group in ("behind_late_us", "schedule_late_us", "connect_us"):
         late = ol.get(group) or {}
         out.update({f"{group}.{p}": late.get(p) for p in ("p50", "p99", "max")})
-    intended, behind = ol.get("intended"), ol.get("behind")
-    out["behind_share"] = behind / intended if intended and behind is not None else None
+    intended, sent, behind = ol.get("intended"), ol.get("sent"), ol.get("behind")
+    out["behind_share"] = ((behind + intended - sent) / intended
+                           if intended and behind is not None and sent is not None else None)
     out["achieved_share"] = msgs_per_sec / rate if rate and msgs_per_sec is not None else None
     answered = [sl for sl in slices if sl.get("messages") and sl.get("p99_us") is not None]
     first, last = (answered[0]["p99_us"], answered[-1]["p99_us"]) if answered else (None, None)
