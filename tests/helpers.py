@@ -87,6 +87,38 @@ def run_netprof(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedP
     return subprocess.run(netprof_cmd(*args), capture_output=True, timeout=timeout, **kw)
 
 
+# A run during which the hypervisor stole more than this share of the host's CPU time (meta.json's host_per_cell,
+# from /proc/stat) was measured on one of this host's slow hours: 19-37% in every cell of a breakdown run on
+# 2026-12-02, ~1-3% on an ordinary hour. A check of a measured figure that fails on such a run is measured again.
+STEAL_REMEASURE = 0.1
+
+
+def run_steal(out) -> float:
+    """The largest share of the host's CPU time the hypervisor stole during any cell of the run in `out`."""
+    cells = json.loads((out / "meta.json").read_text()).get("host_per_cell") or []
+    return max((c.get("steal_frac") or 0.0 for c in cells), default=0.0)
+
+
+def remeasured(measure, check, tries: int = 3):
+    """`measure(i)` → (result, its results directory), then `check(result, out)`. Where the check fails on a run
+    during which the hypervisor stole more than STEAL_REMEASURE of the CPU (the figure is then the host's as much
+    as the server's: a wake-up, a CPU time the guest counts while it was not running), it is measured again,
+    `tries` runs at most; a failure on a run with less steal fails at once. Every try's steal and failure are in
+    the message. The result and directory of the run that passed."""
+    tried = []
+    for i in range(tries):
+        result, out = measure(i)
+        steal = run_steal(out)
+        try:
+            check(result, out)
+            return result, out
+        except AssertionError as e:
+            tried.append(f"try {i + 1}, steal {steal:.0%}: {str(e)[:600]}")
+            if steal <= STEAL_REMEASURE:
+                break
+    raise AssertionError("\n".join(tried))
+
+
 def netprof_cli(*args: str, **kw) -> subprocess.CompletedProcess:
     """The installed CLI for a command that starts nothing: help, list, version, completion, or input it
     refuses (exit 2). The fast tier runs the tests that use only this (conftest's e2e rule): its short

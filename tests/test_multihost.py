@@ -77,47 +77,42 @@ def test_loader_on_a_lab_host_counts_one_recv_per_message(lab, tmp_path):
 
 
 def test_two_loader_hosts_share_the_connections_and_their_results_merge(lab, tmp_path):
-    """The server and its probes on lab1 (--server-host), -c 100 from lab2 and lab3 (50 each) against the
-    same server as from lab2 alone: every connection connected and served, the counts merged to 100, syscalls per
-    message unchanged, throughput alike (one machine's CPUs underneath both). The run is lab1's (its backend, its
-    probes, lab1's address as the loaders see it); the output, the report and the results directory come back
-    here (the first two-host run draws it). This host moves in speed regimes of 0.3-3 s (bench/host_regimes.py),
-    so a pair of 1-s runs may land in two of them: the ratio is measured again, at most 3 times, until one pair
-    is within 0.7-1.3; everything else must hold in every pair."""
+    """The server and its probes on lab1 (--server-host), -c 100 from lab2 and lab3 (50 each): every connection
+    connected and served, each host's count merged into the row, and the merged count is the server's own (its
+    recvfrom calls, counted by lab1's probes, one per message). The run is lab1's (its backend, its probes,
+    lab1's address as the loaders see it); the output, the report and the results directory come back here.
+    No throughput ratio against a one-host run: the lab's three namespaces share this host's two CPUs, whose
+    speed moved 6× between 1-s runs a minute apart (235k and 39k msgs/s from lab2 alone, 2026-12-02), so such a
+    band judged the host; the server's count judges the merge."""
     require_bpf()
-    ratios = []
-    for attempt in range(3):
-        rows = {}
-        for name, hosts in (("one", "lab2"), ("two", "lab2,lab3")):
-            out = tmp_path / f"{name}{attempt}"
-            report = name == "two" and attempt == 0
-            # counted over the whole 1-s window (--probe-share 1): the counters are read when lab1's netprof hears
-            # the loaders' marks over the lab's links, late and not equally at both ends, and over a 0.15-s probed
-            # sub-window that put recvfrom at 0.93 per message on a busy host
-            res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3",
-                              "--probe-share", "1", "--json", *([] if report else ["--no-report"]), "--server-host",
-                              "lab1", "--loader-hosts", hosts, "--ssh-config", lab, "-o", str(out))
-            assert res.returncode == 0, res.stderr[-2000:]
-            doc = json.loads(res.stdout)
-            rows[name] = doc["runs"][0]
-            if report:
-                meta = json.loads((out / "meta.json").read_text())
-                assert meta["link"]["server_addr"] == "10.213.0.1"  # lab1, as lab2 and lab3 reach it
-                assert (out / "report.html").is_file() and (out / "results.parquet").is_file()
-                assert doc["artifacts"]["report_html"] == str(out / "report.html")  # our paths, not lab1's
-        two = rows["two"]
-        assert two["status"] == "ok" and two["connected"] == 100 and two["loader_host"] == "lab2,lab3"
-        assert two["loaders"]["hosts"] == "lab2,lab3" and two["loaders"]["connections"] == "50,50"
-        assert two["per_conn"]["idle"] <= rows["one"]["per_conn"]["idle"]
-        per_conn = pd.read_parquet(tmp_path / f"two{attempt}" / "per_conn.parquet")
-        assert sorted(per_conn["conn"]) == list(range(100)) and (per_conn["messages"] > 0).all()
-        for row in rows.values():  # counted by lab1's probes
-            assert abs(row["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, row["syscalls_per_msg"]
-        assert two["loaders"]["window_skew_s"] < 0.02, two["loaders"]
-        ratios.append(two["msgs_per_sec"] / rows["one"]["msgs_per_sec"])
-        if 0.7 <= ratios[-1] <= 1.3:
-            break
-    assert 0.7 <= ratios[-1] <= 1.3, f"two/one msgs/s, pair by pair: {ratios}"
+    out = tmp_path / "two"
+    # counted over the whole 1-s window (--probe-share 1): the counters are read when lab1's netprof hears the
+    # loaders' marks over the lab's links, late and not equally at both ends (the loaders' clock is not lab1's, so
+    # the messages are not carried over to the span read: stats.counted_span), and over a 0.15-s probed
+    # sub-window that put recvfrom at 0.93 per message on a busy host
+    res = run_netprof("run", "selector", "-c", "100", "-d", "1", "-r", "1", "--warmup", "0.3", "--probe-share", "1",
+                      "--json", "--server-host", "lab1", "--loader-hosts", "lab2,lab3", "--ssh-config", lab,
+                      "-o", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    two = doc["runs"][0]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["link"]["server_addr"] == "10.213.0.1"  # lab1, as lab2 and lab3 reach it
+    assert (out / "report.html").is_file() and (out / "results.parquet").is_file()
+    assert doc["artifacts"]["report_html"] == str(out / "report.html")  # our paths, not lab1's
+    assert two["status"] == "ok" and two["connected"] == 100 and two["loader_host"] == "lab2,lab3"
+    loaders = two["loaders"]
+    assert loaders["hosts"] == "lab2,lab3" and loaders["connections"] == "50,50"
+    per_conn = pd.read_parquet(out / "per_conn.parquet")
+    assert sorted(per_conn["conn"]) == list(range(100)) and (per_conn["messages"] > 0).all()
+    assert two["per_conn"]["idle"] == 0
+    # each host's messages add up to the row's, and per connection too; both hosts carried their half
+    each = [int(m) for m in str(loaders["messages"]).split(",")]
+    assert sum(each) == two["messages"] == per_conn["messages"].sum(), (each, two["messages"])
+    assert all(0.25 <= m / two["messages"] <= 0.75 for m in each), each
+    # the server's own count of the merged messages: one recvfrom each (lab1's probes)
+    assert abs(two["syscalls_per_msg"]["recvfrom"] - 1.0) <= 0.05, two["syscalls_per_msg"]
+    assert loaders["window_skew_s"] < 0.02, loaders
     assert not _gone_soon()
 
 

@@ -76,12 +76,15 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     assert 0.6 < attached < 2.0, f"attached for {attached:.2f} s; the probed sub-window is 1.2 s"
     assert detached > 2.5, f"detached for only {detached:.2f} s of a 4.5 s warm-up and window"
     per = row["syscalls_per_msg"]
-    # exact per message, but for the counters' window against the loader's: each edge is read when its mark
-    # reaches netprof, and a slow host that stalls one read and not the other skews it (measured in this very
-    # row). Once under bench/bystander.py this read 0.938 sendto per message, before the skew was recorded: a
-    # 75-ms stall at one edge of the 1.2-s window would make that.
-    skew = abs(row["probed"]["snap_skew_ms"]) / 1e3 / row["probed"]["duration_s"]
-    assert abs(per["sendto"] - 1) <= 0.02 + skew and abs(per["recvfrom"] - 1) <= 0.02 + skew, (per, row["probed"])
+    # exact per message: each edge of the counters' window is read when its mark reaches netprof, and the
+    # messages they divide by are the loader's carried over to that span (stats.counted_span). Divided by the
+    # loader's own count, a 75-ms stall at one edge of the 1.2-s window read 0.938 sendto per message once
+    # under bench/bystander.py; asyncio_sock's recvfrom read 0.52 with a 102-ms skew over 0.21 s.
+    counted = row["counted"]
+    assert counted["span_s"] == pytest.approx(row["probed"]["duration_s"] + row["probed"]["snap_skew_ms"] / 1e3,
+                                              abs=1e-4)
+    assert counted["messages"] == round(counted["loader_messages"] * counted["span_s"] / row["probed"]["duration_s"])
+    assert abs(per["sendto"] - 1) <= 0.02 and abs(per["recvfrom"] - 1) <= 0.02, (per, row["probed"], counted)
     assert row["probed"]["share"] == pytest.approx(0.3)
     assert 0.2 < row["probed"]["duration_s"] / (row["probed"]["duration_s"] + row["duration_s"]) < 0.4
     assert row["msgs_per_sec"] == pytest.approx(row["messages"] / row["duration_s"], rel=0.02)
@@ -93,15 +96,21 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
                                                 rel=2e-3)
     assert row["unprobed_drift"] == pytest.approx(
         abs(parts["after_msgs_per_sec"] - parts["before_msgs_per_sec"]) / row["msgs_per_sec"], rel=2e-3)
-    # The probes ran inside the guards (0.1 s each side, counted in neither phase): attached before the
-    # probed sub-window began, detached before the headline time after it resumed. The headline is
-    # the window minus the probed sub-window and both guards.
+    # The probes run inside the guards (0.1 s each side, counted in neither phase): attached when netprof hears
+    # the first guard's mark, detached as soon as it has read the counters at the sub-window's end. Both are
+    # as late as netprof's hearing of the mark, ~5 ms, and a host that stalls it (128 ms once beside
+    # bench/bystander.py) can push them past the guard: the row says by how much and the report names the cell.
+    # What netprof itself adds once it heard the mark (the read and the detach: ~7-10 ms) stays inside it.
+    # The headline is the window minus the probed sub-window and both guards.
     timing = row["probed"]
     assert timing["guard_s"] == pytest.approx(0.1)
-    assert 0 < timing["attach_lead_ms"] < 100 and 0 < timing["detach_lag_ms"] < 100, timing
-    assert timing["late_ms"] == 0 and timing["spill_ms"] == 0, timing
+    assert 0 < timing["detach_lag_ms"] - counted["stop_heard_ms"] < 100, (timing, counted)
+    assert timing["late_ms"] == pytest.approx(max(0.0, -timing["attach_lead_ms"])), timing
+    assert timing["spill_ms"] == pytest.approx(max(0.0, timing["detach_lag_ms"] - 100)), timing
     assert row["duration_s"] == pytest.approx(4 * 0.7 - 0.2, abs=0.01)
-    assert "no probe ran in headline time" in (out / "report.md").read_text()
+    said = ("no probe ran in headline time" if timing["late_ms"] == timing["spill_ms"] == 0
+            else "stayed attached past the 100 ms guard")
+    assert said in (out / "report.md").read_text(), timing
 
 
 def test_probe_share_one_counts_as_before_and_share_zero_probes_nothing(probed_run, tmp_path):

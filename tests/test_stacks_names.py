@@ -20,6 +20,7 @@ import pytest
 from helpers import require_bpf, run_netprof, wait_no_children
 from netprof.probes import StackProbes, pyframes
 from netprof.probes.stacks import display_frames
+from netprof.profiler.kit.rule_registry import Thresholds
 
 # Ours, known: `outer` calls `churn`, which registers and unregisters one fd n times: 2n epoll_ctl
 # from `churn`, and the mmap of `mapper` n times. -I: nothing is imported from the test's cwd.
@@ -127,10 +128,20 @@ def test_another_minor_version_says_where_to_look(bpf):
 @pytest.mark.slow
 def test_asyncio_sock_run_names_its_epoll_ctl(tmp_path):
     require_bpf()
-    out = tmp_path / "run"
-    res = run_netprof("run", "--no-report", "asyncio_sock", "-c", "50", "-d", "0.5", "-r", "1", "--warmup", "0.3",
-                      "--stacks", "--wait", "--json", "--out", str(out), timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+    # asyncio_sock registers the socket before each read that finds nothing and unregisters it after: two
+    # epoll_ctl per message, the readiness_churn rule's condition (1.5). A read that finds its data already there
+    # registers nothing, and a host that stalls the server between its send and its next read (a hypervisor's
+    # steal) makes more of them: 1.28 per message in one run of a busy hour. So a run below the rule's condition
+    # is made once more, every try's figure in the message.
+    tried = []
+    for i in range(2):
+        out = tmp_path / f"run{i}"
+        res = run_netprof("run", "--no-report", "asyncio_sock", "-c", "50", "-d", "0.5", "-r", "1", "--warmup",
+                          "0.3", "--stacks", "--wait", "--json", "--out", str(out), timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        tried.append(json.loads(res.stdout)["runs"][0]["syscalls_per_msg"]["epoll_ctl"])
+        if tried[-1] >= Thresholds().readiness_churn_epoll_ctl:
+            break
     files = list((out / "stacks").glob("*.json"))
     assert len(files) == 1
     doc = json.loads(files[0].read_text())
@@ -148,5 +159,6 @@ def test_asyncio_sock_run_names_its_epoll_ctl(tmp_path):
     row = json.loads(res.stdout)["runs"][0]
     assert sum(s["count"] for s in ctl) > row["messages"] * 0.5
     churn = [a for a in json.loads(res.stdout)["anomalies"] if a["id"] == "readiness_churn"]
-    assert churn and any("selector_events.py" in f for s in churn[0]["evidence"]["stacks"] for f in s["frames"])
+    assert churn, f"epoll_ctl per message, try by try: {tried}"
+    assert any("selector_events.py" in f for s in churn[0]["evidence"]["stacks"] for f in s["frames"])
     assert not wait_no_children()

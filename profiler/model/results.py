@@ -40,7 +40,7 @@ KNEE_JSON = "knee.json"  # `netprof knee`'s document (knee.py), read by the repo
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "ring", "ring_per_msg",
           "syscall_time_s",
           "ctx", "loader_cpu", "errors", "faults", "probed", "sockwait", "unanswered", "unprobed_parts",
-          "lat_sent_us", "open_loop", "loaders")
+          "lat_sent_us", "open_loop", "loaders", "counted")
 # Fields of a group that are dicts themselves (`breakdown.mean_us` of parts): their columns are
 # `group.field.key`, and unflatten nests them again. Other groups' dotted keys stay as they are
 # (`open_loop.behind_late_us.p99` is the key `behind_late_us.p99` of `open_loop`).

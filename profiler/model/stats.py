@@ -61,6 +61,27 @@ def ratio(count: float, messages: int) -> float | None:
     return count / messages if messages else None
 
 
+def counted_span(messages: int, window: tuple[float, float] | None, read: tuple[float, float],
+                 load_runs_on: bool) -> dict:
+    """The loader's `messages` of a window [t_start, t_stop) (its clock) carried over to the span the probes'
+    counters were really read over (`read`: netprof's clock, each edge when it heard the loader's mark: a few
+    ms after it, over 100 ms when the host stalls one read and not the other). Counts ÷ messages compare
+    counters and messages of the same span only so: `messages` × loaded read span ÷ window span, the window's
+    own rate carried over the lag. The load runs before any window (warm-up, guards); after it only when
+    `load_runs_on` (a probed sub-window: the guard and the unprobed part follow), else the read span is cut at
+    t_stop (the loader stops there). The group `counted` of a row: {loader_messages, messages, span_s (the
+    loaded read span), start_heard_ms, stop_heard_ms}. Without the window's bounds on this clock (a loader on
+    another host) the messages are the window's, the rest None."""
+    if window is not None and window[1] > window[0]:
+        span = (read[1] if load_runs_on else min(read[1], window[1])) - read[0]
+        if span > 0:
+            return {"loader_messages": messages, "messages": round(messages * span / (window[1] - window[0])),
+                    "span_s": span, "start_heard_ms": 1e3 * (read[0] - window[0]),
+                    "stop_heard_ms": 1e3 * (read[1] - window[1])}
+    return {"loader_messages": messages, "messages": messages, "span_s": None, "start_heard_ms": None,
+            "stop_heard_ms": None}
+
+
 def probe_cost(unprobed_rate: float | None, probed_rate: float | None) -> float | None:
     """The probes' cost in one cell: 1 − probed/unprobed msgs/s (negative = within noise, faster)."""
     if not unprobed_rate or probed_rate is None:

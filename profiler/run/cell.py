@@ -181,9 +181,10 @@ class Marks:
 
     def _snap(self, kind: str) -> None:
         counted = kind in self.counted_marks
+        t = time.monotonic()  # when the counters are read (/proc of a process tree takes ms more: not in it)
         counters = {i.name: i.snapshot() for i in self.first if counted and i.attached}
         proc = proc_cpu_times(self.pid)
-        snap = self.snaps[kind] = Snap(proc, time.monotonic(), counters)
+        snap = self.snaps[kind] = Snap(proc, t, counters)
         if counted:
             snap.counters.update({i.name: i.snapshot() for i in self.then})
 
@@ -423,9 +424,15 @@ def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[In
     pair = marks.pair(*marks.counted_marks)
     if pair is None:
         return {}
-    window = (result.get("phases") or {}).get("probed") if marks.window else result
-    counted = Counted(messages=int((window or {}).get("messages", 0)), duration_s=(window or {}).get("duration_s"),
-                      latency_us=(window or {}).get("latency_us") or {}, proc=proc_delta(pair[0].proc, pair[1].proc))
+    window = ((result.get("phases") or {}).get("probed") if marks.window else result) or {}
+    bounds = ((float(window["t_start"]), float(window["t_stop"]))
+              if "t_start" in window and "t_stop" in window and not row.get("loader_host") else None)  # same clock
+    span = stats.counted_span(int(window.get("messages", 0)), bounds, (pair[0].t, pair[1].t),
+                              load_runs_on=marks.window is not None)  # a sub-window (share < 1): load after it
+    counted = Counted(messages=span["messages"], duration_s=span["span_s"] or window.get("duration_s"),
+                      latency_us=window.get("latency_us") or {}, proc=proc_delta(pair[0].proc, pair[1].proc))
+    if instruments:
+        row["counted"] = span
     conns = {}
     for inst in instruments:
         a, b = pair[0].counters.get(inst.name), pair[1].counters.get(inst.name)
