@@ -34,9 +34,10 @@ SCHEMA = 1  # of the JSON document `compare --json` prints (and compare.json)
 METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful rounds, with its "
           f"{CONFIDENCE:.0%} interval by Fieller's theorem (two independent samples, Welch's degrees of "
           f"freedom, so it agrees with the test). The verdict is Welch's t-test (scipy.stats.ttest_ind, "
-          f"equal_var=False): significant when p < {ALPHA}. Fairness is judged through the spread of "
-          f"messages across connections (CV = √(1/Jain − 1)) on a log scale, because Jain saturates near "
-          f"1: its ratio is that of geometric means. A cell with fewer than {MIN_ROUNDS} successful rounds "
+          f"equal_var=False): significant when p < {ALPHA}. msgs/s is judged on a log scale (a host's speed "
+          f"scales a rate: its ratio is that of geometric means, its interval exp(Welch's interval of the mean "
+          f"logs' difference)), and fairness through the spread of messages across connections "
+          f"(CV = √(1/Jain − 1)) on a log scale too, because Jain saturates near 1. A cell with fewer than {MIN_ROUNDS} successful rounds "
           f"on either side gets \"not enough rounds\". Rounds of one run share its machine state, so a "
           f"small significant change can still be run-to-run drift: confirm it by running both again.")
 
