@@ -87,8 +87,14 @@ def test_sock_recv_starvation_reproduced_with_message_framing(message_run):
     stream = jain(("asyncio_sock", "stream"))
     assert stream > max(0.8, starved + 0.1), (stream, [r["per_conn"] for r in rounds[("asyncio_sock", "stream")]])
     # one read per message: the framing reached the backend
-    for starved in rounds[("asyncio_sock", "message")]:
-        assert 0.9 < starved["syscalls_per_msg"]["recvfrom"] < 1.3, starved["syscalls_per_msg"]
+    # (a round whose counters were read over less than half its probed sub-window has no figure to judge: the
+    # host stalled netprof 360 ms past the sub-window's start once, leaving 9 ms of it counted; three of five
+    # rounds at least must have one)
+    judged = [r for r in rounds[("asyncio_sock", "message")]
+              if (r["counted"]["span_s"] or 0) >= 0.5 * r["probed"]["duration_s"]]
+    assert len(judged) >= 3, [(r["counted"], r["probed"]) for r in rounds[("asyncio_sock", "message")]]
+    for starved in judged:
+        assert 0.9 < starved["syscalls_per_msg"]["recvfrom"] < 1.3, (starved["syscalls_per_msg"], starved["counted"])
     fired = [(a["backend"], a["framing"]) for a in summary["anomalies"] if a["id"] == "starvation"]
     assert fired == [("asyncio_sock", "message")], fired
     a = next(a for a in summary["anomalies"] if a["id"] == "starvation")
