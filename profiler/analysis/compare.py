@@ -34,12 +34,13 @@ SCHEMA = 1  # of the JSON document `compare --json` prints (and compare.json)
 METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful rounds, with its "
           f"{CONFIDENCE:.0%} interval by Fieller's theorem (two independent samples, Welch's degrees of "
           f"freedom, so it agrees with the test). The verdict is Welch's t-test (scipy.stats.ttest_ind, "
-          f"equal_var=False): significant when p < {ALPHA}. msgs/s is judged on a log scale (a host's speed "
-          f"scales a rate: its ratio is that of geometric means, its interval exp(Welch's interval of the mean "
-          f"logs' difference)), and fairness through the spread of messages across connections "
-          f"(CV = √(1/Jain − 1)) on a log scale too, because Jain saturates near 1. A cell with fewer than {MIN_ROUNDS} successful rounds "
-          f"on either side gets \"not enough rounds\". Rounds of one run share its machine state, so a "
-          f"small significant change can still be run-to-run drift: confirm it by running both again.")
+          f"equal_var=False): significant when p < {ALPHA}. msgs/s, latency and CPU per message are judged on "
+          f"a log scale, as netprof ab judges them (a host's speed scales them): their means are geometric, "
+          f"the interval exp(Welch's interval of the mean logs' difference); fairness is judged through the "
+          f"spread of messages across connections (CV = √(1/Jain − 1)) on a log scale too, because Jain "
+          f"saturates near 1. A cell with fewer than {MIN_ROUNDS} successful rounds on either side gets "
+          f"\"not enough rounds\". Rounds of one run share its machine state, so a small significant change can "
+          f"still be run-to-run drift: confirm it by running both again.")
 
 # The load shape is always matched; any other dimension with one value in each run that differs
 # between them is what the comparison is about (`--work spin:20`, `--framing stream`, a backend).
