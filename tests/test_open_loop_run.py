@@ -39,7 +39,10 @@ def test_open_loop_under_and_over_capacity(tmp_path):
     # 500/s: achieved within ±2%, p50 from the intended time = the 1 ms handler and little else
     assert abs(under["msgs_per_sec"] - 500) <= 10, under["msgs_per_sec"]
     assert 1_000 <= under["lat_us"]["p50"] <= 2_500, under["lat_us"]
-    assert under["open_loop"]["achieved_share"] > 0.98 and not under["open_loop"].get("behind")
+    # kept up: no more requests waited for a connection than the overloaded rule lets pass (1%); a host that
+    # stalls the server now and then makes a few wait (6 of 1,000 beside bench/bystander.py, p99 22 ms)
+    assert under["open_loop"]["achieved_share"] > 0.98 and under["open_loop"]["behind_share"] <= 0.01, under
+    assert under["open_loop"]["queued_at_end"] == 0, under["open_loop"]
 
     # 2,000/s: the server's ~1,000/s, requests behind, seconds of latency from the intended time ...
     assert over["msgs_per_sec"] <= 1_150, over["msgs_per_sec"]
