@@ -296,5 +296,6 @@ def _loop_cpu(rows: dict, out) -> None:
         # it, this kernel's PARAVIRT_TIME_ACCOUNTING leaves it out of /proc's): its CPU's share is at most twice
         # the host's (2 CPUs). uvloop_sock read 24.3 µs against /proc's 20.7 beside bench/bystander.py on an hour
         # whose hypervisor stole ~10% of the CPUs (fresh-clone run, 2026-12-01).
-        steal = min(2 * rows[name]["steal_frac"], 0.5)
+        # (at most 0.9 of it: a 37-41% steal hour put the probes' CPU at 2.3-3.5× /proc's in three tries)
+        steal = min(2 * rows[name]["steal_frac"], 0.9)
         assert 0.85 * b["proc_cpu_us"] <= b["cpu_us"] <= 1.15 * b["proc_cpu_us"] / (1 - steal), (name, b, steal)

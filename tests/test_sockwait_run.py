@@ -162,7 +162,10 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
                       stacklevel=1)
     else:
         assert s["conn_wait_ratio"] >= 100, tries
-        assert s["conn_wait_most_us"] < 1000 < s["conn_wait_least_us"], s
+        # the carriers' own wait is their 8 queued messages' handlers (~510 µs), longer by what the hypervisor
+        # stole from the backend's CPU meanwhile (at most twice the host's share: 2.8 ms at a third of it once)
+        stolen = min(2 * tries[-1]["steal"], 0.9)
+        assert s["conn_wait_most_us"] < 1000 / (1 - stolen) and 1000 < s["conn_wait_least_us"], (s, tries)
     # the per-connection file holds the same split
     # (a socket counts when it read or answered: one answered with no read in the window, its request read
     # just before the window, under the strong starvation the work gives)

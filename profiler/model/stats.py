@@ -344,18 +344,19 @@ class Metric:
 
 
 CELL_METRICS: dict[str, Metric] = {
-    # Rates, times and CPU on a log scale (the ratio of geometric means), as `netprof ab` judges them: this host's
-    # speed moves in regimes that scale them (three rounds of selector at 102.6k, 28.9k and 49.2k msgs/s), and on
-    # the linear scale such a spread left a 30× slower variant (2.1k msgs/s) "no significant change" (Welch p
-    # 0.12); its logs' spread does not. Floors: a latency's resolution (1 µs), CPU's (1 ns).
+    # The rate on a log scale (the ratio of geometric means), as `netprof ab` judges it: this host's speed moves in
+    # regimes that scale a cell's rate (three rounds of selector at 102.6k, 28.9k and 49.2k msgs/s), and on the
+    # linear scale such a spread left a 30× slower variant (2.1k msgs/s) "no significant change" (Welch p 0.12).
+    # Latency and CPU per message stay linear: what a slow host adds to them is mostly added time (a stall, stolen
+    # CPU), and on the log scale the spread of a small BASE (user CPU 0.5-3 µs per message) hid a 20-µs change.
     "msgs_per_sec": Metric("{rate}", higher_is_better=True, log=True),
-    "lat_us.p50": Metric("latency p50", "µs", log=True, floor=1.0),
-    "lat_us.p95": Metric("latency p95", "µs", log=True, floor=1.0),
-    "lat_us.p99": Metric("latency p99", "µs", log=True, floor=1.0),
-    "lat_us.p999": Metric("latency p999", "µs", log=True, floor=1.0),
-    "cpu_us_per_msg.user": Metric("user CPU {per}", "µs", log=True, floor=1e-3),
-    "cpu_us_per_msg.sys": Metric("kernel CPU {per}", "µs", log=True, floor=1e-3),
-    CPU_TOTAL: Metric("CPU {per}", "µs", log=True, floor=1e-3),
+    "lat_us.p50": Metric("latency p50", "µs"),
+    "lat_us.p95": Metric("latency p95", "µs"),
+    "lat_us.p99": Metric("latency p99", "µs"),
+    "lat_us.p999": Metric("latency p999", "µs"),
+    "cpu_us_per_msg.user": Metric("user CPU {per}", "µs"),
+    "cpu_us_per_msg.sys": Metric("kernel CPU {per}", "µs"),
+    CPU_TOTAL: Metric("CPU {per}", "µs"),
     SYSCALLS_TOTAL: Metric("syscalls {per}"),
     KERNEL_OPS_TOTAL: Metric("kernel operations {per} (syscalls + io_uring)"),
     "ctx_switches_per_msg": Metric("context switches {per}"),
