@@ -129,6 +129,7 @@ class Snap:
     proc: dict
     t: float
     counters: dict[str, Any] = field(default_factory=dict)
+    t_then: float | None = None  # when the other instruments were read (after /proc), at a counted mark
 
 
 # Seconds between the loader's live `progress` events when someone shows them (the progress bar).
@@ -186,6 +187,7 @@ class Marks:
         proc = proc_cpu_times(self.pid)
         snap = self.snaps[kind] = Snap(proc, t, counters)
         if counted:
+            snap.t_then = time.monotonic()
             snap.counters.update({i.name: i.snapshot() for i in self.then})
 
     def __call__(self, event: dict) -> None:
@@ -427,15 +429,25 @@ def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[In
     window = ((result.get("phases") or {}).get("probed") if marks.window else result) or {}
     bounds = ((float(window["t_start"]), float(window["t_stop"]))
               if "t_start" in window and "t_stop" in window and not row.get("loader_host") else None)  # same clock
-    span = stats.counted_span(int(window.get("messages", 0)), bounds, (pair[0].t, pair[1].t),
-                              load_runs_on=marks.window is not None)  # a sub-window (share < 1): load after it
-    counted = Counted(messages=span["messages"], duration_s=span["span_s"] or window.get("duration_s"),
-                      latency_us=window.get("latency_us") or {}, proc=proc_delta(pair[0].proc, pair[1].proc))
+    proc = proc_delta(pair[0].proc, pair[1].proc)
+
+    def counted_over(read: tuple[float, float]) -> tuple[dict, Counted]:
+        span = stats.counted_span(int(window.get("messages", 0)), bounds, read,
+                                  load_runs_on=marks.window is not None)  # a sub-window (share < 1): load after it
+        return span, Counted(messages=span["messages"], duration_s=span["span_s"] or window.get("duration_s"),
+                             latency_us=window.get("latency_us") or {}, proc=proc)
+
+    # the instruments read first (the counting set) and the others (after /proc: ms later, more on a stalled host)
+    # each over the span they were read over
+    span, first = counted_over((pair[0].t, pair[1].t))
+    then = (counted_over((pair[0].t_then, pair[1].t_then))[1]
+            if pair[0].t_then is not None and pair[1].t_then is not None else first)
     if instruments:
         row["counted"] = span
     conns = {}
     for inst in instruments:
         a, b = pair[0].counters.get(inst.name), pair[1].counters.get(inst.name)
+        counted = first if inst in marks.first else then
         if a is not None and b is not None:
             if rows := inst.row(row, a, b, counted):
                 conns[inst.conn_file or inst.name] = rows
