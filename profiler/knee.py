@@ -170,10 +170,10 @@ def _waited_share(ol: dict) -> float | None:
     """The share of a cell's requests that came due with every connection busy and waited in the loader: behind
     the cap, or below it for a slot or a connection opened for them (PROTOCOL.md, "Connections as needed"), or
     still waiting at the window's end (intended − sent); the behind share alone from older loaders."""
-    intended, sent = ol.get("intended"), ol.get("sent")
-    if not intended or sent is None or ol.get("waited_slot") is None:
-        return ol.get("behind_share")
-    return (sum(ol.get(k) or 0 for k in ("behind", "waited_connect", "waited_slot")) + intended - sent) / intended
+    intended, behind = ol.get("intended"), ol.get("behind_share")  # behind the cap or still waiting (stats.open_loop)
+    if not intended or behind is None or ol.get("waited_slot") is None:
+        return behind
+    return behind + sum(ol.get(k) or 0 for k in ("waited_connect", "waited_slot")) / intended
 
 
 def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
