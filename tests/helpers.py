@@ -77,8 +77,17 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# The commands that take the machine's run lock. A run a test starts may find another test session's holding it
+# (the first pass's four workers, a second `make test` or a developer's pytest beside CI): every such command a
+# test starts queues behind it (--wait) instead of being refused.
+LOCKING = ("run", "ab", "knee")
+
+
 def netprof_cmd(*args: str) -> list[str]:
-    """argv for the installed CLI (the same entry point a user types)."""
+    """argv for the installed CLI (the same entry point a user types); a command that takes the run lock waits for
+    it (LOCKING)."""
+    if args and args[0] in LOCKING and "--wait" not in args:
+        args = (args[0], "--wait", *args[1:])
     return [os.path.join(VENV_BIN, "netprof"), *args]
 
 
@@ -128,6 +137,16 @@ def netprof_cli(*args: str, **kw) -> subprocess.CompletedProcess:
 
 
 OUR_PROCESS_MARKERS = ("netprof.backends", "netprof-loader")
+
+
+def another_sessions(p: psutil.Process) -> bool:
+    """The process was started by another test session on this machine (another pass or `make test`): it carries
+    that session's tag. A process on a lab host, started through its sshd, carries none."""
+    try:
+        tag = p.environ().get("NETPROF_TEST_TAG")
+    except psutil.Error:
+        return False
+    return tag is not None and tag != os.environ.get("NETPROF_TEST_TAG")
 
 
 def _ours(p: psutil.Process) -> bool:

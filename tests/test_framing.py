@@ -131,8 +131,13 @@ def test_work_runs_per_message_or_per_recv(name, framing):
     with Backend(name, "--work", f"sleep:{WORK_US}", "--framing", framing) as b:
         b.wait_ready()
         with b.connect() as s:
-            # Noise only adds time: the best of three rounds.
-            took = min(merged_echo_seconds(s) for _ in range(3))
+            # Noise only adds time: the best of three rounds, or for stream framing of up to ten until one is under
+            # its bound (a pause of this test on a busy host only adds time too; no round of a backend that sleeps
+            # per message can be under it: blocking sleeps never end early).
+            rounds = [merged_echo_seconds(s) for _ in range(3)]
+            while framing == "stream" and min(rounds) >= 0.6 * MESSAGES * WORK_US / 1e6 and len(rounds) < 10:
+                rounds.append(merged_echo_seconds(s))
+            took = min(rounds)
     all_work = MESSAGES * WORK_US / 1e6
     if framing == "message":  # one sleep per message; blocking sleeps never end early
         assert took >= 0.95 * all_work, f"{MESSAGES} merged messages echoed in {took * 1e3:.0f} ms"

@@ -335,7 +335,7 @@ def test_sources_round_robin(group, loader):
 
 def test_backend_killed_mid_run(group, loader):
     echo, port = start_echo(group)
-    duration = 5.0
+    duration = 30.0  # far beyond the bound below: this module runs four at a time on a busy host, which may pause it
 
     def on_event(e):
         if e["event"] == "measure_start":
@@ -348,7 +348,7 @@ def test_backend_killed_mid_run(group, loader):
     elapsed = time.monotonic() - t0
     err = info.value
     assert err.kind == "backend_gone"
-    assert elapsed < 0.2 + 0.5 + 3.0  # ends when the backend goes, not at the end of the duration
+    assert elapsed < 0.2 + 0.5 + 10.0  # ends when the backend goes, not at the end of the duration
     s = err.stats
     assert s["aborted"] and s["messages"] > 0 and s["errors"]["reset"] == 20
     assert sum(s["per_conn_messages"]) == s["messages"]
@@ -360,7 +360,7 @@ def test_backend_stall_still_ends_at_duration(group, loader):
     _, port = start_echo(group, "stall", 0.5)
     t0 = time.monotonic()
     s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=10, duration=1.5, warmup=0.2))
-    assert time.monotonic() - t0 < 0.2 + 1.5 + 2.0
+    assert time.monotonic() - t0 < 0.2 + 1.5 + 10.0  # ends, though its backend never answers again
     check_stats(s, 10, 1.5)
     assert not s["aborted"] and s["messages"] > 0
 
@@ -388,8 +388,8 @@ def test_closing_the_channel_mid_run_ends_the_loader(group, loader):
         pass
     loader.channel.close()
     t0 = time.monotonic()
-    loader.proc.popen.wait(timeout=3)
-    assert time.monotonic() - t0 < 2
+    loader.proc.popen.wait(timeout=15)
+    assert time.monotonic() - t0 < 10  # at once, not at the 60-s window's end (with room for a paused test)
     assert loader.proc.returncode() == 0
     assert "parent is gone" in loader.proc.stderr_tail()
 

@@ -14,7 +14,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from helpers import default_sigint, netprof_cmd, require, require_bpf, run_netprof
+from helpers import another_sessions, default_sigint, machine_lock, netprof_cmd, require, require_bpf, run_netprof
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = ROOT / "scripts" / "lab.sh"
@@ -30,20 +30,24 @@ def lab():
     config's path; taken down at the end. A lab already up is someone's: the test refuses to touch it."""
     require(os.geteuid() == 0, "root (the lab creates network namespaces)")
     require(os.path.exists("/usr/sbin/sshd"), "Debian's openssh-server (/usr/sbin/sshd)")
-    up = _lab("up", "3")
-    assert up.returncode == 0, up.stderr + up.stdout  # "exists": `scripts/lab.sh down` first
-    try:
-        yield up.stdout.strip().splitlines()[-1]
-    finally:
-        down = _lab("down")
-        assert down.returncode == 0, down.stderr
+    with machine_lock("lab"):  # the machine's one lab: tests/test_lab.py's, in another session, wait for it
+        up = _lab("up", "3")
+        assert up.returncode == 0, up.stderr + up.stdout  # "exists": `scripts/lab.sh down` first
+        try:
+            yield up.stdout.strip().splitlines()[-1]
+        finally:
+            down = _lab("down")
+            assert down.returncode == 0, down.stderr
 
 
 def _far_side_processes() -> list[str]:
-    """Agents and loaders still running anywhere on the machine (the lab hosts share its process table)."""
+    """Agents and loaders still running anywhere on the machine (the lab hosts share its process table), but for
+    another test session's (the other pass's loaders)."""
     left = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
+        if another_sessions(p):
+            continue
         if any(m in cmd for m in ("netprof.profiler agent", "netprof.profiler run", "netprof-loader",
                                   "netprof.backends")) or cmd.startswith("ssh ") and " lab" in cmd:
             left.append(f"{p.pid}: {cmd[:120]}")

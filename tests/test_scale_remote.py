@@ -20,6 +20,7 @@ import pytest
 
 from helpers import (
     REQUIRE_TOOLS,
+    another_sessions,
     backend_of,
     netprof_cli,
     netprof_cmd,
@@ -47,11 +48,12 @@ def ours(pid: int | None = None) -> list[str]:
 
 def netns_run_processes() -> list[psutil.Process]:
     """Processes of a netns run: backends told to listen on the link, the user-space netem forwarder.
-    (Scoped like this, not "every netprof process", since other runs may share the machine.)"""
+    (Scoped like this, not "every netprof process", since other runs may share the machine; not another test
+    session's.)"""
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "--host 198.18.0.1" in cmd or "netprof.profiler.run.link.netns forward" in cmd:
+        if not another_sessions(p) and ("--host 198.18.0.1" in cmd or "netprof.profiler.run.link.netns forward" in cmd):
             found.append(p)
     return found
 

@@ -38,7 +38,9 @@ def sw():
 
 def run_load(sw: SockWaitProbes, backend: str, connections: int, pipeline: int = 1, work: str = "none",
              duration: float = 2.0, framing: str = "message", skip: float = 0.0):
-    """(loader stats, SockWaitDelta, backend pid) of one loader run against a fresh backend."""
+    """(loader stats, SockWaitDelta, backend pid) of one loader run against a fresh backend. The stats gain
+    `backend_voluntary`: how many times the backend gave up its CPU inside the window (its loop found nothing
+    ready and slept in epoll_wait, or it blocked), from /proc, the same window as the delta."""
     loader = require_tool("netprof-loader")
     with ProcessGroup() as group:
         be = group.spawn(f"backend-{backend}", [sys.executable, "-m", "netprof.backends", backend, "--host",
@@ -46,20 +48,28 @@ def run_load(sw: SockWaitProbes, backend: str, connections: int, pipeline: int =
                                                 "--work", work], cpus="0")
         _, pid, port = be.wait_line("ready", 30).split()[:3]
         sw.target(int(pid))
-        a = sw.snapshot()
+        proc = psutil.Process(int(pid))
+        a, vol0 = sw.snapshot(), proc.num_ctx_switches().voluntary
         p = subprocess.Popen([loader, "--target", f"127.0.0.1:{port}", "-c", str(connections), "-d", str(duration),
                               "--warmup", "0.5", "--pipeline", str(pipeline), "--cpus", "1", "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if skip:  # the window starts `skip` s into the load (the sockets were learned at connection setup)
             time.sleep(skip)
-            a = sw.snapshot()
+            a, vol0 = sw.snapshot(), proc.num_ctx_switches().voluntary
         stdout, stderr = p.communicate(timeout=duration + 60)
+        vol = proc.num_ctx_switches().voluntary - vol0
         out = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
         b = _quiet_snapshot(sw, int(pid))
     assert out.returncode == 0, out.stderr[-500:]
-    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = {**json.loads(out.stdout.strip().splitlines()[-1]), "backend_voluntary": vol}
     assert stats["connected"] == connections
     return stats, sockwait_delta(a, b), int(pid)
+
+
+def _monopolies_broke(t: dict) -> bool:
+    """A try of the starvation load whose carriers waited a millisecond, with the window's reason for it: the
+    backend's loop slept in it (more than twice: a queue drained) or the hypervisor stole over a tenth."""
+    return t["most_us"] >= 1000 and (t["loop_slept"] > 2 or t["steal"] > STEAL_REMEASURE)
 
 
 def _quiet_snapshot(sw: SockWaitProbes, pid: int):
@@ -136,27 +146,31 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
     # The most-served are the connections that carried the load, a tenth at most (stats.conn_wait_split):
     # on a host where the loader is the slower side few monopolies hold at a time (one, in a fresh-clone
     # CI and here), and the top tenth would take in starved connections. A window in which even they
-    # waited a millisecond caught the host stalled: measured again, at most 3 times, and only while the
-    # hypervisor stole more than a tenth of the host's CPU during the try (the monopolies then break for the
-    # whole window: the carriers take turns and every connection waits, ×1.17 in each of three tries of a
-    # fresh-clone run beside bench/bystander.py, 2026-12-02). A loop that starves nobody on a host that
-    # does not stall it has a fast most-served group too, and fails at once.
+    # waited a millisecond saw the monopolies break, and it is measured again (3 tries at most) where the
+    # window says why: the backend's loop slept (a voluntary switch: every queue had drained, so the loader,
+    # not the loop, was the slower side for a while) or the hypervisor stole more than a tenth of the
+    # host's CPU. Both were seen: ×1.17 in each of three tries at a steal above 10% beside
+    # bench/bystander.py (2026-12-02), and ×14 with the carriers at 13.7 ms at a steal of 8% (a pass-2 run
+    # the same day; the loop's switches were not yet recorded). A loop that never slept keeps its queues
+    # full: there a ratio under ×100 fails at once (beside the bystander and on a quiet hour the loop
+    # slept 0 times in 3 s, ×720-16,000).
     tries = []
     for _ in range(3):
         before = meta.host_load()
         stats, d, _ = run_load(sw, "asyncio_sock", 100, pipeline=8, work="spin:20", duration=3.0, skip=1.0)
         steal = meta.cell_load(before, meta.host_load()).get("steal_frac") or 0.0
         s = {**split(d), "messages": stats["messages"]}
-        tries.append({"ratio": s["conn_wait_ratio"], "most_us": s["conn_wait_most_us"], "steal": steal})
-        if s["conn_wait_most_us"] < 1000 or steal <= STEAL_REMEASURE:
+        tries.append({"ratio": s["conn_wait_ratio"], "most_us": s["conn_wait_most_us"], "steal": steal,
+                      "loop_slept": stats["backend_voluntary"]})
+        if not _monopolies_broke(tries[-1]):
             break
     assert d.exact, d.overflow
     assert 10 <= d.sockets <= 100  # the starved may not be read at all (they are in per_conn: unread)
     assert d.unmeasured == {"unknown": 0, "unmatched": 0}  # learned at connection setup
     assert len(d.per_conn) == 100
-    if s["conn_wait_most_us"] >= 1000 and all(t["steal"] > STEAL_REMEASURE for t in tries):
-        # every try on a stalled host: the least-served still waited longer than the most-served
-        warnings.warn(f"the carriers took turns in every try, the host's steal above 10% in each: {tries}",
+    if all(_monopolies_broke(t) for t in tries):
+        # every try disturbed: the least-served still waited longer than the most-served
+        warnings.warn(f"the carriers took turns in every try (the loop slept or the host stole): {tries}",
                       stacklevel=1)
         assert s["conn_wait_ratio"] > 1, tries
     else:
