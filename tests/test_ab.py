@@ -61,10 +61,18 @@ def turns_ab(tmp_path_factory):
     of its own: ~8 s of the serial pass). (results directory, JSON document, stderr)"""
     root = tmp_path_factory.mktemp("turns")
     flame = ("--flamegraph",) if _missing_bpf() is None else ()
+    # 8 s hold the 2 generations a verdict needs on an ordinary hour; on a slow one a generation (two server starts
+    # and their blocks of turns) can take longer, and ab then says "not enough rounds" (a fresh-clone run at 22-33%
+    # steal, 2026-12-02: one generation in 8 s). That answer is ab's to give, the time it was given the test's: it
+    # is given once more, 20 s.
     with _echo_in(root) as echo:
-        doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
-                       *flame, "--out", str(root / "ab"), "--precision", "10%", "--max-time", "8", timeout=150)
-    yield root / "ab", doc, err
+        for max_time in ("8", "20"):
+            out = root / f"ab-{max_time}s"
+            doc, err = _ab("--cmd", echo(0), "--name", "fast", "--cmd", echo(20000), "--name", "slow", "--no-probes",
+                           *flame, "--out", str(out), "--precision", "10%", "--max-time", max_time, timeout=150)
+            if _msgs(doc)["verdict"] != "not enough rounds":
+                break
+    yield out, doc, err
 
 
 def test_a_slower_variant_is_resolved_as_slower_in_turns(turns_ab):

@@ -193,8 +193,9 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
     _, d1, _ = run_load(sw, "asyncio_sock", 100, pipeline=1, duration=1.0)
     s1 = split(d1)
     # ×1–2, far from starvation's ×100+: ranked by service, the least-served tenth of a fair loop are the
-    # connections that happened to wait longest, so the ratio sits at or above 1 (fresh-clone CI: ×2.03)
-    assert 0.5 <= s1["conn_wait_ratio"] <= 5 and 0.8 <= s1["served_ratio"] <= 1.25, s1
+    # connections that happened to wait longest, so the ratio sits at or above 1 (fresh-clone CI: ×2.03); served
+    # alike within half (1.34 in 1 s on an hour of 22-25% steal, 2026-12-02), where starvation serves ×100 apart
+    assert 0.5 <= s1["conn_wait_ratio"] <= 5 and 0.8 <= s1["served_ratio"] <= 1.5, s1
 
 
 @needs_bpf
