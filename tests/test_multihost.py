@@ -42,7 +42,7 @@ def lab():
 
 def _far_side_processes() -> list[str]:
     """Agents and loaders still running anywhere on the machine (the lab hosts share its process table), but for
-    another test session's (the other pass's loaders)."""
+    another test session's (its loaders are its own to check)."""
     left = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
