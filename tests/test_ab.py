@@ -124,7 +124,10 @@ def test_an_aa_interval_holds_1_and_builtin_variants_count_syscalls(bpf, tmp_pat
     assert names == ["selector", "selector" + ab.PRIME] and doc["ab"]["aa"]
     assert starts[names[0]] == starts[names[1]] >= 1
     metrics = doc["comparisons"][0]["cells"][0]["metrics"]
-    assert metrics["syscalls_per_msg.recvfrom"]["mean_base"] == pytest.approx(1.0, abs=0.1)
+    # counted on both sides: one receive a message, within a quarter (a 0.15-s probed sub-window of a 0.5-s cell,
+    # whose edges a stolen host reads late: 1.12 on an hour of 20-32% steal, 2026-12-02; tests/test_probes_e2e.py
+    # holds the count to ±0.02 over 1-s windows)
+    assert metrics["syscalls_per_msg.recvfrom"]["mean_base"] == pytest.approx(1.0, abs=0.25)
     assert doc["fail_if"] == {"checks": ["slower:50%"], "breaches": []}
     rows = pd.read_parquet(out / "results.parquet")
     assert set(rows["backend"]) == {"selector"} and set(rows["server_kind"]) == {"builtin"}
@@ -165,7 +168,9 @@ def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
     assert 0.97 <= msgs["ratio"] <= 1.03, msgs  # the schedule's, whichever server
     assert "open loop at 400 requests/s (constant arrivals), judged on lat_us.p99" in doc["method"]["text"]
     rows = pd.read_parquet(out / "results.parquet")
-    assert set(rows["rate"]) == {400} and (rows["msgs_per_sec"].between(380, 420)).all(), rows["msgs_per_sec"]
+    # each 0.5-s window at the schedule's rate within a tenth (200 requests: a stall of the host moves a few across
+    # its edges, 379 and 431 once on an hour of 20-32% steal); the pairs' ratio above within 3%
+    assert set(rows["rate"]) == {400} and (rows["msgs_per_sec"].between(360, 440)).all(), rows["msgs_per_sec"]
     assert set(rows["max_connections"]) == {20}  # --max-connections reached every variant's cells
     # the cells method: alternating pairs on warm servers, each pair's canary, within --max-time
     assert info["method"] == "cells" and info["measured"] == "warm" and info["server_starts"] == {"fast": 1, "slow": 1}

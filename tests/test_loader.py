@@ -287,7 +287,13 @@ def test_a_stall_does_not_open_a_connection_per_request_and_they_fall_idle_after
     # a round trip: a pool of 4 to double); a stall of this host outside the pause may double it once more
     assert ol["conns_opened"] <= 8 and ol["conns_max"] <= 2 + 8 and ol["behind"] == 0, json.dumps(ol)
     assert ol["waited_slot"] + ol["waited_connect"] >= 50, ol  # the pause's requests waited, below the cap
-    assert ol["messages_on_opened"] < 0.25 * s["messages"], (ol["messages_on_opened"], s["messages"], ol)
+    # The 2 carry at most 2 requests per round trip (its median from the actual send: outside the pause); what they
+    # cannot take goes on the opened ones, and only that, give or take a tenth: a quarter at most on an hour whose
+    # round trip is under 1 ms (fresh-clone run of 2026-12-01: 99 of 2,000), more where the host slows every round
+    # trip (504 of 2,005 on an hour of 20-32% steal, 2026-12-02)
+    cannot = max(0.0, 1 - 2 / (2000 * s["latency_sent_us"]["p50"] / 1e6))
+    assert ol["messages_on_opened"] < max(0.25, cannot + 0.1) * s["messages"], (
+        ol["messages_on_opened"], s["messages"], s["latency_sent_us"], ol)
 
 
 @pytest.mark.serial
