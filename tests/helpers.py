@@ -128,6 +128,13 @@ def remeasured(measure, check, tries: int = 3):
     raise AssertionError("\n".join(tried))
 
 
+def starvation_disturbed(t: dict) -> bool:
+    """A try of the sock_recv starvation load (tests/test_sockwait.py, test_sockwait_run.py) whose window gives a
+    reason for the carriers to have taken turns: the backend's loop slept more than twice (a voluntary switch: a
+    queue drained, so the loader was the slower side for a while) or the hypervisor stole over STEAL_REMEASURE."""
+    return t["loop_slept"] > 2 or t["steal"] > STEAL_REMEASURE
+
+
 def netprof_cli(*args: str, **kw) -> subprocess.CompletedProcess:
     """The installed CLI for a command that starts nothing: help, list, version, completion, or input it
     refuses (exit 2). The fast tier runs the tests that use only this (conftest's e2e rule): its short
@@ -139,21 +146,24 @@ def netprof_cli(*args: str, **kw) -> subprocess.CompletedProcess:
 OUR_PROCESS_MARKERS = ("netprof.backends", "netprof-loader")
 
 
+def _tag(p: psutil.Process) -> str | None:
+    """The test session's tag the process carries (conftest's TEST_TAG), None without one or once it is gone."""
+    try:
+        return p.environ().get("NETPROF_TEST_TAG")
+    except psutil.Error:
+        return None
+
+
 def another_sessions(p: psutil.Process) -> bool:
     """The process was started by another test session on this machine (another pass or `make test`): it carries
     that session's tag. A process on a lab host, started through its sshd, carries none."""
-    try:
-        tag = p.environ().get("NETPROF_TEST_TAG")
-    except psutil.Error:
-        return False
+    tag = _tag(p)
     return tag is not None and tag != os.environ.get("NETPROF_TEST_TAG")
 
 
 def _ours(p: psutil.Process) -> bool:
-    try:
-        return p.environ().get("NETPROF_TEST_TAG") == os.environ.get("NETPROF_TEST_TAG")
-    except psutil.Error:
-        return False
+    tag = _tag(p)
+    return tag is not None and tag == os.environ.get("NETPROF_TEST_TAG")
 
 
 def netprof_children() -> list[psutil.Process]:

@@ -17,7 +17,7 @@ import warnings
 import psutil
 import pytest
 
-from helpers import STEAL_REMEASURE, require_tool
+from helpers import require_tool, starvation_disturbed
 from netprof.probes import SockWaitProbes, sockwait_delta
 from netprof.probes.sockwait import NSLOTS, WaitDist, conn_rows, log2_quantile_us, slot_bounds, slot_of
 from netprof.profiler.core.procs import ProcessGroup
@@ -67,9 +67,9 @@ def run_load(sw: SockWaitProbes, backend: str, connections: int, pipeline: int =
 
 
 def _monopolies_broke(t: dict) -> bool:
-    """A try of the starvation load whose carriers waited a millisecond, with the window's reason for it: the
-    backend's loop slept in it (more than twice: a queue drained) or the hypervisor stole over a tenth."""
-    return t["most_us"] >= 1000 and (t["loop_slept"] > 2 or t["steal"] > STEAL_REMEASURE)
+    """A try of the starvation load whose carriers waited a millisecond, with the window's reason for it
+    (helpers.starvation_disturbed)."""
+    return t["most_us"] >= 1000 and starvation_disturbed(t)
 
 
 def _quiet_snapshot(sw: SockWaitProbes, pid: int):

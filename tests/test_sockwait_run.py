@@ -16,7 +16,7 @@ import warnings
 import pandas as pd
 import pytest
 
-from helpers import STEAL_REMEASURE, require_bpf, run_netprof, run_steal, wait_no_children
+from helpers import require_bpf, run_netprof, run_steal, starvation_disturbed, wait_no_children
 from netprof.profiler.model import results
 
 
@@ -115,12 +115,6 @@ def test_head_of_line_on_one_loop_not_with_threads_and_no_state_between_cells(tm
     assert not wait_no_children()
 
 
-def _disturbed(t: dict) -> bool:
-    """The window gives a reason for the carriers to have taken turns: its loop slept more than twice (a queue
-    drained: the loader was the slower side for a while) or the hypervisor stole over a tenth of the CPU."""
-    return t["loop_slept"] > 2 or t["steal"] > STEAL_REMEASURE
-
-
 def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
     """asyncio_sock, message framing, 8 in flight, 100 connections: a connection whose `sock_recv`
     finds data keeps the loop, so the others' data waits. Checked against the loader's own per-connection
@@ -161,12 +155,12 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
         # the least-served tenth waited longer than the most-served, in every regime (×1.9-4.5 taking turns)
         assert s["conn_wait_ratio"] > 1.2, tries
         # a run whose loop never slept and that the hypervisor did not slow (steal ≤ 10%) must show the carriers
-        # keeping the loop (test_sockwait.py's _monopolies_broke says why a sleeping loop breaks them)
-        if s["conn_wait_ratio"] >= 100 or not _disturbed(tries[-1]):
+        # keeping the loop (helpers.starvation_disturbed says why a sleeping loop breaks them)
+        if s["conn_wait_ratio"] >= 100 or not starvation_disturbed(tries[-1]):
             break
     # On a slow hour of this host every try may be one where the carriers took turns (three of three at a
     # steal of 26-32%, 2026-12-02): the figure then says so (above), and its ×100 is not the host's to give.
-    if all(_disturbed(t) for t in tries) and s["conn_wait_ratio"] < 100:
+    if all(starvation_disturbed(t) for t in tries) and s["conn_wait_ratio"] < 100:
         warnings.warn(f"the carriers took turns in every try (the loop slept or the host stole): {tries}",
                       stacklevel=1)
     else:
