@@ -190,12 +190,18 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
     read = sum(c.bytes for c in d.per_conn) / 64
     assert 0.5 * stats["messages"] <= read <= stats["messages"] + 100 * 8, (read, stats["messages"])
 
-    _, d1, _ = run_load(sw, "asyncio_sock", 100, pipeline=1, duration=1.0)
+    # The control's window starts 1 s in, as the starvation's does: in the connect phase the connections
+    # connected first are served while the rest connect, and on a slow hour that alone set them apart (CI,
+    # window from targeting: served ×1.68, 346 against 580 messages each, 2026-12-02; ×1.00-1.01 from 1 s in,
+    # eight windows quiet and beside the bystander).
+    _, d1, _ = run_load(sw, "asyncio_sock", 100, pipeline=1, duration=1.5, skip=1.0)
     s1 = split(d1)
     # ×1–2, far from starvation's ×100+: ranked by service, the least-served tenth of a fair loop are the
-    # connections that happened to wait longest, so the ratio sits at or above 1 (fresh-clone CI: ×2.03); served
-    # alike within half (1.34 in 1 s on an hour of 22-25% steal, 2026-12-02), where starvation serves ×100 apart
-    assert 0.5 <= s1["conn_wait_ratio"] <= 5 and 0.8 <= s1["served_ratio"] <= 1.5, s1
+    # connections that happened to wait longest, so the ratio sits at or above 1 (fresh-clone CI: ×2.03). Served
+    # within ×2, where starvation serves ×100 apart: a fair loop reads every ready connection once per turn, and a
+    # request that lands just after the loop's poll waits one turn more, so a connection falls at most every
+    # other turn behind (×1.12 once in the eight windows above).
+    assert 0.5 <= s1["conn_wait_ratio"] <= 5 and 0.8 <= s1["served_ratio"] <= 2, s1
 
 
 @needs_bpf
