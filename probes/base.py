@@ -209,35 +209,77 @@ def _key(src: str | Path, cflags: list[str]) -> tuple[str, tuple[str, ...]]:
     return str(HERE / src), (f"-DNR_SLOTS={NR_SLOTS}", *cflags)
 
 
-# Compiles started ahead (prefetch), by the key load() would use: (thread, [the BPF object once compiled]).
-_AHEAD: dict[tuple[str, tuple[str, ...]], tuple[threading.Thread, list]] = {}
+# BCC's compile is not safe in two threads at once: clang runs with the whole process chdir'ed into the kernel
+# headers' directory (bcc's loader.cc, DirStack) and keeps static state (iovisor/bcc#4500). One at a time, whoever
+# compiles: the prefetch worker or a load() that found nothing begun for its key.
+_COMPILE = threading.Lock()
+
+
+def _compile(text: bytes, cflags: list[str]):
+    with _COMPILE:
+        return _bpf_class()(text=text, cflags=cflags)
+
+
+class _Ahead:
+    """A compile begun ahead: `done` is set when it ended, `bpf` holds the object when it succeeded."""
+
+    def __init__(self, text: bytes) -> None:
+        self.text, self.bpf = text, None
+        self.started, self.done = threading.Event(), threading.Event()
+
+
+# Compiles begun ahead (prefetch), by the key load() would use, in the order they were asked for: one worker
+# thread compiles them one after the other (the GIL released in BCC's C++), beside the command's imports.
+_AHEAD: dict[tuple[str, tuple[str, ...]], _Ahead] = {}
+_QUEUE: list[tuple[tuple[str, tuple[str, ...]], _Ahead]] = []
+_WORKER: list[threading.Thread] = []  # the running worker, if any (a list: no global statement)
+_QUEUE_LOCK = threading.Lock()
+
+
+def _work() -> None:
+    while True:
+        with _QUEUE_LOCK:
+            if not _QUEUE:
+                _WORKER.clear()
+                return
+            key, ahead = _QUEUE.pop(0)
+        try:
+            ahead.started.set()
+            ahead.bpf = _compile(ahead.text, list(key[1]))
+        except Exception:  # noqa: BLE001 (load() compiles again and reports it)
+            pass
+        finally:
+            ahead.done.set()
 
 
 def prefetch(src: str | Path, cflags: list[str]) -> None:
-    """Start compiling what load(src, cflags) will ask for, in a thread: BCC's compile is ~0.35 s in C++ with
-    the GIL released, so it runs beside the command's imports (profiler/entry.py). Best effort: a compile
-    that fails here is done again by load(), which says why. Not a daemon: the interpreter waits for it
-    rather than unloading LLVM under it."""
+    """Begin compiling what load(src, cflags) will ask for, in a worker thread: BCC's compile is ~0.35 s (the
+    counting set) to ~1.5 s (the breakdown's) of C++ with the GIL released, so it runs beside the command's
+    imports (profiler/entry.py). Sets asked for one after the other are compiled in that order, one at a time.
+    Best effort: a compile that fails here is done again by load(), which says why. Not a daemon: the
+    interpreter waits for it rather than unloading LLVM under it."""
     key = _key(src, cflags)
     if key in _AHEAD or key in _SPARE or prerequisites():
         return
-    done: list = []
-    text, cls = bpf_source(Path(key[0])).encode(), _bpf_class()
-    compiling = threading.Event()
+    _bpf_class()  # imports bcc here, not in the worker: an import holds the GIL
+    ahead = _Ahead(bpf_source(Path(key[0])).encode())
+    _AHEAD[key] = ahead
+    with _QUEUE_LOCK:
+        _QUEUE.append((key, ahead))
+        started = not _WORKER
+        if started:
+            _WORKER.append(threading.Thread(target=_work, name="netprof-bpf-prefetch"))
+            _WORKER[0].start()
+    if started:
+        # Until the worker is in BCC's C++ (a few lines of Python away), the caller's imports would hold the GIL
+        # and delay it by their length: wait for it first.
+        ahead.started.wait(timeout=1.0)
 
-    def compile_ahead() -> None:
-        try:
-            compiling.set()
-            done.append(cls(text=text, cflags=list(key[1])))
-        except Exception:  # noqa: BLE001 (load() compiles again and reports it)
-            pass
 
-    thread = threading.Thread(target=compile_ahead, name="netprof-bpf-prefetch")
-    _AHEAD[key] = (thread, done)
-    thread.start()
-    # Until the thread is in BCC's C++ (a few lines of Python away), the caller's imports would hold the GIL
-    # and delay it by their length: wait for it first.
-    compiling.wait(timeout=1.0)
+def prefetch_worker() -> threading.Thread | None:
+    """The thread compiling what was begun ahead, while it runs (tests join it)."""
+    with _QUEUE_LOCK:
+        return _WORKER[0] if _WORKER else None
 
 
 class Shown(Exception):  # noqa: N818 (not an error: the answer of load() under show())
@@ -276,15 +318,14 @@ def load(src: str | Path, cflags: list[str]):
     bpf = _SPARE.pop(key, None)
     if bpf is not None:
         return bpf
-    if key in _AHEAD:
-        thread, done = _AHEAD.pop(key)
-        thread.join()
-        if done:
-            bpf = done[0]
-            bpf.netprof_key = key
-            return bpf
+    ahead = _AHEAD.pop(key, None)
+    if ahead is not None:
+        ahead.done.wait()
+        if ahead.bpf is not None:
+            ahead.bpf.netprof_key = key
+            return ahead.bpf
     try:
-        bpf = _bpf_class()(text=bpf_source(path).encode(), cflags=flags)
+        bpf = _compile(bpf_source(path).encode(), flags)
     except Exception as e:
         raise ProbeError(f"cannot load {path.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
                          f"(kernel headers usable by BCC? run `make setup`; {NO_PROBES})") from e

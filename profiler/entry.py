@@ -4,7 +4,9 @@ Three things a short run waits for before its first cell do not need each other:
 and the report (~0.5 s), compiling the counting set (~0.35 s of BCC's C++, the GIL released) and the report's
 drawing process importing matplotlib (~0.4 s, plotset.warm). Begun one after the other they were most of a
 1-second run's start-up; here the compile starts in a thread and the drawing process is forked before the
-CLI is imported, so the three share the CPUs (bench/startup.py). A guess from the raw arguments, before typer
+CLI is imported, so the three share the CPUs (bench/startup.py). A run with --breakdown or --sockwait, and
+watch, compile one more set (~0.7-1.5 s): it is queued behind the counting set in the same thread (BCC compiles
+one at a time). A guess from the raw arguments, before typer
 parses them: a wrong one costs work nobody takes (a compile: load() takes one only for the same source and
 flags; a drawing process: it exits with netprof), never a wrong result; refused input leaves at once, waiting
 for neither (_leave_refused).
@@ -46,6 +48,47 @@ def report_wanted(args: list[str]) -> bool:
     return bool(args) and args[0] == "run" and "--no-report" not in args and _ahead(args)
 
 
+def probe_set_wanted(args: list[str]) -> str | None:
+    """The socket-wait family's set the command will compile after the counting set: `breakdown` (run
+    --breakdown), `sockwait` (run --sockwait) or `watch`; None for none (~0.7-1.5 s of compile each)."""
+    if not args or not _ahead(args) or "--no-probes" in args:
+        return None
+    if args[0] == "watch":
+        return "watch"
+    if args[0] != "run":
+        return None
+    return "breakdown" if "--breakdown" in args else "sockwait" if "--sockwait" in args else None
+
+
+def _routes(args: list[str]) -> int | None:
+    """watch's --routes N as typed (None: not given, or not a number, which watch refuses)."""
+    for i, a in enumerate(args):
+        if a.startswith("--routes="):
+            value = a.partition("=")[2]
+        elif a == "--routes" and i + 1 < len(args):
+            value = args[i + 1]
+        else:
+            continue
+        return int(value) if value.isdigit() else None
+    return None
+
+
+def _prefetch_set(name: str, args: list[str]) -> None:
+    if name == "watch":
+        from netprof.probes.watch import watch
+
+        routes = _routes(args)
+        watch.prefetch(watch.ROUTES if routes is None else routes)
+    elif name == "breakdown":
+        from netprof.probes.breakdown import breakdown
+
+        breakdown.prefetch()
+    else:
+        from netprof.probes.sockwait import sockwait
+
+        sockwait.prefetch()
+
+
 def main() -> None:
     rootenv.setup()  # first: nothing may find files through the caller's HOME or TMPDIR (the compile reads files)
     args = sys.argv[1:]
@@ -59,12 +102,16 @@ def main() -> None:
         from netprof.profiler.report import plotset, report
 
         plotset.begin(report._draw, report.DRAW_PRELOAD)
+    if (probe_set := probe_set_wanted(args)) is not None:
+        # queued behind the counting set's compile, in the same worker (base.prefetch): the run checks them in
+        # that order; its imports (pandas, ~0.4 s) are the run's own, only sooner
+        _prefetch_set(probe_set, args)
     from netprof.profiler import cli  # the rest of the imports, beside the compile
 
     try:
         cli.main()
     except SystemExit as e:
-        if e.code == EXIT_BAD_INPUT and (counting_wanted(args) or report_wanted(args)):
+        if e.code == EXIT_BAD_INPUT and (counting_wanted(args) or report_wanted(args) or probe_set is not None):
             _leave_refused()
         raise
 

@@ -565,27 +565,83 @@ def test_selector_per_message(bpf, probes):
     assert d.syscalls["sendto"] / messages == pytest.approx(1.0, abs=0.02)
 
 
+def _no_spares() -> None:
+    """No set parked by an earlier check in this process (base.LoadedProgram.park): it would be taken instead of
+    a compile begun ahead, and prefetch begins nothing for a set it has."""
+    from netprof.probes import base
+
+    for spare in base._SPARE.values():
+        spare.cleanup()
+    base._SPARE.clear()
+
+
 def test_a_compile_begun_ahead_is_taken_by_the_set_of_the_same_flags_only(bpf):
     """base.prefetch (profiler/entry.py starts one before the CLI's imports): the counting set made with
     the same source and flags takes the object compiled ahead instead of compiling; other flags do not."""
     from netprof.probes import base
     from netprof.probes.counting import counting
 
+    _no_spares()
     counting.prefetch(syscall_time=False)
     key = base._key(counting.SOURCE, counting._cflags(True, False, counting.TIME_EVERY))
-    thread, done = base._AHEAD[key]
-    thread.join(timeout=60)
-    assert done, "the compile ahead failed"
+    ahead = base._AHEAD[key]
+    assert ahead.done.wait(timeout=60) and ahead.bpf is not None, "the compile ahead failed"
     with CountingProbes(syscall_time=False) as p:
-        assert p.bpf is done[0] and key not in base._AHEAD
+        assert p.bpf is ahead.bpf and key not in base._AHEAD
     counting.prefetch(syscall_time=True)
-    other = base._key(counting.SOURCE, counting._cflags(True, True, counting.TIME_EVERY))
-    thread, done = base._AHEAD[other]
-    thread.join(timeout=60)
+    other = base._AHEAD[base._key(counting.SOURCE, counting._cflags(True, True, counting.TIME_EVERY))]
+    assert other.done.wait(timeout=60)
     try:
         with CountingProbes(syscall_time=False) as p:
-            assert p.bpf is not done[0]
+            assert p.bpf is not other.bpf
     finally:
-        base._AHEAD.pop(other, None)
-        for b in done:
-            b.cleanup()
+        base._AHEAD.clear()
+        if other.bpf is not None:
+            other.bpf.cleanup()
+
+
+def test_sets_begun_ahead_compile_one_at_a_time_in_order_and_are_taken(bpf, monkeypatch):
+    """A run with --breakdown begins the counting set's compile and then the breakdown's (profiler/entry.py): one
+    worker compiles them in that order, never two at once (BCC chdirs the whole process into the kernel headers
+    while clang runs), and each set takes its own object. A load() of a set nobody began waits its turn too."""
+    import threading
+
+    from netprof.probes import base
+    from netprof.probes.breakdown import breakdown
+    from netprof.probes.breakdown.breakdown import BreakdownProbes
+    from netprof.probes.counting import counting
+    from netprof.probes.sockwait.sockwait import SockWaitProbes
+
+    bpf_class, running, seen = base._bpf_class(), [], []
+
+    def watched(text, cflags):  # BCC's compile itself, inside whatever lock guards it
+        running.append(threading.current_thread().name)
+        seen.append((len(running), threading.current_thread().name, "-DBREAKDOWN=1" in cflags))
+        try:
+            return bpf_class(text=text, cflags=cflags)
+        finally:
+            running.pop()
+
+    monkeypatch.setattr(base, "_bpf_class", lambda: watched)
+    _no_spares()
+    counting.prefetch(syscall_time=False)
+    breakdown.prefetch()
+    worker = base.prefetch_worker()
+    assert worker is not None
+    with SockWaitProbes(attached=False):  # not begun ahead: compiled here, after the worker's
+        pass
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    keys = list(base._AHEAD)
+    assert len(keys) == 2, keys
+    made = {k: base._AHEAD[k].bpf for k in keys}
+    assert None not in made.values(), ("a compile ahead failed", seen)
+    try:
+        with CountingProbes(syscall_time=False) as c, BreakdownProbes(attached=False) as b:
+            assert {c.bpf, b.bpf} == set(made.values())
+    finally:
+        base._AHEAD.clear()
+    assert [s[0] for s in seen] == [1, 1, 1], seen  # never two compiles at once
+    # the worker's in the order asked; the set nobody began, before or between them (the lock is not a queue)
+    assert [s[2] for s in seen if s[1] == "netprof-bpf-prefetch"] == [False, True], seen
+    assert [s[1] for s in seen].count("MainThread") == 1, seen

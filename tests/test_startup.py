@@ -345,25 +345,50 @@ def test_selfcost_of_the_real_counting_set_is_kept_for_the_next_run(bpf, cache_r
 
 # --- the `netprof` entry: slow starts begun before the CLI's imports (profiler/entry.py) -------------------
 
-@pytest.mark.parametrize("args,compile_,draw", [
-    (["run", "selector"], True, True),
-    (["run", "selector", "--no-probes"], False, True),
-    (["run", "selector", "--no-report"], True, False),
-    (["run", "selector", "-h"], False, False),
-    (["ab", "selector", "selector"], True, False),
-    (["knee", "selector", "--slo", "p99<5ms"], True, False),
-    (["report", "/tmp/x"], False, False),
-    (["list"], False, False),
-    ([], False, False),
+@pytest.mark.parametrize("args,compile_,draw,probe_set", [
+    (["run", "selector"], True, True, None),
+    (["run", "selector", "--no-probes"], False, True, None),
+    (["run", "selector", "--no-report"], True, False, None),
+    (["run", "selector", "-h"], False, False, None),
+    (["run", "selector", "--breakdown"], True, True, "breakdown"),
+    (["run", "selector", "--sockwait", "--no-report"], True, False, "sockwait"),
+    (["run", "selector", "--sockwait", "--breakdown"], True, True, "breakdown"),
+    (["run", "selector", "--breakdown", "--no-probes"], False, True, None),
+    (["run", "selector", "--breakdown", "--server-host", "h"], False, False, None),
+    (["watch", "--pid", "1"], False, False, "watch"),
+    (["watch", "--help"], False, False, None),
+    (["ab", "selector", "selector"], True, False, None),
+    (["knee", "selector", "--slo", "p99<5ms"], True, False, None),
+    (["report", "/tmp/x"], False, False, None),
+    (["list"], False, False, None),
+    ([], False, False, None),
 ])
-def test_entry_guesses_what_the_command_will_need(args, compile_, draw, monkeypatch):
+def test_entry_guesses_what_the_command_will_need(args, compile_, draw, probe_set, monkeypatch):
     from netprof.profiler import entry
 
     monkeypatch.delenv(entry.NO_PREFETCH_ENV, raising=False)  # `make test`'s first pass sets it
     assert entry.counting_wanted(args) is compile_
     assert entry.report_wanted(args) is draw
+    assert entry.probe_set_wanted(args) == probe_set
     monkeypatch.setenv(entry.NO_PREFETCH_ENV, "1")  # nothing begun ahead, whatever the command
-    assert not entry.counting_wanted(args) and not entry.report_wanted(args)
+    assert not entry.counting_wanted(args) and not entry.report_wanted(args) and entry.probe_set_wanted(args) is None
+
+
+def test_entry_guesses_watchs_routes_as_the_cli_reads_them():
+    """The watch set compiled ahead is the one watch loads: --routes as typed, else the CLI's default, which is
+    the probe set's (a compile with other flags would be work nobody takes)."""
+    import typer.main
+
+    from netprof.probes.watch import watch
+    from netprof.profiler import cli, entry
+
+    command = typer.main.get_command(cli.app).commands["watch"]  # type: ignore[attr-defined]
+    default = next(p.default for p in command.params if p.name == "routes")
+    assert default == watch.ROUTES
+    assert entry._routes(["watch", "--pid", "1"]) is None
+    assert entry._routes(["watch", "--routes", "128", "--pid", "1"]) == 128
+    assert entry._routes(["watch", "--routes=16"]) == 16
+    assert entry._routes(["watch", "--routes", "x"]) is None and entry._routes(["watch", "--routes"]) is None
 
 
 def _with_prefetch() -> dict[str, str]:

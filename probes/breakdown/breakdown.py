@@ -25,6 +25,7 @@ from ..base import ProbeError
 from ..btf import BTF_PATH, Btf
 from ..ring_ops import UNKNOWN_WHY, opcode_offset
 from ..sockwait.sockwait import NSLOTS, SUB, SockWaitProbes, SockWaitSnapshot, WaitDist, slot_bounds
+from ..sockwait.sockwait import prefetch as sockwait_prefetch
 from . import iowait
 from .gil import runtime_range
 
@@ -161,6 +162,20 @@ def breakdown_delta(a: BreakdownSnapshot, b: BreakdownSnapshot) -> BreakdownDelt
                           io_waits=iowait.name_waits(a.io_wait, b.io_wait, a.fd_names | b.fd_names))
 
 
+def breakdown_cflags(cflags: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What BreakdownProbes(cflags=cflags) adds to the socket-wait set's flags (raises ProbeError without BTF)."""
+    return ("-DBREAKDOWN=1", *(f"-D{k}={v}" for k, v in sorted(task_offsets().items())), *cflags)
+
+
+def prefetch(cflags: tuple[str, ...] = ()) -> None:
+    """Begin compiling the set BreakdownProbes(cflags=cflags) loads (sockwait.prefetch); best effort."""
+    try:
+        flags = breakdown_cflags(cflags)
+    except ProbeError:
+        return
+    sockwait_prefetch(flags)
+
+
 class BreakdownProbes(SockWaitProbes):
     """The socket-wait set compiled with the breakdown (same life cycle: SockWaitProbes); snapshot()
     returns both sets of figures."""
@@ -172,9 +187,7 @@ class BreakdownProbes(SockWaitProbes):
         off = opcode_offset()
         self._ring_opcode_off = -1 if off is None else off
         self.ring_opcodes_unknown: str | None = UNKNOWN_WHY if off is None else None
-        super().__init__(attached=attached, cflags=("-DBREAKDOWN=1", *(f"-D{k}={v}" for k, v in
-                                                                      sorted(task_offsets().items())), *cflags),
-                         **kw)
+        super().__init__(attached=attached, cflags=breakdown_cflags(cflags), **kw)
         try:
             self._install_commit()
         except BaseException:

@@ -65,6 +65,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import tree
 from ..base import _TP, LoadedProgram, ProbeError
+from ..base import prefetch as base_prefetch
 from ..btf import BTF_PATH, Btf
 
 NSLOTS = 512
@@ -294,6 +295,30 @@ def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
         unmeasured={"unknown": c["unknown"], "unmatched": c["unmatched"]}, reused=c["reused"])
 
 
+SOURCE = "sockwait/sockwait.bpf.c"
+MAX_SOCKETS = 65536  # sockets known per target (an LRU)
+FIFO = 16            # unread arrivals tracked per socket
+
+
+def set_cflags(track_children: bool = True, max_sockets: int = MAX_SOCKETS, fifo: int = FIFO,
+               cflags: tuple[str, ...] = ()) -> list[str]:
+    """The flags SockWaitProbes(track_children, max_sockets, fifo, cflags=cflags) compiles with (the kernel's
+    socket offsets from its BTF: raises ProbeError without them)."""
+    return [f"-DTRACK_CHILDREN={int(track_children)}", f"-DMAX_SOCKETS={max_sockets}", f"-DFIFO={fifo}",
+            f"-DNSLOTS={NSLOTS}", f"-DWH={WH}", *(f"-D{k}={v}" for k, v in sorted(kernel_offsets().items())),
+            *cflags]
+
+
+def prefetch(cflags: tuple[str, ...] = ()) -> None:
+    """Begin compiling the set check_available() compiles (SockWaitProbes(), with a subclass's `cflags`), in
+    base.prefetch's worker. Best effort: without BTF offsets, nothing is begun (the set's load says why)."""
+    try:
+        flags = set_cflags(cflags=cflags)
+    except ProbeError:
+        return
+    base_prefetch(SOURCE, flags)
+
+
 class SockWaitProbes(LoadedProgram):
     """Compile once, then target() a backend tree and snapshot() around each window.
 
@@ -306,7 +331,7 @@ class SockWaitProbes(LoadedProgram):
     # cfg.ring_opcode_off: the breakdown's io_kiocb.opcode offset (BreakdownProbes); unused by this set alone.
     _ring_opcode_off = -1
 
-    def __init__(self, track_children: bool = True, max_sockets: int = 65536, fifo: int = 16,
+    def __init__(self, track_children: bool = True, max_sockets: int = MAX_SOCKETS, fifo: int = FIFO,
                  attached: bool = True, cflags: tuple[str, ...] = ()) -> None:
         if fifo < 2 or fifo & (fifo - 1) or fifo > 64:
             raise ValueError("fifo must be a power of two in 2..64")
@@ -317,12 +342,7 @@ class SockWaitProbes(LoadedProgram):
         self._gen = 0
         self._seq = 0
         self._attach_ns = 0
-        offsets = kernel_offsets()
-        self._load("sockwait/sockwait.bpf.c",
-                   [f"-DTRACK_CHILDREN={int(track_children)}", f"-DMAX_SOCKETS={max_sockets}", f"-DFIFO={fifo}",
-                    f"-DNSLOTS={NSLOTS}", f"-DWH={WH}", *(f"-D{k}={v}" for k, v in sorted(offsets.items())),
-                    *cflags],
-                   attached=False)
+        self._load(SOURCE, set_cflags(track_children, max_sockets, fifo, cflags), attached=False)
         try:
             b = self.bpf
             assert b is not None  # _load() succeeded

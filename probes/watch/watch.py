@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..breakdown.breakdown import PARTS, BreakdownProbes, Snapshot
+from ..breakdown.breakdown import prefetch as breakdown_prefetch
 from ..sockwait.sockwait import NSLOTS, WaitDist
 
 ROUTES = 64          # route slots, the three below included
@@ -86,6 +87,16 @@ def route_name(key: bytes) -> str:
     return name + "…" if truncated else name
 
 
+def watch_cflags(routes: int = ROUTES) -> tuple[str, ...]:
+    """What WatchProbes(routes=routes) adds to the breakdown's flags."""
+    return ("-DWATCH=1", f"-DROUTES={routes}")
+
+
+def prefetch(routes: int = ROUTES) -> None:
+    """Begin compiling the set WatchProbes(routes=routes) loads (breakdown.prefetch); best effort."""
+    breakdown_prefetch(watch_cflags(routes))
+
+
 class WatchProbes(BreakdownProbes):
     """The breakdown's set with routes (same life cycle: SockWaitProbes)."""
 
@@ -95,7 +106,7 @@ class WatchProbes(BreakdownProbes):
         self.routes = routes
         self._rt: tuple[Any, ...] | None = None  # BCC's tables (untyped), bound at the first target()
         self._light = False
-        super().__init__(attached=attached, cflags=("-DWATCH=1", f"-DROUTES={routes}"), **kw)
+        super().__init__(attached=attached, cflags=watch_cflags(routes), **kw)
         try:
             self._install_tail(b"rt_parse", b"rt_progs")
         except BaseException:
