@@ -8,7 +8,8 @@ falls on both alike):
 
 One unmeasured run comes first: it fills what a user's first run of a boot fills (the probes' self-cost
 cache, the matplotlib font cache, the page cache) and gives `report` its directory. Prints best and
-median wall time of each; --raw keeps every measurement (with the commit and the host), --from prints
+median wall time of each, and the median time from the run's start to its first backend's (the start-up
+before the first cell); --raw keeps every measurement (with the commit and the host), --from prints
 them again.
 
 --build NAME=COMMAND (repeatable) measures several builds of netprof side by side, every command of
@@ -40,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from netprof.profiler.core import runlock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,19 +72,40 @@ def _lock_free() -> None:
         os.close(fd)
 
 
-def timed(argv: list[str]) -> dict:
-    """One command's wall time (from fork to exit) and exit code; its output is discarded. A run that
-    found another run holding the lock is not a measurement: it waits for the lock and starts again."""
+def _first_backend(proc: subprocess.Popen, t0: float) -> float | None:
+    """Seconds from t0 until a backend process (`-m netprof.backends`) appears under `proc`, polled every 5 ms
+    (None if none did before it exited): the start-up before the first cell, which the run's total hides."""
+    while proc.poll() is None:
+        try:
+            kids = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            return None
+        for k in kids:
+            try:
+                if "netprof.backends" in k.cmdline():
+                    return time.perf_counter() - t0
+            except psutil.Error:
+                continue
+        time.sleep(0.005)
+    return None
+
+
+def timed(argv: list[str], first_backend: bool = False) -> dict:
+    """One command's wall time (from fork to exit) and exit code, with `first_backend` also the time until its
+    first backend started; its output is discarded. A run that found another run holding the lock is not a
+    measurement: it waits for the lock and starts again."""
     for _ in range(20):
         _lock_free()
         t0 = time.perf_counter()
-        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+            first = _first_backend(proc, t0) if first_backend else None
+            err = proc.communicate()[1]
         wall = time.perf_counter() - t0
-        if not (done.returncode == 2 and "another netprof run" in done.stderr):
+        if not (proc.returncode == 2 and "another netprof run" in err):
             break
-    if done.returncode:
-        print(f"  {' '.join(argv[1:3])}: exit {done.returncode}: {done.stderr.strip()[-300:]}", file=sys.stderr)
-    return {"wall_s": wall, "rc": done.returncode}
+    if proc.returncode:
+        print(f"  {' '.join(argv[1:3])}: exit {proc.returncode}: {err.strip()[-300:]}", file=sys.stderr)
+    return {"wall_s": wall, "rc": proc.returncode, **({"first_backend_s": first} if first_backend else {})}
 
 
 def canary_s() -> float:
@@ -115,7 +139,7 @@ def measure(args) -> dict:
                 here = scratch / build
                 cmds = commands(args.backend, here / f"run-{r + 1}", here / "first", builds[build], args.set)
                 for name in order:
-                    m = timed(cmds[name])
+                    m = timed(cmds[name], first_backend=name == "run")
                     records.append({"round": r + 1, "build": build, "command": name, **m, "canary_s": canary_s()})
                     print(f"round {r + 1}/{args.rounds} {build} {name:<6} {m['wall_s']:.2f} s", file=sys.stderr,
                           flush=True)
@@ -164,6 +188,8 @@ def summary(doc: dict) -> str:
                          f"{f' ({failed} failed)' if failed else ''}"
                          + ("" if name == "run" and probe_set != "counting" else
                             f"; target ≤ {target:g} s: {'met' if best <= target else 'NOT met'}")
+                         + (f"; its first backend started after {statistics.median(firsts):.2f} s (median)"
+                            if (firsts := [r["first_backend_s"] for r in mine if r.get("first_backend_s")]) else "")
                          + (f"; host canary median {statistics.median(canary):.3f} s" if canary else ""))
     return "\n".join(lines)
 

@@ -277,9 +277,17 @@ def prefetch(src: str | Path, cflags: list[str]) -> None:
 
 
 def prefetch_worker() -> threading.Thread | None:
-    """The thread compiling what was begun ahead, while it runs (tests join it)."""
+    """The thread compiling what was begun ahead, while it runs."""
     with _QUEUE_LOCK:
         return _WORKER[0] if _WORKER else None
+
+
+def settle_ahead() -> None:
+    """Wait until nothing begun ahead is still compiling: called before the first measured load, so that a
+    compile guessed from the arguments and not taken (the run never loaded that set) does not run beside it."""
+    worker = prefetch_worker()
+    if worker is not None:
+        worker.join()
 
 
 class Shown(Exception):  # noqa: N818 (not an error: the answer of load() under show())

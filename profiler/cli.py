@@ -20,6 +20,7 @@ import netprof
 from netprof.backends import registry
 from netprof.flamegraphs import check_available as flame_missing
 from netprof.flamegraphs.render import MAX_FOLDED, diff_stacks
+from netprof.probes import base as probe_base
 from netprof.probes import check_available
 from netprof.probes import registry as instrument_registry
 from netprof.profiler.core import rootenv
@@ -614,6 +615,7 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
     from netprof.profiler.report import plotset
 
     plotset.ready()  # run's warm drawing process has done its import: none of it overlaps the load
+    probe_base.settle_ahead()  # nor a BPF compile begun ahead (profiler/entry.py)
     outcome = runner.execute(cfg, sys.argv, progress, interps, verbose=verbose)
     if outcome.store.rows:
         summary = report.finish(outcome.out_dir, console=None if as_json or quiet else console,

@@ -220,6 +220,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.serial)
 
 
+@pytest.fixture(scope="session")
+def sps():
+    """scipy.stats, for the tests that check a figure against it: imported by them only, not by every process that
+    collects the suite (~1 s of CPU each: four workers, the second pass, test_tiers)."""
+    from scipy import stats
+
+    return stats
+
+
 @pytest.fixture
 def local_user():
     """A second local user, created for the test and removed after it (helpers.LocalUser)."""

@@ -103,8 +103,12 @@ STEAL_REMEASURE = 0.1
 
 
 def run_steal(out) -> float:
-    """The largest share of the host's CPU time the hypervisor stole during any cell of the run in `out`."""
-    cells = json.loads((out / "meta.json").read_text()).get("host_per_cell") or []
+    """The largest share of the host's CPU time the hypervisor stole during any cell of the run in `out`; over
+    the whole run where no cell recorded it (knee's cells do not)."""
+    from netprof.profiler.run import meta as run_meta
+
+    doc = json.loads((out / "meta.json").read_text())
+    cells = doc.get("host_per_cell") or [run_meta.cell_load(doc.get("host_before") or {}, doc.get("host_after") or {})]
     return max((c.get("steal_frac") or 0.0 for c in cells), default=0.0)
 
 

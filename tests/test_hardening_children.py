@@ -33,7 +33,8 @@ pytestmark = pytest.mark.concurrent  # children's environment, output and exits;
 
 # The PATH the user had when typing `sudo -E netprof ...` (the last entry exists nowhere: a marker).
 CALLER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/np-caller-marker/bin"
-SHORT = ("-c", "2", "-d", "0.3", "-r", "1", "--warmup", "0", "--no-probes", "--wait", "--json")
+# --no-report: these check the child and the JSON summary, not the pages (~0.9 s of CPU each, issue 49)
+SHORT = ("-c", "2", "-d", "0.3", "-r", "1", "--warmup", "0", "--no-probes", "--wait", "--json", "--no-report")
 
 # The user's app: imports a module beside it (a script's directory is on its own sys.path unless
 # PYTHONSAFEPATH), records its environment, then echoes on --port.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import netprof_cli, run_netprof, wait_no_children
+from helpers import STEAL_REMEASURE, netprof_cli, run_netprof, run_steal, wait_no_children
 from netprof.profiler import knee
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.kit.rule_registry import Thresholds
@@ -240,9 +240,14 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     rechecks = [i for i, p in enumerate(doc["probes"]) if p["recheck"]]
     assert len(rechecks) <= 1 and (rechecks[0] == 4 if rechecks else len(doc["probes"]) == 4), doc["probes"]
     # at most 1,000/s (1 ms asleep per message, a physical ceiling); how far below it is the host's wake-up after
-    # each sleep (815/s with a neighbour busy 25% of the time on both CPUs, 2026-11-28), hence the wide floor
+    # each sleep (815/s with a neighbour busy 25% of the time on both CPUs, 2026-11-28), hence the wide floor.
+    # Where the hypervisor stole more than a tenth of the host during the run, the loop's wake-ups lose that
+    # share too: the floor is taken down by it (689/s in a fresh-clone run on an hour of 18-34% steal,
+    # 2026-12-02). The knee is judged against the ceiling the run measured, below.
     ceiling = doc["ceiling"]["msgs_per_sec"]
-    assert 700 <= ceiling <= 1010 and doc["ceiling"]["tries"] == 2, doc["ceiling"]
+    steal = run_steal(out)
+    floor = 700 * (1 - steal) if steal > STEAL_REMEASURE else 700
+    assert floor <= ceiling <= 1010 and doc["ceiling"]["tries"] == 2, (doc["ceiling"], steal)
     # a passing rate took 1 or 2 cells; a failing one both
     assert all(p["tries"] in ((1, 2) if p["met"] else (2,)) for p in doc["probes"]), doc["probes"]
     assert doc["knee"] is not None and 0.5 * ceiling <= doc["knee"] <= 1010, doc

@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats as sps
 
 from netprof.profiler.model import paired
 
@@ -20,7 +19,7 @@ def _pairs(ratio: float, sd: float, n: int, seed: int = 1) -> tuple[np.ndarray, 
     return base, new
 
 
-def test_a_known_ratio_is_recovered_with_a_t_interval():
+def test_a_known_ratio_is_recovered_with_a_t_interval(sps):
     base, new = _pairs(0.95, 0.02, 40)
     c = paired.judge(base, new)
     assert c["ratio_lo"] < 0.95 < c["ratio_hi"] < 1
@@ -65,7 +64,7 @@ def test_the_adjustment_waits_for_enough_pairs_and_a_canary_that_varies():
     assert paired.estimate(many, list(np.linspace(0, 1, len(many)))).method == paired.ADJUSTED
 
 
-def test_stopping_triggers_at_the_stated_width():
+def test_stopping_triggers_at_the_stated_width(sps):
     d = np.array([0.01, -0.01] * 5)  # n = 10, sd known
     est = paired.paired_mean(d)
     half = est.half()

@@ -69,7 +69,7 @@ def _find_backend(timeout: float = 240.0) -> psutil.Process:  # --wait: behind o
 def test_killed_backend_is_a_failed_row_and_the_run_goes_on(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(netprof_cmd("run", "selector", "-c", "10", "-d", "2", "-r", "2", "--warmup", "0.3",
-                                        "--no-probes", "--wait", "--out", str(out)),
+                                        "--no-probes", "--no-report", "--wait", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     backend = _find_backend()
     time.sleep(1.0)  # mid-run: after warm-up, inside the window

@@ -16,7 +16,6 @@ import time
 import numpy as np
 import psutil
 import pytest
-from scipy import stats as sps
 from test_report import build_results
 
 from netprof.probes import selfcost
@@ -51,11 +50,11 @@ def test_cli_and_report_import_neither_scipy_nor_matplotlib():
 
 
 @pytest.mark.parametrize("q,dof", [(0.975, 1), (0.975, 2), (0.975, 4), (0.995, 9), (0.95, 3.7), (0.975, 28.25)])
-def test_t_quantile_is_scipy_stats_exactly(q, dof):
+def test_t_quantile_is_scipy_stats_exactly(q, dof, sps):
     assert stats._t_quantile(q, dof) == float(sps.t.ppf(q, dof))
 
 
-def test_summarize_interval_unchanged():
+def test_summarize_interval_unchanged(sps):
     s = stats.summarize([1.0, 2.0, 3.0])
     assert s["ci"] == float(sps.t.ppf(0.975, 2) * 1.0 / np.sqrt(3))  # what scipy.stats gave before, bit for bit
     assert s["ci"] == pytest.approx(2.4841377, abs=1e-7)
