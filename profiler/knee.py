@@ -317,10 +317,13 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                     assert warm.cfg is not None
                     cfg = (dataclasses.replace(warm.cfg, extra_dims={"rate": [rate]}, arrivals=p.arrivals) if rate
                            else warm.cfg)
+                    host_before = meta_mod.host_load()
                     out_ = run_cell(next(cfg.combinations(k)), CellEnv(cfg, loader, interp,
                                                                        instruments=tuple(instruments)))
                     warm.as_started(out_.row)
                     out_.row.setdefault("rate", 0)  # the closed-loop ceiling: rate 0 in its row, as schema reads it
+                    meta_mod.add_cell_load(meta, out_.row, host_before)  # a slow try's host, as a run's cells
+                    store.write_meta(meta)
                     store.add(out_.row, out_.per_conn_messages, out_.conn_rows, out_.timeline)
                     if not out_.ok and (gone := warm.failure()):
                         raise ProcessError(gone)

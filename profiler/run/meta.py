@@ -10,6 +10,7 @@ from importlib import metadata
 
 import netprof
 from netprof.profiler.core import redact
+from netprof.profiler.model import schema
 
 
 def _version(dist: str) -> str | None:
@@ -72,6 +73,13 @@ def cell_load(before: dict, after: dict) -> dict:
         out["busy_cpus"] = round(max(0.0, total - idle - steal) / total * cpus, 3)
         out["seconds"] = round(total / cpus, 2)
     return out
+
+
+def add_cell_load(meta: dict, row: dict, before: dict) -> None:
+    """meta["host_per_cell"] gains the machine over the cell whose row is `row`, from `host_load()` taken before
+    it (anomalies.machine_busy reads it): a run's cells and a knee's alike."""
+    meta["host_per_cell"].append({"cell": schema.cell_slug(row), "round": row.get("round"),
+                                  **cell_load(before, host_load())})
 
 
 def collect(argv: list[str], config: dict) -> dict:

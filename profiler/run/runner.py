@@ -25,7 +25,6 @@ from netprof.profiler.core.errors import EXIT_INTERNAL, NetprofError
 from netprof.profiler.core.procs import ProcessGroup
 from netprof.profiler.core.remote_work import RemoteWork
 from netprof.profiler.core.safetext import clean_text
-from netprof.profiler.model import schema
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.run import evidence, reap
 from netprof.profiler.run import meta as meta_mod
@@ -187,9 +186,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                               remote_work=remote, on_phase=phase, on_live=live if console.is_terminal else None)
                 host_before = meta_mod.host_load()
                 outcome = run_cell(cell, env)
-                # The machine over this cell (anomalies.machine_busy reads it); meta.json is rewritten below.
-                meta["host_per_cell"].append({"cell": schema.cell_slug(outcome.row), "round": cell.round,
-                                              **meta_mod.cell_load(host_before, meta_mod.host_load())})
+                meta_mod.add_cell_load(meta, outcome.row, host_before)  # meta.json is rewritten below
                 store.write_meta(meta)
                 store.add(outcome.row, outcome.per_conn_messages, outcome.conn_rows, outcome.timeline)
                 if not outcome.ok:
