@@ -103,8 +103,8 @@ STEAL_REMEASURE = 0.1
 
 
 def run_steal(out) -> float:
-    """The largest share of the host's CPU time the hypervisor stole during any cell of the run in `out`; over
-    the whole run where no cell recorded it (knee's cells do not)."""
+    """The largest share of the host's CPU time the hypervisor stole during any cell of the run in `out` (a knee's
+    tries too); over the whole run where no cell finished."""
     from netprof.profiler.run import meta as run_meta
 
     doc = json.loads((out / "meta.json").read_text())
