@@ -22,7 +22,9 @@ Nothing needs bcc until a probe set is created, so `check_available()`, `proc_cp
 `per_message_notation()` work everywhere.
 """
 
-import importlib
+from typing import Any
+
+from netprof.profiler.core import lazy
 
 # Where each name lives. Imported on first use (PEP 562), so that `netprof.probes.base` alone is light: the
 # command starts compiling the counting set (profiler/entry.py) before pandas, which the row shaping needs,
@@ -37,11 +39,8 @@ _WHERE = {
     "DEFAULT_SYSCALLS": ".stacks", "StackProbes": ".stacks",
 }
 __all__ = list(_WHERE)
+_LAZY = {name: (module, name) for name, module in _WHERE.items()}
 
 
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    globals()[name] = value  # once
-    return value
+def __getattr__(name: str) -> Any:
+    return lazy.attr(__name__, _LAZY, name)
