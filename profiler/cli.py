@@ -26,8 +26,10 @@ from netprof.probes import registry as instrument_registry
 from netprof.profiler.core import rootenv
 from netprof.profiler.core.atomic import check_out_dir, ensure_out_dir
 from netprof.profiler.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
+from netprof.profiler.core.named_file import read_named_file
 from netprof.profiler.core.paths import caller_uids, untrusted_reason
 from netprof.profiler.core.safetext import clean_text
+from netprof.profiler.model.files import RESULTS_PARQUET
 from netprof.profiler.run import servers
 from netprof.profiler.run.link.sshlink import parse_hosts
 from netprof.profiler.run.plan import (
@@ -506,10 +508,6 @@ def _run_on_server_host(cfg: RunConfig) -> None:
 def _http_request(header: list[str] | None, header_file: Path | None, body: str | None,
                   body_file: Path | None) -> tuple[list[str], str | None]:
     """--header/--header-file and --body/--body-file → (headers, body)."""
-    if body_file is None and header_file is None:
-        return list(header or []), body
-    from netprof.profiler.model.results import read_named_file  # only with a file: it loads pandas (~0.25 s)
-
     if body_file is not None:
         body = read_named_file(body_file, "--body-file")
     headers = list(header or [])
@@ -522,8 +520,6 @@ def _env_file(env_file: Path | None) -> list[str]:
     """--env-file's NAME=VALUE lines."""
     if env_file is None:
         return []
-    from netprof.profiler.model.results import read_named_file  # only with a file: it loads pandas (~0.25 s)
-
     return parse_env_file(read_named_file(env_file, "--env-file"), str(env_file))
 
 
@@ -669,8 +665,6 @@ def flamegraph(
     if args and args[0] == "diff":
         if len(args) != 3:
             fail("usage: netprof flamegraph diff A.folded B.folded [-o diff.svg]")
-        from netprof.profiler.model.results import read_named_file  # deferred: it loads pandas
-
         stacks = []
         for f in args[1:]:
             if not Path(f).is_file():
@@ -713,14 +707,11 @@ def report_cmd(
     """Rebuild report.md / report.html (and summary.json) from a results directory.
 
     DIR: a results directory written by `netprof run`; nothing is re-run."""
-    from netprof.profiler.model.results import RESULTS_PARQUET
-    from netprof.profiler.report import report  # deferred: pandas, jinja2 and the report's modules
-
     if not directory.is_dir():
         raise InputError(f"{directory}: no such directory; give a results directory written by `netprof run`")
+    if not os.path.lexists(directory / RESULTS_PARQUET):  # (a link there is refused by the reading itself)
+        raise InputError(f"{directory} holds no {RESULTS_PARQUET}: is it a netprof results directory?")
     if out is not None:
-        if not (directory / RESULTS_PARQUET).exists():
-            raise InputError(f"{directory} holds no {RESULTS_PARQUET}: is it a netprof results directory?")
         if (out / RESULTS_PARQUET).exists() and out.resolve() != directory.resolve():
             raise InputError(f"--out {out} holds another run's results: give a directory of its own for the report")
         ensure_out_dir(out)  # refuses an existing non-directory, /proc, and directories others may write
@@ -729,7 +720,9 @@ def report_cmd(
         if why:
             raise InputError(f"{directory}: {why}, so netprof (root) does not write its report there; write it "
                              "elsewhere with --out OTHER")
-    from pyarrow.lib import ArrowException  # loaded with `report` by now; at the top it would slow every command
+    from pyarrow.lib import ArrowException  # deferred (as `report`): loaded once the input is known good
+
+    from netprof.profiler.report import report  # deferred: pandas, jinja2 and the report's modules
 
     try:
         summary = report.finish(directory, console=None if as_json or quiet else out_console(), dest=out)
@@ -1010,13 +1003,16 @@ def watch_cmd(
     """Why each request of a running server took its time, under traffic netprof did not send: requests/s,
     server time, the breakdown's parts and syscalls per request, per route for HTTP (docs/watch.md). Attaches to
     the process tree without restarting it or sending it anything; detaches on exit."""
-    from netprof.profiler import watch  # deferred: the probes' modules
+    from netprof.profiler.watch import target as watch_target  # deferred, and light (see below)
+    from netprof.profiler.watch.config import WatchConfig
 
     cap = {} if max_overhead is None else {"max_overhead": max_overhead}  # else the config's default
-    cfg = watch.WatchConfig(pid=pid, port=port, cgroup=cgroup, duration=duration, interval=interval,
-                            as_json=as_json, out=out, metrics_port=metrics_port, metrics_addr=metrics_addr,
-                            routes=routes, **cap)
-    doc = watch.execute(cfg, out_console(stderr=True))
+    cfg = WatchConfig(pid=pid, port=port, cgroup=cgroup, duration=duration, interval=interval, as_json=as_json,
+                      out=out, metrics_port=metrics_port, metrics_addr=metrics_addr, routes=routes, **cap)
+    target = watch_target.resolve(cfg.pid, cfg.port, cfg.cgroup)
+    from netprof.profiler.watch import command  # deferred past the checks above: pandas and the probes' modules
+
+    doc = command.execute(cfg, target, out_console(stderr=True))
     if as_json:
         print(json.dumps(doc))
     elif doc["ended_by"] == "process exited":

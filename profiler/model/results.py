@@ -12,29 +12,27 @@ import errno
 import json
 import math
 import os
-import pwd
 import stat
 from pathlib import Path
 from typing import IO
 
 import pandas as pd
 
-from netprof.profiler.core import atomic, paths
+from netprof.profiler.core import atomic, named_file, paths
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.safetext import clean, clean_text
 from netprof.profiler.model import schema
-
-RESULTS_PARQUET = "results.parquet"
-RESULTS_CSV = "results.csv"
-PER_CONN_PARQUET = "per_conn.parquet"
-# An instrument's per-connection rows (probes/instrument.py), beside the row's keys, as per_conn.parquet.
-CONN_PARQUET = "{}_conn.parquet"
-SOCKWAIT_CONN_PARQUET = CONN_PARQUET.format("sockwait")
-# Open-loop cells: the window in slices (stats.timeline_rows), beside the row's keys, as per_conn.parquet.
-TIMELINE_PARQUET = "timeline.parquet"
-META_JSON = "meta.json"
-SUMMARY_JSON = "summary.json"
-KNEE_JSON = "knee.json"  # `netprof knee`'s document (knee.py), read by the report
+from netprof.profiler.model.files import (  # noqa: F401 (results.X: the names its readers use)
+    CONN_PARQUET,
+    KNEE_JSON,
+    META_JSON,
+    PER_CONN_PARQUET,
+    RESULTS_CSV,
+    RESULTS_PARQUET,
+    SOCKWAIT_CONN_PARQUET,
+    SUMMARY_JSON,
+    TIMELINE_PARQUET,
+)
 
 # Nested groups of a row; everything else is a scalar column.
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "ring", "ring_per_msg",
@@ -190,7 +188,7 @@ def _check(fd: int, path: str, directory: bool) -> None:
         raise _refuse(path, f"has {st.st_nlink} hard links")
 
 
-_OPEN = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a planted FIFO would hang
+_OPEN = named_file.READ_FLAGS
 
 
 def _open_at(dir_fd: int, base: str, parts: tuple[str, ...], directory: bool) -> int | None:
@@ -280,64 +278,6 @@ def input_kind(directory: str | os.PathLike, name: str) -> str | None:
     if stat.S_ISLNK(st.st_mode):
         raise _refuse(path, "is a symlink")
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
-
-
-# ---------------------------------------------------------------------------------------------
-# A file named on the command line (--body-file, --header-file): root reads it on the caller's behalf
-# and sends it to a server (perhaps the caller's own), so it must be a file the caller could read.
-
-MAX_NAMED_FILE = 1 << 20
-
-
-def read_named_file(path: str | os.PathLike, what: str, limit: int = MAX_NAMED_FILE) -> str:
-    """The UTF-8 text of a regular file of at most `limit` bytes, not a link; under sudo, one the sudo
-    caller may read. InputError (one line naming `what` and the path) otherwise."""
-    shown = os.fspath(path)
-    try:
-        fd = os.open(shown, _OPEN)
-    except OSError as e:
-        why = "is a symlink: name the file itself" if e.errno == errno.ELOOP else e.strerror
-        raise InputError(f"{what} {shown}: {why}") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{what} {shown}: not a regular file")
-        why = _unreadable_by_caller(shown, st)
-        if why:
-            raise InputError(f"{what} {shown}: {why}; netprof reads it as root for you, so it must be a file you "
-                             "can read yourself")
-        os.set_blocking(fd, True)
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise InputError(f"{what} {shown}: larger than {limit} bytes")
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        raise InputError(f"{what} {shown}: not UTF-8 text") from None
-
-
-def _unreadable_by_caller(path: str, st: os.stat_result) -> str | None:
-    """Why the sudo caller could not read `path` (stat: the opened file), or None (also: not under sudo).
-    Mode bits only: an ACL that grants more is not consulted (refusing is the safe side)."""
-    owner = paths.sudo_caller()
-    if owner is None:
-        return None
-    uid, gid = owner
-    try:
-        entry = pwd.getpwuid(uid)
-        gid = gid if gid >= 0 else entry.pw_gid
-        groups = set(os.getgrouplist(entry.pw_name, gid))
-    except KeyError:
-        groups = {gid}
-
-    def may(s: os.stat_result, bit: int) -> bool:
-        shift = 6 if s.st_uid == uid else 3 if s.st_gid in groups else 0
-        return bool(s.st_mode & (bit << shift))
-
-    for d in reversed(Path(os.path.realpath(path)).parents):
-        if not may(os.stat(d), 1):
-            return f"uid {uid} may not enter {d}"
-    return None if may(st, 4) else f"uid {uid} may not read it"
 
 
 def read_json(directory: str | os.PathLike, name: str, default=None):

@@ -1,87 +1,18 @@
 """`netprof watch`: why each request of a running server took its time, under traffic netprof did not send
 (docs/watch.md). config.py (the options) → target.py (which processes) → session.py (attach, windows, detach)
 → figures.py (what a window says: the one owner of watch's JSON) → live.py (the terminal), metrics.py
-(Prometheus), and `--out`'s files, written here."""
+(Prometheus), and command.py (the command: a session, its live view and `--out`'s files).
 
-from __future__ import annotations
+config.py and target.py are light: the CLI checks the options and finds the processes before it imports the
+rest (pandas, the probes' modules), so a refused watch leaves in ~0.2 s."""
 
-import contextlib
-import json
-import os
-import sys
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from rich.console import Console
+from netprof.profiler.core import lazy
 
-from netprof.profiler.core.atomic import ensure_out_dir, open_dir, write_text
-from netprof.profiler.core.errors import InputError
-
-from . import metrics, session
-from .config import WatchConfig
-from .live import View
-
-WINDOWS_FILE = "windows.jsonl"
-SUMMARY_FILE = "watch.json"
-
+_LAZY = {"execute": (".command", "execute"), "WatchConfig": (".config", "WatchConfig")}
 __all__ = ["WatchConfig", "execute"]
 
 
-def _windows_file(out: Path) -> IO[str]:
-    """windows.jsonl, created new in --out (never through a link, never over another watch's)."""
-    dfd = open_dir(out)
-    try:
-        fd = os.open(WINDOWS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=dfd)
-    except FileExistsError:
-        raise InputError(f"--out {out}: holds a watch already ({WINDOWS_FILE}); give a new directory") from None
-    finally:
-        os.close(dfd)
-    return os.fdopen(fd, "w", encoding="utf-8", buffering=1)
-
-
-def execute(cfg: WatchConfig, err: Console) -> dict[str, Any]:
-    """Watch until the config's end; returns the whole watch's figures (with its target), after writing --out's
-    files. The live view goes to `err` (stdout is --json's)."""
-    out = ensure_out_dir(cfg.out) if cfg.out is not None else None
-    board = metrics.Board() if cfg.metrics_port is not None else None
-    server = metrics.serve(board, cfg.metrics_port, cfg.metrics_addr) if board is not None and \
-        cfg.metrics_port is not None else None
-    with contextlib.ExitStack() as stack:
-        if server is not None:
-            stack.callback(metrics.stop, server)
-        windows = stack.enter_context(_windows_file(out)) if out is not None else None
-        view = stack.enter_context(View(err, "watch"))
-
-        def on_window(f: dict[str, Any]) -> None:
-            view.window(f)
-            if windows is not None:
-                windows.write(json.dumps(f) + "\n")
-
-        def on_attached(t) -> None:
-            view.title = t.label
-            where = f", metrics on http://{cfg.metrics_addr}:{cfg.metrics_port}/metrics" if server else ""
-            err.print(f"watching {t.label}{where}", markup=False, highlight=False, soft_wrap=True)
-
-        outcome = session.run(cfg, on_window, board, on_attached)
-    doc = {**outcome.figures, "target": {"pid": outcome.target.pid, "label": outcome.target.label,
-                                         "also": list(outcome.target.also)},
-           "ended_by": outcome.ended_by}
-    if out is not None:
-        write_text(out / SUMMARY_FILE, json.dumps(doc, indent=1) + "\n")
-        if outcome.figures["requests"]:
-            _report(out, cfg, outcome)
-        else:
-            err.print(f"{out}: no request was answered while watching: {SUMMARY_FILE} only, no report",
-                      markup=False, highlight=False, soft_wrap=True)
-    return doc
-
-
-def _report(out: Path, cfg: WatchConfig, outcome: session.Outcome) -> None:
-    """The watch as a run's results directory and the report a run writes (rundir.py), findings included."""
-    from netprof.profiler.report import report  # deferred: pandas, jinja2, matplotlib
-
-    from . import rundir
-
-    rundir.write(out, cfg, outcome, sys.argv)
-    report.finish(out)
+def __getattr__(name: str) -> Any:
+    return lazy.attr(__name__, _LAZY, name)

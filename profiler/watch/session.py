@@ -1,10 +1,10 @@
 """One `netprof watch`: attach to a running server's tree, read the probes every interval, publish each window,
 detach. No loader, no marks: windows are the watch's own clock, requests are the kernel's (figures.py).
 
-The flow: resolve the target (target.py) → take its watch lock (one watch per process) → turn on the kernel's BPF
-run-time statistics (the probes' cost) → compile and attach the probe set (probes/watch) → every interval a
-snapshot, the window's figures to `on_window` and the cumulative ones to the metrics board → on --duration,
-Ctrl-C, SIGTERM or the process's exit: the last snapshot, everything detached and closed.
+The flow, for a target the caller resolved (target.py): take its watch lock (one watch per process) → turn on
+the kernel's BPF run-time statistics (the probes' cost) → compile and attach the probe set (probes/watch) → every
+interval a snapshot, the window's figures to `on_window` and the cumulative ones to the metrics board → on
+--duration, Ctrl-C, SIGTERM or the process's exit: the last snapshot, everything detached and closed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 from netprof.probes import progstats
 from netprof.probes.proc import proc_cpu_times
 from netprof.probes.watch import WatchProbes, WatchSnapshot
-from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.runlock import watch_lock
 
 from . import target as targets
@@ -68,11 +67,9 @@ def _signals(stop: _Stop):
             signal.signal(s, h)
 
 
-def run(cfg: WatchConfig, on_window: Callable[[dict[str, Any]], None], board: Board | None = None,
+def run(cfg: WatchConfig, t: targets.Target, on_window: Callable[[dict[str, Any]], None], board: Board | None = None,
         on_attached: Callable[[targets.Target], None] | None = None) -> Outcome:
-    t = targets.resolve(cfg.pid, cfg.port, cfg.cgroup)
-    if targets.is_self(t):
-        raise InputError("watch: that is netprof itself; give the server's pid")
+    """Watch `t` (target.resolve: the CLI resolves it before this module's imports) until the config's end."""
     stop = _Stop()
     with watch_lock(t.pid), _signals(stop):
         stats_fd = progstats.enable()

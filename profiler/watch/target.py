@@ -88,15 +88,20 @@ def by_cgroup(path: str) -> Target:
 
 
 def resolve(pid: int | None, port: int | None, cgroup: str | None) -> Target:
+    """The processes --pid, --port or --cgroup name (InputError: none, several, or netprof itself)."""
     given = [x for x in (pid, port, cgroup) if x is not None]
     if len(given) != 1:
         raise InputError("watch: give exactly one of --pid PID, --port PORT or --cgroup PATH")
     if pid is not None:
-        return by_pid(pid)
-    if port is not None:
-        return by_port(port)
-    assert cgroup is not None
-    return by_cgroup(cgroup)
+        t = by_pid(pid)
+    elif port is not None:
+        t = by_port(port)
+    else:
+        assert cgroup is not None
+        t = by_cgroup(cgroup)
+    if t.pid == os.getpid():
+        raise InputError("watch: that is netprof itself; give the server's pid")
+    return t
 
 
 def alive(t: Target) -> bool:
@@ -105,7 +110,3 @@ def alive(t: Target) -> bool:
         return psutil.Process(t.pid).create_time() == t.start_time
     except psutil.Error:
         return False
-
-
-def is_self(t: Target) -> bool:
-    return t.pid == os.getpid()
