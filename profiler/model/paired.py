@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from netprof.profiler.model import tdist
+
 ALPHA = 0.05
 CONFIDENCE = 0.95
 # A cell whose backend CPU ran this much slower than the median cell of the run (the canary's loop time over
@@ -74,18 +76,6 @@ def dropped_pairs(loops: Sequence[tuple[float, float]], slow: float = SLOW) -> l
     return [flags[2 * i] or flags[2 * i + 1] for i in range(len(loops))]
 
 
-def _t_quantile(q: float, dof: float) -> float:
-    from scipy.special import stdtrit  # deferred: scipy.special costs ~0.2 s to import
-
-    return float(stdtrit(dof, q))
-
-
-def _t_cdf(t: float, dof: float) -> float:
-    from scipy.special import stdtr
-
-    return float(stdtr(dof, t))
-
-
 @dataclass(frozen=True)
 class Estimate:
     """The mean difference per pair (at equal canary, for `adjusted`), its standard error and degrees of
@@ -102,7 +92,7 @@ class Estimate:
         """Half-width of the two-sided interval (NaN below 1 degree of freedom)."""
         if self.dof < 1:
             return math.nan
-        return _t_quantile(0.5 + confidence / 2, self.dof) * self.se
+        return tdist.quantile(0.5 + confidence / 2, self.dof) * self.se
 
     def p(self) -> float:
         """Two-sided p of value = 0 (Student's t). Zero spread: 1 when the value is 0, else 0."""
@@ -110,7 +100,7 @@ class Estimate:
             return math.nan
         if self.se == 0:
             return 1.0 if self.value == 0 else 0.0
-        return 2 * _t_cdf(-abs(self.value) / self.se, self.dof)
+        return 2 * tdist.cdf(-abs(self.value) / self.se, self.dof)
 
 
 def paired_mean(d: Values) -> Estimate:
