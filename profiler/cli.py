@@ -941,8 +941,7 @@ def knee_cmd(
     """The highest request rate SERVER serves within --slo: a closed-loop cell for its ceiling, then open-loop
     cells (latency from each request's intended time) bisecting below it. Writes the cells' rows, knee.json
     and the report (latency against load, and why the curve bends)."""
-    from netprof.profiler import knee  # deferred: the run layer and the report's modules
-    from netprof.profiler.report import report
+    from netprof.profiler import knee_plan  # deferred, and light: the checks come before what measures a knee
 
     if bool(server) == bool(cmd):
         raise InputError("give one SERVER (a built-in backend) or one --cmd")
@@ -955,9 +954,12 @@ def knee_cmd(
         pythons=parse_pythons(python), protocol=protocol, request=request, line=line, zmq_client=zmq_client))
     cfg.max_connections = max_connections  # the open-loop cells' (knee.check checks it; validate sees a closed loop)
     check_remote_work(cfg, "knee")
-    plan = knee.KneePlan(cfg, cfg.backends[0], knee.parse_slo(slo), steps=steps, arrivals=arrivals, wait=wait,
-                         tries=tries)
-    knee.check(plan)
+    plan = knee_plan.KneePlan(cfg, cfg.backends[0], knee_plan.parse_slo(slo), steps=steps, arrivals=arrivals,
+                              wait=wait, tries=tries)
+    knee_plan.check(plan)
+    from netprof.profiler import knee  # deferred past the checks: the run layer and the report's modules
+    from netprof.profiler.report import report
+
     _stop_on_signals()
     outcome = knee.execute(plan, sys.argv, out_console(stderr=True), out_dir=str(out) if out else "")
     where = escape(str(outcome.out_dir))
