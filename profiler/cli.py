@@ -952,7 +952,7 @@ def knee_cmd(
         duration=window, warmup=warmup, rounds=1, msize=msize, work=work, probes=not no_probes,
         backend_cpu=backend_cpu, loader_cpus=loader_cpus, out_dir=str(out) if out else "", force=force, wait=wait,
         pythons=parse_pythons(python), protocol=protocol, request=request, line=line, zmq_client=zmq_client))
-    cfg.max_connections = max_connections  # the open-loop cells' (knee.check checks it; validate sees a closed loop)
+    cfg.max_connections = max_connections  # the open-loop cells' (knee_plan.check checks it; validate: closed loop)
     check_remote_work(cfg, "knee")
     plan = knee_plan.KneePlan(cfg, cfg.backends[0], knee_plan.parse_slo(slo), steps=steps, arrivals=arrivals,
                               wait=wait, tries=tries)

@@ -37,7 +37,7 @@ from rich.console import Console
 from netprof.profiler.core import atomic, runlock, units
 from netprof.profiler.core.procs import ProcessError, ProcessGroup
 from netprof.profiler.kit.rule_registry import Thresholds
-from netprof.profiler.knee_plan import STATS, STEPS, TRIES, KneePlan, Slo, check, parse_slo  # noqa: F401 (knee.X)
+from netprof.profiler.knee_plan import KneePlan, Slo
 from netprof.profiler.model import results
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.run import interpreters

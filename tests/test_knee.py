@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import STEAL_REMEASURE, netprof_cli, run_netprof, run_steal, wait_no_children
-from netprof.profiler import knee
+from netprof.profiler import knee, knee_plan
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.report import tables
@@ -19,15 +19,15 @@ from netprof.profiler.run.plan import RunConfig, validate
 @pytest.mark.parametrize("text, stat, us", [("p99<5ms", "p99", 5000), ("P50 < 200us", "p50", 200),
                                              ("p999<1.5s", "p999", 1.5e6), ("p90<250µs", "p90", 250)])
 def test_slo_parses(text, stat, us):
-    slo = knee.parse_slo(text)
+    slo = knee_plan.parse_slo(text)
     assert (slo.stat, slo.limit_us) == (stat, us)
-    assert knee.parse_slo(slo.text()) == slo  # the text it is shown as reads back the same
+    assert knee_plan.parse_slo(slo.text()) == slo  # the text it is shown as reads back the same
 
 
 @pytest.mark.parametrize("text", ["p99", "p98<5ms", "p99<5", "p99>5ms", "p99<0ms", "p99<5 min"])
 def test_bad_slo_is_one_clear_error(text):
     with pytest.raises(InputError, match="--slo"):
-        knee.parse_slo(text)
+        knee_plan.parse_slo(text)
 
 
 def _row(rate: float, achieved: float, p99: float, behind: float = 0.0) -> dict:
@@ -36,7 +36,7 @@ def _row(rate: float, achieved: float, p99: float, behind: float = 0.0) -> dict:
 
 
 def test_a_cell_passes_only_within_the_limit_and_keeping_up():
-    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
     assert knee.judge(_row(1000, 1000, 4000), 1000, slo, t).met
     over = knee.judge(_row(1000, 1000, 6000), 1000, slo, t)
     assert not over.met and "over the limit" in over.why
@@ -62,7 +62,7 @@ def _fake_server(knee_at: float):
 
     def measure(rate: float) -> knee.Probe:
         asked.append(rate)
-        return knee.judge(_row(rate, rate, 1000 if rate <= knee_at else 50_000), rate, knee.parse_slo("p99<5ms"),
+        return knee.judge(_row(rate, rate, 1000 if rate <= knee_at else 50_000), rate, knee_plan.parse_slo("p99<5ms"),
                           Thresholds())
 
     return measure, asked
@@ -79,7 +79,7 @@ def test_bisection_finds_the_knee_to_a_64th_of_the_ceiling_in_6_probes(true_knee
     assert all(p.met == (p.rate <= true_knee) for p in probes)
     assert [p.recheck for p in probes] == [False] * 6 + [True] * looked_again
     if looked_again:
-        assert probes[-1].rate == hi and probes[-1].record(knee.parse_slo("p99<5ms"))["recheck"] is True
+        assert probes[-1].rate == hi and probes[-1].record(knee_plan.parse_slo("p99<5ms"))["recheck"] is True
 
 
 def test_a_rate_failed_on_a_bad_moment_is_looked_at_again_and_the_search_goes_on_above_it():
@@ -93,7 +93,7 @@ def test_a_rate_failed_on_a_bad_moment_is_looked_at_again_and_the_search_goes_on
         if rate in bad:
             bad.discard(rate)
             asked.append(rate)
-            return knee.judge(_row(rate, rate, 50_000), rate, knee.parse_slo("p99<5ms"), Thresholds())
+            return knee.judge(_row(rate, rate, 50_000), rate, knee_plan.parse_slo("p99<5ms"), Thresholds())
         return measure(rate)
 
     probes, lo, hi = knee.search(unlucky, 10_000, 6)
@@ -107,7 +107,7 @@ def test_a_rate_failed_on_a_bad_moment_is_looked_at_again_and_the_search_goes_on
 def test_a_rate_fails_only_when_every_try_fails_and_the_ceiling_is_the_best_cell():
     """A slow moment of the host fails one cell: the next try at the same rate passes. A rate the server cannot
     serve fails all its tries, and costs no more than that."""
-    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
     p99s = iter([9_000, 7_000, 3_000])  # two cells in a slow regime, then the usual one
     got = knee.tried(lambda: knee.judge(_row(1000, 1000, next(p99s)), 1000, slo, t), 3)
     assert got.met and got.tries == 3 and got.latency_us == 3_000 and got.record(slo)["tries"] == 3
@@ -145,7 +145,7 @@ def test_a_probe_the_loader_limited_never_decides_the_knee():
     """Issue 51: each probe says what set its limit (`limited_by`): the server, or the loader (its CPUs busy, its
     sends late, every connection it may open busy); a failing probe the loader limited ends the search, and
     the knee is not found for the server (knee.json and the summary say the loader ran out, and why)."""
-    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
     assert knee.judge(_row(1000, 1000, 4000), 1000, slo, t).limited_by == "none"
     assert knee.judge(_row(1000, 1000, 9000), 1000, slo, t).limited_by == "server"
     busy = _row(1000, 1000, 9000) | {"loader_cpu": {"cpu_frac": 0.97}}
@@ -179,7 +179,7 @@ def test_a_probe_the_loader_limited_never_decides_the_knee():
     probes, lo, hi = knee.search(measure, 10_000, 6)
     assert probes[-1].limited_by == "loader" and not any(p.limited_by == "loader" for p in probes[:-1])
     assert lo <= 6000 < hi == probes[-1].rate
-    plan = knee.KneePlan(validate(RunConfig(backends=["selector"], connections=[10])), "selector", slo)
+    plan = knee_plan.KneePlan(validate(RunConfig(backends=["selector"], connections=[10])), "selector", slo)
     doc = knee.document(plan, knee.best_ceiling([_row(1, 10_000, 4000)], slo), probes, (lo, hi), 1.0,
                         knee.KneeOutcome(Path(".")))
     assert doc["knee"] is None and doc["stop"] == "loader" and doc["loader_ran_out"]["rate"] == hi
@@ -191,14 +191,14 @@ def test_a_probe_the_loader_limited_never_decides_the_knee():
 def test_knee_json_has_the_connection_cap_and_the_most_connections_open():
     """Each probe records the most connections its cell had open (the loader's open_loop.conns_max); knee.json the
     cap (--max-connections, default 1,000) and the most over the probes."""
-    slo, t = knee.parse_slo("p99<5ms"), Thresholds()
+    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
     probes = []
     for rate, most in ((500, 10), (1000, 37)):
         row = _row(rate, rate, 1000)
         row["open_loop"]["conns_max"] = most
         probes.append(knee.judge(row, rate, slo, t))
     assert [p.record(slo)["conns_max"] for p in probes] == [10, 37]
-    plan = knee.KneePlan(validate(RunConfig(backends=["selector"], connections=[10])), "selector", slo)
+    plan = knee_plan.KneePlan(validate(RunConfig(backends=["selector"], connections=[10])), "selector", slo)
     ceiling = knee.best_ceiling([_row(1, 2000, 4000)], slo)
     doc = knee.document(plan, ceiling, probes, (1000, 2000), 1.0, knee.KneeOutcome(Path(".")))
     assert doc["max_connections"] == 1000 and doc["conns_max"] == 37
@@ -206,7 +206,7 @@ def test_knee_json_has_the_connection_cap_and_the_most_connections_open():
     assert knee.document(plan, ceiling, probes, (1000, 2000), 1.0, knee.KneeOutcome(Path(".")))["max_connections"] == 20
     plan.cfg.max_connections = 5
     with pytest.raises(InputError, match="--max-connections 5 is below -c 10"):
-        knee.check(plan)
+        knee_plan.check(plan)
 
 
 @pytest.mark.parametrize("args, says", [

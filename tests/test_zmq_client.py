@@ -13,7 +13,7 @@ import pytest
 
 from helpers import netprof_cli, wait_no_children
 from netprof.backends import registry
-from netprof.profiler import ab, knee
+from netprof.profiler import ab, knee_plan
 from netprof.profiler.analysis import compare
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.model import schema
@@ -75,11 +75,11 @@ def test_native_takes_a_rate_and_the_request_carries_zmtp_with_it():
                       **cell.open_loop_fields(c, cfg)).to_json()
     assert (sent["transport"], sent["rate"], sent["timeline"]) == ("zmtp", 500, cell.TIMELINE_SLICES)
     # knee's own refusal holds under libzmq only
-    knee.check(knee.KneePlan(validate(RunConfig(backends=["zmq_raw"], connections=[10], zmq_client="native")),
-                             "zmq_raw", knee.parse_slo("p99<5ms")))
+    slo = knee_plan.parse_slo("p99<5ms")
+    native = validate(RunConfig(backends=["zmq_raw"], connections=[10], zmq_client="native"))
+    knee_plan.check(knee_plan.KneePlan(native, "zmq_raw", slo))
     with pytest.raises(InputError, match="add --zmq-client native"):
-        knee.check(knee.KneePlan(validate(RunConfig(backends=["zmq_raw"], connections=[10])), "zmq_raw",
-                                 knee.parse_slo("p99<5ms")))
+        knee_plan.check(knee_plan.KneePlan(validate(RunConfig(backends=["zmq_raw"], connections=[10])), "zmq_raw", slo))
 
 
 def test_every_row_records_the_client_and_it_is_a_run_setting():
