@@ -12,7 +12,9 @@ move), never the objective, and three runs gave knees up to 56% apart (bench/RES
 probes (default 6: the knee to 1/64 of the ceiling) the knee is the highest rate that passed. Every cell's
 row goes to the results directory, so the report draws latency against load and its rules say why the curve
 bends there (`latency_knee`); knee.json keeps the search (docs/results-format.md). The lowest rate that failed
-gets one second look at the end (search()), and when it passes the bisection goes on above it.
+gets a second look at the end (search()): when it passes the bisection goes on above it, and the search ends on
+a rate that failed twice (or after `LOOKS` second looks). Where every rate up to the ceiling passed, the ceiling
+is measured once more and a higher one lets the search go on above the first.
 
 A rate fails only when `--tries` cells in a row fail it (default 3), and the ceiling is the best of as many
 closed-loop cells. Why: this host runs a CPU in speed regimes about 1.7× apart for 0.3–3 s at a time
@@ -50,6 +52,11 @@ from netprof.profiler.run.warm import WarmServer
 
 KNEE_JSON = results.KNEE_JSON
 SCHEMA = "netprof.knee/1"
+# Second looks at the lowest rate that failed, at most (search()): each one that passes costs a bisection above it
+# (a few probes), so a run of bad minutes cannot keep the search going.
+LOOKS = 3
+
+
 @dataclass
 class Probe:
     """One measured cell: rate 0 is the closed-loop ceiling."""
@@ -156,16 +163,27 @@ def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     return Probe(rate, achieved, lat, True, f"{slo.stat} {lat:,.0f} µs within the limit{waited}", row)
 
 
-def search(measure: Callable[[float], Probe], ceiling: float, steps: int) -> tuple[list[Probe], float, float]:
+def search(measure: Callable[[float], Probe], ceiling: float, steps: int, looks: int = LOOKS,
+           again: Callable[[], float | None] | None = None) -> tuple[list[Probe], float, float]:
     """Bisection on (0, ceiling]: each probe halves the interval between the highest rate that passed (lo,
-    0 at first) and the lowest that failed (hi, the ceiling at first), down to ceiling / 2**steps. Then one
+    0 at first) and the lowest that failed (hi, the ceiling at first), down to ceiling / 2**steps. Then a
     second look at the lowest rate that failed (a Probe with `recheck`): a bisection follows one path, so a
     rate that failed all its tries on a bad moment of the host (bench/RESULTS.md: granian_rsgi failed 25,666/s
     in one run of three and passed 26,862 and 29,116/s in the others) kept every later probe below it. When
     the second look passes, the search goes on above it, between it and the next rate that failed (or the
-    ceiling), to the same resolution. Returns the probes and (lo, hi)."""
+    ceiling), to the same resolution, and the lowest rate that failed then gets its own second look: the search
+    ends on a rate that failed twice, or after `looks` second looks. One look was not enough: a slow minute
+    failed three rates in a row of one knee run (bench/RESULTS.md, 2026-12-01 pair 3: 31.6k, 26.4k and 23.7k/s at
+    p99 6-46 ms), the second look passed the lowest and the search then stopped below the next, at 0.61 of the
+    ceiling where the other five runs found 0.74-0.88.
+
+    The ceiling is a measurement too: where every rate up to it passed, `again()` measures it once more (the
+    best of its closed-loop cells, or None), and a higher one lets the search go on above the old (2026-12-02: a
+    slow minute put one run's ceiling at 14.6k/s where the others measured 47-56k/s; every rate up to it then
+    passed). Returns the probes and (lo, hi), hi the final ceiling when no rate failed."""
     resolution = float(ceiling) / 2 ** steps
-    failed = [float(ceiling)]  # rates that failed, and the ceiling (above it nothing is probed)
+    top = float(ceiling)
+    failed = [top]  # rates that failed, and the ceiling (above it nothing is probed)
     probes: list[Probe] = []
 
     def bisect(lo: float, hi: float, budget: int) -> tuple[float, float]:
@@ -184,17 +202,32 @@ def search(measure: Callable[[float], Probe], ceiling: float, steps: int) -> tup
                 failed.append(rate)
         return lo, hi
 
-    lo, hi = bisect(0.0, float(ceiling), steps)
-    if probes and probes[-1].limited_by == "loader":
-        return probes, lo, float(probes[-1].rate)
-    if hi < ceiling:  # a rate failed: look at the lowest that did again, once
-        p = dataclasses.replace(measure(hi), recheck=True)
-        probes.append(p)
-        if p.met:
+    def loader_ran_out() -> bool:
+        return bool(probes) and probes[-1].limited_by == "loader"
+
+    lo, hi = bisect(0.0, top, steps)
+    for _ in range(looks + 1):  # each second look, and the ceiling's once
+        if loader_ran_out():
+            break
+        if hi < top:  # a rate failed: look at the lowest that did again
+            if sum(q.recheck for q in probes) >= looks:
+                break
+            p = dataclasses.replace(measure(hi), recheck=True)
+            probes.append(p)
+            if not p.met:  # failed twice: the search ends on it
+                break
             lo, hi = hi, min(r for r in failed if r > hi)
-            lo, hi = bisect(lo, hi, max(0, math.ceil(math.log2(max((hi - lo) / resolution, 1)))))
-            if probes[-1].limited_by == "loader":
-                hi = float(probes[-1].rate)
+        else:  # every rate up to the ceiling passed: measure the ceiling again, once
+            higher = again() if again is not None else None
+            again = None
+            if higher is None or higher <= top + resolution:
+                break
+            failed.remove(top)
+            top = hi = float(higher)
+            failed.append(top)
+        lo, hi = bisect(lo, hi, max(0, math.ceil(math.log2(max((hi - lo) / resolution, 1)))))
+    if loader_ran_out():
+        hi = float(probes[-1].rate)
     return probes, lo, hi
 
 
@@ -279,7 +312,20 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                                   f"{'pass' if probe.met else 'fail'}", markup=False, highlight=False)
                     return probe
 
-                probes, lo, hi = search(lambda rate: tried(lambda: once(rate), p.tries), achieved, p.steps)
+                ceilings = [ceiling]
+
+                def again() -> float | None:
+                    """Every rate up to the ceiling passed: the ceiling's closed-loop cells once more."""
+                    nonlocal ceiling
+                    ceilings.append(best_ceiling([cell(0) for _ in range(p.tries)], p.slo))
+                    ceiling = best_of(ceilings)
+                    console.print(f"every rate up to the ceiling passed; measured again: "
+                                  f"{ceilings[-1].achieved or 0:,.0f} {units.rate_unit(p.cfg.protocol)}",
+                                  markup=False, highlight=False)
+                    return ceilings[-1].achieved
+
+                probes, lo, hi = search(lambda rate: tried(lambda: once(rate), p.tries), achieved, p.steps,
+                                        again=again)
                 bounds = (lo, hi)
             except ProcessError as e:
                 outcome.failed = str(e)
@@ -305,6 +351,14 @@ def best_ceiling(rows: list[dict], slo: Slo) -> Probe:
                  "closed loop: the ceiling", row, tries=len(rows))
 
 
+def best_of(ceilings: list[Probe]) -> Probe:
+    """The ceiling measured first and again (search()'s `again`): the best, its tries all of theirs, `recheck`
+    when there was a second measure, each measure in `attempts` (in order)."""
+    best = max(ceilings, key=lambda c: c.achieved or 0)
+    return dataclasses.replace(best, tries=sum(c.tries for c in ceilings), recheck=len(ceilings) > 1,
+                               attempts=tuple(ceilings))
+
+
 def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[float, float], elapsed: float,
              outcome: KneeOutcome) -> dict:
     lo, hi = bounds
@@ -320,7 +374,9 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
         "slo": {"text": p.slo.text(), "stat": p.slo.stat, "limit_us": p.slo.limit_us}, "arrivals": p.arrivals,
         "window_s": p.cfg.duration,
         "tries": p.tries,
-        "ceiling": {"msgs_per_sec": ceiling.achieved, f"{p.slo.stat}_us": ceiling.latency_us, "tries": ceiling.tries},
+        # measured again (`remeasured`) when every rate up to it passed: the best of all its cells
+        "ceiling": {"msgs_per_sec": ceiling.achieved, f"{p.slo.stat}_us": ceiling.latency_us, "tries": ceiling.tries,
+                    "remeasured": ceiling.recheck, "measures": [c.achieved for c in ceiling.attempts or (ceiling,)]},
         "probes": [q.record(p.slo) for q in probes],
         # the highest rate that passed; None when none did (the knee is below the lowest probed rate)
         "knee": (lo or None) if done and ran_out is None else None, "bounds": [lo, hi],
