@@ -196,9 +196,9 @@ def search(measure: Callable[[float], Probe], ceiling: float, steps: int, looks:
     ceiling where the other five runs found 0.74-0.88.
 
     The ceiling is a measurement too: where every rate up to it passed, `again()` measures it once more (the
-    best of its closed-loop cells, or None), and a higher one lets the search go on above the old (2026-12-02: a
-    slow minute put one run's ceiling at 14.6k/s where the others measured 47-56k/s; every rate up to it then
-    passed). Returns the probes and (lo, hi), hi the final ceiling when no rate failed."""
+    best of its closed-loop cells, or None), and a higher one lets the search go on above the old (bench/RESULTS.md,
+    2026-12-02: three runs' first ceilings, measured in slow stretches at 31.6-42.1k/s, came out at 51.8-63.7k/s
+    the second time). Returns the probes and (lo, hi), hi the final ceiling when no rate failed."""
     resolution = float(ceiling) / 2 ** steps
     top = float(ceiling)
     failed = [top]  # rates that failed, and the ceiling (above it nothing is probed)
