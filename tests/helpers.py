@@ -102,6 +102,15 @@ def run_netprof(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedP
 STEAL_REMEASURE = 0.1
 
 
+def stretch(steal: float) -> float:
+    """How much longer a time the host gives can be on a run during which the hypervisor took `steal` of the host's
+    CPU: 1 up to STEAL_REMEASURE; above, 1 / (1 - 2 × steal) (at most ×10). Twice the share: the stolen time falls
+    on the two CPUs unevenly, and a measured process stalls while the other CPU runs (three tries at 37-41% steal put
+    the probes' CPU at 2.3-3.5× /proc's, 2026-12-02). An upper bound on a wake-up, a wait or a window edge is
+    multiplied by it; a physical floor (a 1-ms sleep is at least 1 ms) is not."""
+    return 1.0 if steal <= STEAL_REMEASURE else 1.0 / (1.0 - min(2.0 * steal, 0.9))
+
+
 def run_steal(out) -> float:
     """The largest share of the host's CPU time the hypervisor stole during any cell of the run in `out` (a knee's
     tries too); over the whole run where no cell finished."""

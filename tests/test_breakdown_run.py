@@ -16,7 +16,7 @@ import re
 import psutil
 import pytest
 
-from helpers import remeasured, require_bpf, run_netprof, run_steal
+from helpers import remeasured, require_bpf, run_netprof, run_steal, stretch
 from netprof.probes.breakdown import PARTS
 from netprof.profiler.model import schema
 
@@ -63,20 +63,23 @@ def _blocking_handler(rows: dict, out) -> None:
     for r in rows.values():
         followed(r)
     sel, thr = rows["selector"]["breakdown"], rows["thread"]["breakdown"]
+    # the upper bounds below are the host's wake-ups and waits: longer on a run the hypervisor stole from (helpers.
+    # stretch: a fresh-clone run of 2026-12-02 at 31-42% steal slept 1,647-1,785 µs a request in three tries)
+    late = stretch(run_steal(out))
     for b in (sel, thr):
         adds_up(b)
-        # the request's own handler: its 1 ms sleep, off CPU, after its read
-        assert 900 <= b["mean_us"]["off_cpu_sleep"] <= 1500, b
+        # the request's own handler: its 1 ms sleep, off CPU, after its read (900 µs: a physical floor)
+        assert 900 <= b["mean_us"]["off_cpu_sleep"] <= 1500 * late, (b, late)
         assert b["mean_us"]["loop_wait"] < 50, b
         assert b["mean_us"]["off_cpu_futex"] < 100, b
     # one loop: each request waits unread while the loop sleeps in the nine handlers before it
     assert sel["mean_us"]["queue_wait"] >= 5000, sel
-    assert thr["mean_us"]["queue_wait"] < 500, thr
+    assert thr["mean_us"]["queue_wait"] < 500 * late, (thr, late)
     # the slowest 1% are slow for the same reason on the loop
     assert sel["tail_us"]["queue_wait"] > 0.5 * sel["total_p99_us"], sel
     # transit is measured both ways, in µs on loopback
     for b in (sel, thr):
-        assert 0 < b["detail_us"]["transit_in"] < 200 and 0 < b["detail_us"]["transit_out"] < 200, b
+        assert 0 < b["detail_us"]["transit_in"] < 200 * late and 0 < b["detail_us"]["transit_out"] < 200 * late, b
     # the per-connection socket-wait rows are there as --sockwait writes them
     assert (out / "sockwait_conn.parquet").is_file()
     # the report names the tail's cause: the loop's queue on selector, the handler's own sleep with threads
@@ -251,10 +254,13 @@ def test_parts_add_up_on_a_server_of_every_kind(tmp_path):
         assert r["zmq_client"] == "native" or r["reads"] != "frames", r
         little = 100 / r["msgs_per_sec"] * 1e6
         ratios = (b["parts_mean_us"] / b["rtt_mean_us"], b["parts_mean_us"] / little)
-        if min(abs(x - 1) for x in ratios) <= 0.05:
+        # 5%, or that times helpers.stretch on a cell the hypervisor stole from: the probes' window is two counter
+        # reads at the loader's marks, each late by as long as netprof's vCPU waits (uvloop_sock 1.07-1.09 of both
+        # truths in two tries of a fresh-clone run of 2026-12-02 during 25-47% steal stretches)
+        if min(abs(x - 1) for x in ratios) <= 0.05 * stretch(r["steal_frac"]):
             return None
         return (*(round(x, 3) for x in ratios), round(b["parts_mean_us"]), round(b["rtt_mean_us"]),
-                f"jain {r.get('per_conn', {}).get('jain', float('nan')):.2f}")
+                f"jain {r.get('per_conn', {}).get('jain', float('nan')):.2f}", f"steal {r['steal_frac']:.0%}")
 
     # One re-measure, alone and in a 2-s window, of a server that misses: both truths are window means, and a
     # server that serves its connections unevenly puts its slowest requests at the window's edges, which the

@@ -60,7 +60,11 @@ def test_open_loop_under_and_over_capacity(tmp_path):
     # 2,000/s: the server's ~1,000/s, requests behind, seconds of latency from the intended time ...
     assert over["msgs_per_sec"] <= 1_150, over["msgs_per_sec"]
     assert over["lat_us"]["p99"] >= 500_000, over["lat_us"]
-    assert over["open_loop"]["behind"] > 0 and over["open_loop"]["behind_share"] > 0.1, over["open_loop"]
+    # behind: sent late; queued_at_end: never sent. A host that served the backlog slowly enough spends the whole
+    # window sending the warm-up's queue, so none of the window's own requests goes out and `behind` is 0 while
+    # all 4,000 wait (fresh-clone run of 2026-12-02 at 25-47% steal: sent 0, queued at the end 4,103)
+    ol = over["open_loop"]
+    assert ol["behind"] + ol["queued_at_end"] > 0.1 * ol["intended"], ol
     # ... and only the queue of 10 connections × 1 ms from the actual send
     assert over["lat_sent_us"]["p99"] < over["lat_us"]["p99"] / 10, over["lat_sent_us"]
 
