@@ -1,0 +1,17 @@
+#!/bin/bash
+# issue 51: netprof knee uvicorn_httptools, connections as needed (the default) against a pool of 10, six
+# interleaved pairs, the order alternating pair by pair, with the search of commit 625a0a0 (it ends on a rate that
+# failed twice; a ceiling every rate up to passed is measured again; a failing cell the hypervisor stole more than
+# 10% from is not one of the tries; each try's steal is in knee.json); each knee.json into this directory, each
+# run's results directory under ./runs/ (not committed) (bench/RESULTS.md, "knee ... a try the hypervisor stole from").
+cd "$(dirname "$0")"
+mkdir -p runs
+for i in 1 2 3 4 5 6; do
+  if [ $((i % 2)) = 1 ]; then order="default c10"; else order="c10 default"; fi
+  for v in $order; do
+    if [ $v = default ]; then extra=""; else extra="--max-connections 10"; fi
+    s=$(date +%s)
+    ../../../../.venv/bin/netprof knee uvicorn_httptools --slo "p99<5ms" $extra --json --out "runs/$v-$i" > ./$v-$i.json 2>./$v-$i.err
+    echo "$v $i rc=$? $(( $(date +%s) - s ))s" >&2
+  done
+done
