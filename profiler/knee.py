@@ -64,6 +64,10 @@ LOOKS = 3
 # ~1-3% on an ordinary hour (tests/helpers.py STEAL_REMEASURE is the same line for the suite's measured figures).
 STOLEN = 0.1
 STOLEN_EXTRA = 3
+# What can set a failing cell's limit before the server: the loader (loader_limit()), or the host, when the
+# hypervisor stole from every try of a rate (tried()). A probe limited so says nothing of the server, nor would a
+# higher rate: the search ends there (search()).
+NOT_THE_SERVER = ("loader", "host")
 
 
 @dataclass
@@ -79,7 +83,8 @@ class Probe:
     tries: int = 1  # cells measured at this rate: the first that passed, or all `--tries` failing
     recheck: bool = False  # the search's second look at the lowest rate that failed (search())
     attempts: tuple[Probe, ...] = ()  # every try of this rate in order, this one last (tried())
-    limited_by: str = "none"  # what set the cell's limit: "server", "loader" (loader_limit()) or "none" (it passed)
+    # what set the cell's limit: "server", "loader" (loader_limit()), "host" (tried()) or "none" (it passed)
+    limited_by: str = "none"
     steal: float | None = None  # share of the host's CPU time the hypervisor took during the cell (STOLEN)
 
     def record(self, slo: Slo) -> dict:
@@ -105,14 +110,22 @@ class Probe:
 def tried(measure: Callable[[], Probe], tries: int) -> Probe:
     """Cells of one rate until one passes or `tries` failed: the first that passes, else the last that failed,
     with the count. A failing cell the hypervisor stole from (Probe.stolen) is not one of the `tries`: another
-    is measured in its place, STOLEN_EXTRA at most."""
+    is measured in its place, STOLEN_EXTRA at most. A rate that failed only in stolen cells, all of them, is
+    limited by the host: it says nothing of the server (2026-12-02: a knee run stolen from in all 36 of its cells
+    bisected down to 576/s, where its pair, on a quiet stretch, passed 40k/s)."""
     seen: list[Probe] = []
     while True:
         probe = measure()
         seen.append(probe)
         failed = sum(not q.stolen for q in seen)
         if probe.met or failed >= tries or len(seen) >= tries + STOLEN_EXTRA:
-            return dataclasses.replace(probe, tries=len(seen), attempts=tuple(seen))
+            probe = dataclasses.replace(probe, tries=len(seen), attempts=tuple(seen))
+            if probe.met or failed:
+                return probe
+            took = sorted(q.steal or 0.0 for q in seen)
+            return dataclasses.replace(probe, limited_by="host", why=(
+                f"{probe.why}; the host ran out: the hypervisor took {took[0]:.0%}-{took[-1]:.0%} of its CPU in "
+                f"each of the {len(seen)} tries"))
 
 
 def loader_limit(row: dict, slo: Slo, t: Thresholds) -> str | None:
@@ -154,16 +167,6 @@ def judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     return dataclasses.replace(probe, limited_by="server")
 
 
-def _waited_share(ol: dict) -> float | None:
-    """The share of a cell's requests that came due with every connection busy and waited in the loader: behind
-    the cap, or below it for a slot or a connection opened for them (PROTOCOL.md, "Connections as needed"), or
-    still waiting at the window's end (intended − sent); the behind share alone from older loaders."""
-    intended, behind = ol.get("intended"), ol.get("behind_share")  # behind the cap or still waiting (stats.open_loop)
-    if not intended or behind is None or ol.get("waited_slot") is None:
-        return behind
-    return behind + sum(ol.get(k) or 0 for k in ("waited_connect", "waited_slot")) / intended
-
-
 def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     achieved = row.get("msgs_per_sec")
     lat = (row.get("lat_us") or {}).get(slo.stat)
@@ -173,7 +176,7 @@ def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
         return Probe(rate, achieved, lat, False, f"the cell failed: {row.get('error')}", row)
     if share is not None and share < 1 - t.overload_shortfall:
         return Probe(rate, achieved, lat, False, f"overloaded: achieved {share:.0%} of the rate", row)
-    share_waited = _waited_share(ol)
+    share_waited = ol.get("waited_share")  # stats.open_loop
     waited = (f" ({share_waited:.1%} of requests waited in the loader for a connection: in the latency)"
               if share_waited is not None and share_waited > t.overload_behind_share else "")
     if lat > slo.limit_us:
@@ -211,7 +214,7 @@ def search(measure: Callable[[float], Probe], ceiling: float, steps: int, looks:
                 break
             p = measure(rate)
             probes.append(p)
-            if p.limited_by == "loader":  # it says nothing of the server, nor would a higher rate: stop here
+            if p.limited_by in NOT_THE_SERVER:  # it says nothing of the server, nor would a higher rate: stop here
                 break
             if p.met:
                 lo = rate
@@ -220,12 +223,12 @@ def search(measure: Callable[[float], Probe], ceiling: float, steps: int, looks:
                 failed.append(rate)
         return lo, hi
 
-    def loader_ran_out() -> bool:
-        return bool(probes) and probes[-1].limited_by == "loader"
+    def ran_out() -> bool:
+        return bool(probes) and probes[-1].limited_by in NOT_THE_SERVER
 
     lo, hi = bisect(0.0, top, steps)
     for _ in range(looks + 1):  # each second look, and the ceiling's once
-        if loader_ran_out():
+        if ran_out():
             break
         if hi < top:  # a rate failed: look at the lowest that did again
             if sum(q.recheck for q in probes) >= looks:
@@ -244,7 +247,7 @@ def search(measure: Callable[[float], Probe], ceiling: float, steps: int, looks:
             top = hi = float(higher)
             failed.append(top)
         lo, hi = bisect(lo, hi, max(0, math.ceil(math.log2(max((hi - lo) / resolution, 1)))))
-    if loader_ran_out():
+    if ran_out():
         hi = float(probes[-1].rate)
     return probes, lo, hi
 
@@ -385,7 +388,7 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
     lo, hi = bounds
     done = not outcome.failed and not outcome.interrupted
     # A probe the loader limited ends the search (search()): the knee is then the loader's, not found for the server
-    ran_out = next((q for q in probes if q.limited_by == "loader"), None)
+    ran_out = next((q for q in probes if q.limited_by in NOT_THE_SERVER), None)
     return {
         "schema": SCHEMA, "server": p.label, "connections": p.cfg.connections[0], "pipeline": p.cfg.pipeline[0],
         # the open-loop cells' connections: up to the cap, opened as requests needed them; the most open at once
@@ -404,8 +407,10 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
         "knee_share_of_ceiling": lo / ceiling.achieved if done and ran_out is None and lo and ceiling.achieved
         else None,
         "stop": ("failed" if outcome.failed else "interrupted" if outcome.interrupted
-                 else "loader" if ran_out is not None else "steps"),
-        "loader_ran_out": None if ran_out is None else {"rate": ran_out.rate, "why": ran_out.why},
+                 else ran_out.limited_by if ran_out is not None else "steps"),
+        # what ran out before the server, at which rate and why ("loader" or "host": NOT_THE_SERVER)
+        **{f"{by}_ran_out": {"rate": ran_out.rate, "why": ran_out.why} if ran_out and ran_out.limited_by == by
+           else None for by in NOT_THE_SERVER},
         "elapsed_s": round(elapsed, 1),
     }
 
@@ -418,10 +423,12 @@ def summary_line(doc: dict) -> str:
     head = f"knee of {doc['server']} at c={doc['connections']}{opened} for {doc['slo']['text']}: "
     ceiling = doc["ceiling"]["msgs_per_sec"] or 0
     lo, hi = doc["bounds"]
-    if (out := doc.get("loader_ran_out")) is not None:
-        return head + (f"not found: the loader, not the server, ran out at {out['rate']:,.0f}/s ({out['why']}); "
-                       + (f"the server met the objective up to {lo:,.0f}/s" if lo else "no lower rate passed")
-                       + " (give the loader more CPUs, --loader-threads or --max-connections)")
+    for by, fix in (("loader", "give the loader more CPUs, --loader-threads or --max-connections"),
+                    ("host", "run it again when the hypervisor takes less: /proc/stat's steal")):
+        if (out := doc.get(f"{by}_ran_out")) is not None:
+            return head + (f"not found: the {by}, not the server, ran out at {out['rate']:,.0f}/s ({out['why']}); "
+                           + (f"the server met the objective up to {lo:,.0f}/s" if lo else "no lower rate passed")
+                           + f" ({fix})")
     if doc["knee"] is None:
         return head + f"below {hi:,.0f}/s, the lowest rate probed (closed-loop ceiling {ceiling:,.0f}/s)"
     return head + (f"{lo:,.0f}/s (between {lo:,.0f} and {hi:,.0f}/s; {lo / ceiling:.0%} of the closed-loop "

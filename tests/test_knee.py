@@ -14,6 +14,7 @@ from helpers import STEAL_REMEASURE, netprof_cli, run_netprof, run_steal, wait_n
 from netprof.profiler import knee, knee_plan
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.kit.rule_registry import Thresholds
+from netprof.profiler.model import stats
 from netprof.profiler.report import tables
 from netprof.profiler.run.plan import RunConfig, validate
 
@@ -34,7 +35,7 @@ def test_bad_slo_is_one_clear_error(text):
 
 def _row(rate: float, achieved: float, p99: float, behind: float = 0.0) -> dict:
     return {"status": "ok", "msgs_per_sec": achieved, "lat_us": {"p99": p99}, "lat_sent_us": {"p99": p99 / 2},
-            "open_loop": {"achieved_share": achieved / rate, "behind_share": behind}}
+            "open_loop": {"achieved_share": achieved / rate, "behind_share": behind, "waited_share": behind}}
 
 
 def test_a_cell_passes_only_within_the_limit_and_keeping_up():
@@ -48,9 +49,10 @@ def test_a_cell_passes_only_within_the_limit_and_keeping_up():
     waited = knee.judge(_row(1000, 1000, 100, behind=0.05), 1000, slo, t)
     assert waited.met and "5.0% of requests waited in the loader for a connection" in waited.why
     below_cap = _row(1000, 1000, 100)  # below the cap they wait for a slot or a new connection: waits all the same
-    below_cap["open_loop"] |= {"intended": 1000, "sent": 990, "behind": 0, "waited_connect": 10, "waited_slot": 30,
-                               "behind_share": 0.01}  # as stats.open_loop makes it: the 10 still waiting
-    # 10 + 30 sent after waiting, and the 10 still waiting when the window closed
+    below_cap["open_loop"] = stats.open_loop({"intended": 1000, "sent": 990, "behind": 0, "waited_connect": 10,
+                                              "waited_slot": 30}, 1000, 1000)
+    # 10 + 30 sent after waiting, and the 10 still waiting when the window closed (behind_share 1%)
+    assert below_cap["open_loop"]["behind_share"] == 0.01
     assert "5.0% of requests waited in the loader" in knee.judge(below_cap, 1000, slo, t).why
     waited_long = knee.judge(_row(1000, 1000, 7_000, behind=0.05), 1000, slo, t)
     assert not waited_long.met and "over the limit" in waited_long.why
@@ -219,9 +221,40 @@ def test_a_failed_try_the_hypervisor_stole_from_is_not_one_of_the_tries():
     assert header[5] == "stolen" and [r[5] for r in rows] == ["30%", "20%", "0%", "0%"], rows
     # failures that count: three, whatever steal the passing cells had
     assert not knee.tried(cells((9_000, 0.0), (9_000, 0.05), (9_000, 0.1)), 3).met
-    # a host that steals throughout: the rate fails after tries + STOLEN_EXTRA cells, no more
-    stolen = knee.tried(cells(*[(9_000, 0.4)] * 10), 3)
-    assert not stolen.met and stolen.tries == 3 + knee.STOLEN_EXTRA
+    # a host that steals throughout: the rate fails after tries + STOLEN_EXTRA cells, no more, and its limit is
+    # the host's (every try stolen): it says nothing of the server
+    stolen = knee.tried(cells(*[(9_000, 0.4)] * 5 + [(9_000, 0.25)] + [(9_000, 0.4)] * 4), 3)
+    assert not stolen.met and stolen.tries == 3 + knee.STOLEN_EXTRA and stolen.limited_by == "host", stolen
+    assert "the host ran out: the hypervisor took 25%-40% of its CPU in each of the 6 tries" in stolen.why
+    # one failure that counts among them: the server's
+    assert knee.tried(cells(*[(9_000, 0.4)] * 5 + [(9_000, 0.0)] * 5), 3).limited_by == "server"
+
+
+def test_a_rate_the_host_failed_ends_the_search_and_the_verdict_says_the_host():
+    """A rate that failed only in tries the hypervisor stole from ends the search as a loader that ran out does:
+    a lower rate would be judged on the host too (2026-12-02: a knee run stolen from in every cell bisected down
+    to 576/s and ended with no knee, the loader's lateness blamed). knee.json and the line say the host."""
+    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
+    stolen_hour = iter([0.0] * 2 + [0.4] * 100)  # two quiet cells, then the hypervisor takes 40% of the host
+
+    def probe(rate: float) -> knee.Probe:
+        def cell() -> knee.Probe:  # a server good to 8,000/s; on the stolen hour every cell fails
+            steal = next(stolen_hour)
+            p99 = 1000 if rate <= 8000 and not steal else 50_000
+            return dataclasses.replace(knee.judge(_row(rate, rate, p99), rate, slo, t), steal=steal)
+        return knee.tried(cell, 2)
+
+    probes, lo, hi = knee.search(probe, 10_000, 6)
+    assert [p.limited_by for p in probes] == ["none", "none", "host"], probes
+    assert (lo, hi) == (7_500, probes[-1].rate) and probes[-1].tries == 2 + knee.STOLEN_EXTRA
+    plan = knee_plan.KneePlan(validate(RunConfig(backends=["selector"], connections=[10])), "selector", slo)
+    doc = knee.document(plan, knee.best_ceiling([_row(1, 10_000, 4000)], slo), probes, (lo, hi), 1.0,
+                        knee.KneeOutcome(Path(".")))
+    assert doc["knee"] is None and doc["stop"] == "host" and doc["host_ran_out"]["rate"] == hi
+    assert doc["loader_ran_out"] is None
+    line = knee.summary_line(doc)
+    assert "not found: the host, not the server, ran out at 8,750/s" in line and "up to 7,500/s" in line, line
+    assert "steal" in line, line
 
 
 def test_a_knee_below_every_probe_says_so():
@@ -375,6 +408,13 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     assert doc["conns_max"] == max(a["conns_max"] for p in doc["probes"] for a in p["attempts"])
     # every try is in knee.json with its verdict, and the report's first table lists them
     assert all(len(p["attempts"]) == p["tries"] and p["attempts"][-1]["met"] == p["met"] for p in doc["probes"])
+    # the latency_knee finding is the knee's verdict (the rule reads knee.json), where a rate failed above it
+    bends = [a for a in json.loads((out / "summary.json").read_text())["anomalies"] if a["id"] == "latency_knee"]
+    lo, hi = doc["bounds"]
+    last = {p["rate"]: p["met"] for p in probes}  # the last probe at a rate decides it
+    assert len(bends) == (last.get(hi) is False), (bends, doc["bounds"], last)
+    for a in bends:
+        assert f"between {lo:,.0f}/s and {hi:,.0f}/s" in a["title"] and "knee's verdict" in a["explanation"], a
     page = (out / "report.md").read_text()
     assert "The knee's tries, each judged on its own against p99<20ms" in page, page[:3000]
     assert page.count("(decided the rate)") == len(doc["probes"])

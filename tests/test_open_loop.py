@@ -279,8 +279,9 @@ def test_open_loop_figures_without_a_count_are_none():
 
 
 def open_row(rate, mps, p99=2_000.0, round=1, backend="selector", behind=0, loader_late=0, p50=1_500.0,
-             syscalls=2.0, timeline: dict | None = None) -> dict:
-    """A round of an open-loop cell at `rate` asked and `mps` achieved (10 connections, 1 in flight)."""
+             syscalls=2.0, timeline: dict | None = None, waited=0) -> dict:
+    """A round of an open-loop cell at `rate` asked and `mps` achieved (10 connections, 1 in flight); `waited`
+    requests waited below the connection cap for a slot (connections as needed)."""
     intended = int(rate * 3)
     return {
         "backend": backend, "family": "selectors", "interpreter": "", "connections": 10, "pipeline": 1,
@@ -301,7 +302,8 @@ def open_row(rate, mps, p99=2_000.0, round=1, backend="selector", behind=0, load
              "behind_late_us": {"p50": 0.0, "p99": 0.0, "max": 0.0},
              "schedule_late_us": {"p50": 5.0, "p99": 30.0 if not loader_late else 4_000.0, "max": 5_000.0},
              "loader_late": loader_late, "loader_late_threshold_us": 1000.0, "queued_at_end": behind // 2,
-             "in_flight_at_end": 10}, mps, rate, stats.timeline_rows(timeline)),
+             "in_flight_at_end": 10, "waited_slot": waited, "waited_connect": 0}, mps, rate,
+            stats.timeline_rows(timeline)),
     }
 
 
@@ -443,6 +445,54 @@ def test_latency_knee_names_the_resource_that_ran_out():
     assert "waits per message fell from 1.00 to 0.1 " in a["explanation"], a["explanation"]
     a = knee()  # 20% busy, nothing else: said so, with where to look
     assert "what ran out first" not in a["evidence"] and "No resource netprof measures" in a["explanation"]
+
+
+def test_latency_knee_bends_where_the_queue_moved_into_the_loader():
+    """Issue 51: with connections as needed the loader opens none while the server queues (its round trip over
+    twice its fastest), so past the knee the requests wait in the loader and the rate is still achieved (the
+    default knee of uvicorn_httptools on a fresh clone, 2026-12-02: achieved 0.99-1.04, p99 19.9-94.6 ms against
+    1.9 ms, 44-100% of the requests waited for a connection). The bend is there, with the waited share as
+    evidence, and the resource behind it named as before."""
+    base, mid = open_row(20_000, 20_000.0, p99=1_900.0), open_row(30_000, 30_100.0, p99=2_400.0, waited=900)
+    top = open_row(40_000, 40_200.0, p99=19_900.0, waited=66_000)  # 55% of the 120,000 due waited
+    top["lat_sent_us"]["p99"] = 4_100.0
+    base["cpu"], top["cpu"] = base["cpu"] | {"busy_frac": 0.5}, top["cpu"] | {"busy_frac": 0.98}
+    (a,) = ids(detect_rows(base, mid, top), "latency_knee")
+    assert "between 30,000/s and 40,000/s" in a["title"], a["title"]
+    assert "They queued in the loader: 55% of the requests at 40,000/s came due with every connection busy" \
+        in a["explanation"] and "the p99 is 4.1 ms" in a["explanation"], a["explanation"]
+    assert a["evidence"]["at 40,000/s: waited in the loader for a connection, p99 from the actual send"] == \
+        "55%, 4.1 ms", a["evidence"]
+    assert a["evidence"]["what ran out first"] == "the server's CPU"
+    # a few waits for a slot (a burst) with a p99 well up is not yet the bend (under 5 points more than the lowest)
+    assert not ids(detect_rows(base, open_row(40_000, 40_200.0, p99=19_900.0, waited=4_000)), "latency_knee")
+
+
+def test_in_a_knee_run_the_bend_is_the_knees_verdict_from_the_tries_that_decided_it(tmp_path):
+    """`netprof knee` tries a rate until a cell passes: a rate's mean over its tries mixes a failed try with the
+    passing one, and the rule read on those means bent below the knee's verdict (2026-12-02: at 36,590/s on means,
+    the knee 41,444/s). In a knee run (knee.json beside the rows) the bend is the verdict's, from the tries that
+    decided each rate; none where the verdict found no bend of the server's."""
+    rows = [open_row(500, 500.0, p99=2_000.0, round=1),
+            open_row(1000, 900.0, p99=90_000.0, round=2), open_row(1000, 1000.0, p99=3_000.0, round=3),
+            open_row(1500, 1350.0, p99=60_000.0, round=4), open_row(1500, 1350.0, p99=80_000.0, round=5)]
+    df = pd.DataFrame([results.flatten(r) for r in rows])
+    (a,) = ids(detect(df), "latency_knee")  # the rule on each rate's mean: 1,000/s's p99 46.5 ms
+    assert "between 500/s and 1,000/s" in a["title"], a["title"]
+    doc = {"slo": {"text": "p99<5ms"}, "knee": 1000, "bounds": [1000, 1500], "stop": "steps",
+           "probes": [{"rate": 500, "met": True, "attempts": [{"round": 1}]},
+                      {"rate": 1000, "met": True, "attempts": [{"round": 2}, {"round": 3}]},
+                      {"rate": 1500, "met": False, "attempts": [{"round": 4}, {"round": 5}]}]}
+    (tmp_path / results.KNEE_JSON).write_text(json.dumps(doc))
+    (a,) = ids(detect(df, out_dir=tmp_path), "latency_knee")
+    assert "between 1,000/s and 1,500/s" in a["title"], a["title"]
+    assert "This is netprof knee's verdict against p99<5ms" in a["explanation"], a["explanation"]
+    assert "At 1,500/s the p99 from the intended send is 80 ms" in a["explanation"], a["explanation"]
+    assert a["evidence"]["at 1,000/s: achieved, p99 from the intended send"] == "1k/s (100%), 3 ms", a["evidence"]
+    # no bend of the server's to explain: the loader ran out, no rate passed, every rate passed (up to the ceiling)
+    for stop in ({"stop": "loader"}, {"knee": None}, {"knee": 1500, "bounds": [1500, 2000]}):
+        (tmp_path / results.KNEE_JSON).write_text(json.dumps(doc | stop))
+        assert not ids(detect(df, out_dir=tmp_path), "latency_knee"), stop
 
 
 def test_latency_knee_silent_without_a_drop_in_share_or_with_one_rate():

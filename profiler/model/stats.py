@@ -107,7 +107,10 @@ def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
     shares: `behind_share` = requests due in the window that waited for a connection with every one busy and
     the cap reached (without connections as needed: their `-c` connections busy), whether sent by the window's
     end (`behind`) or still waiting then (`intended` − `sent`: under a deep overload most of them), ÷ those due
-    in the window, and
+    in the window; `waited_share` = those and the ones that waited below the cap (for a slot of a connection
+    already open, or for a connection opened for them: `waited_slot`, `waited_connect`) ÷ those due: every
+    request that came due with every connection busy and waited in the loader (the behind share alone from
+    older loaders); and
     `achieved_share` = msgs/s achieved ÷ the rate asked (1: the server kept up).
     With the window's `slices` (timeline_rows) of `slice_s` seconds: the p99 of its first and of its last
     slice that answered anything (`p99_first_slice_us`, `p99_last_slice_us`) and their ratio `p99_growth`:
@@ -123,6 +126,10 @@ def open_loop(ol: Mapping, msgs_per_sec: float | None, rate: float | None,
     intended, sent, behind = ol.get("intended"), ol.get("sent"), ol.get("behind")
     out["behind_share"] = ((behind + intended - sent) / intended
                            if intended and behind is not None and sent is not None else None)
+    connect, slot = ol.get("waited_connect"), ol.get("waited_slot")
+    out["waited_share"] = (out["behind_share"] + (connect + slot) / intended
+                           if intended and out["behind_share"] is not None and connect is not None and slot is not None
+                           else out["behind_share"])
     out["achieved_share"] = msgs_per_sec / rate if rate and msgs_per_sec is not None else None
     answered = [sl for sl in slices if sl.get("messages") and sl.get("p99_us") is not None]
     first, last = (answered[0]["p99_us"], answered[-1]["p99_us"]) if answered else (None, None)

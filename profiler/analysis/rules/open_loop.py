@@ -8,7 +8,7 @@ import pandas as pd
 from netprof.profiler.core import units
 from netprof.profiler.kit.rule_common import r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
-from netprof.profiler.model import schema, stats
+from netprof.profiler.model import files, results, schema, stats
 from netprof.profiler.model.stats import num
 
 
@@ -201,9 +201,14 @@ KNEE_FIGURES = (("syscalls per message", SYSCALLS, units.per_message),
 
 @rule("latency_knee", plots=("latency_load", "latency"))
 def latency_knee(ctx: Context) -> list[Anomaly]:
-    """Across the rates of one cell (all else equal): the first rate whose p99 is 3× the lowest rate's
-    and whose achieved share fell: the latency–throughput curve bends between it and the rate before."""
+    """Across the rates of one cell (all else equal): the first rate whose p99 is 3× the lowest rate's and whose
+    achieved share fell, or whose requests waited in the loader (a loader that opens connections as requests need
+    them opens none while the server queues them, PROTOCOL.md "Connections as needed": the queue then forms in the
+    loader and the rate is still achieved): the latency–throughput curve bends between it and the rate before."""
     t, found = ctx.t, []
+    if (decided := _knee_verdict(ctx)) is not None:  # a `netprof knee` run: its verdict is the bend
+        g, i, verdict = decided
+        return [_knee_anomaly(g, i, t, verdict)] if i else []
     cells = _open(ctx.cells)
     keys = [k for k in schema.CELL_KEYS if k in cells and k != "rate"]
     if cells.empty:
@@ -227,10 +232,51 @@ def _knee(g: pd.DataFrame, t: Thresholds) -> int | None:
     for i in range(1, len(g)):
         r = g.iloc[i]
         p99, share = num(r, "lat_us.p99"), num(r, "open_loop.achieved_share")
-        if p99 is not None and share is not None and p99 > t.knee_factor * p99_0 \
-                and share < share_0 - t.knee_share_drop:
+        if p99 is None or share is None or p99 <= t.knee_factor * p99_0:
+            continue
+        if share < share_0 - t.knee_share_drop or _waited_rise(base, r) >= t.knee_waited_rise:
             return i
     return None
+
+
+def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
+    """In a `netprof knee` run (knee.json beside the rows), the bend is the knee's verdict, not the rule's reading
+    of each rate's mean over its tries: the search tries a rate until one cell passes, so a rate's mean mixes a
+    passing try with failed ones (2026-12-02: the mean of 36,590/s's tries bent at p99 128 ms where the knee, by
+    its tries, passed up to 41,444/s). Returns each rate's deciding try (the last probe at that rate, its last
+    attempt: the first that passed or the last that failed) as a cell, sorted by rate; the position of the
+    lowest rate that failed above the knee (0: no bend to explain: no knee, the loader ran out, or every rate
+    passed); and the verdict's sentence. None outside a knee run."""
+    if ctx.out_dir is None:
+        return None
+    try:
+        doc = results.read_json(ctx.out_dir, files.KNEE_JSON)
+    except (OSError, ValueError):  # InputError (a link, another user's file) too: the rule reads the cells
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("probes"), list) or "round" not in ctx.df:
+        return None
+    decided, met = {}, {}
+    for probe in doc["probes"]:  # a later probe at the same rate (a second look) decides it
+        if probe.get("attempts"):
+            decided[float(probe["rate"])] = probe["attempts"][-1].get("round")
+            met[float(probe["rate"])] = bool(probe.get("met"))
+    rows = ctx.df[[(float(r), n) in decided.items() for r, n in zip(ctx.df["rate"].fillna(0), ctx.df["round"])]]
+    g = stats.aggregate(rows).sort_values("rate").reset_index(drop=True) if not rows.empty else rows
+    lo, hi = (doc.get("bounds") or [None, None])[:2]
+    rates = [float(r) for r in g["rate"]] if not g.empty else []
+    if doc.get("knee") is None or doc.get("stop") != "steps" or hi is None or float(hi) not in rates \
+            or met.get(float(hi), True):
+        return g, 0, ""
+    slo = (doc.get("slo") or {}).get("text", "its objective")
+    verdict = (f"This is netprof knee's verdict against {slo} ({files.KNEE_JSON}): each rate's figures here are "
+               "those of the try that decided it. ")
+    return g, rates.index(float(hi)), verdict
+
+
+def _waited_rise(base, r) -> float:
+    """How much the share of requests that waited in the loader (open_loop.waited_share) rose from `base` to `r`."""
+    w0, w = num(base, "open_loop.waited_share"), num(r, "open_loop.waited_share")
+    return w - (w0 or 0.0) if w is not None else 0.0
 
 
 def _figure(r, col: str) -> float | None:
@@ -295,7 +341,9 @@ def _limit(base, at, t: Thresholds) -> tuple[str, str] | None:
     return None
 
 
-def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
+def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds, verdict: str = "") -> Anomaly:
+    """The bend between g's rates i − 1 and i (sorted by rate), explained from the figures at every rate;
+    `verdict`: what decided it, when not the rule (a knee run)."""
     base, before, at = g.iloc[0], g.iloc[i - 1], g.iloc[i]
     lo, hi = float(before["rate"]), float(at["rate"])
     ev: dict = {}
@@ -305,6 +353,9 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
             f"{units.duration_us(num(r, 'lat_us.p99'))}")
         if (q := _queue_share(r)) is not None:
             ev[f"at {units.number(r['rate'])}/s: the socket queue's share"] = f"{_pct(q[0])} {q[1]}"
+        if (w := num(r, "open_loop.waited_share")) is not None:
+            ev[f"at {units.number(r['rate'])}/s: waited in the loader for a connection, p99 from the actual send"] = (
+                f"{_pct(w)}, {units.duration_us(num(r, 'lat_sent_us.p99'))}")
     moved = []
     for label, col, fmt in KNEE_FIGURES:
         a, b = _figure(base, col), _figure(at, col)
@@ -318,6 +369,15 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds) -> Anomaly:
             f"{(p99 or 0) / (p99_0 or 1):.0f}× its {units.duration_us(p99_0)} at {units.number(base['rate'])}/s, and "
             f"the server answered {_pct(num(at, 'open_loop.achieved_share'))} of the rate asked "
             f"({_pct(num(base, 'open_loop.achieved_share'))} at the lowest rate): past the knee requests queue. ")
+    text += verdict
+    if _waited_rise(base, at) >= t.knee_waited_rise:
+        text += (f"They queued in the loader: {_pct(num(at, 'open_loop.waited_share'))} of the requests at "
+                 f"{units.number(hi)}/s came due with every connection busy and waited for one "
+                 f"({_pct(num(base, 'open_loop.waited_share'))} at {units.number(base['rate'])}/s), as a user "
+                 "arriving then would wait for a server that answers slower than they arrive (the loader opens no "
+                 "connection while the round trip is over twice its fastest: the server is queueing, and more "
+                 "connections would only move the queue into its sockets); from each request's actual send the p99 "
+                 f"is {units.duration_us(num(at, 'lat_sent_us.p99'))}. ")
     per, one = units.per_unit(at.get("protocol")), units.exchange(at.get("protocol"))
     text += ((f"{per.capitalize()}, between the lowest rate and the knee: " + "; ".join(moved) + ". ") if moved else
              f"No per-{one} figure moved by a quarter on the way (run with probes for syscalls {per}). ")
