@@ -387,7 +387,7 @@ def document(p: KneePlan, ceiling: Probe, probes: list[Probe], bounds: tuple[flo
              outcome: KneeOutcome) -> dict:
     lo, hi = bounds
     done = not outcome.failed and not outcome.interrupted
-    # A probe the loader limited ends the search (search()): the knee is then the loader's, not found for the server
+    # A probe the loader or the host limited ends the search (search()): the knee is then not found for the server
     ran_out = next((q for q in probes if q.limited_by in NOT_THE_SERVER), None)
     return {
         "schema": SCHEMA, "server": p.label, "connections": p.cfg.connections[0], "pipeline": p.cfg.pipeline[0],

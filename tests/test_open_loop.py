@@ -489,10 +489,25 @@ def test_in_a_knee_run_the_bend_is_the_knees_verdict_from_the_tries_that_decided
     assert "This is netprof knee's verdict against p99<5ms" in a["explanation"], a["explanation"]
     assert "At 1,500/s the p99 from the intended send is 80 ms" in a["explanation"], a["explanation"]
     assert a["evidence"]["at 1,000/s: achieved, p99 from the intended send"] == "1k/s (100%), 3 ms", a["evidence"]
-    # no bend of the server's to explain: the loader ran out, no rate passed, every rate passed (up to the ceiling)
-    for stop in ({"stop": "loader"}, {"knee": None}, {"knee": 1500, "bounds": [1500, 2000]}):
+    # no bend of the server's to explain: the loader or the host ran out, no rate passed
+    for stop in ({"stop": "loader"}, {"stop": "host"}, {"knee": None}):
         (tmp_path / results.KNEE_JSON).write_text(json.dumps(doc | stop))
         assert not ids(detect(df, out_dir=tmp_path), "latency_knee"), stop
+    # every rate up to the closed-loop ceiling passed (the fast hour of 2026-12-02: uvicorn_httptools's knee 99% of
+    # its ceiling): the bend is the ceiling, and what ran out is read in its best closed-loop cell (rate 0)
+    (tmp_path / results.KNEE_JSON).write_text(json.dumps(doc | {"knee": 1500, "bounds": [1500, 1600]}))
+    assert not ids(detect(df, out_dir=tmp_path), "latency_knee")  # no ceiling cell: nothing to read it in
+    closed = {k: v for k, v in open_row(1500, 1600.0).items() if k not in ("rate", "open_loop", "lat_sent_us")}
+    cells = [closed | {"rate": 0, "round": 6, "msgs_per_sec": 1550.0, "cpu": closed["cpu"] | {"busy_frac": 0.8}},
+             closed | {"rate": 0, "round": 7, "msgs_per_sec": 1600.0, "cpu": closed["cpu"] | {"busy_frac": 0.97}}]
+    both = pd.concat([df, pd.DataFrame([results.flatten(r) for r in cells])], ignore_index=True)
+    (a,) = ids(detect(both, out_dir=tmp_path), "latency_knee")
+    assert a["title"] == "Latency knee at the closed-loop ceiling, 1.6k/s: selector", a["title"]
+    assert "did not bend below the server's closed-loop ceiling. Every rate tried up to 1,500/s met" in \
+        a["explanation"] and "1,500/s is 94% of the 1.6k/s it answers flat out" in a["explanation"], a["explanation"]
+    assert a["evidence"]["what ran out first"] == "the server's CPU"
+    assert "busy 97% of one CPU in the closed-loop ceiling's cell (1.6k/s), against 20% at 500/s" in \
+        a["explanation"], a["explanation"]
 
 
 def test_latency_knee_silent_without_a_drop_in_share_or_with_one_rate():

@@ -208,7 +208,10 @@ def latency_knee(ctx: Context) -> list[Anomaly]:
     t, found = ctx.t, []
     if (decided := _knee_verdict(ctx)) is not None:  # a `netprof knee` run: its verdict is the bend
         g, i, verdict = decided
-        return [_knee_anomaly(g, i, t, verdict)] if i else []
+        if i > 0:
+            return [_knee_anomaly(g, i, t, verdict)]
+        top = _ceiling_anomaly(ctx, g, t, verdict) if i < 0 and not g.empty else None
+        return [top] if top is not None else []
     cells = _open(ctx.cells)
     keys = [k for k in schema.CELL_KEYS if k in cells and k != "rate"]
     if cells.empty:
@@ -245,8 +248,8 @@ def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
     passing try with failed ones (2026-12-02: the mean of 36,590/s's tries bent at p99 128 ms where the knee, by
     its tries, passed up to 41,444/s). Returns each rate's deciding try (the last probe at that rate, its last
     attempt: the first that passed or the last that failed) as a cell, sorted by rate; the position of the
-    lowest rate that failed above the knee (0: no bend to explain: no knee, the loader ran out, or every rate
-    passed); and the verdict's sentence. None outside a knee run."""
+    lowest rate that failed above the knee (−1: every rate up to the closed-loop ceiling passed; 0: no bend to
+    explain: no knee, the loader or the host ran out); and the verdict's sentence. None outside a knee run."""
     if ctx.out_dir is None:
         return None
     try:
@@ -264,12 +267,13 @@ def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
     g = stats.aggregate(rows).sort_values("rate").reset_index(drop=True) if not rows.empty else rows
     lo, hi = (doc.get("bounds") or [None, None])[:2]
     rates = [float(r) for r in g["rate"]] if not g.empty else []
-    if doc.get("knee") is None or doc.get("stop") != "steps" or hi is None or float(hi) not in rates \
-            or met.get(float(hi), True):
+    if doc.get("knee") is None or doc.get("stop") != "steps" or hi is None:
         return g, 0, ""
     slo = (doc.get("slo") or {}).get("text", "its objective")
     verdict = (f"This is netprof knee's verdict against {slo} ({files.KNEE_JSON}): each rate's figures here are "
                "those of the try that decided it. ")
+    if float(hi) not in rates or met.get(float(hi), True):
+        return g, -1, verdict
     return g, rates.index(float(hi)), verdict
 
 
@@ -310,20 +314,21 @@ def _waits(r) -> float | None:
     return sum(v for k, v in per.items() if k in WAITS) if per else None
 
 
-def _limit(base, at, t: Thresholds) -> tuple[str, str] | None:
+def _limit(base, at, t: Thresholds, there: str = "") -> tuple[str, str] | None:
     """What ran out at the knee rate `at` (against the lowest rate `base`), checked in this order: the loader
     (then the knee is not the server's), the server's CPU, its run queue (a thread ready, no CPU for it), the
-    loop's batching (no idle turn left: each wait returns more ready sockets). (name, sentence) or None."""
+    loop's batching (no idle turn left: each wait returns more ready sockets). `there`: where `at` was measured
+    ("at 1,000/s" by default). (name, sentence) or None."""
     def pct(r, col):
         return _pct(num(r, col))
-    rate = units.number(at["rate"])
+    there = there or f"at {units.number(at['rate'])}/s"
     lf = num(at, "loader_cpu.cpu_frac")
     if lf is not None and lf >= t.knee_loader_cpu:
-        return "the loader's CPU", (f"the loader's CPU: it used {_pct(lf)} of its CPUs at {rate}/s, so this bend is "
+        return "the loader's CPU", (f"the loader's CPU: it used {_pct(lf)} of its CPUs {there}, so this bend is "
                                     "the load generator's as much as the server's (give it more CPUs or threads)")
     busy = num(at, "cpu.busy_frac")
     if busy is not None and busy >= t.knee_cpu_busy:
-        return "the server's CPU", (f"the server's CPU: busy {_pct(busy)} of one CPU at {rate}/s, against "
+        return "the server's CPU", (f"the server's CPU: busy {_pct(busy)} of one CPU {there}, against "
                                     f"{pct(base, 'cpu.busy_frac')} at {units.number(base['rate'])}/s")
     tail = {str(k)[len("breakdown.tail_us."):]: num(at, k) for k in at.index if str(k).startswith("breakdown.tail_us.")}
     total = sum(max(0.0, v) for v in tail.values() if v is not None)
@@ -341,21 +346,60 @@ def _limit(base, at, t: Thresholds) -> tuple[str, str] | None:
     return None
 
 
+def _rates_evidence(g: pd.DataFrame) -> dict:
+    """Each rate's achieved share and p99, its socket queue's share of the slowest requests, and the requests that
+    waited in the loader: the evidence of a bend, rate by rate."""
+    ev: dict = {}
+    for _, r in g.iterrows():
+        at = f"at {units.number(r['rate'])}/s"
+        ev[f"{at}: achieved, p99 from the intended send"] = (
+            f"{units.rate(num(r, 'mps_mean'))}/s ({_pct(num(r, 'open_loop.achieved_share'))}), "
+            f"{units.duration_us(num(r, 'lat_us.p99'))}")
+        if (q := _queue_share(r)) is not None:
+            ev[f"{at}: the socket queue's share"] = f"{_pct(q[0])} {q[1]}"
+        if (w := num(r, "open_loop.waited_share")) is not None:
+            ev[f"{at}: waited in the loader for a connection, p99 from the actual send"] = (
+                f"{_pct(w)}, {units.duration_us(num(r, 'lat_sent_us.p99'))}")
+    return ev
+
+
+def _ceiling_anomaly(ctx: Context, g: pd.DataFrame, t: Thresholds, verdict: str) -> Anomaly | None:
+    """A knee run in which every rate up to the closed-loop ceiling passed: the curve did not bend below what the
+    server answers flat out, so the resource that ran out is the one that sets that ceiling, read in the ceiling's
+    best closed-loop cell (rate 0) against the lowest rate. None without a ceiling cell."""
+    closed = ctx.df[(ctx.df["rate"].fillna(0) == 0) & (ctx.df["status"] == "ok")] if "status" in ctx.df else None
+    if closed is None or closed.empty:
+        return None
+    best = stats.aggregate(closed.loc[[closed["msgs_per_sec"].astype(float).idxmax()]]).iloc[0]
+    base, top = g.iloc[0], g.iloc[-1]
+    ceiling, knee = num(best, "mps_mean"), float(top["rate"])
+    ev = _rates_evidence(g)
+    conns = units.number(best["connections"])
+    ev["the closed-loop ceiling (best cell)"] = f"{units.rate(ceiling)}/s at {conns} connections"
+    text = (f"{where(top)}: the latency–throughput curve did not bend below the server's closed-loop ceiling. Every "
+            f"rate tried up to {units.number(knee)}/s met the objective (p99 from the intended send "
+            f"{units.duration_us(num(base, 'lat_us.p99'))} at {units.number(base['rate'])}/s, "
+            f"{units.duration_us(num(top, 'lat_us.p99'))} at {units.number(knee)}/s), and {units.number(knee)}/s is "
+            f"{_pct(knee / ceiling if ceiling else None)} of the {units.rate(ceiling)}/s it answers flat out "
+            f"(closed loop, {conns} connections, no wait between requests). " + verdict)
+    limit = _limit(base, best, t, there=f"in the closed-loop ceiling's cell ({units.rate(ceiling)}/s)")
+    if limit is not None:
+        ev["what ran out first"] = limit[0]
+        text += f"What ran out at the ceiling: {limit[1]}. "
+    else:
+        text += ("No resource netprof measures reached its limit at the ceiling (the server's CPU, the loader's, the "
+                 "run queue, the loop's idle time): run with --breakdown for where the requests waited. ")
+    text += f"Its usable capacity at this latency is its ceiling, about {units.rate(ceiling)}/s."
+    title = f"Latency knee at the closed-loop ceiling, {units.rate(ceiling)}/s: {top['backend']}"
+    return Anomaly.at(top, "latency_knee", "info", title, text, ev)
+
+
 def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds, verdict: str = "") -> Anomaly:
     """The bend between g's rates i − 1 and i (sorted by rate), explained from the figures at every rate;
     `verdict`: what decided it, when not the rule (a knee run)."""
     base, before, at = g.iloc[0], g.iloc[i - 1], g.iloc[i]
     lo, hi = float(before["rate"]), float(at["rate"])
-    ev: dict = {}
-    for _, r in g.iterrows():
-        ev[f"at {units.number(r['rate'])}/s: achieved, p99 from the intended send"] = (
-            f"{units.rate(num(r, 'mps_mean'))}/s ({_pct(num(r, 'open_loop.achieved_share'))}), "
-            f"{units.duration_us(num(r, 'lat_us.p99'))}")
-        if (q := _queue_share(r)) is not None:
-            ev[f"at {units.number(r['rate'])}/s: the socket queue's share"] = f"{_pct(q[0])} {q[1]}"
-        if (w := num(r, "open_loop.waited_share")) is not None:
-            ev[f"at {units.number(r['rate'])}/s: waited in the loader for a connection, p99 from the actual send"] = (
-                f"{_pct(w)}, {units.duration_us(num(r, 'lat_sent_us.p99'))}")
+    ev = _rates_evidence(g)
     moved = []
     for label, col, fmt in KNEE_FIGURES:
         a, b = _figure(base, col), _figure(at, col)
