@@ -362,20 +362,31 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
                       "--out", str(out), timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)
-    assert doc["schema"] == knee.SCHEMA and doc["stop"] == "steps", doc
+    assert doc["schema"] == knee.SCHEMA and doc["stop"] in ("steps", "host"), doc
+    probes = doc["probes"]
+    # A stretch of the hypervisor taking more than knee.STOLEN of the host in every try of a rate ends the search
+    # on the host's verdict (knee.tried; fresh-clone run of 2026-12-02: 682/s failed in five tries at 14-23% steal,
+    # achieved 0.94-1.03 at p99 28-88 ms, after 585/s had passed at 17%): no knee is claimed, and what it did
+    # measure (the ceiling, the rates that passed, the report) is checked below all the same.
+    host = doc["stop"] == "host"
+    if host:
+        stopped = probes[-1]
+        assert stopped["limited_by"] == "host" and stopped["tries"] == 2 + knee.STOLEN_EXTRA, stopped
+        assert all(not a["met"] and a["steal"] > knee.STOLEN for a in stopped["attempts"]), stopped
+        assert doc["knee"] is None and doc["host_ran_out"]["rate"] == stopped["rate"] == doc["bounds"][1], doc
+        assert doc["loader_ran_out"] is None and all(p["limited_by"] != "host" for p in probes[:-1]), probes
     # the bisection's 4 steps, then, where a rate failed, a second look at the lowest that did (knee.search; where
     # it passes the bisection goes on above it, and the lowest rate that failed then gets its own second look).
     # Where all 4 passed and the ceiling's second measure came out higher (remeasured), the bisection went on
     # between the highest passing rate and the new ceiling, to the same resolution (CI on 2026-12-02: 398/s
     # first, 832/s last, above a first ceiling of ~796/s, no second look).
-    probes = doc["probes"]
     rechecks = [i for i, p in enumerate(probes) if p["recheck"]]
     first = rechecks[0] if rechecks else len(probes)
     measures = doc["ceiling"]["measures"]
     raised = len(measures) == 2 and measures[1] > measures[0] and all(p["met"] for p in probes[:4])
     resolution = measures[0] / 2 ** 4
     more = math.ceil(math.log2(max((measures[1] - probes[3]["rate"]) / resolution, 1))) if raised else 0
-    assert first == 4 or (raised and 4 < first <= 4 + more), (probes, measures)
+    assert first == 4 or (raised and 4 < first <= 4 + more) or (host and first == len(probes) < 4), (probes, measures)
     assert len(rechecks) <= knee.LOOKS, probes
     assert all(probes[i]["met"] for i in rechecks[:-1]), probes  # a look that failed ended the search
     # at most 1,000/s (1 ms asleep per message, a physical ceiling); how far below it is the host's wake-up after
@@ -396,7 +407,7 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
         assert p["tries"] == len(p["attempts"]) <= 2 + knee.STOLEN_EXTRA, p
         assert counted <= (1 if p["met"] else 2), p
         assert p["met"] or counted == 2 or p["tries"] == 2 + knee.STOLEN_EXTRA, p
-    assert doc["knee"] is not None and 0.5 * ceiling <= doc["knee"] <= 1010, doc
+    assert host or (doc["knee"] is not None and 0.5 * ceiling <= doc["knee"] <= 1010), doc
     # the search starts at half the ceiling as first measured; the ceiling is the best of its measures
     assert len(measures) == 1 + remeasured and doc["ceiling"]["msgs_per_sec"] == max(measures), doc["ceiling"]
     assert [p["rate"] for p in doc["probes"]][0] == round(measures[0] / 2)
@@ -410,15 +421,17 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     assert all(len(p["attempts"]) == p["tries"] and p["attempts"][-1]["met"] == p["met"] for p in doc["probes"])
     # the latency_knee finding is the knee's verdict (the rule reads knee.json): between the knee and the rate that
     # failed above it, or, where every rate up to the ceiling passed, at the ceiling
-    (bend,) = [a for a in json.loads((out / "summary.json").read_text())["anomalies"] if a["id"] == "latency_knee"]
+    bends = [a for a in json.loads((out / "summary.json").read_text())["anomalies"] if a["id"] == "latency_knee"]
+    assert len(bends) == (not host), bends  # the host's verdict says nothing of the server's bend
     lo, hi = doc["bounds"]
     last = {p["rate"]: p["met"] for p in probes}  # the last probe at a rate decides it
-    assert "knee's verdict" in bend["explanation"], bend
-    if last.get(hi) is False:
-        assert f"between {lo:,.0f}/s and {hi:,.0f}/s" in bend["title"], (bend, doc["bounds"], last)
-    else:
-        assert "at the closed-loop ceiling" in bend["title"], (bend, doc["bounds"], last)
-        assert f"Every rate tried up to {lo:,.0f}/s met the objective" in bend["explanation"], bend
+    for bend in bends:
+        assert "knee's verdict" in bend["explanation"], bend
+        if last.get(hi) is False:
+            assert f"between {lo:,.0f}/s and {hi:,.0f}/s" in bend["title"], (bend, doc["bounds"], last)
+        else:
+            assert "at the closed-loop ceiling" in bend["title"], (bend, doc["bounds"], last)
+            assert f"Every rate tried up to {lo:,.0f}/s met the objective" in bend["explanation"], bend
     page = (out / "report.md").read_text()
     assert "The knee's tries, each judged on its own against p99<20ms" in page, page[:3000]
     assert page.count("(decided the rate)") == len(doc["probes"])

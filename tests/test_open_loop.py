@@ -433,7 +433,7 @@ def test_latency_knee_names_the_resource_that_ran_out():
 
     a = knee(cpu={"busy_frac": 0.97}, base={"cpu": {"busy_frac": 0.45}})
     assert a["evidence"]["what ran out first"] == "the server's CPU"
-    assert "What ran out first: the server's CPU: busy 97% of one CPU at 1,000/s, against 45% at 500/s" \
+    assert "What ran out first at the knee: the server's CPU: busy 97% of one CPU at 1,000/s, against 45% at 500/s" \
         in a["explanation"], a["explanation"]
     a = knee(cpu={"busy_frac": 0.97}, loader_cpu={"cpu_frac": 0.95})
     assert a["evidence"]["what ran out first"] == "the loader's CPU" and "give it more CPUs" in a["explanation"]

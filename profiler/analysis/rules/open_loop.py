@@ -346,6 +346,17 @@ def _limit(base, at, t: Thresholds, there: str = "") -> tuple[str, str] | None:
     return None
 
 
+def _ran_out(base, at, t: Thresholds, ev: dict, place: str, there: str = "") -> str:
+    """The sentence naming what ran out first `place` ("at the knee"), read in `at` against `base` (_limit), its
+    name added to `ev`; or, when nothing netprof measures reached its limit, where to look."""
+    limit = _limit(base, at, t, there)
+    if limit is None:
+        return (f"No resource netprof measures reached its limit {place} (the server's CPU, the loader's, the run "
+                "queue, the loop's idle time): run with --breakdown for where the slowest requests waited. ")
+    ev["what ran out first"] = limit[0]
+    return f"What ran out first {place}: {limit[1]}. "
+
+
 def _rates_evidence(g: pd.DataFrame) -> dict:
     """Each rate's achieved share and p99, its socket queue's share of the slowest requests, and the requests that
     waited in the loader: the evidence of a bend, rate by rate."""
@@ -382,13 +393,8 @@ def _ceiling_anomaly(ctx: Context, g: pd.DataFrame, t: Thresholds, verdict: str)
             f"{units.duration_us(num(top, 'lat_us.p99'))} at {units.number(knee)}/s), and {units.number(knee)}/s is "
             f"{_pct(knee / ceiling if ceiling else None)} of the {units.rate(ceiling)}/s it answers flat out "
             f"(closed loop, {conns} connections, no wait between requests). " + verdict)
-    limit = _limit(base, best, t, there=f"in the closed-loop ceiling's cell ({units.rate(ceiling)}/s)")
-    if limit is not None:
-        ev["what ran out first"] = limit[0]
-        text += f"What ran out at the ceiling: {limit[1]}. "
-    else:
-        text += ("No resource netprof measures reached its limit at the ceiling (the server's CPU, the loader's, the "
-                 "run queue, the loop's idle time): run with --breakdown for where the requests waited. ")
+    text += _ran_out(base, best, t, ev, "at the ceiling",
+                     there=f"in the closed-loop ceiling's cell ({units.rate(ceiling)}/s)")
     text += f"Its usable capacity at this latency is its ceiling, about {units.rate(ceiling)}/s."
     title = f"Latency knee at the closed-loop ceiling, {units.rate(ceiling)}/s: {top['backend']}"
     return Anomaly.at(top, "latency_knee", "info", title, text, ev)
@@ -431,13 +437,7 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds, verdict: str = "") -> 
                  f"{units.number(base['rate'])}/s to {_pct(q[0])} at {units.number(hi)}/s ({q[1]}): "
                  + ("the requests wait unread for a busy server. " if q[0] >= 0.5 else
                     "most of their time is not the socket queue. "))
-    limit = _limit(base, at, t)
-    if limit is not None:
-        ev["what ran out first"] = limit[0]
-        text += f"What ran out first: {limit[1]}. "
-    else:
-        text += ("No resource netprof measures reached its limit at the knee (the server's CPU, the loader's, the run "
-                 "queue, the loop's idle time): run with --breakdown for where the slowest requests waited. ")
+    text += _ran_out(base, at, t, ev, "at the knee")
     text += f"Its usable capacity, at this latency, is below {units.number(hi)} requests/s."
     title = f"Latency knee between {units.number(lo)}/s and {units.number(hi)}/s: {at['backend']}"
     return Anomaly.at(at, "latency_knee", "info", title, text, ev)
