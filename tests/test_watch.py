@@ -365,6 +365,7 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     # helper's wake-up shares the load's busy CPU: 1,224 µs in a CI run on a slow hour, ~520 on a quiet one), so it
     # comes from the same run: a request's server time, and so its I/O wait, lies inside the client's round trip.
     rtt_us = sum(rtt_s) / sum(counts) * 1e6
+    print(f"off_cpu_io {io:.1f} µs a request (500 asked), the client's round trip {rtt_us:.1f} µs")
     assert 480 <= io <= rtt_us, (b, rtt_us)
     assert {r["route"] for r in doc["routes"]} - {"(unsampled)"} == {"(not HTTP)"}, doc["routes"]
 
