@@ -311,7 +311,10 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                     meta_mod.add_cell_load(meta, out_.row, host_before)  # a slow try's host, as a run's cells
                     store.write_meta(meta)
                     store.add(out_.row, out_.per_conn_messages, out_.conn_rows, out_.timeline)
-                    if not out_.ok and (gone := warm.failure()):
+                    # a server gone, or one the cell could not attach to, says nothing of a rate: the run ends
+                    # (2026-12-02: its pid taken for reused, every later cell failed and the knee came out at the
+                    # one rate measured before: procs.start_ticks)
+                    if not out_.ok and (gone := warm.failure() or out_.server_error):
                         raise ProcessError(gone)
                     return out_.row
 

@@ -358,6 +358,18 @@ def _preexec(cpus: list[int] | None, reservations: Sequence[Reservation], deny_i
     return run
 
 
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat's starttime), or None when it is gone: with
+    the pid, the process's identity (a pid the kernel reused has another). Not psutil's create_time(): that adds
+    the boot time as the wall clock gives it now (/proc/stat's btime), which moves when the clock is adjusted;
+    on this VM it moved within a knee run, and the warm server it had started was taken for a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22; fields 3.. follow the comm's ")"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     """True when `pid` runs (a zombie — killed, not yet reaped — counts as gone)."""
     try:

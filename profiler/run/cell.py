@@ -35,6 +35,8 @@ class CellOutcome:
     backend_pid: int | None = None
     conn_rows: dict[str, list[dict]] = field(default_factory=dict)  # instrument name -> its per-connection rows
     timeline: list[dict] = field(default_factory=list)  # open loop: the window's slices (stats.timeline_rows)
+    # why the server could not be started or attached for the cell (then nothing was measured of it)
+    server_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -469,7 +471,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             server = start_server(group, cell, env)
         except ProcessError as e:
             row["error"] = f"server did not start: {e}"
-            return CellOutcome(row)
+            return CellOutcome(row, server_error=str(e))
         proc = server.proc  # None when attached: nothing of ours to wait for or stop
         share = cfg.probe_share if any(i.sub_window for i in instruments) and cfg.probe_share < 1 else None
         for inst in instruments:  # before the loader connects: every connection seen from its first byte

@@ -47,7 +47,7 @@ class ServerSpec:
     as_root: bool = False  # cmd: run as root instead of the sudo caller
     ready_timeout: float = READY_TIMEOUT  # cmd: how long it may take to become ready (--ready-timeout)
     env: tuple[tuple[str, str], ...] = ()  # cmd: --env NAME=VALUE pairs, added to its environment
-    start_time: float = 0.0  # attach: the process's start time (psutil), to tell a reused pid
+    start_time: int = 0  # attach: the process's start (procs.start_ticks), to tell a reused pid
 
     @property
     def frames_own(self) -> bool:
@@ -169,9 +169,11 @@ def attached(pid: int, target: str, name: str = "") -> ServerSpec:
     try:
         proc = psutil.Process(pid)
         proc.status()
-        started = proc.create_time()
     except psutil.Error:
         raise InputError(f"--attach {pid}: no such process; give the pid of your running server") from None
+    started = procs.start_ticks(pid)
+    if started is None:
+        raise InputError(f"--attach {pid}: no such process; give the pid of your running server")
     if not _listens(pid, port):
         raise InputError(f"--attach {pid}: that process (and its children) does not listen on port {port}; "
                          f"check --target {target}")
@@ -299,10 +301,9 @@ def attach(spec: ServerSpec) -> Running:
     """The attached server for one cell: still the process validated at start (same pid, same start
     time: a pid the kernel reused belongs to another process) and still listening on the target port."""
     host, port = parse_target(spec.target)
-    try:
-        started = psutil.Process(spec.pid).create_time()
-    except psutil.Error:
-        raise ProcessError(f"--attach {spec.pid}: the process is gone") from None
+    started = procs.start_ticks(spec.pid)
+    if started is None:
+        raise ProcessError(f"--attach {spec.pid}: the process is gone")
     if started != spec.start_time:
         raise ProcessError(f"--attach {spec.pid}: the process was replaced (PID reused)")
     if not _listens(spec.pid, port):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from netprof.profiler.core import procs
 from netprof.profiler.core.errors import InputError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -20,23 +21,27 @@ class Target:
     pid: int                      # the root of the followed tree
     also: tuple[int, ...]         # other members (a cgroup's), each with its descendants
     label: str                    # how the user named it
-    start_time: float             # the root's, to tell it from a later process with the same pid
+    start_time: int               # the root's (procs.start_ticks), to tell it from a later process with the same pid
 
 
-def _process(pid: int, how: str) -> psutil.Process:
+def _process(pid: int, how: str) -> tuple[psutil.Process, int]:
+    """The process and its start (procs.start_ticks)."""
     try:
         p = psutil.Process(pid)
         p.status()
-        return p
     except psutil.Error:
         raise InputError(f"{how}: no such process; give the pid of a running server") from None
+    started = procs.start_ticks(pid)
+    if started is None:
+        raise InputError(f"{how}: no such process; give the pid of a running server")
+    return p, started
 
 
 def by_pid(pid: int) -> Target:
     if pid <= 0:
         raise InputError(f"--pid {pid}: give the pid of a running server")
-    p = _process(pid, f"--pid {pid}")
-    return Target(pid, (), f"pid {pid} ({p.name()})", p.create_time())
+    p, started = _process(pid, f"--pid {pid}")
+    return Target(pid, (), f"pid {pid} ({p.name()})", started)
 
 
 def listener(port: int) -> int | None:
@@ -46,12 +51,7 @@ def listener(port: int) -> int | None:
     except psutil.Error:
         return None
     pids = {c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
-    alive = []
-    for pid in pids:
-        try:
-            alive.append((psutil.Process(pid).create_time(), pid))
-        except psutil.Error:
-            continue
+    alive = [(started, pid) for pid in pids if (started := procs.start_ticks(pid)) is not None]
     return min(alive)[1] if alive else None  # the oldest: a pre-fork server's master, not a worker
 
 
@@ -61,8 +61,8 @@ def by_port(port: int) -> Target:
     pid = listener(port)
     if pid is None:
         raise InputError(f"--port {port}: no process listens on it here; give the server's port, or --pid")
-    p = _process(pid, f"--port {port}")
-    return Target(pid, (), f"port {port}: pid {pid} ({p.name()})", p.create_time())
+    p, started = _process(pid, f"--port {port}")
+    return Target(pid, (), f"port {port}: pid {pid} ({p.name()})", started)
 
 
 def by_cgroup(path: str) -> Target:
@@ -71,15 +71,10 @@ def by_cgroup(path: str) -> Target:
     if CGROUP_ROOT not in full.parents and full != CGROUP_ROOT:
         raise InputError(f"--cgroup {path}: give a path under {CGROUP_ROOT}, e.g. system.slice/nginx.service")
     try:
-        procs = [int(x) for x in (full / "cgroup.procs").read_text().split()]
+        members = [int(x) for x in (full / "cgroup.procs").read_text().split()]
     except (OSError, ValueError):
         raise InputError(f"--cgroup {path}: no such cgroup (looked for {full}/cgroup.procs)") from None
-    alive = []
-    for pid in procs:
-        try:
-            alive.append((psutil.Process(pid).create_time(), pid))
-        except psutil.Error:
-            continue
+    alive = [(started, pid) for pid in members if (started := procs.start_ticks(pid)) is not None]
     if not alive:
         raise InputError(f"--cgroup {path}: no process in it; start the server first")
     alive.sort()
@@ -106,7 +101,4 @@ def resolve(pid: int | None, port: int | None, cgroup: str | None) -> Target:
 
 def alive(t: Target) -> bool:
     """The root is still the process that was watched (not gone, not its pid reused)."""
-    try:
-        return psutil.Process(t.pid).create_time() == t.start_time
-    except psutil.Error:
-        return False
+    return procs.start_ticks(t.pid) == t.start_time

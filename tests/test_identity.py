@@ -1,0 +1,45 @@
+"""A process's identity (its pid and when it started) does not move with the wall clock: `netprof knee` took the
+warm server it had started itself for a reused pid when this VM's clock was adjusted within the run (2026-12-02:
+every cell after the second failed "--attach 2256: the process was replaced (PID reused)"), and `netprof watch`
+would have taken the watched server for gone. psutil's create_time() adds /proc/stat's btime as read now, which
+moves with the clock; procs.start_ticks is the kernel's count of ticks since boot, which does not. The clock cannot
+be stepped here, so psutil's boot time is moved instead (a mock of what the machine did, said so)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import psutil
+import pytest
+from psutil import _pslinux
+
+from netprof.profiler.core import procs
+from netprof.profiler.watch import target
+
+
+@pytest.fixture
+def child():
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_the_identity_of_a_process_does_not_move_with_the_clock(child, monkeypatch):
+    watched = target.by_pid(child.pid)
+    assert watched.start_time == procs.start_ticks(child.pid) > 0
+    before = psutil.Process(child.pid).create_time()
+    moved = _pslinux.boot_time() + 1.0  # the wall clock stepped by a second: btime moves with it
+    monkeypatch.setattr(_pslinux, "boot_time", lambda: moved)
+    assert psutil.Process(child.pid).create_time() == pytest.approx(before + 1.0)  # what the identity was before
+    assert target.alive(watched) and procs.start_ticks(child.pid) == watched.start_time
+
+
+def test_a_process_gone_or_another_with_its_pid_is_not_the_same(child):
+    watched = target.by_pid(child.pid)
+    assert not target.alive(target.Target(child.pid, (), "", watched.start_time - 1))  # a reused pid's start
+    child.kill()
+    child.wait()
+    assert procs.start_ticks(child.pid) is None and not target.alive(watched)
