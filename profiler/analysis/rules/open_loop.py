@@ -258,12 +258,12 @@ def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("probes"), list) or "round" not in ctx.df:
         return None
-    decided, met = {}, {}
-    for probe in doc["probes"]:  # a later probe at the same rate (a second look) decides it
+    decided = {}  # rate -> (the round that decided it, whether it passed); a later probe (a second look) wins
+    for probe in doc["probes"]:
         if probe.get("attempts"):
-            decided[float(probe["rate"])] = probe["attempts"][-1].get("round")
-            met[float(probe["rate"])] = bool(probe.get("met"))
-    rows = ctx.df[[(float(r), n) in decided.items() for r, n in zip(ctx.df["rate"].fillna(0), ctx.df["round"])]]
+            decided[float(probe["rate"])] = (probe["attempts"][-1].get("round"), bool(probe.get("met")))
+    rows = ctx.df[[float(r) in decided and decided[float(r)][0] == n
+                   for r, n in zip(ctx.df["rate"].fillna(0), ctx.df["round"])]]
     g = stats.aggregate(rows).sort_values("rate").reset_index(drop=True) if not rows.empty else rows
     lo, hi = (doc.get("bounds") or [None, None])[:2]
     rates = [float(r) for r in g["rate"]] if not g.empty else []
@@ -272,7 +272,7 @@ def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
     slo = (doc.get("slo") or {}).get("text", "its objective")
     verdict = (f"This is netprof knee's verdict against {slo} ({files.KNEE_JSON}): each rate's figures here are "
                "those of the try that decided it. ")
-    if float(hi) not in rates or met.get(float(hi), True):
+    if float(hi) not in rates or decided[float(hi)][1]:
         return g, -1, verdict
     return g, rates.index(float(hi)), verdict
 
