@@ -80,8 +80,10 @@ constexpr uint32_t kMaxReconnectAttempts = 8;
 // Open loop: a sleep longer than 1.5x this wakes this much before the next send is due (see loop()).
 constexpr int64_t kPreWakeNs = 200'000;
 // Open loop, connections as needed: a connection is opened only while the recent round trip is within this
-// factor of the fastest (see grow()).
+// factor of the fastest, and only while the thread's connections are fewer than its rate needs at that round
+// trip (Little's law) with this much room above it (see grow()).
 constexpr int64_t kGrowRttFactor = 2;
+constexpr double kGrowHeadroom = 1.25;
 
 struct Conn {
   // Handshake: zmtp only, TCP is up and the ZMTP greeting and READY are being exchanged.
@@ -247,6 +249,7 @@ class Worker {
       conns_.back().parser = new_parser(r);
     }
     base_ = uint32_t(conns_.size());
+    live_ = base_;
     ep_.reset(check_sys(epoll_create1(EPOLL_CLOEXEC), "epoll_create1"));
     wake_fd_.reset(check_sys(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd"));
     epoll_event ev{};
@@ -456,7 +459,7 @@ class Worker {
     c.state = Conn::Dead;
     errors.connect++;
     resolved_++;
-    sh_.open_conns.fetch_sub(1);
+    closed_for_good();
   }
 
   void became_up(uint32_t i) {
@@ -541,7 +544,7 @@ class Worker {
       c.state = Conn::Dead;
       c.gen++;
       resolved_++;
-      sh_.open_conns.fetch_sub(1);
+      closed_for_good();
     }
     pending_.clear();
   }
@@ -568,6 +571,7 @@ class Worker {
     c.unproven = true;
     unproven_++;
     c.open_started = now;
+    live_++;
     opening_slots_ += K_;
     attempt(i, now);
     return true;
@@ -597,6 +601,12 @@ class Worker {
     opening_slots_ -= K_;
     grow_stopped_ = true;
     settle(c);
+    closed_for_good();
+  }
+
+  // A connection of this thread is closed for the rest of the run: its place under the cap is free.
+  void closed_for_good() {
+    live_--;
     sh_.open_conns.fetch_sub(1);
   }
 
@@ -699,19 +709,33 @@ class Worker {
   // round trip is within kGrowRttFactor of the thread's fastest (the requests in flight are not queueing in
   // the server: a server that is its own limit, or stalled, answers no faster on more connections, only
   // pays for accepting them) and while fewer are opened-and-unanswered than have answered (the pool at most
-  // doubles per round trip, as TCP's slow start grows its window). Without them a stall of the server (a GC
-  // pause, a busy host) opened a connection for every request due in it, hundreds, whose accepts slowed the
-  // server further: issue 51's knee fell below a pool of 10's. Returns when to look again (INT64_MAX: no
-  // need); a reply or a connection coming up makes pump() look again anyway.
+  // doubles per round trip, as TCP's slow start grows its window), and while the thread's connections (open
+  // or being opened) are fewer than its rate needs at that round trip (needed_conns()). Without them a stall
+  // of the server (a GC pause, a busy host) opened a connection for every request due in it, hundreds, whose
+  // accepts slowed the server further: issue 51's knee fell below a pool of 10's. Returns when to look again
+  // (INT64_MAX: no need); a reply or a connection coming up makes pump() look again anyway.
   int64_t grow(int64_t now) {
+    if (rtt_ewma_ns_ == 0) return INT64_MAX;       // no answer yet: no round trip to judge the pool by
     const int64_t oldest = arrival_.next(sched_);  // the oldest request waiting, if any waits
     while (waiting_ > opening_slots_) {
       const int64_t at = oldest + rtt_ewma_ns_;
       if (at > now) return at;
       if (rtt_floor_ns_ > 0 && rtt_ewma_ns_ > kGrowRttFactor * rtt_floor_ns_) break;
+      if (live_ >= needed_conns()) break;
       if (unproven_ >= std::max<uint64_t>(1, base_ + proven_) || !open_one(now)) break;
     }
     return INT64_MAX;
+  }
+
+  // The connections this thread's rate needs at its recent round trip, kGrowHeadroom above the mean: by
+  // Little's law it has rate x round trip requests in flight on average, K per connection. Requests that
+  // wait while the pool has that many wait for the server's round trips or for the loader's own lateness
+  // (a thread that wakes late finds a burst due at once: issue 51's stall test saw 6 connections opened for
+  // sends 4.4 ms late), not for connections; with 25% room a burst of the schedule (Poisson) still finds
+  // a slot without one (at 80% of the pool's slots busy on average).
+  uint64_t needed_conns() const {
+    const double in_flight = double(rtt_ewma_ns_) / sched_.gap_ns;
+    return uint64_t(std::ceil(in_flight * kGrowHeadroom / double(K_)));
   }
 
   // Starts this thread's next scheduled request (intended at `due`) on connection i, and counts it.
@@ -937,7 +961,7 @@ class Worker {
     if (open_) {
       Conn& c = conns_[i];
       const int64_t rtt = now - c.sent_at[(c.recv_seq - 1) % K_];
-      rtt_ewma_ns_ += (rtt - rtt_ewma_ns_) / 8;
+      rtt_ewma_ns_ = rtt_ewma_ns_ == 0 ? rtt : rtt_ewma_ns_ + (rtt - rtt_ewma_ns_) / 8;  // the first: itself
       if (rtt_floor_ns_ == 0 || rtt < rtt_floor_ns_) rtt_floor_ns_ = std::max<int64_t>(1, rtt);
       if (c.unproven) {
         settle(c);
@@ -1081,7 +1105,7 @@ class Worker {
     c.gen++;
     errors.connect++;
     settle(c);
-    sh_.open_conns.fetch_sub(1);
+    closed_for_good();
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
 
@@ -1185,7 +1209,7 @@ class Worker {
     c.state = Conn::Dead;
     errors.reset++;
     settle(c);
-    sh_.open_conns.fetch_sub(1);
+    closed_for_good();
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
 
@@ -1227,6 +1251,7 @@ class Worker {
   uint64_t waiting_ = 0;               // requests waiting below the cap (kWaited)
   uint64_t unproven_ = 0;              // connections opened during the load that have not answered yet
   uint64_t proven_ = 0;                // those that have (the -c ones count as answered: base_ + proven_)
+  uint64_t live_ = 0;                  // this thread's connections not closed for good (open, opening, reopening)
   int64_t rtt_ewma_ns_ = 0;            // this thread's recent mean round trip (send to answer), 1/8 weight
   int64_t rtt_floor_ns_ = 0;           // and its fastest (0: none yet)
   uint64_t opening_slots_ = 0;         // the slots (pipeline each) of the connections being opened
