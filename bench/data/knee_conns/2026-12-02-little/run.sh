@@ -7,7 +7,7 @@
 # each run's results directory under ./runs/ (not committed) (bench/RESULTS.md, "knee ... Little's law").
 cd "$(dirname "$0")"
 mkdir -p runs
-for i in 1 2 3 4 5 6; do
+for i in ${PAIRS:-1 2 3 4 5 6}; do  # PAIRS="7 8 9 10 11 12": a second set
   if [ $((i % 2)) = 1 ]; then order="default c10"; else order="c10 default"; fi
   for v in $order; do
     if [ $v = default ]; then extra=""; else extra="--max-connections 10"; fi
