@@ -53,7 +53,7 @@ class _Keeps:
         return None
 
 
-def _rows(loader_host: str) -> tuple[dict, object]:
+def _rows(loader_host: str, clock: dict | None = None) -> tuple[dict, object]:
     inst = _Keeps()
     marks = cell.Marks(os.getpid(), (), window=(1.0, 0.3))
     proc = {"user_s": 0.0, "sys_s": 0.0}
@@ -61,6 +61,7 @@ def _rows(loader_host: str) -> tuple[dict, object]:
                    "probe_stop": cell.Snap(proc, 10.305, {"keeps": 1})}
     result = {"probe_share": 0.3, "phases": {"probed": {"messages": 3000, "duration_s": 0.3,
                                                           "t_start": 10.0, "t_stop": 10.3}}}
+    result.update(clock or {})
     row = {"loader_host": loader_host}
     cell.instrument_rows(row, result, marks, (inst,))  # type: ignore[arg-type]
     return row, inst.counted
@@ -70,6 +71,13 @@ def test_every_instrument_divides_by_the_span_read_and_the_row_says_so():
     row, counted = _rows("")
     assert counted.messages == 1850 and row["counted"]["loader_messages"] == 3000
     assert row["counted"]["start_heard_ms"] == pytest.approx(120)
-    # a loader on another host: its t_start is its own clock's, so nothing is carried over
-    row, counted = _rows("10.0.0.2")
-    assert counted.messages == 3000 and row["counted"]["span_s"] is None
+    # a loader on another host: its times are ours through the clock offset measured over ssh; within 1% of the
+    # window (the offset's error, and the skew of several loaders' windows) they are carried over as on this host
+    row, counted = _rows("lab2", {"clock_error_s": 0.0004})
+    assert counted.messages == 1850 and row["counted"]["start_heard_ms"] == pytest.approx(120)
+    row, counted = _rows("lab2,lab3", {"loaders": {"clock_error_s": 0.0004, "window_skew_s": 0.0025}})
+    assert counted.messages == 1850
+    # beyond it (4 ms of a 0.3-s window), or with no measure of the offset, nothing is carried over
+    for clock in ({"clock_error_s": 0.004}, {"loaders": {"clock_error_s": 0.002, "window_skew_s": 0.002}}, None):
+        row, counted = _rows("lab2", clock)
+        assert counted.messages == 3000 and row["counted"]["span_s"] is None, clock

@@ -7,6 +7,7 @@ failed row with the reason (network_ping_test's "FF"). Only Ctrl-C and netprof's
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from collections.abc import Callable
@@ -421,6 +422,28 @@ def open_loop_row(row: dict, result: dict, head: dict) -> None:
                                        stats.timeline_rows(result.get("timeline")))
 
 
+# A loader on another host: its window's times are ours through the clock offset measured over ssh (Loader.run
+# moved them), within that offset's error (the result's clock_error_s) and, with several loaders, the skew of their
+# windows. Within this share of the window the messages are carried over to the span the counters were read over,
+# as with a loader on this host: without it a remote loader's counts per message were short by the lag of its
+# marks' arrival (0.92 recvfrom per message, a fresh-clone run beside the bystander, 2026-12-02).
+CLOCK_TRUSTED_SHARE = 0.01
+
+
+def _window_on_our_clock(window: dict, result: dict, remote: bool) -> tuple[float, float] | None:
+    """The window's [t_start, t_stop) on our clock, or None where its times are not (a loader on another host
+    whose clock offset is not known well enough)."""
+    if "t_start" not in window or "t_stop" not in window:
+        return None
+    start, stop = float(window["t_start"]), float(window["t_stop"])
+    if remote:
+        several = result.get("loaders") or {}  # LoaderSet.describe: the worst offset's error, and the skew
+        error = several.get("clock_error_s", result.get("clock_error_s", math.inf))
+        if not float(error) + float(several.get("window_skew_s", 0.0)) <= CLOCK_TRUSTED_SHARE * (stop - start):
+            return None
+    return start, stop
+
+
 def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[Instrument, ...]) -> dict:
     """Each instrument's figures of the counted window into `row` (the probed sub-window when the loader
     ran one, else the whole window); {name: its per-connection rows}. An instrument whose two snapshots
@@ -429,8 +452,7 @@ def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[In
     if pair is None:
         return {}
     window = ((result.get("phases") or {}).get("probed") if marks.window else result) or {}
-    bounds = ((float(window["t_start"]), float(window["t_stop"]))
-              if "t_start" in window and "t_stop" in window and not row.get("loader_host") else None)  # same clock
+    bounds = _window_on_our_clock(window, result, remote=bool(row.get("loader_host")))
     proc = proc_delta(pair[0].proc, pair[1].proc)
 
     def counted_over(read: tuple[float, float]) -> tuple[dict, Counted]:

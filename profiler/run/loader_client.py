@@ -229,6 +229,7 @@ class Loader:
         # The loader's CLOCK_MONOTONIC minus ours (a loader on another host: sshlink.Clock). run() moves the
         # times it sends into the loader's clock and the times it reads back into ours.
         self.clock_offset_s = 0.0
+        self.clock_error_s = 0.0  # the offset's error bound (sshlink.Clock.error_s): in the result as clock_error_s
         self._closed = False
 
     @classmethod
@@ -386,6 +387,8 @@ class Loader:
                 kind = evt["event"]
                 if kind == "result":
                     stats = evt.get("stats")
+                    if off and isinstance(stats, dict):  # its times are ours within this (cell.instrument_rows)
+                        stats["clock_error_s"] = self.clock_error_s
                     if not stats or not stats.get("aborted"):
                         return stats
                     # An aborted run: the error line that says why follows at once.

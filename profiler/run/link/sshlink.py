@@ -341,6 +341,7 @@ def start_loader(group: ProcessGroup, host: str, ssh_config: str = "", remote_ne
                              f"{started.get('message', started)}")
         loader = Loader(s.proc, s.channel, reader=s.reader)
         loader.clock_offset_s = s.clock.offset_s  # its events' times, read in ours
+        loader.clock_error_s = s.clock.error_s
         try:
             loader.ping(timeout=10.0)
         except LoaderError as e:
