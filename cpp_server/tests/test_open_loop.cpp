@@ -256,7 +256,10 @@ TEST(OpenLoopEngine, FastServerGetsTheAskedRateOnTime) {
   // each puts the requests due meanwhile behind too: a fresh-clone run beside bench/bystander.py (2026-12-01)
   // had 6-12% behind with 8-11% loader_late in all four tries.
   EXPECT_LE(o.behind, o.sent / 10 + o.loader_late) << stats_json(s.stats)["open_loop"].dump();
-  EXPECT_LE(o.queued_at_end, 4u);
+  // Due but unsent when the window closed: a stall of the host at the very end as long as the p99 lateness
+  // allowed above (10 ms) leaves 20 due at 2,000/s (4 is the quiet-host bound in the tries' check; a fresh
+  // clone beside bench/bystander.py, 2026-12-03, had 6 in the last of four tries, all four late at p99).
+  EXPECT_LE(o.queued_at_end, 20u) << stats_json(s.stats)["open_loop"].dump();
   EXPECT_EQ(s.stats.latency.count(), s.stats.messages);
   EXPECT_EQ(s.stats.latency_sent.count(), s.stats.messages);
   EXPECT_GE(s.stats.latency.quantile(0.5), s.stats.latency_sent.quantile(0.5));  // intended <= sent
