@@ -7,7 +7,7 @@
 # each run's results directory under ./runs/ (not committed) (bench/RESULTS.md, "knee ... Little's law").
 cd "$(dirname "$0")"
 mkdir -p runs
-for i in ${PAIRS:-1 2 3 4 5 6}; do  # PAIRS="7 8 9 10 11 12": a second set
+for i in ${PAIRS:-1 2 3 4 5 6}; do  # PAIRS="7 8 9 10 11 12": a second set; "13 14 15 16" a third (2026-12-03)
   if [ $((i % 2)) = 1 ]; then order="default c10"; else order="c10 default"; fi
   for v in $order; do
     if [ $v = default ]; then extra=""; else extra="--max-connections 10"; fi
