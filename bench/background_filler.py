@@ -1,12 +1,14 @@
 """What a CPU filler at the lowest priority does to an open-loop measurement on this host (issue 49: why `make
 test` does not run its measure-nothing tests in the measuring pass's idle time). selector under `--rate 2000` over
-10 connections, alone and beside one busy loop per CPU at the idle scheduling class (`chrt --idle 0`) or at nice 19:
+10 connections, alone and beside one busy loop per CPU at the idle scheduling class (`chrt --idle 0`) or at nice 19,
+and beside the idle-class loops with the run itself (controller, backend, loader) at SCHED_FIFO 1 (`chrt -f 1`):
 latency from the intended send (p50, p99) and how late the loader sent (schedule lateness p50, p99).
 
     .venv/bin/python bench/background_filler.py -r 2 [--write]
     .venv/bin/python bench/background_filler.py --from bench/data/background_filler/FILE.json [--write]
 
-The arms alternate (alone, idle, alone, nice, ...) so a speed regime of the host falls on all of them.
+The arms alternate (alone, idle, alone, nice, alone, idle + FIFO, ...) so a speed regime of the host falls on all of
+them.
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 NETPROF = ROOT / ".venv" / "bin" / "netprof"
 DATA = ROOT / "bench" / "data" / "background_filler"
 HEADING = "A lowest-priority CPU filler and open-loop latency"
-# The filler's policy per arm: a busy loop on each CPU that yields to every ordinary task.
-ARMS = {"alone": None, "idle class": ["chrt", "--idle", "0"], "nice 19": ["nice", "-n", "19"]}
+# Per arm: the filler's policy (a busy loop on each CPU that yields to every ordinary task), and the run's own.
+ARMS = {"alone": (None, []), "idle class": (["chrt", "--idle", "0"], []), "nice 19": (["nice", "-n", "19"], []),
+        "idle class, the run at SCHED_FIFO 1": (["chrt", "--idle", "0"], ["chrt", "-f", "1"])}
+ORDER = ("alone", "idle class", "alone", "nice 19", "alone", "idle class, the run at SCHED_FIFO 1")
 SPIN = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {s}: pass\n"
 
 
 def one(arm: str, seconds: float) -> list[dict]:
     fillers = []
-    prefix = ARMS[arm]
+    prefix, run_prefix = ARMS[arm]
     if prefix is not None:
         for cpu in range(os.cpu_count() or 1):
             fillers.append(subprocess.Popen([*prefix, "taskset", "-c", str(cpu), sys.executable, "-c",
@@ -42,9 +46,10 @@ def one(arm: str, seconds: float) -> list[dict]:
         time.sleep(0.2)
     try:
         with tempfile.TemporaryDirectory(prefix="bgf-") as scratch:
-            res = subprocess.run([str(NETPROF), "run", "selector", "-c", "10", "--rate", "2000", "-d", f"{seconds:g}",
-                                  "-r", "2", "--warmup", "0.5", "--no-probes", "--no-report", "--json", "--wait",
-                                  "--out", f"{scratch}/o"], capture_output=True, text=True, timeout=4 * seconds + 120)
+            res = subprocess.run([*run_prefix, str(NETPROF), "run", "selector", "-c", "10", "--rate", "2000",
+                                  "-d", f"{seconds:g}", "-r", "2", "--warmup", "0.5", "--no-probes", "--no-report",
+                                  "--json", "--wait", "--out", f"{scratch}/o"],
+                                 capture_output=True, text=True, timeout=4 * seconds + 120)
     finally:
         for f in fillers:
             f.kill()
@@ -71,7 +76,7 @@ def table(doc: dict) -> str:
         def med(k, rs=rs):
             return statistics.median(r[k] for r in rs)
 
-        lines.append(f"| {arm if ARMS[arm] else 'none'} | {len(rs)} | {med('msgs_per_sec'):.0f} | "
+        lines.append(f"| {arm if ARMS[arm][0] else 'none'} | {len(rs)} | {med('msgs_per_sec'):.0f} | "
                      f"{med('lat_p50_us'):.0f} / {med('lat_p99_us'):.0f} | "
                      f"{med('schedule_late_p50_us'):.0f} / {med('schedule_late_p99_us'):.0f} | "
                      f"{med('loader_late'):.0f} |")
@@ -87,7 +92,7 @@ def main() -> int:
     if doc is None:
         records = []
         for i in range(args.rounds):
-            for arm in ("alone", "idle class", "alone", "nice 19"):
+            for arm in ORDER:
                 for rec in one(arm, args.duration):
                     records.append(rec | {"round": i + 1})
                     print(records[-1], file=sys.stderr)
