@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NETPROF = ROOT / ".venv" / "bin" / "netprof"
 DATA = ROOT / "bench" / "data" / "background_filler"
 HEADING = "A lowest-priority CPU filler and open-loop latency"
-# Per arm: the filler's policy (a busy loop on each CPU that yields to every ordinary task), and the run's own.
+# Per arm: the filler's policy (a busy loop on each CPU, below every ordinary task), and the run's own (as root).
 ARMS = {"alone": (None, []), "idle class": (["chrt", "--idle", "0"], []), "nice 19": (["nice", "-n", "19"], []),
         "idle class, the run at SCHED_FIFO 1": (["chrt", "--idle", "0"], ["chrt", "-f", "1"])}
 ORDER = ("alone", "idle class", "alone", "nice 19", "alone", "idle class, the run at SCHED_FIFO 1")
