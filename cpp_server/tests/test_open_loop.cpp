@@ -496,16 +496,20 @@ TEST(OpenLoopSchedule, TinyRatesStayFarAwayWithoutOverflow) {
 }
 
 // Connections as needed open what the rate needs, not one per burst. The server answers each request after
-// 1 to 2 ms (uniform: 1.5 on average); a Poisson schedule of 4,000 requests/s keeps 6 in flight on average,
-// with bursts of many more; the round trip stays within twice the fastest, so only Little's law holds the
-// pool back (the rules before it opened one whenever a request had waited a round trip: 11, 13, 23 and 24
-// connections in four runs here, against 9 in each of four with it). The loader keeps at most rate x round
-// trip x 1.25 connections, and opens none while the round trip is over twice the fastest: at most
-// 4,000/s x 2 x the fastest answer x 1.25, +1 for the histogram's 1% buckets.
+// 5 to 7 ms (uniform); a Poisson schedule of 800 requests/s keeps ~5 in flight on average, with bursts of many
+// more; the round trip stays within twice the fastest, so only Little's law holds the pool back (when the rule
+// was made, with 1-2-ms answers at 4,000/s, the rules before it opened one whenever a request had waited a
+// round trip: 11, 13, 23 and 24 connections in four runs, against 9 in each of four with it). The loader keeps
+// at most rate x round trip x 1.25 connections, and opens none while the round trip is over twice the fastest:
+// at most 800/s x 2 x the fastest answer x 1.25, +1 for the histogram's 1% buckets. Answers of milliseconds,
+// not one: a 1-ms sleep on some hosts of this kind wakes 0.5 ms late at p90 and 3.6 ms at p99 (2026-12-04),
+// and with 1-2-ms answers the mean round trip there was 2.4 ms of a 1.06-ms fastest: the pool, opened in the
+// run's first 10 ms before the fastest was seen, reached 13-15 against that bound of 12 in 5 of 16 runs. With
+// these: 7-10 in 20 runs, 12 of them beside bench/bystander.py --duty 0.25.
 TEST(OpenLoopConnections, OpenedUpToWhatTheRateNeedsAtTheRoundTrip) {
   TestServer server([](ServerConn& c) {
     std::mt19937 rng(std::random_device{}());
-    std::uniform_int_distribution<int> us(1000, 2000);
+    std::uniform_int_distribution<int> us(5000, 7000);
     std::string data;
     while (c.read(&data)) {
       std::this_thread::sleep_for(std::chrono::microseconds(us(rng)));
@@ -513,15 +517,15 @@ TEST(OpenLoopConnections, OpenedUpToWhatTheRateNeedsAtTheRoundTrip) {
     }
   });
   Served s =
-      run_timed(server, R"("rate":4000,"max_connections":1000,"arrivals":"poisson","duration":2)", 2,
-                [](const Served& r) { return std::abs(double(r.stats.messages) / r.stats.duration_s - 4000) < 400; });
+      run_timed(server, R"("rate":800,"max_connections":1000,"arrivals":"poisson","duration":2)", 2,
+                [](const Served& r) { return std::abs(double(r.stats.messages) / r.stats.duration_s - 800) < 80; });
   ASSERT_EQ(s.error_kind, nullptr) << s.error_message;
   const OpenLoopStats& o = s.stats.ol;
   const std::string ol = stats_json(s.stats)["open_loop"].dump();
   const double fastest_s = double(s.stats.latency_sent.min()) / 1e9;
-  EXPECT_GE(fastest_s, 0.001) << ol;
-  EXPECT_GT(o.conns_max, 2) << ol;  // 2 carry about 1,330/s: it opened some
-  EXPECT_LE(double(o.conns_max), std::ceil(4000 * 2 * fastest_s * 1.25) + 1) << ol;
+  EXPECT_GE(fastest_s, 0.005) << ol;
+  EXPECT_GT(o.conns_max, 2) << ol;  // 2 carry about 330/s: it opened some
+  EXPECT_LE(double(o.conns_max), std::ceil(800 * 2 * fastest_s * 1.25) + 1) << ol;
   EXPECT_EQ(o.behind, 0u) << ol;
-  EXPECT_NEAR(double(s.stats.messages) / s.stats.duration_s, 4000, 400) << ol;
+  EXPECT_NEAR(double(s.stats.messages) / s.stats.duration_s, 800, 80) << ol;
 }
