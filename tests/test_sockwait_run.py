@@ -16,7 +16,15 @@ import warnings
 import pandas as pd
 import pytest
 
-from helpers import require_bpf, run_netprof, run_steal, starvation_disturbed, stretch, wait_no_children
+from helpers import (
+    STEAL_REMEASURE,
+    require_bpf,
+    run_netprof,
+    run_steal,
+    starvation_disturbed,
+    stretch,
+    wait_no_children,
+)
 from netprof.profiler.model import results
 
 
@@ -150,16 +158,21 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
                       "loop_slept": round((row["ctx"]["voluntary_per_msg"] or 0) * row["messages"])})
         fired = {a["id"] for a in summary["anomalies"] if a.get("backend") == "asyncio_sock"}
         assert ("wait_starvation" in fired) == (s["conn_wait_ratio"] >= 100), (fired, tries)
-        # the loader's own counts: starved whatever the regime (Jain 0.54-0.69 with the carriers taking turns)
-        assert "starvation" in fired and row["per_conn"]["jain"] < 0.8, (fired, tries)
-        # the least-served tenth waited longer than the most-served, in every regime (×1.9-4.5 taking turns)
-        assert s["conn_wait_ratio"] > 1.2, tries
+        # the loader's own counts: starved whatever the regime of the backend's loop (Jain 0.54-0.69 with the
+        # carriers taking turns), and the least-served tenth waited longer than the most-served (×1.9-4.5 taking
+        # turns); a try the hypervisor stole from (over STEAL_REMEASURE) is measured again instead: at 40% steal
+        # the loader itself served the connections evenly (Jain 0.86, ×1.27; fresh-clone run beside
+        # bench/bystander.py, 2026-12-04). Every try the host did not steal from must show it.
+        tries[-1]["starved"] = "starvation" in fired and row["per_conn"]["jain"] < 0.8 and s["conn_wait_ratio"] > 1.2
+        assert tries[-1]["starved"] or tries[-1]["steal"] > STEAL_REMEASURE, (fired, tries)
         # a run whose loop never slept and that the hypervisor did not slow (steal ≤ 10%) must show the carriers
         # keeping the loop (helpers.starvation_disturbed says why a sleeping loop breaks them)
         if s["conn_wait_ratio"] >= 100 or not starvation_disturbed(tries[-1]):
             break
     # On a slow hour of this host every try may be one where the carriers took turns (three of three at a
     # steal of 26-32%, 2026-12-02): the figure then says so (above), and its ×100 is not the host's to give.
+    if not any(t["starved"] for t in tries):  # three tries, each stolen from (asserted above)
+        warnings.warn(f"the hypervisor stole from every try, and none showed the starvation: {tries}", stacklevel=1)
     if all(starvation_disturbed(t) for t in tries) and s["conn_wait_ratio"] < 100:
         warnings.warn(f"the carriers took turns in every try (the loop slept or the host stole): {tries}",
                       stacklevel=1)
