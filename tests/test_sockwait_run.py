@@ -171,7 +171,7 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
             break
     # On a slow hour of this host every try may be one where the carriers took turns (three of three at a
     # steal of 26-32%, 2026-12-02): the figure then says so (above), and its ×100 is not the host's to give.
-    if not any(t["starved"] for t in tries):  # three tries, each stolen from (asserted above)
+    if not any(t["starved"] for t in tries):  # every try stolen from (asserted above)
         warnings.warn(f"the hypervisor stole from every try, and none showed the starvation: {tries}", stacklevel=1)
     if all(starvation_disturbed(t) for t in tries) and s["conn_wait_ratio"] < 100:
         warnings.warn(f"the carriers took turns in every try (the loop slept or the host stole): {tries}",
