@@ -449,7 +449,7 @@ def test_latency_knee_names_the_resource_that_ran_out():
 
 def test_latency_knee_bends_where_the_queue_moved_into_the_loader():
     """Issue 51: with connections as needed the loader opens none while the server queues (its round trip over
-    twice its fastest), so past the knee the requests wait in the loader and the rate is still achieved (the
+    twice its unqueued one), so past the knee the requests wait in the loader and the rate is still achieved (the
     default knee of uvicorn_httptools on a fresh clone, 2026-12-02: achieved 0.99-1.04, p99 19.9-94.6 ms against
     1.9 ms, 44-100% of the requests waited for a connection). The bend is there, with the waited share as
     evidence, and the resource behind it named as before."""

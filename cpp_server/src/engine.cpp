@@ -80,10 +80,12 @@ constexpr uint32_t kMaxReconnectAttempts = 8;
 // Open loop: a sleep longer than 1.5x this wakes this much before the next send is due (see loop()).
 constexpr int64_t kPreWakeNs = 200'000;
 // Open loop, connections as needed: a connection is opened only while the recent round trip is within this
-// factor of the fastest, and only while the thread's connections are fewer than its rate needs at that round
-// trip (Little's law) with this much room above it (see grow()).
+// factor of the thread's least mean round trip over kFloorAnswers answers, and only while the thread's
+// connections are fewer than its rate needs at that round trip (Little's law) with this much room above it
+// (see grow()).
 constexpr int64_t kGrowRttFactor = 2;
 constexpr double kGrowHeadroom = 1.25;
+constexpr int64_t kFloorAnswers = 64;
 
 struct Conn {
   // Handshake: zmtp only, TCP is up and the ZMTP greeting and READY are being exchanged.
@@ -706,14 +708,14 @@ class Worker {
   // Connections as needed (PROTOCOL.md): opens connections for the waiting requests that the connections
   // being opened will not take, once the oldest has waited a round trip (this thread's recent mean: in that
   // time every busy connection answers once on average, so a slot frees for a momentary excess), while that
-  // round trip is within kGrowRttFactor of the thread's fastest (the requests in flight are not queueing in
-  // the server: a server that is its own limit, or stalled, answers no faster on more connections, only
-  // pays for accepting them) and while fewer are opened-and-unanswered than have answered (the pool at most
-  // doubles per round trip, as TCP's slow start grows its window), and while the thread's connections (open
-  // or being opened) are fewer than its rate needs at that round trip (needed_conns()). Without them a stall
-  // of the server (a GC pause, a busy host) opened a connection for every request due in it, hundreds, whose
-  // accepts slowed the server further: issue 51's knee fell below a pool of 10's. Returns when to look again
-  // (INT64_MAX: no need); a reply or a connection coming up makes pump() look again anyway.
+  // round trip is within kGrowRttFactor of the thread's unqueued one, rtt_floor_ns_ (the requests in flight
+  // are not queueing in the server: a server that is its own limit, or stalled, answers no faster on more
+  // connections, only pays for accepting them) and while fewer are opened-and-unanswered than have answered (the pool
+  // at most doubles per round trip, as TCP's slow start grows its window), and while the thread's connections (open or
+  // being opened) are fewer than its rate needs at that round trip (needed_conns()). Without them a stall of the server
+  // (a GC pause, a busy host) opened a connection for every request due in it, hundreds, whose accepts slowed the
+  // server further: issue 51's knee fell below a pool of 10's. Returns when to look again (INT64_MAX: no need); a reply
+  // or a connection coming up makes pump() look again anyway.
   int64_t grow(int64_t now) {
     if (rtt_ewma_ns_ == 0) return INT64_MAX;       // no answer yet: no round trip to judge the pool by
     const int64_t oldest = arrival_.next(sched_);  // the oldest request waiting, if any waits
@@ -955,6 +957,24 @@ class Worker {
     if (in_window) in_window_.store(in_window_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
+  // What grow() takes for this thread's round trip when nothing queues in the server, rtt_floor_ns_: its
+  // fastest answer for the first kFloorAnswers, then the least mean over kFloorAnswers answers (an exact mean
+  // of the first ones, then a 1/kFloorAnswers weight). Not the fastest answer all along: a server whose answers
+  // spread wide on their own (a handler that waits on a database, poisson-sleep) has a mean many times its
+  // fastest, and its pool stopped growing with nothing queued (`--work poisson-sleep:1000` on `thread`, -c 2
+  // at 2,000/s: in one round of three 2 connections, every request waiting for one, 84% of the rate). A mean over 64
+  // answers spreads ~1/11 as much as one answer; a server that queues still shows as a recent round trip twice that (a
+  // stall at once; an overload from the start once its queue is twice what it was over the first 64 answers).
+  void floor_answer(int64_t rtt) {
+    rtt_n_++;
+    rtt_mean_ns_ += (rtt - rtt_mean_ns_) / std::min(rtt_n_, kFloorAnswers);
+    if (rtt_n_ < kFloorAnswers) {
+      if (rtt_floor_ns_ == 0 || rtt < rtt_floor_ns_) rtt_floor_ns_ = std::max<int64_t>(1, rtt);
+    } else if (rtt_n_ == kFloorAnswers || rtt_mean_ns_ < rtt_floor_ns_) {
+      rtt_floor_ns_ = std::max<int64_t>(1, rtt_mean_ns_);
+    }
+  }
+
   // An exchange completed: the next message may go (after the think time). Open loop: the round trip joins
   // this thread's mean, and an opened connection's first answer lets grow() open more.
   void release_next(uint32_t i, int64_t now) {
@@ -962,7 +982,7 @@ class Worker {
       Conn& c = conns_[i];
       const int64_t rtt = now - c.sent_at[(c.recv_seq - 1) % K_];
       rtt_ewma_ns_ = rtt_ewma_ns_ == 0 ? rtt : rtt_ewma_ns_ + (rtt - rtt_ewma_ns_) / 8;  // the first: itself
-      if (rtt_floor_ns_ == 0 || rtt < rtt_floor_ns_) rtt_floor_ns_ = std::max<int64_t>(1, rtt);
+      floor_answer(rtt);
       if (c.unproven) {
         settle(c);
         proven_++;
@@ -1253,7 +1273,9 @@ class Worker {
   uint64_t proven_ = 0;                // those that have (the -c ones count as answered: base_ + proven_)
   uint64_t live_ = 0;                  // this thread's connections not closed for good (open, opening, reopening)
   int64_t rtt_ewma_ns_ = 0;            // this thread's recent mean round trip (send to answer), 1/8 weight
-  int64_t rtt_floor_ns_ = 0;           // and its fastest (0: none yet)
+  int64_t rtt_mean_ns_ = 0;            // its mean round trip over the last kFloorAnswers (floor_answer())
+  int64_t rtt_n_ = 0;                  // answers in it so far
+  int64_t rtt_floor_ns_ = 0;           // its round trip with nothing queued (floor_answer(); 0: none yet)
   uint64_t opening_slots_ = 0;         // the slots (pipeline each) of the connections being opened
   int64_t timer_due_ = 0;              // the pending send timer (0: none)
   bool grow_stopped_ = false;          // a connection opened during the load failed: open no more

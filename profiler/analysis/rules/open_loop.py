@@ -425,7 +425,7 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds, verdict: str = "") -> 
                  f"{units.number(hi)}/s came due with every connection busy and waited for one "
                  f"({_pct(num(base, 'open_loop.waited_share'))} at {units.number(base['rate'])}/s), as a user "
                  "arriving then would wait for a server that answers slower than they arrive (the loader opens no "
-                 "connection while the round trip is over twice its fastest, the server queueing, nor beyond what "
+                 "connection while the round trip is over twice its unqueued one, the server queueing, nor beyond what "
                  "the rate needs at that round trip: more connections would only move the queue into its "
                  "sockets); from each request's actual send the p99 "
                  f"is {units.duration_us(num(at, 'lat_sent_us.p99'))}. ")
