@@ -964,7 +964,9 @@ class Worker {
   // fastest, and its pool stopped growing with nothing queued (`--work poisson-sleep:1000` on `thread`, -c 2
   // at 2,000/s: in one round of three 2 connections, every request waiting for one, 84% of the rate). A mean over 64
   // answers spreads ~1/11 as much as one answer; a server that queues still shows as a recent round trip twice that (a
-  // stall at once; an overload from the start once its queue is twice what it was over the first 64 answers).
+  // stall at once; an overload from the start once its queue is about twice what it was over the first 64 answers:
+  // one loop at twice its capacity from the first request on, -c 10, got 30-32 connections where the fastest
+  // kept 10, the same requests waiting in its sockets rather than the loader; bench/spread_pool.py).
   void floor_answer(int64_t rtt) {
     rtt_n_++;
     rtt_mean_ns_ += (rtt - rtt_mean_ns_) / std::min(rtt_n_, kFloorAnswers);
