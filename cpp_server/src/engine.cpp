@@ -962,7 +962,7 @@ class Worker {
   // of the first ones, then a 1/kFloorAnswers weight). Not the fastest answer all along: a server whose answers
   // spread wide on their own (a handler that waits on a database, poisson-sleep) has a mean many times its
   // fastest, and its pool stopped growing with nothing queued (`--work poisson-sleep:1000` on `thread`, -c 2
-  // at 2,000/s: in one round of three 2 connections, every request waiting for one, 84% of the rate). A mean over 64
+  // at 2,000/s: 2 connections in 5 runs of 5, every request waiting for one, 85-88% of the rate). A mean over 64
   // answers spreads ~1/11 as much as one answer; a server that queues still shows as a recent round trip twice that (a
   // stall at once; an overload from the start once its queue is about twice what it was over the first 64 answers:
   // one loop at twice its capacity from the first request on, -c 10, got 30-32 connections where the fastest
