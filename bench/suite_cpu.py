@@ -8,7 +8,8 @@ its parent); per pass: its wall time, the CPU its processes used, and how busy, 
     .venv/bin/python bench/suite_cpu.py --from bench/data/suite_cpu/FILE.json [--write]
 
 Root (bpftrace), on an otherwise idle machine: ~10 minutes. --bystander DUTY runs bench/bystander.py beside the
-passes, the neighbour issue 49's acceptance puts there (its own CPU is then a group of the account).
+passes, the neighbour issue 49's acceptance puts there (started before them, its CPU is in the CPUs' busy time and in
+no group).
 """
 
 from __future__ import annotations
