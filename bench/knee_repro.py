@@ -24,7 +24,7 @@ import results_md
 
 from netprof.profiler.ab import Canary
 from netprof.profiler.core.procs import ProcessGroup
-from netprof.profiler.model.paired import loop_ns
+from netprof.profiler.model.hostspeed import loop_ns
 
 ROOT = Path(__file__).resolve().parent.parent
 NETPROF = ROOT / ".venv" / "bin" / "netprof"

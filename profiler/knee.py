@@ -23,7 +23,9 @@ and the bisection never comes back above it: with one cell per rate, three runs 
 (bench/RESULTS.md). The slow regime is the host's, not the server's; as timeit takes the best of its
 repeats, the knee takes the best of its tries. Every cell stays a row, and knee.json counts the tries. A cell
 during which the hypervisor took more than STOLEN of the host's CPU (/proc/stat) fails for the host, whatever
-the server does: it is not one of the tries (tried()).
+the server does: it is not one of the tries (tried()). So is a failing cell in which the host ran the backend's CPU
+slow: the speed canary (core/canary.py) runs on that CPU through the search, and a cell whose slowest 0.3 s of
+it ran SLOWED slower than the run's usual was failed by the host's speed regime, which steal does not show.
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ from pathlib import Path
 from rich.console import Console
 
 from netprof.profiler.core import atomic, runlock, units
-from netprof.profiler.core.procs import ProcessError, ProcessGroup
+from netprof.profiler.core.procs import ProcessError, ProcessGroup, parse_cpus
 from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.knee_plan import KneePlan, Slo
-from netprof.profiler.model import results
+from netprof.profiler.model import hostspeed, results
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.run import interpreters
 from netprof.profiler.run import meta as meta_mod
+from netprof.profiler.run.canary import Canary, RecordingLoader
 from netprof.profiler.run.cell import CellEnv, run_cell
-from netprof.profiler.run.loader_client import Loader
 from netprof.profiler.run.plan import connection_cap, loader_cpus
 from netprof.profiler.run.runner import STOP, close_instruments, cost_and_close, open_instruments
 from netprof.profiler.run.warm import WarmServer
@@ -64,6 +66,20 @@ LOOKS = 3
 # ~1-3% on an ordinary hour (tests/helpers.py STEAL_REMEASURE is the same line for the suite's measured figures).
 STOLEN = 0.1
 STOLEN_EXTRA = 3
+# A failing cell whose backend CPU ran its slowest stretch (hostspeed.STRETCH, 0.3 s) this much slower than usual
+# (the speed canary's loop over the stretch against its median over every cell of the run so far) was failed by
+# the host's speed regime: not one of the tries either, within the same STOLEN_EXTRA. This host runs a CPU in
+# regimes about 1.5-1.7x apart for 0.3-3 s (docs/facts.md) and steal shows none of it; a server near its knee
+# that loses a third of its CPU for 0.3 s queues tens of ms of work, and the cell fails on the host's moment.
+# 2026-12-04, one uvicorn knee run with the canary beside it (bench/RESULTS.md "the knee against the host's
+# slow stretches"): failing cells' slowest stretch read 1.44-1.63 where the host slowed, 0.99-1.29 where it did
+# not; the canary does not slow under the server's own load (a CPU-bound spinner beside it on its CPU: 53-59 µs
+# against 75 µs alone, the regime's difference). Unlike steal, a rate every try of which the host slowed still
+# fails as the server's (tried()): the regimes are this host's weather, and a search they ended would find no
+# knee on most of its hours.
+SLOWED = 1.35
+# The canary outlives any knee run (it is bounded by itself too; the run's ProcessGroup stops it at the end)
+CANARY_S = 6 * 3600.0
 # What can set a failing cell's limit before the server: the loader (loader_limit()), or the host, when the
 # hypervisor stole from every try of a rate (tried()). A probe limited so says nothing of the server, nor would a
 # higher rate: the search ends there (search()).
@@ -86,6 +102,8 @@ class Probe:
     # what set the cell's limit: "server", "loader" (loader_limit()), "host" (tried()) or "none" (it passed)
     limited_by: str = "none"
     steal: float | None = None  # share of the host's CPU time the hypervisor took during the cell (STOLEN)
+    # the speed canary's slowest stretch of the cell over its usual loop time (SLOWED); None without samples
+    slowed: float | None = None
 
     def record(self, slo: Slo) -> dict:
         """knee.json's probe: the try that decided the rate, and every try with its own verdict (the report's
@@ -99,29 +117,52 @@ class Probe:
                 "p99_sent_us": (self.row.get("lat_sent_us") or {}).get("p99"),
                 "behind_share": ol.get("behind_share"), "achieved_share": ol.get("achieved_share"),
                 "conns_max": ol.get("conns_max"), "round": self.row.get("round"),
-                "met": self.met, "why": self.why, "limited_by": self.limited_by, "steal": self.steal}
+                "met": self.met, "why": self.why, "limited_by": self.limited_by, "steal": self.steal,
+                "slowed": None if self.slowed is None else round(self.slowed, 3)}
 
     @property
     def stolen(self) -> bool:
         """The hypervisor took more than STOLEN of the host during the cell: a failure of the host's."""
         return (self.steal or 0.0) > STOLEN
 
+    @property
+    def slow_host(self) -> bool:
+        """The host ran the backend's CPU SLOWED slower than usual for a stretch of the cell."""
+        return (self.slowed or 0.0) >= SLOWED
+
+    def host_note(self) -> str:
+        """What the host did in a failing cell that made it not one of the tries, or ''."""
+        if self.met:
+            return ""
+        if self.stolen:
+            return f" (the hypervisor took {self.steal:.0%} of the host's CPU meanwhile)"
+        if self.slow_host:
+            return (f" (the host ran the backend's CPU {self.slowed:.2f}x slower than usual for "
+                    f"{hostspeed.STRETCH / 100:g} s of it)")
+        return ""
+
 
 def tried(measure: Callable[[], Probe], tries: int) -> Probe:
     """Cells of one rate until one passes or `tries` failed: the first that passes, else the last that failed,
-    with the count. A failing cell the hypervisor stole from (Probe.stolen) is not one of the `tries`: another
-    is measured in its place, STOLEN_EXTRA at most. A rate that failed only in stolen cells, all of them, is
-    limited by the host: it says nothing of the server (2026-12-02: a knee run stolen from in all 36 of its cells
-    bisected down to 576/s, where its pair, on a quiet stretch, passed 40k/s)."""
+    with the count. A failing cell the hypervisor stole from (Probe.stolen) or during which the host ran the
+    backend's CPU slow (Probe.slow_host) is not one of the `tries`: another is measured in its place, STOLEN_EXTRA
+    at most. A rate that failed only in stolen cells, all of them, is limited by the host: it says nothing of the
+    server (2026-12-02: a knee run stolen from in all 36 of its cells bisected down to 576/s, where its pair, on a
+    quiet stretch, passed 40k/s). One the host slowed in every try fails as the server's, saying so (SLOWED)."""
     seen: list[Probe] = []
     while True:
         probe = measure()
         seen.append(probe)
-        failed = sum(not q.stolen for q in seen)
+        failed = sum(not q.stolen and not q.slow_host for q in seen)
         if probe.met or failed >= tries or len(seen) >= tries + STOLEN_EXTRA:
             probe = dataclasses.replace(probe, tries=len(seen), attempts=tuple(seen))
             if probe.met or failed:
                 return probe
+            if not all(q.stolen for q in seen):
+                slowed = sorted(q.slowed or 0.0 for q in seen if q.slow_host)
+                return dataclasses.replace(probe, why=(
+                    f"{probe.why}; the host slowed or stole from each of the {len(seen)} tries (the backend's CPU "
+                    f"up to {slowed[-1]:.2f}x slower for {hostspeed.STRETCH / 100:g} s)"))
             took = sorted(q.steal or 0.0 for q in seen)
             return dataclasses.replace(probe, limited_by="host", why=(
                 f"{probe.why}; the host ran out: the hypervisor took {took[0]:.0%}-{took[-1]:.0%} of its CPU in "
@@ -286,14 +327,28 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
         instruments = open_instruments(p.cfg)
         warm = WarmServer(p.label, p.cfg, interp)
         with ProcessGroup() as group:
-            loader = Loader.start(group, cpus=loader_cpus(p.cfg), threads=p.cfg.loader_threads)
+            canary = Canary.start(group, (parse_cpus(p.cfg.backend_cpu) or [0])[0], CANARY_S)
+            loader = RecordingLoader.start(group, cpus=loader_cpus(p.cfg), threads=p.cfg.loader_threads)
+            assert isinstance(loader, RecordingLoader)
             try:
                 warm.start(loader)
             except ProcessError as e:
                 outcome.failed = f"the {p.label} server did not start: {e}"
                 return outcome
             try:
+                canary.wait_started()  # its interpreter's start falls before the first cell
                 k = 0
+                spans: list[tuple[float, float]] = []  # every cell's headline spans: the canary's usual speed
+
+                def slowed() -> float | None:
+                    """The last cell's slowest stretch of the canary over its usual loop time (SLOWED)."""
+                    cell_spans = hostspeed.headline_spans(loader.events)
+                    if not cell_spans:
+                        return None
+                    spans.extend(cell_spans)
+                    samples = canary.samples(until=cell_spans[-1][1])
+                    ratio = hostspeed.slowest_stretch_ns(samples, cell_spans) / hostspeed.loop_ns(samples, spans)
+                    return None if math.isnan(ratio) else ratio
 
                 def cell(rate: float) -> dict:
                     nonlocal k
@@ -309,6 +364,7 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                     warm.as_started(out_.row)
                     out_.row.setdefault("rate", 0)  # the closed-loop ceiling: rate 0 in its row, as schema reads it
                     meta_mod.add_cell_load(meta, out_.row, host_before)  # a slow try's host, as a run's cells
+                    meta["host_per_cell"][-1]["canary_slowed"] = slowed()
                     store.write_meta(meta)
                     store.add(out_.row, out_.per_conn_messages, out_.conn_rows, out_.timeline)
                     # a server gone, or one the cell could not attach to, says nothing of a rate: the run ends
@@ -329,14 +385,14 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                     return outcome
 
                 def once(rate: float) -> Probe:
-                    probe = dataclasses.replace(judge(cell(rate), rate, p.slo, t),
-                                                steal=meta["host_per_cell"][-1].get("steal_frac"))
+                    host = meta["host_per_cell"]
+                    probe = dataclasses.replace(judge(cell(rate), rate, p.slo, t), steal=host[-1].get("steal_frac"),
+                                                slowed=host[-1].get("canary_slowed"))
                     most = (probe.row.get("open_loop") or {}).get("conns_max")
                     conns = f" on up to {most:,} connections" if most and most > p.cfg.connections[0] else ""
                     console.print(f"{rate:>10,.0f}/s: achieved {probe.achieved or 0:,.0f}/s{conns}, {probe.why} → "
-                                  f"{'pass' if probe.met else 'fail'}"
-                                  + (f" (the hypervisor took {probe.steal:.0%} of the host's CPU meanwhile)"
-                                     if probe.stolen and not probe.met else ""), markup=False, highlight=False)
+                                  f"{'pass' if probe.met else 'fail'}{probe.host_note()}",
+                                  markup=False, highlight=False)
                     return probe
 
                 ceilings = [ceiling]
@@ -357,6 +413,7 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
             except ProcessError as e:
                 outcome.failed = str(e)
             finally:
+                canary.close()
                 warm.stop()
         cost_and_close(instruments, meta)  # what each costs on this host, as `run` records it
     except KeyboardInterrupt:

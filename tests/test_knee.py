@@ -230,6 +230,32 @@ def test_a_failed_try_the_hypervisor_stole_from_is_not_one_of_the_tries():
     assert knee.tried(cells(*[(9_000, 0.4)] * 5 + [(9_000, 0.0)] * 5), 3).limited_by == "server"
 
 
+def test_a_failed_try_the_host_slowed_is_not_one_of_the_tries():
+    """A cell in which the speed canary on the backend's CPU ran its slowest 0.3 s knee.SLOWED slower than usual
+    was failed by the host's speed regime: another is measured in its place, within the same knee.STOLEN_EXTRA. A
+    rate the host slowed in every try fails as the server's (the regimes are this host's weather), saying so."""
+    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
+
+    def cells(*p99_slowed):
+        it = iter(p99_slowed)
+
+        def measure() -> knee.Probe:
+            p99, slowed = next(it)
+            return dataclasses.replace(knee.judge(_row(1000, 1000, p99), 1000, slo, t), slowed=slowed)
+        return measure
+
+    got = knee.tried(cells((9_000, 1.6), (9_000, 1.45), (9_000, 1.0), (3_000, 1.7)), 3)
+    assert got.met and got.tries == 4 and [a["slowed"] for a in got.record(slo)["attempts"]] == [1.6, 1.45, 1.0, 1.7]
+    assert "1.60x slower than usual for 0.3 s" in got.attempts[0].host_note() and not got.host_note()
+    header, rows = tables.knee_tries_table({"slo": {"stat": "p99", "text": "p99<5ms"}, "probes": [got.record(slo)]})
+    assert header[6] == "host CPU slowed" and [r[6] for r in rows] == ["1.60×", "1.45×", "1.00×", "1.70×"], rows
+    # below SLOWED, or no canary figure, a failure counts
+    assert not knee.tried(cells((9_000, 1.2), (9_000, None), (9_000, 1.34)), 3).met
+    every = knee.tried(cells(*[(9_000, 1.5)] * 5 + [(9_000, 1.6)] + [(9_000, 1.5)] * 4), 3)
+    assert not every.met and every.tries == 3 + knee.STOLEN_EXTRA and every.limited_by == "server", every
+    assert "the host slowed or stole from each of the 6 tries (the backend's CPU up to 1.60x slower" in every.why
+
+
 def test_a_rate_the_host_failed_ends_the_search_and_the_verdict_says_the_host():
     """A rate that failed only in tries the hypervisor stole from ends the search as a loader that ran out does:
     a lower rate would be judged on the host too (2026-12-02: a knee run stolen from in every cell bisected down
@@ -400,10 +426,13 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     # measured again (2 more cells) only where every rate up to it passed (knee.search)
     remeasured = doc["ceiling"]["remeasured"]
     assert floor <= ceiling <= 1010 and doc["ceiling"]["tries"] == (4 if remeasured else 2), (doc["ceiling"], steal)
-    # a passing rate took 1 or 2 cells, a failing one both; a failed cell the hypervisor stole from (knee.STOLEN)
-    # is not one of them, and another is measured in its place (knee.STOLEN_EXTRA at most)
+    # a passing rate took 1 or 2 cells, a failing one both; a failed cell the hypervisor stole from (knee.STOLEN),
+    # or in which the host ran the backend's CPU slow (knee.SLOWED, the speed canary), is not one of them, and
+    # another is measured in its place (knee.STOLEN_EXTRA at most). The canary ran: every cell has its figure.
     for p in doc["probes"]:
-        counted = sum(not a["met"] and (a["steal"] or 0) <= knee.STOLEN for a in p["attempts"])
+        assert all(a["slowed"] is not None and 0.5 < a["slowed"] < 20 for a in p["attempts"]), p
+        counted = sum(not a["met"] and (a["steal"] or 0) <= knee.STOLEN and a["slowed"] < knee.SLOWED
+                      for a in p["attempts"])
         assert p["tries"] == len(p["attempts"]) <= 2 + knee.STOLEN_EXTRA, p
         assert counted <= (1 if p["met"] else 2), p
         assert p["met"] or counted == 2 or p["tries"] == 2 + knee.STOLEN_EXTRA, p

@@ -100,17 +100,3 @@ def test_counts_that_can_be_zero_are_judged_on_differences():
     assert c["ratio"] == pytest.approx(0.02) and c["ratio_lo"] < 0.02 < c["ratio_hi"]
     same = paired.judge([1.0] * 4, [1.0] * 4, log=False)  # a deterministic count that did not change
     assert same["p"] == 1.0 and not same["significant"] and same["direction"] == 0
-
-
-def test_headline_spans_and_the_canary_over_them():
-    probed = [{"event": "connected", "t": 9.0}, {"event": "measure_start", "t": 10.0},
-              {"event": "guard_start", "t": 10.3}, {"event": "probe_start", "t": 10.4},
-              {"event": "probe_stop", "t": 10.6}, {"event": "guard_stop", "t": 10.7},
-              {"event": "measure_stop", "t": 11.0}, {"event": "result", "stats": {}}]
-    assert paired.headline_spans(probed) == [(10.0, 10.3), (10.7, 11.0)]
-    plain = [{"event": "measure_start", "t": 10.0}, {"event": "measure_stop", "t": 11.0}]
-    assert paired.headline_spans(plain) == [(10.0, 11.0)]
-    assert paired.headline_spans([{"event": "measure_start", "t": 10.0}]) == []  # cut short
-    samples = np.array([[9.5, 999.0], [10.1, 60.0], [10.5, 500.0], [10.8, 62.0], [10.9, 61.0], [11.2, 999.0]])
-    assert paired.loop_ns(samples, paired.headline_spans(probed)) == 61.0  # the probed middle is left out
-    assert math.isnan(paired.loop_ns(samples, [(20.0, 21.0)]))

@@ -37,8 +37,8 @@ from netprof.profiler.ab.plan import (
     parse_precision,
     plan,
 )
-from netprof.profiler.ab.records import Canary, RecordingLoader
 from netprof.profiler.ab.session import AbOutcome, execute
+from netprof.profiler.run.canary import Canary, RecordingLoader
 
 __all__ = ["AB_JSON", "BLOCK_S", "LETTERS", "METHODS", "METRICS", "PRIME", "TURNS_PARQUET", "WINDOW_S", "AbOutcome",
            "AbPlan", "Canary", "RecordingLoader", "Variant", "_labels", "_per_variant_env", "_per_variant_pythons",

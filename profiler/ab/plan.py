@@ -36,8 +36,6 @@ METRICS = LOG_JUDGED  # what --metric may name: the stopping rule reads a log-ra
 LIMITS = {"window": (0.2, 60.0), "warmup": (0.0, 60.0), "max_time": (1.0, 24 * 3600.0), "precision": (1e-4, 0.5)}
 CANARY_SLACK_S = 120.0  # the canary outlives the planned run by this much at most (it is bounded by itself too)
 MAX_STALLS = 3  # cells in a row in which a live server answered nothing end the run: it hangs
-CANARY_START_S = 30.0  # how long the canary may take to give its first sample (an interpreter starting)
-CANARY_WAIT_S = 1.0  # how long to wait after a cell for the canary's samples of its last span
 METHODS = ("turns", "cells")
 METHOD_TURNS = (f"Turns on warm servers (netprof ab): one loader held every variant's connections and served them "
                 f"one variant at a time, in turns of {turns_mod.TURN_S:g} s in rounds A B, B A, … (blocks of --window "

@@ -28,10 +28,8 @@ from netprof.profiler.ab.plan import (
     AbPlan,
 )
 from netprof.profiler.ab.records import (
-    Canary,
     CellRecord,
     Pairs,
-    RecordingLoader,
     Stall,
     _generation_records,
     converged,
@@ -40,12 +38,13 @@ from netprof.profiler.ab.records import (
 from netprof.profiler.analysis import compare
 from netprof.profiler.core import atomic, runlock
 from netprof.profiler.core.procs import ProcessError, ProcessGroup, parse_cpus
-from netprof.profiler.model import paired, stats
+from netprof.profiler.model import hostspeed, stats
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.report import compare_report
 from netprof.profiler.run import evidence, interpreters
 from netprof.profiler.run import meta as meta_mod
 from netprof.profiler.run import turns as turns_mod
+from netprof.profiler.run.canary import Canary, RecordingLoader
 from netprof.profiler.run.cell import CellEnv, run_cell
 from netprof.profiler.run.interpreters import Interpreter
 from netprof.profiler.run.plan import (
@@ -356,8 +355,9 @@ class _Session:
             gone = server.failure()
             why = f"{v.label}, pair {k}: {gone or out.row.get('error')}"
             return Stall(why) if not gone and str(out.row.get("error")).startswith("stalled") else why
-        spans = paired.headline_spans(loader.events)
-        canary = paired.loop_ns(self.canary.samples(until=spans[-1][1]), spans) if spans and self.canary else math.nan
+        spans = hostspeed.headline_spans(loader.events)
+        canary = (hostspeed.loop_ns(self.canary.samples(until=spans[-1][1]), spans) if spans and self.canary
+                  else math.nan)
         mid = (spans[0][0] + spans[-1][1]) / 2 if spans else time.monotonic()
         rec = CellRecord(i, k, mid, figures(out.row), bool(out.row.get("probes")), canary, out.row)
         self.records.append(rec)

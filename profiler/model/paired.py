@@ -36,27 +36,6 @@ PAIRED, ADJUSTED = "paired", "adjusted"
 Values = Sequence[float] | np.ndarray
 
 
-def headline_spans(events: list[dict]) -> list[tuple[float, float]]:
-    """The monotonic spans a cell's headline figures came from (the loader's event times `t`): the window,
-    minus the probed sub-window and its guards when there was one. [] when the marks are missing."""
-    t = {e["event"]: float(e["t"]) for e in events if "t" in e and "event" in e}
-    if "measure_start" not in t or "measure_stop" not in t:
-        return []
-    if "guard_start" in t and "guard_stop" in t:
-        return [(t["measure_start"], t["guard_start"]), (t["guard_stop"], t["measure_stop"])]
-    return [(t["measure_start"], t["measure_stop"])]
-
-
-def loop_ns(samples: np.ndarray, spans: list[tuple[float, float]]) -> float:
-    """The canary's median loop time over `spans` (samples: rows of monotonic seconds, loop ns); NaN when
-    no sample fell in them."""
-    samples = np.asarray(samples, dtype=float).reshape(-1, 2)
-    inside = np.zeros(len(samples), dtype=bool)
-    for t0, t1 in spans:
-        inside |= (samples[:, 0] >= t0) & (samples[:, 0] < t1)
-    return float(np.median(samples[inside, 1])) if inside.any() else math.nan
-
-
 def disturbed(loops: Sequence[float], slow: float = SLOW) -> list[bool]:
     """For each cell's canary loop time: ran at least `slow` slower than the median cell. A cell without a
     canary figure (NaN) while other cells have one was disturbed too: the canary, awake every 10 ms, could not

@@ -184,14 +184,16 @@ def knee_tries_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
     for q in probes:
         attempts = q.get("attempts") or [q]
         for k, a in enumerate(attempts, 1):
-            conns, steal = a.get("conns_max"), a.get("steal")
+            conns, steal, slowed = a.get("conns_max"), a.get("steal"), a.get("slowed")
             rows.append([f"{units.number(a['rate'])}/s", f"{k} of {len(attempts)}",
                          f"{units.rate(a.get('achieved'))}/s", units.duration_us(a.get(f"{stat}_us")),
                          units.DASH if conns is None else units.count(conns),
                          units.DASH if steal is None else f"{steal:.0%}",
+                         units.DASH if slowed is None else f"{slowed:.2f}×",
                          ("pass" if a["met"] else "fail") + f": {a['why']}"
                          + (" (decided the rate)" if k == len(attempts) else "")])
-    # stolen: the share of the host's CPU the hypervisor took during the try (over knee.STOLEN, a failure is the
+    # stolen: the share of the host's CPU the hypervisor took during the try; host slowed: the speed canary's
+    # slowest 0.3 s on the backend's CPU against its usual (over knee.STOLEN or knee.SLOWED, a failure is the
     # host's and another try is measured in its place)
-    return ["rate asked", "try", "achieved", stat, "connections open", "stolen", "verdict"], rows
+    return ["rate asked", "try", "achieved", stat, "connections open", "stolen", "host CPU slowed", "verdict"], rows
 
