@@ -71,12 +71,12 @@ STOLEN_EXTRA = 3
 # the host's speed regime: not one of the tries either, within the same STOLEN_EXTRA. This host runs a CPU in
 # regimes about 1.5-1.7x apart for 0.3-3 s (docs/facts.md) and steal shows none of it; a server near its knee
 # that loses a third of its CPU for 0.3 s queues tens of ms of work, and the cell fails on the host's moment.
-# 2026-12-04, one uvicorn knee run with the canary beside it (bench/RESULTS.md "the knee against the host's
-# slow stretches"): failing cells' slowest stretch read 1.44-1.63 where the host slowed, 0.99-1.29 where it did
-# not; the canary does not slow under the server's own load (a CPU-bound spinner beside it on its CPU: 53-59 µs
-# against 75 µs alone, the regime's difference). Unlike steal, a rate every try of which the host slowed still
-# fails as the server's (tried()): the regimes are this host's weather, and a search they ended would find no
-# knee on most of its hours.
+# 2026-12-04, 21 uvicorn knee runs (bench/RESULTS.md "the knee against the host's slow stretches"): the 356 tries'
+# figures form two modes, around 1.0 and 1.4, with a trough at 1.25-1.35; the canary does not slow under the
+# server's own load (a CPU-bound spinner on its CPU: median loop 75-77 µs beside it, 78-80 alone). Unlike steal,
+# a rate every try of which the host slowed still fails as the server's (tried()): the regimes are this host's
+# weather, and a search they ended would find no knee on many of its hours. The median is the run's own, so a
+# run that spends most of its cells slow judges against the slow regime (the rule then does less, not more).
 SLOWED = 1.35
 # The canary outlives any knee run (it is bounded by itself too; the run's ProcessGroup stops it at the end)
 CANARY_S = 6 * 3600.0

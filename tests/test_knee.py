@@ -198,19 +198,25 @@ def test_a_rate_fails_only_when_every_try_fails_and_the_ceiling_is_the_best_cell
     assert knee.best_ceiling([{"status": "failed", "error": "stalled"}], slo).achieved is None
 
 
+def _host_cells(slo, field: str, p99_host):
+    """knee.tried's `measure`: cells of 1,000/s served at each (p99, the host's figure) in turn, the figure in the
+    Probe's `field` (steal or slowed)."""
+    it = iter(p99_host)
+
+    def measure() -> knee.Probe:
+        p99, host = next(it)
+        return dataclasses.replace(knee.judge(_row(1000, 1000, p99), 1000, slo, Thresholds()), **{field: host})
+    return measure
+
+
 def test_a_failed_try_the_hypervisor_stole_from_is_not_one_of_the_tries():
     """A cell during which the hypervisor took more than knee.STOLEN of the host's CPU (meta.json's steal) fails
     a rate for the host, not the server: another is measured in its place, knee.STOLEN_EXTRA more at most; a
     stolen try that passes decides the rate as any other; each try's steal is in knee.json and the report."""
-    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
+    slo = knee_plan.parse_slo("p99<5ms")
 
     def cells(*p99_steal):
-        it = iter(p99_steal)
-
-        def measure() -> knee.Probe:
-            p99, steal = next(it)
-            return dataclasses.replace(knee.judge(_row(1000, 1000, p99), 1000, slo, t), steal=steal)
-        return measure
+        return _host_cells(slo, "steal", p99_steal)
 
     # two stolen failures, then the ordinary hour: three fails that count would have failed the rate at the third
     got = knee.tried(cells((9_000, 0.3), (9_000, 0.2), (9_000, 0.0), (3_000, 0.0)), 3)
@@ -234,15 +240,10 @@ def test_a_failed_try_the_host_slowed_is_not_one_of_the_tries():
     """A cell in which the speed canary on the backend's CPU ran its slowest 0.3 s knee.SLOWED slower than usual
     was failed by the host's speed regime: another is measured in its place, within the same knee.STOLEN_EXTRA. A
     rate the host slowed in every try fails as the server's (the regimes are this host's weather), saying so."""
-    slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
+    slo = knee_plan.parse_slo("p99<5ms")
 
     def cells(*p99_slowed):
-        it = iter(p99_slowed)
-
-        def measure() -> knee.Probe:
-            p99, slowed = next(it)
-            return dataclasses.replace(knee.judge(_row(1000, 1000, p99), 1000, slo, t), slowed=slowed)
-        return measure
+        return _host_cells(slo, "slowed", p99_slowed)
 
     got = knee.tried(cells((9_000, 1.6), (9_000, 1.45), (9_000, 1.0), (3_000, 1.7)), 3)
     assert got.met and got.tries == 4 and [a["slowed"] for a in got.record(slo)["attempts"]] == [1.6, 1.45, 1.0, 1.7]
