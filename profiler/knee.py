@@ -138,7 +138,7 @@ class Probe:
             return f" (the hypervisor took {self.steal:.0%} of the host's CPU meanwhile)"
         if self.slow_host:
             return (f" (the host ran the backend's CPU {self.slowed:.2f}x slower than usual for "
-                    f"{hostspeed.STRETCH / 100:g} s of it)")
+                    f"{hostspeed.STRETCH_S:g} s of it)")
         return ""
 
 
@@ -162,7 +162,7 @@ def tried(measure: Callable[[], Probe], tries: int) -> Probe:
                 slowed = sorted(q.slowed or 0.0 for q in seen if q.slow_host)
                 return dataclasses.replace(probe, why=(
                     f"{probe.why}; the host slowed or stole from each of the {len(seen)} tries (the backend's CPU "
-                    f"up to {slowed[-1]:.2f}x slower for {hostspeed.STRETCH / 100:g} s)"))
+                    f"up to {slowed[-1]:.2f}x slower for {hostspeed.STRETCH_S:g} s)"))
             took = sorted(q.steal or 0.0 for q in seen)
             return dataclasses.replace(probe, limited_by="host", why=(
                 f"{probe.why}; the host ran out: the hypervisor took {took[0]:.0%}-{took[-1]:.0%} of its CPU in "

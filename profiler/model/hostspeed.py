@@ -9,10 +9,12 @@ import math
 
 import numpy as np
 
-# Samples in a stretch: 0.3 s of the canary's 10 ms, the shortest regime of this host's speed (docs/facts.md).
-# A stretch that long at 1.5x slower puts a server at 85% of its capacity at 1.3x it, ~80 ms of work queued
-# by its end: enough to fail a p99 of milliseconds over a 2 s window on its own.
+SAMPLE_S = 0.01  # the canary's --every, as netprof starts it (run/canary.py)
+# Samples in a stretch: 0.3 s, the shortest regime of this host's speed (docs/facts.md). A stretch that long at
+# 1.5x slower puts a server at 85% of its capacity at 1.3x it, ~80 ms of work queued by its end: enough to fail
+# a p99 of milliseconds over a 2 s window on its own.
 STRETCH = 30
+STRETCH_S = STRETCH * SAMPLE_S
 
 
 def headline_spans(events: list[dict]) -> list[tuple[float, float]]:

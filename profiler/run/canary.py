@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from netprof.profiler.core.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup
+from netprof.profiler.model import hostspeed
 from netprof.profiler.run.loader_client import Loader
 
 CANARY_START_S = 30.0  # how long the canary may take to give its first sample (an interpreter starting)
@@ -32,7 +33,7 @@ class Canary:
     @classmethod
     def start(cls, group: ProcessGroup, cpu: int, seconds: float) -> Canary:
         argv = [sys.executable, "-I", "-m", "netprof.profiler.core.canary", "--cpu", str(cpu),
-                "--seconds", f"{seconds:.0f}"]
+                "--seconds", f"{seconds:.0f}", "--every", f"{hostspeed.SAMPLE_S:g}"]
         return cls(group.spawn("canary", argv, cpus=[cpu]))
 
     def _read(self) -> None:
