@@ -340,15 +340,20 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                 k = 0
                 spans: list[tuple[float, float]] = []  # every cell's headline spans: the canary's usual speed
 
-                def slowed() -> float | None:
-                    """The last cell's slowest stretch of the canary over its usual loop time (SLOWED)."""
+                def host_speed() -> dict:
+                    """The last cell's canary figures for meta.json: its slowest stretch and the run's usual loop
+                    time so far (µs; kept so that another reference than the run's median can be judged on them),
+                    and their ratio (SLOWED); None each without samples."""
                     cell_spans = hostspeed.headline_spans(loader.events)
-                    if not cell_spans:
-                        return None
                     spans.extend(cell_spans)
-                    samples = canary.samples(until=cell_spans[-1][1])
-                    ratio = hostspeed.slowest_stretch_ns(samples, cell_spans) / hostspeed.loop_ns(samples, spans)
-                    return None if math.isnan(ratio) else ratio
+                    slowest = usual = math.nan
+                    if cell_spans:
+                        samples = canary.samples(until=cell_spans[-1][1])
+                        slowest = hostspeed.slowest_stretch_ns(samples, cell_spans)
+                        usual = hostspeed.loop_ns(samples, spans)
+                    figures = {"canary_slowest_us": slowest / 1e3, "canary_usual_us": usual / 1e3,
+                               "canary_slowed": slowest / usual}
+                    return {name: None if math.isnan(v) else round(v, 4) for name, v in figures.items()}
 
                 def cell(rate: float) -> dict:
                     nonlocal k
@@ -364,7 +369,7 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                     warm.as_started(out_.row)
                     out_.row.setdefault("rate", 0)  # the closed-loop ceiling: rate 0 in its row, as schema reads it
                     meta_mod.add_cell_load(meta, out_.row, host_before)  # a slow try's host, as a run's cells
-                    meta["host_per_cell"][-1]["canary_slowed"] = slowed()
+                    meta["host_per_cell"][-1].update(host_speed())
                     store.write_meta(meta)
                     store.add(out_.row, out_.per_conn_messages, out_.conn_rows, out_.timeline)
                     # a server gone, or one the cell could not attach to, says nothing of a rate: the run ends

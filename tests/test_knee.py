@@ -432,6 +432,11 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     # another is measured in its place (knee.STOLEN_EXTRA at most). The canary ran: every cell has its figure.
     for p in doc["probes"]:
         assert all(a["slowed"] is not None and 0.5 < a["slowed"] < 20 for a in p["attempts"]), p
+    # ... and meta.json keeps its figures in µs for every cell, the ceiling's too: the canary's loop of 2,000
+    # additions takes tens of µs (28-31 µs on the fast hours of 2026-11-27, 50-80 on those of 2026-12-04)
+    for c in json.loads((out / "meta.json").read_text())["host_per_cell"]:
+        assert 5 < c["canary_usual_us"] < 5_000 and 5 < c["canary_slowest_us"] < 5_000, c
+        assert c["canary_slowed"] == pytest.approx(c["canary_slowest_us"] / c["canary_usual_us"], rel=1e-3), c
         counted = sum(not a["met"] and (a["steal"] or 0) <= knee.STOLEN and a["slowed"] < knee.SLOWED
                       for a in p["attempts"])
         assert p["tries"] == len(p["attempts"]) <= 2 + knee.STOLEN_EXTRA, p
