@@ -341,18 +341,19 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
                 spans: list[tuple[float, float]] = []  # every cell's headline spans: the canary's usual speed
 
                 def host_speed() -> dict:
-                    """The last cell's canary figures for meta.json: its slowest stretch and the run's usual loop
-                    time so far (µs; kept so that another reference than the run's median can be judged on them),
-                    and their ratio (SLOWED); None each without samples."""
+                    """The last cell's canary figures for meta.json: its median and slowest stretch, the run's
+                    usual loop time so far (µs; kept so that another reference than the run's median, the cells'
+                    lower quartile say, can be judged on them), and the ratio SLOWED reads; None without samples."""
                     cell_spans = hostspeed.headline_spans(loader.events)
                     spans.extend(cell_spans)
-                    slowest = usual = math.nan
+                    median = slowest = usual = math.nan
                     if cell_spans:
                         samples = canary.samples(until=cell_spans[-1][1])
+                        median = hostspeed.loop_ns(samples, cell_spans)
                         slowest = hostspeed.slowest_stretch_ns(samples, cell_spans)
                         usual = hostspeed.loop_ns(samples, spans)
-                    figures = {"canary_slowest_us": slowest / 1e3, "canary_usual_us": usual / 1e3,
-                               "canary_slowed": slowest / usual}
+                    figures = {"canary_us": median / 1e3, "canary_slowest_us": slowest / 1e3,
+                               "canary_usual_us": usual / 1e3, "canary_slowed": slowest / usual}
                     return {name: None if math.isnan(v) else round(v, 4) for name, v in figures.items()}
 
                 def cell(rate: float) -> dict:
