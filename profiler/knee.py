@@ -118,7 +118,7 @@ class Probe:
                 "behind_share": ol.get("behind_share"), "achieved_share": ol.get("achieved_share"),
                 "conns_max": ol.get("conns_max"), "round": self.row.get("round"),
                 "met": self.met, "why": self.why, "limited_by": self.limited_by, "steal": self.steal,
-                "slowed": None if self.slowed is None else round(self.slowed, 3)}
+                "slowed": None if self.slowed is None else round(self.slowed, 4)}
 
     @property
     def stolen(self) -> bool:
