@@ -323,9 +323,25 @@ def test_overloaded_fires_when_the_server_falls_behind_the_rate():
     assert ev["asked (requests/s)"] == 2000 and ev["achieved (msgs/s)"] == 1000 and ev["achieved share"] == "50%"
     assert ev["latency p99 from the intended send (µs)"] == 1_900_000
     assert ev["latency p99 from the actual send (µs)"] == 2000
-    assert ev["requests behind (waited for their connection)"] == "48%"
+    assert ev["requests behind (past the cap or unsent at the window's end)"] == "48%"
+    assert "requests that waited in the loader for a connection" not in ev  # -c connections only: the behind ones
+    assert "and 48% of the requests came due while" in a["explanation"]
     assert "intended send" in a["explanation"] and "1.9 s" in a["explanation"]
     assert "first slice" not in a["explanation"]  # no timeline: no claim about its growth
+
+
+def test_overloaded_with_connections_as_needed_says_how_many_waited_below_the_cap():
+    """The loader opened connections as needed and stopped below its cap (the server queueing): 55% of the requests
+    waited for a connection, 2% were still unsent at the end. The sentence that says requests came due with every
+    connection busy gives the 55% (the knee's lines say the same), the evidence both."""
+    over = open_row(40_000, 37_000.0, p99=60_000.0, behind=2_400, waited=66_000)
+    over["open_loop"].update({"max_connections": 1000, "conns_max": 30})
+    (a,) = ids(detect_rows(over), "overloaded")
+    ev = a["evidence"]
+    assert ev["requests that waited in the loader for a connection"] == "57%"  # (66,000 + 2,400) / 120,000
+    assert ev["requests behind (past the cap or unsent at the window's end)"] == "2%"
+    assert ("and 57% of the requests came due while all 30 connections the loader had open (--max-connections "
+            "1,000) had their 1 in flight, so they queued in the loader") in a["explanation"], a["explanation"]
 
 
 def test_overloaded_quotes_the_latency_growing_through_the_window():
@@ -339,7 +355,7 @@ def test_overloaded_quotes_the_latency_growing_through_the_window():
 
 def test_overloaded_fires_on_requests_behind_alone_and_is_silent_when_kept_up():
     (a,) = ids(detect_rows(open_row(1000, 995.0, behind=90)), "overloaded")  # 3% behind, rate achieved
-    assert a["evidence"]["requests behind (waited for their connection)"] == "3%"
+    assert a["evidence"]["requests behind (past the cap or unsent at the window's end)"] == "3%"
     assert not ids(detect_rows(open_row(1000, 990.0, behind=10)), "overloaded")  # 99% and 0.3%: kept up
     assert ids(detect_rows(open_row(1000, 990.0), overload_shortfall=0.005), "overloaded")  # Thresholds decide
 
