@@ -364,7 +364,20 @@ def test_behaviour_rules_give_one_card_per_backend():
     rows = [make_row("uvloop_sock", c, syscalls_per_msg={"epoll_ctl": 2.0}) for c in (10, 100, 1000)]
     a = ids(detect(frame(*rows)), "readiness_churn")
     assert len(a) == 1 and a[0]["connections"] == 1000
-    assert a[0]["evidence"]["also at connections (×in flight)"] == "10, 100"
+    assert a[0]["evidence"]["also at (connections ×in flight, rate)"] == "10, 100"
+
+
+def test_one_card_per_backend_names_the_other_cells_rates():
+    """Open-loop cells at one connection count differ by their rate: the card lists the rates (not "10, 10"), with
+    the connections too where those differ, and a closed-loop cell among them as such; summary.json's anomaly
+    carries its cell's rate."""
+    churn = {"syscalls_per_msg": {"epoll_ctl": 2.0}}
+    rows = [make_row("uvloop_sock", 100, rate=r, **churn) for r in (20_000, 30_000)]
+    rows += [make_row("uvloop_sock", 10, rate=30_000, **churn), make_row("uvloop_sock", 100, **churn)]
+    (a,) = ids(detect(frame(*rows)), "readiness_churn")
+    assert a["connections"] == 100 and a["rate"] == 20_000, a
+    assert a["evidence"]["also at (connections ×in flight, rate)"] == "10 at 30,000/s, closed loop, 30,000/s"
+    assert a["title"].endswith("(also at 10 at 30,000/s, closed loop, 30,000/s)"), a["title"]
 
 
 # connection errors (issue 16, item 9) --------------------------------------------------------------

@@ -237,9 +237,9 @@ def consolidate(found: list[Anomaly]) -> list[Anomaly]:
                                        -(a.cell["connections"] or 0), a.cell["pipeline"] or 1))
         others = [a.cell for a in same if a is not rep and a.cell["connections"] is not None]
         if others:
-            labels = ", ".join(schema.scale_phrase(c, rep.cell)
-                               for c in sorted(others, key=lambda c: (c["pipeline"] or 1, c["connections"])))
-            rep.evidence["also at connections (×in flight)"] = labels
+            labels = ", ".join(schema.scale_phrase(c, rep.cell) for c in sorted(
+                others, key=lambda c: (c["pipeline"] or 1, c["connections"], c.get("rate") or 0)))
+            rep.evidence["also at (connections ×in flight, rate)"] = labels
             rep.title += f" (also at {labels})"
         out.append(rep)
     return out

@@ -82,7 +82,7 @@ SERVER_KEYS: tuple[str, ...] = ("backend", "interpreter")
 # How a finding (an anomaly in summary.json) names its cell: the interface contract's two first
 # (connections None: the backend as a whole), then the dimensions added since, after the finding.
 FINDING_KEYS: tuple[str, ...] = ("backend", "connections")
-FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing")
+FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing", "rate")
 # Run-wide settings rows record that are not cell dimensions (one value per run; `compare` matches
 # runs on them too), with the value of rows written before they were recorded (as Dimension.legacy).
 # arrivals: how an open-loop load spaces its requests (constant, poisson); "closed" for a closed-loop run.
@@ -169,11 +169,18 @@ def cell_phrase(row: Mapping) -> str:
 
 
 def scale_phrase(cell: Mapping, beside: Mapping) -> str:
-    """'100 ×8 stream framing': a cell's connections, messages in flight (when more than one) and
-    framing (when it differs from `beside`'s), for the other cells a finding also covers."""
-    text = f"{cell['connections']}" + (f" ×{cell['pipeline']}" if (cell.get("pipeline") or 1) > 1 else "")
-    framing = BY_NAME["framing"].text(cell.get("framing")) if cell.get("framing") != beside.get("framing") else ""
-    return text + (f" {framing}" if framing else "")
+    """'100 ×8 stream framing', '100 at 20,000/s', '36,784/s': a cell's connections and messages in flight (when
+    more than one), its open-loop rate and its framing (each when it differs from `beside`'s: the connections
+    left out when only the rate does), for the other cells a finding also covers."""
+    scale = f"{cell['connections']}" + (f" ×{cell['pipeline']}" if (cell.get("pipeline") or 1) > 1 else "")
+    rate, other_rate = (_value(c, BY_NAME["rate"]) for c in (cell, beside))
+    same_scale = all(cell.get(k) == beside.get(k) for k in ("connections", "pipeline"))
+    parts = [] if rate != other_rate and same_scale else [scale]
+    if rate != other_rate:
+        parts.append(("at " if parts else "") + (f"{units.number(rate)}/s" if rate else "closed loop"))
+    if cell.get("framing") != beside.get("framing"):
+        parts.append(BY_NAME["framing"].text(cell.get("framing")))
+    return " ".join(p for p in parts if p)
 
 
 def finding_cell(row: Mapping, whole_server: bool = False) -> dict:
@@ -185,6 +192,8 @@ def finding_cell(row: Mapping, whole_server: bool = False) -> dict:
         return {k: v if k in SERVER_KEYS else None for k, v in cell.items()}
     cell["connections"] = int(row["connections"])
     cell["pipeline"] = int(row.get("pipeline", 1) or 1)
+    rate = float(_value(row, BY_NAME["rate"]))  # 0 (closed loop) for rows from before --rate
+    cell["rate"] = int(rate) if rate.is_integer() else rate
     return cell
 
 
