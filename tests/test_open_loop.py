@@ -382,6 +382,11 @@ def test_requests_behind_with_flat_latency_are_the_connections_not_the_server():
     assert "all 40 connections the loader had open (--max-connections 40) had their 1 in flight" in a["explanation"]
     assert "never saw more than 40 requests at once: a higher --max-connections" in a["explanation"], a["explanation"]
     assert a["evidence"]["time between requests on one connection (µs)"] == 2000
+    # Below the cap (22 of 1,000 open): the loader could have opened more and did not (the server queueing); its
+    # "behind" are requests unsent at the end. Not the loader's connections (a knee's rate once said so).
+    below = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800, timeline=_timeline([3_000.0, 500.0, 450.0]))
+    below["open_loop"] |= {"max_connections": 1000, "conns_max": 22}
+    assert not ids(detect_rows(below), "connections_busy")
     short = open_row(20_000, 15_000.0, behind=1800, timeline=_timeline([500.0, 450.0]))  # 75%: overloaded
     found = detect_rows(short)
     assert ids(found, "overloaded") and not ids(found, "connections_busy")

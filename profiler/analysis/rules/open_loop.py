@@ -112,9 +112,10 @@ def overloaded(ctx: Context) -> list[Anomaly]:
 @rule("connections_busy", plots=("latency_time", "latency_load"))
 def connections_busy(ctx: Context) -> list[Anomaly]:
     """More than 1% of the requests found their connection busy (`--pipeline` in flight; with connections opened as
-    needed, every connection up to --max-connections) and waited in the loader, yet the server kept up: it
-    answered the rate and latency stayed flat through the window. The limit was the loader's connections: each
-    carries a request every connections ÷ rate seconds, and an answer slower than that makes the next one wait."""
+    needed, every connection up to --max-connections, the cap reached) and waited in the loader, yet the server
+    kept up: it answered the rate and latency stayed flat through the window. The limit was the loader's
+    connections: each carries a request every connections ÷ rate seconds, and an answer slower than that makes
+    the next one wait."""
     t, found = ctx.t, []
     for _, r in _open(ctx.cells).iterrows():
         short, queued, flat = _load_state(r, t)
@@ -122,6 +123,11 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
             continue
         rate, pipe = float(r["rate"]), int(r.get("pipeline") or 1)
         conns, cap = _pool(r)
+        if cap is not None and conns < cap:
+            # Opened as needed and the cap not reached: the loader chose not to open more (the server
+            # queueing, PROTOCOL.md), and its "behind" are requests still unsent at the window's end, not
+            # requests its connections could not carry (knee.py's limited_by says the same).
+            continue
         behind, p99 = num(r, "open_loop.behind_share"), num(r, "lat_us.p99")
         first, last = num(r, "open_loop.p99_first_slice_us"), num(r, "open_loop.p99_last_slice_us")
         spacing = 1e6 * conns / rate  # µs between requests on one connection
