@@ -408,8 +408,24 @@ def test_loader_late_names_its_threshold_and_count():
     row["open_loop"] |= {"loader_late": 9, "schedule_late_us.p99": 314.0}
     (a,) = ids(detect_rows(row), "loader_late")
     assert a["severity"] == "info" and a["evidence"]["share of the requests sent"] == "0.6%"
+    assert a["title"].startswith("The loader fell behind its schedule, briefly: ")
+    # 9 late sends at 500/s are 18 ms of its schedule, set beside the reference host's pauses of a busy CPU
+    assert a["evidence"]["late sends as schedule time (µs)"] == 18_000
+    assert "9 late sends are 18 ms of this rate's schedule" in a["explanation"], a["explanation"]
+    assert "bench/cpu_pauses.py" in a["explanation"]
     (a,) = ids(detect_rows(row, loader_late_warning_share=0.001), "loader_late")
-    assert a["severity"] == "warning"
+    assert a["severity"] == "warning" and "briefly" not in a["title"]
+    # Few and brief at several rates: one card, told by the rate with the most late sends, the others listed;
+    # a rate where it was serious keeps its own card.
+    rows = []
+    for rate, late in ((500, 9), (600, 12), (700, 10)):  # under 1% of the sends each
+        rows.append(open_row(rate, float(rate)))
+        rows[-1]["open_loop"] |= {"loader_late": late, "schedule_late_us.p99": 314.0}
+    rows.append(open_row(1000, 1000.0, loader_late=12))
+    found = ids(detect_rows(*rows), "loader_late")
+    assert sorted(a["severity"] for a in found) == ["info", "warning"], found
+    (brief,) = [a for a in found if a["severity"] == "info"]
+    assert brief["rate"] == 600 and brief["title"].endswith("(also at 500/s, 700/s)"), brief["title"]
 
 
 def test_latency_knee_says_between_which_rates_and_what_moved():

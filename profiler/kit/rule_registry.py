@@ -235,14 +235,19 @@ def consolidate(found: list[Anomaly]) -> list[Anomaly]:
     for same in groups.values():
         rep = min(same, key=lambda a: (SEVERITIES.index(a.severity), not a.evidence.get("stacks"),
                                        -(a.cell["connections"] or 0), a.cell["pipeline"] or 1))
-        others = [a.cell for a in same if a is not rep and a.cell["connections"] is not None]
-        if others:
-            labels = ", ".join(schema.scale_phrase(c, rep.cell) for c in sorted(
-                others, key=lambda c: (c["pipeline"] or 1, c["connections"], c.get("rate") or 0)))
-            rep.evidence["also at (connections ×in flight, rate)"] = labels
-            rep.title += f" (also at {labels})"
-        out.append(rep)
+        out.append(also_at(rep, [a for a in same if a is not rep]))
     return out
+
+
+def also_at(rep: Anomaly, others: list[Anomaly]) -> Anomaly:
+    """`rep`, its title and evidence naming the other cells the same finding covers ("also at 10, 100")."""
+    cells = [a.cell for a in others if a.cell["connections"] is not None]
+    if cells:
+        labels = ", ".join(schema.scale_phrase(c, rep.cell) for c in sorted(
+            cells, key=lambda c: (c["pipeline"] or 1, c["connections"], c.get("rate") or 0)))
+        rep.evidence["also at (connections ×in flight, rate)"] = labels
+        rep.title += f" (also at {labels})"
+    return rep
 
 
 def _jsonable(v):

@@ -7,7 +7,7 @@ import pandas as pd
 
 from netprof.profiler.core import units
 from netprof.profiler.kit.rule_common import r2, where
-from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
+from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, also_at, rule
 from netprof.profiler.model import files, results, schema, stats
 from netprof.profiler.model.stats import num
 
@@ -159,6 +159,11 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
 # request at --rate 50k. Quoted in the finding so that a user can set this host's lateness beside it.
 TIMER_REF = {"source": "bench/timer_cost.py on netprof's reference host, 2026-11-27",
              "near_timer_us": 11.1, "loader_cpu_us_at_50k": 15.5}
+# How often that host stops a busy CPU (bench/RESULTS.md, "A busy CPU's pauses", bench/cpu_pauses.py, 2026-12-04):
+# with both CPUs busy, as in a loaded run, pauses of 1 ms or more per second per CPU and the longest. A few late
+# sends in a burst are what one such pause of the loader's CPU leaves behind.
+PAUSE_REF = {"source": "bench/cpu_pauses.py, 2026-12-04",
+             "per_s": "0.5-1.8", "longest_ms": "3.4-13.5"}
 
 
 @rule("loader_late", plots=("latency_load",))
@@ -166,6 +171,7 @@ def loader_late(ctx: Context) -> list[Anomaly]:
     """The loader sent requests late on a free connection (past its lateness threshold): it, not the
     server, fell behind its schedule, so the cell's open-loop figures are suspect."""
     t, found = ctx.t, []
+    brief: dict[tuple, list[tuple[float, Anomaly]]] = {}  # per server: the cells where it was few and brief
     for _, r in _open(ctx.cells).iterrows():
         late = num(r, "open_loop.loader_late")
         if late is None or late < t.loader_late_min:
@@ -186,10 +192,15 @@ def loader_late(ctx: Context) -> list[Anomaly]:
                 "load generator itself fell behind its schedule. ")
         serious = (share is None or share > t.loader_late_warning_share
                    or (p99 is not None and threshold is not None and p99 > threshold))
+        rate = float(r["rate"])
         text += ("This cell's rate and latency describe the loader as much as the server: give the loader more "
                  "CPUs or threads (--loader-threads), ask for a lower rate, or run on a quieter machine."
                  if serious else "Few and brief: the cell's figures stand, but the loader was disturbed (a busy "
-                 "machine, or too few CPUs for it).")
+                 f"machine, or too few CPUs for it). {late:.0f} late sends are {units.duration_us(1e6 * late / rate)} "
+                 "of this rate's schedule, what pauses of the loader's CPU adding up to that long leave behind: on "
+                 f"netprof's reference host a busy CPU stops for 1 ms or more {PAUSE_REF['per_s']} times a second, "
+                 f"for up to {PAUSE_REF['longest_ms']} ms, when both its CPUs are busy ({PAUSE_REF['source']}).")
+        ev["late sends as schedule time (µs)"] = r2(1e6 * late / rate, 0)
         p50 = num(r, "open_loop.schedule_late_us.p50")
         text += (f" For scale: on this host this cell's sends came {units.duration_us(p50)} after their intended "
                  f"time at the median; on netprof's reference host a timer due in 20 µs costs "
@@ -197,8 +208,17 @@ def loader_late(ctx: Context) -> list[Anomaly]:
                  f"{units.duration_us(TIMER_REF['loader_cpu_us_at_50k'])} of CPU per request at 50k/s "
                  f"({TIMER_REF['source']}).")
         ev["reference host: µs to arm and disarm a timer due in 20 µs"] = TIMER_REF["near_timer_us"]
-        title = f"The loader fell behind its schedule: {where(r)}"
-        found.append(Anomaly.at(r, "loader_late", "warning" if serious else "info", title, text, ev))
+        if serious:
+            found.append(Anomaly.at(r, "loader_late", "warning", f"The loader fell behind its schedule: {where(r)}",
+                                    text, ev))
+            continue
+        a = Anomaly.at(r, "loader_late", "info", f"The loader fell behind its schedule, briefly: {where(r)}", text, ev)
+        brief.setdefault(tuple(a.cell[k] for k in schema.SERVER_KEYS), []).append((late, a))
+    # Few and brief at several rates (this host's pauses reach every rate): one card per server, the cell with the
+    # most late sends telling it, the others listed.
+    for same in brief.values():
+        rep = max(same, key=lambda la: la[0])[1]
+        found.append(also_at(rep, [a for _, a in same if a is not rep]))
     return found
 
 
