@@ -373,11 +373,13 @@ def test_one_card_per_backend_names_the_other_cells_rates():
     carries its cell's rate."""
     churn = {"syscalls_per_msg": {"epoll_ctl": 2.0}}
     rows = [make_row("uvloop_sock", 100, rate=r, **churn) for r in (20_000, 30_000)]
-    rows += [make_row("uvloop_sock", 10, rate=30_000, **churn), make_row("uvloop_sock", 100, **churn)]
+    rows += [make_row("uvloop_sock", 10, rate=30_000, **churn), make_row("uvloop_sock", 100, **churn),
+             make_row("uvloop_sock", 10, **churn)]
     (a,) = ids(detect(frame(*rows)), "readiness_churn")
     assert a["connections"] == 100 and a["rate"] == 20_000, a
-    assert a["evidence"]["also at (connections ×in flight, rate)"] == "10 at 30,000/s, closed loop, 30,000/s"
-    assert a["title"].endswith("(also at 10 at 30,000/s, closed loop, 30,000/s)"), a["title"]
+    labels = "10 closed loop, 10 at 30,000/s, closed loop, 30,000/s"
+    assert a["evidence"]["also at (connections ×in flight, rate)"] == labels
+    assert a["title"].endswith(f"(also at {labels})"), a["title"]
 
 
 # connection errors (issue 16, item 9) --------------------------------------------------------------

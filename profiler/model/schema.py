@@ -177,7 +177,7 @@ def scale_phrase(cell: Mapping, beside: Mapping) -> str:
     same_scale = all(cell.get(k) == beside.get(k) for k in ("connections", "pipeline"))
     parts = [] if rate != other_rate and same_scale else [scale]
     if rate != other_rate:
-        parts.append(("at " if parts else "") + (f"{units.number(rate)}/s" if rate else "closed loop"))
+        parts.append((f"at {units.number(rate)}/s" if parts else f"{units.number(rate)}/s") if rate else "closed loop")
     if cell.get("framing") != beside.get("framing"):
         parts.append(BY_NAME["framing"].text(cell.get("framing")))
     return " ".join(p for p in parts if p)
