@@ -380,6 +380,11 @@ def test_one_card_per_backend_names_the_other_cells_rates():
     labels = "10 closed loop, 10 at 30,000/s, closed loop, 30,000/s"
     assert a["evidence"]["also at (connections ×in flight, rate)"] == labels
     assert a["title"].endswith(f"(also at {labels})"), a["title"]
+    # A knee's dozen rates: the title names six, the evidence all of them.
+    rows = [make_row("uvloop_sock", 10, rate=1000 * (i + 1), **churn) for i in range(10)]
+    (a,) = ids(detect(frame(*rows)), "readiness_churn")
+    assert a["title"].endswith("(also at 2,000/s, 3,000/s, 4,000/s, 5,000/s, 6,000/s, 7,000/s and 3 more)"), a["title"]
+    assert a["evidence"]["also at (connections ×in flight, rate)"].endswith("9,000/s, 10,000/s"), a["evidence"]
 
 
 # connection errors (issue 16, item 9) --------------------------------------------------------------

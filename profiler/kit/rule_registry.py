@@ -239,14 +239,19 @@ def consolidate(found: list[Anomaly]) -> list[Anomaly]:
     return out
 
 
+ALSO_AT_IN_TITLE = 6  # the other cells a title names; the evidence names them all (a knee tries a dozen rates)
+
+
 def also_at(rep: Anomaly, others: list[Anomaly]) -> Anomaly:
     """`rep`, its title and evidence naming the other cells the same finding covers ("also at 10, 100")."""
     cells = [a.cell for a in others if a.cell["connections"] is not None]
     if cells:
-        labels = ", ".join(schema.scale_phrase(c, rep.cell) for c in sorted(
-            cells, key=lambda c: (c["pipeline"] or 1, c["connections"], c.get("rate") or 0)))
-        rep.evidence["also at (connections ×in flight, rate)"] = labels
-        rep.title += f" (also at {labels})"
+        labels = [schema.scale_phrase(c, rep.cell) for c in sorted(
+            cells, key=lambda c: (c["pipeline"] or 1, c["connections"], c.get("rate") or 0))]
+        rep.evidence["also at (connections ×in flight, rate)"] = ", ".join(labels)
+        more = len(labels) - ALSO_AT_IN_TITLE
+        shown = ", ".join(labels[:ALSO_AT_IN_TITLE]) + (f" and {more} more" if more > 0 else "")
+        rep.title += f" (also at {shown})"
     return rep
 
 
