@@ -547,6 +547,35 @@ def test_in_a_knee_run_the_bend_is_the_knees_verdict_from_the_tries_that_decided
         a["explanation"], a["explanation"]
 
 
+def test_in_a_knee_run_the_cards_of_a_rate_are_its_deciding_trys(tmp_path):
+    """The tables average a rate's tries as rounds of one cell; a rate the knee passed on its second try, after an
+    overloaded first, read on that mean "could not keep up" (2026-12-04, at 102% of the rate achieved). In a knee
+    run the per-cell open-loop cards (overloaded, connections_busy, loader_late) are the deciding try's, and say
+    which try that was."""
+    rows = [open_row(500, 500.0, round=1),
+            open_row(1000, 700.0, p99=90_000.0, behind=900, round=2), open_row(1000, 1000.0, round=3),
+            open_row(1500, 1100.0, p99=60_000.0, behind=1000, round=4),
+            open_row(1500, 1000.0, p99=80_000.0, behind=1300, round=5)]
+    df = pd.DataFrame([results.flatten(r) for r in rows])
+    # on the means, 1,000/s answered 85% of it: overloaded
+    assert sorted(a["title"].split(" (")[0] for a in ids(detect(df), "overloaded")) == [
+        "Overloaded: 1.05k/s of 1,500/s asked", "Overloaded: 850/s of 1,000/s asked"]
+    doc = {"slo": {"text": "p99<5ms"}, "knee": 1000, "bounds": [1000, 1500], "stop": "steps",
+           "probes": [{"rate": 500, "met": True, "attempts": [{"round": 1}]},
+                      {"rate": 1000, "met": True, "attempts": [{"round": 2}, {"round": 3}]},
+                      {"rate": 1500, "met": False, "attempts": [{"round": 4}, {"round": 5}]}]}
+    (tmp_path / results.KNEE_JSON).write_text(json.dumps(doc))
+    (a,) = ids(detect(df, out_dir=tmp_path), "overloaded")  # the try that passed 1,000/s: no card for it
+    assert a["title"].startswith("Overloaded: 1k/s of 1,500/s asked (selector at 10 connections"), a["title"]
+    assert a["evidence"]["the knee's try that decided this rate (round)"] == 5, a["evidence"]
+    assert a["evidence"]["achieved share"] == "67%", a["evidence"]
+    # the rounds' own late sends: the deciding try's, not the mean's
+    late = [open_row(1000, 1000.0, round=2, loader_late=200), open_row(1000, 1000.0, round=3)]
+    df = pd.DataFrame([results.flatten(r) for r in late])
+    assert ids(detect(df), "loader_late")
+    assert not ids(detect(df, out_dir=tmp_path), "loader_late")
+
+
 def test_latency_knee_silent_without_a_drop_in_share_or_with_one_rate():
     # p99 grows 10× but every rate is achieved: no knee yet
     rows = [open_row(500, 500.0, p99=2_000.0), open_row(1000, 1000.0, p99=20_000.0)]

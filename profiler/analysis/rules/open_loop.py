@@ -62,7 +62,7 @@ def overloaded(ctx: Context) -> list[Anomaly]:
     requests found their connection still waiting and queued in the loader while latency grew through the
     window (queued with flat latency is `connections_busy`: the loader's connections, not the server)."""
     t, found = ctx.t, []
-    for _, r in _open(ctx.cells).iterrows():
+    for _, r in _judged(ctx).iterrows():
         rate = float(r["rate"])
         share, behind = num(r, "open_loop.achieved_share"), num(r, "open_loop.behind_share")
         short, queued, flat = _load_state(r, t)
@@ -105,7 +105,7 @@ def overloaded(ctx: Context) -> list[Anomaly]:
                      "or a tool that times from the send, would not show. ")
         text += "Its capacity is below this rate: ask for less, or find what limits it at a lower rate."
         title = f"Overloaded: {units.rate(mps)}/s of {units.number(rate)}/s asked ({where(r)})"
-        found.append(Anomaly.at(r, "overloaded", "warning", title, text, ev))
+        found.append(Anomaly.at(r, "overloaded", "warning", title, text, _try_evidence(r, ev)))
     return found
 
 
@@ -117,7 +117,7 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
     connections: each carries a request every connections ÷ rate seconds, and an answer slower than that makes
     the next one wait."""
     t, found = ctx.t, []
-    for _, r in _open(ctx.cells).iterrows():
+    for _, r in _judged(ctx).iterrows():
         short, queued, flat = _load_state(r, t)
         if short or not queued or not flat:
             continue
@@ -150,7 +150,7 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
                                         "them as requests need them)" if cap is None else "a higher --max-connections")
                 + " or a deeper --pipeline offer it the load as it arrives.")
         title = f"The loader's connections were the limit, not the server: {where(r)}"
-        found.append(Anomaly.at(r, "connections_busy", "info", title, text, ev))
+        found.append(Anomaly.at(r, "connections_busy", "info", title, text, _try_evidence(r, ev)))
     return found
 
 
@@ -172,7 +172,7 @@ def loader_late(ctx: Context) -> list[Anomaly]:
     server, fell behind its schedule, so the cell's open-loop figures are suspect."""
     t, found = ctx.t, []
     brief: dict[tuple, list[tuple[float, Anomaly]]] = {}  # per server: the cells where it was few and brief
-    for _, r in _open(ctx.cells).iterrows():
+    for _, r in _judged(ctx).iterrows():
         late = num(r, "open_loop.loader_late")
         if late is None or late < t.loader_late_min:
             continue
@@ -210,9 +210,10 @@ def loader_late(ctx: Context) -> list[Anomaly]:
         ev["reference host: µs to arm and disarm a timer due in 20 µs"] = TIMER_REF["near_timer_us"]
         if serious:
             found.append(Anomaly.at(r, "loader_late", "warning", f"The loader fell behind its schedule: {where(r)}",
-                                    text, ev))
+                                    text, _try_evidence(r, ev)))
             continue
-        a = Anomaly.at(r, "loader_late", "info", f"The loader fell behind its schedule, briefly: {where(r)}", text, ev)
+        a = Anomaly.at(r, "loader_late", "info", f"The loader fell behind its schedule, briefly: {where(r)}", text,
+                       _try_evidence(r, ev))
         brief.setdefault(tuple(a.cell[k] for k in schema.SERVER_KEYS), []).append((late, a))
     # Few and brief at several rates (this host's pauses reach every rate): one card per server, the cell with the
     # most late sends telling it, the others listed.
@@ -274,29 +275,63 @@ def _knee(g: pd.DataFrame, t: Thresholds) -> int | None:
     return None
 
 
-def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
-    """In a `netprof knee` run (knee.json beside the rows), the bend is the knee's verdict, not the rule's reading
-    of each rate's mean over its tries: the search tries a rate until one cell passes, so a rate's mean mixes a
-    passing try with failed ones (2026-12-02: the mean of 36,590/s's tries bent at p99 128 ms where the knee, by
-    its tries, passed up to 41,444/s). Returns each rate's deciding try (the last probe at that rate, its last
-    attempt: the first that passed or the last that failed) as a cell, sorted by rate; the position of the
-    lowest rate that failed above the knee (−1: every rate up to the closed-loop ceiling passed; 0: no bend to
-    explain: no knee, the loader or the host ran out); and the verdict's sentence. None outside a knee run."""
-    if ctx.out_dir is None:
+KNEE_TRY = "the knee's try that decided this rate (round)"  # the evidence key, and _judged's column for it
+
+
+def _knee_doc(ctx: Context) -> dict | None:
+    """knee.json beside the rows (a `netprof knee` run) with its probes, or None."""
+    if ctx.out_dir is None or "round" not in ctx.df:
         return None
     try:
         doc = results.read_json(ctx.out_dir, files.KNEE_JSON)
-    except (OSError, ValueError):  # InputError (a link, another user's file) too: the rule reads the cells
+    except (OSError, ValueError):  # InputError (a link, another user's file) too: the rules read the cells
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("probes"), list) or "round" not in ctx.df:
-        return None
-    decided = {}  # rate -> (the round that decided it, whether it passed); a later probe (a second look) wins
+    return doc if isinstance(doc, dict) and isinstance(doc.get("probes"), list) else None
+
+
+def _deciding(ctx: Context, doc: dict) -> tuple[pd.DataFrame, dict]:
+    """Each rate's deciding try in a knee run (the last probe at that rate, its last attempt: the first that
+    passed or the last that failed) as a cell, sorted by rate; and rate -> (its round, whether it passed)."""
+    decided = {}  # a later probe (a second look) wins
     for probe in doc["probes"]:
         if probe.get("attempts"):
             decided[float(probe["rate"])] = (probe["attempts"][-1].get("round"), bool(probe.get("met")))
     rows = ctx.df[[float(r) in decided and decided[float(r)][0] == n
                    for r, n in zip(ctx.df["rate"].fillna(0), ctx.df["round"])]]
     g = stats.aggregate(rows).sort_values("rate").reset_index(drop=True) if not rows.empty else rows
+    return g, decided
+
+
+def _judged(ctx: Context) -> pd.DataFrame:
+    """The open-loop cells the per-cell rules judge. In a knee run, each rate's deciding try: the search tries a
+    rate until one passes, and the tables' mean over a rate's tries mixes a failed try with the passing one (a
+    rate the knee passed read "could not keep up" at 102% of it achieved). Elsewhere each cell over its rounds."""
+    if (doc := _knee_doc(ctx)) is None:
+        return _open(ctx.cells)
+    g, decided = _deciding(ctx, doc)
+    g = _open(g).copy()
+    g[KNEE_TRY] = [decided[float(r)][0] for r in g["rate"]]
+    return g
+
+
+def _try_evidence(r, ev: dict) -> dict:
+    """ev with the round of the knee's try a card's figures are from (a knee run: they are not the tables' mean
+    over the rate's tries)."""
+    if KNEE_TRY in r and not pd.isna(r[KNEE_TRY]):
+        ev[KNEE_TRY] = int(r[KNEE_TRY])
+    return ev
+
+
+def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
+    """In a `netprof knee` run (knee.json beside the rows), the bend is the knee's verdict, not the rule's reading
+    of each rate's mean over its tries (2026-12-02: the mean of 36,590/s's tries bent at p99 128 ms where the
+    knee, by its tries, passed up to 41,444/s). Returns each rate's deciding try as a cell (_deciding), sorted by
+    rate; the position of the lowest rate that failed above the knee (−1: every rate up to the closed-loop
+    ceiling passed; 0: no bend to explain: no knee, the loader or the host ran out); and the verdict's sentence.
+    None outside a knee run."""
+    if (doc := _knee_doc(ctx)) is None:
+        return None
+    g, decided = _deciding(ctx, doc)
     lo, hi = (doc.get("bounds") or [None, None])[:2]
     rates = [float(r) for r in g["rate"]] if not g.empty else []
     if doc.get("knee") is None or doc.get("stop") != "steps" or hi is None:
