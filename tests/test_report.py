@@ -236,6 +236,12 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
     drifting = cells(0.0).assign(unprobed_drift=[0.012, 0.061])
     assert "were 1% to 6% apart: a cost within that is within the cell's own noise" in _probe_sentence(drifting)
     assert "no probe ran in headline time" in inside
+    assert "the probes cost 3% to 5% of throughput while attached" in inside, inside
+    # faster with the probes attached in every cell is noise, not a cost of −8%
+    faster = _probe_sentence(cells(0.0).assign(probe_cost=[-0.08, -0.03]))
+    assert "the probes cost nothing measurable: the probed part ran 3% to 8% faster than the rest of its window" \
+        in faster, faster
+    assert "cost 0% to 6% of throughput" in _probe_sentence(cells(0.0).assign(probe_cost=[-0.004, 0.06]))  # no -0%
     past = _probe_sentence(cells(20.0))
     assert "In 1 cell (cpp_epoll" in past and "no probe ran" not in past and "100 ms guard" in past
 

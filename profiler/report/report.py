@@ -220,10 +220,18 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
     part = f"the middle {100 * share.iloc[0]:.0f}%" if not share.empty else "a probed part"
     return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
             f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, the "
-            f"probes cost {_span_pct(cost)} of throughput while attached (the probe-cost table has each cell)."
+            f"probes cost {_cost_phrase(cost)} (the probe-cost table has each cell)."
             + _drift_sentence(cells)
             + _guard_sentence(cells)
             + "".join(part.probe_note(cells) for part in instrument_sections() if hasattr(part, "probe_note")))
+
+
+def _cost_phrase(cost: pd.Series) -> str:
+    """'4% of throughput while attached'; where every cell's probed part ran faster than its unprobed parts (a
+    negative cost: noise), that, not a 'cost' of −8%."""
+    if round(float(cost.max())) < 0:
+        return f"nothing measurable: the probed part ran {_span_pct(-cost)} faster than the rest of its window"
+    return f"{_span_pct(cost)} of throughput while attached"
 
 
 def _drift_sentence(cells: pd.DataFrame) -> str:
@@ -268,8 +276,8 @@ def _section_name(part: ModuleType) -> str:
 
 
 def _span_pct(values: pd.Series) -> str:
-    lo, hi = float(values.min()), float(values.max())
-    return f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}% to {hi:.0f}%"
+    lo, hi = round(float(values.min())), round(float(values.max()))  # ints: no "-0%" as f"{-0.3:.0f}" gives
+    return f"{lo}%" if lo == hi else f"{lo}% to {hi}%"
 
 
 def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[str]:
