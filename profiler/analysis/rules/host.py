@@ -65,9 +65,9 @@ def _busy_round(r, best, host: dict) -> Anomaly:
     rnd = int(r["round"])
     ev = {"msgs/s this round": round(mps), f"msgs/s best round ({int(best['round'])})": round(top),
           "backend busy (share of one CPU)": r2(busy), "loader CPU (share of its CPUs)": r2(lf)}
-    text = (f"Round {rnd} of {where(r)} made {mps:.0f} {units.rate_unit(r.get('protocol'))}, "
+    text = (f"Round {rnd} of {where(r)} made {units.count(mps)} {units.rate_unit(r.get('protocol'))}, "
             f"{100 * (1 - mps / top):.0f}% below its best "
-            f"round ({top:.0f}), while the backend used {100 * busy:.0f}% of a CPU and the loader "
+            f"round ({units.count(top)}), while the backend used {100 * busy:.0f}% of a CPU and the loader "
             f"{100 * lf:.0f}% of its CPUs: neither was the limit, so something outside them held the round "
             "back. ")
     text += _host_figures(host.get((schema.cell_slug(r), rnd)), ev)
