@@ -181,6 +181,10 @@ def test_ring_work_names_the_operations_handed_to_io_uring():
     assert "hands 0.90 of its 6.9 epoll_ctl operations per message to io_uring" in text, text
     assert "libuv batches" in text and "--io-uring on,off" in text and "9% fewer" in text, text
     assert found[0]["evidence"]["kernel operations per message"] == 9.91
+    assert found[0]["evidence"]["ring operations per message"] == "epoll_ctl 0.9", found[0]["evidence"]
+    rows[0]["ring_per_msg"] = {"epoll_ctl": 0.9, "recv": 0.5, "send": 0.25}
+    (a,) = ids(detect(frame(rows[0])), "ring_work")
+    assert "Its other ring operations per message: recv 0.5, send 0.25." in a["explanation"], a["explanation"]
 
 
 def test_ring_work_silent_below_its_share_and_without_probes():
