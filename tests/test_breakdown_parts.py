@@ -200,6 +200,10 @@ def test_tail_cause_names_the_descriptor_and_where_the_wait_was_made(tmp_path):
     assert "__recv [libc.so.6]" not in text and len(a["evidence"]["stacks"]) == 3
     (a,) = [a for a in detect(df) if a["id"] == "tail_cause"]  # no --stacks: no stacks quoted
     assert "--stacks" not in a["explanation"] and "stacks" not in a["evidence"]
+    assert a["evidence"]["loader's mean round trip vs parts' sum (µs)"] == "1,000 vs 1,000", a["evidence"]
+    # netprof watch's row: no loader, the round trip is the server time
+    (a,) = [a for a in detect(df.assign(arrivals=schema.WATCHED, latency="server")) if a["id"] == "tail_cause"]
+    assert a["evidence"]["server time, mean vs parts' sum (µs)"] == "1,000 vs 1,000", a["evidence"]
 
 
 def test_the_gil_range_is_the_interpreters_own_runtime_and_read_once_per_file(monkeypatch):

@@ -276,7 +276,9 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     assert row["latency"] == "server" and row["messages"] == doc["requests"], row
     assert row["breakdown"]["parts_mean_us"] == pytest.approx(doc["breakdown"]["mean_us"], rel=0.01), row["breakdown"]
     assert isinstance(summary["anomalies"], list)
-    assert "netprof watch: no loader" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "netprof watch: no loader" in report
+    assert "| interpreter(s) | the watched server's own, not started by netprof" in report
 
 
 def test_every_gunicorn_worker_is_followed(tmp_path):

@@ -136,7 +136,9 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
               "requests followed": f"{num(r, 'breakdown.requests') or 0:,.0f}",
               "descriptor waited on (share of the handlers' waits)": waited,
               "stacks": stacks or None,
-              "loader's mean round trip vs parts' sum (µs)":
+              # netprof watch has no loader: its row's round trip is the server time
+              ("server time, mean" if schema.watched(r) else "loader's mean round trip")
+              + " vs parts' sum (µs)":
                   f"{num(r, 'breakdown.rtt_mean_us') or 0:,.0f} vs {num(r, 'breakdown.parts_mean_us') or 0:,.0f}"}
         if part == "off_cpu_futex" and gil is not None and mean and gil >= 0.5 * mean:
             part = "the GIL (off_cpu_futex)"

@@ -91,6 +91,14 @@ FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing", "rat
 # plan.RunConfig.max_connections_for); 0 for closed loop and for rows written before: the -c connections only.
 RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none", "arrivals": "closed",
                                 "zmq_client": "libzmq", "max_connections": 0}
+# arrivals of a `netprof watch --out` row: the requests a running server's own clients sent (no loader; its
+# latency the server time, watch/rundir.py).
+WATCHED = "watched"
+
+
+def watched(row: Mapping) -> bool:
+    """A row or cell of `netprof watch` (no loader: its round trip is the server time)."""
+    return row.get("arrivals") == WATCHED
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:

@@ -341,7 +341,7 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "connections": ", ".join(str(c) for c in sorted(df["connections"].unique())) if "connections" in df else "",
         "pipeline": ", ".join(str(p) for p in sorted(df["pipeline"].unique())) if "pipeline" in df else "1",
         "framing": ", ".join(sorted(schema.normalize(df)["framing"].dropna().unique())) if len(df) else "",
-        "interpreters": ", ".join(dict.fromkeys(map(str, df["interpreter"].dropna()))) if "interpreter" in df else "",
+        "interpreters": _interpreters(df),
         "rounds": cfg.get("rounds", int(df["round"].max()) if "round" in df and len(df) else ""),
         "duration": cfg.get("duration", ""),
         "msize": cfg.get("msize", df["msize"].iloc[0] if "msize" in df and len(df) else ""),
@@ -359,6 +359,15 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "probe_cost": _syscall_cost(meta.get("probe_cost_per_syscall")),
     }
     return facts
+
+
+def _interpreters(df: pd.DataFrame) -> str:
+    """The cells' interpreters; a watched server's is its own (netprof did not start it, and will not run its
+    binary as root to ask)."""
+    names = [str(v) for v in df["interpreter"].dropna() if str(v)] if "interpreter" in df else []
+    if not names and _watched(df):
+        return "the watched server's own, not started by netprof"
+    return ", ".join(dict.fromkeys(names))
 
 
 def _message_words(df: pd.DataFrame, cfg: dict) -> str:

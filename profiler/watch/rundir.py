@@ -24,7 +24,7 @@ from netprof.probes.registry import groups
 from netprof.probes.sockwait.instrument import fill_row
 from netprof.probes.sockwait.sockwait import hist_quantile_us, sockwait_delta
 from netprof.probes.watch import SERVER_PARTS
-from netprof.profiler.model import stats
+from netprof.profiler.model import schema, stats
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.run import meta as run_meta
 
@@ -62,10 +62,10 @@ def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]
     seconds = outcome.seconds
     proc = outcome.proc if outcome.proc and min(outcome.proc.values()) >= 0 else None  # gone: unknown
     row: dict[str, Any] = {
-        "backend": backend, "family": "watched", "server_kind": "watched", "interpreter": "",
+        "backend": backend, "family": schema.WATCHED, "server_kind": schema.WATCHED, "interpreter": "",
         "python_version": None, "python_build": None, "framing": "own", "reads": "own",
         "protocol": "http" if http else "echo", "connections": f["connections"]["served"], "pipeline": 1,
-        "round": 1, "msize": None, "work": None, "think": None, "arrivals": "watched", "max_connections": 0,
+        "round": 1, "msize": None, "work": None, "think": None, "arrivals": schema.WATCHED, "max_connections": 0,
         "zmq_client": None, "pinned": False, "workers": None, "loader_host": "", "tag": "", "rate": 0,
         "io_uring": "on", "status": "ok", "error": None, "latency": "server",
         **{group: {"attached": False} for group in groups()},
