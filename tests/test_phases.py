@@ -89,6 +89,14 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     assert 0.2 < row["probed"]["duration_s"] / (row["probed"]["duration_s"] + row["duration_s"]) < 0.4
     assert row["msgs_per_sec"] == pytest.approx(row["messages"] / row["duration_s"], rel=0.02)
     assert row["probe_cost"] is not None
+    # The server's CPU per message in each part, from schedstat (ns): the unprobed part's is the row's /proc CPU
+    # (utime + stime, the same runtime in 10-ms ticks: a few ticks apart) over its messages; the probed part's is
+    # dearer by what the probes cost (probe_cpu_cost: where a cell at a set rate shows it).
+    cpu = row["probed"]
+    unprobed_cpu_s = cpu["unprobed_cpu_us_per_msg"] * row["messages"] / 1e6
+    assert unprobed_cpu_s == pytest.approx(row["cpu"]["user_s"] + row["cpu"]["sys_s"], abs=0.03), (cpu, row["cpu"])
+    assert row["probe_cpu_cost"] == pytest.approx(cpu["cpu_us_per_msg"] / cpu["unprobed_cpu_us_per_msg"] - 1)
+    assert -0.2 < row["probe_cpu_cost"] < 1.0, cpu
     # The unprobed parts before and after the probed sub-window last as long as each other, so the
     # headline rate is their mean; how far apart they are is the cell's own noise floor.
     parts = row["unprobed_parts"]

@@ -242,6 +242,19 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
     assert "the probes cost nothing measurable: the probed part ran 3% to 8% faster than the rest of its window" \
         in faster, faster
     assert "cost 0% to 6% of throughput" in _probe_sentence(cells(0.0).assign(probe_cost=[-0.004, 0.06]))  # no -0%
+    # at a set rate every part answers the rate asked: the cost is the server's CPU per request, not throughput
+    at_rate = cells(0.0).assign(rate=[2000, 2000], protocol="http", probe_cost=[0.0, 0.0001],
+                                probe_cpu_cost=[0.03, 0.052], unprobed_drift=[0.0, 0.0])
+    said = _probe_sentence(at_rate)
+    assert ("Measured in these cells, at a set rate every part of the window answers the rate asked, so the probes "
+            "cost 3% to 5% more server CPU per request while attached (the probe-cost table") in said, said
+    assert "of throughput" not in said and "unprobed parts" not in said, said
+    both = pd.concat([cells(0.0).iloc[:1].assign(rate=0), at_rate.iloc[1:]], ignore_index=True)
+    said = _probe_sentence(both)
+    assert ("the probes cost 3% of throughput while attached; at a set rate, where every part of the window answers "
+            "the rate asked, the probes cost 5% more server CPU per request while attached") in said, said
+    older = _probe_sentence(at_rate.drop(columns="probe_cpu_cost"))
+    assert "the probes' cost does not show in throughput (and these cells have no CPU figure for it)" in older
     past = _probe_sentence(cells(20.0))
     assert "In 1 cell (cpp_epoll" in past and "no probe ran" not in past and "100 ms guard" in past
 
@@ -265,6 +278,11 @@ def test_probe_cost_table_gives_the_interval_over_rounds():
     assert three == "-6% ±5% (45k probed; unprobed parts 3% apart)"  # t(2) 4.30 × 2% / √3 = 4.97%
     (_, one), = tables.probe_cost_table(stats.aggregate(rows([0.05])))[1]  # an older loader: no parts
     assert one == "-5% (45k probed)"
+    cpu = rows([0.05, 0.05]).assign(**{"probe_cpu_cost": [0.04, 0.06], "probed.cpu_us_per_msg": 7.0})
+    (_, both), = tables.probe_cost_table(stats.aggregate(cpu))[1]
+    assert both == "-5% ±0% (45k probed); server CPU/msg +5% ±13% (7 µs probed)", both  # t(1) 12.7 × 1.41% / √2
+    (_, at_rate), = tables.probe_cost_table(stats.aggregate(cpu.assign(rate=2000, probe_cost=0.0)))[1]
+    assert at_rate == "server CPU/msg +5% ±13% (7 µs probed); throughput: the rate asked", at_rate
 
 
 # --- the first screen, units, links -------------------------------------------------------------

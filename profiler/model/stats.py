@@ -88,6 +88,15 @@ def probe_cost(unprobed_rate: float | None, probed_rate: float | None) -> float 
     return 1.0 - probed_rate / unprobed_rate
 
 
+def probe_cpu_cost(unprobed_us: float | None, probed_us: float | None) -> float | None:
+    """The probes' cost in one cell's server CPU: probed/unprobed on-CPU µs per message − 1 (positive: the
+    messages cost more with the probes attached; negative = within noise). At a set rate (--rate) every part of
+    the window answers the rate asked, so this, not probe_cost's msgs/s, is where the probes show."""
+    if not unprobed_us or probed_us is None:
+        return None
+    return probed_us / unprobed_us - 1.0
+
+
 def unprobed_drift(before_rate: float | None, after_rate: float | None) -> float | None:
     """How far one cell's rate moved with no probe attached: |after − before| over their mean, the
     unprobed parts before and after the probed sub-window. The cell's own noise floor for its
@@ -269,7 +278,7 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ring_per_msg.", "ctx.", "loader_cpu.", "faults.",
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
                  "lat_sent_us.", "open_loop.", "breakdown.")
-MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "unprobed_drift", "ring_cpu_us_per_msg")
+MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "probe_cpu_cost", "unprobed_drift", "ring_cpu_us_per_msg")
 # An instrument's row group: every row has "<group>.attached" for each registered instrument (cell.base_row), so
 # its figures are averaged like the built-in ones with no name of it here.
 ATTACHED = ".attached"
@@ -301,10 +310,11 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         for col in MODE_COLUMNS:
             if col in g and g[col].notna().any():
                 row[col] = g[col].dropna().mode().iloc[0]
-        if "probe_cost" in g and pd.api.types.is_numeric_dtype(g["probe_cost"]):
-            # One window's figure moves by a few percent with no probe attached at all (bench/RESULTS.md,
-            # --edges): over rounds, its interval says how much of it is the probes.
-            row["probe_cost_ci"] = summarize(g["probe_cost"])["ci"]
+        for col in ("probe_cost", "probe_cpu_cost"):
+            if col in g and pd.api.types.is_numeric_dtype(g[col]):
+                # One window's figure moves by a few percent with no probe attached at all (bench/RESULTS.md,
+                # --edges): over rounds, its interval says how much of it is the probes.
+                row[f"{col}_ci"] = summarize(g[col])["ci"]
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:

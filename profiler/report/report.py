@@ -39,9 +39,9 @@ TABLES = (  # a function may return None: the table does not apply to this run (
     ("Fairness across connections", tables.fairness_table),
     ("Backend CPU", tables.cpu_table),
     ("Syscalls {per}", tables.syscalls_table),
-    ("Probe cost in each cell: probed sub-window {rate} vs the unprobed rest, ± 95% interval over the rounds, "
-     "and how far apart the unprobed parts before and after it were (headline numbers exclude it, not the "
-     "--sockwait set's)",
+    ("Probe cost in each cell: probed sub-window {rate} and server CPU {per} vs the unprobed rest, ± 95% interval "
+     "over the rounds, and how far apart the unprobed parts before and after it were (headline numbers exclude it, "
+     "not the --sockwait set's)",
      tables.probe_cost_table),
 )
 FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu", "mixed")
@@ -215,15 +215,43 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
     """Where the figures come from, and what the probes cost in these very cells."""
     if cells.empty or "probe_cost" not in cells or cells["probe_cost"].dropna().empty:
         return None
-    cost = 100 * cells["probe_cost"].dropna()
     share = cells["probed.share"].dropna() if "probed.share" in cells else pd.Series(dtype=float)
     part = f"the middle {100 * share.iloc[0]:.0f}%" if not share.empty else "a probed part"
     return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
-            f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, the "
-            f"probes cost {_cost_phrase(cost)} (the probe-cost table has each cell)."
-            + _drift_sentence(cells)
+            f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, "
+            + _costs(cells) + " (the probe-cost table has each cell)."
+            + _drift_sentence(cells[_closed(cells)])
             + _guard_sentence(cells)
             + "".join(part.probe_note(cells) for part in instrument_sections() if hasattr(part, "probe_note")))
+
+
+def _closed(cells: pd.DataFrame) -> pd.Series:
+    """Which cells ran closed loop (no --rate): their msgs/s is theirs to lose to the probes."""
+    return cells["rate"].fillna(0).astype(float) <= 0 if "rate" in cells else pd.Series(True, index=cells.index)
+
+
+def _costs(cells: pd.DataFrame) -> str:
+    """What the probes cost: closed-loop cells in msgs/s; cells at a set rate, where every part of the window
+    answers the rate asked, in the server's CPU per message (probe_cpu_cost)."""
+    closed = _closed(cells)
+    said = []
+    cost = 100 * cells.loc[closed, "probe_cost"].dropna()
+    if not cost.empty:
+        said.append(f"the probes cost {_cost_phrase(cost)}")
+    if (~closed).any():
+        cpu = 100 * (cells.loc[~closed, "probe_cpu_cost"] if "probe_cpu_cost" in cells else cost.iloc[0:0]).dropna()
+        per = units.per_unit(cells.loc[~closed].get("protocol"))
+        at = ("at a set rate, where every part of the window answers the rate asked, " if said else
+              "at a set rate every part of the window answers the rate asked, so ")
+        if cpu.empty:  # rows written before the CPU figure
+            said.append(at + "the probes' cost does not show in throughput (and these cells have no CPU figure "
+                        "for it)")
+        elif round(float(cpu.max())) < 0:
+            said.append(at + f"the probes cost nothing measurable in server CPU {per}: the probed part took "
+                        f"{_span_pct(-cpu)} less than the rest of its window")
+        else:
+            said.append(at + f"the probes cost {_span_pct(cpu)} more server CPU {per} while attached")
+    return "; ".join(said)
 
 
 def _cost_phrase(cost: pd.Series) -> str:

@@ -114,20 +114,30 @@ def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def probe_cost_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
-    """What the counting probes cost in each cell, measured there: the probed sub-window's msgs/s
-    against the unprobed rest (which gives every headline number). None when no cell has it."""
+    """What the counting probes cost in each cell, measured there: the probed sub-window's msgs/s and the
+    server's CPU per message against the unprobed rest (which gives every headline number); at a set rate the
+    CPU alone (its msgs/s is the rate asked in every part). None when no cell has it."""
     if "probe_cost" not in agg or agg["probe_cost"].dropna().empty:
         return None
 
+    def spread(r, col: str) -> str:
+        ci = _get(r, f"{col}_ci")  # None below 2 rounds
+        return f" ±{100 * ci:.0f}%" if ci is not None else ""
+
     def fmt(r) -> str:
-        cost = _get(r, "probe_cost")
+        cost, cpu = _get(r, "probe_cost"), _get(r, "probe_cpu_cost")
         if cost is None:  # --no-probes, or --probe-share 1 (no unprobed part to compare with)
             return units.DASH
-        ci = _get(r, "probe_cost_ci")  # None below 2 rounds
-        spread = f" ±{100 * ci:.0f}%" if ci is not None else ""
+        per = units.per_abbrev(r.get("protocol"))
+        cpu_text = (f"server CPU{per} {100 * cpu:+.0f}%{spread(r, 'probe_cpu_cost')} "
+                    f"({units.duration_us(_get(r, 'probed.cpu_us_per_msg'))} probed)") if cpu is not None else ""
+        if (_get(r, "rate") or 0) > 0 and cpu_text:  # a set rate: every part answers it, the cost is CPU's
+            return f"{cpu_text}; throughput: the rate asked"
         drift = _get(r, "unprobed_drift")  # the cell's own noise: its two unprobed parts, no probe attached
         apart = f"; unprobed parts {100 * drift:.0f}% apart" if drift is not None else ""
-        return f"{-100 * cost:+.0f}%{spread} ({units.rate(_get(r, 'probed.msgs_per_sec'))} probed{apart})"
+        probed = units.rate(_get(r, "probed.msgs_per_sec"))
+        text = f"{-100 * cost:+.0f}%{spread(r, 'probe_cost')} ({probed} probed{apart})"
+        return text + (f"; {cpu_text}" if cpu_text else "")
     return _pivot(agg, fmt)
 
 

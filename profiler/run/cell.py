@@ -320,6 +320,20 @@ def _unprobed_proc(marks: Marks) -> dict | None:
     return {k: whole[k] - sub[k] for k in whole}
 
 
+def _probe_cpu(row: dict, marks: Marks, unprobed: dict) -> None:
+    """The server's on-CPU time per message (schedstat: ns, where utime/stime are 10-ms ticks) in the probed
+    sub-window, read at its marks and divided by the messages counted over them (row["counted"]), against the
+    unprobed phase's; `probe_cpu_cost` their ratio − 1. At a set rate every part of the window answers the rate
+    asked, so the probes' cost shows here and not in `probe_cost`'s msgs/s."""
+    pair, counted = marks.pair("probe_start", "probe_stop"), (row.get("counted") or {}).get("messages")
+    if pair is None or not counted or not row["messages"] or "probed" not in row:
+        return
+    probed_us = 1e6 * proc_delta(pair[0].proc, pair[1].proc)["oncpu_s"] / counted
+    unprobed_us = 1e6 * unprobed["oncpu_s"] / row["messages"]
+    row["probed"] |= {"cpu_us_per_msg": probed_us, "unprobed_cpu_us_per_msg": unprobed_us}
+    row["probe_cpu_cost"] = stats.probe_cpu_cost(unprobed_us, probed_us)
+
+
 def _attach_timing(result: dict, marks: Marks) -> dict:
     """When the probes really ran, against the loader's phases (ms): `attach_lead_ms` = attached
     this long before the probed sub-window began, `detach_lag_ms` = detached this long after it ended;
@@ -396,6 +410,8 @@ def measure_row(row: dict, result: dict, marks: Marks, instruments: tuple[Instru
         }
         row["faults"] = {"minor_per_msg": stats.ratio(proc["minflt"], messages), "major": proc["majflt"]}
     conns = instrument_rows(row, result, marks, instruments)
+    if phases and proc is not None:
+        _probe_cpu(row, marks, proc)
     if "ctx_switches_per_msg" not in row and proc is not None:
         # no counting set in this window: the /proc context-switch counters still give a probe-free figure
         row["ctx_switches_per_msg"] = stats.ratio(proc["vol_ctx"] + proc["invol_ctx"], messages)
