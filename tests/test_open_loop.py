@@ -547,11 +547,11 @@ def test_in_a_knee_run_the_bend_is_the_knees_verdict_from_the_tries_that_decided
         a["explanation"], a["explanation"]
 
 
-def test_in_a_knee_run_the_cards_of_a_rate_are_its_deciding_trys(tmp_path):
+def test_in_a_knee_run_the_cards_of_a_rate_that_passed_are_its_passing_trys(tmp_path):
     """The tables average a rate's tries as rounds of one cell; a rate the knee passed on its second try, after an
     overloaded first, read on that mean "could not keep up" (2026-12-04, at 102% of the rate achieved). In a knee
-    run the per-cell open-loop cards (overloaded, connections_busy, loader_late) are the deciding try's, and say
-    which try that was."""
+    run the per-cell open-loop cards (overloaded, connections_busy, loader_late) of a rate that passed are its
+    passing try's; of a rate that failed, the mean of its tries (each of them failed); each says which."""
     rows = [open_row(500, 500.0, round=1),
             open_row(1000, 700.0, p99=90_000.0, behind=900, round=2), open_row(1000, 1000.0, round=3),
             open_row(1500, 1100.0, p99=60_000.0, behind=1000, round=4),
@@ -566,14 +566,22 @@ def test_in_a_knee_run_the_cards_of_a_rate_are_its_deciding_trys(tmp_path):
                       {"rate": 1500, "met": False, "attempts": [{"round": 4}, {"round": 5}]}]}
     (tmp_path / results.KNEE_JSON).write_text(json.dumps(doc))
     (a,) = ids(detect(df, out_dir=tmp_path), "overloaded")  # the try that passed 1,000/s: no card for it
-    assert a["title"].startswith("Overloaded: 1k/s of 1,500/s asked (selector at 10 connections"), a["title"]
-    assert a["evidence"]["the knee's try that decided this rate (round)"] == 5, a["evidence"]
-    assert a["evidence"]["achieved share"] == "67%", a["evidence"]
-    # the rounds' own late sends: the deciding try's, not the mean's
+    assert a["title"].startswith("Overloaded: 1.05k/s of 1,500/s asked (selector at 10 connections"), a["title"]
+    assert a["evidence"]["the knee's tries these figures are from (rounds)"] == "4, 5 (each failed)", a["evidence"]
+    # connections opened as needed: the most open at once is the most of any try, not their mean (no try had 24)
+    for r, most in zip(rows[3:], (10, 38)):
+        r["open_loop"] |= {"max_connections": 1000, "conns_max": most}
+    (a,) = ids(detect(pd.DataFrame([results.flatten(r) for r in rows]), out_dir=tmp_path), "overloaded")
+    assert "while all 38 connections the loader had open (--max-connections 1,000)" in a["explanation"], \
+        a["explanation"]
+    # the late sends of a rate that passed: its passing try's, not the mean's
     late = [open_row(1000, 1000.0, round=2, loader_late=200), open_row(1000, 1000.0, round=3)]
     df = pd.DataFrame([results.flatten(r) for r in late])
     assert ids(detect(df), "loader_late")
     assert not ids(detect(df, out_dir=tmp_path), "loader_late")
+    late = [open_row(1000, 1000.0, round=2), open_row(1000, 1000.0, round=3, loader_late=200)]
+    (a,) = ids(detect(pd.DataFrame([results.flatten(r) for r in late]), out_dir=tmp_path), "loader_late")
+    assert a["evidence"]["the knee's tries these figures are from (rounds)"] == "3 (the one that passed)"
 
 
 def test_latency_knee_silent_without_a_drop_in_share_or_with_one_rate():

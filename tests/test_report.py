@@ -253,6 +253,11 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
     said = _probe_sentence(both)
     assert ("the probes cost 3% of throughput while attached; at a set rate, where every part of the window answers "
             "the rate asked, the probes cost 5% more server CPU per request while attached") in said, said
+    mixed = _probe_sentence(at_rate.assign(probe_cpu_cost=[-0.11, 0.03]))
+    assert "the probes cost between −11% and +3% in server CPU per request while attached (below zero: noise)" \
+        in mixed, mixed
+    mixed = _probe_sentence(cells(0.0).assign(probe_cost=[-0.07, 0.12]))
+    assert "the probes cost between −7% and +12% of throughput while attached (below zero: noise)" in mixed, mixed
     older = _probe_sentence(at_rate.drop(columns="probe_cpu_cost"))
     assert "the probes' cost does not show in throughput (and these cells have no CPU figure for it)" in older
     past = _probe_sentence(cells(20.0))

@@ -282,6 +282,9 @@ MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "probe_cpu_cost", "unprobe
 # An instrument's row group: every row has "<group>.attached" for each registered instrument (cell.base_row), so
 # its figures are averaged like the built-in ones with no name of it here.
 ATTACHED = ".attached"
+# Over a cell's rounds, the largest: the most connections the loader had open at once, in any round (a mean of
+# 10, 10 and 38 is a count no round had).
+MAX_COLUMNS = ("open_loop.conns_max",)
 # Text over a cell's rounds: the most frequent (what the breakdown's handlers waited on).
 MODE_COLUMNS = ("breakdown.io_wait",)
 
@@ -307,6 +310,9 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
         for col in g.columns:
             if (col.startswith(mean_prefixes) or col in MEAN_COLUMNS) and pd.api.types.is_numeric_dtype(g[col]):
                 row[col] = float(g[col].mean())
+        for col in MAX_COLUMNS:
+            if col in g and pd.api.types.is_numeric_dtype(g[col]) and g[col].notna().any():
+                row[col] = float(g[col].max())
         for col in MODE_COLUMNS:
             if col in g and g[col].notna().any():
                 row[col] = g[col].dropna().mode().iloc[0]

@@ -249,6 +249,9 @@ def _costs(cells: pd.DataFrame) -> str:
         elif round(float(cpu.max())) < 0:
             said.append(at + f"the probes cost nothing measurable in server CPU {per}: the probed part took "
                         f"{_span_pct(-cpu)} less than the rest of its window")
+        elif round(float(cpu.min())) < 0:
+            said.append(at + f"the probes cost between {_signed_span(cpu)} in server CPU {per} while attached "
+                        "(below zero: noise)")
         else:
             said.append(at + f"the probes cost {_span_pct(cpu)} more server CPU {per} while attached")
     return "; ".join(said)
@@ -259,6 +262,8 @@ def _cost_phrase(cost: pd.Series) -> str:
     negative cost: noise), that, not a 'cost' of −8%."""
     if round(float(cost.max())) < 0:
         return f"nothing measurable: the probed part ran {_span_pct(-cost)} faster than the rest of its window"
+    if round(float(cost.min())) < 0:
+        return f"between {_signed_span(cost)} of throughput while attached (below zero: noise)"
     return f"{_span_pct(cost)} of throughput while attached"
 
 
@@ -301,6 +306,12 @@ def instrument_sections() -> list[ModuleType]:
 
 def _section_name(part: ModuleType) -> str:
     return part.__name__.rsplit(".", 2)[-2]  # netprof.probes.<name>.report
+
+
+def _signed_span(values: pd.Series) -> str:
+    """'−11% and +3%': a span across zero."""
+    lo, hi = round(float(values.min())), round(float(values.max()))
+    return f"{lo:+d}% and {hi:+d}%".replace("-", "−")
 
 
 def _span_pct(values: pd.Series) -> str:

@@ -275,7 +275,7 @@ def _knee(g: pd.DataFrame, t: Thresholds) -> int | None:
     return None
 
 
-KNEE_TRY = "the knee's try that decided this rate (round)"  # the evidence key, and _judged's column for it
+KNEE_TRIES = "the knee's tries these figures are from (rounds)"  # the evidence key, and _judged's column for it
 
 
 def _knee_doc(ctx: Context) -> dict | None:
@@ -303,22 +303,31 @@ def _deciding(ctx: Context, doc: dict) -> tuple[pd.DataFrame, dict]:
 
 
 def _judged(ctx: Context) -> pd.DataFrame:
-    """The open-loop cells the per-cell rules judge. In a knee run, each rate's deciding try: the search tries a
-    rate until one passes, and the tables' mean over a rate's tries mixes a failed try with the passing one (a
-    rate the knee passed read "could not keep up" at 102% of it achieved). Elsewhere each cell over its rounds."""
+    """The open-loop cells the per-cell rules judge. In a knee run, a rate that passed is its passing try: the
+    search tries a rate until one passes, and the tables' mean over a rate's tries mixes failed ones with it (a
+    rate the knee passed read "could not keep up" at 102% of it achieved); a rate that failed is the mean of its
+    tries, every one of which failed. Elsewhere each cell over its rounds."""
     if (doc := _knee_doc(ctx)) is None:
         return _open(ctx.cells)
-    g, decided = _deciding(ctx, doc)
-    g = _open(g).copy()
-    g[KNEE_TRY] = [decided[float(r)][0] for r in g["rate"]]
+    decided = _deciding(ctx, doc)[1]
+    rounds: dict[float, list] = {}  # rate -> the rounds its figures are from
+    for rate, n in zip(ctx.df["rate"].fillna(0).astype(float), ctx.df["round"]):
+        if rate in decided and (not decided[rate][1] or n == decided[rate][0]):
+            rounds.setdefault(rate, []).append(n)
+    rows = ctx.df[[n in rounds.get(float(r), ()) for r, n in zip(ctx.df["rate"].fillna(0), ctx.df["round"])]]
+    if rows.empty:
+        return _open(rows)
+    g = _open(stats.aggregate(rows)).copy()
+    g[KNEE_TRIES] = [", ".join(str(int(n)) for n in rounds[float(r)])
+                     + (" (the one that passed)" if decided[float(r)][1] else " (each failed)") for r in g["rate"]]
     return g
 
 
 def _try_evidence(r, ev: dict) -> dict:
-    """ev with the round of the knee's try a card's figures are from (a knee run: they are not the tables' mean
-    over the rate's tries)."""
-    if KNEE_TRY in r and not pd.isna(r[KNEE_TRY]):
-        ev[KNEE_TRY] = int(r[KNEE_TRY])
+    """ev with the knee's tries a card's figures are from (a knee run: not always the tables' mean over all the
+    rate's tries)."""
+    if KNEE_TRIES in r and isinstance(r[KNEE_TRIES], str):
+        ev[KNEE_TRIES] = r[KNEE_TRIES]
     return ev
 
 
