@@ -259,7 +259,7 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
     mixed = _probe_sentence(cells(0.0).assign(probe_cost=[-0.07, 0.12]))
     assert "the probes cost between −7% and +12% of throughput while attached (below zero: noise)" in mixed, mixed
     older = _probe_sentence(at_rate.drop(columns="probe_cpu_cost"))
-    assert "the probes' cost does not show in throughput (and these cells have no CPU figure for it)" in older
+    assert "the probes' cost does not show in throughput; these cells, older, have no CPU figure for it" in older
     past = _probe_sentence(cells(20.0))
     assert "In 1 cell (cpp_epoll" in past and "no probe ran" not in past and "100 ms guard" in past
 

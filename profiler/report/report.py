@@ -244,8 +244,8 @@ def _costs(cells: pd.DataFrame) -> str:
         at = ("at a set rate, where every part of the window answers the rate asked, " if said else
               "at a set rate every part of the window answers the rate asked, so ")
         if cpu.empty:  # rows written before the CPU figure
-            said.append(at + "the probes' cost does not show in throughput (and these cells have no CPU figure "
-                        "for it)")
+            said.append(at + "the probes' cost does not show in throughput; these cells, older, have no CPU "
+                        "figure for it")
         elif round(float(cpu.max())) < 0:
             said.append(at + f"the probes cost nothing measurable in server CPU {per}: the probed part took "
                         f"{_span_pct(-cpu)} less than the rest of its window")
