@@ -482,6 +482,18 @@ def test_latency_knee_names_the_resource_that_ran_out():
     assert "waits per message fell from 1.00 to 0.1 " in a["explanation"], a["explanation"]
     a = knee()  # 20% busy, nothing else: said so, with where to look
     assert "what ran out first" not in a["evidence"] and "No resource netprof measures" in a["explanation"]
+    # near the limit at the rate that bent and at it one rate up: a queue's tail grows before the CPU is wholly busy
+    base, top, up = (open_row(500, 500.0, p99=2_500.0), open_row(1000, 960.0, p99=30_000.0),
+                     open_row(1500, 1300.0, p99=90_000.0))
+    for r, busy in ((base, 0.45), (top, 0.85), (up, 0.97)):
+        r["cpu"] = r["cpu"] | {"busy_frac": busy}
+    (a,) = ids(detect_rows(base, top, up), "latency_knee")
+    assert "between 500/s and 1,000/s" in a["title"] and a["evidence"]["what ran out first"] == "the server's CPU"
+    assert ("What ran out first at the knee: the server's CPU, near its limit: busy 85% of one CPU at 1,000/s and 97% "
+            "at 1,500/s, against 45% at 500/s") in a["explanation"], a["explanation"]
+    up["cpu"]["busy_frac"] = 0.88  # not at it above either: nothing named
+    (a,) = ids(detect_rows(base, top, up), "latency_knee")
+    assert "what ran out first" not in a["evidence"], a["evidence"]
 
 
 def test_latency_knee_bends_where_the_queue_moved_into_the_loader():

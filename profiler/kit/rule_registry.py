@@ -90,6 +90,7 @@ class Thresholds:
     knee_share_drop: float = 0.02            # ... at a rate whose achieved share fell this much below the lowest's
     knee_waited_rise: float = 0.05           # ... or whose share of requests that waited in the loader rose this much
     knee_cpu_busy: float = 0.9               # the knee's limit is the server's CPU when it was busy this share of one
+    knee_cpu_near: float = 0.8               # ... or this share, at a rate above the knee's busy knee_cpu_busy
     knee_loader_cpu: float = 0.9             # ... the loader's when its CPUs were this busy (before the server's)
     knee_runqueue_share: float = 0.25        # ... the run queue when this share of the slowest 1%'s time was there
     knee_batching_drop: float = 0.5          # ... the loop's batching when its waits per message fell by this share

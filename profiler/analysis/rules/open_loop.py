@@ -390,11 +390,12 @@ def _waits(r) -> float | None:
     return sum(v for k, v in per.items() if k in WAITS) if per else None
 
 
-def _limit(base, at, t: Thresholds, there: str = "") -> tuple[str, str] | None:
+def _limit(base, at, t: Thresholds, there: str = "", above: tuple = ()) -> tuple[str, str] | None:
     """What ran out at the knee rate `at` (against the lowest rate `base`), checked in this order: the loader
     (then the knee is not the server's), the server's CPU, its run queue (a thread ready, no CPU for it), the
-    loop's batching (no idle turn left: each wait returns more ready sockets). `there`: where `at` was measured
-    ("at 1,000/s" by default). (name, sentence) or None."""
+    loop's batching (no idle turn left: each wait returns more ready sockets), and last the server's CPU near its
+    limit at `at` and at it at one of the rates tried `above` it. `there`: where `at` was measured ("at 1,000/s"
+    by default). (name, sentence) or None."""
     def pct(r, col):
         return _pct(num(r, col))
     there = there or f"at {units.number(at['rate'])}/s"
@@ -419,13 +420,22 @@ def _limit(base, at, t: Thresholds, there: str = "") -> tuple[str, str] | None:
                                         f"{units.per_message(w0)} to {units.per_message(w)} (each wait returned "
                                         "more ready sockets: no idle turn was left)"
                                         + (f"; busy {_pct(busy)} of one CPU" if busy is not None else ""))
+    # A queue's tail grows as 1 / (1 − busy): latency bends before the CPU is wholly busy, and the rates tried above
+    # the knee show where it was going (2026-12-04: 88% busy at the rate that failed, 97% at the next one up).
+    busiest = max(((b, r) for r in above if (b := num(r, "cpu.busy_frac")) is not None), default=None,
+                  key=lambda br: br[0])
+    if busy is not None and busy >= t.knee_cpu_near and busiest is not None and busiest[0] >= t.knee_cpu_busy:
+        return "the server's CPU", (f"the server's CPU, near its limit: busy {_pct(busy)} of one CPU {there} and "
+                                    f"{_pct(busiest[0])} at {units.number(busiest[1]['rate'])}/s, against "
+                                    f"{pct(base, 'cpu.busy_frac')} at {units.number(base['rate'])}/s")
     return None
 
 
-def _ran_out(base, at, t: Thresholds, ev: dict, place: str, there: str = "") -> str:
-    """The sentence naming what ran out first `place` ("at the knee"), read in `at` against `base` (_limit), its
-    name added to `ev`; or, when nothing netprof measures reached its limit, where to look."""
-    limit = _limit(base, at, t, there)
+def _ran_out(base, at, t: Thresholds, ev: dict, place: str, there: str = "", above: tuple = ()) -> str:
+    """The sentence naming what ran out first `place` ("at the knee"), read in `at` against `base` and the rates
+    tried `above` it (_limit), its name added to `ev`; or, when nothing netprof measures reached its limit, where to
+    look."""
+    limit = _limit(base, at, t, there, above)
     if limit is None:
         return (f"No resource netprof measures reached its limit {place} (the server's CPU, the loader's, the run "
                 "queue, the loop's idle time): run with --breakdown for where the slowest requests waited. ")
@@ -514,7 +524,7 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds, verdict: str = "") -> 
                  f"{units.number(base['rate'])}/s to {_pct(q[0])} at {units.number(hi)}/s ({q[1]}): "
                  + ("the requests wait unread for a busy server. " if q[0] >= 0.5 else
                     "most of their time is not the socket queue. "))
-    text += _ran_out(base, at, t, ev, "at the knee")
+    text += _ran_out(base, at, t, ev, "at the knee", above=tuple(r for _, r in g.iloc[i + 1:].iterrows()))
     text += f"Its usable capacity, at this latency, is below {units.number(hi)} requests/s."
     title = f"Latency knee between {units.number(lo)}/s and {units.number(hi)}/s: {at['backend']}"
     return Anomaly.at(at, "latency_knee", "info", title, text, ev)
