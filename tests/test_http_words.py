@@ -124,3 +124,10 @@ def test_compare_of_http_runs_says_req_per_s():
     view = compare_report.view(doc)["comparisons"][0]
     assert view["summary_header"][1:3] == ["BASE req/s", "NEW req/s"]
     assert [r[0] for r in view["details"][0]["rows"]][:1] == ["req/s"]
+
+
+def test_headline_table_says_closed_loop_for_a_rate_of_zero():
+    """A knee's ceiling cells (closed loop) beside its rates: 'closed loop' under the rate column, not 0."""
+    rows = [http_row(round=1, rate=0), http_row(round=2, rate=16662)]
+    header, body = tables.headline_table(stats.aggregate(frame(*rows)))
+    assert sorted(r[header.index("rate")] for r in body) == ["16,662", "closed loop"], (header, body)

@@ -247,7 +247,7 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
                                 probe_cpu_cost=[0.03, 0.052], unprobed_drift=[0.0, 0.0])
     said = _probe_sentence(at_rate)
     assert ("Measured in these cells, at a set rate every part of the window answers the rate asked, so the probes "
-            "cost 3% to 5% more server CPU per request while attached (the probe-cost table") in said, said
+            "cost 3% to 5% more server CPU per request while attached; the probe-cost table") in said, said
     assert "of throughput" not in said and "unprobed parts" not in said, said
     both = pd.concat([cells(0.0).iloc[:1].assign(rate=0), at_rate.iloc[1:]], ignore_index=True)
     said = _probe_sentence(both)

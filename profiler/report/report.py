@@ -219,7 +219,7 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
     part = f"the middle {100 * share.iloc[0]:.0f}%" if not share.empty else "a probed part"
     return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
             f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, "
-            + _costs(cells) + " (the probe-cost table has each cell)."
+            + _costs(cells) + "; the probe-cost table has each cell."
             + _drift_sentence(cells[_closed(cells)])
             + _guard_sentence(cells)
             + "".join(part.probe_note(cells) for part in instrument_sections() if hasattr(part, "probe_note")))

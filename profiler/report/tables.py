@@ -64,7 +64,7 @@ def _dim_value(r, dim: str) -> str:
     """A dimension's value under its own column heading: the bare value ('message', '4'), or
     schema's words for a flag ('not pinned')."""
     v = dict(zip(schema.CELL_KEYS, schema.key_of(r)))[dim]
-    if isinstance(v, (bool, np.bool_)):
+    if isinstance(v, (bool, np.bool_)) or (dim == "rate" and not v):  # a rate of 0 is the closed loop's
         return schema.BY_NAME[dim].text(v)
     return units.count(v) if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
