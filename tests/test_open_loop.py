@@ -662,3 +662,25 @@ def test_report_of_an_open_loop_run(tmp_path, monkeypatch):
     assert b"Latency through the window" in time_svg and b"uvloop (at 2,000/s)" in time_svg
     md = (tmp_path / "run" / "report.md").read_text()
     assert "at 2,000/s" in md and "Latency against load" in md and "plots/latency_time.svg" in md
+
+
+def test_a_closed_loop_cell_beside_open_loop_ones_says_closed_loop():
+    """A knee's ceiling cells (closed loop) beside its rates: their findings say 'closed loop', or they would read
+    as any cell ('Noisy measurement: uvicorn_httptools at 10 connections'); alone, a closed-loop cell says nothing
+    of it. An open-loop cell named in the same text keeps its rate."""
+    closed = {k: v for k, v in open_row(0, 900.0).items() if k not in ("rate", "open_loop", "lat_sent_us")}
+    noisy = [closed | {"rate": 0, "round": n, "msgs_per_sec": mps} for n, mps in ((1, 900.0), (2, 1400.0))]
+    (a,) = ids(detect_rows(*noisy), "noisy")
+    assert "selector at 10 connections (" in a["title"] and "closed loop" not in a["title"], a["title"]
+    (a,) = ids(detect_rows(*noisy, open_row(500, 500.0, round=3)), "noisy")
+    assert "selector at 10 connections, closed loop (" in a["title"], a["title"]
+    assert "selector at 10 connections, closed loop (" in a["explanation"], a["explanation"]
+    from netprof.profiler.kit.rule_registry import Anomaly, say_closed_loop
+    http = closed | {"framing": "own", "protocol": "http"}  # no framing words: one phrase begins the other's
+    a = Anomaly.at(http, "noisy", "info", "t: selector at 10 connections",
+                   "selector at 10 connections, against selector at 10 connections, 500 requests/s asked", {})
+    say_closed_loop([a], stats.aggregate(pd.DataFrame([results.flatten(r) for r in (
+        http | {"round": 1}, open_row(500, 500.0, round=2) | {"framing": "own", "protocol": "http"})])))
+    assert a.title == "t: selector at 10 connections, closed loop", a.title
+    assert a.explanation == ("selector at 10 connections, closed loop, against selector at 10 connections, 500 "
+                             "requests/s asked"), a.explanation

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,11 +219,28 @@ def detect(df: pd.DataFrame, per_conn: pd.DataFrame | None = None, meta: dict | 
         if ctx.cells.empty and META[id].needs_cells:
             continue
         found.extend(fn(ctx))
+    say_closed_loop(found, ctx.cells)
     found = consolidate(found)
     order = list(RULES)
     found.sort(key=lambda a: (SEVERITIES.index(a.severity), order.index(a.id), a.cell["backend"],
                               a.cell["connections"] if isinstance(a.cell["connections"], int) else 0))
     return [_jsonable(a.to_dict()) for a in found]
+
+
+def say_closed_loop(found: list[Anomaly], cells: pd.DataFrame) -> None:
+    """Among open-loop cells (a knee's ceiling beside its rates, or `--rate` beside a closed loop compared), a
+    closed-loop cell's findings say so: the rules name a cell by schema.cell_phrase, which without a rate reads as
+    any cell ('uvicorn_httptools at 10 connections' → '..., closed loop')."""
+    rates = cells["rate"].fillna(0).astype(float) if "rate" in cells else None
+    if rates is None or not (rates > 0).any() or not (rates == 0).any():
+        return
+    for a in found:
+        if a.cell["connections"] is None or a.cell.get("rate"):
+            continue
+        # not where the phrase begins an open-loop cell's ('... at 10 connections, 2,000 requests/s asked')
+        plain = re.compile(re.escape(schema.cell_phrase(a.cell)) + r"(?!, \d)")
+        said = schema.cell_phrase(a.cell, closed=True)
+        a.title, a.explanation = plain.sub(said, a.title), plain.sub(said, a.explanation)
 
 
 def consolidate(found: list[Anomaly]) -> list[Anomaly]:
