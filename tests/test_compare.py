@@ -372,3 +372,10 @@ def pd_frame(rows):
     import pandas as pd
 
     return pd.DataFrame([results.flatten(r) for r in rows])
+
+
+def test_latency_reads_in_the_unit_a_person_reads():
+    """compare's latency figures as the run's own tables write them: '154 µs', '1.9 ms' (not '1921 µs')."""
+    from netprof.profiler.analysis import compare
+
+    assert [compare.fmt("lat_us.p99", v) for v in (154.0, 1921.0, 82_512.0)] == ["154 µs", "1.9 ms", "82.5 ms"]

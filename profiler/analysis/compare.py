@@ -563,7 +563,7 @@ def _folded(run_dir: Path, name: str) -> bytes | None:
 # Formatting (the why-sentences and --fail-if lines here; the pages' tables in compare_report)
 
 def fmt(col: str, v) -> str:
-    """A figure of column `col` as a person reads it: '92.3k', '120 µs', '0.98'."""
+    """A figure of column `col` as a person reads it: '92.3k', '120 µs', '1.9 ms', '0.98'."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if col == "msgs_per_sec":
@@ -571,7 +571,7 @@ def fmt(col: str, v) -> str:
     if col == "per_conn.active_share":
         return f"{v:.0%}"
     if col.startswith("lat_us."):
-        return f"{v:.0f} µs" if v >= 100 else f"{v:.1f} µs"
+        return units.duration_us(v)  # '1.9 ms', as the run's own tables
     if col.startswith("cpu_us_per_msg"):
         return f"{v:.2f} µs" if v < 1 else f"{v:.1f} µs"
     return f"{v:.2f}" if abs(v) >= 0.01 or v == 0 else f"{v:.3f}"
