@@ -379,3 +379,28 @@ def test_latency_reads_in_the_unit_a_person_reads():
     from netprof.profiler.analysis import compare
 
     assert [compare.fmt("lat_us.p99", v) for v in (154.0, 1921.0, 82_512.0)] == ["154 µs", "1.9 ms", "82.5 ms"]
+
+
+def test_at_a_set_rate_a_cell_is_judged_on_its_p99(tmp_path):
+    """Two --rate runs: each side answered the 5,000/s asked, so msgs/s says nothing of the server; the cell's
+    verdict is its p99's (netprof ab's stopping metric under --rate), said as faster or slower, and the summary
+    row shows that figure, named."""
+    def rows(p99: float) -> list[dict]:
+        return [make_row(round=r, mps=5_000.0 + r, rate=5000, lat_us={"p99": p99 * j})
+                for r, j in ((1, 0.98), (2, 1.0), (3, 1.02))]
+
+    a, b = _store(tmp_path / "a", rows(2_000.0)), _store(tmp_path / "b", rows(1_000.0))
+    doc = compare.compare([a, b])
+    (cell,) = doc["comparisons"][0]["cells"]
+    assert cell["judged_on"] == "lat_us.p99" and cell["verdict"] == "faster", cell["verdict"]
+    assert cell["metrics"]["msgs_per_sec"]["verdict"] == "no significant change"
+    view = compare_report.view(doc)["comparisons"][0]
+    assert view["summary_header"][1:3] == ["BASE", "NEW"], view["summary_header"]
+    (row,) = view["summary"]
+    assert row[1:3] == ["latency p99 2 ms", "latency p99 1 ms"] and row[-1] == "faster", row
+    assert compare.compare([b, a])["comparisons"][0]["cells"][0]["verdict"] == "slower"
+    # closed loop: msgs/s, as always
+    c = _store(tmp_path / "c", [make_row(round=r, mps=50_000.0 + r) for r in (1, 2, 3)])
+    (cell,) = compare.compare([c, c])["comparisons"][0]["cells"]
+    assert cell["judged_on"] == "msgs_per_sec"
+    assert compare_report.view(compare.compare([c, c]))["comparisons"][0]["summary_header"][1] == "BASE msgs/s"

@@ -55,17 +55,14 @@ def _pair_record(b: CellRecord, n: CellRecord, order: str, dropped: bool, t0: fl
                                "dropped": dropped, "canary_ns": {"base": b.canary_ns, "new": n.canary_ns}, "d": d})
 
 
+def _judged_on(p: AbPlan) -> str:
+    """What a cell is judged on: throughput; under --rate (throughput is the schedule's) the stopping metric."""
+    return p.metric if p.rate else "msgs_per_sec"
+
+
 def _verdict(metrics: dict, p: AbPlan) -> str:
-    """The cell's verdict: throughput's; under --rate (throughput is the schedule's) the stopping metric's,
-    said as faster/slower (a lower latency or CPU per message is faster)."""
-    if not p.rate:
-        return metrics.get("msgs_per_sec", {}).get("verdict", "not measured")
-    m = metrics.get(p.metric)
-    if m is None:
-        return "not measured"
-    if m["verdict"] in ("higher", "lower"):
-        return "faster" if m["better"] else "slower"
-    return m["verdict"]
+    """The cell's verdict: its judged figure's (_judged_on), said as faster or slower (compare.cell_verdict)."""
+    return compare.cell_verdict(metrics, _judged_on(p))
 
 
 # A variant whose median cell achieved less than this share of --rate was overloaded.
@@ -160,6 +157,7 @@ def build(s: Any, out: Path, warm: list[WarmServer]) -> dict:
                 "label": label,
                 "rounds": {"base": len(kept), "new": len(kept), "base_failed": 0, "new_failed": 0},
                 "metrics": metrics}
+        cell["judged_on"] = _judged_on(p)
         cell["verdict"] = _verdict(metrics, p)
         cell["why"] = compare.why(label, metrics, protocol)
         cell["flamegraph_diff"] = s._flame_diff(comp, cell, out)

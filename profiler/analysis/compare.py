@@ -225,6 +225,27 @@ def describe(col: str, c: dict, protocol=None) -> dict:
     return c
 
 
+# At a set rate (--rate) a cell's throughput is the schedule's, not the server's: it is judged on this instead
+# (netprof ab's default stopping metric under --rate), said as faster or slower.
+RATE_METRIC = "lat_us.p99"
+
+
+def judged_on(base_rate, new_rate, metric: str = RATE_METRIC) -> str:
+    """The figure a cell's verdict is: msgs/s, or `metric` when both sides ran at a set rate."""
+    return metric if (base_rate or 0) > 0 and (new_rate or 0) > 0 else "msgs_per_sec"
+
+
+def cell_verdict(metrics: dict, col: str) -> str:
+    """A cell's verdict, its judged figure `col`'s: 'faster' or 'slower' also where a lower figure is better (a
+    latency, CPU per message)."""
+    m = metrics.get(col)
+    if m is None:
+        return "not measured"
+    if m["verdict"] in ("higher", "lower"):
+        return "faster" if m["better"] else "slower"
+    return m["verdict"]
+
+
 def protocols(*frames: pd.DataFrame) -> list:
     """The protocols of the rows of `frames` (units' words for them: req/s when all are HTTP)."""
     return [p for f in frames if "protocol" in f for p in f["protocol"]]
@@ -487,7 +508,8 @@ def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if:
         cells = []
         for key, b, n in m.pairs:
             cell = {**dict(zip(m.keys, key)), "label": label(b.iloc[0]), **judge_cell(b, n)}
-            cell["verdict"] = cell["metrics"].get("msgs_per_sec", {}).get("verdict", "not measured")
+            cell["judged_on"] = judged_on(b.iloc[0].get("rate"), n.iloc[0].get("rate"))
+            cell["verdict"] = cell_verdict(cell["metrics"], cell["judged_on"])
             cell["why"] = why(cell["label"], cell["metrics"], protocols(b, n))
             cell["resolution"] = resolution(cell)
             cell["flamegraph_diff"] = _flame_diff(base, new, b.iloc[0], n.iloc[0], cell, out_dir, i)

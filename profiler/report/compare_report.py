@@ -67,13 +67,21 @@ def _verdict_text(col: str, c: dict) -> str:
     return f"{c['verdict']} ({'better' if c['better'] else 'worse'})"
 
 
+def _headline(cell: dict) -> list[str]:
+    """BASE, NEW and their ratio of the figure a cell is judged on: msgs/s ('33.3k'), or at a set rate its
+    latency, named ('latency p99 1.9 ms')."""
+    col = cell.get("judged_on", "msgs_per_sec")
+    m = cell["metrics"].get(col) or {}
+    name = "" if col == "msgs_per_sec" or not m else f"{m['label']} "
+    return [name + fmt(col, m.get("mean_base")), name + fmt(col, m.get("mean_new")), _ratio(m) if m else "–"]
+
+
 def view(doc: dict) -> dict:
     """The document as table rows of strings: what the terminal, compare.md and compare.html show."""
     comps = []
     for comp in doc["comparisons"]:
-        summary = [[cell["label"], fmt("msgs_per_sec", m.get("mean_base")), fmt("msgs_per_sec", m.get("mean_new")),
-                    _ratio(m) if m else "–", cell["verdict"]]
-                   for cell in comp["cells"] for m in [cell["metrics"].get("msgs_per_sec") or {}]]
+        summary = [[cell["label"], *_headline(cell), cell["verdict"]] for cell in comp["cells"]]
+        at_rate = any(cell.get("judged_on", "msgs_per_sec") != "msgs_per_sec" for cell in comp["cells"])
         details = []
         for cell in comp["cells"]:
             ms = cell["metrics"]
@@ -99,7 +107,9 @@ def view(doc: dict) -> dict:
                       "matched_on": ", ".join(comp["matched_on"]), "across": across,
                       "warnings": comp["warnings"], "unmatched": comp["unmatched"],
                       "summary": summary, "details": details,
-                      "summary_header": ["cell", f"BASE {rate}", f"NEW {rate}", "NEW/BASE [95%]", "verdict"],
+                      # at a set rate a row's figures are its judged metric's, named in them ("latency p99 2 ms")
+                      "summary_header": ["cell", *(("BASE", "NEW") if at_rate else (f"BASE {rate}", f"NEW {rate}")),
+                                         "NEW/BASE [95%]", "verdict"],
                       "whys": [c["why"] for c in comp["cells"] if c["why"]]})
     return {"base": doc["base"], "comparisons": comps, "method": doc["method"]["text"], "ab": bool(doc.get("ab")),
             "tool": "netprof ab" if doc.get("ab") else "netprof compare",
