@@ -958,6 +958,7 @@ def knee_cmd(
                               wait=wait, tries=tries)
     knee_plan.check(plan)
     from netprof.profiler import knee  # deferred past the checks: the run layer and the report's modules
+    from netprof.profiler.model import knee_doc
     from netprof.profiler.report import report
 
     _stop_on_signals()
@@ -971,7 +972,7 @@ def knee_cmd(
         if as_json:
             print(json.dumps(outcome.doc, default=str))
         else:
-            out_console().print(knee.summary_line(outcome.doc), markup=False, highlight=False)
+            out_console().print(knee_doc.summary_line(outcome.doc), markup=False, highlight=False)
             out_console().print(f"report: {outcome.out_dir / 'report.html'}", markup=False, highlight=False)
     if outcome.failed:
         fail(f"{outcome.failed} (the cells measured before are in {outcome.out_dir})", 1)

@@ -14,7 +14,7 @@ from helpers import STEAL_REMEASURE, netprof_cli, run_netprof, run_steal, wait_n
 from netprof.profiler import knee, knee_plan
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.kit.rule_registry import Thresholds
-from netprof.profiler.model import stats
+from netprof.profiler.model import knee_doc, stats
 from netprof.profiler.report import tables
 from netprof.profiler.run.plan import RunConfig, validate
 
@@ -279,7 +279,7 @@ def test_a_rate_the_host_failed_ends_the_search_and_the_verdict_says_the_host():
                         knee.KneeOutcome(Path(".")))
     assert doc["knee"] is None and doc["stop"] == "host" and doc["host_ran_out"]["rate"] == hi
     assert doc["loader_ran_out"] is None
-    line = knee.summary_line(doc)
+    line = knee_doc.summary_line(doc)
     assert "not found: the host, not the server, ran out at 8,750/s" in line and "up to 7,500/s" in line, line
     assert "steal" in line, line
 
@@ -290,10 +290,10 @@ def test_a_knee_below_every_probe_says_so():
     assert lo == 0 and hi == pytest.approx(10_000 / 64, abs=1) and not any(p.met for p in probes)
     doc = {"server": "x", "connections": 10, "slo": {"text": "p99<5ms"}, "ceiling": {"msgs_per_sec": 10_000},
            "bounds": [lo, hi], "knee": None}
-    assert "below 156/s, the lowest rate probed" in knee.summary_line(doc)
+    assert "below 156/s, the lowest rate probed" in knee_doc.summary_line(doc)
     # The open-loop cells opened connections as requests needed them: the line says how many were open at most.
-    assert knee.summary_line(doc | {"conns_max": 37}).startswith("knee of x at c=10 (up to 37 open) for p99<5ms")
-    assert "open)" not in knee.summary_line(doc | {"conns_max": 10})
+    assert knee_doc.summary_line(doc | {"conns_max": 37}).startswith("knee of x at c=10 (up to 37 open) for p99<5ms")
+    assert "open)" not in knee_doc.summary_line(doc | {"conns_max": 10})
 
 
 def test_a_probe_the_loader_limited_never_decides_the_knee():
@@ -339,7 +339,7 @@ def test_a_probe_the_loader_limited_never_decides_the_knee():
                         knee.KneeOutcome(Path(".")))
     assert doc["knee"] is None and doc["stop"] == "loader" and doc["loader_ran_out"]["rate"] == hi
     assert doc["probes"][-1]["limited_by"] == "loader"
-    line = knee.summary_line(doc)
+    line = knee_doc.summary_line(doc)
     assert "not found: the loader, not the server, ran out at" in line and "up to 5,000/s" in line, line
 
 
@@ -471,6 +471,8 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     page = (out / "report.md").read_text()
     assert "The knee's tries, each judged on its own against p99<20ms" in page, page[:3000]
     assert page.count("(decided the rate)") == len(doc["probes"])
+    # the page opens with the knee's verdict, the terminal's last line
+    assert page.split("\n- ")[1].startswith(f"netprof knee: the {knee_doc.summary_line(doc)}."), page[:1000]
     # every cell is a row (the ceiling at rate 0), and the report draws latency against load
     import pandas as pd
 

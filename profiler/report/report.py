@@ -26,7 +26,7 @@ from rich.markup import escape
 from netprof.profiler.analysis import rules
 from netprof.profiler.core import atomic, cache, units
 from netprof.profiler.core.errors import InputError
-from netprof.profiler.model import results, schema, stats
+from netprof.profiler.model import knee_doc, results, schema, stats
 from netprof.profiler.model.stats import num, syscalls_of
 from netprof.profiler.report import plotset, tables
 
@@ -51,16 +51,19 @@ TEMPLATES = Path(__file__).parent / "templates"
 # ---------------------------------------------------------------------------------------------
 # Findings: the opening sentences, generated from the data.
 
-def _knee_tries(src: Path) -> dict | None:
-    """The table of `netprof knee`'s tries (tables.knee_tries_table) when `src` is a knee's run; None otherwise,
-    and for a knee.json this version cannot read (the rest of the report does not depend on it)."""
+def _knee(src: Path) -> tuple[dict, str] | None:
+    """When `src` is `netprof knee`'s run: the table of its tries (tables.knee_tries_table) and its verdict's line
+    (knee_doc.summary_line), the report's first finding. None otherwise, and for a knee.json this version cannot
+    read (the rest of the report does not depend on it)."""
     try:
-        knee = results.read_json(src, results.KNEE_JSON)
-        made = tables.knee_tries_table(knee) if isinstance(knee, dict) else None
+        doc = results.read_json(src, results.KNEE_JSON)
+        made = tables.knee_tries_table(doc) if isinstance(doc, dict) else None
         if made is None:
             return None
-        return {"title": f"The knee's tries, each judged on its own against {knee['slo']['text']} (the tables below "
-                         "average a rate's tries as rounds)", "header": made[0], "rows": made[1]}
+        line = knee_doc.summary_line(doc)
+        return ({"title": f"The knee's tries, each judged on its own against {doc['slo']['text']} (the tables below "
+                          "average a rate's tries as rounds)", "header": made[0], "rows": made[1]},
+                f"netprof knee: the {line}. Each try is in the first table, with its own verdict.")
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -703,14 +706,16 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         found = rules.detect(df, per_conn, meta, src, cells=cells)
         rendered = ([{"title": _table_title(t, cells), "header": made[0], "rows": made[1]} for t, fn in TABLES
                      if (made := fn(cells)) is not None] if not cells.empty else [])
-        if (knee_table := _knee_tries(src)) is not None:
-            rendered.insert(0, knee_table)
+        knee = _knee(src)
+        if knee is not None:
+            rendered.insert(0, knee[0])
         if out.resolve() != src.resolve():  # the report lives elsewhere: its links reach back into DIR
             back = os.path.relpath(src.resolve(), out.resolve())
             for f in flames:
                 f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
         context: dict[str, Any] = {
-            "facts": run_facts(df, meta), "findings": findings(cells, found, df), "anomalies": found,
+            "facts": run_facts(df, meta), "findings": [knee[1]] * (knee is not None) + findings(cells, found, df),
+            "anomalies": found,
             "headline": _headline(cells), "headline_note": headline_note(cells, watched=_watched(df)),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
         context["sections"] = [dict(made, name=_section_name(part), template=f"{_section_name(part)}/report",
