@@ -714,8 +714,8 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
             for f in flames:
                 f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
         context: dict[str, Any] = {
-            "facts": run_facts(df, meta), "findings": [knee[1]] * (knee is not None) + findings(cells, found, df),
-            "anomalies": found,
+            "facts": run_facts(df, meta),
+            "findings": ([knee[1]] if knee is not None else []) + findings(cells, found, df), "anomalies": found,
             "headline": _headline(cells), "headline_note": headline_note(cells, watched=_watched(df)),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
         context["sections"] = [dict(made, name=_section_name(part), template=f"{_section_name(part)}/report",
