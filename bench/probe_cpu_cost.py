@@ -27,7 +27,7 @@ from results_md import command, publish
 
 NETPROF = [str(lib.ROOT / ".venv" / "bin" / "netprof")]
 DATA = lib.ROOT / "bench" / "data" / "probe_cpu_cost"
-HEADING = "The probes' cost in the server's CPU per message, measured in each cell"
+HEADING = "Probe overhead: the server's CPU per message, measured in each cell (bench/probe_cpu_cost.py)"
 
 
 def run_cell(backend: str, rate: int, rounds: int) -> dict:
@@ -88,7 +88,9 @@ def main() -> None:
             print(f"measuring {backend} at {rate or 'closed loop'}", file=sys.stderr)
             cells.append(run_cell(backend, int(rate), args.rounds))
         doc = lib.keep("probe_cpu_cost", DATA, cells=cells, argv=sys.argv[1:])
-    intro = (f"{command()} (raw: `bench/data/probe_cpu_cost/`, measured {doc['date']} at {doc['commit']}). Each "
+    measured = " ".join(["bench/probe_cpu_cost.py", *doc.get("argv", [])])
+    intro = (f"{command()} (raw: `bench/data/probe_cpu_cost/`, measured by `{measured}` {doc['date']} at "
+             f"{doc['commit']}). Each "
              "cell's `probe_cpu_cost` (the report's probe sentence and probe-cost table) against the cost netprof's "
              "per-syscall measure predicts for it.")
     publish(HEADING, intro, table(doc["cells"]), args.write)
