@@ -166,7 +166,8 @@ def test_under_a_rate_the_slower_variant_is_judged_on_latency(echo, tmp_path):
     assert cell["verdict"] == {"higher": "slower"}.get(p99["verdict"], p99["verdict"])
     assert cell["label"].endswith("at 400/s")
     assert 0.97 <= msgs["ratio"] <= 1.03, msgs  # the schedule's, whichever server
-    assert "open loop at 400 requests/s (constant arrivals), judged on lat_us.p99" in doc["method"]["text"]
+    assert cell["judged_on"] == "lat_us.p99"
+    assert "open loop at 400 requests/s (constant arrivals), judged on latency p99" in doc["method"]["text"]
     rows = pd.read_parquet(out / "results.parquet")
     # each 0.5-s window at the schedule's rate within a tenth (200 requests: a stall of the host moves a few across
     # its edges, 379 and 431 once on an hour of 20-32% steal); the pairs' ratio above within 3%

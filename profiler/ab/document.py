@@ -15,7 +15,7 @@ from netprof.profiler.ab.records import CellRecord, Pairs, _value
 from netprof.profiler.analysis import compare
 from netprof.profiler.core import units
 from netprof.profiler.kit.rule_registry import Thresholds
-from netprof.profiler.model import paired
+from netprof.profiler.model import paired, stats
 from netprof.profiler.report import compare_report
 from netprof.profiler.run import turns as turns_mod
 from netprof.profiler.run.warm import WarmServer
@@ -109,8 +109,8 @@ def _warnings(saturated: dict[str, float], dropped: int, pairs: int, fresh: bool
 def summary_lines(doc: dict) -> list[str]:
     """What the terminal adds to compare's pages: how the answer was measured and why it stopped."""
     ab = doc["ab"]
-    load = (f"open loop at {ab['rate']:,.0f} requests/s ({ab['arrivals']} arrivals), judged on {ab['metric']}; "
-            if ab.get("rate") else "")
+    load = (f"open loop at {ab['rate']:,.0f} requests/s ({ab['arrivals']} arrivals), judged on "
+            f"{stats.metric_info(ab['metric']).label}; " if ab.get("rate") else "")
     windows = (f"{ab['window_s']:g} s blocks after {ab['warmup_s']:g} s warm-up each"
                + (f", then {ab['probed_pairs']} probed cell pairs for the syscalls" if ab.get("probed_pairs") else "")
                if ab.get("method") == "turns" else f"{ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up")
