@@ -284,6 +284,12 @@ def test_loader_bottleneck_on_a_zeromq_server_under_libzmq_names_the_native_clie
 def test_latency_tail_fires_on_p999_far_above_p50():
     a = ids(detect(frame(make_row(lat_us={"p50": 100.0, "p999": 5000.0}))), "latency_tail")
     assert a and a[0]["evidence"]["p999 / p50"] == 50.0
+    # nothing else explains it and the tail is as long as this kind of host stops a busy CPU: the host's pauses named
+    assert "what the host's own pauses of a busy CPU can hold this long" in a[0]["explanation"], a[0]["explanation"]
+    assert a[0]["evidence"]["reference host: a busy CPU's pauses of 1 ms or more per second, the longest (ms)"] == \
+        "0.5-1.8, 3.4-13.5"
+    (a,) = ids(detect(frame(make_row(lat_us={"p50": 100.0, "p999": 40_000.0}))), "latency_tail")  # longer than any
+    assert "host's own pauses" not in a["explanation"] and "suspect pauses (GC" in a["explanation"]
 
 
 def test_latency_tail_names_starvation_as_cause():

@@ -1,5 +1,5 @@
 """What several rules share: a cell in a sentence, evidence figures rounded, the requests the loader
-left unanswered, and the syscall groups they reason about."""
+left unanswered, the syscall groups they reason about, and the reference host's pauses of a busy CPU."""
 
 from __future__ import annotations
 
@@ -11,6 +11,13 @@ READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
 MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
 
 where = schema.cell_phrase  # 'asyncio_sock at 100 connections, 8 in flight (message framing)'
+
+# How often netprof's reference host stops a busy CPU (bench/RESULTS.md, "A busy CPU's pauses", bench/cpu_pauses.py,
+# 2026-12-04): with both CPUs busy, as in a loaded run, pauses of 1 ms or more per second per CPU and the longest
+# (`longest_ms_top`: the longest seen). A few late sends in a burst, or a thousandth of the requests held by a few
+# ms, are what such a pause of a loader's or a server's CPU leaves behind.
+PAUSE_REF = {"source": "bench/cpu_pauses.py, 2026-12-04", "per_s": "0.5-1.8", "longest_ms": "3.4-13.5",
+             "longest_ms_top": 13.5}
 
 
 def r2(v: float | None, digits: int = 2):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import r2, unanswered, where
+from netprof.profiler.kit.rule_common import PAUSE_REF, r2, unanswered, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.model.stats import num
 
@@ -25,9 +25,21 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
         ev.update(waiting_ev)
         text += waiting
         causes = _tail_causes(r, t)
-        text += ("Likely cause here: " + "; ".join(causes) + ". ") if causes else (
-            "Nothing else in this cell explains it: suspect pauses (GC, allocator, a slow handler) or the noisy "
-            "machine; compare with the flamegraph's off-CPU view. ")
+        if causes:
+            text += "Likely cause here: " + "; ".join(causes) + ". "
+        elif p999 <= 1e3 * PAUSE_REF["longest_ms_top"]:
+            # as long as the host's own pauses of a busy CPU: every request in flight or arriving then waits it out
+            text += ("Nothing else in this cell explains it, and a thousandth of the requests is what the host's own "
+                     "pauses of a busy CPU can hold this long: on netprof's reference host a busy CPU stops for 1 ms "
+                     f"or more {PAUSE_REF['per_s']} times a second, for up to {PAUSE_REF['longest_ms']} ms, when both "
+                     f"its CPUs are busy ({PAUSE_REF['source']}), and every request in flight or arriving meanwhile "
+                     "waits it out. Else suspect pauses of the server's own (GC, allocator, a slow handler): compare "
+                     "with the flamegraph's off-CPU view, or run it again (the host's pauses fall at random). ")
+            ev["reference host: a busy CPU's pauses of 1 ms or more per second, the longest (ms)"] = (
+                f"{PAUSE_REF['per_s']}, {PAUSE_REF['longest_ms']}")
+        else:
+            text += ("Nothing else in this cell explains it: suspect pauses (GC, allocator, a slow handler) or the "
+                     "noisy machine; compare with the flamegraph's off-CPU view. ")
         sev = "warning" if ratio > t.tail_warning_factor * t.tail_ratio or causes else "info"
         found.append(Anomaly.at(r, "latency_tail", sev, f"Latency tail {ratio:.0f}× the median: {where(r)}", text, ev))
     return found

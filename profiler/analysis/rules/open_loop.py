@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import r2, where
+from netprof.profiler.kit.rule_common import PAUSE_REF, r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, also_at, rule
 from netprof.profiler.model import files, results, schema, stats
 from netprof.profiler.model.stats import num
@@ -159,11 +159,6 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
 # request at --rate 50k. Quoted in the finding so that a user can set this host's lateness beside it.
 TIMER_REF = {"source": "bench/timer_cost.py on netprof's reference host, 2026-11-27",
              "near_timer_us": 11.1, "loader_cpu_us_at_50k": 15.5}
-# How often that host stops a busy CPU (bench/RESULTS.md, "A busy CPU's pauses", bench/cpu_pauses.py, 2026-12-04):
-# with both CPUs busy, as in a loaded run, pauses of 1 ms or more per second per CPU and the longest. A few late
-# sends in a burst are what one such pause of the loader's CPU leaves behind.
-PAUSE_REF = {"source": "bench/cpu_pauses.py, 2026-12-04",
-             "per_s": "0.5-1.8", "longest_ms": "3.4-13.5"}
 
 
 @rule("loader_late", plots=("latency_load",))
