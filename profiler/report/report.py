@@ -520,7 +520,7 @@ def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
 
 def _watched(df: pd.DataFrame) -> bool:
     """Rows of `netprof watch --out` (docs/results-format.md, "A watched row")."""
-    return bool("latency" in df and (df["latency"] == "server").any())
+    return bool("arrivals" in df and (df["arrivals"] == schema.WATCHED).any())
 
 
 def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
