@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_anomalies import STARVED, make_row
+from test_anomalies import STARVED, frame, make_row
 
 from helpers import REQUIRE_TOOLS
-from netprof.profiler.model import results, schema
+from netprof.profiler.model import results, schema, stats
 from netprof.profiler.report import report
 
 META = {"netprof_version": "0.1.0", "started": "2026-11-21T12:00:00+00:00",
@@ -262,6 +262,29 @@ def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
     assert "the probes' cost does not show in throughput; these cells, older, have no CPU figure for it" in older
     past = _probe_sentence(cells(20.0))
     assert "In 1 cell (cpp_epoll" in past and "no probe ran" not in past and "100 ms guard" in past
+
+
+def test_at_a_set_rate_the_findings_rank_by_p99_not_throughput():
+    """At a set rate every backend answers the rate asked (30.1k/s against 30k/s was "fastest, 1.00× the next"):
+    the opening sentence ranks the backends by their p99 from the intended send and says which fell short of the
+    rate; one backend alone says its p99, and the rate even when it is the run's only one."""
+    from netprof.profiler.report.report import findings
+
+    def at(backend, p99, mps, rnd=1, rate=30_000):
+        return make_row(backend, 10, round=rnd, mps=mps, rate=rate, lat_us={"p50": 80.0, "p99": p99},
+                        open_loop={"achieved_share": mps / rate})
+
+    rows = [at("uvicorn_httptools", 883.0, 30_000.0), at("granian_rsgi", 145_000.0, 30_100.0),
+            at("aiohttp", 1_200_000.0, 24_300.0)]
+    first = findings(stats.aggregate(frame(*rows)), [], frame(*rows))[0]
+    assert first.startswith("At 10 connections, at 30,000/s, **uvicorn_httptools** kept the lowest p99 from the "
+                            "intended send, "
+                            "883 µs (p50 80 µs); granian_rsgi 145 ms, aiohttp 1.2 s, answering 81% of it."), first
+    assert "fastest" not in first
+    one = [at("uvicorn_httptools", 883.0, 30_000.0, rnd) for rnd in (1, 2)]
+    first = findings(stats.aggregate(frame(*one)), [], frame(*one))[0]
+    assert first.startswith("At 10 connections, at 30,000/s (the mean of 2 rounds), **uvicorn_httptools** answered "
+                            "with p99 883 µs from the intended send (p50 80 µs). It used"), first
 
 
 def test_probe_cost_table_gives_the_interval_over_rounds():

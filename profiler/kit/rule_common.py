@@ -3,6 +3,8 @@ left unanswered, the syscall groups they reason about, and the reference host's 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from netprof.profiler.core import units
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
@@ -16,8 +18,15 @@ where = schema.cell_phrase  # 'asyncio_sock at 100 connections, 8 in flight (mes
 # 2026-12-04): with both CPUs busy, as in a loaded run, pauses of 1 ms or more per second per CPU and the longest
 # (`longest_ms_top`: the longest seen). A few late sends in a burst, or a thousandth of the requests held by a few
 # ms, are what such a pause of a loader's or a server's CPU leaves behind.
-PAUSE_REF = {"source": "bench/cpu_pauses.py, 2026-12-04", "per_s": "0.5-1.8", "longest_ms": "3.4-13.5",
-             "longest_ms_top": 13.5}
+@dataclass(frozen=True)
+class Pauses:
+    source: str
+    per_s: str  # pauses of 1 ms or more a second, per CPU (a range over rounds and CPUs)
+    longest_ms: str  # the longest pause of a round (a range)
+    longest_ms_top: float  # the longest of all
+
+
+PAUSE_REF = Pauses("bench/cpu_pauses.py, 2026-12-04", per_s="0.5-1.8", longest_ms="3.4-13.5", longest_ms_top=13.5)
 
 
 def r2(v: float | None, digits: int = 2):

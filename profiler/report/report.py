@@ -169,6 +169,31 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     return head + why
 
 
+def _rate_sentence(g: pd.DataFrame) -> str:
+    """One sentence for the backends at one set rate and scale: throughput is the rate asked, so who kept the lowest
+    p99 from the intended send, how much of the rate each answered where short of it, and what the best one costs
+    per message."""
+    g = g.assign(_p99=[num(r, "lat_us.p99") for _, r in g.iterrows()]).sort_values("_p99", na_position="last")
+    best = g.iloc[0]
+
+    def answered(r) -> str:
+        share = num(r, "open_loop.achieved_share")
+        return f", answering {units.share(share, 0)} of it" if share is not None and share < 0.95 else ""
+
+    p99, p50 = units.duration_us(num(best, "lat_us.p99")), units.duration_us(num(best, "lat_us.p50"))
+    where = _scale(best) + ("" if "rate" in (best.get("_vary") or ()) else  # the rate said even when the only one
+                            f", {schema.BY_NAME['rate'].text(best['rate'])}")
+    n = int(num(best, "mps_n") or 1)
+    head = f"At {where}" + (f" (the mean of {n} rounds)" if n > 1 else "") + f", **{best['backend']}** "
+    head += (f"kept the lowest p99 from the intended send, {p99} (p50 {p50}){answered(best)}" if len(g) > 1 else
+             f"answered with p99 {p99} from the intended send (p50 {p50}){answered(best)}")
+    if len(g) > 1:
+        head += "; " + ", ".join(f"{r['backend']} {units.duration_us(num(r, 'lat_us.p99'))}{answered(r)}"
+                                 for _, r in g.iloc[1:].iterrows())
+    cost = _cost(best)
+    return head + (f". It used {cost}." if cost else ".")
+
+
 def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
     """Whether service was fair, stated plainly either way (network_ping_test's starvation question),
     and, when it was not, the mechanism the starvation rule found."""
@@ -335,6 +360,10 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[s
                    for a in found if a["id"] == "starvation"}
         others = [k for k in schema.SERIES_KEYS if k != "backend" and k in cells]
         for _, series in cells.groupby(others, dropna=False, sort=True):
+            if "rate" in series and float(series["rate"].iloc[0] or 0) > 0:
+                # at a set rate every backend answers the rate asked: ranked by its p99, not its msgs/s
+                out.extend(_rate_sentence(g) for _, g in series.groupby("connections", sort=True))
+                continue
             runs: list[pd.Series] = []
             groups: list[pd.DataFrame] = []
             for _, g in series.groupby("connections", sort=True):

@@ -27,16 +27,16 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
         causes = _tail_causes(r, t)
         if causes:
             text += "Likely cause here: " + "; ".join(causes) + ". "
-        elif p999 <= 1e3 * PAUSE_REF["longest_ms_top"]:
+        elif p999 <= 1e3 * PAUSE_REF.longest_ms_top:
             # as long as the host's own pauses of a busy CPU: every request in flight or arriving then waits it out
             text += ("Nothing else in this cell explains it, and a thousandth of the requests is what the host's own "
                      "pauses of a busy CPU can hold this long: on netprof's reference host a busy CPU stops for 1 ms "
-                     f"or more {PAUSE_REF['per_s']} times a second, for up to {PAUSE_REF['longest_ms']} ms, when both "
-                     f"its CPUs are busy ({PAUSE_REF['source']}), and every request in flight or arriving meanwhile "
+                     f"or more {PAUSE_REF.per_s} times a second, for up to {PAUSE_REF.longest_ms} ms, when both "
+                     f"its CPUs are busy ({PAUSE_REF.source}), and every request in flight or arriving meanwhile "
                      "waits it out. Else suspect pauses of the server's own (GC, allocator, a slow handler): compare "
                      "with the flamegraph's off-CPU view, or run it again (the host's pauses fall at random). ")
             ev["reference host: a busy CPU's pauses of 1 ms or more per second, the longest (ms)"] = (
-                f"{PAUSE_REF['per_s']}, {PAUSE_REF['longest_ms']}")
+                f"{PAUSE_REF.per_s}, {PAUSE_REF.longest_ms}")
         else:
             text += ("Nothing else in this cell explains it: suspect pauses (GC, allocator, a slow handler) or the "
                      "noisy machine; compare with the flamegraph's off-CPU view. ")

@@ -193,8 +193,8 @@ def loader_late(ctx: Context) -> list[Anomaly]:
                  if serious else "Few and brief: the cell's figures stand, but the loader was disturbed (a busy "
                  f"machine, or too few CPUs for it). {late:.0f} late sends are {units.duration_us(1e6 * late / rate)} "
                  "of this rate's schedule, what pauses of the loader's CPU adding up to that long leave behind: on "
-                 f"netprof's reference host a busy CPU stops for 1 ms or more {PAUSE_REF['per_s']} times a second, "
-                 f"for up to {PAUSE_REF['longest_ms']} ms, when both its CPUs are busy ({PAUSE_REF['source']}).")
+                 f"netprof's reference host a busy CPU stops for 1 ms or more {PAUSE_REF.per_s} times a second, "
+                 f"for up to {PAUSE_REF.longest_ms} ms, when both its CPUs are busy ({PAUSE_REF.source}).")
         ev["late sends as schedule time (µs)"] = r2(1e6 * late / rate, 0)
         p50 = num(r, "open_loop.schedule_late_us.p50")
         text += (f" For scale: on this host this cell's sends came {units.duration_us(p50)} after their intended "
