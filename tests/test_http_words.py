@@ -131,3 +131,12 @@ def test_headline_table_says_closed_loop_for_a_rate_of_zero():
     rows = [http_row(round=1, rate=0), http_row(round=2, rate=16662)]
     header, body = tables.headline_table(stats.aggregate(frame(*rows)))
     assert sorted(r[header.index("rate")] for r in body) == ["16,662", "closed loop"], (header, body)
+
+
+def test_headline_table_at_a_set_rate_puts_the_lowest_p99_first():
+    """Every server answers the rate asked: within a rate, the lowest p99 first, not the noise of their msgs/s."""
+    rows = [http_row("aiohttp", round=1, rate=5000, mps=5_010.0, lat_us={"p99": 674.0}),
+            http_row("granian_rsgi", round=1, rate=5000, mps=5_000.0, lat_us={"p99": 234.0}),
+            http_row("uvicorn_httptools", round=1, rate=5000, mps=5_005.0, lat_us={"p99": 464.0})]
+    header, body = tables.headline_table(stats.aggregate(frame(*rows)))
+    assert [r[0] for r in body] == ["granian_rsgi", "uvicorn_httptools", "aiohttp"], body

@@ -87,5 +87,9 @@ def test_open_loop_under_and_over_capacity(tmp_path):
     # (No assertion on loader_late: on a busy 2-CPU host a few sends at 500/s come later than 1 ms.)
     assert any(p.endswith("latency_load.svg") for p in summary["artifacts"]["plots"])
     assert any(p.endswith("latency_time.svg") for p in summary["artifacts"]["plots"])
-    assert "at 2,000/s" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "at 2,000/s" in md
+    # every cell at a set rate: beside the headline table, latency against load (throughput bars would draw the rates)
+    assert "(plots/latency_load.svg)" in md.split("## What ran")[0] and "(plots/throughput.svg)" not in \
+        md.split("## What ran")[0], md[:3000]
     assert not wait_no_children()

@@ -568,7 +568,9 @@ def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
             f"{units.per_unit(protocol)} from /proc over the same window")
     if "probe_cost" in cells and cells["probe_cost"].notna().any():
         text += f"; syscalls {units.per_unit(protocol)} from the probed part of the window"
-    return text + ". Fastest first within each group."
+    at_rate = "rate" in cells and bool((cells["rate"].fillna(0).astype(float) > 0).any())
+    return text + (". Fastest first within each group (at a set rate, the lowest p99 first)." if at_rate
+                   else ". Fastest first within each group.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -753,6 +755,7 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
                                if (made := part.section(out, df, cells, read, meta)) is not None]
         cell_summaries = stats.cell_summaries(df)  # while the plots are drawn
         figures = context["plots"] = pending.result() + timeline_plot(out, timeline)
+        context["first_plot"] = _first_plot(cells, figures)
     context["anomalies"] = [dict(a, links=anomaly_links(a, cells, figures, flames, context["sections"]),
                                  protocol=_anomaly_protocols(a, cells))
                             for a in found]  # links and words are for the page only: summary.json keeps `found`
@@ -760,6 +763,13 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     if console is not None:
         _print(console, context, out)
     return summary
+
+
+def _first_plot(cells: pd.DataFrame, figures: list[plotset.Plot]) -> str:
+    """The plot beside the headline table: throughput; where cells ran at a set rate (each answered the rate asked:
+    the bars would only draw the rates; a knee's closed-loop ceiling beside them) latency against load."""
+    open_loop = "rate" in cells and bool((cells["rate"].fillna(0).astype(float) > 0).any())
+    return "latency_load" if open_loop and any(p.name == "latency_load" for p in figures) else "throughput"
 
 
 def _headline(cells: pd.DataFrame) -> dict | None:
