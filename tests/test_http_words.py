@@ -140,3 +140,8 @@ def test_headline_table_at_a_set_rate_puts_the_lowest_p99_first():
             http_row("uvicorn_httptools", round=1, rate=5000, mps=5_005.0, lat_us={"p99": 464.0})]
     header, body = tables.headline_table(stats.aggregate(frame(*rows)))
     assert [r[0] for r in body] == ["granian_rsgi", "uvicorn_httptools", "aiohttp"], body
+    from netprof.profiler.report.report import headline_note
+
+    note = headline_note(stats.aggregate(frame(*rows)))
+    assert "latency from the loader (at a set rate, from each request's intended send)" in note, note
+    assert note.endswith("Fastest first within each group (at a set rate, the lowest p99 first)."), note

@@ -564,11 +564,12 @@ def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
     n = sorted({int(v) for v in cells["mps_n"].dropna()}) if "mps_n" in cells else []
     rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
     protocol = cells.get("protocol")
-    text = (f"{units.rate_unit(protocol)}: mean of {rounds} ± its 95% interval; latency from the loader; CPU "
-            f"{units.per_unit(protocol)} from /proc over the same window")
+    at_rate = "rate" in cells and bool((cells["rate"].fillna(0).astype(float) > 0).any())
+    text = (f"{units.rate_unit(protocol)}: mean of {rounds} ± its 95% interval; latency from the loader"
+            + (" (at a set rate, from each request's intended send)" if at_rate else "")
+            + f"; CPU {units.per_unit(protocol)} from /proc over the same window")
     if "probe_cost" in cells and cells["probe_cost"].notna().any():
         text += f"; syscalls {units.per_unit(protocol)} from the probed part of the window"
-    at_rate = "rate" in cells and bool((cells["rate"].fillna(0).astype(float) > 0).any())
     return text + (". Fastest first within each group (at a set rate, the lowest p99 first)." if at_rate
                    else ". Fastest first within each group.")
 
