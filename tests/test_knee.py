@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -471,8 +472,13 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     page = (out / "report.md").read_text()
     assert "The knee's tries, each judged on its own against p99<20ms" in page, page[:3000]
     assert page.count("(decided the rate)") == len(doc["probes"])
-    # the page opens with the knee's verdict, the terminal's last line
+    # the page opens with the knee's verdict, the terminal's last line; its sentence for each rate reads what the
+    # verdict read: a rate that passed, its passing try (not the mean of its tries, failed ones included)
     assert page.split("\n- ")[1].startswith(f"netprof knee: the {knee_doc.summary_line(doc)}."), page[:1000]
+    for p in doc["probes"]:
+        said = (r"its try that passed, round \d+" if p["met"] else
+                r"the mean of its \d+ tries, rounds [\d, ]+, each failed|its one try, round \d+, failed")
+        assert re.search(rf"at {p['rate']:,.0f}/s \(({said})\)", page.split("## Headline")[0]), page[:3000]
     # every cell is a row (the ceiling at rate 0), and the report draws latency against load
     import pandas as pd
 

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from netprof.profiler.analysis import rules
+from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import atomic, cache, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.model import knee_doc, results, schema, stats
@@ -184,7 +185,14 @@ def _rate_sentence(g: pd.DataFrame) -> str:
     where = _scale(best) + ("" if "rate" in (best.get("_vary") or ()) else  # the rate said even when the only one
                             f", {schema.BY_NAME['rate'].text(best['rate'])}")
     n = int(num(best, "mps_n") or 1)
-    head = f"At {where}" + (f" (the mean of {n} rounds)" if n > 1 else "") + f", **{best['backend']}** "
+    tries = best.get(open_loop.KNEE_ROUNDS)
+    if isinstance(tries, str):  # a knee run: the rounds its verdict read
+        said = (f" (its try that passed, round {tries})" if best.get(open_loop.KNEE_MET) else
+                f" (the mean of its {n} tries, rounds {tries}, each failed)" if n > 1 else
+                f" (its one try, round {tries}, failed)")
+    else:
+        said = f" (the mean of {n} rounds)" if n > 1 else ""
+    head = f"At {where}{said}, **{best['backend']}** "
     head += (f"kept the lowest p99 from the intended send, {p99} (p50 {p50}){answered(best)}" if len(g) > 1 else
              f"answered with p99 {p99} from the intended send (p50 {p50}){answered(best)}")
     if len(g) > 1:
@@ -347,19 +355,21 @@ def _span_pct(values: pd.Series) -> str:
     return f"{lo}%" if lo == hi else f"{lo}% to {hi}%"
 
 
-def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame) -> list[str]:
-    """A few plain sentences: who is fastest at each scale, by how much, and why; then the worst problems."""
+def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame,
+             ranked: pd.DataFrame | None = None) -> list[str]:
+    """A few plain sentences: who is fastest at each scale, by how much, and why; then the worst problems.
+    `ranked`: the cells the ranking sentences speak of, when not `cells` (a knee run's, as its verdict reads them)."""
     out: list[str] = []
     if cells.empty:
         out.append("No cell produced a measurement: every cell failed (see the failed cells below).")
     else:
-        cells = cells.copy()
-        vary = tuple(schema.varying(cells))
-        cells["_vary"] = [vary] * len(cells)
+        ranked = (cells if ranked is None else ranked).copy()
+        vary = tuple(schema.varying(ranked))
+        ranked["_vary"] = [vary] * len(ranked)
         starved = {(a["backend"], a["connections"], a.get("pipeline"), a.get("framing"))
                    for a in found if a["id"] == "starvation"}
-        others = [k for k in schema.SERIES_KEYS if k != "backend" and k in cells]
-        for _, series in cells.groupby(others, dropna=False, sort=True):
+        others = [k for k in schema.SERIES_KEYS if k != "backend" and k in ranked]
+        for _, series in ranked.groupby(others, dropna=False, sort=True):
             if "rate" in series and float(series["rate"].iloc[0] or 0) > 0:
                 # at a set rate every backend answers the rate asked: ranked by its p99, not its msgs/s
                 out.extend(_rate_sentence(g) for _, g in series.groupby("connections", sort=True))
@@ -747,7 +757,9 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
                 f["svgs"] = {k: f"{back}/{p}" for k, p in f["svgs"].items()}
         context: dict[str, Any] = {
             "facts": run_facts(df, meta),
-            "findings": ([knee[1]] if knee is not None else []) + findings(cells, found, df), "anomalies": found,
+            "findings": ([knee[1]] if knee is not None else [])
+            + findings(cells, found, df, ranked=_as_judged(cells, df, src)),
+            "anomalies": found,
             "headline": _headline(cells), "headline_note": headline_note(cells, watched=_watched(df)),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
         context["sections"] = [dict(made, name=_section_name(part), template=f"{_section_name(part)}/report",
@@ -764,6 +776,16 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     if console is not None:
         _print(console, context, out)
     return summary
+
+
+def _as_judged(cells: pd.DataFrame, df: pd.DataFrame, src: Path) -> pd.DataFrame:
+    """The cells the opening sentences speak of: in a knee run, its rates as its verdict reads them (a rate that
+    passed, its passing try; one that failed, the mean of its tries: rules.open_loop.knee_cells), not the tables'
+    mean over every try of a rate (the knee's own rate read p99 47 ms there, against the 5 ms it passed)."""
+    knee = open_loop.knee_cells(df, src)
+    if knee is None or "rate" not in cells:
+        return cells
+    return pd.concat([cells[cells["rate"].fillna(0).astype(float) <= 0], knee], ignore_index=True)
 
 
 def _first_plot(cells: pd.DataFrame, figures: list[plotset.Plot]) -> str:

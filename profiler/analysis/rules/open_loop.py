@@ -3,6 +3,8 @@ behind its own schedule, and where the latency–throughput curve bends (the kne
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from netprof.profiler.core import units
@@ -270,59 +272,68 @@ def _knee(g: pd.DataFrame, t: Thresholds) -> int | None:
     return None
 
 
-KNEE_TRIES = "the knee's tries these figures are from (rounds)"  # the evidence key, and _judged's column for it
+KNEE_TRIES = "the knee's tries these figures are from (rounds)"  # the evidence key
+# knee_cells' columns: the rounds a rate's figures are from ("7, 8, 9"), and whether the rate passed
+KNEE_ROUNDS, KNEE_MET = "knee_rounds", "knee_met"
 
 
-def _knee_doc(ctx: Context) -> dict | None:
+def _knee_doc(df: pd.DataFrame, out_dir: Path | None) -> dict | None:
     """knee.json beside the rows (a `netprof knee` run) with its probes, or None."""
-    if ctx.out_dir is None or "round" not in ctx.df:
+    if out_dir is None or "round" not in df:
         return None
     try:
-        doc = results.read_json(ctx.out_dir, files.KNEE_JSON)
+        doc = results.read_json(out_dir, files.KNEE_JSON)
     except (OSError, ValueError):  # InputError (a link, another user's file) too: the rules read the cells
         return None
     return doc if isinstance(doc, dict) and isinstance(doc.get("probes"), list) else None
 
 
-def _deciding(ctx: Context, doc: dict) -> tuple[pd.DataFrame, dict]:
+def _deciding(df: pd.DataFrame, doc: dict) -> tuple[pd.DataFrame, dict]:
     """Each rate's deciding try in a knee run (the last probe at that rate, its last attempt: the first that
     passed or the last that failed) as a cell, sorted by rate; and rate -> (its round, whether it passed)."""
     decided = {}  # a later probe (a second look) wins
     for probe in doc["probes"]:
         if probe.get("attempts"):
             decided[float(probe["rate"])] = (probe["attempts"][-1].get("round"), bool(probe.get("met")))
-    rows = ctx.df[[float(r) in decided and decided[float(r)][0] == n
-                   for r, n in zip(ctx.df["rate"].fillna(0), ctx.df["round"])]]
+    rows = df[[float(r) in decided and decided[float(r)][0] == n for r, n in zip(df["rate"].fillna(0), df["round"])]]
     g = stats.aggregate(rows).sort_values("rate").reset_index(drop=True) if not rows.empty else rows
     return g, decided
 
 
-def _judged(ctx: Context) -> pd.DataFrame:
-    """The open-loop cells the per-cell rules judge. In a knee run, a rate that passed is its passing try: the
-    search tries a rate until one passes, and the tables' mean over a rate's tries mixes failed ones with it (a
-    rate the knee passed read "could not keep up" at 102% of it achieved); a rate that failed is the mean of its
-    tries, every one of which failed. Elsewhere each cell over its rounds."""
-    if (doc := _knee_doc(ctx)) is None:
-        return _open(ctx.cells)
-    decided = _deciding(ctx, doc)[1]
+def knee_cells(df: pd.DataFrame, out_dir: Path | None) -> pd.DataFrame | None:
+    """A knee run's open-loop cells as its verdict reads them: a rate that passed is its passing try (the search
+    tries a rate until one passes, and the tables' mean over a rate's tries mixes failed ones with it: a rate the
+    knee passed read "could not keep up" at 102% of it achieved, and its p99 over the objective); a rate that
+    failed is the mean of its tries, every one of which failed. Each cell says its rounds (KNEE_ROUNDS) and whether
+    it passed (KNEE_MET). None outside a knee run."""
+    if (doc := _knee_doc(df, out_dir)) is None:
+        return None
+    decided = _deciding(df, doc)[1]
     rounds: dict[float, list] = {}  # rate -> the rounds its figures are from
-    for rate, n in zip(ctx.df["rate"].fillna(0).astype(float), ctx.df["round"]):
+    for rate, n in zip(df["rate"].fillna(0).astype(float), df["round"]):
         if rate in decided and (not decided[rate][1] or n == decided[rate][0]):
             rounds.setdefault(rate, []).append(n)
-    rows = ctx.df[[n in rounds.get(float(r), ()) for r, n in zip(ctx.df["rate"].fillna(0), ctx.df["round"])]]
+    rows = df[[n in rounds.get(float(r), ()) for r, n in zip(df["rate"].fillna(0), df["round"])]]
     if rows.empty:
         return _open(rows)
     g = _open(stats.aggregate(rows)).copy()
-    g[KNEE_TRIES] = [", ".join(str(int(n)) for n in rounds[float(r)])
-                     + (" (the one that passed)" if decided[float(r)][1] else " (each failed)") for r in g["rate"]]
+    g[KNEE_ROUNDS] = [", ".join(str(int(n)) for n in rounds[float(r)]) for r in g["rate"]]
+    g[KNEE_MET] = [decided[float(r)][1] for r in g["rate"]]
     return g
+
+
+def _judged(ctx: Context) -> pd.DataFrame:
+    """The open-loop cells the per-cell rules judge: a knee run's as its verdict reads them (knee_cells), else
+    each cell over its rounds."""
+    g = knee_cells(ctx.df, ctx.out_dir)
+    return _open(ctx.cells) if g is None else g
 
 
 def _try_evidence(r, ev: dict) -> dict:
     """ev with the knee's tries a card's figures are from (a knee run: not always the tables' mean over all the
     rate's tries)."""
-    if KNEE_TRIES in r and isinstance(r[KNEE_TRIES], str):
-        ev[KNEE_TRIES] = r[KNEE_TRIES]
+    if KNEE_ROUNDS in r and isinstance(r[KNEE_ROUNDS], str):
+        ev[KNEE_TRIES] = r[KNEE_ROUNDS] + (" (the one that passed)" if r[KNEE_MET] else " (each failed)")
     return ev
 
 
@@ -333,9 +344,9 @@ def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
     rate; the position of the lowest rate that failed above the knee (−1: every rate up to the closed-loop
     ceiling passed; 0: no bend to explain: no knee, the loader or the host ran out); and the verdict's sentence.
     None outside a knee run."""
-    if (doc := _knee_doc(ctx)) is None:
+    if (doc := _knee_doc(ctx.df, ctx.out_dir)) is None:
         return None
-    g, decided = _deciding(ctx, doc)
+    g, decided = _deciding(ctx.df, doc)
     lo, hi = (doc.get("bounds") or [None, None])[:2]
     rates = [float(r) for r in g["rate"]] if not g.empty else []
     if doc.get("knee") is None or doc.get("stop") != "steps" or hi is None:
