@@ -170,10 +170,10 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     return head + why
 
 
-def _rate_sentence(g: pd.DataFrame) -> str:
+def _rate_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     """One sentence for the backends at one set rate and scale: throughput is the rate asked, so who kept the lowest
-    p99 from the intended send, how much of the rate each answered where short of it, and what the best one costs
-    per message."""
+    p99 from the intended send (and whether the runner-up's rounds reached as low: `df`'s rows), how much of the rate
+    each answered where short of it, and what the best one costs per message."""
     g = g.assign(_p99=[num(r, "lat_us.p99") for _, r in g.iterrows()]).sort_values("_p99", na_position="last")
     best = g.iloc[0]
 
@@ -198,8 +198,29 @@ def _rate_sentence(g: pd.DataFrame) -> str:
     if len(g) > 1:
         head += "; " + ", ".join(f"{r['backend']} {units.duration_us(num(r, 'lat_us.p99'))}{answered(r)}"
                                  for _, r in g.iloc[1:].iterrows())
+        if _overlap(df, best, g.iloc[1]):
+            head += (f". Their rounds' p99s overlapped ({_p99_span(df, best)} against {_p99_span(df, g.iloc[1])}): "
+                     "not a clear win")
     cost = _cost(best)
     return head + (f". It used {cost}." if cost else ".")
+
+
+def _p99s(df: pd.DataFrame, cell) -> list[float]:
+    """The p99 of each successful round of `cell` (df's rows of it)."""
+    rows = schema.select(schema.normalize(df), cell)
+    rows = rows[rows["status"] == "ok"] if "status" in rows else rows
+    return [float(v) for v in rows.get("lat_us.p99", pd.Series(dtype=float)).dropna()]
+
+
+def _overlap(df: pd.DataFrame, best, other) -> bool:
+    """Whether the runner-up's best round reached the leader's worst: with one round each, not known (False)."""
+    a, b = _p99s(df, best), _p99s(df, other)
+    return len(a) > 1 and len(b) > 1 and min(b) <= max(a)
+
+
+def _p99_span(df: pd.DataFrame, cell) -> str:
+    v = _p99s(df, cell)
+    return f"{units.duration_us(min(v))}–{units.duration_us(max(v))}"
 
 
 def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
@@ -372,7 +393,7 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame,
         for _, series in ranked.groupby(others, dropna=False, sort=True):
             if "rate" in series and float(series["rate"].iloc[0] or 0) > 0:
                 # at a set rate every backend answers the rate asked: ranked by its p99, not its msgs/s
-                out.extend(_rate_sentence(g) for _, g in series.groupby("connections", sort=True))
+                out.extend(_rate_sentence(g, df) for _, g in series.groupby("connections", sort=True))
                 continue
             runs: list[pd.Series] = []
             groups: list[pd.DataFrame] = []
