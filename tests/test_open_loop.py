@@ -580,6 +580,11 @@ def test_in_a_knee_run_the_cards_of_a_rate_that_passed_are_its_passing_trys(tmp_
     (a,) = ids(detect(df, out_dir=tmp_path), "overloaded")  # the try that passed 1,000/s: no card for it
     assert a["title"].startswith("Overloaded: 1.05k/s of 1,500/s asked (selector at 10 connections"), a["title"]
     assert a["evidence"]["the knee's tries these figures are from (rounds)"] == "4, 5 (each failed)", a["evidence"]
+    # a knee.json whose probes kept no attempts (written before them): the cells over their rounds, as before
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / results.KNEE_JSON).write_text(json.dumps(
+        doc | {"probes": [{k: v for k, v in p.items() if k != "attempts"} for p in doc["probes"]]}))
+    assert len(ids(detect(df, out_dir=tmp_path / "old"), "overloaded")) == 2
     # connections opened as needed: the most open at once is the most of any try, not their mean (no try had 24)
     for r, most in zip(rows[3:], (10, 38)):
         r["open_loop"] |= {"max_connections": 1000, "conns_max": most}

@@ -309,13 +309,15 @@ def knee_cells(df: pd.DataFrame, out_dir: Path | None) -> pd.DataFrame | None:
     if (doc := _knee_doc(df, out_dir)) is None:
         return None
     decided = _deciding(df, doc)[1]
+    if not decided:  # a knee.json from before its probes kept their attempts: the cells over their rounds
+        return None
     rounds: dict[float, list] = {}  # rate -> the rounds its figures are from
     for rate, n in zip(df["rate"].fillna(0).astype(float), df["round"]):
         if rate in decided and (not decided[rate][1] or n == decided[rate][0]):
             rounds.setdefault(rate, []).append(n)
     rows = df[[n in rounds.get(float(r), ()) for r, n in zip(df["rate"].fillna(0), df["round"])]]
     if rows.empty:
-        return _open(rows)
+        return None
     g = _open(stats.aggregate(rows)).copy()
     g[KNEE_ROUNDS] = [", ".join(str(int(n)) for n in rounds[float(r)]) for r in g["rate"]]
     g[KNEE_MET] = [decided[float(r)][1] for r in g["rate"]]
