@@ -365,6 +365,7 @@ def test_requests_behind_with_flat_latency_are_the_connections_not_the_server():
     rate achieved and the latency flat through the window that is the loader's limit, said as such; with the
     latency growing, or without a timeline to tell, it is overload as before."""
     flat = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800, timeline=_timeline([3_000.0, 500.0, 450.0]))
+    flat["open_loop"]["queued_at_end"] = 10  # 0.5 ms of the schedule: kept up to the end, as its last slice says
     found = detect_rows(flat)
     assert not ids(found, "overloaded")
     (a,) = ids(found, "connections_busy")
@@ -377,7 +378,7 @@ def test_requests_behind_with_flat_latency_are_the_connections_not_the_server():
     assert ids(detect_rows(unknown), "overloaded")
     # Connections opened as needed up to a cap of 40: the cap, not -c, was the limit, and the advice says so.
     capped = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800, timeline=_timeline([3_000.0, 500.0, 450.0]))
-    capped["open_loop"] |= {"max_connections": 40, "conns_max": 40}
+    capped["open_loop"] |= {"max_connections": 40, "conns_max": 40, "queued_at_end": 10}
     (a,) = ids(detect_rows(capped), "connections_busy")
     assert "all 40 connections the loader had open (--max-connections 40) had their 1 in flight" in a["explanation"]
     assert "never saw more than 40 requests at once: a higher --max-connections" in a["explanation"], a["explanation"]
@@ -385,11 +386,26 @@ def test_requests_behind_with_flat_latency_are_the_connections_not_the_server():
     # Below the cap (22 of 1,000 open): the loader could have opened more and did not (the server queueing); its
     # "behind" are requests unsent at the end. Not the loader's connections (a knee's rate once said so).
     below = open_row(20_000, 20_000.0, p99=1_800.0, behind=1800, timeline=_timeline([3_000.0, 500.0, 450.0]))
-    below["open_loop"] |= {"max_connections": 1000, "conns_max": 22}
+    below["open_loop"] |= {"max_connections": 1000, "conns_max": 22, "queued_at_end": 10}
     assert not ids(detect_rows(below), "connections_busy")
     short = open_row(20_000, 15_000.0, behind=1800, timeline=_timeline([500.0, 450.0]))  # 75%: overloaded
     found = detect_rows(short)
     assert ids(found, "overloaded") and not ids(found, "connections_busy")
+
+
+def test_a_backlog_at_the_windows_end_longer_than_a_pause_is_overload():
+    """A queue formed before the window (in the warm-up) need not grow 2× through it: a knee try at 32,146/s kept
+    98.6% of the rate with p99 30 → 40 ms slice to slice (1.34×) and 1,248 requests still queued in the loader at
+    the window's end, 39 ms of its schedule. More than this host stops a busy CPU (13.5 ms at most): overload. A
+    backlog of a pause's length is not."""
+    row = open_row(32_000, 31_700.0, p99=40_000.0, behind=100, timeline=_timeline([30_000.0, 35_000.0, 40_000.0]))
+    row["open_loop"]["queued_at_end"] = 1248
+    (a,) = ids(detect_rows(row), "overloaded")
+    assert ("At the window's end 1,248 requests were still queued in the loader, 39 ms of this rate's schedule"
+            in a["explanation"]), a["explanation"]
+    assert a["evidence"]["backlog in the loader at the window's end, as schedule time (µs)"] == 39_000
+    row["open_loop"]["queued_at_end"] = 160  # 5 ms: a pause's worth
+    assert not ids(detect_rows(row), "overloaded")
 
 
 def test_loader_late_names_its_threshold_and_count():

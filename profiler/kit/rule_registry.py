@@ -86,6 +86,9 @@ class Thresholds:
     overload_shortfall: float = 0.05         # achieved below (1 − this) × the target rate
     overload_behind_share: float = 0.01      # or more than this share of requests waited for their connection
     overload_growth: float = 2.0             # ... and p99 grew this much from the window's first slice to its last
+    # ... or the requests still queued in the loader at the window's end were this long of the rate's schedule (s):
+    # longer than this kind of host stops a busy CPU (PAUSE_REF: up to 13.5 ms), so the server's, not a pause's
+    overload_backlog_s: float = 0.02
     knee_factor: float = 3.0                 # the bend: p99 this × its value at the lowest rate
     knee_change: float = 0.25                # a per-message figure that moved this much (relative) is evidence
     knee_share_drop: float = 0.02            # ... at a rate whose achieved share fell this much below the lowest's

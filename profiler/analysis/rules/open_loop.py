@@ -58,17 +58,28 @@ def _load_state(r, t: Thresholds) -> tuple[bool, bool, bool]:
             growth is not None and growth < t.overload_growth)
 
 
+def _backlog_s(r) -> float | None:
+    """The requests still queued in the loader at the window's end as time of the rate's schedule (s): how far
+    behind the server was when the window closed."""
+    queued, rate = num(r, "open_loop.queued_at_end"), float(r.get("rate") or 0)
+    return queued / rate if queued is not None and rate > 0 else None
+
+
 @rule("overloaded", plots=("latency_time", "latency_load", "throughput", "latency"))
 def overloaded(ctx: Context) -> list[Anomaly]:
     """The server fell behind the rate asked: it answered less than 95% of it, or more than 1% of the
     requests found their connection still waiting and queued in the loader while latency grew through the
-    window (queued with flat latency is `connections_busy`: the loader's connections, not the server)."""
+    window (queued with flat latency is `connections_busy`: the loader's connections, not the server), or the
+    requests still queued in the loader at the window's end were more of the schedule than a pause of the host
+    (a backlog formed before the window need not grow 2× through it)."""
     t, found = ctx.t, []
     for _, r in _judged(ctx).iterrows():
         rate = float(r["rate"])
         share, behind = num(r, "open_loop.achieved_share"), num(r, "open_loop.behind_share")
         short, queued, flat = _load_state(r, t)
-        if not (short or (queued and not flat)):
+        backlog = _backlog_s(r)
+        backlogged = backlog is not None and backlog >= t.overload_backlog_s
+        if not (short or (queued and not flat) or backlogged):
             continue
         mps = num(r, "mps_mean")
         p99, p99_sent = num(r, "lat_us.p99"), num(r, "lat_sent_us.p99")
@@ -101,6 +112,13 @@ def overloaded(ctx: Context) -> list[Anomaly]:
             text += (f" (the p99 of the requests answered in the window's first {span}was "
                      f"{units.duration_us(first)}, in its last {units.duration_us(last)}: {r2(growth, 1)}× as long)")
         text += ". "
+        if backlogged and backlog is not None:
+            queued_end = units.number(r2(num(r, "open_loop.queued_at_end"), 0))
+            text += (f"At the window's end {queued_end} requests were still queued in the loader, "
+                     f"{units.duration_us(1e6 * backlog)} of this rate's schedule: the server had fallen that far "
+                     f"behind, longer than this kind of host stops a busy CPU (up to {PAUSE_REF.longest_ms} ms, "
+                     f"{PAUSE_REF.source}). ")
+            ev["backlog in the loader at the window's end, as schedule time (µs)"] = r2(1e6 * backlog, 0)
         if p99 is not None and p99_sent is not None:
             text += (f"Latency from each request's intended send time has p99 {units.duration_us(p99)}; from its "
                      f"actual send, {units.duration_us(p99_sent)}: the difference is the queue a closed-loop load, "
@@ -121,8 +139,9 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
     t, found = ctx.t, []
     for _, r in _judged(ctx).iterrows():
         short, queued, flat = _load_state(r, t)
-        if short or not queued or not flat:
-            continue
+        backlog = _backlog_s(r)
+        if short or not queued or not flat or (backlog is not None and backlog >= t.overload_backlog_s):
+            continue  # the server fell behind (overloaded), or nothing waited
         rate, pipe = float(r["rate"]), int(r.get("pipeline") or 1)
         conns, cap = _pool(r)
         if cap is not None and conns < cap:
