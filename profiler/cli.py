@@ -749,7 +749,7 @@ def compare_cmd(
     fail_if: str = typer.Option(
         "", "--fail-if", metavar="RULES",
         help="Exit 1 on a significant regression beyond a threshold, e.g. slower:5%,p99:+10%,syscalls:+0.5 (also "
-             "p50, cpu, ctx, jain)."),
+             "p50, cpu, ctx, jain; slower: at a set rate, the p99)."),
 ) -> None:
     """Did it get faster, and is that real? Matched cells of NEW against BASE: ratios with 95% intervals,
     Welch's t-test verdicts, and the syscall and CPU deltas that explain each change.

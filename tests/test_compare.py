@@ -399,6 +399,10 @@ def test_at_a_set_rate_a_cell_is_judged_on_its_p99(tmp_path):
     (row,) = view["summary"]
     assert row[1:3] == ["latency p99 2 ms", "latency p99 1 ms"] and row[-1] == "faster", row
     assert compare.compare([b, a])["comparisons"][0]["cells"][0]["verdict"] == "slower"
+    # --fail-if slower reads the same figure: the p99 rose by half (2 ms against 1 ms), msgs/s the schedule's
+    (line,) = compare.compare([b, a], fail_if="slower:5%")["fail_if"]["breaches"]
+    assert line.startswith("slower:5%: ") and "latency p99 1 ms → 2 ms (+100%" in line, line
+    assert not compare.compare([a, b], fail_if="slower:5%")["fail_if"]["breaches"]
     # closed loop: msgs/s, as always
     c = _store(tmp_path / "c", [make_row(round=r, mps=50_000.0 + r) for r in (1, 2, 3)])
     (cell,) = compare.compare([c, c])["comparisons"][0]["cells"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -470,12 +470,21 @@ def parse_fail_if(text: str) -> list[Check]:
     return checks
 
 
+def _for_cell(ch: Check, cell: dict) -> Check:
+    """`slower` is about the figure a cell is judged on (`judged_on`): msgs/s, or at a set rate its p99, whose rise
+    is the regression; the other checks name their figure."""
+    col = cell.get("judged_on", "msgs_per_sec")
+    if ch.name != "slower" or col == ch.column:
+        return ch
+    return replace(ch, column=col, bad_up=not stats.metric_info(col).higher_is_better)
+
+
 def breaches(doc: dict, checks: list[Check]) -> list[str]:
     """One line per cell and check whose regression is significant and beyond the threshold."""
     out = []
     for comp in doc["comparisons"]:
         for cell in comp["cells"]:
-            for ch in checks:
+            for ch in (_for_cell(ch, cell) for ch in checks):
                 c = cell["metrics"].get(ch.column)
                 if c is not None and ch.breached(c):
                     size = _pct(c["ratio"]) if ch.relative else _signed(c["delta"])
