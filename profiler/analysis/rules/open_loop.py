@@ -307,16 +307,14 @@ def _knee_doc(df: pd.DataFrame, out_dir: Path | None) -> dict | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("probes"), list) else None
 
 
-def _deciding(df: pd.DataFrame, doc: dict) -> tuple[pd.DataFrame, dict]:
-    """Each rate's deciding try in a knee run (the last probe at that rate, its last attempt: the first that
-    passed or the last that failed) as a cell, sorted by rate; and rate -> (its round, whether it passed)."""
-    decided = {}  # a later probe (a second look) wins
+def _decided(doc: dict) -> dict[float, tuple]:
+    """rate -> (the round of the try that decided it, whether it passed): the last probe at the rate (a second look
+    wins), its last attempt (the first that passed or the last that failed)."""
+    decided = {}
     for probe in doc["probes"]:
         if probe.get("attempts"):
             decided[float(probe["rate"])] = (probe["attempts"][-1].get("round"), bool(probe.get("met")))
-    rows = df[[float(r) in decided and decided[float(r)][0] == n for r, n in zip(df["rate"].fillna(0), df["round"])]]
-    g = stats.aggregate(rows).sort_values("rate").reset_index(drop=True) if not rows.empty else rows
-    return g, decided
+    return decided
 
 
 def knee_cells(df: pd.DataFrame, out_dir: Path | None) -> pd.DataFrame | None:
@@ -327,7 +325,7 @@ def knee_cells(df: pd.DataFrame, out_dir: Path | None) -> pd.DataFrame | None:
     it passed (KNEE_MET). None outside a knee run."""
     if (doc := _knee_doc(df, out_dir)) is None:
         return None
-    decided = _deciding(df, doc)[1]
+    decided = _decided(doc)
     if not decided:  # a knee.json from before its probes kept their attempts: the cells over their rounds
         return None
     rounds: dict[float, list] = {}  # rate -> the rounds its figures are from
@@ -361,21 +359,24 @@ def _try_evidence(r, ev: dict) -> dict:
 def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
     """In a `netprof knee` run (knee.json beside the rows), the bend is the knee's verdict, not the rule's reading
     of each rate's mean over its tries (2026-12-02: the mean of 36,590/s's tries bent at p99 128 ms where the
-    knee, by its tries, passed up to 41,444/s). Returns each rate's deciding try as a cell (_deciding), sorted by
+    knee, by its tries, passed up to 41,444/s). Returns the rates as the verdict read them (knee_cells), sorted by
     rate; the position of the lowest rate that failed above the knee (−1: every rate up to the closed-loop
     ceiling passed; 0: no bend to explain: no knee, the loader or the host ran out); and the verdict's sentence.
     None outside a knee run."""
     if (doc := _knee_doc(ctx.df, ctx.out_dir)) is None:
         return None
-    g, decided = _deciding(ctx.df, doc)
+    g = knee_cells(ctx.df, ctx.out_dir)
+    if g is None:  # its probes kept no attempts (older): nothing to read the verdict in
+        return ctx.cells.iloc[0:0], 0, ""
+    g = g.sort_values("rate").reset_index(drop=True)
     lo, hi = (doc.get("bounds") or [None, None])[:2]
-    rates = [float(r) for r in g["rate"]] if not g.empty else []
+    rates = [float(r) for r in g["rate"]]
     if doc.get("knee") is None or doc.get("stop") != "steps" or hi is None:
         return g, 0, ""
     slo = (doc.get("slo") or {}).get("text", "its objective")
-    verdict = (f"This is netprof knee's verdict against {slo} ({files.KNEE_JSON}): each rate's figures here are "
-               "those of the try that decided it. ")
-    if float(hi) not in rates or decided[float(hi)][1]:
+    verdict = (f"This is netprof knee's verdict against {slo} ({files.KNEE_JSON}): each rate's figures here are its "
+               "try that passed, or for a rate that failed the mean of its tries. ")
+    if float(hi) not in rates or g.loc[rates.index(float(hi)), KNEE_MET]:
         return g, -1, verdict
     return g, rates.index(float(hi)), verdict
 
