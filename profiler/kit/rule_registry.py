@@ -234,8 +234,8 @@ def say_closed_loop(found: list[Anomaly], cells: pd.DataFrame) -> None:
     """Among open-loop cells (a knee's ceiling beside its rates, or `--rate` beside a closed loop compared), a
     closed-loop cell's findings say so: the rules name a cell by schema.cell_phrase, which without a rate reads as
     any cell ('uvicorn_httptools at 10 connections' → '..., closed loop')."""
-    rates = cells["rate"].fillna(0).astype(float) if "rate" in cells else None
-    if rates is None or not (rates > 0).any() or not (rates == 0).any():
+    open_ = schema.at_rate(cells)
+    if not open_.any() or open_.all():
         return
     for a in found:
         if a.cell["connections"] is None or a.cell.get("rate"):

@@ -101,6 +101,16 @@ def watched(row: Mapping) -> bool:
     return row.get("arrivals") == WATCHED
 
 
+def at_rate(frame: pd.DataFrame) -> pd.Series:
+    """Which rows or cells ran at a set rate (--rate: open loop); False where the rate is 0 or unset (closed loop,
+    rows from before --rate)."""
+    import pandas as pd  # see the TYPE_CHECKING import above
+
+    if "rate" not in frame:
+        return pd.Series(False, index=frame.index)
+    return pd.to_numeric(frame["rate"], errors="coerce").fillna(0) > 0
+
+
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
     """The frame with every key column present (older result files get their legacy values)."""
     missing = [d for d in DIMENSIONS if d.name not in df.columns and d.legacy is not None]

@@ -167,7 +167,7 @@ def latency_load(cells: pd.DataFrame):
     the actual send dotted, where the loader gave it. Log scales on both axes."""
     if "rate" not in cells or "lat_us.p99" not in cells:
         return None
-    open_ = cells[cells["rate"].fillna(0).astype(float) > 0]
+    open_ = cells[schema.at_rate(cells)]
     if open_["rate"].nunique() < 2:
         return None
     fig, ax = plt.subplots(figsize=(WIDTH, 5.0))

@@ -284,7 +284,7 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
 
 def _closed(cells: pd.DataFrame) -> pd.Series:
     """Which cells ran closed loop (no --rate): their msgs/s is theirs to lose to the probes."""
-    return cells["rate"].fillna(0).astype(float) <= 0 if "rate" in cells else pd.Series(True, index=cells.index)
+    return ~schema.at_rate(cells)
 
 
 def _costs(cells: pd.DataFrame) -> str:
@@ -595,7 +595,7 @@ def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
     n = sorted({int(v) for v in cells["mps_n"].dropna()}) if "mps_n" in cells else []
     rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
     protocol = cells.get("protocol")
-    at_rate = "rate" in cells and bool((cells["rate"].fillna(0).astype(float) > 0).any())
+    at_rate = bool(schema.at_rate(cells).any())
     text = (f"{units.rate_unit(protocol)}: mean of {rounds} ± its 95% interval; latency from the loader"
             + (" (at a set rate, from each request's intended send)" if at_rate else "")
             + f"; CPU {units.per_unit(protocol)} from /proc over the same window")
@@ -802,18 +802,18 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
 def _as_judged(cells: pd.DataFrame, df: pd.DataFrame, src: Path) -> pd.DataFrame:
     """The cells the opening sentences speak of: in a knee run, its rates as its verdict reads them (a rate that
     passed, its passing try; one that failed, the mean of its tries: rules.open_loop.knee_cells), not the tables'
-    mean over every try of a rate (the knee's own rate read p99 47 ms there, against the 5 ms it passed)."""
+    mean over every try of a rate (a knee's own rate read p99 47 ms there; its passing try's was 3.6 ms)."""
     knee = open_loop.knee_cells(df, src)
     if knee is None or "rate" not in cells:
         return cells
-    return pd.concat([cells[cells["rate"].fillna(0).astype(float) <= 0], knee], ignore_index=True)
+    return pd.concat([cells[~schema.at_rate(cells)], knee], ignore_index=True)
 
 
 def _first_plot(cells: pd.DataFrame, figures: list[plotset.Plot]) -> str:
     """The plot beside the headline table: throughput; where cells ran at a set rate (each answered the rate asked:
     the bars would only draw the rates; a knee's closed-loop ceiling beside them) latency against load."""
-    open_loop = "rate" in cells and bool((cells["rate"].fillna(0).astype(float) > 0).any())
-    return "latency_load" if open_loop and any(p.name == "latency_load" for p in figures) else "throughput"
+    at_rate = bool(schema.at_rate(cells).any())
+    return "latency_load" if at_rate and any(p.name == "latency_load" for p in figures) else "throughput"
 
 
 def _headline(cells: pd.DataFrame) -> dict | None:

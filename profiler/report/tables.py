@@ -42,7 +42,7 @@ def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     dims = headline_dims(agg)
     order = dims + ["connections"]
     # fastest first; at a set rate (every server answers the rate asked) the lowest p99 first
-    at_rate = agg["rate"].fillna(0).astype(float) > 0 if "rate" in agg else pd.Series(False, index=agg.index)
+    at_rate = schema.at_rate(agg)
     p99 = agg["lat_us.p99"] if "lat_us.p99" in agg else pd.Series(float("nan"), index=agg.index)
     agg = agg.assign(_key=p99.where(at_rate, -agg["mps_mean"])).sort_values(order + ["_key"], kind="stable")
     protocol = agg.get("protocol")

@@ -18,7 +18,7 @@ def _open(cells: pd.DataFrame) -> pd.DataFrame:
     """The open-loop cells (rate > 0) of the per-cell table."""
     if cells.empty or "rate" not in cells:
         return cells.iloc[0:0]
-    return cells[cells["rate"].fillna(0).astype(float) > 0]
+    return cells[schema.at_rate(cells)]
 
 
 def _pct(v: float | None) -> str:
