@@ -292,6 +292,19 @@ def test_at_a_set_rate_the_findings_rank_by_p99_not_throughput():
                             "with p99 883 µs from the intended send (p50 80 µs). It used"), first
 
 
+def test_the_plot_beside_the_headline_table_at_a_set_rate_is_latency():
+    """Throughput bars of cells at a set rate draw the rates asked: beside the headline table, latency against load
+    (two rates or more), or through the window (one rate); closed loop keeps throughput."""
+    from netprof.profiler.report.plotset import Plot
+    from netprof.profiler.report.report import _first_plot
+
+    drawn = [Plot(name, name, "", f"plots/{name}.svg", "") for name in ("throughput", "latency_load", "latency_time")]
+    rated = stats.aggregate(frame(make_row(rate=5000), make_row(rate=10_000)))
+    assert _first_plot(rated, drawn) == "latency_load"
+    assert _first_plot(rated, [p for p in drawn if p.name != "latency_load"]) == "latency_time"
+    assert _first_plot(stats.aggregate(frame(make_row())), drawn) == "throughput"
+
+
 def test_probe_cost_table_gives_the_interval_over_rounds():
     """One window's probe cost moves by a few percent with no probe attached (bench/RESULTS.md,
     --edges): over rounds the table gives the 95% interval beside the mean; one round gives none."""

@@ -811,9 +811,14 @@ def _as_judged(cells: pd.DataFrame, df: pd.DataFrame, src: Path) -> pd.DataFrame
 
 def _first_plot(cells: pd.DataFrame, figures: list[plotset.Plot]) -> str:
     """The plot beside the headline table: throughput; where cells ran at a set rate (each answered the rate asked:
-    the bars would only draw the rates; a knee's closed-loop ceiling beside them) latency against load."""
-    at_rate = bool(schema.at_rate(cells).any())
-    return "latency_load" if at_rate and any(p.name == "latency_load" for p in figures) else "throughput"
+    the bars would only draw the rates; a knee's closed-loop ceiling beside them) latency against load, or with one
+    rate (no curve to draw) latency through the window."""
+    drawn = {p.name for p in figures}
+    if schema.at_rate(cells).any():
+        for name in ("latency_load", "latency_time"):
+            if name in drawn:
+                return name
+    return "throughput"
 
 
 def _headline(cells: pd.DataFrame) -> dict | None:
