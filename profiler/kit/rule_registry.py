@@ -141,6 +141,9 @@ class Context:
     meta: dict = field(default_factory=dict)
     out_dir: Path | None = None
     t: Thresholds = THRESHOLDS
+    # what several rules derive alike, derived once per detect (a knee run's cells as its verdict reads them: four
+    # open-loop rules read them, each read costs knee.json and an aggregate)
+    memo: dict = field(default_factory=dict)
 
     def same_cell(self, row, **changes) -> pd.DataFrame:
         """Cells of the table equal to `row` on every dimension except `changes` (None: any value)."""

@@ -172,8 +172,8 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
 
 def _rate_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     """One sentence for the backends at one set rate and scale: throughput is the rate asked, so who kept the lowest
-    p99 from the intended send (and whether the runner-up's rounds reached as low: `df`'s rows), how much of the rate
-    each answered where short of it, and what the best one costs per message."""
+    p99 from the intended send (and whether the runner-up's rounds reached as low: `df`'s rows, normalized), how
+    much of the rate each answered where short of it, and what the best one costs per message."""
     g = g.assign(_p99=[num(r, "lat_us.p99") for _, r in g.iterrows()]).sort_values("_p99", na_position="last")
     best = g.iloc[0]
 
@@ -206,8 +206,8 @@ def _rate_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
 
 
 def _p99s(df: pd.DataFrame, cell) -> list[float]:
-    """The p99 of each successful round of `cell` (df's rows of it)."""
-    rows = schema.select(schema.normalize(df), cell)
+    """The p99 of each successful round of `cell` (df's rows of it; df normalized)."""
+    rows = schema.select(df, cell)
     rows = rows[rows["status"] == "ok"] if "status" in rows else rows
     return [float(v) for v in rows.get("lat_us.p99", pd.Series(dtype=float)).dropna()]
 
@@ -390,10 +390,11 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame,
         starved = {(a["backend"], a["connections"], a.get("pipeline"), a.get("framing"))
                    for a in found if a["id"] == "starvation"}
         others = [k for k in schema.SERIES_KEYS if k != "backend" and k in ranked]
+        rows = schema.normalize(df) if schema.at_rate(ranked).any() else df  # each round's p99, by cell
         for _, series in ranked.groupby(others, dropna=False, sort=True):
-            if "rate" in series and float(series["rate"].iloc[0] or 0) > 0:
+            if schema.at_rate(series).iloc[0]:
                 # at a set rate every backend answers the rate asked: ranked by its p99, not its msgs/s
-                out.extend(_rate_sentence(g, df) for _, g in series.groupby("connections", sort=True))
+                out.extend(_rate_sentence(g, rows) for _, g in series.groupby("connections", sort=True))
                 continue
             runs: list[pd.Series] = []
             groups: list[pd.DataFrame] = []

@@ -341,10 +341,17 @@ def knee_cells(df: pd.DataFrame, out_dir: Path | None) -> pd.DataFrame | None:
     return g
 
 
+def _knee_cells(ctx: Context) -> pd.DataFrame | None:
+    """knee_cells of ctx's run, read once per detect (ctx.memo)."""
+    if "knee_cells" not in ctx.memo:
+        ctx.memo["knee_cells"] = knee_cells(ctx.df, ctx.out_dir)
+    return ctx.memo["knee_cells"]
+
+
 def _judged(ctx: Context) -> pd.DataFrame:
     """The open-loop cells the per-cell rules judge: a knee run's as its verdict reads them (knee_cells), else
     each cell over its rounds."""
-    g = knee_cells(ctx.df, ctx.out_dir)
+    g = _knee_cells(ctx)
     return _open(ctx.cells) if g is None else g
 
 
@@ -365,7 +372,7 @@ def _knee_verdict(ctx: Context) -> tuple[pd.DataFrame, int, str] | None:
     None outside a knee run."""
     if (doc := _knee_doc(ctx.df, ctx.out_dir)) is None:
         return None
-    g = knee_cells(ctx.df, ctx.out_dir)
+    g = _knee_cells(ctx)
     if g is None:  # its probes kept no attempts (older): nothing to read the verdict in
         return ctx.cells.iloc[0:0], 0, ""
     g = g.sort_values("rate").reset_index(drop=True)
