@@ -277,20 +277,15 @@ def _probe_sentence(cells: pd.DataFrame) -> str | None:
     return (f"Throughput, latency, fairness and /proc CPU come from the unprobed part of each cell's window; the "
             f"syscall and context-switch counts from {part}, with the probes attached. Measured in these cells, "
             + _costs(cells) + "; the probe-cost table has each cell."
-            + _drift_sentence(cells[_closed(cells)])
+            + _drift_sentence(cells[~schema.at_rate(cells)])  # closed loop: msgs/s theirs to lose
             + _guard_sentence(cells)
             + "".join(part.probe_note(cells) for part in instrument_sections() if hasattr(part, "probe_note")))
-
-
-def _closed(cells: pd.DataFrame) -> pd.Series:
-    """Which cells ran closed loop (no --rate): their msgs/s is theirs to lose to the probes."""
-    return ~schema.at_rate(cells)
 
 
 def _costs(cells: pd.DataFrame) -> str:
     """What the probes cost: closed-loop cells in msgs/s; cells at a set rate, where every part of the window
     answers the rate asked, in the server's CPU per message (probe_cpu_cost)."""
-    closed = _closed(cells)
+    closed = ~schema.at_rate(cells)  # closed loop: msgs/s theirs to lose to the probes
     said = []
     cost = 100 * cells.loc[closed, "probe_cost"].dropna()
     if not cost.empty:

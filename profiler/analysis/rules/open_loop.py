@@ -16,8 +16,6 @@ from netprof.profiler.model.stats import num
 
 def _open(cells: pd.DataFrame) -> pd.DataFrame:
     """The open-loop cells (rate > 0) of the per-cell table."""
-    if cells.empty or "rate" not in cells:
-        return cells.iloc[0:0]
     return cells[schema.at_rate(cells)]
 
 
