@@ -13,6 +13,7 @@ import pytest
 
 from helpers import STEAL_REMEASURE, netprof_cli, run_netprof, run_steal, wait_no_children
 from netprof.profiler import knee, knee_plan
+from netprof.profiler.core import units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.model import knee_doc, stats
@@ -472,13 +473,15 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     page = (out / "report.md").read_text()
     assert "The knee's tries, each judged on its own against p99<20ms" in page, page[:3000]
     assert page.count("(decided the rate)") == len(doc["probes"])
-    # the page opens with the knee's verdict, the terminal's last line; its sentence for each rate reads what the
-    # verdict read: a rate that passed, its passing try (not the mean of its tries, failed ones included)
+    # the page opens with the knee's verdict, the terminal's last line, then one sentence along the curve that reads
+    # what the verdict read: a rate that passed, its passing try (not the mean of its tries, failed ones included)
     assert page.split("\n- ")[1].startswith(f"netprof knee: the {knee_doc.summary_line(doc)}."), page[:1000]
+    (curve,) = [s for s in page.split("## Headline")[0].split("\n- ") if " rates, kept a p99 from the intended" in s]
+    assert f"asked {len({p['rate'] for p in doc['probes']})} rates" in curve, curve
+    assert "Each rate is read as the knee's verdict read it" in curve, curve
     for p in doc["probes"]:
-        said = (r"its try that passed, round \d+" if p["met"] else
-                r"the mean of its \d+ tries, rounds [\d, ]+, each failed|its one try, round \d+, failed")
-        assert re.search(rf"at {p['rate']:,.0f}/s \(({said})\)", page.split("## Headline")[0]), page[:3000]
+        said = units.duration_us(p["p99_us"]) if p["met"] else r"[\d.]+ [µm]?s"
+        assert re.search(rf"{said} at {p['rate']:,.0f}/s", curve), (p, curve)
     # every cell is a row (the ceiling at rate 0), and the report draws latency against load
     import pandas as pd
 

@@ -292,6 +292,31 @@ def test_at_a_set_rate_the_findings_rank_by_p99_not_throughput():
                             "with p99 883 µs from the intended send (p50 80 µs). It used"), first
 
 
+def test_one_backend_at_several_rates_is_one_sentence_along_its_curve():
+    """A sentence per rate restated the table (a knee run opened with seven): one backend at several rates reads as
+    one sentence, each rate's p99 from the intended send (and the share answered, where short), its rounds, and its
+    cost at the lowest rate and at the highest; two backends at a rate still say who kept the lower p99."""
+    from netprof.profiler.report.report import findings
+
+    def at(backend, rate, p99, mps, rnd=1):
+        return make_row(backend, 10, round=rnd, mps=mps, rate=rate, lat_us={"p50": 80.0, "p99": p99},
+                        open_loop={"achieved_share": mps / rate})
+
+    rows = [at("selector", rate, p99, mps, rnd) for rnd in (1, 2)
+            for rate, p99, mps in ((500, 900.0, 500.0), (2_000, 4_000.0, 2_000.0), (4_000, 250_000.0, 3_000.0))]
+    out = findings(stats.aggregate(frame(*rows)), [], frame(*rows))
+    (curve,) = [s for s in out if "rates, kept" in s]
+    assert curve.startswith("At 10 connections, **selector**, asked 3 rates, kept a p99 from the intended send of "
+                            "900 µs at 500/s, 4 ms at 2,000/s and 250 ms at 4,000/s (answering 75% of it). Each rate "
+                            "is the mean of its 2 rounds. It used "), curve
+    assert " at 500/s, " in curve.split("It used")[1] and curve.endswith(" at 4,000/s."), curve
+    assert not [s for s in out if "kept the lowest p99" in s]
+    rows += [at("uvloop_sock", 2_000, 1_000.0, 2_000.0)]
+    out = findings(stats.aggregate(frame(*rows)), [], frame(*rows))
+    assert len([s for s in out if "kept the lowest p99" in s or "answered with p99" in s]) == 3, out
+    assert any(s.startswith("At 10 connections, at 2,000/s, **uvloop_sock** kept the lowest p99") for s in out), out
+
+
 def test_the_plot_beside_the_headline_table_at_a_set_rate_is_latency():
     """Throughput bars of cells at a set rate draw the rates asked: beside the headline table, latency against load
     (two rates or more), or through the window (one rate); closed loop keeps throughput."""

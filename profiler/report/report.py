@@ -170,6 +170,62 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     return head + why
 
 
+def _rate_sentences(cells: pd.DataFrame, df: pd.DataFrame) -> list[str]:
+    """The sentences for the cells at a set rate: where one backend ran several rates at one scale (a knee, a rate
+    sweep), one sentence along its curve (a sentence per rate read as the table again: a knee run opened with seven);
+    where several backends ran, one per rate and scale on who kept the lowest p99."""
+    keys = [k for k in schema.SERIES_KEYS if k not in ("backend", "rate") and k in cells] + ["connections"]
+    out: list[str] = []
+    for _, g in cells.groupby(keys, dropna=False, sort=True):
+        if g["backend"].nunique() == 1 and g["rate"].nunique() > 1:
+            out.append(_curve_sentence(g.sort_values("rate")))
+        else:  # at a set rate every backend answers the rate asked: ranked by its p99, not its msgs/s
+            out.extend(_rate_sentence(r, df) for _, r in g.groupby("rate", sort=True))
+    return out
+
+
+def _curve_sentence(g: pd.DataFrame) -> str:
+    """One backend at several rates, lowest first: its p99 from the intended send at each (and the share of a rate it
+    answered, where short of it), then its cost per message at the lowest rate and at the highest."""
+    first, last = g.iloc[0], g.iloc[-1]
+    where = _scale({**first, "_vary": tuple(v for v in first["_vary"] if v != "rate")})
+    at = [f"{units.duration_us(num(r, 'lat_us.p99'))} at {_asked(r)}" + (f" ({a})" if (a := _answered(r)) else "")
+          for _, r in g.iterrows()]
+    if isinstance(first.get(open_loop.KNEE_ROUNDS), str):  # a knee run: the tries its verdict read
+        read = (" Each rate is read as the knee's verdict read it: its passing try where it passed, the mean of its "
+                "tries where it failed (the first table has each try).")
+    else:
+        n = [int(num(r, "mps_n") or 1) for _, r in g.iterrows()]
+        many = str(max(n)) if min(n) == max(n) else f"{min(n)}–{max(n)}"
+        read = f" Each rate is the mean of its {many} rounds." if max(n) > 1 else ""
+    text = (f"At {where}, **{first['backend']}**, asked {len(g)} rates, kept a p99 from the intended send of "
+            f"{', '.join(at[:-1])} and {at[-1]}.{read}")
+    lo, hi = _cpu_us(first), _cpu_us(last)
+    if lo is not None and hi is not None:
+        each = units.per_unit(first.get("protocol"))
+        calls = [sum(per.values()) if (per := syscalls_of(r)) else None for r in (first, last)]
+        lo_calls, hi_calls = ((f" and {units.per_message(calls[0])} syscalls", f" and {units.per_message(calls[1])}")
+                              if None not in calls else ("", ""))
+        text += (f" It used {units.duration_us(lo)} of CPU{lo_calls} {each} at {_asked(first)}, "
+                 f"{units.duration_us(hi)}{hi_calls} at {_asked(last)}.")
+    return text
+
+
+def _asked(r) -> str:
+    return f"{int(r['rate']):,}/s"
+
+
+def _cpu_us(r) -> float | None:
+    u, k = num(r, "cpu_us_per_msg.user"), num(r, "cpu_us_per_msg.sys")
+    return None if u is None or k is None else u + k
+
+
+def _answered(r) -> str:
+    """'answering 81% of it': the share of the rate asked a cell answered, where short of it; else ''."""
+    share = num(r, "open_loop.achieved_share")
+    return f"answering {units.share(share, 0)} of it" if share is not None and share < 0.95 else ""
+
+
 def _rate_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     """One sentence for the backends at one set rate and scale: throughput is the rate asked, so who kept the lowest
     p99 from the intended send (and whether the runner-up's rounds reached as low: `df`'s rows, normalized), how
@@ -178,8 +234,7 @@ def _rate_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     best = g.iloc[0]
 
     def answered(r) -> str:
-        share = num(r, "open_loop.achieved_share")
-        return f", answering {units.share(share, 0)} of it" if share is not None and share < 0.95 else ""
+        return f", {a}" if (a := _answered(r)) else ""
 
     p99, p50 = units.duration_us(num(best, "lat_us.p99")), units.duration_us(num(best, "lat_us.p50"))
     where = _scale(best) + ("" if "rate" in (best.get("_vary") or ()) else  # the rate said even when the only one
@@ -388,9 +443,7 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame,
         rows = schema.normalize(df) if schema.at_rate(ranked).any() else df  # each round's p99, by cell
         for _, series in ranked.groupby(others, dropna=False, sort=True):
             if schema.at_rate(series).iloc[0]:
-                # at a set rate every backend answers the rate asked: ranked by its p99, not its msgs/s
-                out.extend(_rate_sentence(g, rows) for _, g in series.groupby("connections", sort=True))
-                continue
+                continue  # after the closed-loop ones: _rate_sentences
             runs: list[pd.Series] = []
             groups: list[pd.DataFrame] = []
             for _, g in series.groupby("connections", sort=True):
@@ -408,6 +461,7 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame,
             if caught:
                 out[-1] += (f" Caution: at {_counts(caught)} connections the fastest backend starved part of its "
                             "connections (see the anomalies), so its figure there is not fair service.")
+        out.extend(_rate_sentences(ranked[schema.at_rate(ranked)], rows))
         fair = _fairness_sentence(cells, found)
         if fair:
             out.append(fair)
@@ -416,10 +470,11 @@ def findings(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame,
         out.append(probe)
     if found:
         by_sev = {s: sum(a["severity"] == s for a in found) for s in rules.SEVERITIES}
-        counts = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)
+        counts = ", ".join(f"{n} {s}" for s, n in by_sev.items() if n)  # the severities as labels: "2 warning"
         top = [a for a in found if a["severity"] == found[0]["severity"]][:3]
         lead = "Most severe" if found[0]["severity"] != "info" else "Informational only"
-        out.append(f"The analysis flagged {counts}. {lead}: " + "; ".join(a["title"] for a in top) + ".")
+        out.append(f"The analysis flagged {units.plural(len(found), 'anomaly', 'anomalies')} ({counts}). {lead}: "
+                   + "; ".join(a["title"] for a in top) + ".")
     else:
         out.append(f"No anomaly rule fired: service was fair, costs {units.per_unit(cells.get('protocol'))} were "
                    "ordinary, and the loader had headroom.")
