@@ -88,7 +88,7 @@ def test_rate_is_a_dimension_with_label_slug_and_legacy():
     assert schema.cell_label(row | {"rate": 2000}).endswith("at 2,000/s")
     assert schema.cell_slug(row | {"rate": 2000}).endswith("-r2000")
     assert schema.cell_slug(row | {"rate": 0.5}).endswith("-r0.5")
-    assert "2,000 requests/s asked" in schema.cell_phrase(row | {"rate": 2000})
+    assert schema.cell_phrase(row | {"rate": 2000}).endswith(", at 2,000/s, message framing")
     # Older results, and closed-loop runs, have no rate column: closed loop (0), which labels leave out.
     assert schema.key_of(row)[schema.CELL_KEYS.index("rate")] == 0
     assert "/s" not in schema.cell_label(row) and "asked" not in schema.cell_phrase(row)
@@ -693,16 +693,16 @@ def test_a_closed_loop_cell_beside_open_loop_ones_says_closed_loop():
     closed = {k: v for k, v in open_row(0, 900.0).items() if k not in ("rate", "open_loop", "lat_sent_us")}
     noisy = [closed | {"rate": 0, "round": n, "msgs_per_sec": mps} for n, mps in ((1, 900.0), (2, 1400.0))]
     (a,) = ids(detect_rows(*noisy), "noisy")
-    assert "selector at 10 connections (" in a["title"] and "closed loop" not in a["title"], a["title"]
+    assert "selector at 10 connections, stream framing" in a["title"] and "closed loop" not in a["title"], a["title"]
     (a,) = ids(detect_rows(*noisy, open_row(500, 500.0, round=3)), "noisy")
-    assert "selector at 10 connections, closed loop (" in a["title"], a["title"]
-    assert "selector at 10 connections, closed loop (" in a["explanation"], a["explanation"]
+    assert "selector at 10 connections, closed loop, stream framing" in a["title"], a["title"]
+    assert "selector at 10 connections, closed loop, stream framing" in a["explanation"], a["explanation"]
     from netprof.profiler.kit.rule_registry import Anomaly, say_closed_loop
     http = closed | {"framing": "own", "protocol": "http"}  # no framing words: one phrase begins the other's
     a = Anomaly.at(http, "noisy", "info", "t: selector at 10 connections",
-                   "selector at 10 connections, against selector at 10 connections, 500 requests/s asked", {})
+                   "selector at 10 connections, against selector at 10 connections, at 500/s", {})
     say_closed_loop([a], stats.aggregate(pd.DataFrame([results.flatten(r) for r in (
         http | {"round": 1}, open_row(500, 500.0, round=2) | {"framing": "own", "protocol": "http"})])))
     assert a.title == "t: selector at 10 connections, closed loop", a.title
-    assert a.explanation == ("selector at 10 connections, closed loop, against selector at 10 connections, 500 "
-                             "requests/s asked"), a.explanation
+    assert a.explanation == ("selector at 10 connections, closed loop, against selector at 10 connections, at "
+                             "500/s"), a.explanation

@@ -243,8 +243,8 @@ def say_closed_loop(found: list[Anomaly], cells: pd.DataFrame) -> None:
     for a in found:
         if a.cell["connections"] is None or a.cell.get("rate"):
             continue
-        # not where the phrase begins an open-loop cell's ('... at 10 connections, 2,000 requests/s asked')
-        plain = re.compile(re.escape(schema.cell_phrase(a.cell)) + r"(?!, \d)")
+        # not where the phrase begins an open-loop cell's ('... at 10 connections, at 2,000/s')
+        plain = re.compile(re.escape(schema.cell_phrase(a.cell)) + r"(?!, at \d)")
         said = schema.cell_phrase(a.cell, closed=True)
         a.title, a.explanation = plain.sub(said, a.title), plain.sub(said, a.explanation)
 
