@@ -496,6 +496,18 @@ def test_latency_knee_names_the_resource_that_ran_out():
              base={"syscalls_per_msg": {"sendto": 1.0, "recvfrom": 1.0, "epoll_wait": 1.0}})
     assert a["evidence"]["what ran out first"] == "the loop's idle time"
     assert "waits per message fell from 1.00 to 0.1 " in a["explanation"], a["explanation"]
+    # no idle turn left, yet the CPU mostly idle (a handler that sleeps 1 ms, 2026-12-04: busy 6%): the turns blocked,
+    # in the blocking call the counts name; without one, where to look
+    slept = {"sendto": 1.0, "recvfrom": 1.0, "clock_nanosleep": 1.0}
+    a = knee(cpu={"busy_frac": 0.06}, syscalls_per_msg=slept | {"epoll_wait": 0.03},
+             base={"syscalls_per_msg": slept | {"epoll_wait": 1.0}})
+    assert a["evidence"]["what ran out first"] == "the loop's time, blocked off the CPU", a["evidence"]
+    assert ("yet the server was busy only 6% of one CPU at 1,000/s: its turns went waiting off the CPU, in "
+            "clock_nanosleep (1.00 per message). A call that blocks holds the whole loop") in a["explanation"], \
+        a["explanation"]
+    a = knee(cpu={"busy_frac": 0.06}, syscalls_per_msg={"sendto": 1.0, "epoll_wait": 0.03},
+             base={"syscalls_per_msg": {"sendto": 1.0, "epoll_wait": 1.0}})
+    assert "off the CPU, in a call its syscall counts do not name (--breakdown" in a["explanation"], a["explanation"]
     a = knee()  # 20% busy, nothing else: said so, with where to look
     assert "what ran out first" not in a["evidence"] and "No resource netprof measures" in a["explanation"]
     # near the limit at the rate that bent and at it one rate up: a queue's tail grows before the CPU is wholly busy

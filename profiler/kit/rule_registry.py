@@ -98,6 +98,7 @@ class Thresholds:
     knee_loader_cpu: float = 0.9             # ... the loader's when its CPUs were this busy (before the server's)
     knee_runqueue_share: float = 0.25        # ... the run queue when this share of the slowest 1%'s time was there
     knee_batching_drop: float = 0.5          # ... the loop's batching when its waits per message fell by this share
+    knee_blocked_busy: float = 0.5           # ... and its turns blocked off the CPU when it was busy less than this
     loader_late_min: float = 1               # requests the loader itself sent late (past its threshold), per round
     # ... a warning when more than this share of the sent requests were late, or its p99 lateness passed the
     # threshold; below, an info (a loader at nice 19 beside a benchmark on 2 CPUs: 9 of 1,500 late, p99 0.3 ms)

@@ -415,12 +415,25 @@ def _queue_share(r) -> tuple[float, str] | None:
 
 
 WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6", "poll", "ppoll")  # a loop's wait
+# Calls a handler blocks its thread in (sleeping, a lock, another service, the disk): where a loop whose turns were
+# all taken while its CPU idled spent them (a loop's own wait, WAITS, is not one: it ran out).
+BLOCKING = ("clock_nanosleep", "nanosleep", "futex", "connect", "fsync", "fdatasync", "flock", "wait4")
 
 
 def _waits(r) -> float | None:
     """The event loop's waits per message (epoll_wait and its kin), when the cell ran with probes."""
     per = stats.syscalls_of(r)
     return sum(v for k, v in per.items() if k in WAITS) if per else None
+
+
+def _blocked_in(r) -> str:
+    """', in clock_nanosleep (1.00 per message)': the blocking calls (BLOCKING) a cell made at least once every two
+    messages, most first; else ', in a call netprof's counts do not name (--breakdown shows where)'."""
+    per = stats.syscalls_of(r) or {}
+    calls = sorted(((v, k) for k, v in per.items() if k in BLOCKING and v >= 0.5), reverse=True)
+    if not calls:
+        return ", in a call its syscall counts do not name (--breakdown shows where the slowest requests waited)"
+    return ", in " + ", ".join(f"{k} ({units.per_message(v)} per message)" for v, k in calls)
 
 
 def _limit(base, at, t: Thresholds, there: str = "", above: tuple = ()) -> tuple[str, str] | None:
@@ -449,9 +462,15 @@ def _limit(base, at, t: Thresholds, there: str = "", above: tuple = ()) -> tuple
                                  "on the server's CPU)")
     w0, w = _waits(base), _waits(at)
     if w0 and w is not None and w <= (1 - t.knee_batching_drop) * w0:
-        return "the loop's idle time", (f"the loop's idle time: its waits per message fell from "
-                                        f"{units.per_message(w0)} to {units.per_message(w)} (each wait returned "
-                                        "more ready sockets: no idle turn was left)"
+        idle = (f"its waits per message fell from {units.per_message(w0)} to {units.per_message(w)} (each wait "
+                "returned more ready sockets: no idle turn was left)")
+        if busy is not None and busy < t.knee_blocked_busy:  # no idle turn, yet the CPU idle: the turns blocked
+            return "the loop's time, blocked off the CPU", (
+                f"the loop's time, blocked off the CPU: {idle}, yet the server was busy only {_pct(busy)} of one "
+                f"CPU {there}: its turns went waiting off the CPU{_blocked_in(at)}. A call that blocks holds the "
+                "whole loop: while it blocks no other connection is served; an awaitable call, or more workers, "
+                "lifts the limit")
+        return "the loop's idle time", (f"the loop's idle time: {idle}"
                                         + (f"; busy {_pct(busy)} of one CPU" if busy is not None else ""))
     # A queue's tail grows as 1 / (1 − busy): latency bends before the CPU is wholly busy, and the rates tried above
     # the knee show where it was going (2026-12-04: 88% busy at the rate that failed, 97% at the next one up).
