@@ -97,7 +97,7 @@ def overloaded(ctx: Context) -> list[Anomaly]:
         if first is not None and last is not None:
             ev["p99 in the window's first slice (µs)"] = r2(first, 0)
             ev["p99 in the window's last slice (µs)"] = r2(last, 0)
-        text = (f"{where(r)}: asked for {units.number(rate)} requests/s, the server answered "
+        text = (f"{where(r)}: asked for {units.number(rate)}/s, the server answered "
                 f"{units.rate(mps)}/s ({_pct(share)} of it)")
         text += (f", and {_pct(waited)} of the requests came due while {_busy_phrase(r)}, so they queued in the "
                  "loader. " if waited else ". ")
@@ -160,7 +160,7 @@ def connections_busy(ctx: Context) -> list[Anomaly]:
         text = (f"{where(r)}: {_pct(behind)} of the requests came due while {_busy_phrase(r)}, and waited in the "
                 f"loader; yet the server answered the rate and its latency did not grow "
                 f"through the window (p99 {units.duration_us(first)} in the first {units.seconds(width)}, "
-                f"{units.duration_us(last)} in the last): it kept up. At {units.number(rate)} requests/s over "
+                f"{units.duration_us(last)} in the last): it kept up. At {units.number(rate)}/s over "
                 f"{units.number(conns)} "
                 f"connections, each connection carries a request every {units.duration_us(spacing)}, and an answer "
                 "slower than that makes the next one wait. The wait is in the latency from the intended send (p99 "
@@ -552,8 +552,8 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds, verdict: str = "") -> 
             moved.append(f"{units.reword(label, at.get('protocol'))} {'rose' if b > a else 'fell'} from {fmt(a)} to "
                          f"{fmt(b)}")
     p99_0, p99 = num(base, "lat_us.p99"), num(at, "lat_us.p99")
-    text = (f"{where(at)}: the latency–throughput curve bends between {units.number(lo)} and {units.number(hi)} "
-            f"requests/s. At {units.number(hi)}/s the p99 from the intended send is {units.duration_us(p99)}, "
+    text = (f"{where(at)}: the latency–throughput curve bends between {units.number(lo)}/s and {units.number(hi)}/s. "
+            f"At {units.number(hi)}/s the p99 from the intended send is {units.duration_us(p99)}, "
             f"{(p99 or 0) / (p99_0 or 1):.0f}× its {units.duration_us(p99_0)} at {units.number(base['rate'])}/s, and "
             f"the server answered {_pct(num(at, 'open_loop.achieved_share'))} of the rate asked "
             f"({_pct(num(base, 'open_loop.achieved_share'))} at the lowest rate): past the knee requests queue. ")
@@ -577,6 +577,6 @@ def _knee_anomaly(g: pd.DataFrame, i: int, t: Thresholds, verdict: str = "") -> 
                  + ("the requests wait unread for a busy server. " if q[0] >= 0.5 else
                     "most of their time is not the socket queue. "))
     text += _ran_out(base, at, t, ev, "at the knee", above=tuple(r for _, r in g.iloc[i + 1:].iterrows()))
-    text += f"Its usable capacity, at this latency, is below {units.number(hi)} requests/s."
+    text += f"Its usable capacity, at this latency, is below {units.number(hi)}/s."
     title = f"Latency knee between {units.number(lo)}/s and {units.number(hi)}/s: {at['backend']}"
     return Anomaly.at(at, "latency_knee", "info", title, text, ev)
