@@ -317,6 +317,31 @@ def test_one_backend_at_several_rates_is_one_sentence_along_its_curve():
     assert any(s.startswith("At 10 connections, at 2,000/s, **uvloop_sock** kept the lowest p99") for s in out), out
 
 
+def test_several_backends_at_several_rates_are_one_sentence_on_who_kept_the_lowest_p99():
+    """bench/reports/knee opened with a sentence per rate (seven, each naming three servers): at three rates or more,
+    one sentence says who kept the lowest p99 at how many of them, the others where they did, the rates where the
+    runner-up's rounds reached the leader's p99, and who answered short of the rate."""
+    from netprof.profiler.report.report import findings
+
+    def at(backend, rate, p99, share=1.0, rnd=1):
+        return make_row(backend, 10, round=rnd, mps=rate * share, rate=rate, lat_us={"p50": 80.0, "p99": p99},
+                        open_loop={"achieved_share": share})
+
+    rows = [at("uvicorn_httptools", 1_000, 500.0), at("granian_rsgi", 1_000, 400.0),
+            at("uvicorn_httptools", 2_000, 600.0), at("granian_rsgi", 2_000, 900.0, 0.9),
+            at("uvicorn_httptools", 4_000, 1_000.0), at("granian_rsgi", 4_000, 90_000.0, 0.5)]
+    out = findings(stats.aggregate(frame(*rows)), [], frame(*rows))
+    assert out[0] == ("At 10 connections, across 3 rates from 1,000/s to 4,000/s, **uvicorn_httptools** kept the "
+                      "lowest p99 from the intended send at 2 of them (600 µs to 1 ms); granian_rsgi at 1,000/s "
+                      "(400 µs). Short of the rate asked: granian_rsgi answered 90% of 2,000/s and 50% of 4,000/s."
+                      ), out
+    assert not [s for s in out if "kept the lowest p99 from the intended send," in s]  # no sentence per rate
+    # two rounds each at 2,000/s, the runner-up's best below the leader's worst: not a clear win there
+    rows += [at("uvicorn_httptools", 2_000, 800.0, rnd=2), at("granian_rsgi", 2_000, 700.0, 0.9, rnd=2)]
+    out = findings(stats.aggregate(frame(*rows)), [], frame(*rows))
+    assert "At 2,000/s the runner-up's rounds reached the leader's p99: not a clear win there." in out[0], out[0]
+
+
 def test_the_plot_beside_the_headline_table_at_a_set_rate_is_latency():
     """Throughput bars of cells at a set rate draw the rates asked: beside the headline table, latency against load
     (two rates or more), or through the window (one rate); closed loop keeps throughput."""

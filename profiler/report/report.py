@@ -130,8 +130,7 @@ def _span(values: list[float], fmt) -> str:
 
 
 def _counts(cs: list[int]) -> str:
-    names = [str(c) for c in cs]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return _and([str(c) for c in cs])
 
 
 def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
@@ -173,22 +172,74 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
 def _rate_sentences(cells: pd.DataFrame, df: pd.DataFrame) -> list[str]:
     """The sentences for the cells at a set rate: where one backend ran several rates at one scale (a knee, a rate
     sweep), one sentence along its curve (a sentence per rate read as the table again: a knee run opened with seven);
-    where several backends ran, one per rate and scale on who kept the lowest p99."""
+    where several backends ran at one or two rates, one per rate and scale on who kept the lowest p99; at more rates,
+    one sentence on who kept it across them (SWEEP_RATES)."""
     keys = [k for k in schema.SERIES_KEYS if k not in ("backend", "rate") and k in cells] + ["connections"]
     out: list[str] = []
     for _, g in cells.groupby(keys, dropna=False, sort=True):
+        shared = int((g.groupby("rate")["backend"].nunique() > 1).sum())  # rates run by more than one backend
         if g["backend"].nunique() == 1 and g["rate"].nunique() > 1:
             out.append(_curve_sentence(g.sort_values("rate")))
+        elif shared >= SWEEP_RATES:
+            out.append(_sweep_sentence(g, df))
         else:  # at a set rate every backend answers the rate asked: ranked by its p99, not its msgs/s
             out.extend(_rate_sentence(r, df) for _, r in g.groupby("rate", sort=True))
     return out
+
+
+SWEEP_RATES = 3  # backends side by side at this many rates or more: one sentence across them, not one per rate
+
+
+def _scale_of_rates(r) -> str:
+    """_scale without the rate: for a sentence that goes on to name several."""
+    return _scale({**r, "_vary": tuple(v for v in r["_vary"] if v != "rate")})
+
+
+def _by_p99(g: pd.DataFrame) -> pd.DataFrame:
+    """`g`'s cells, the lowest p99 (from the intended send) first."""
+    return g.assign(_p99=[num(r, "lat_us.p99") for _, r in g.iterrows()]).sort_values("_p99", na_position="last")
+
+
+def _sweep_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
+    """Several backends at several rates, at one scale: who kept the lowest p99 at how many of the rates (and the
+    others where they did), the rates where the runner-up's rounds reached the leader's p99 (not a clear win), and
+    who answered less than the rate asked, where."""
+    ranked = [_by_p99(r) for _, r in g.groupby("rate", sort=True)]
+    wins: dict[str, list] = {}
+    for r in ranked:
+        wins.setdefault(r.iloc[0]["backend"], []).append(r.iloc[0])
+    (lead, led), *others = sorted(wins.items(), key=lambda kv: -len(kv[1]))
+    first = ranked[0].iloc[0]
+    where = _scale_of_rates(first)
+    p99s = [num(c, "lat_us.p99") or 0.0 for c in led]
+    span = _span(p99s, units.duration_us).replace("–", " to ")
+    at = "every one" if not others else f"{len(led)} of them"
+    text = (f"At {where}, across {len(ranked)} rates from {_asked(ranked[0].iloc[0])} to {_asked(ranked[-1].iloc[0])}, "
+            f"**{lead}** kept the lowest p99 from the intended send at {at} ({span})")
+    text += "".join(f"; {name} at " + _and([f"{_asked(c)} ({units.duration_us(num(c, 'lat_us.p99'))})" for c in cs])
+                    for name, cs in others) + "."
+    close = [_asked(r.iloc[0]) for r in ranked if len(r) > 1 and _overlap(df, r.iloc[0], r.iloc[1])]
+    if close:
+        text += f" At {_and(close)} the runner-up's rounds reached the leader's p99: not a clear win there."
+    short: dict[str, list[str]] = {}
+    for r in ranked:
+        for _, c in r.iterrows():
+            if (share := _short_of(c)) is not None:
+                short.setdefault(c["backend"], []).append(f"{units.share(share, 0)} of {_asked(c)}")
+    if short:
+        text += " Short of the rate asked: " + "; ".join(f"{b} answered {_and(v)}" for b, v in short.items()) + "."
+    return text
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _curve_sentence(g: pd.DataFrame) -> str:
     """One backend at several rates, lowest first: its p99 from the intended send at each (and the share of a rate it
     answered, where short of it), then its cost per message at the lowest rate and at the highest."""
     first, last = g.iloc[0], g.iloc[-1]
-    where = _scale({**first, "_vary": tuple(v for v in first["_vary"] if v != "rate")})
+    where = _scale_of_rates(first)
     at = [f"{units.duration_us(num(r, 'lat_us.p99'))} at {_asked(r)}" + (f" ({a})" if (a := _answered(r)) else "")
           for _, r in g.iterrows()]
     if isinstance(first.get(open_loop.KNEE_ROUNDS), str):  # a knee run: the tries its verdict read
@@ -220,17 +271,23 @@ def _cpu_us(r) -> float | None:
     return None if u is None or k is None else u + k
 
 
-def _answered(r) -> str:
-    """'answering 81% of it': the share of the rate asked a cell answered, where short of it; else ''."""
+def _short_of(r) -> float | None:
+    """The share of the rate asked a cell answered, where short of it (under 95%); else None."""
     share = num(r, "open_loop.achieved_share")
-    return f"answering {units.share(share, 0)} of it" if share is not None and share < 0.95 else ""
+    return share if share is not None and share < 0.95 else None
+
+
+def _answered(r) -> str:
+    """'answering 81% of it', where the cell answered short of the rate asked; else ''."""
+    share = _short_of(r)
+    return "" if share is None else f"answering {units.share(share, 0)} of it"
 
 
 def _rate_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     """One sentence for the backends at one set rate and scale: throughput is the rate asked, so who kept the lowest
     p99 from the intended send (and whether the runner-up's rounds reached as low: `df`'s rows, normalized), how
     much of the rate each answered where short of it, and what the best one costs per message."""
-    g = g.assign(_p99=[num(r, "lat_us.p99") for _, r in g.iterrows()]).sort_values("_p99", na_position="last")
+    g = _by_p99(g)
     best = g.iloc[0]
 
     def answered(r) -> str:
