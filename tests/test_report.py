@@ -206,7 +206,7 @@ def test_pinned_and_unpinned_cells_are_told_apart(tmp_path):
 def test_fairness_is_stated_plainly_either_way():
     """The seed's starvation question gets an answer in the findings, whether or not it happened."""
 
-    from netprof.profiler.report.report import _fairness_sentence
+    from netprof.profiler.report.findings import _fairness_sentence
 
     cells = pd.DataFrame({"backend": ["asyncio_sock"] * 2, "connections": [100, 100], "pipeline": [1, 4],
                           "per_conn.jain": [1.0, 0.99]})
@@ -221,7 +221,7 @@ def test_fairness_is_stated_plainly_either_way():
 def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():
     """The report's claim that no probe ran in headline time follows each cell's measured attach and
     detach times (probed.late_ms / probed.spill_ms), and names the cells where it does not hold."""
-    from netprof.profiler.report.report import _probe_sentence
+    from netprof.profiler.report.findings import _probe_sentence
 
     def cells(spill: float) -> pd.DataFrame:
         return pd.DataFrame({"backend": ["selector", "cpp_epoll"], "interpreter": ["cpython-3.11.2"] * 2,
@@ -268,7 +268,7 @@ def test_at_a_set_rate_the_findings_rank_by_p99_not_throughput():
     """At a set rate every backend answers the rate asked (30.1k/s against 30k/s was "fastest, 1.00× the next"):
     the opening sentence ranks the backends by their p99 from the intended send and says which fell short of the
     rate; one backend alone says its p99, and the rate even when it is the run's only one."""
-    from netprof.profiler.report.report import findings
+    from netprof.profiler.report.findings import sentences as findings
 
     def at(backend, p99, mps, rnd=1, rate=30_000):
         return make_row(backend, 10, round=rnd, mps=mps, rate=rate, lat_us={"p50": 80.0, "p99": p99},
@@ -296,7 +296,7 @@ def test_one_backend_at_several_rates_is_one_sentence_along_its_curve():
     """A sentence per rate restated the table (a knee run opened with seven): one backend at several rates reads as
     one sentence, each rate's p99 from the intended send (and the share answered, where short), its rounds, and its
     cost at the lowest rate and at the highest; two backends at a rate still say who kept the lower p99."""
-    from netprof.profiler.report.report import findings
+    from netprof.profiler.report.findings import sentences as findings
 
     def at(backend, rate, p99, mps, rnd=1):
         return make_row(backend, 10, round=rnd, mps=mps, rate=rate, lat_us={"p50": 80.0, "p99": p99},
@@ -321,7 +321,7 @@ def test_several_backends_at_several_rates_are_one_sentence_on_who_kept_the_lowe
     """bench/reports/knee opened with a sentence per rate (seven, each naming three servers): at three rates or more,
     one sentence says who kept the lowest p99 at how many of them, the others where they did, the rates where the
     runner-up's rounds reached the leader's p99, and who answered short of the rate."""
-    from netprof.profiler.report.report import findings
+    from netprof.profiler.report.findings import sentences as findings
 
     def at(backend, rate, p99, share=1.0, rnd=1):
         return make_row(backend, 10, round=rnd, mps=rate * share, rate=rate, lat_us={"p50": 80.0, "p99": p99},
