@@ -428,7 +428,7 @@ def _waits(r) -> float | None:
 
 def _blocked_in(r) -> str:
     """', in clock_nanosleep (1.00 per message)': the blocking calls (BLOCKING) a cell made at least once every two
-    messages, most first; else ', in a call netprof's counts do not name (--breakdown shows where)'."""
+    messages, most first; else where to look (--breakdown)."""
     per = stats.syscalls_of(r) or {}
     calls = sorted(((v, k) for k, v in per.items() if k in BLOCKING and v >= 0.5), reverse=True)
     if not calls:
