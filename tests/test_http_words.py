@@ -93,7 +93,7 @@ def test_headline_table_words_follow_the_cells_protocols():
     # a table of HTTP and echo cells (two runs' rows): the protocol column says which row is which
     mixed = stats.aggregate(frame(http_row(round=1), make_row("selector", 10, round=1)))
     header, rows = tables.headline_table(mixed)
-    assert "protocol" in header and "msgs/s (req/s for HTTP)" in header, header
+    assert "protocol" in header and "msgs/s (req/s for HTTP), 1 round" in header, header  # one round each
     assert sorted(r[header.index("protocol")] for r in rows) == ["echo", "http"]
     assert "per request" in tables.cpu_table(http)[1][0][1] and "per message" in tables.cpu_table(echo)[1][0][1]
 

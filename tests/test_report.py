@@ -406,7 +406,8 @@ def test_headline_table_comes_first_with_every_cell(reported):
 
 
 def test_one_backend_one_round_reads_plainly(tmp_path):
-    """No 'Relative speed' with one backend; one round says why it has no interval (no '±–%')."""
+    """No 'Relative speed' with one backend; one round says why it has no interval (no '±–%'): in the throughput
+    table beside each figure, and under the headline table once (its rows, every one a single round, say nothing)."""
     store = results.ResultsStore(tmp_path)
     store.add(make_row("selector", 10, mps=2_113_929.0, lat_us={"p50": 50.0, "p99": 2_113_929.0}))
     report.finish(tmp_path)
@@ -414,7 +415,16 @@ def test_one_backend_one_round_reads_plainly(tmp_path):
     assert "Relative speed" not in md
     assert "±–" not in md and "1 round: no interval" in md
     row = _headline_rows(md)[0]
-    assert row[2] == "2.11M (1 round: no interval)" and row[3] == "2.1 s"
+    assert row[2] == "2.11M" and row[3] == "2.1 s"
+    assert "| msgs/s, 1 round |" in md and "msgs/s: one round each, so no interval; latency from the loader" in md
+    # with a cell of two rounds beside it, each row says its own
+    store.add(make_row("selector", 100, mps=2_000_000.0, round=1))
+    store.add(make_row("selector", 100, mps=2_100_000.0, round=2))
+    report.finish(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    rows = _headline_rows(md)
+    assert rows[0][2] == "2.11M (1 round: no interval)" and rows[1][2].startswith("2.05M ±"), rows
+    assert "msgs/s: mean of 1–2 rounds ± its 95% interval" in md
 
 
 def test_each_anomaly_links_its_plot_and_its_cells_flamegraph(reported):

@@ -255,7 +255,8 @@ def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
     rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
     protocol = cells.get("protocol")
     at_rate = bool(schema.at_rate(cells).any())
-    text = (f"{units.rate_unit(protocol)}: mean of {rounds} ± its 95% interval; latency from the loader"
+    said = "one round each, so no interval" if n == [1] else f"mean of {rounds} ± its 95% interval"
+    text = (f"{units.rate_unit(protocol)}: {said}; latency from the loader"
             + (" (at a set rate, from each request's intended send)" if at_rate else "")
             + f"; CPU {units.per_unit(protocol)} from /proc over the same window")
     if "probe_cost" in cells and cells["probe_cost"].notna().any():

@@ -47,8 +47,11 @@ def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     agg = agg.assign(_key=p99.where(at_rate, -agg["mps_mean"])).sort_values(order + ["_key"], kind="stable")
     protocol = agg.get("protocol")
     per = units.per_abbrev(protocol)
-    header = ["backend", *dims, "connections", units.rate_unit(protocol), "p99 latency", f"CPU µs{per} kernel / user",
-              f"kernel ops{per}", "Jain"]
+    # one round in every cell: no interval anywhere, said once in the column's heading (and the table's note,
+    # report.headline_note), not in every row
+    one = "mps_n" in agg and bool((agg["mps_n"].fillna(1) <= 1).all())
+    header = ["backend", *dims, "connections", units.rate_unit(protocol) + (", 1 round" if one else ""),
+              "p99 latency", f"CPU µs{per} kernel / user", f"kernel ops{per}", "Jain"]
     rows = []
     for _, r in agg.iterrows():
         k, u = _get(r, "cpu_us_per_msg.sys"), _get(r, "cpu_us_per_msg.user")
@@ -56,7 +59,8 @@ def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         rows.append([str(r["backend"]),
                      *[_dim_value(r, d) for d in dims],
                      units.count(r["connections"]),
-                     f"{units.rate(r['mps_mean'])} {_interval(r)}{' (noisy)' if r.get('noisy') else ''}",
+                     f"{units.rate(r['mps_mean'])}{'' if one else ' ' + _interval(r)}"
+                     f"{' (noisy)' if r.get('noisy') else ''}",
                      units.duration_us(_get(r, "lat_us.p99")), cpu,
                      units.per_message(_kernel_ops_total(r)) if _kernel_ops_total(r) is not None else "no probes",
                      f"{_get(r, 'per_conn.jain'):.2f}" if _get(r, "per_conn.jain") is not None else units.DASH])
