@@ -189,6 +189,12 @@ def test_a_rate_fails_only_when_every_try_fails_and_the_ceiling_is_the_best_cell
     assert header[1] == "try" and [r[1] for r in rows] == ["1 of 3", "2 of 3", "3 of 3"]
     assert rows[0][-1].startswith("fail: p99 9,000 µs over") and rows[2][-1].startswith("pass: p99 3,000 µs within")
     assert rows[2][-1].endswith("(decided the rate)") and "decided" not in rows[0][-1]
+    # a rate that failed and was looked at again (search's second look, `recheck`): the second look decided it
+    failed = knee.tried(lambda: knee.judge(_row(1000, 800, 9_000), 1000, slo, t), 1)
+    again = dataclasses.replace(got, recheck=True)
+    _, rows = tables.knee_tries_table({"slo": {"stat": "p99"}, "probes": [failed.record(slo), again.record(slo)]})
+    assert [r[1] for r in rows] == ["1 of 1", "1 of 3, a second look", "2 of 3, a second look", "3 of 3, a second look"]
+    assert rows[0][-1].endswith("(the rate looked at again below)") and rows[3][-1].endswith("(decided the rate)")
     calls = []
     never = knee.tried(lambda: calls.append(1) or knee.judge(_row(1000, 800, 9_000), 1000, slo, t), 3)
     assert not never.met and never.tries == 3 and len(calls) == 3
@@ -472,7 +478,7 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
             assert f"Every rate tried up to {lo:,.0f}/s met the objective" in bend["explanation"], bend
     page = (out / "report.md").read_text()
     assert "The knee's tries, each judged on its own against p99<20ms" in page, page[:3000]
-    assert page.count("(decided the rate)") == len(doc["probes"])
+    assert page.count("(decided the rate)") == len({p["rate"] for p in doc["probes"]})  # a second look decides
     # the page opens with the knee's verdict, the terminal's last line, then one sentence along the curve that reads
     # what the verdict read: a rate that passed, its passing try (not the mean of its tries, failed ones included)
     assert page.split("\n- ")[1].startswith(f"netprof knee: the {knee_doc.summary_line(doc)}."), page[:1000]

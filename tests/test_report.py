@@ -342,6 +342,33 @@ def test_several_backends_at_several_rates_are_one_sentence_on_who_kept_the_lowe
     assert "At 2,000/s the runner-up's rounds reached the leader's p99: not a clear win there." in out[0], out[0]
 
 
+def test_a_knee_runs_headline_table_reads_each_rate_as_its_verdict(tmp_path):
+    """Issue 51: the knee rate's merged row showed p99 16.3 ms under a 5-ms objective it passed (the mean of a try
+    that passed and two that failed). In a knee run the headline table reads a rate that passed as its passing try,
+    one that failed as the mean of its tries, and its note says so; the other tables keep the mean of every try."""
+    store = results.ResultsStore(tmp_path)
+
+    def at(rate, rnd, p99, mps):
+        store.add(make_row("selector", 10, round=rnd, mps=mps, rate=rate, lat_us={"p50": 80.0, "p99": p99},
+                           open_loop={"achieved_share": mps / rate}))
+
+    at(1000, 1, 2_000.0, 1000.0)
+    at(2000, 2, 30_000.0, 2000.0), at(2000, 3, 4_000.0, 2000.0)  # failed, then passed: 2,000/s passed
+    at(3000, 4, 90_000.0, 2500.0), at(3000, 5, 70_000.0, 2600.0)  # failed both
+    (tmp_path / results.KNEE_JSON).write_text(json.dumps(
+        {"slo": {"text": "p99<5ms", "stat": "p99", "limit_us": 5000.0}, "knee": 2000, "bounds": [2000, 3000],
+         "stop": "steps", "probes": [{"rate": r, "met": met, "attempts": [{"round": n} for n in rounds]}
+                                     for r, met, rounds in ((1000, True, [1]), (2000, True, [2, 3]),
+                                                            (3000, False, [4, 5]))]}))
+    report.finish(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    rows = {r[1]: r for r in _headline_rows(md)}
+    assert rows["2,000"][4] == "4 ms" and rows["3,000"][4] == "80 ms", rows  # its passing try; the mean of both
+    assert "In this knee run each rate is read as the verdict read it" in md
+    latency = md.split("### Latency p50")[1].split("\n\n")[1]
+    assert "(at 2,000/s) | 80 µs / " in latency and "/ 17 ms / " in latency, latency  # the table: mean of 2 tries
+
+
 def test_the_plot_beside_the_headline_table_at_a_set_rate_is_latency():
     """Throughput bars of cells at a set rate draw the rates asked: beside the headline table, latency against load
     (two rates or more), or through the window (one rate); closed loop keeps throughput."""

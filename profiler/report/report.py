@@ -242,9 +242,10 @@ def _watched(df: pd.DataFrame) -> bool:
     return bool("arrivals" in df and (df["arrivals"] == schema.WATCHED).any())
 
 
-def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
+def headline_note(cells: pd.DataFrame, watched: bool = False, knee: bool = False) -> str:
     """Where the headline table's figures come from, in one line. `watched`: rows of `netprof watch --out`
-    (latency "server": no loader, the server time where a run has the round trip)."""
+    (latency "server": no loader, the server time where a run has the round trip); `knee`: a knee run's rates as
+    its verdict read them (_as_judged)."""
     if cells.empty:
         return ""
     if watched:
@@ -256,7 +257,10 @@ def headline_note(cells: pd.DataFrame, watched: bool = False) -> str:
     protocol = cells.get("protocol")
     at_rate = bool(schema.at_rate(cells).any())
     said = "one round each, so no interval" if n == [1] else f"mean of {rounds} ± its 95% interval"
-    text = (f"{units.rate_unit(protocol)}: {said}; latency from the loader"
+    text = ("In this knee run each rate is read as the verdict read it: a rate that passed, its passing try; one "
+            "that failed, the mean of its tries (the knee's tries table has each; the other tables average them). "
+            if knee else "")
+    text += (f"{units.rate_unit(protocol)}: {said}; latency from the loader"
             + (" (at a set rate, from each request's intended send)" if at_rate else "")
             + f"; CPU {units.per_unit(protocol)} from /proc over the same window")
     if "probe_cost" in cells and cells["probe_cost"].notna().any():
@@ -418,15 +422,16 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     flames = find_flamegraphs(src, df)
     stack_files = [str(src / "stacks" / n) for n in results.list_input_dir(src, "stacks") or [] if n.endswith(".json")]
     cells = stats.aggregate(df)
+    judged = _as_judged(cells, df, src)  # the headline, its plots and the opening sentences: as a knee's verdict read
     notes = [part.probe_note(cells) for part in parts if hasattr(part, "probe_note")]  # for the probe sentence
     if not render_report:  # `run --no-report`: the findings and summary.json, nothing drawn or rendered
         found = rules.detect(df, per_conn, meta, src, cells=cells)
         summary = _summary(src, out, df, stats.cell_summaries(df), found, meta, None, [], flames, stack_files)
         if console is not None:
-            said = findings.sentences(cells, found, df, notes=notes)
-            _print(console, {"headline": _headline(cells), "findings": said, "anomalies": found}, out, rendered=False)
+            said = findings.sentences(cells, found, df, ranked=judged, notes=notes)
+            _print(console, {"headline": _headline(judged), "findings": said, "anomalies": found}, out, rendered=False)
         return summary
-    with plotset.start(cells, per_conn, out, _draw) as pending:  # drawn in children meanwhile
+    with plotset.start(judged, per_conn, out, _draw) as pending:  # drawn in children meanwhile
         found = rules.detect(df, per_conn, meta, src, cells=cells)
         rendered = ([{"title": _table_title(t, cells), "header": made[0], "rows": made[1]} for t, fn in TABLES
                      if (made := fn(cells)) is not None] if not cells.empty else [])
@@ -440,9 +445,9 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         context: dict[str, Any] = {
             "facts": run_facts(df, meta),
             "findings": ([knee[1]] if knee is not None else [])
-            + findings.sentences(cells, found, df, ranked=_as_judged(cells, df, src), notes=notes),
-            "anomalies": found,
-            "headline": _headline(cells), "headline_note": headline_note(cells, watched=_watched(df)),
+            + findings.sentences(cells, found, df, ranked=judged, notes=notes),
+            "anomalies": found, "headline": _headline(judged),
+            "headline_note": headline_note(judged, watched=_watched(df), knee=judged is not cells),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
         context["sections"] = [dict(made, name=_section_name(part), template=f"{_section_name(part)}/report",
                                     **part.SECTION)
@@ -461,9 +466,11 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
 
 
 def _as_judged(cells: pd.DataFrame, df: pd.DataFrame, src: Path) -> pd.DataFrame:
-    """The cells the opening sentences speak of: in a knee run, its rates as its verdict reads them (a rate that
-    passed, its passing try; one that failed, the mean of its tries: rules.open_loop.knee_cells), not the tables'
-    mean over every try of a rate (a knee's own rate read p99 47 ms there; its passing try's was 3.6 ms)."""
+    """The cells the headline table, the plots and the opening sentences show: in a knee run, its rates as its
+    verdict reads them (a rate that passed, its passing try; one that failed, the mean of its tries:
+    rules.open_loop.knee_cells), not the tables' mean over every try of a rate (a knee's own rate read p99 47 ms
+    there, 16.3 ms in another run's headline table under a 5-ms objective; its passing try's were 3.6 and 4.5 ms);
+    `cells` itself otherwise."""
     knee = open_loop.knee_cells(df, src)
     if knee is None or "rate" not in cells:
         return cells

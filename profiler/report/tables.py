@@ -120,6 +120,11 @@ def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return _pivot(agg, fmt)
 
 
+def _signed_pct(frac: float) -> str:
+    """'+5%', '-3%', '+0%' (not '-0%', as f"{-0.003:+.0%}" gives)."""
+    return f"{round(100 * frac):+d}%"
+
+
 def probe_cost_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]] | None:
     """What the counting probes cost in each cell, measured there: the probed sub-window's msgs/s and the
     server's CPU per message against the unprobed rest (which gives every headline number); at a set rate the
@@ -136,14 +141,14 @@ def probe_cost_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]] | N
         if cost is None:  # --no-probes, or --probe-share 1 (no unprobed part to compare with)
             return units.DASH
         per = units.per_abbrev(r.get("protocol"))
-        cpu_text = (f"server CPU{per} {100 * cpu:+.0f}%{spread(r, 'probe_cpu_cost')} "
+        cpu_text = (f"server CPU{per} {_signed_pct(cpu)}{spread(r, 'probe_cpu_cost')} "
                     f"({units.duration_us(_get(r, 'probed.cpu_us_per_msg'))} probed)") if cpu is not None else ""
         if (_get(r, "rate") or 0) > 0 and cpu_text:  # a set rate: every part answers it, the cost is CPU's
             return f"{cpu_text}; throughput: the rate asked"
         drift = _get(r, "unprobed_drift")  # the cell's own noise: its two unprobed parts, no probe attached
         apart = f"; unprobed parts {100 * drift:.0f}% apart" if drift is not None else ""
         probed = units.rate(_get(r, "probed.msgs_per_sec"))
-        text = f"{-100 * cost:+.0f}%{spread(r, 'probe_cost')} ({probed} probed{apart})"
+        text = f"{_signed_pct(-cost)}{spread(r, 'probe_cost')} ({probed} probed{apart})"
         return text + (f"; {cpu_text}" if cpu_text else "")
     return _pivot(agg, fmt)
 
@@ -197,18 +202,21 @@ def knee_tries_table(doc: dict) -> tuple[list[str], list[list[str]]] | None:
     if not probes:
         return None
     stat = doc["slo"]["stat"]
+    last = {q["rate"]: i for i, q in enumerate(probes)}  # a rate looked at again: its second look decided it
     rows = []
-    for q in probes:
+    for i, q in enumerate(probes):
         attempts = q.get("attempts") or [q]
+        decided = " (decided the rate)" if last[q["rate"]] == i else " (the rate looked at again below)"
         for k, a in enumerate(attempts, 1):
             conns, steal, slowed = a.get("conns_max"), a.get("steal"), a.get("slowed")
-            rows.append([f"{units.number(a['rate'])}/s", f"{k} of {len(attempts)}",
+            rows.append([f"{units.number(a['rate'])}/s",
+                         f"{k} of {len(attempts)}" + (", a second look" if q.get("recheck") else ""),
                          f"{units.rate(a.get('achieved'))}/s", units.duration_us(a.get(f"{stat}_us")),
                          units.DASH if conns is None else units.count(conns),
                          units.DASH if steal is None else f"{steal:.0%}",
                          units.DASH if slowed is None else f"{slowed:.2f}×",
                          ("pass" if a["met"] else "fail") + f": {a['why']}"
-                         + (" (decided the rate)" if k == len(attempts) else "")])
+                         + (decided if k == len(attempts) else "")])
     # stolen: the share of the host's CPU the hypervisor took during the try; host slowed: the speed canary's
     # slowest 0.3 s on the backend's CPU against its usual (over knee.STOLEN or knee.SLOWED, a failure is the
     # host's and another try is measured in its place)
