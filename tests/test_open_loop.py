@@ -665,6 +665,24 @@ def test_latency_against_load_is_drawn_with_two_rates_only():
     assert plots.draw("latency_load", closed, None) is None
 
 
+def test_latency_against_load_labels_rates_apart_and_a_knees_crowd_on_a_linear_axis():
+    """A knee's rates crowd near it (20,752 ... 38,910, 39,558, 40,207/s): on a log axis with a label at each,
+    three ran together ("36.3k38.9k40.2k"). Rates within a factor of LOG_RATES get a linear axis, and a rate whose
+    label would touch the one labelled before it goes unlabelled (its point stays); the highest is always labelled."""
+    import math
+
+    from netprof.profiler.report import plots
+
+    knee = [20_752.0, 31_128.0, 36_316.0, 38_910.0, 39_558.0, 40_207.0]
+    assert plots._spaced(knee, float) == [20_752.0, 31_128.0, 36_316.0, 40_207.0]
+    sweep = [5e3, 1e4, 1.5e4, 2e4, 2.5e4, 3e4, 4e4]  # bench/reports/knee: every one apart enough on a log axis
+    assert plots._spaced(sweep, math.log) == sweep and plots._spaced([1e3, 1.01e3, 1e4], math.log) == [1e3, 1e4]
+    assert plots._spaced([500.0, 2000.0], math.log) == [500.0, 2000.0]
+    cells = stats.aggregate(pd.DataFrame([results.flatten(open_row(r, r)) for r in knee]))
+    svg = plots.draw("latency_load", cells, None)
+    assert b"messages / s asked (open loop)" in svg and b"36.3k" in svg and b"38.9k" not in svg
+
+
 # --------------------------------------------------------------------------------------------- the report
 
 

@@ -161,10 +161,34 @@ def latency(cells: pd.DataFrame):
     return fig
 
 
+LOG_RATES = 4.0  # rates spanning this factor or more: a log axis; closer ones, a linear axis
+CHAR_SHARE = 0.016  # the share of the axis one character of a rate's label takes, shown beside the headline table
+
+
+def _spaced(values: list[float], scale) -> list[float]:
+    """The rates to label, lowest first: each far enough (in `scale`: math.log on a log axis) from the one labelled
+    before it for their labels not to touch (CHAR_SHARE per character: '38.9k' and '40.2k' ran together at 7% of
+    the axis apart, '25k' and '30k' did not at 9%), the highest always (the one before it gives way if too near)."""
+    pos = [scale(v) for v in values]
+    span = (pos[-1] - pos[0]) or 1.0
+
+    def apart(i: int, j: int) -> bool:
+        room = CHAR_SHARE * (len(units.rate(values[i])) + len(units.rate(values[j]))) / 2
+        return (pos[j] - pos[i]) / span >= room
+
+    kept = [0]
+    for i in range(1, len(values)):
+        if apart(kept[-1], i):
+            kept.append(i)
+    if kept[-1] != len(values) - 1:
+        kept[-1] = len(values) - 1
+    return [values[i] for i in kept]
+
+
 def latency_load(cells: pd.DataFrame):
     """Latency against load (--rate with two rates or more): p50 and p99 from each request's intended
     send time against the rate asked, one colour per backend (and other varying dimension); p99 from
-    the actual send dotted, where the loader gave it. Log scales on both axes."""
+    the actual send dotted, where the loader gave it. Log latency; log rates where they span LOG_RATES or more."""
     if "rate" not in cells or "lat_us.p99" not in cells:
         return None
     open_ = cells[schema.at_rate(cells)]
@@ -181,12 +205,17 @@ def latency_load(cells: pd.DataFrame):
             ax.plot(g["rate"], g[col], ls, marker="o", ms=4, lw=1.8 if ls != ":" else 1.2, color=color)
         handles.append(Line2D([], [], color=color, lw=3, label=label))
     values = sorted(float(v) for v in open_["rate"].unique())
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(FixedLocator(values))
+    wide = values[-1] >= LOG_RATES * values[0]  # a knee's rates crowd near it: on a log axis their labels overlap
+    if wide:
+        ax.set_xscale("log")
+        ax.set_xlim(values[0] / 1.4, values[-1] * 1.4)
+    else:
+        pad = 0.08 * (values[-1] - values[0])
+        ax.set_xlim(values[0] - pad, values[-1] + pad)
+    ax.xaxis.set_major_locator(FixedLocator(_spaced(values, math.log if wide else float)))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: units.rate(v)))
-    ax.set_xlim(values[0] / 1.4, values[-1] * 1.4)
-    ax.set_xlabel("requests / s asked (open loop)")
+    ax.set_xlabel(f"{units.exchanges(open_.get('protocol'))} / s asked (open loop)")
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.duration_us(v)))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
