@@ -461,7 +461,7 @@ def test_knee_of_a_server_of_known_capacity(tmp_path):
     # its open-loop cells opened connections as requests needed them, up to the default cap
     assert doc["max_connections"] == 1000 and all(p["conns_max"] >= 10 for p in doc["probes"]), doc["probes"]
     assert doc["conns_max"] == max(a["conns_max"] for p in doc["probes"] for a in p["attempts"])
-    # every try is in knee.json with its verdict, and the report's first table lists them
+    # every try is in knee.json with its verdict, and the report's table of the knee's tries lists them
     assert all(len(p["attempts"]) == p["tries"] and p["attempts"][-1]["met"] == p["met"] for p in doc["probes"])
     # the latency_knee finding is the knee's verdict (the rule reads knee.json): between the knee and the rate that
     # failed above it, or, where every rate up to the ceiling passed, at the ceiling

@@ -185,7 +185,7 @@ def _curve_sentence(g: pd.DataFrame) -> str:
           for _, r in g.iterrows()]
     if isinstance(first.get(open_loop.KNEE_ROUNDS), str):  # a knee run: the tries its verdict read
         read = (" Each rate is read as the knee's verdict read it: its passing try where it passed, the mean of its "
-                "tries where it failed (the first table has each try).")
+                "tries where it failed (the table of the knee's tries has each).")
     else:
         n = [int(num(r, "mps_n") or 1) for _, r in g.iterrows()]
         many = str(max(n)) if min(n) == max(n) else f"{min(n)}–{max(n)}"

@@ -63,7 +63,7 @@ def _knee(src: Path) -> tuple[dict, str] | None:
         line = knee_doc.summary_line(doc)
         return ({"title": f"The knee's tries, each judged on its own against {doc['slo']['text']} (the tables below "
                           "average a rate's tries as rounds)", "header": made[0], "rows": made[1]},
-                f"netprof knee: the {line}. Each try is in the first table, with its own verdict.")
+                f"netprof knee: the {line}. Each try is in the table of the knee's tries, with its own verdict.")
     except (ValueError, KeyError, TypeError):
         return None
 
