@@ -218,11 +218,14 @@ def _judge(row: dict, rate: float, slo: Slo, t: Thresholds) -> Probe:
     if share is not None and share < 1 - t.overload_shortfall:
         return Probe(rate, achieved, lat, False, f"overloaded: achieved {share:.0%} of the rate", row)
     share_waited = ol.get("waited_share")  # stats.open_loop
-    waited = (f" ({share_waited:.1%} of requests waited in the loader for a connection: in the latency)"
+    waited = (f" ({share_waited:.1%} of requests waited in the loader for a connection, counted in the latency)"
               if share_waited is not None and share_waited > t.overload_behind_share else "")
+    near = abs(lat - slo.limit_us) < 0.01 * slo.limit_us  # '5 ms within the 5 ms limit' would read as a tie
+    said = f"{slo.stat} " + (f"{lat:,.0f} µs" if near else units.duration_us(lat))  # '108 ms', not '107,741 µs'
+    limit = units.duration_us(slo.limit_us)
     if lat > slo.limit_us:
-        return Probe(rate, achieved, lat, False, f"{slo.stat} {lat:,.0f} µs over the limit{waited}", row)
-    return Probe(rate, achieved, lat, True, f"{slo.stat} {lat:,.0f} µs within the limit{waited}", row)
+        return Probe(rate, achieved, lat, False, f"{said} over the {limit} limit{waited}", row)
+    return Probe(rate, achieved, lat, True, f"{said} within the {limit} limit{waited}", row)
 
 
 def search(measure: Callable[[float], Probe], ceiling: float, steps: int, looks: int = LOOKS,

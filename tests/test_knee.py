@@ -44,7 +44,9 @@ def test_a_cell_passes_only_within_the_limit_and_keeping_up():
     slo, t = knee_plan.parse_slo("p99<5ms"), Thresholds()
     assert knee.judge(_row(1000, 1000, 4000), 1000, slo, t).met
     over = knee.judge(_row(1000, 1000, 6000), 1000, slo, t)
-    assert not over.met and "over the limit" in over.why
+    assert not over.met and over.why == "p99 6 ms over the 5 ms limit", over.why
+    near = knee.judge(_row(1000, 1000, 4_990), 1000, slo, t)  # within 1% of the limit: to the µs, not "5 ms"
+    assert near.met and near.why == "p99 4,990 µs within the 5 ms limit", near.why
     behind = knee.judge(_row(1000, 900, 100), 1000, slo, t)  # fast answers, but only 90% of the rate
     assert not behind.met and "overloaded: achieved 90%" in behind.why
     # requests that waited for their connection carry that wait in their latency: the objective judges them
@@ -57,7 +59,7 @@ def test_a_cell_passes_only_within_the_limit_and_keeping_up():
     assert below_cap["open_loop"]["behind_share"] == 0.01
     assert "5.0% of requests waited in the loader" in knee.judge(below_cap, 1000, slo, t).why
     waited_long = knee.judge(_row(1000, 1000, 7_000, behind=0.05), 1000, slo, t)
-    assert not waited_long.met and "over the limit" in waited_long.why
+    assert not waited_long.met and "over the 5 ms limit" in waited_long.why
     failed = knee.judge({"status": "failed", "error": "stalled"}, 1000, slo, t)
     assert not failed.met and "stalled" in failed.why
 
@@ -187,7 +189,8 @@ def test_a_rate_fails_only_when_every_try_fails_and_the_ceiling_is_the_best_cell
     assert [(a["p99_us"], a["met"]) for a in tries] == [(9_000, False), (7_000, False), (3_000, True)]
     header, rows = tables.knee_tries_table({"slo": {"stat": "p99", "text": "p99<5ms"}, "probes": [got.record(slo)]})
     assert header[1] == "try" and [r[1] for r in rows] == ["1 of 3", "2 of 3", "3 of 3"]
-    assert rows[0][-1].startswith("fail: p99 9,000 µs over") and rows[2][-1].startswith("pass: p99 3,000 µs within")
+    assert rows[0][-1].startswith("fail: p99 9 ms over the 5 ms limit"), rows
+    assert rows[2][-1].startswith("pass: p99 3 ms within the 5 ms limit"), rows
     assert rows[2][-1].endswith("(decided the rate)") and "decided" not in rows[0][-1]
     # a rate that failed and was looked at again (search's second look, `recheck`): the second look decided it
     failed = knee.tried(lambda: knee.judge(_row(1000, 800, 9_000), 1000, slo, t), 1)
