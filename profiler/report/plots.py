@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -165,7 +166,7 @@ LOG_RATES = 4.0  # rates spanning this factor or more: a log axis; closer ones, 
 CHAR_SHARE = 0.016  # the share of the axis one character of a rate's label takes, shown beside the headline table
 
 
-def _spaced(values: list[float], scale) -> list[float]:
+def _spaced(values: list[float], scale: Callable[[float], float]) -> list[float]:
     """The rates to label, lowest first: each far enough (in `scale`: math.log on a log axis) from the one labelled
     before it for their labels not to touch (CHAR_SHARE per character: '38.9k' and '40.2k' ran together at 7% of
     the axis apart, '25k' and '30k' did not at 9%), the highest always (the one before it gives way if too near)."""
