@@ -191,7 +191,7 @@ def _curve_sentence(g: pd.DataFrame) -> str:
         many = str(max(n)) if min(n) == max(n) else f"{min(n)}–{max(n)}"
         read = f" Each rate is the mean of its {many} rounds." if max(n) > 1 else ""
     text = (f"At {where}, **{first['backend']}**, asked {len(g)} rates, kept a p99 from the intended send of "
-            f"{', '.join(at[:-1])} and {at[-1]}.{read}")
+            f"{_and(at)}.{read}")
     lo, hi = _cpu_us(first), _cpu_us(last)
     if lo is not None and hi is not None:
         each = units.per_unit(first.get("protocol"))
