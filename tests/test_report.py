@@ -311,6 +311,13 @@ def test_one_backend_at_several_rates_is_one_sentence_along_its_curve():
                             "is the mean of its 2 rounds. It used "), curve
     assert " at 500/s, " in curve.split("It used")[1] and curve.endswith(" at 4,000/s."), curve
     assert not [s for s in out if "kept the lowest p99" in s]
+    # a knee's search tries many rates (14 at 19:51): past CURVE_LIST, those before the bend read as one range
+    many = [at("selector", 1_000 * k, p99, 1_000.0 * k * share)
+            for k, p99, share in ((1, 900.0, 1.0), (2, 1_200.0, 1.0), (3, 800.0, 1.0), (4, 2_000.0, 1.0),
+                                  (5, 1_500.0, 1.0), (6, 1_000.0, 1.0), (7, 9_000.0, 1.0), (8, 300_000.0, 0.8))]
+    (long,) = [s for s in findings(stats.aggregate(frame(*many)), [], frame(*many)) if "rates, kept" in s]
+    assert ("asked 8 rates, kept a p99 from the intended send of 800 µs to 2 ms at the 6 rates from 1,000/s to "
+            "6,000/s, 9 ms at 7,000/s and 300 ms at 8,000/s (answering 80% of it).") in long, long
     rows += [at("uvloop_sock", 2_000, 1_000.0, 2_000.0)]
     out = findings(stats.aggregate(frame(*rows)), [], frame(*rows))
     assert len([s for s in out if "kept the lowest p99" in s or "answered with p99" in s]) == 3, out

@@ -12,6 +12,7 @@ import pandas as pd
 from netprof.profiler.analysis import rules
 from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num, syscalls_of
 
@@ -183,6 +184,12 @@ def _curve_sentence(g: pd.DataFrame) -> str:
     where = _scale_of_rates(first)
     at = [f"{units.duration_us(num(r, 'lat_us.p99'))} at {_asked(r)}" + (f" ({a})" if (a := _answered(r)) else "")
           for _, r in g.iterrows()]
+    flat = _before_the_bend(g) if len(g) > CURVE_LIST else 0
+    if flat >= 3:  # a knee's search tries many rates: those before the bend read as one range
+        head = g.iloc[:flat]
+        p99s = [num(r, "lat_us.p99") or 0.0 for _, r in head.iterrows()]
+        at = [f"{_span(p99s, units.duration_us).replace('–', ' to ')} at the {flat} rates from {_asked(first)} to "
+              f"{_asked(head.iloc[-1])}"] + at[flat:]
     if isinstance(first.get(open_loop.KNEE_ROUNDS), str):  # a knee run: the tries its verdict read
         read = (" Each rate is read as the knee's verdict read it: its passing try where it passed, the mean of its "
                 "tries where it failed (the table of the knee's tries has each).")
@@ -201,6 +208,22 @@ def _curve_sentence(g: pd.DataFrame) -> str:
         text += (f" It used {units.duration_us(lo)} of CPU{lo_calls} {each} at {_asked(first)}, "
                  f"{units.duration_us(hi)}{hi_calls} at {_asked(last)}.")
     return text
+
+
+CURVE_LIST = 6  # a curve's rates said one by one up to this many; past it, the rates before the bend as a range
+
+
+def _before_the_bend(g: pd.DataFrame) -> int:
+    """How many of `g`'s rates, lowest first, come before its latency bends: their p99 within the latency_knee
+    rule's factor (Thresholds.knee_factor) of the lowest rate's, and the rate answered."""
+    base = num(g.iloc[0], "lat_us.p99")
+    if not base:
+        return 0
+    for i, (_, r) in enumerate(g.iterrows()):
+        p99 = num(r, "lat_us.p99")
+        if p99 is None or p99 > Thresholds.knee_factor * base or _short_of(r) is not None:
+            return i
+    return len(g)
 
 
 def _asked(r) -> str:
