@@ -371,6 +371,8 @@ def test_a_knee_runs_headline_table_reads_each_rate_as_its_verdict(tmp_path):
     md = (tmp_path / "report.md").read_text()
     rows = {r[1]: r for r in _headline_rows(md)}
     assert rows["2,000"][4] == "4 ms" and rows["3,000"][4] == "80 ms", rows  # its passing try; the mean of both
+    assert rows["2,000"][3] == "2k (the try that passed)", rows
+    assert rows["3,000"][3].startswith("2.55k ±") and rows["3,000"][3].endswith(" (2 tries, each failed)"), rows
     assert "In this knee run each rate is read as the verdict read it" in md
     latency = md.split("### Latency p50")[1].split("\n\n")[1]
     assert "(at 2,000/s) | 80 µs / " in latency and "/ 17 ms / " in latency, latency  # the table: mean of 2 tries

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from rich.table import Table
 
+from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import units
 from netprof.profiler.model import schema, stats
 
@@ -77,7 +78,13 @@ def _dim_value(r, dim: str) -> str:
 
 
 def _interval(r) -> str:
+    rounds = r.get(open_loop.KNEE_ROUNDS)
+    if isinstance(rounds, str) and r.get(open_loop.KNEE_MET):  # a knee's rate as its verdict read it: one try
+        return "(the try that passed)"
     text = units.interval(r.get("mps_ci_pct"), r.get("mps_n"))
+    if isinstance(rounds, str):  # a rate that failed: the mean of its tries
+        n = int(r.get("mps_n") or 1)
+        return f"{text} ({n} tries, each failed)" if n > 1 else "(its one try, failed)"
     return text if text.startswith("±") else f"({text})"
 
 
