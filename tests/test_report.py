@@ -357,7 +357,7 @@ def test_a_knee_runs_headline_table_reads_each_rate_as_its_verdict(tmp_path):
 
     def at(rate, rnd, p99, mps):
         store.add(make_row("selector", 10, round=rnd, mps=mps, rate=rate, lat_us={"p50": 80.0, "p99": p99},
-                           open_loop={"achieved_share": mps / rate}))
+                           open_loop={"achieved_share": mps / rate, "conns_max": 10 + rnd, "max_connections": 1000}))
 
     at(1000, 1, 2_000.0, 1000.0)
     at(2000, 2, 30_000.0, 2000.0), at(2000, 3, 4_000.0, 2000.0)  # failed, then passed: 2,000/s passed
@@ -374,6 +374,9 @@ def test_a_knee_runs_headline_table_reads_each_rate_as_its_verdict(tmp_path):
     assert rows["2,000"][3] == "2k (the try that passed)", rows
     assert rows["3,000"][3].startswith("2.55k ±") and rows["3,000"][3].endswith(" (2 tries, each failed)"), rows
     assert "In this knee run each rate is read as the verdict read it" in md
+    # "What ran" says the loader opened connections as requests needed them, and how many at most
+    assert ("| connections | 10 (pipeline 1); at a set rate, more as messages needed them: up to 15 open at once "
+            "(--max-connections 1,000) |") in md
     latency = md.split("### Latency p50")[1].split("\n\n")[1]
     assert "(at 2,000/s) | 80 µs / " in latency and "/ 17 ms / " in latency, latency  # the table: mean of 2 tries
 

@@ -101,6 +101,7 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "backends": ", ".join(dict.fromkeys(map(str, df["backend"]))) if "backend" in df else "",
         "connections": ", ".join(str(c) for c in sorted(df["connections"].unique())) if "connections" in df else "",
         "pipeline": ", ".join(str(p) for p in sorted(df["pipeline"].unique())) if "pipeline" in df else "1",
+        "opened": _opened(df),
         "framing": ", ".join(sorted(schema.normalize(df)["framing"].dropna().unique())) if len(df) else "",
         "interpreters": _interpreters(df),
         "rounds": cfg.get("rounds", int(df["round"].max()) if "round" in df and len(df) else ""),
@@ -120,6 +121,18 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "probe_cost": _syscall_cost(meta.get("probe_cost_per_syscall")),
     }
     return facts
+
+
+def _opened(df: pd.DataFrame) -> str:
+    """'; at a set rate, more as requests needed them: up to 79 open at once (--max-connections 1,000)', where the
+    loader opened connections during the window (PROTOCOL.md "Connections as needed"); else ''."""
+    if "open_loop.conns_max" not in df or df["open_loop.conns_max"].dropna().empty:
+        return ""
+    most = int(df["open_loop.conns_max"].max())
+    cap = df["open_loop.max_connections"].dropna() if "open_loop.max_connections" in df else pd.Series(dtype=float)
+    cap_text = f" (--max-connections {int(cap.max()):,})" if not cap.empty else ""
+    return (f"; at a set rate, more as {units.exchanges(df.get('protocol'))} needed them: up to {most:,} open at "
+            f"once{cap_text}")
 
 
 def _interpreters(df: pd.DataFrame) -> str:
