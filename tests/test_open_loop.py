@@ -88,7 +88,7 @@ def test_rate_is_a_dimension_with_label_slug_and_legacy():
     assert schema.cell_label(row | {"rate": 2000}).endswith("at 2,000/s")
     assert schema.cell_slug(row | {"rate": 2000}).endswith("-r2000")
     assert schema.cell_slug(row | {"rate": 0.5}).endswith("-r0.5")
-    assert schema.cell_phrase(row | {"rate": 2000}).endswith(", at 2,000/s, message framing")
+    assert schema.cell_phrase(row | {"rate": 2000}).endswith(", at 2,000/s (message framing)")
     # Older results, and closed-loop runs, have no rate column: closed loop (0), which labels leave out.
     assert schema.key_of(row)[schema.CELL_KEYS.index("rate")] == 0
     assert "/s" not in schema.cell_label(row) and "asked" not in schema.cell_phrase(row)
@@ -600,14 +600,15 @@ def test_in_a_knee_run_the_cards_of_a_rate_that_passed_are_its_passing_trys(tmp_
     df = pd.DataFrame([results.flatten(r) for r in rows])
     # on the means, 1,000/s answered 85% of it: overloaded
     assert sorted(a["title"].split(" (")[0] for a in ids(detect(df), "overloaded")) == [
-        "Overloaded: 1.05k/s of 1,500/s asked", "Overloaded: 850/s of 1,000/s asked"]
+        "Overloaded, 1.05k/s answered: selector at 10 connections, at 1,500/s",
+        "Overloaded, 850/s answered: selector at 10 connections, at 1,000/s"]
     doc = {"slo": {"text": "p99<5ms"}, "knee": 1000, "bounds": [1000, 1500], "stop": "steps",
            "probes": [{"rate": 500, "met": True, "attempts": [{"round": 1}]},
                       {"rate": 1000, "met": True, "attempts": [{"round": 2}, {"round": 3}]},
                       {"rate": 1500, "met": False, "attempts": [{"round": 4}, {"round": 5}]}]}
     (tmp_path / results.KNEE_JSON).write_text(json.dumps(doc))
     (a,) = ids(detect(df, out_dir=tmp_path), "overloaded")  # the try that passed 1,000/s: no card for it
-    assert a["title"].startswith("Overloaded: 1.05k/s of 1,500/s asked (selector at 10 connections"), a["title"]
+    assert a["title"].startswith("Overloaded, 1.05k/s answered: selector at 10 connections, at 1,500/s"), a["title"]
     assert a["evidence"]["the knee's tries these figures are from (rounds)"] == "4, 5 (each failed)", a["evidence"]
     # a knee.json whose probes kept no attempts (written before them): the cells over their rounds, as before
     (tmp_path / "old").mkdir()
@@ -723,10 +724,10 @@ def test_a_closed_loop_cell_beside_open_loop_ones_says_closed_loop():
     closed = {k: v for k, v in open_row(0, 900.0).items() if k not in ("rate", "open_loop", "lat_sent_us")}
     noisy = [closed | {"rate": 0, "round": n, "msgs_per_sec": mps} for n, mps in ((1, 900.0), (2, 1400.0))]
     (a,) = ids(detect_rows(*noisy), "noisy")
-    assert "selector at 10 connections, stream framing" in a["title"] and "closed loop" not in a["title"], a["title"]
+    assert "selector at 10 connections (" in a["title"] and "closed loop" not in a["title"], a["title"]
     (a,) = ids(detect_rows(*noisy, open_row(500, 500.0, round=3)), "noisy")
-    assert "selector at 10 connections, closed loop, stream framing" in a["title"], a["title"]
-    assert "selector at 10 connections, closed loop, stream framing" in a["explanation"], a["explanation"]
+    assert "selector at 10 connections, closed loop (" in a["title"], a["title"]
+    assert "selector at 10 connections, closed loop (" in a["explanation"], a["explanation"]
     from netprof.profiler.kit.rule_registry import Anomaly, say_closed_loop
     http = closed | {"framing": "own", "protocol": "http"}  # no framing words: one phrase begins the other's
     a = Anomaly.at(http, "noisy", "info", "t: selector at 10 connections",

@@ -12,7 +12,7 @@ from netprof.profiler.model.stats import num
 READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
 MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
 
-where = schema.cell_phrase  # 'asyncio_sock at 100 connections, 8 in flight, message framing'
+where = schema.cell_phrase  # 'asyncio_sock at 100 connections, 8 in flight (message framing)'
 
 # How often netprof's reference host stops a busy CPU (bench/RESULTS.md, "A busy CPU's pauses", bench/cpu_pauses.py,
 # 2026-12-04): with both CPUs busy, as in a loaded run, pauses of 1 ms or more per second per CPU and the longest

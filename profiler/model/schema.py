@@ -176,15 +176,15 @@ def column_label(row: Mapping, frame: pd.DataFrame) -> str:
 
 
 def cell_phrase(row: Mapping, closed: bool = False) -> str:
-    """'asyncio_sock at 100 connections, 8 in flight, message framing': a cell in a sentence (commas only: it stands
-    in parentheses after a card's title); an open-loop cell adds its asked rate ('selector at 10 connections, at
-    2,000/s': requests or messages, as its cell's unit), and with `closed` a closed-loop one says so (', closed
-    loop': beside open-loop cells, as a knee's ceiling)."""
+    """'asyncio_sock at 100 connections, 8 in flight (message framing)': a cell in a sentence; an open-loop cell adds
+    its asked rate ('selector at 10 connections, at 2,000/s': requests or messages, as its cell's unit), and with
+    `closed` a closed-loop one says so (', closed loop': beside open-loop cells, as a knee's ceiling). A card's title
+    puts it after a colon, never inside parentheses of its own."""
     pipe = f", {int(row['pipeline'])} in flight" if (row.get("pipeline") or 1) > 1 else ""
     rate = _value(row, BY_NAME["rate"])
     asked = f", at {units.number(rate)}/s" if rate else ", closed loop" if closed else ""
     framing = BY_NAME["framing"].text(row.get("framing") or "own")
-    framing = f", {framing}" if framing else ""
+    framing = f" ({framing})" if framing else ""
     return f"{row['backend']} at {int(row['connections'])} connections{pipe}{asked}{framing}"
 
 

@@ -122,7 +122,7 @@ def overloaded(ctx: Context) -> list[Anomaly]:
                      f"actual send, {units.duration_us(p99_sent)}: the difference is the queue a closed-loop load, "
                      "or a tool that times from the send, would not show. ")
         text += "Its capacity is below this rate: ask for less, or find what limits it at a lower rate."
-        title = f"Overloaded: {units.rate(mps)}/s of {units.number(rate)}/s asked ({where(r)})"
+        title = f"Overloaded, {units.rate(mps)}/s answered: {where(r)}"  # its rate asked is in where()
         found.append(Anomaly.at(r, "overloaded", "warning", title, text, _try_evidence(r, ev)))
     return found
 
