@@ -153,8 +153,7 @@ def _sweep_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     (lead, led), *others = sorted(wins.items(), key=lambda kv: -len(kv[1]))
     first = ranked[0].iloc[0]
     where = _scale_of_rates(first)
-    p99s = [num(c, "lat_us.p99") or 0.0 for c in led]
-    span = _span(p99s, units.duration_us).replace("–", " to ")
+    span = _p99_range(led)
     at = "every one" if not others else f"{len(led)} of them"
     text = (f"At {where}, across {len(ranked)} rates from {_asked(ranked[0].iloc[0])} to {_asked(ranked[-1].iloc[0])}, "
             f"**{lead}** kept the lowest p99 from the intended send at {at} ({span})")
@@ -173,6 +172,11 @@ def _sweep_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     return text
 
 
+def _p99_range(cells: list) -> str:
+    """'1.6 ms to 3.3 ms' (or one figure, where they agree within 5%): the p99s of `cells`."""
+    return _span([num(c, "lat_us.p99") or 0.0 for c in cells], units.duration_us).replace("–", " to ")
+
+
 def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
@@ -187,8 +191,7 @@ def _curve_sentence(g: pd.DataFrame) -> str:
     flat = _before_the_bend(g) if len(g) > CURVE_LIST else 0
     if flat >= 3:  # a knee's search tries many rates: those before the bend read as one range
         head = g.iloc[:flat]
-        p99s = [num(r, "lat_us.p99") or 0.0 for _, r in head.iterrows()]
-        at = [f"{_span(p99s, units.duration_us).replace('–', ' to ')} at the {flat} rates from {_asked(first)} to "
+        at = [f"{_p99_range([r for _, r in head.iterrows()])} at the {flat} rates from {_asked(first)} to "
               f"{_asked(head.iloc[-1])}"] + at[flat:]
     if isinstance(first.get(open_loop.KNEE_ROUNDS), str):  # a knee run: the tries its verdict read
         read = (" Each rate is read as the knee's verdict read it: its passing try where it passed, the mean of its "
