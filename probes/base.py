@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import os
 import re
@@ -209,15 +210,43 @@ def _key(src: str | Path, cflags: list[str]) -> tuple[str, tuple[str, ...]]:
     return str(HERE / src), (f"-DNR_SLOTS={NR_SLOTS}", *cflags)
 
 
-# BCC's compile is not safe in two threads at once: clang runs with the whole process chdir'ed into the kernel
-# headers' directory (bcc's loader.cc, DirStack) and keeps static state (iovisor/bcc#4500). One at a time, whoever
-# compiles: the prefetch worker or a load() that found nothing begun for its key.
+# BCC's compile is not safe in two threads at once: clang keeps static state (iovisor/bcc#4500). One at a time,
+# whoever compiles: the prefetch worker or a load() that found nothing begun for its key.
 _COMPILE = threading.Lock()
+_CLONE_FS = 0x200  # <linux/sched.h>: unshare the working directory, root and umask
+
+
+def _own_cwd() -> None:
+    """Give the calling thread a working directory of its own (os.unshare is Python 3.12's, hence ctypes)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_FS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_FS): {os.strerror(err)}")
 
 
 def _compile(text: bytes, cflags: list[str]):
+    """BCC's compile, in a thread with a working directory of its own: clang runs chdir'ed into the kernel headers'
+    directory (bcc's loader.cc, DirStack), and a chdir moves every thread that shares it: `netprof watch -o out`
+    wrote its files under /usr/src/linux-headers-*/out while its set compiled ahead beside the CLI."""
+    bpf_class, got = _bpf_class(), {}
+
+    def work() -> None:
+        try:
+            _own_cwd()
+        except OSError:  # a sandbox that forbids it: compile anyway, sharing the directory as BCC always did
+            pass
+        try:
+            got["bpf"] = bpf_class(text=text, cflags=cflags)
+        except BaseException as e:  # noqa: BLE001 (raised again in the caller's thread)
+            got["error"] = e
+
     with _COMPILE:
-        return _bpf_class()(text=text, cflags=cflags)
+        thread = threading.Thread(target=work, name=f"{threading.current_thread().name}/compile")
+        thread.start()
+        thread.join()
+    if "error" in got:
+        raise got["error"]
+    return got["bpf"]
 
 
 class _Ahead:

@@ -647,6 +647,38 @@ def test_sets_begun_ahead_compile_one_at_a_time_in_order_and_are_taken(bpf, monk
     finally:
         base._AHEAD.clear()
     assert [s[0] for s in seen] == [1, 1, 1], seen  # never two compiles at once
-    # the worker's in the order asked; the set nobody began, before or between them (the lock is not a queue)
-    assert [s[2] for s in seen if s[1] == "netprof-bpf-prefetch"] == [False, True], seen
-    assert [s[1] for s in seen].count("MainThread") == 1, seen
+    # each in a thread of its own (base._compile), named after the thread that asked for it: the worker's in
+    # the order asked; the set nobody began, before or between them (the lock is not a queue)
+    assert [s[2] for s in seen if s[1] == "netprof-bpf-prefetch/compile"] == [False, True], seen
+    assert [s[1] for s in seen].count("MainThread/compile") == 1, seen
+
+
+def test_a_compile_leaves_the_commands_working_directory_alone(bpf, tmp_path, monkeypatch):
+    """clang runs chdir'ed into the kernel headers' directory (bcc's DirStack). base._compile runs it in a thread
+    with a working directory of its own, so a path the command resolves meanwhile (a relative --out) is where the
+    user stood: `netprof watch -o out` wrote under /usr/src/linux-headers-*/out while its set compiled ahead."""
+    from netprof.probes import base
+    from netprof.probes.counting import counting
+
+    monkeypatch.chdir(tmp_path)
+    _no_spares()
+    base.settle_ahead()
+    for ahead in base._AHEAD.values():
+        if ahead.bpf is not None:
+            ahead.bpf.cleanup()
+    base._AHEAD.clear()
+    counting.prefetch(syscall_time=False)
+    (ahead,) = base._AHEAD.values()
+    seen, looks = set(), 0
+    try:
+        while not ahead.done.is_set():  # ~0.35 s of clang: thousands of looks
+            seen.add(os.getcwd())
+            looks += 1
+        assert ahead.bpf is not None, "the compile ahead failed"
+    finally:
+        base.settle_ahead()
+        base._AHEAD.clear()
+        if ahead.bpf is not None:
+            ahead.bpf.cleanup()
+    assert looks > 100, f"only {looks} looks at the working directory while the set compiled"
+    assert seen == {str(tmp_path)}, seen

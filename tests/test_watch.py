@@ -45,10 +45,10 @@ def _free_port() -> int:
 class Watch:
     """`netprof watch ARGS` in the background, on the load's CPU; `attached()` waits for its "watching" line."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, cwd: Path | None = None) -> None:
         self.proc = subprocess.Popen(["taskset", "-c", str(LOAD_CPU), *netprof_cmd("watch", *args)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     preexec_fn=default_sigint)
+                                     preexec_fn=default_sigint, cwd=cwd)
         self.err_lines: list[str] = []
 
     def attached(self, timeout: float = 60) -> None:
@@ -213,8 +213,9 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
             pcap = tmp_path / "lo.pcap"
             dump = _tcpdump(port, pcap)
             out = tmp_path / "watch"
-            with Watch("--pid", str(server.pid), "--duration", "5", "--json", "--out", str(out),
-                       "--metrics-port", str(metrics_port)) as w:
+            # --out relative: where the user stands, though watch's set compiles beside the CLI (probes/base.py)
+            with Watch("--pid", str(server.pid), "--duration", "5", "--json", "--out", out.name,
+                       "--metrics-port", str(metrics_port), cwd=tmp_path) as w:
                 w.attached()
                 wrk = _wrk(port, 5, 50)
                 seen: list = []
