@@ -67,6 +67,7 @@ class Watch:
     def result(self, timeout: float = 60) -> dict:
         out, err = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, "".join(self.err_lines) + err
+        self.err_lines += err.splitlines(keepends=True)
         return json.loads(out)
 
     def __enter__(self) -> Watch:
@@ -280,6 +281,10 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     report = (out / "report.md").read_text()
     assert "netprof watch: no loader" in report
     assert "| interpreter(s) | the watched server's own, not started by netprof" in report
+    # in the server's terms: no loader's round trip, no transit; its syscalls per request, counted per request
+    assert "round trip" not in report and "transit" not in report and "loader_wait" not in report, report
+    assert "## Where the server time went" in report and "no probes" not in report
+    assert f"| GET /plaintext | {route['requests']:,} |" in report, report
 
 
 def test_every_gunicorn_worker_is_followed(tmp_path):
@@ -418,6 +423,15 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
     assert (out / "report.md").is_file() and (out / "summary.json").is_file()
     got = {r["route"]: r["requests"] for r in doc["routes"]}
     assert got == sent, got
+    # the report by route: each route's row with the requests sent, and the opening's sentence naming each
+    report = (out / "report.md").read_text()
+    for route, n in sent.items():
+        assert f"| {route} | {n} |" in report, report
+    (said,) = [line for line in report.splitlines() if line.startswith("- By route, ")]
+    assert all(f"{route} " in said for route in sent), said
+    # and the terminal's last word on the watch, the same sentence
+    (last,) = [line for line in w.err_lines if ", over the whole watch: by route, " in line]
+    assert last.split(": by route, ")[1].strip() == said.split("- By route, ")[1], (last, said)
     everything = (json.dumps(doc) + metrics).encode() + b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
     assert secret.encode() not in everything  # every file --out wrote: the report, its plots, results.csv
     assert want in metrics, metrics[:3000]

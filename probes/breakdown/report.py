@@ -31,6 +31,15 @@ METHOD = (
     "minus the parts' sum, over the same window. The slowest 1% are the requests at or above the p99 of the "
     "parts' total."
 )
+# A watched server's (netprof watch --out, docs/watch.md): no loader, the server's parts of the server time
+WATCHED_METHOD = (
+    "Request breakdown (netprof watch, docs/watch.md): each followed request's server time, from its first byte's "
+    "arrival to its answer's send, split by the serving thread's state as the scheduler and syscall tracepoints saw "
+    "it: unread while the thread served others (queue_wait), runnable (runqueue), on CPU for this request (on_cpu), "
+    "on CPU for others after its read (loop_wait), blocked after its read by cause (off_cpu_*) and its send. Each "
+    "part is measured, none is a remainder: 'unattributed' is the followed requests' mean server time minus the "
+    "parts' sum. The slowest 1% are the requests at or above the p99 of the parts' total."
+)
 
 
 def has_breakdown(cells: pd.DataFrame) -> bool:
@@ -50,7 +59,8 @@ def top_parts(parts: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
 
 
 def table(cells: pd.DataFrame) -> dict:
-    header = ["cell", "requests", "round trip (loader)", "parts' sum", "unattributed", "mean request: largest parts",
+    whole = "server time" if schema.watched_frame(cells) else "round trip (loader)"
+    header = ["cell", "requests", whole, "parts' sum", "unattributed", "mean request: largest parts",
               "p99 (where the slowest 1% begin)", "slowest 1%: their mean parts"]
     # what off_cpu_io waited on (probes/breakdown/iowait.py), where any cell's handlers waited on a descriptor
     waited = "breakdown.io_wait" in cells and bool(cells["breakdown.io_wait"].notna().any())
@@ -102,4 +112,4 @@ def section(out_dir: Path, cells: pd.DataFrame, save) -> dict | None:
         plots.append(save(fig, "breakdown", "Where each request's time went",
                           "per cell, the mean request and the slowest 1% as 100%, split into the parts the kernel "
                           "measured (docs/breakdown.md)", out_dir))
-    return {"method": METHOD, "table": table(cells), "plots": plots}
+    return {"method": WATCHED_METHOD if schema.watched_frame(cells) else METHOD, "table": table(cells), "plots": plots}

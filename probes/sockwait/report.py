@@ -36,8 +36,11 @@ class Figure:
     png_b64: str
 
 
-# The section in the page: its anchor, its word in the navigation, an anomaly's link to it (report.py)
-SECTION = {"anchor": "sockwait", "nav": "round trip", "link": "where the round trip went"}
+# The section in the page: its anchor, its word in the navigation, an anomaly's link to it, its heading (report.py)
+SECTION = {"anchor": "sockwait", "nav": "round trip", "link": "where the round trip went",
+           "heading": "Where the round trip went"}
+# A watched server's (netprof watch --out): no loader, so no round trip; the server time is the whole
+WATCHED_SECTION = {"nav": "server time", "link": "where the server time went", "heading": "Where the server time went"}
 
 
 def read(src: Path) -> pd.DataFrame | None:
@@ -72,18 +75,15 @@ def _label(r, cells: pd.DataFrame) -> str:
 def parts(r) -> dict[str, float] | None:
     """The mean round trip of a cell split into PARTS (µs): queue wait and handler (per read / per
     answer), the rest of the server time (reads of split requests, sends), and the transit
-    (stats.SOCKWAIT_TRANSIT: round trip − server time). None without the figures."""
+    (stats.SOCKWAIT_TRANSIT: round trip − server time; none in a watched cell, whose whole is the server time).
+    None without the figures."""
     rtt, server = num(r, "sockwait.rtt_mean_us"), num(r, "sockwait.server_mean_us")
     wait, handler = num(r, "sockwait.wait_mean_us"), num(r, "sockwait.handler_mean_us")
     if None in (rtt, server, wait, handler):
         return None
     assert rtt is not None and server is not None and wait is not None and handler is not None
-    return {
-        "socket queue wait": wait,
-        "handler": handler,
-        "other server time": server - wait - handler,
-        "transit": rtt - server,
-    }
+    split = {"socket queue wait": wait, "handler": handler, "other server time": server - wait - handler}
+    return split if schema.watched(r) else {**split, "transit": rtt - server}
 
 
 def round_trip_plot(cells: pd.DataFrame):
@@ -96,10 +96,14 @@ def round_trip_plot(cells: pd.DataFrame):
     for r, p in rows:
         # means of different events (per read, per answer, per message): a part a hair below 0 is noise
         neg = [k for k, v in p.items() if v < -0.01 * (num(r, "sockwait.rtt_mean_us") or 0)]
-        bars.append((f"{_label(r, cells)}\nround trip {_us(num(r, 'sockwait.rtt_mean_us'))}"
-                     + (f" ({', '.join(neg)} < 0)" if neg else ""), p))
+        whole = (f"server time {_us(num(r, 'sockwait.server_mean_us'))}" if schema.watched(r)
+                 else f"round trip {_us(num(r, 'sockwait.rtt_mean_us'))}")
+        bars.append((f"{_label(r, cells)}\n{whole}" + (f" ({', '.join(neg)} < 0)" if neg else ""), p))
     from netprof.profiler.kit.bars import share_bars  # deferred: matplotlib, only --sockwait runs draw these
 
+    if schema.watched_frame(cells):
+        return share_bars(bars, list(PARTS), "share of the mean server time, %",
+                          "Where the server time went (the watched window)")
     return share_bars(bars, list(PARTS), "share of the loader's mean round trip, %",
                       "Where the round trip went (counted window)")
 
@@ -173,6 +177,9 @@ def table(cells: pd.DataFrame) -> dict:
         "least/most-served wait",
         "exact",
     ]
+    watched = schema.watched_frame(cells)  # no loader: no transit
+    if watched:
+        header.remove("transit (mean)")
     rows = []
     for _, r in cells.iterrows():
         if num(r, "sockwait.wait_count") is None:
@@ -197,8 +204,8 @@ def table(cells: pd.DataFrame) -> dict:
                     "server_p50_us",
                 )
             ]
+            + ([] if watched else [_us(num(r, stats.SOCKWAIT_TRANSIT))])
             + [
-                _us(num(r, stats.SOCKWAIT_TRANSIT)),
                 "–" if ratio is None else f"×{ratio:,.1f}",
                 ("yes" if exact == 1 else "bounds") + (f" ({', '.join(over)})" if over else ""),
             ]
@@ -247,6 +254,24 @@ def cost_text(cells: pd.DataFrame, meta: dict) -> str:
     return text
 
 
+def watched_cost_text(cells: pd.DataFrame) -> str:
+    """What `netprof watch`'s probes cost the server it watched, as the watch measured it (the kernel's run time of
+    their programs, and the followed requests' server time against every request's)."""
+    r = cells.iloc[0]
+    us, share = num(r, "watch.probe_cpu_us_per_request"), num(r, "watch.probe_cpu_share")
+    ratio = num(r, "watch.followed_time_ratio")
+    if us is None:
+        return "The watch's probes were attached to the server; their cost was not measured."
+    text = (f"The watch's probes (socket waits, the breakdown and the routes) ran {_us(us)} of CPU per request "
+            "(the kernel's count of their programs' run time)")
+    if share is not None:
+        text += f", {100 * share:.1f}% of one CPU over the watch"
+    if ratio is not None:
+        text += (f"; the requests they followed took {ratio:.2f}× the server time of every request (their effect "
+                 "on what they watch)")
+    return text + "."
+
+
 def _save(fig, name: str, title: str, caption: str, out_dir: Path) -> Figure:
     from netprof.profiler.kit.mpl import plt  # deferred: see round_trip_plot
 
@@ -266,6 +291,8 @@ def section(
     `df`: the raw rows; `cells`: stats.aggregate(df); `conns`: results.load_sockwait_conns."""
     if cells.empty or not has_sockwait(df):
         return None
+    watched = schema.watched_frame(cells)
+    words = {**SECTION, **(WATCHED_SECTION if watched else {})}
     figures = []
     fig = round_trip_plot(cells)
     if fig is not None:
@@ -273,8 +300,10 @@ def section(
             _save(
                 fig,
                 "sockwait_round_trip",
-                "Where the round trip went",
-                "the loader's mean round trip per cell: transit (round trip − server time), time "
+                words["heading"],
+                "the mean server time: time unread in the socket queue, in the handler, and the rest"
+                if watched
+                else "the loader's mean round trip per cell: transit (round trip − server time), time "
                 "unread in the socket queue, in the handler, and the rest of the server time",
                 out_dir,
             )
@@ -294,17 +323,23 @@ def section(
         )
     from netprof.probes.breakdown import report as breakdown_report  # --breakdown carries this set: its parts follow
 
+    method = (
+        "Times from the kernel (probes/sockwait.py): a read's queue wait is from the arrival of the "
+        "oldest byte it took to the read; a request's handler time from the read that completed it to "
+        "the first send after; server time from its first byte's arrival to that send"
+    )
     return {
-        "cost": cost_text(cells, meta),
+        **words,
+        "cost": watched_cost_text(cells) if watched else cost_text(cells, meta),
         "table": table(cells),
         "plots": figures,
         "breakdown": breakdown_report.section(out_dir, cells, _save),
-        "method": (
-            "Times from the kernel (probes/sockwait.py): a read's queue wait is from the arrival of the "
-            "oldest byte it took to the read; a request's handler time from the read that completed it to "
-            "the first send after; server time from its first byte's arrival to that send; transit is the "
-            "loader's mean round trip minus the mean server time, over the same window: the counting "
-            "probes' probed sub-window (the whole window with `--probe-share 1` or `--no-probes`). "
-            "Percentiles are histogram bucket midpoints (≤ 3.2%)."
-        ),
+        "method": method
+        + (
+            ", over the watched window"
+            if watched
+            else "; transit is the loader's mean round trip minus the mean server time, over the same window: "
+            "the counting probes' probed sub-window (the whole window with `--probe-share 1` or `--no-probes`)"
+        )
+        + ". Percentiles are histogram bucket midpoints (≤ 3.2%).",
     }

@@ -188,6 +188,11 @@ def interval(ci_pct, n) -> str:
     return f"±{float(ci_pct):.0f}%"
 
 
+def joined(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def plural(n, one: str, many: str | None = None) -> str:
     """'1 cell', '3 cells', '0 cells'; `many` when the plural is not `one` + 's'."""
     k = int(n)

@@ -101,6 +101,20 @@ def watched(row: Mapping) -> bool:
     return row.get("arrivals") == WATCHED
 
 
+def watched_frame(frame: pd.DataFrame) -> bool:
+    """Rows or cells of `netprof watch --out` (docs/results-format.md, "A watched row"): its results directory
+    holds nothing else."""
+    return bool("arrivals" in frame and (frame["arrivals"] == WATCHED).any())
+
+
+def latency_seen(frame: pd.DataFrame | None) -> tuple[str, str, str]:
+    """What the rows' latency is, as an axis says it and as a title does, and where it was seen: the loader's round
+    trip, or a watched server's time (watch/rundir.py)."""
+    if frame is not None and watched_frame(frame):
+        return "server time", "Server time", "in the kernel (a request's first byte in → its answer sent)"
+    return "round-trip latency", "Latency", "seen by the loader"
+
+
 def at_rate(frame: pd.DataFrame) -> pd.Series:
     """Which rows or cells ran at a set rate (--rate: open loop); False where the rate is 0 or unset (closed loop,
     rows from before --rate)."""

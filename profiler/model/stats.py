@@ -228,6 +228,8 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
         df[f"cpu_us_per_msg.{part}"] = df[col] * 1e6 / msgs if col in df else np.nan
     if "sockwait.rtt_mean_us" in df and "sockwait.server_mean_us" in df:
         df[SOCKWAIT_TRANSIT] = df["sockwait.rtt_mean_us"].astype(float) - df["sockwait.server_mean_us"].astype(float)
+        if "arrivals" in df:  # a watched row's "round trip" is the server time itself: no transit to speak of
+            df.loc[df["arrivals"] == schema.WATCHED, SOCKWAIT_TRANSIT] = np.nan
     return df
 
 
@@ -277,7 +279,7 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ring_per_msg.", "ctx.", "loader_cpu.", "faults.",
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
-                 "lat_sent_us.", "open_loop.", "breakdown.")
+                 "lat_sent_us.", "open_loop.", "breakdown.", "watch.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "probe_cpu_cost", "unprobed_drift", "ring_cpu_us_per_msg")
 # An instrument's row group: every row has "<group>.attached" for each registered instrument (cell.base_row), so
 # its figures are averaged like the built-in ones with no name of it here.

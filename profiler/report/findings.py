@@ -72,7 +72,7 @@ def _span(values: list[float], fmt) -> str:
 
 
 def _counts(cs: list[int]) -> str:
-    return _and([str(c) for c in cs])
+    return units.joined([str(c) for c in cs])
 
 
 def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
@@ -157,28 +157,26 @@ def _sweep_sentence(g: pd.DataFrame, df: pd.DataFrame) -> str:
     at = "every one" if not others else f"{len(led)} of them"
     text = (f"At {where}, across {len(ranked)} rates from {_asked(ranked[0].iloc[0])} to {_asked(ranked[-1].iloc[0])}, "
             f"**{lead}** kept the lowest p99 from the intended send at {at} ({span})")
-    text += "".join(f"; {name} at " + _and([f"{_asked(c)} ({units.duration_us(num(c, 'lat_us.p99'))})" for c in cs])
+    text += "".join(f"; {name} at " + units.joined([f"{_asked(c)} ({units.duration_us(num(c, 'lat_us.p99'))})"
+                                                    for c in cs])
                     for name, cs in others) + "."
     close = [_asked(r.iloc[0]) for r in ranked if len(r) > 1 and _overlap(df, r.iloc[0], r.iloc[1])]
     if close:
-        text += f" At {_and(close)} the runner-up's rounds reached the leader's p99: not a clear win there."
+        text += f" At {units.joined(close)} the runner-up's rounds reached the leader's p99: not a clear win there."
     short: dict[str, list[str]] = {}
     for r in ranked:
         for _, c in r.iterrows():
             if (share := _short_of(c)) is not None:
                 short.setdefault(c["backend"], []).append(f"{units.share(share, 0)} of {_asked(c)}")
     if short:
-        text += " Short of the rate asked: " + "; ".join(f"{b} answered {_and(v)}" for b, v in short.items()) + "."
+        text += (" Short of the rate asked: " + "; ".join(f"{b} answered {units.joined(v)}" for b, v in short.items())
+                 + ".")
     return text
 
 
 def _p99_range(cells: list) -> str:
     """'1.6 ms to 3.3 ms' (or one figure, where they agree within 5%): the p99s of `cells`."""
     return _span([num(c, "lat_us.p99") or 0.0 for c in cells], units.duration_us).replace("–", " to ")
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _curve_sentence(g: pd.DataFrame) -> str:
@@ -201,7 +199,7 @@ def _curve_sentence(g: pd.DataFrame) -> str:
         many = str(max(n)) if min(n) == max(n) else f"{min(n)}–{max(n)}"
         read = f" Each rate is the mean of its {many} rounds." if max(n) > 1 else ""
     text = (f"At {where}, **{first['backend']}**, asked {len(g)} rates, kept a p99 from the intended send of "
-            f"{_and(at)}.{read}")
+            f"{units.joined(at)}.{read}")
     lo, hi = _cpu_us(first), _cpu_us(last)
     if lo is not None and hi is not None:
         each = units.per_unit(first.get("protocol"))
@@ -440,10 +438,11 @@ def _span_pct(values: pd.Series) -> str:
 
 
 def sentences(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame, ranked: pd.DataFrame | None = None,
-              notes: Sequence[str] = ()) -> list[str]:
+              notes: Sequence[str] = (), routes: str | None = None) -> list[str]:
     """A few plain sentences: who is fastest at each scale, by how much, and why; then the worst problems.
     `ranked`: the cells the ranking sentences speak of, when not `cells` (a knee run's, as its verdict reads them);
-    `notes`: the instruments' sentences for the probe sentence (their report.py's probe_note)."""
+    `notes`: the instruments' sentences for the probe sentence (their report.py's probe_note); `routes`: a watched
+    server's sentence by route (routes.sentence), after the one of its rate."""
     out: list[str] = []
     if cells.empty:
         out.append("No cell produced a measurement: every cell failed (see the failed cells below).")
@@ -475,6 +474,8 @@ def sentences(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame, ranked: 
             if caught:
                 out[-1] += (f" Caution: at {_counts(caught)} connections the fastest backend starved part of its "
                             "connections (see the anomalies), so its figure there is not fair service.")
+        if routes:
+            out.append(routes)
         out.extend(_rate_sentences(ranked[schema.at_rate(ranked)], rows))
         fair = _fairness_sentence(cells, found)
         if fair:

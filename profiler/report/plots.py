@@ -156,8 +156,9 @@ def latency(cells: pd.DataFrame):
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.duration_us(v)))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-    ax.set_ylabel("round-trip latency")
-    ax.set_title("Latency percentiles " + ("/".join(p for p, _ in have)) + " seen by the loader")
+    axis, title, seen = schema.latency_seen(cells)
+    ax.set_ylabel(axis)
+    ax.set_title(f"{title} percentiles {'/'.join(p for p, _ in have)} {seen}")
     fig.tight_layout()
     return fig
 

@@ -36,12 +36,13 @@ import pandas as pd
 
 import netprof
 from netprof.profiler.core import atomic, cache, procs, units
+from netprof.profiler.model import schema
 
 # name, title, caption: the page's order (plots.FIGURES draws each); {per}, {one} and {many} are the words of the
-# cells' protocols (`worded`: 'per request', 'request', 'requests' for HTTP)
+# cells' protocols (`worded`: 'per request', 'request', 'requests' for HTTP), {latency} what their latency is
 PLOTS = (
     ("throughput", "Throughput", "{many} per second, one line per backend (and other varying dimension)"),
-    ("latency", "Latency", "p50 / p95 / p99 / p999 round-trip latency seen by the loader"),
+    ("latency", "Latency", "p50 / p95 / p99 / p999 {latency}"),
     ("latency_load", "Latency against load", "open loop (--rate): p50 / p99 from each request's intended send time "
      "at each rate asked"),
     ("syscalls", "Syscalls {per}", "what every {one} costs in system calls"),
@@ -54,7 +55,8 @@ PLOTS = (
 def worded(text: str, cells: pd.DataFrame | None) -> str:
     """A PLOTS title or caption in the words of `cells`' protocols."""
     p = cells.get("protocol") if cells is not None else None
-    return text.format(per=units.per_unit(p), one=units.exchange(p), many=units.exchanges(p))
+    axis, _, seen = schema.latency_seen(cells)
+    return text.format(per=units.per_unit(p), one=units.exchange(p), many=units.exchanges(p), latency=f"{axis} {seen}")
 # what draws; a change to one draws anew (paths under profiler/)
 SOURCES = ("report/plots.py", "kit/mpl.py", "core/units.py", "model/schema.py")
 # Drawing processes: each imports matplotlib (~0.45 s of CPU), so on 2 CPUs one child beside the parent

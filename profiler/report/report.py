@@ -28,7 +28,7 @@ from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import atomic, cache, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.model import knee_doc, results, schema, stats
-from netprof.profiler.report import findings, plotset, tables
+from netprof.profiler.report import findings, plotset, routes, tables
 
 HEADLINE = "Headline: every cell"
 # A title's {rate} and {per} are the cells' words (units.rate_unit, units.per_unit: req/s for HTTP).
@@ -139,7 +139,7 @@ def _interpreters(df: pd.DataFrame) -> str:
     """The cells' interpreters; a watched server's is its own (netprof did not start it, and will not run its
     binary as root to ask)."""
     names = [str(v) for v in df["interpreter"].dropna() if str(v)] if "interpreter" in df else []
-    if not names and _watched(df):
+    if not names and schema.watched_frame(df):
         return "the watched server's own, not started by netprof"
     return ", ".join(dict.fromkeys(names))
 
@@ -148,7 +148,7 @@ def _message_words(df: pd.DataFrame, cfg: dict) -> str:
     """What one message of this run was: '64-byte messages, message framing', or 'HTTP `GET
     /plaintext` requests, each server's own framing' (the HTTP backends and your own servers parse
     requests themselves)."""
-    if _watched(df):
+    if schema.watched_frame(df):
         return "the requests its clients sent (netprof watch: no loader)"
     framings = sorted(df["framing"].dropna().unique())
     words = ", ".join("each server's own" if f == "own" else f for f in framings) + " framing"
@@ -250,11 +250,6 @@ def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
     return found
 
 
-def _watched(df: pd.DataFrame) -> bool:
-    """Rows of `netprof watch --out` (docs/results-format.md, "A watched row")."""
-    return bool("arrivals" in df and (df["arrivals"] == schema.WATCHED).any())
-
-
 def headline_note(cells: pd.DataFrame, watched: bool = False, knee: bool = False) -> str:
     """Where the headline table's figures come from, in one line. `watched`: rows of `netprof watch --out`
     (latency "server": no loader, the server time where a run has the round trip); `knee`: a knee run's rates as
@@ -263,8 +258,8 @@ def headline_note(cells: pd.DataFrame, watched: bool = False, knee: bool = False
         return ""
     if watched:
         return ("netprof watch: no loader. Requests and their rate counted by the kernel over the watch; "
-                "latency, and the round trip below, is the server time (a request's first byte in → its answer "
-                "sent); CPU per request from /proc over the same window.")
+                "latency is the server time (a request's first byte in → its answer sent); CPU per request from "
+                "/proc over the same window.")
     n = sorted({int(v) for v in cells["mps_n"].dropna()}) if "mps_n" in cells else []
     rounds = units.plural(n[0], "round") if len(n) == 1 else f"{n[0]}–{n[-1]} rounds" if n else "the rounds"
     protocol = cells.get("protocol")
@@ -437,11 +432,12 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
     cells = stats.aggregate(df)
     judged = _as_judged(cells, df, src)  # the headline, its plots and the opening sentences: as a knee's verdict read
     notes = [part.probe_note(cells) for part in parts if hasattr(part, "probe_note")]  # for the probe sentence
+    by_route = routes.sentence(meta.get("watch_routes"))  # a watched HTTP server's: where its server time went
     if not render_report:  # `run --no-report`: the findings and summary.json, nothing drawn or rendered
         found = rules.detect(df, per_conn, meta, src, cells=cells)
         summary = _summary(src, out, df, stats.cell_summaries(df), found, meta, None, [], flames, stack_files)
         if console is not None:
-            said = findings.sentences(cells, found, df, ranked=judged, notes=notes)
+            said = findings.sentences(cells, found, df, ranked=judged, notes=notes, routes=by_route)
             _print(console, {"headline": _headline(judged), "findings": said, "anomalies": found}, out, rendered=False)
         return summary
     with plotset.start(judged, per_conn, out, _draw) as pending:  # drawn in children meanwhile
@@ -458,12 +454,13 @@ def finish(out_dir: str | Path, console: Console | None = None, dest: str | Path
         context: dict[str, Any] = {
             "facts": run_facts(df, meta),
             "findings": ([knee[1]] if knee is not None else [])
-            + findings.sentences(cells, found, df, ranked=judged, notes=notes),
+            + findings.sentences(cells, found, df, ranked=judged, notes=notes, routes=by_route),
+            "routes": routes.table(meta.get("watch_routes")),
             "anomalies": found, "headline": _headline(judged),
-            "headline_note": headline_note(judged, watched=_watched(df), knee=judged is not cells),
+            "headline_note": headline_note(judged, watched=schema.watched_frame(df), knee=judged is not cells),
             "tables": rendered, "flamegraphs": flames, "failed": failed_rows(df), "meta": meta}
-        context["sections"] = [dict(made, name=_section_name(part), template=f"{_section_name(part)}/report",
-                                    **part.SECTION)
+        context["sections"] = [{**part.SECTION, **made, "name": _section_name(part),  # made's words win
+                                "template": f"{_section_name(part)}/report"}
                                for part, read in zip(parts, inputs)
                                if (made := part.section(out, df, cells, read, meta)) is not None]
         cell_summaries = stats.cell_summaries(df)  # while the plots are drawn

@@ -22,10 +22,14 @@ def _get(row, key, scale: float = 1.0):
 
 
 def _kernel_ops_total(r) -> float | None:
-    """Syscalls and io_uring operations per message (None without probes)."""
+    """Syscalls and io_uring operations per message (None without probes); a watched cell's, counted per request
+    and not by name (watch/rundir.py)."""
     per = [v for k, v in r.items() if k.startswith("syscalls_per_msg.") and v == v and v is not None]
     ring = [v for k, v in r.items() if k.startswith(stats.RING_PREFIX) and v == v and v is not None]
-    return float(sum(per) + sum(ring)) if per else None
+    if per:
+        return float(sum(per) + sum(ring))
+    watched = [_get(r, "watch.syscalls_per_request"), _get(r, "watch.ring_ops_per_request")]
+    return float(sum(v for v in watched if v is not None)) if watched[0] is not None else None
 
 
 def headline_dims(agg: pd.DataFrame) -> list[str]:
@@ -196,7 +200,10 @@ def syscalls_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         per_msg = {k.split(".", 1)[1]: v for k, v in r.items()
                    if k.startswith("syscalls_per_msg.") and v == v and v}
         ring = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith(stats.RING_PREFIX) and v == v and v}
-        return per_message_notation(per_msg, ring) if per_msg else "no probes"
+        if per_msg:
+            return per_message_notation(per_msg, ring)
+        watched = _kernel_ops_total(r)  # a watched cell: a count per request, not by name
+        return f"{watched:.1f} (watch counts them per request, not by name)" if watched is not None else "no probes"
 
     return _pivot(agg, notation)
 

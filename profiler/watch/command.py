@@ -14,6 +14,7 @@ from rich.console import Console
 
 from netprof.profiler.core.atomic import ensure_out_dir, open_dir, write_text
 from netprof.profiler.core.errors import InputError
+from netprof.profiler.report import routes
 
 from . import metrics, session
 from .config import WatchConfig
@@ -62,6 +63,10 @@ def execute(cfg: WatchConfig, target: Target, err: Console) -> dict[str, Any]:
             err.print(f"watching {t.label}{where}", markup=False, highlight=False, soft_wrap=True)
 
         outcome = session.run(cfg, target, on_window, board, on_attached)
+    said = routes.sentence(outcome.figures["routes"])  # the live view's routes are a window's: this, the watch's
+    if said:
+        err.print(f"{outcome.target.label}, over the whole watch: {said[0].lower()}{said[1:]}", markup=False,
+                  highlight=False, soft_wrap=True)
     doc = {**outcome.figures, "target": {"pid": outcome.target.pid, "label": outcome.target.label,
                                          "also": list(outcome.target.also)},
            "ended_by": outcome.ended_by}

@@ -74,7 +74,9 @@ def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]
         "watch": {"unsampled": f.get("unsampled", 0), "attached_share": f.get("attached_share"),
                   "syscalls_per_request": f["syscalls_per_request"],
                   "ring_ops_per_request": f["ring_ops_per_request"], "pipelined": f["pipelined"],
-                  "probe_cpu_us_per_request": f["probes"]["cpu_us_per_request"]},
+                  "probe_cpu_us_per_request": f["probes"]["cpu_us_per_request"],
+                  "probe_cpu_share": f["probes"]["cpu_share"],
+                  "followed_time_ratio": f["probes"]["followed_time_ratio"]},
     }
     sw = sockwait_delta(outcome.first.snapshot.sockwait, outcome.last.snapshot.sockwait)
     served = served_answers(sw, outcome.last.ports)
