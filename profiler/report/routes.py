@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from netprof.probes.watch import NAMES, NOT_HTTP, OTHER
+from netprof.probes.watch import UNSAMPLED as UNSAMPLED_SLOT
 from netprof.profiler.core import units
 from netprof.profiler.core.safetext import clean_text
 
-UNSAMPLED = "(unsampled)"
-# What the reserved names stand for (probes/watch/watch.py names them; docs/watch.md, "Routes")
+UNSAMPLED = NAMES[UNSAMPLED_SLOT]
+# What the reserved names stand for (docs/watch.md, "Routes")
 RESERVED = {UNSAMPLED: "the requests answered while the probes were light (--max-overhead), counted and timed only",
-            "(other)": "the requests of routes first seen after --routes were full",
-            "(not HTTP)": "the requests whose first bytes are no HTTP/1.x request line (TLS, HTTP/2)"}
+            NAMES[OTHER]: "the requests of routes first seen after --routes were full",
+            NAMES[NOT_HTTP]: "the requests whose first bytes are no HTTP/1.x request line (TLS, HTTP/2)"}
 TOP_PARTS = 3
 SENTENCE_ROUTES = 3
 
