@@ -284,6 +284,7 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     # in the server's terms: no loader's round trip, no transit; its syscalls per request, counted per request
     assert "round trip" not in report and "transit" not in report and "loader_wait" not in report, report
     assert "## Where the server time went" in report and "no probes" not in report
+    assert "(one watch: no interval)" in report and "1 round" not in report  # a watch has no rounds
     assert f"| GET /plaintext | {route['requests']:,} |" in report, report
 
 

@@ -101,6 +101,10 @@ def watched(row: Mapping) -> bool:
     return row.get("arrivals") == WATCHED
 
 
+# A watched cell's throughput has no interval: one window, no rounds (said where a run's says "1 round")
+ONE_WATCH = "one watch: no interval"
+
+
 def watched_frame(frame: pd.DataFrame) -> bool:
     """Rows or cells of `netprof watch --out` (docs/results-format.md, "A watched row"): its results directory
     holds nothing else."""

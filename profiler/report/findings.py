@@ -86,6 +86,8 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     known_ci = [c for c in ci if c is not None]
     if len(known_ci) == len(ci):
         head += f" (±{max(known_ci):.0f}%)"
+    elif schema.watched(best):  # one watch: no rounds
+        head += f" ({schema.ONE_WATCH})"
     elif not known_ci:  # one round: there is no interval to give
         head += f" ({units.interval(None, min(num(r, 'mps_n') or 0 for r in runs))})"
     if len(last) == 1:
@@ -311,7 +313,10 @@ def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
         jain = cells["per_conn.jain"].dropna()
         lo, hi = f"{jain.min():.2f}", f"{jain.max():.2f}"
         span = lo if lo == hi else f"{lo}–{hi}"
-        text = f"Every cell served its connections evenly (Jain index {span})"
+        who = "Every cell served its connections"
+        if schema.watched_frame(cells):  # one server, its own clients' connections
+            who = f"The server served its {units.count(cells['connections'].iloc[0])} connections"
+        text = f"{who} evenly (Jain index {span})"
         if piped:
             framings = set(cells["framing"].dropna()) if "framing" in cells else set()
             text += (f", also with {_counts(piped)} {units.exchanges(cells.get('protocol'))} in flight per connection: "

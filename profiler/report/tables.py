@@ -55,7 +55,8 @@ def headline_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     # one round in every cell: no interval anywhere, said once in the column's heading (and the table's note,
     # report.headline_note), not in every row
     one = "mps_n" in agg and bool((agg["mps_n"].fillna(1) <= 1).all())
-    header = ["backend", *dims, "connections", units.rate_unit(protocol) + (", 1 round" if one else ""),
+    once = ", over the watch" if schema.watched_frame(agg) else ", 1 round" if one else ""
+    header = ["backend", *dims, "connections", units.rate_unit(protocol) + once,
               "p99 latency", f"CPU µs{per} kernel / user", f"kernel ops{per}", "Jain"]
     rows = []
     for _, r in agg.iterrows():
@@ -85,6 +86,8 @@ def _interval(r) -> str:
     rounds = r.get(open_loop.KNEE_ROUNDS)
     if isinstance(rounds, str) and r.get(open_loop.KNEE_MET):  # a knee's rate as its verdict read it: one try
         return "(the try that passed)"
+    if schema.watched(r):
+        return f"({schema.ONE_WATCH})"
     text = units.interval(r.get("mps_ci_pct"), r.get("mps_n"))
     if isinstance(rounds, str):  # a rate that failed: the mean of its tries
         n = int(r.get("mps_n") or 1)
