@@ -188,6 +188,11 @@ def interval(ci_pct, n) -> str:
     return f"±{float(ci_pct):.0f}%"
 
 
+def connections(*counts: int) -> str:
+    """'1 connection', '100 connections', '10, 100 and 1000 connections' (the counts as a cell's label writes them)."""
+    return f"{joined([str(int(c)) for c in counts])} connection{'' if counts == (1,) else 's'}"
+
+
 def joined(items: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -203,7 +203,7 @@ def cell_phrase(row: Mapping, closed: bool = False) -> str:
     asked = f", at {units.number(rate)}/s" if rate else ", closed loop" if closed else ""
     framing = BY_NAME["framing"].text(row.get("framing") or "own")
     framing = f" ({framing})" if framing else ""
-    return f"{row['backend']} at {int(row['connections'])} connections{pipe}{asked}{framing}"
+    return f"{row['backend']} at {units.connections(row['connections'])}{pipe}{asked}{framing}"
 
 
 def scale_phrase(cell: Mapping, beside: Mapping) -> str:

@@ -26,7 +26,7 @@ def _scale(r) -> str:
     framing = _framing_words(r.get("framing")) if "framing" in vary else ""
     pinned = ", not pinned" if "pinned" in vary and not r.get("pinned") else ""
     rate = f", {schema.BY_NAME['rate'].text(r.get('rate') or 0)}" if "rate" in vary else ""
-    return f"{int(r['connections'])} connections{pipe}{framing}{interp}{pinned}{rate}"
+    return f"{units.connections(r['connections'])}{pipe}{framing}{interp}{pinned}{rate}"
 
 
 def _framing_words(framing) -> str:
@@ -79,7 +79,7 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
     """One sentence for consecutive scales that share the same winner and runner-up."""
     best, last = runs[-1], groups[-1]
     scales = [int(r["connections"]) for r in runs]
-    where = _scale(best).replace(f"{int(best['connections'])} connections", f"{_counts(scales)} connections")
+    where = _scale(best).replace(units.connections(best["connections"]), units.connections(*scales))
     rate = f"{_span([r['mps_mean'] for r in runs], units.rate)} {units.rate_unit(best.get('protocol'))}"
     head = f"At {where}, **{best['backend']}** " + (f"is fastest with {rate}" if len(last) > 1 else f"handled {rate}")
     ci = [num(r, "mps_ci_pct") for r in runs]
@@ -104,12 +104,12 @@ def _ranking_sentence(runs: list[pd.Series], groups: list[pd.DataFrame]) -> str:
              <= g.iloc[1]["mps_mean"] + (num(g.iloc[1], "mps_ci") or 0)]
     if close:
         head += (" The lead is within the measurement intervals"
-                 + (f" at {_counts([int(g.iloc[0]['connections']) for g in close])} connections"
+                 + (f" at {units.connections(*[int(g.iloc[0]['connections']) for g in close])}"
                     if len(groups) > 1 else "")
                  + ": not a clear win.")
     why = _why(best, nxt)
     if why and len(runs) > 1:
-        why = why.replace(" It needs", f" At {int(best['connections'])} connections it needs", 1)
+        why = why.replace(" It needs", f" At {units.connections(best['connections'])} it needs", 1)
     return head + why
 
 
@@ -477,7 +477,7 @@ def sentences(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame, ranked: 
             pipe, framing = int(series["pipeline"].iloc[0] or 1), series["framing"].iloc[0]
             caught = sorted(c for (b, c, p, f) in starved if p == pipe and f == framing and winners.get(c) == b)
             if caught:
-                out[-1] += (f" Caution: at {_counts(caught)} connections the fastest backend starved part of its "
+                out[-1] += (f" Caution: at {units.connections(*caught)} the fastest backend starved part of its "
                             "connections (see the anomalies), so its figure there is not fair service.")
         if routes:
             out.append(routes)
