@@ -30,8 +30,9 @@ def test_names_follow_the_kernel_side_order():
     assert PARTS[p["LOOP_WAIT"]] == "loop_wait" and PARTS[p["OFF_FUTEX"]] == "off_cpu_futex"
     assert PARTS[p["LOADER_WAIT"]] == "loader_wait" and PARTS[p["TRANSIT"]] == "transit"
     d = _defines("D_")
-    names = ("ON_CPU_USER", "ON_CPU_SYS", "TRANSIT_IN", "TRANSIT_OUT", "SEND_CPU", "OFF_GIL")
+    names = ("ON_CPU_USER", "ON_CPU_SYS", "TRANSIT_IN", "TRANSIT_OUT", "SEND_CPU", "OFF_GIL", "OFF_TIMER")
     assert [DETAIL[d[k]] for k in names] == list(DETAIL)
+    assert int(re.search(r"^#define NDETAIL (\d+)", HEADER.read_text(), re.M).group(1)) == len(DETAIL)
     k = _defines("K_")
     assert [SKIPPED[k[x]] for x in ("BUSY", "NO_READER", "OTHER_THREAD", "NO_SEND_EDGE", "CLOCK")] == list(SKIPPED)
     assert int(re.search(r"^#define NSKIP (\d+)", HEADER.read_text(), re.M).group(1)) == len(SKIPPED)
@@ -204,6 +205,31 @@ def test_tail_cause_names_the_descriptor_and_where_the_wait_was_made(tmp_path):
     # netprof watch's row: no loader, the round trip is the server time
     (a,) = [a for a in detect(df.assign(arrivals=schema.WATCHED, latency="server")) if a["id"] == "tail_cause"]
     assert a["evidence"]["server time, mean vs parts' sum (µs)"] == "1,000 vs 1,000", a["evidence"]
+    assert "readiness waits" not in a["explanation"]  # a blocking recvfrom: no timer
+
+
+def test_tail_cause_names_the_loops_timers_when_its_readiness_waits_timed_out():
+    """tail_cause on a cell whose off_cpu_io was mostly readiness waits that ended on their timeout
+    (detail_us.off_cpu_timer: an awaited asyncio.sleep, tests/test_breakdown_run.py measures one): the loop's
+    timers, not "the service it waits on" (there is none)."""
+    import pandas as pd
+
+    from netprof.profiler.analysis.rules import detect
+    from netprof.profiler.model import results
+
+    tail = {p: 0.0 for p in PARTS[:-1]} | {"off_cpu_io": 900.0, "on_cpu": 50.0, "transit": 50.0}
+    row = {"backend": "own", "family": "asyncio", "interpreter": "", "connections": 1, "pipeline": 1, "round": 1,
+           "msize": 64, "work": "none", "think": "none", "pinned": True, "status": "ok", "error": None,
+           "messages": 1000, "duration_s": 1.0, "msgs_per_sec": 1000.0, "connected": 1,
+           "breakdown": {"attached": True, "requests": 1000, "tail_us": tail, "mean_us": tail, "total_p99_us": 1000.0,
+                         "detail_us": {"off_cpu_timer": 855.0}, "rtt_mean_us": 1000.0, "parts_mean_us": 1000.0}}
+    (a,) = [a for a in detect(pd.DataFrame([results.flatten(row)])) if a["id"] == "tail_cause"]
+    assert a["title"].startswith("The tail is the loop's timers (off_cpu_io) (90% of the slowest 1%)"), a["title"]
+    text = a["explanation"]
+    assert "the event loop slept until a timer" in text and "95% was in readiness waits that ended on their " \
+        "timeout" in text, text
+    assert text.endswith("Look at the timers the handler awaits (an asyncio.sleep, a call_later, a timeout)."), text
+    assert a["evidence"]["mean request: off_cpu_io until a timer (µs)"] == 855.0, a["evidence"]
 
 
 def test_the_gil_range_is_the_interpreters_own_runtime_and_read_once_per_file(monkeypatch):

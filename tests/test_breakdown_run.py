@@ -165,6 +165,8 @@ def _remote_call(rows: dict, out) -> None:
         assert b["io_wait_share"] > 0.9, (name, b["io_wait_share"])
         # two paths to the same time: the threads' waits on that descriptor per message, the requests' off_cpu_io
         assert b["io_wait_ms"] * 1e3 / b["messages"] == pytest.approx(b["mean_us"]["off_cpu_io"], rel=0.15), b
+        # a blocking call's wait: no readiness wait that ended on its timeout (the next test's timers)
+        assert b["detail_us"]["off_cpu_timer"] < 0.05 * b["mean_us"]["off_cpu_io"], (name, b["detail_us"])
     assert rows["thread"]["breakdown"]["mean_us"]["queue_wait"] < 100
     assert rows["selector"]["breakdown"]["mean_us"]["queue_wait"] > 4000  # nine others' calls on one loop
     # --stacks beside --breakdown walks the waits' syscalls too, in an evidence round whose handlers reach the
@@ -207,6 +209,44 @@ def _registry_run(tmp_path, backends: list[str], name: str, duration: str = "0.3
     for r in rows.values():
         r["steal_frac"] = host[schema.cell_slug(r)].get("steal_frac") or 0.0
     return rows, out
+
+
+# An asyncio echo server (the user's own, --cmd) whose handler awaits a 500-µs timer before each answer: its loop
+# sleeps in epoll_wait until the timer fires, no descriptor ready.
+TIMER_SERVER = """
+import asyncio, sys
+async def serve(reader, writer):
+    try:
+        while True:
+            data = await reader.readexactly(64)
+            await asyncio.sleep(0.0005)
+            writer.write(data)
+    except asyncio.IncompleteReadError:
+        writer.close()
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[1]))
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def test_a_handler_awaiting_a_timer_is_off_cpu_io_until_a_timer(tmp_path):
+    """One connection to an asyncio server whose handler awaits asyncio.sleep(0.0005): the request's time after its
+    read is the loop asleep in epoll_wait, off_cpu_io, and nearly all of it in waits that ended on their timeout
+    (detail_us.off_cpu_timer: the loop woke for a timer, not a descriptor; tail_cause then names the timers, tests/
+    test_breakdown_parts.py). Against the blocking call of the test above (no timer)."""
+    import sys
+
+    script = tmp_path / "timer_server.py"
+    script.write_text(TIMER_SERVER)
+    rows, _ = breakdown_run(tmp_path, "--cmd", f"{sys.executable} {script} {{port}}", "-c", "1")
+    (r,) = rows.values()
+    followed(r)
+    b = r["breakdown"]
+    adds_up(b)
+    # 500 µs asked: at least that, and the timer's share of it nearly all (the loop's few turns between are on CPU)
+    assert b["mean_us"]["off_cpu_io"] >= 480, b["mean_us"]
+    assert b["detail_us"]["off_cpu_timer"] >= 0.9 * b["mean_us"]["off_cpu_io"], (b["detail_us"], b["mean_us"])
 
 
 def test_parts_add_up_on_a_server_of_every_kind(tmp_path):

@@ -56,7 +56,9 @@
                         // the request's CPU (on loopback the send also delivers, so part of it is after
                         // the answer reached the loader, outside the request's time)
 #define D_OFF_GIL 5     // of off_cpu_futex: on the interpreter's GIL (a futex inside _PyRuntime: gil.py)
-#define NDETAIL 6
+#define D_OFF_TIMER 6   // of off_cpu_io: in readiness waits that ended on their timeout (BD_TIMER): an event loop
+                        // that slept until a timer (an awaited asyncio.sleep, a call_later, a timeout)
+#define NDETAIL 7
 // Why a request was not measured (SKIPPED in breakdown.py, same order).
 #define K_BUSY 0        // arrived while data was unread or a request of its socket was open (pipelining)
 #define K_NO_READER 1   // read by a thread the breakdown had not seen (it learns threads at their syscalls)
@@ -74,6 +76,7 @@ struct bd_thr_t {
     u64 mark_user, mark_sys;  // cum[USER], cum[SYS] (as of then) at the thread's last marker
     u64 enter_ts;          // entry of its last send-family syscall
     u64 enter_cum[BD_NS];  // its clocks then
+    u64 io_enter;          // cum[BD_IO] at the entry of its readiness wait in progress (BD_TIMER)
 };
 BPF_HASH(bd_thr, u32, struct bd_thr_t, 16384);
 
@@ -156,6 +159,11 @@ static __always_inline u32 bd_cause(s32 sc) {
         return BD_IO;
     }
     return BD_OTHER;
+}
+
+// epoll_wait epoll_pwait epoll_pwait2 poll ppoll select pselect6: an event loop waiting for its next turn
+static __always_inline int bd_is_readiness(s32 sc) {
+    return sc == 232 || sc == 281 || sc == 441 || sc == 7 || sc == 271 || sc == 23 || sc == 270;
 }
 
 static __always_inline int bd_is_send(s32 sc) {
@@ -281,6 +289,8 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     }
     bd_enter_state(t, BD_SYS, now);
     t->sc = sc;
+    if (bd_is_readiness(sc))
+        t->io_enter = t->cum[BD_IO];
 #if WATCH
     rt_enter(ctx, sc, tid);
 #endif
@@ -299,6 +309,7 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     return 0;
 }
 
+// TP_PROTO(struct pt_regs *regs, long ret)
 RAW_TRACEPOINT_PROBE(sys_exit) {
     u64 id = bpf_get_current_pid_tgid();
     if (!in_tree(id >> 32))
@@ -306,6 +317,9 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
     u32 tid = id;
     struct bd_thr_t *t = bd_thr.lookup(&tid);
     if (t) {
+        // a readiness wait that returned no event ended on its timeout: its blocked time was the loop's timer
+        if (bd_is_readiness(t->sc) && (long)ctx->args[1] == 0 && t->cum[BD_IO] > t->io_enter)
+            t->cum[BD_TIMER] += t->cum[BD_IO] - t->io_enter;
         bd_enter_state(t, BD_USER, bpf_ktime_get_ns());
         t->sc = -1;
     }
@@ -590,6 +604,10 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
         bd_skip(K_CLOCK);
         return 0;
     }
+    // of io, the readiness waits that timed out; a wait in progress at the read (a handed request's answering
+    // thread) is added whole at its exit: at most io
+    s64 tm = (s64)(e[BD_TIMER] - x[BD_TIMER]);
+    tm = tm < 0 ? 0 : tm > io ? io : tm;
     u64 on = s->own_u + s->own_s;
     u64 snd = pc->dev_ts - t->enter_ts, tout = pc->peer_arr - pc->dev_ts, tin = s->bd_tin;
     struct bd_stats_t *b = bd_stats.lookup(&zero);
@@ -617,6 +635,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
         __sync_fetch_and_add(&b->transit_in_unseen, 1);
     __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_OUT], tout);
     __sync_fetch_and_add(&b->detail_ns[D_OFF_GIL], gil);
+    __sync_fetch_and_add(&b->detail_ns[D_OFF_TIMER], tm);
     u64 c_end = c[BD_USER] + c[BD_SYS];
     if (c_end > e_u + e_s)
         __sync_fetch_and_add(&b->detail_ns[D_SEND_CPU], c_end - e_u - e_s);

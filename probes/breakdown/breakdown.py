@@ -33,8 +33,9 @@ from .gil import runtime_range
 PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_cpu_sleep", "off_cpu_io",
          "off_cpu_other", "send", "transit", "loader_wait")
 # Sums only (D_*): on_cpu and transit split; the CPU of the answer's send syscall (with on_cpu, the
-# serving thread's CPU for the request: `cpu_us`); the part of off_cpu_futex spent on the GIL (gil.py).
-DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu", "off_cpu_gil")
+# serving thread's CPU for the request: `cpu_us`); the part of off_cpu_futex spent on the GIL (gil.py); the part
+# of off_cpu_io spent in readiness waits that ended on their timeout (an event loop asleep until a timer).
+DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu", "off_cpu_gil", "off_cpu_timer")
 # Why a request was not measured (K_*).
 SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "clock")
 TAIL_QUANTILE = 0.99

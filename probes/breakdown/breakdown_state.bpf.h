@@ -9,7 +9,9 @@
 #define BD_IO 5
 #define BD_OTHER 6
 #define BD_GIL 7     // blocked in futex on an address inside the interpreter's _PyRuntime: the GIL (gil.py)
-#define BD_NS 8
+#define BD_TIMER 8   // not a state: of BD_IO's time, the readiness waits (epoll, poll, select) that ended on their
+                     // timeout, added at the syscall's exit: the loop woke for a timer, not for a descriptor
+#define BD_NS 9
 
 // A served socket's request in progress (fields of sockwait.bpf.c's struct sk_t).
 #define BD_SK_FIELDS                                                                                  \

@@ -28,6 +28,10 @@ CAUSES = {
     "off_cpu_sleep": ("the handler slept", "a blocking sleep in the handler"),
     "off_cpu_io": ("the handler waited on another descriptor (a socket, a file: a database or another service)",
                    "the service it waits on"),
+    # off_cpu_io, when most of it was readiness waits that ended on their timeout (detail_us.off_cpu_timer)
+    "timers": ("the event loop slept until a timer: its readiness wait (epoll_wait, poll, select) ended on its "
+               "timeout with no descriptor ready", "the timers the handler awaits (an asyncio.sleep, a call_later, a "
+               "timeout)"),
     "off_cpu_other": ("the serving thread was blocked in something else (page faults, other syscalls)",
                       "--syscall-time and the off-CPU stacks (--stacks)"),
     "send": ("sending the answer", "a full send buffer: a slow reader"),
@@ -102,8 +106,10 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
         share = value / total
         if share < t.tail_cause_share:
             continue
-        what, next_look = CAUSES[part]
         mean = num(r, f"breakdown.mean_us.{part}")
+        timer = num(r, "breakdown.detail_us.off_cpu_timer") if part == "off_cpu_io" else None
+        timers = timer is not None and bool(mean) and timer >= 0.5 * (mean or 0)
+        what, next_look = CAUSES["timers" if timers else part]
         inflight = int(r["connections"]) * int(r.get("pipeline") or 1)
         behind = f", behind up to {inflight - 1} other requests in flight" if part in ("queue_wait", "loop_wait") \
             and inflight > 1 else ""
@@ -118,6 +124,9 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
             text += (f"Of the mean request's futex waits, {100 * gil / mean:.0f}% were on the interpreter's GIL (a "
                      "futex inside its _PyRuntime). ")
             text += _pinned_twin(ctx, r)
+        if timer is not None and mean and timer >= 0.1 * mean:  # a tenth or more: worth a sentence
+            text += (f"Of the mean request's off_cpu_io, {100 * timer / mean:.0f}% was in readiness waits that ended "
+                     "on their timeout (the loop woke for a timer, not for a descriptor). ")
         waited = io_wait(r) if part == "off_cpu_io" else None
         if waited:
             text += f"The handlers' waits on descriptors were mostly {waited}. "
@@ -135,6 +144,7 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
               "slowest 1%: next parts (µs)": ", ".join(f"{p} {v:,.0f}" for p, v in others) or None,
               "requests followed": f"{num(r, 'breakdown.requests') or 0:,.0f}",
               "descriptor waited on (share of the handlers' waits)": waited,
+              "mean request: off_cpu_io until a timer (µs)": r2(timer, 1),
               "stacks": stacks or None,
               # netprof watch has no loader: its row's round trip is the server time
               ("server time, mean" if schema.watched(r) else "loader's mean round trip")
@@ -142,6 +152,8 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
                   f"{num(r, 'breakdown.rtt_mean_us') or 0:,.0f} vs {num(r, 'breakdown.parts_mean_us') or 0:,.0f}"}
         if part == "off_cpu_futex" and gil is not None and mean and gil >= 0.5 * mean:
             part = "the GIL (off_cpu_futex)"
+        elif timers:
+            part = "the loop's timers (off_cpu_io)"
         title = f"The tail is {part} ({100 * share:.0f}% of the slowest 1%): {where(r)}"
         # waiting for others or for a lock is what to fix; the handler's own work or sleep is what it was asked to do
         severity = "warning" if part in WAITS else "info"
