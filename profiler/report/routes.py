@@ -83,9 +83,11 @@ def table(watched: Any) -> dict | None:
 
 def sentence(watched: Any) -> str | None:
     """"By route, GET / took 44% of the server time (3,497 requests, 7.5 ms on average), GET /io 38% (1,165,
-    19.5 ms) and GET /slow 17% (1,165, 8.8 ms)." None with fewer than two routes told apart."""
+    19.5 ms) and GET /slow 17% (1,165, 8.8 ms)": the request lines that took the most, and the other routes' share
+    when it shows (half a percent or more). None with fewer than two routes told apart."""
     routed, _, total = _ranked(watched)
-    if not _told_apart(routed) or len(routed) < 2 or not total:
+    named = [r for r in routed if r["route"] not in RESERVED][:SENTENCE_ROUTES]
+    if len(named) < 2 or not total:
         return None
 
     def one(r: dict, first: bool) -> str:
@@ -95,8 +97,8 @@ def sentence(watched: Any) -> str | None:
                     f"({units.plural(r['requests'], 'request')}, {mean} on average)")
         return f"{clean_text(r['route'])} {share} ({units.count(r['requests'])}, {mean})"
 
-    said = [one(r, i == 0) for i, r in enumerate(routed[:SENTENCE_ROUTES])]
-    rest = len(routed) - SENTENCE_ROUTES
-    if rest > 0:
-        said.append(f"{units.plural(rest, 'other route')} the rest")
+    said = [one(r, i == 0) for i, r in enumerate(named)]
+    rest = 1 - sum(map(_time_us, named)) / total
+    if rest >= 0.005:
+        said.append(f"{units.plural(len(routed) - len(named), 'other route')} {units.share(rest)}")
     return f"By route, {units.joined(said)}."
