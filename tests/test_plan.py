@@ -56,3 +56,18 @@ def test_think_the_loader_would_refuse_is_refused_before_anything_starts(spec):
 @pytest.mark.parametrize("spec", ["none", "fixed:50", "uniform:1-5", "uniform:5-5", "poisson:12.5"])
 def test_think_the_loader_takes_passes(spec):
     validate(RunConfig(backends=["selector"], think=spec))
+
+
+def test_the_plan_line_counts_the_sampling_rounds():
+    """What a run says before its first cell: its throughput cells and the sampling rounds after them (--stacks and
+    --flamegraph each run one per combination); `netprof flamegraph` runs those only (it said "0 cells ≈ 0 s")."""
+    from netprof.profiler.run.runner import plan_line
+
+    flame = validate(RunConfig(backends=["selector"], connections=[10], rounds=1, duration=2, warmup=1,
+                               probes=False, flamegraph=True, evidence_only=True))
+    assert plan_line(flame) == "1 sampling round × (1 s warm-up + 2 s) ≈ 4 s"
+    both = validate(RunConfig(backends=["selector", "uvloop_sock"], connections=[10, 100], rounds=3, duration=2,
+                              warmup=1, stacks=True, flamegraph=True))
+    assert plan_line(both) == "12 cells and 8 sampling rounds × (1 s warm-up + 2 s) ≈ 80 s"
+    assert plan_line(validate(RunConfig(backends=["selector"], connections=[10], rounds=2, duration=0.3,
+                                        warmup=0.1))) == "2 cells × (0.1 s warm-up + 0.3 s) ≈ 3 s"

@@ -224,9 +224,14 @@ class RunConfig:
         rounds = 0 if self.evidence_only else self.rounds
         return len(list(self.combinations(0))) * rounds
 
+    def n_sampling(self) -> int:
+        """The sampling rounds after the throughput rounds: one per combination for --stacks and one for
+        --flamegraph (`netprof flamegraph`: those only)."""
+        return len(list(self.combinations(0))) * (int(self.stacks) + int(self.flamegraph))
+
     def estimate_s(self) -> float:
-        """Seconds the throughput rounds take at least (warm-up + window per cell, plus ~1 s of start-up)."""
-        return self.n_cells() * (self.warmup + self.duration + 1.0)
+        """Seconds the rounds take at least (warm-up + window per cell, plus ~1 s of start-up)."""
+        return (self.n_cells() + self.n_sampling()) * (self.warmup + self.duration + 1.0)
 
     def to_dict(self) -> dict:
         return asdict(self)

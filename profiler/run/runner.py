@@ -49,10 +49,12 @@ class RunOutcome:
 
 
 def plan_line(cfg: RunConfig) -> str:
-    """'12 cells × (1 s warm-up + 5 s) ≈ 1.4 min' — said before the first cell starts."""
+    """'12 cells × (1 s warm-up + 5 s) ≈ 1.4 min', '4 cells and 2 sampling rounds × ...', '1 sampling round × ...'
+    (`netprof flamegraph`) — said before the first cell starts."""
     total = cfg.estimate_s()
     when = units.seconds(total) if total >= 90 else f"{total:.0f} s"
-    return f"{units.plural(cfg.n_cells(), 'cell')} × ({cfg.warmup:g} s warm-up + {cfg.duration:g} s) ≈ {when}"
+    what = [units.plural(n, word) for n, word in ((cfg.n_cells(), "cell"), (cfg.n_sampling(), "sampling round")) if n]
+    return f"{units.joined(what)} × ({cfg.warmup:g} s warm-up + {cfg.duration:g} s) ≈ {when}"
 
 
 def cell_line(cell, row: dict) -> str:
@@ -167,7 +169,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             work = WorkModel.parse(cfg.work)
             remote = RemoteWork.start(group, work.us, lcpus) if work.kind == "remote" else None
             extra = evidence.evidence_cells(cfg)
-            total = cfg.n_cells() + len(extra) * (int(cfg.stacks) + int(cfg.flamegraph))
+            total = cfg.n_cells() + cfg.n_sampling()
             task = progress.add_task("starting", total=total, phase="", last="")
 
             def phase(text: str) -> None:  # the cell's phase, from the loader's events (cell.PHASES)
