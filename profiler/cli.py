@@ -392,10 +392,11 @@ def run(
         help="How long --cmd may take to become ready before its cells fail."),
     attach: int | None = typer.Option(
         None, "--attach", metavar="PID",
-        help="Profile a server that is already running (with --target): nothing is started or stopped."),
+        help="Profile a server that is already running, where it listens on loopback (or at --target): nothing is "
+             "started or stopped."),
     target: str = typer.Option(
         "", "--target", metavar="HOST:PORT",
-        help="Where --attach's server (or a --cmd without {port}) listens."),
+        help="Where --attach's server (when it listens on more than one port) or a --cmd without {port} listens."),
     as_root: bool = typer.Option(False, "--as-root", help="Run --cmd as root instead of the user who invoked sudo."),
     env: list[str] | None = typer.Option(
         None, "--env", metavar="NAME=VALUE",
@@ -534,9 +535,7 @@ def _own_servers(cmds: list[str], names: list[str], ready_regex: str, attach: in
     own = [servers.from_cmd(c, names[i] if i < len(names) else "", ready_regex,
                             target if "{port}" not in c else "", as_root, ready_timeout, env)
            for i, c in enumerate(cmds)]
-    if attach is not None:
-        if not target:
-            raise InputError(f"--attach {attach} needs --target HOST:PORT: where does it listen?")
+    if attach is not None:  # without --target, where it listens on loopback (servers.attached)
         own.append(servers.attached(attach, target, names[len(cmds)] if len(names) > len(cmds) else ""))
     elif target and not any("{port}" not in c for c in cmds):
         raise InputError("--target is for --attach, or for a --cmd without {port}")

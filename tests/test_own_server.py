@@ -9,6 +9,7 @@ the probes followed gunicorn's two forked workers (without them the counts would
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -113,7 +114,8 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
     srv = subprocess.Popen([PY, str(script), str(port)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
         assert srv.stdout.readline().startswith("listening")
-        p, summary = run(tmp_path, "--attach", str(srv.pid), "--target", f"127.0.0.1:{port}", "--protocol", "http",
+        # no --target: the one loopback port the process listens on
+        p, summary = run(tmp_path, "--attach", str(srv.pid), "--protocol", "http",
                          "--request", "GET /plaintext", "-c", "10", "-d", "1")
         assert p.returncode == 0, p.stderr[-2000:]
         (row,) = summary["runs"]
@@ -138,6 +140,44 @@ def test_bad_own_server_input_is_one_line_exit_2(tmp_path, args, needle):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
     assert not (tmp_path / "out").exists(), "nothing may start on bad input"
+
+
+# A process listening on `sys.argv[1:]` (ports), or on none.
+LISTENER = """
+import socket, sys, time
+held = []
+for port in sys.argv[1:]:
+    s = socket.create_server(("127.0.0.1", int(port)))
+    held.append(s)
+print("listening", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("ports, parent, needle", [
+    (0, False, "that process listens on no loopback TCP port itself; give --target HOST:PORT"),
+    (2, False, "listens on 127.0.0.1:{0} and 127.0.0.1:{1}: give --target HOST:PORT, the one to load"),
+    # its own sockets only: this test's process, whose child listens (every process descends from pid 1)
+    (1, True, "that process listens on no loopback TCP port itself; give --target HOST:PORT"),
+])
+def test_attach_without_target_needs_one_listening_port(tmp_path, ports, parent, needle):
+    """--attach without --target loads where the process listens on loopback; with no such port, or two, it asks
+    which (one line, exit 2, nothing started)."""
+    chosen = sorted(free_port() for _ in range(ports))
+    script = tmp_path / "listen.py"
+    script.write_text(LISTENER)
+    proc = subprocess.Popen([PY, str(script), *map(str, chosen)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout.readline().startswith("listening")
+        p = netprof_cli("run", "--attach", str(os.getpid() if parent else proc.pid), "-c", "2", "-d", "0.5",
+                        "--no-probes", "--out", str(tmp_path / "out"))
+        lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+        assert p.returncode == 2 and len(lines) == 1 and needle.format(*chosen) in lines[0], p.stderr
+        assert not (tmp_path / "out").exists(), "nothing may start on bad input"
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 # A server that exits or never listens is known only once it was started: like a backend that dies, a

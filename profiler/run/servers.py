@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import psutil
 
 from netprof.backends import registry
-from netprof.profiler.core import paths, procs, rootenv
+from netprof.profiler.core import paths, procs, rootenv, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup
 
@@ -165,7 +165,7 @@ def from_cmd(template: str, name: str = "", ready_regex: str = "", target: str =
 
 
 def attached(pid: int, target: str, name: str = "") -> ServerSpec:
-    host, port = parse_target(target)
+    """--attach PID's server, loaded at --target, or where it listens on loopback when that is one port."""
     try:
         proc = psutil.Process(pid)
         proc.status()
@@ -174,6 +174,7 @@ def attached(pid: int, target: str, name: str = "") -> ServerSpec:
     started = procs.start_ticks(pid)
     if started is None:
         raise InputError(f"--attach {pid}: no such process; give the pid of your running server")
+    host, port = parse_target(target or _only_listener(pid))
     if not _listens(pid, port):
         raise InputError(f"--attach {pid}: that process (and its children) does not listen on port {port}; "
                          f"check --target {target}")
@@ -211,21 +212,45 @@ def _listener(port: int, pid: int) -> str | None:
     return None
 
 
-def _listens(pid: int, port: int) -> bool:
-    """`pid` or one of its descendants has a listening TCP socket on `port`."""
+def _listening(pid: int, tree: bool = True) -> set[tuple[str, int]]:
+    """The (address, port) of every listening TCP socket of `pid` and (`tree`) its descendants."""
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        members = [root, *(root.children(recursive=True) if tree else ())]
     except psutil.Error:
-        return False
-    for p in procs:
+        return set()
+    found = set()
+    for p in members:
         try:
             conns = p.net_connections(kind="tcp")
         except psutil.Error:
             continue
-        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
-            return True
-    return False
+        found |= {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN and c.laddr}
+    return found
+
+
+def _listens(pid: int, port: int) -> bool:
+    """`pid` or one of its descendants has a listening TCP socket on `port`."""
+    return any(p == port for _, p in _listening(pid))
+
+
+# Addresses a loopback client reaches: every IPv4 address, every address of a dual-stack socket, or loopback's own
+ANY = ("0.0.0.0", "::")
+
+
+def _only_listener(pid: int) -> str:
+    """'127.0.0.1:8000': where --attach's server takes loopback connections, when that is one port (else
+    InputError asks for --target). Its own sockets only: a pre-fork server's master holds the one its workers
+    share, and every process descends from pid 1."""
+    where = {f"{ip if ip.startswith('127.') else '127.0.0.1'}:{port}" for ip, port in _listening(pid, tree=False)
+             if ip in ANY or ip.startswith("127.")}
+    if len(where) == 1:
+        return where.pop()
+    if not where:
+        raise InputError(f"--attach {pid}: that process listens on no loopback TCP port itself; give --target "
+                         "HOST:PORT (where it, or a child of it, listens)")
+    ports = sorted(where, key=lambda w: int(w.rpartition(":")[2]))
+    raise InputError(f"--attach {pid} listens on {units.joined(ports)}: give --target HOST:PORT, the one to load")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
