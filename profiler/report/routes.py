@@ -19,7 +19,8 @@ UNSAMPLED = NAMES[UNSAMPLED_SLOT]
 # What the reserved names stand for (docs/watch.md, "Routes")
 RESERVED = {UNSAMPLED: "the requests answered while the probes were light (--max-overhead), counted and timed only",
             NAMES[OTHER]: "the requests of routes first seen after --routes were full",
-            NAMES[NOT_HTTP]: "the requests whose first bytes are no HTTP/1.x request line (TLS, HTTP/2)"}
+            NAMES[NOT_HTTP]: "the requests whose first bytes were not read as an HTTP/1.x request line: another "
+                             "protocol (TLS, HTTP/2), or a request already begun when the watch attached"}
 TOP_PARTS = 3
 SENTENCE_ROUTES = 3
 
