@@ -268,6 +268,9 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     (route,) = [r for r in doc["routes"] if r["route"] == "GET /plaintext"]
     assert route["requests"] >= 0.99 * sampled, doc["routes"]
     assert 1 <= route["syscalls_per_request"] < 20, route
+    # the requests answered while the set was light were counted and timed, not their syscalls
+    unsampled = [r["syscalls_per_request"] for r in doc["routes"] if r["route"] == "(unsampled)"]
+    assert unsampled == ([None] if doc["unsampled"] else []), (unsampled, doc["unsampled"])
     assert sum(p["requests"] for p in doc["processes"]) == pytest.approx(doc["requests"], rel=0.01), doc["processes"]
     # --out: the same figures, and one line per window
     assert json.loads((out / "watch.json").read_text())["requests"] == doc["requests"]

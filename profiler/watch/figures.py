@@ -81,11 +81,12 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
     for name, r in sorted(routes.items(), key=lambda kv: -kv[1].requests):
         if not r.requests:
             continue
+        counted = name != UNSAMPLED_ROUTE  # answered while the set was light: no syscall of theirs was counted
         out_routes.append({
             "route": name, "requests": r.requests, "requests_per_sec": per_second(r.requests),
             "server_time_us": _dist(r.server),
-            "syscalls_per_request": _r(r.syscalls_per_request, 2),
-            "ring_ops_per_request": _r(r.ring_ops_per_request, 2),
+            "syscalls_per_request": _r(r.syscalls_per_request, 2) if counted else None,
+            "ring_ops_per_request": _r(r.ring_ops_per_request, 2) if counted else None,
             "breakdown": {"requests": r.measured,
                           "mean_us": _r(sum(r.parts_mean_us.values())) if r.measured else None,
                           "parts_mean_us": {p: _r(v) for p, v in r.parts_mean_us.items()} if r.measured else {}},

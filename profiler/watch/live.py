@@ -48,8 +48,9 @@ def table(f: dict[str, Any], title: str) -> Group:
     for r in f["routes"][:TOP_ROUTES]:
         st = r["server_time_us"]
         sub = {"breakdown": {"parts_mean_us": r["breakdown"]["parts_mean_us"]}}
+        calls = r["syscalls_per_request"]  # None: not counted (the route "(unsampled)")
         t.add_row(Text(clean_text(r["route"])), f"{r['requests_per_sec'] or 0:,.0f}", _ms(st["p50"]), _ms(st["p99"]),
-                  f"{r['syscalls_per_request'] or 0:.1f}", top_parts(sub))
+                  "-" if calls is None else f"{calls:.1f}", top_parts(sub))
     return Group(head, t)
 
 
