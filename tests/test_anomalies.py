@@ -297,6 +297,19 @@ def test_latency_tail_names_starvation_as_cause():
     assert "starved" in a["explanation"] and a["severity"] == "warning"
 
 
+def test_latency_tail_at_a_set_rate_names_the_requests_that_waited_in_the_loader():
+    """A knee's rate near the ceiling: 14% of the requests waited in the loader for a free connection, which
+    counts in the latency from the intended send: that is the tail, not "nothing else in this cell"."""
+    row = make_row(lat_us={"p50": 121.0, "p999": 14_300.0}, rate=36_531, open_loop={"waited_share": 0.142})
+    (a,) = ids(detect(frame(row)), "latency_tail")
+    assert ("Likely cause here: 14% of the messages waited in the loader for a free connection, the answers coming "
+            "slower than the requests came due") in a["explanation"], a["explanation"]
+    assert "Nothing else in this cell" not in a["explanation"] and a["severity"] == "warning"
+    quiet = make_row(lat_us={"p50": 121.0, "p999": 14_300.0}, rate=36_531, open_loop={"waited_share": 0.002})
+    (a,) = ids(detect(frame(quiet)), "latency_tail")
+    assert "waited in the loader" not in a["explanation"]
+
+
 def test_latency_tail_silent_and_threshold_is_tunable():
     row = make_row(lat_us={"p50": 100.0, "p999": 1000.0})
     assert not ids(detect(frame(row)), "latency_tail")
@@ -386,15 +399,16 @@ def test_one_card_per_backend_names_the_other_cells_rates():
     rows += [make_row("uvloop_sock", 10, rate=30_000, **churn), make_row("uvloop_sock", 100, **churn),
              make_row("uvloop_sock", 10, **churn)]
     (a,) = ids(detect(frame(*rows)), "readiness_churn")
-    assert a["connections"] == 100 and a["rate"] == 20_000, a
-    labels = "10 closed loop, 10 at 30,000/s, closed loop, 30,000/s"
+    assert a["connections"] == 100 and a["rate"] == 30_000, a  # the largest scale, then the highest rate
+    labels = "10 closed loop, 10, closed loop, 20,000/s"  # "10": the same rate as the card's
     assert a["evidence"]["also at (connections ×in flight, rate)"] == labels
     assert a["title"].endswith(f"(also at {labels})"), a["title"]
-    # A knee's dozen rates: the title names six, the evidence all of them.
+    # A knee's dozen rates: the card is the highest rate's; the title names six others, the evidence all of them.
     rows = [make_row("uvloop_sock", 10, rate=1000 * (i + 1), **churn) for i in range(10)]
     (a,) = ids(detect(frame(*rows)), "readiness_churn")
-    assert a["title"].endswith("(also at 2,000/s, 3,000/s, 4,000/s, 5,000/s, 6,000/s, 7,000/s and 3 more)"), a["title"]
-    assert a["evidence"]["also at (connections ×in flight, rate)"].endswith("9,000/s, 10,000/s"), a["evidence"]
+    assert a["rate"] == 10_000, a
+    assert a["title"].endswith("(also at 1,000/s, 2,000/s, 3,000/s, 4,000/s, 5,000/s, 6,000/s and 3 more)"), a["title"]
+    assert a["evidence"]["also at (connections ×in flight, rate)"].endswith("8,000/s, 9,000/s"), a["evidence"]
 
 
 # connection errors (issue 16, item 9) --------------------------------------------------------------

@@ -252,7 +252,8 @@ def say_closed_loop(found: list[Anomaly], cells: pd.DataFrame) -> None:
 
 def consolidate(found: list[Anomaly]) -> list[Anomaly]:
     """Merge a consolidated rule's anomalies per rule and server (SERVER_KEYS): the most severe instance
-    (then one with stacks, then the largest scale) keeps its text; the other cells are listed."""
+    (then one with stacks, then the largest scale, then the highest rate) keeps its text; the other cells are
+    listed."""
     groups: dict = {}
     for a in found:
         key = (a.id, *(a.cell[k] for k in schema.SERVER_KEYS)) if META[a.id].consolidate else id(a)
@@ -260,7 +261,8 @@ def consolidate(found: list[Anomaly]) -> list[Anomaly]:
     out = []
     for same in groups.values():
         rep = min(same, key=lambda a: (SEVERITIES.index(a.severity), not a.evidence.get("stacks"),
-                                       -(a.cell["connections"] or 0), a.cell["pipeline"] or 1))
+                                       -(a.cell["connections"] or 0), a.cell["pipeline"] or 1,
+                                       -(a.cell.get("rate") or 0)))
         out.append(also_at(rep, [a for a in same if a is not rep]))
     return out
 

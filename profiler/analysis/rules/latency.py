@@ -46,7 +46,8 @@ def latency_tail(ctx: Context) -> list[Anomaly]:
 
 
 def _tail_causes(r, t: Thresholds) -> list[str]:
-    """What else in the cell explains a long tail: starved or idle connections, preemption, pipelining."""
+    """What else in the cell explains a long tail: starved or idle connections, preemption, pipelining, requests that
+    waited in the loader at a set rate."""
     causes = []
     many = units.exchanges(r.get("protocol"))
     jain = num(r, "per_conn.jain")
@@ -60,4 +61,9 @@ def _tail_causes(r, t: Thresholds) -> list[str]:
         causes.append(f"the backend is preempted {inv:.2f}× {units.per_unit(r.get('protocol'))}")
     if (r.get("pipeline") or 1) > 1:
         causes.append(f"{many} queue behind others in flight on the same connection")
+    waited = num(r, "open_loop.waited_share")  # at a set rate: the queue formed in the loader (PROTOCOL.md)
+    if waited is not None and waited >= t.overload_behind_share:
+        causes.append(f"{units.share(waited)} of the {many} waited in the loader for a free connection, the answers "
+                      "coming slower than the requests came due (their wait counts: latency is from the intended "
+                      "send)")
     return causes
