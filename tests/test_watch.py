@@ -280,6 +280,9 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     (row,) = summary["runs"]
     assert row["latency"] == "server" and row["messages"] == doc["requests"], row
     assert row["breakdown"]["parts_mean_us"] == pytest.approx(doc["breakdown"]["mean_us"], rel=0.01), row["breakdown"]
+    # its kernel operations per request, the watch's own count (none by name), as compare and the page judge them
+    ops = summary["cells"][0]["metrics"]["kernel_ops_per_msg_total"]["mean"]
+    assert ops == pytest.approx(doc["syscalls_per_request"] + (doc["ring_ops_per_request"] or 0), abs=0.01), ops
     assert isinstance(summary["anomalies"], list)
     report = (out / "report.md").read_text()
     assert "netprof watch: no loader" in report

@@ -342,6 +342,8 @@ SYSCALLS_TOTAL = "syscalls_per_msg_total"  # every counted syscall per message (
 # Every kernel operation per message: the syscalls and the io_uring submissions (the same as SYSCALLS_TOTAL
 # for a server that hands nothing to a ring)
 KERNEL_OPS_TOTAL = "kernel_ops_per_msg_total"
+# A watched row's (watch/rundir.py): its syscalls and io_uring operations per request, counted per request, not by name
+WATCH_SYSCALLS, WATCH_RING = "watch.syscalls_per_request", "watch.ring_ops_per_request"
 CONN_CV = "per_conn_cv"  # spread of messages across connections: CV = √(1/Jain − 1)
 CV_FLOOR = 1e-4  # a spread below this is perfect fairness (keeps the log scale finite)
 
@@ -436,6 +438,12 @@ def per_round(df: pd.DataFrame) -> pd.DataFrame:
         df[c] = df[c].astype(float).fillna(0.0).where(probed)
     df[SYSCALLS_TOTAL] = (df[sc].sum(axis=1) if sc else pd.Series(np.nan, index=df.index)).where(probed)
     df[KERNEL_OPS_TOTAL] = (df[SYSCALLS_TOTAL] + (df[ring].sum(axis=1) if ring else 0.0)).where(probed)
+    if WATCH_SYSCALLS in df:  # a watched row: its own count per request (none by name)
+        watched = df["arrivals"] == schema.WATCHED if "arrivals" in df else pd.Series(False, index=df.index)
+        calls = df[WATCH_SYSCALLS].astype(float)
+        ring_ops = df[WATCH_RING].astype(float).fillna(0.0) if WATCH_RING in df else 0.0
+        df[SYSCALLS_TOTAL] = df[SYSCALLS_TOTAL].where(~watched, calls)
+        df[KERNEL_OPS_TOTAL] = df[KERNEL_OPS_TOTAL].where(~watched, calls + ring_ops)
     return df
 
 

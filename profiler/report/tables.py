@@ -28,7 +28,7 @@ def _kernel_ops_total(r) -> float | None:
     ring = [v for k, v in r.items() if k.startswith(stats.RING_PREFIX) and v == v and v is not None]
     if per:
         return float(sum(per) + sum(ring))
-    watched = [_get(r, "watch.syscalls_per_request"), _get(r, "watch.ring_ops_per_request")]
+    watched = [_get(r, stats.WATCH_SYSCALLS), _get(r, stats.WATCH_RING)]
     return float(sum(v for v in watched if v is not None)) if watched[0] is not None else None
 
 
