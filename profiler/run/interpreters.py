@@ -97,9 +97,9 @@ class Interpreter:
         if major_minor >= (3, 12) and self.perf_trampoline and self.frame_pointers:
             return "perf", "-X perf on a frame-pointer build"
         if major_minor >= (3, 12) and self.perf_trampoline:
-            return None, (f"{self.label}: -X perf needs frame pointers, which this build lacks "
-                          "(use CPython 3.13+ for -X perf_jit)")
-        return None, f"{self.label}: perf trampolines arrived in CPython 3.12 (3.13 for -X perf_jit)"
+            return None, (f"{self.label}: -X perf needs frame pointers, which this build lacks; CPython 3.13+ has "
+                          "-X perf_jit")
+        return None, f"{self.label}: perf trampolines arrived in CPython 3.12, -X perf_jit in 3.13"
 
     def describe(self) -> dict:
         flag, why = self.mixed_stack_flag()
