@@ -213,24 +213,30 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
             prom.wait_ready()
             pcap = tmp_path / "lo.pcap"
             dump = _tcpdump(port, pcap)
-            out = tmp_path / "watch"
-            # --out relative: where the user stands, though watch's set compiles beside the CLI (probes/base.py)
-            with Watch("--pid", str(server.pid), "--duration", "5", "--json", "--out", out.name,
-                       "--metrics-port", str(metrics_port), cwd=tmp_path) as w:
-                w.attached()
-                wrk = _wrk(port, 5, 50)
-                seen: list = []
-                deadline = time.monotonic() + 20
-                while w.proc.poll() is None and time.monotonic() < deadline and not seen:
-                    time.sleep(0.5)
-                    try:
-                        seen = [r for r in prom.query("netprof_requests_total") if float(r["value"][1]) > 0]
-                    except OSError:
-                        pass
-                doc = w.result()
-                wrk_out, _ = wrk.communicate(timeout=30)
-            dump.send_signal(signal.SIGINT)
-            dump.wait(10)
+            try:
+                out = tmp_path / "watch"
+                # --out relative: where the user stands, though watch's set compiles beside the CLI (probes/base.py)
+                with Watch("--pid", str(server.pid), "--duration", "5", "--json", "--out", out.name,
+                           "--metrics-port", str(metrics_port), cwd=tmp_path) as w:
+                    w.attached()
+                    wrk = _wrk(port, 5, 50)
+                    seen: list = []
+                    deadline = time.monotonic() + 20
+                    while w.proc.poll() is None and time.monotonic() < deadline and not seen:
+                        time.sleep(0.5)
+                        try:
+                            seen = [r for r in prom.query("netprof_requests_total") if float(r["value"][1]) > 0]
+                        except OSError:
+                            pass
+                    doc = w.result()
+                    wrk_out, _ = wrk.communicate(timeout=30)
+            finally:  # also when an assertion above failed: tcpdump never ends by itself
+                dump.send_signal(signal.SIGINT)
+                try:
+                    dump.wait(10)
+                except subprocess.TimeoutExpired:
+                    dump.kill()
+                    dump.wait(10)
     finally:
         prom.close()
     assert seen, "prometheus never returned netprof_requests_total > 0 while watch ran"
