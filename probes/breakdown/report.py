@@ -14,6 +14,7 @@ import pandas as pd
 
 from netprof.probes.breakdown.breakdown import PARTS
 from netprof.probes.breakdown.rules import io_wait
+from netprof.profiler.core import units
 from netprof.profiler.core.units import duration_us as _us
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
@@ -53,11 +54,6 @@ def means(r, which: str = "mean_us") -> dict[str, float] | None:
     return got or None
 
 
-def top_parts(parts: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
-    total = sum(max(0.0, v) for v in parts.values()) or 1.0
-    return [(p, v / total) for p, v in sorted(parts.items(), key=lambda kv: -kv[1])[:n] if v > 0]
-
-
 def table(cells: pd.DataFrame) -> dict:
     whole = "server time" if schema.watched_frame(cells) else "round trip (loader)"
     header = ["cell", "requests", whole, "parts' sum", "unattributed", "mean request: largest parts",
@@ -76,9 +72,9 @@ def table(cells: pd.DataFrame) -> dict:
             f"{num(r, 'breakdown.requests') or 0:,.0f}",
             _us(num(r, "breakdown.rtt_mean_us")), _us(num(r, "breakdown.parts_mean_us")),
             _us(num(r, "breakdown.unattributed_us")),
-            ", ".join(f"{p} {_us(mean[p])} ({100 * s:.0f}%)" for p, s in top_parts(mean)),
+            units.largest_parts(mean),
             _us(num(r, "breakdown.total_p99_us")),
-            ", ".join(f"{p} {_us(tail[p])} ({100 * s:.0f}%)" for p, s in top_parts(tail)) if tail else "–",
+            units.largest_parts(tail) if tail else "–",
         ] + ([io_wait(r) or "–"] if waited else []))
     return {"title": "Request breakdown per cell (counted window)", "header": header, "rows": rows}
 

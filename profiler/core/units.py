@@ -188,6 +188,14 @@ def interval(ci_pct, n) -> str:
     return f"±{float(ci_pct):.0f}%"
 
 
+def largest_parts(parts: dict[str, float], n: int = 3) -> str:
+    """'queue_wait 4 ms (53%), off_cpu_sleep 2.7 ms (36%), loop_wait 426 µs (6%)': the `n` largest of a breakdown's
+    parts (µs), each with its share of the positive parts' sum; DASH when none is positive."""
+    total = sum(max(0.0, v) for v in parts.values())
+    top = [(p, v) for p, v in sorted(parts.items(), key=lambda kv: -kv[1])[:n] if v > 0]
+    return ", ".join(f"{p} {duration_us(v)} ({100 * v / total:.0f}%)" for p, v in top) if top else DASH
+
+
 def connections(*counts: int) -> str:
     """'1 connection', '100 connections', '10, 100 and 1000 connections' (the counts as a cell's label writes them)."""
     return f"{joined([str(int(c)) for c in counts])} connection{'' if counts == (1,) else 's'}"

@@ -21,7 +21,6 @@ RESERVED = {UNSAMPLED: "the requests answered while the probes were light (--max
             NAMES[OTHER]: "the requests of routes first seen after --routes were full",
             NAMES[NOT_HTTP]: "the requests whose first bytes were not read as an HTTP/1.x request line: another "
                              "protocol (TLS, HTTP/2), or a request already begun when the watch attached"}
-TOP_PARTS = 3
 SENTENCE_ROUTES = 3
 
 
@@ -46,13 +45,9 @@ def _told_apart(routed: list[dict]) -> bool:
     return any(r["route"] not in RESERVED for r in routed)
 
 
-def _parts(r: dict) -> str:
-    parts = {p: v for p, v in ((r.get("breakdown") or {}).get("parts_mean_us") or {}).items() if v}
-    total = sum(parts.values())
-    if not total:
-        return units.DASH
-    top = sorted(parts.items(), key=lambda kv: -kv[1])[:TOP_PARTS]
-    return ", ".join(f"{p} {units.duration_us(v)} ({100 * v / total:.0f}%)" for p, v in top)
+def _parts(r: dict) -> dict[str, float]:
+    """A route's breakdown parts, mean µs (those it has)."""
+    return {p: v for p, v in ((r.get("breakdown") or {}).get("parts_mean_us") or {}).items() if v is not None}
 
 
 def table(watched: Any) -> dict | None:
@@ -73,7 +68,7 @@ def table(watched: Any) -> dict | None:
                      units.share(_time_us(r) / total) if followed and total else units.DASH,
                      f"{r['syscalls_per_request']:.1f}" if followed and r.get("syscalls_per_request") is not None
                      else units.DASH,
-                     _parts(r) if followed else units.DASH])
+                     units.largest_parts(_parts(r)) if followed else units.DASH])
     shown = {r["route"] for r in routed + unsampled}
     told = [f"{name} are {what}" for name, what in RESERVED.items() if name in shown]
     note = ("Server time: a request's first byte in to its answer sent (the kernel's). The share is of the server "
