@@ -621,7 +621,7 @@ def _execute(cfg: RunConfig, as_json: bool, quiet: bool = False, verbose: bool =
             print(summary["artifacts"]["report_html"] or summary["artifacts"]["dir"])
     elif (index := results.read_json(outcome.out_dir, "flamegraphs/index.json")) is not None:
         # read as results.py reads: under sudo the directory is the caller's, who could swap in a link
-        print(json.dumps(index) if as_json else f"flamegraphs: {outcome.out_dir / 'flamegraphs'}/")
+        print(json.dumps(index) if as_json else "\n".join(report.flamegraph_lines(outcome.out_dir)))
     if outcome.closing is not None:
         outcome.closing.join()  # the probes came off while the report was written
     if outcome.error:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +53,23 @@ def test_cli_diff_of_two_real_profiles(flame_run, tmp_path):
                       "-o", str(target))
     assert res.returncode == 0, res.stderr
     ET.parse(target)
+
+
+def test_flamegraph_command_names_each_svg(tmp_path):
+    """`netprof flamegraph` writes no report (no throughput rows): its last lines name every SVG by path, and say why
+    a view is missing. Built from bench/reports/http's committed flamegraphs (three cells, no mixed view)."""
+    from netprof.profiler.report import report
+
+    out = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "bench" / "reports" / "http" / "flamegraphs",
+                    out / "flamegraphs")
+    lines = report.flamegraph_lines(out)
+    svgs = [Path(line.split()[-1]) for line in lines if line.endswith(".svg")]
+    assert len(svgs) == 9 and all(p.is_file() and p.is_relative_to(out) for p in svgs), lines
+    assert "http_asyncio-cpython-3.11.2-c100-p1:" in lines
+    assert sum(line.startswith("  note: no mixed Python+kernel view") for line in lines) == 3, lines
+    shutil.rmtree(out / "flamegraphs" / "granian_rsgi-cpython-3.11.2-c100-p1")
+    assert "granian_rsgi-cpython-3.11.2-c100-p1:" not in report.flamegraph_lines(out)
+    shutil.rmtree(out / "flamegraphs")
+    (out / "flamegraphs").mkdir()
+    assert report.flamegraph_lines(out) == [f"no flamegraph was written in {out}/flamegraphs/ (index.json says why)"]

@@ -250,6 +250,17 @@ def find_flamegraphs(out: Path, df: pd.DataFrame | None = None) -> list[dict]:
     return found
 
 
+def flamegraph_lines(out: Path) -> list[str]:
+    """The end of `netprof flamegraph` on a terminal: each sampled cell's SVGs by path (what py-spy's "Wrote
+    flamegraph data to" gives), and why a view is missing."""
+    lines = []
+    for f in find_flamegraphs(out):
+        lines.append(f"{f['cell']}:")
+        lines += [f"  {kind:<7} {out / path}" for kind, path in f["svgs"].items()]
+        lines += [f"  note: {n}" for n in f["notes"]]
+    return lines or [f"no flamegraph was written in {out / 'flamegraphs'}/ (index.json says why)"]
+
+
 def headline_note(cells: pd.DataFrame, watched: bool = False, knee: bool = False) -> str:
     """Where the headline table's figures come from, in one line. `watched`: rows of `netprof watch --out`
     (latency "server": no loader, the server time where a run has the round trip); `knee`: a knee run's rates as
