@@ -230,6 +230,15 @@ def test_tail_cause_names_the_loops_timers_when_its_readiness_waits_timed_out():
         "timeout" in text, text
     assert text.endswith("Look at the timers the handler awaits (an asyncio.sleep, a call_later, a timeout)."), text
     assert a["evidence"]["mean request: off_cpu_io until a timer (µs)"] == 855.0, a["evidence"]
+    # the breakdown's table says it too, beside the part; under a tenth of off_cpu_io it says nothing
+    from netprof.probes.breakdown import report
+
+    frame = pd.DataFrame([results.flatten(row)])
+    (cells,) = [r[5] for r in report.table(frame)["rows"]]
+    assert cells.startswith("off_cpu_io 900 µs (90%, 95% of it until a timer), "), cells
+    row["breakdown"]["detail_us"]["off_cpu_timer"] = 89.0
+    (cells,) = [r[5] for r in report.table(pd.DataFrame([results.flatten(row)]))["rows"]]
+    assert cells.startswith("off_cpu_io 900 µs (90%), "), cells
 
 
 def test_the_gil_range_is_the_interpreters_own_runtime_and_read_once_per_file(monkeypatch):

@@ -391,6 +391,17 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     assert {r["route"] for r in doc["routes"]} - {"(unsampled)"} == {"(not HTTP)"}, doc["routes"]
 
 
+def _ask(s: socket.socket, method: str, target: str, body: bytes = b"", headers: str = "") -> None:
+    """One HTTP/1.1 request on `s`, by hand, and its answer's head read (the test servers' answers are small)."""
+    s.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {len(body)}\r\n\r\n".encode()
+              + body)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(4096)
+        assert chunk, "the server closed the connection"
+        head += chunk
+
+
 def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
     """Requests sent by hand to uvicorn: method and path become the route, ids folded into {id}, the query
     string, headers and body never kept (a secret put in all three appears in no output: JSON, --out's files,
@@ -414,11 +425,7 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
                             (f"/users/{i}/items/0f8c2d1e-{i:04d}-4bcd-9e3f-123456789abc", "POST",
                              "POST /users/{id}/items/{id}", secret.encode()),
                             ("/static/app.js", "GET", "GET /static/app.js", b"")):
-                        s.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\n"
-                                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-                        head = b""
-                        while b"\r\n\r\n" not in head:
-                            head += s.recv(4096)
+                        _ask(s, method, target, body, f"Authorization: Bearer {secret}\r\n")
                         sent[route] += 1
             want = 'netprof_requests_total{route="POST /users/{id}/items/{id}"} 30.0'
             deadline = time.monotonic() + 10  # the board is published once a window (--interval, 1 s)
@@ -448,6 +455,73 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
     everything = (json.dumps(doc) + metrics).encode() + b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
     assert secret.encode() not in everything  # every file --out wrote: the report, its plots, results.csv
     assert want in metrics, metrics[:3000]
+
+
+TIMER_APP = """
+import asyncio
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/io":
+        await asyncio.sleep(0.002)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+"""
+
+
+def test_a_route_awaiting_a_timer_is_told_by_route(tmp_path):
+    """uvicorn (uvloop) with two routes, GET /io awaiting asyncio.sleep(0.002) and GET / answering at once, asked in
+    turn on one connection: watch finds /io's off_cpu_io nearly all the loop asleep until its timer (its readiness
+    waits ended on their timeout) and / with none; the report's table by route and the metrics say it by route."""
+    require_bpf()
+    (tmp_path / "timer_app.py").write_text(TIMER_APP)
+    port, metrics_port = _free_port(), _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "timer_app:app", "--app-dir", str(tmp_path),
+                               "--port", str(port), "--log-level", "warning"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read().decode()[-2000:]
+                time.sleep(0.1)
+        _pin(server.pid, SERVER_CPU)
+        out = tmp_path / "watch"
+        with Watch("--pid", str(server.pid), "--duration", "600", "--json", "--out", str(out), "--metrics-port",
+                   str(metrics_port), "--max-overhead", "0") as w:
+            w.attached()
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                for _ in range(100):
+                    _ask(s, "GET", "/io")
+                    _ask(s, "GET", "/")
+            time.sleep(1.5)  # a window published (--interval 1 s): the metrics then hold every request
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+                metrics = r.read().decode()
+            w.proc.send_signal(signal.SIGTERM)
+            doc = w.result()
+    finally:
+        server.terminate()
+        server.wait(10)
+    routes = {r["route"]: r["breakdown"] for r in doc["routes"]}
+    io, plain = routes["GET /io"], routes["GET /"]
+    assert io["requests"] >= 90 and plain["requests"] >= 90, routes
+    print(f"GET /io: off_cpu_io {io['parts_mean_us']['off_cpu_io']} µs, until a timer {io['detail_mean_us']}; "
+          f"GET /: {plain['detail_mean_us']}")
+    # 2 ms asked: at least that minus the clock's grain, and nearly all of it until the timer (the loop's few turns
+    # between are on CPU); GET / never waits for a timer
+    assert io["parts_mean_us"]["off_cpu_io"] >= 1900, io
+    assert io["detail_mean_us"]["off_cpu_timer"] >= 0.9 * io["parts_mean_us"]["off_cpu_io"], io
+    assert plain["detail_mean_us"]["off_cpu_timer"] < 0.05 * io["detail_mean_us"]["off_cpu_timer"], plain
+    (row,) = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| GET /io |")]
+    assert "% of it until a timer)" in row, row
+    # the metric is the route's sum: its requests × their mean
+    (got,) = [line for line in metrics.splitlines() if line.startswith("netprof_request_timer_seconds_total{"
+                                                                       'route="GET /io"}')]
+    total = io["requests"] * io["detail_mean_us"]["off_cpu_timer"] / 1e6
+    assert abs(float(got.split()[-1]) - total) <= 0.05 * total, (got, total)
 
 
 def test_one_watch_per_process_ctrl_c_and_the_process_exit_detach(tmp_path):

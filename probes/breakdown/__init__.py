@@ -8,6 +8,7 @@ from .breakdown import (
     DETAIL,
     PARTS,
     SKIPPED,
+    TIMER,
     WAIT_SYSCALLS,
     BreakdownDelta,
     BreakdownProbes,
@@ -23,5 +24,5 @@ def __getattr__(name: str) -> Any:
     return lazy.attr(__name__, _LAZY, name)
 
 
-__all__ = ["DETAIL", "PARTS", "SKIPPED", "WAIT_SYSCALLS", "BreakdownDelta", "BreakdownProbes", "BreakdownSnapshot",
-           "breakdown_delta", "Breakdown", "INSTRUMENT"]
+__all__ = ["DETAIL", "PARTS", "SKIPPED", "TIMER", "WAIT_SYSCALLS", "BreakdownDelta", "BreakdownProbes",
+           "BreakdownSnapshot", "breakdown_delta", "Breakdown", "INSTRUMENT"]

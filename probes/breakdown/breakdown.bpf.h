@@ -119,6 +119,7 @@ BPF_ARRAY(bd_stats, struct bd_stats_t, 1);  // shared, atomic adds: too big for 
 // BPF-to-BPF calls), and a program of their own is verified alone.
 struct bd_req_t {
     u64 v[NPART - 1];   // the parts but loader_wait
+    u64 timer;          // of v[P_OFF_IO]: readiness waits that ended on their timeout (D_OFF_TIMER), for watch's routes
     u32 ready;
     u32 route;          // watch's (probes/watch/routes.bpf.h)
 };
@@ -143,7 +144,7 @@ BPF_ARRAY(bd_peer_bits, struct bits_t, 1);
 // probes/watch/routes.bpf.h, pasted after this file (it needs NPART)
 static __always_inline void rt_enter(struct bpf_raw_tracepoint_args *ctx, s32 sc, u32 tid);
 static __always_inline void rt_ring(u32 tid);
-static __always_inline void rt_measured(u32 route, u64 *v);
+static __always_inline void rt_measured(u32 route, u64 *v, u64 timer);
 #endif
 
 static __always_inline u32 bd_cause(s32 sc) {
@@ -471,7 +472,7 @@ int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
         __sync_fetch_and_add(&b->tail_ns[i * NSLOTS + k], q->v[i]);
     __sync_fetch_and_add(&b->requests, 1);
 #if WATCH
-    rt_measured(q->route, q->v);
+    rt_measured(q->route, q->v, q->timer);
 #endif
     return 0;
 }
@@ -624,6 +625,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     q->v[P_OFF_OTHER] = ot;
     q->v[P_SEND] = snd;
     q->v[P_TRANSIT] = tin + tout;
+    q->timer = tm;
     q->ready = 1;
 #if WATCH
     q->route = s->route;

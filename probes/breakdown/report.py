@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from netprof.probes.breakdown.breakdown import PARTS
+from netprof.probes.breakdown.breakdown import PARTS, TIMER, TIMER_WORTH
 from netprof.probes.breakdown.rules import io_wait
 from netprof.profiler.core import units
 from netprof.profiler.core.units import duration_us as _us
@@ -54,6 +54,14 @@ def means(r, which: str = "mean_us") -> dict[str, float] | None:
     return got or None
 
 
+def timer_within(io_us: float | None, timer_us: float | None) -> dict[str, str]:
+    """units.largest_parts' words on off_cpu_io: its share in readiness waits that ended on their timeout (the loop
+    asleep until a timer, docs/breakdown.md), when worth a word."""
+    if not io_us or timer_us is None or timer_us < TIMER_WORTH * io_us:
+        return {}
+    return {"off_cpu_io": f", {100 * min(timer_us, io_us) / io_us:.0f}% of it until a timer"}
+
+
 def table(cells: pd.DataFrame) -> dict:
     whole = "server time" if schema.watched_frame(cells) else "round trip (loader)"
     header = ["cell", "requests", whole, "parts' sum", "unattributed", "mean request: largest parts",
@@ -72,7 +80,8 @@ def table(cells: pd.DataFrame) -> dict:
             f"{num(r, 'breakdown.requests') or 0:,.0f}",
             _us(num(r, "breakdown.rtt_mean_us")), _us(num(r, "breakdown.parts_mean_us")),
             _us(num(r, "breakdown.unattributed_us")),
-            units.largest_parts(mean),
+            units.largest_parts(mean, within=timer_within(mean.get("off_cpu_io"),
+                                                          num(r, f"breakdown.detail_us.{TIMER}"))),
             _us(num(r, "breakdown.total_p99_us")),
             units.largest_parts(tail) if tail else "–",
         ] + ([io_wait(r) or "–"] if waited else []))

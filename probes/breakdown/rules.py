@@ -3,7 +3,7 @@ Figures are the cell's means over rounds of the counted window (`breakdown.*`)."
 
 from __future__ import annotations
 
-from netprof.probes.breakdown.breakdown import WAIT_SYSCALLS
+from netprof.probes.breakdown.breakdown import TIMER, TIMER_WORTH, WAIT_SYSCALLS
 from netprof.profiler.kit.rule_common import r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
@@ -107,7 +107,7 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
         if share < t.tail_cause_share:
             continue
         mean = num(r, f"breakdown.mean_us.{part}")
-        timer = num(r, "breakdown.detail_us.off_cpu_timer") if part == "off_cpu_io" else None
+        timer = num(r, f"breakdown.detail_us.{TIMER}") if part == "off_cpu_io" else None
         timers = timer is not None and bool(mean) and timer >= 0.5 * (mean or 0)
         what, next_look = CAUSES["timers" if timers else part]
         inflight = int(r["connections"]) * int(r.get("pipeline") or 1)
@@ -124,7 +124,7 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
             text += (f"Of the mean request's futex waits, {100 * gil / mean:.0f}% were on the interpreter's GIL (a "
                      "futex inside its _PyRuntime). ")
             text += _pinned_twin(ctx, r)
-        if timer is not None and mean and timer >= 0.1 * mean:  # a tenth or more: worth a sentence
+        if timer is not None and mean and timer >= TIMER_WORTH * mean:
             text += (f"Of the mean request's off_cpu_io, {100 * timer / mean:.0f}% was in readiness waits that ended "
                      "on their timeout (the loop woke for a timer, not for a descriptor). ")
         waited = io_wait(r) if part == "off_cpu_io" else None

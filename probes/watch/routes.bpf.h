@@ -14,7 +14,8 @@
 // - Routes get an index in order of first sight, up to ROUTES; later new ones count as RT_OTHER. A request
 //   read while the set is light (rt_light: watch's --max-overhead) is counted and timed as RT_UNSAMPLED.
 // - Per route: answered requests, their server time (arrival of the first byte → the answer's send,
-//   sockwait's) as a sum and a histogram, the breakdown's parts of those it measured, and the syscalls and
+//   sockwait's) as a sum and a histogram, the breakdown's parts of those it measured (and of their off_cpu_io,
+//   the readiness waits that ended on their timeout: the breakdown's D_OFF_TIMER), and the syscalls and
 //   io_uring submissions of the threads serving it: a thread's syscalls count for the route of the last
 //   request it read (an event loop's epoll_wait goes to the request read before it).
 //
@@ -40,6 +41,7 @@ struct rt_stat_t {
     u64 hist[NSLOTS];      // server time, slot_of(ns)
     u64 measured;          // broken down (bd_commit)
     u64 part_ns[NPART];    // the parts' sums over those
+    u64 timer_ns;          // ... of part_ns[P_OFF_IO], the readiness waits that ended on their timeout
     u64 syscalls;          // of the threads serving it
     u64 ring_ops;          // io_uring submissions of those threads
 };
@@ -146,7 +148,7 @@ static __always_inline void rt_answered(u32 route, u64 server_ns) {
 }
 
 // A request of route `route` broken down: its parts (NPART - 1 of them: loader_wait is not the server's).
-static __always_inline void rt_measured(u32 route, u64 *v) {
+static __always_inline void rt_measured(u32 route, u64 *v, u64 timer) {
     struct rt_stat_t *st = rt_stat(route);
     if (!st)
         return;
@@ -154,6 +156,7 @@ static __always_inline void rt_measured(u32 route, u64 *v) {
 #pragma unroll
     for (int i = 0; i < NPART - 1; i++)
         __sync_fetch_and_add(&st->part_ns[i], v[i]);
+    __sync_fetch_and_add(&st->timer_ns, timer);
 }
 
 static __always_inline int rt_is_digit(char c) {

@@ -47,6 +47,7 @@ class RouteCounts:
     hist: list[int]
     measured: int
     part_ns: list[int]       # per PARTS[:-1] (loader_wait is not measured per request)
+    timer_ns: int            # of off_cpu_io: readiness waits that ended on their timeout (detail off_cpu_timer)
     syscalls: int
     ring_ops: int
 
@@ -67,6 +68,7 @@ class RouteDelta:
     server: WaitDist                     # server time: arrival of the request's first byte → its answer's send
     measured: int                        # requests broken down
     parts_mean_us: dict[str, float]      # SERVER_PARTS, means over the measured ones
+    timer_mean_us: float                 # of parts_mean_us["off_cpu_io"]: until a timer (detail off_cpu_timer)
     syscalls: int
     ring_ops: int
 
@@ -181,7 +183,7 @@ class WatchProbes(BreakdownProbes):
                 continue
             routes[name] = RouteCounts(requests=s.requests, timed=s.timed, server_ns=s.server_ns,
                                        hist=list(s.hist), measured=s.measured, part_ns=list(s.part_ns),
-                                       syscalls=s.syscalls, ring_ops=s.ring_ops)
+                                       timer_ns=s.timer_ns, syscalls=s.syscalls, ring_ops=s.ring_ops)
         return WatchSnapshot(snapshot=snap, routes=routes,
                              processes={k.value: v.value for k, v in list(procs.items())},
                              ports=frozenset(k.value for k in list(self._lports.keys())))
@@ -190,7 +192,7 @@ class WatchProbes(BreakdownProbes):
 def routes_delta(a: dict[str, RouteCounts], b: dict[str, RouteCounts]) -> dict[str, RouteDelta]:
     """Each route's figures between two snapshots (a route first seen in between counts from zero)."""
     out: dict[str, RouteDelta] = {}
-    empty = RouteCounts(0, 0, 0, [0] * NSLOTS, 0, [0] * (len(PARTS) - 1), 0, 0)
+    empty = RouteCounts(0, 0, 0, [0] * NSLOTS, 0, [0] * (len(PARTS) - 1), 0, 0, 0)
     for name, y in b.items():
         x = a.get(name, empty)
         hist = [q - p for p, q in zip(x.hist, y.hist)]
@@ -199,6 +201,8 @@ def routes_delta(a: dict[str, RouteCounts], b: dict[str, RouteCounts]) -> dict[s
                  for i, p in enumerate(PARTS[:-1]) if p in SERVER_PARTS}
         out[name] = RouteDelta(requests=y.requests - x.requests,
                                server=WaitDist.from_hist(hist, y.server_ns - x.server_ns, None),
-                               measured=measured, parts_mean_us=parts, syscalls=y.syscalls - x.syscalls,
+                               measured=measured, parts_mean_us=parts,
+                               timer_mean_us=(y.timer_ns - x.timer_ns) / measured / 1e3 if measured else 0.0,
+                               syscalls=y.syscalls - x.syscalls,
                                ring_ops=y.ring_ops - x.ring_ops)
     return out

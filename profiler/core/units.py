@@ -188,12 +188,15 @@ def interval(ci_pct, n) -> str:
     return f"±{float(ci_pct):.0f}%"
 
 
-def largest_parts(parts: dict[str, float], n: int = 3) -> str:
+def largest_parts(parts: dict[str, float], n: int = 3, within: dict[str, str] | None = None) -> str:
     """'queue_wait 4 ms (53%), off_cpu_sleep 2.7 ms (36%), loop_wait 426 µs (6%)': the `n` largest of a breakdown's
-    parts (µs), each with its share of the positive parts' sum; DASH when none is positive."""
+    parts (µs), each with its share of the positive parts' sum (and `within`'s words on it, after the share);
+    DASH when none is positive."""
     total = sum(max(0.0, v) for v in parts.values())
     top = [(p, v) for p, v in sorted(parts.items(), key=lambda kv: -kv[1])[:n] if v > 0]
-    return ", ".join(f"{p} {duration_us(v)} ({100 * v / total:.0f}%)" for p, v in top) if top else DASH
+    within = within or {}
+    return ", ".join(f"{p} {duration_us(v)} ({100 * v / total:.0f}%{within.get(p, '')})" for p, v in top) \
+        if top else DASH
 
 
 def connections(*counts: int) -> str:

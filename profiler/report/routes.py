@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from netprof.probes.breakdown import TIMER
+from netprof.probes.breakdown.report import timer_within
 from netprof.probes.watch import NAMES, NOT_HTTP, OTHER
 from netprof.probes.watch import UNSAMPLED as UNSAMPLED_SLOT
 from netprof.profiler.core import units
@@ -50,6 +52,13 @@ def _parts(r: dict) -> dict[str, float]:
     return {p: v for p, v in ((r.get("breakdown") or {}).get("parts_mean_us") or {}).items() if v is not None}
 
 
+def _largest(r: dict) -> str:
+    """A route's largest parts, with how much of its off_cpu_io was the loop asleep until a timer."""
+    parts = _parts(r)
+    timer = ((r.get("breakdown") or {}).get("detail_mean_us") or {}).get(TIMER)
+    return units.largest_parts(parts, within=timer_within(parts.get("off_cpu_io"), timer))
+
+
 def table(watched: Any) -> dict | None:
     """{title, header, rows, note} of a watch's routes (a list; anything else, as a run's meta has no routes: None):
     one row per route, most server time first, (unsampled) last; None when no route was told apart (not HTTP, or
@@ -68,7 +77,7 @@ def table(watched: Any) -> dict | None:
                      units.share(_time_us(r) / total) if followed and total else units.DASH,
                      f"{r['syscalls_per_request']:.1f}" if followed and r.get("syscalls_per_request") is not None
                      else units.DASH,
-                     units.largest_parts(_parts(r)) if followed else units.DASH])
+                     _largest(r) if followed else units.DASH])
     shown = {r["route"] for r in routed + unsampled}
     told = [f"{name} are {what}" for name, what in RESERVED.items() if name in shown]
     note = ("Server time: a request's first byte in to its answer sent (the kernel's). The share is of the server "

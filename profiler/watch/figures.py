@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netprof.probes.breakdown import breakdown_delta
+from netprof.probes.breakdown import TIMER, breakdown_delta
 from netprof.probes.sockwait.sockwait import NSLOTS, SockWaitDelta, WaitDist, sockwait_delta
 from netprof.probes.watch import NAMES, SERVER_PARTS, UNSAMPLED, WatchSnapshot, routes_delta
 from netprof.profiler.model.stats import jain_index
@@ -89,7 +89,8 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
             "ring_ops_per_request": _r(r.ring_ops_per_request, 2) if counted else None,
             "breakdown": {"requests": r.measured,
                           "mean_us": _r(sum(r.parts_mean_us.values())) if r.measured else None,
-                          "parts_mean_us": {p: _r(v) for p, v in r.parts_mean_us.items()} if r.measured else {}},
+                          "parts_mean_us": {p: _r(v) for p, v in r.parts_mean_us.items()} if r.measured else {},
+                          "detail_mean_us": {TIMER: _r(r.timer_mean_us)} if r.measured else {}},
         })
     ns, runs = cost
     return {
@@ -105,6 +106,7 @@ def window_figures(a: WatchSnapshot, b: WatchSnapshot, seconds: float, cost: tup
             "p99_us": _r(bd.total_p99_us),
             "parts_mean_us": parts,
             "parts_p99_us": {p: _r(bd.p99_us.get(p)) for p in SERVER_PARTS} if bd.requests else {},
+            "detail_mean_us": {TIMER: _r(bd.detail_us.get(TIMER))} if bd.requests else {},
             "skipped": bd.skipped,
         },
         "pipelined": bd.skipped.get("busy", 0),

@@ -4,6 +4,7 @@ a custom collector), cumulative since watch attached.
     netprof_requests_total{route}                      requests answered
     netprof_request_seconds{route}                     histogram of server time (first byte in → answer sent)
     netprof_request_part_seconds_total{route,part}     the breakdown's parts, summed over the requests it followed
+    netprof_request_timer_seconds_total{route}         ... of their off_cpu_io, the loop asleep until a timer
     netprof_request_breakdown_requests_total{route}    ... how many it followed (parts ÷ this = the parts' means)
     netprof_request_syscalls_total{route}              syscalls of the threads serving the route
     netprof_request_ring_ops_total{route}              their io_uring submissions
@@ -103,6 +104,9 @@ class WatchCollector:
                                         "the socket queue to its answer sent.", labels=["route"])
         parts = CounterMetricFamily("netprof_request_part_seconds", "The breakdown's parts of the requests it "
                                     "followed, summed.", labels=["route", "part"])
+        timers = CounterMetricFamily("netprof_request_timer_seconds", "Of the part off_cpu_io: the readiness waits "
+                                     "(epoll_wait, poll, select) that ended on their timeout, the loop asleep until a "
+                                     "timer, summed over the requests followed.", labels=["route"])
         followed = CounterMetricFamily("netprof_request_breakdown_requests", "Requests the breakdown followed.",
                                        labels=["route"])
         syscalls = CounterMetricFamily("netprof_request_syscalls", "Syscalls of the threads serving the route.",
@@ -120,10 +124,11 @@ class WatchCollector:
             seconds.add_metric([route], buckets(hist), sum_value=d("server_ns") / 1e9)
             for i, part in _SERVER_PART_INDEX:
                 parts.add_metric([route, part], (y.part_ns[i] - (x.part_ns[i] if x else 0)) / 1e9)
+            timers.add_metric([route], d("timer_ns") / 1e9)
             followed.add_metric([route], d("measured"))
             syscalls.add_metric([route], d("syscalls"))
             ring.add_metric([route], d("ring_ops"))
-        yield from (requests, seconds, parts, followed, syscalls, ring)
+        yield from (requests, seconds, parts, timers, followed, syscalls, ring)
         k = PARTS.index("loop_wait")
         a, b = p.base.snapshot.breakdown, p.latest.snapshot.breakdown
         lw = [y - x for x, y in zip(a.hist[k], b.hist[k])]
