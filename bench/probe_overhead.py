@@ -20,9 +20,10 @@ basic` (a getppid loop) pinned to CPU 0, as the probes' target and as a bystande
 case), median of 3 × (6M − 1M calls). --write puts the tables into bench/RESULTS.md.
 
 --micro-sock does the same for the socket-wait set, whose tracepoints fire on socket events, not
-syscalls: a C loop sends one byte over a loopback TCP connection and receives it on the other end
-(one send, one sk_data_ready, one recv per message); the sets are compiled once and attached in
-turn, 7 interleaved rounds, median of the rounds' (1.2M − 0.2M messages) differences.
+syscalls, and for the breakdown (the socket-wait set with scheduler and syscall programs): a C loop
+sends one byte over a loopback TCP connection and receives it on the other end (one send, one
+sk_data_ready, one recv per message); the sets are compiled once and attached in turn,
+7 interleaved rounds, median of the rounds' (1.2M − 0.2M messages) differences.
 
 --micro-ring does the same for the counting set's io_uring tracepoints (io_uring_submit_req, counted by
 opcode for the target's tree, and io_uring_complete), which fire per ring operation, not per syscall: a
@@ -55,6 +56,7 @@ import rounds  # bench/ is sys.path[0]: these run as files
 from results_md import write_section
 
 from netprof.probes import CountingProbes, SockWaitProbes, StackProbes, proc_cpu_times
+from netprof.probes.breakdown import BreakdownProbes
 from netprof.probes.ring_ops import RING_OPS
 from netprof.profiler.core.procs import ProcessGroup
 
@@ -188,17 +190,22 @@ def main() -> int:
         return 0
     args.rounds = args.rounds or 5
     if args.micro_sock:
-        table = micro_sock()
+        table, raw = micro_sock()
         print(table)
         if args.write:
             cmd = "sudo .venv/bin/python bench/probe_overhead.py " + " ".join(sys.argv[1:])
             write_section("Probe overhead: per socket message (bench/probe_overhead.py --micro-sock)",
-                          f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}. CPU time per message (rusage, median of "
+                          f"`{cmd.strip()}` — {time.strftime('%Y-%m-%d')}, commit {lib.commit()}. CPU time per "
+                          f"message (rusage, median of "
                           f"{MICRO_SOCK_ROUNDS} interleaved rounds of (1.2M − 0.2M messages)) of a C loop pinned to "
                           f"CPU 0 that sends 1 byte on a loopback TCP connection and receives it at the other end "
                           f"(send + sk_data_ready + recv); "
-                          f"*target*: the probes watch that process; *bystander*: they watch another one."
-                          f"\n\n{table}\n")
+                          f"*target*: the probes watch that process; *bystander*: they watch another one. "
+                          f"`breakdown`: the socket-wait set compiled with the breakdown's programs (scheduler "
+                          f"events, every syscall's entry and exit), as `--breakdown` attaches it."
+                          f"\n\n{table}\n\n<details><summary>raw: each round's ns per message</summary>\n\n```\n"
+                          + "\n".join(f"{n}/{w}: {[round(x) for x in xs]}" for (n, w), xs in raw.items())
+                          + "\n```\n</details>\n")
         return 0
     if args.micro:
         table = micro(args)
@@ -317,8 +324,9 @@ int main(int argc, char **argv) {
 """
 
 
-def micro_sock() -> str:
-    """Per loopback message: the socket-wait set (and, for scale, the counting set) vs none."""
+def micro_sock() -> tuple[str, dict[tuple[str, str], list[float]]]:
+    """Per loopback message: the socket-wait set, the breakdown (the socket-wait set compiled with its
+    programs: scheduler events and every syscall's entry and exit) and, for scale, the counting set, vs none."""
 
     exe = _build(PINGPONG_C, "pingpong")
 
@@ -326,7 +334,8 @@ def micro_sock() -> str:
         return _loop_cpu(exe, n, probe, pid_for, "the ping-pong loop")
 
     # Compiled once, attached in turn: every round measures every variant and role (interleaved).
-    sets = {"none": None, "sockwait": SockWaitProbes(attached=False), "counting": CountingProbes(attached=False)}
+    sets = {"none": None, "sockwait": SockWaitProbes(attached=False), "breakdown": BreakdownProbes(attached=False),
+            "counting": CountingProbes(attached=False)}
     bystander = subprocess.Popen(["sleep", "3600"], stdout=subprocess.DEVNULL)
     raw: dict[tuple[str, str], list[float]] = {}
     rows = ["| instrumentation | bystander ns/message | target ns/message | added, bystander | added, target |",
@@ -352,7 +361,7 @@ def micro_sock() -> str:
         bystander.kill()
         bystander.wait()
         shutil.rmtree(exe.parent, ignore_errors=True)
-    return "\n".join(rows + _cost_rows(raw, sets, 0))
+    return "\n".join(rows + _cost_rows(raw, sets, 0)), raw
 
 
 def _build(source: str, name: str, flags: tuple[str, ...] = (), libs: tuple[str, ...] = ()) -> Path:
