@@ -517,6 +517,8 @@ def test_a_route_awaiting_a_timer_is_told_by_route(tmp_path):
     assert plain["detail_mean_us"]["off_cpu_timer"] < 0.05 * io["detail_mean_us"]["off_cpu_timer"], plain
     (row,) = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| GET /io |")]
     assert "% of it until a timer)" in row, row
+    # off a terminal, a line a window: the whole watch's off_cpu_io was mostly the loop's timers
+    assert any("off_cpu_io" in line and "% (timers)" in line for line in w.err_lines), w.err_lines
     # the metric is the route's sum: its requests × their mean
     (got,) = [line for line in metrics.splitlines() if line.startswith("netprof_request_timer_seconds_total{"
                                                                        'route="GET /io"}')]

@@ -35,9 +35,9 @@ PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_
 # Sums only (D_*): on_cpu and transit split; the CPU of the answer's send syscall (with on_cpu, the
 # serving thread's CPU for the request: `cpu_us`); the part of off_cpu_futex spent on the GIL (gil.py); the part
 # of off_cpu_io spent in readiness waits that ended on their timeout (an event loop asleep until a timer).
-# Of off_cpu_io: the readiness waits (epoll_wait, poll, select) that ended on their timeout (D_OFF_TIMER)
-TIMER = "off_cpu_timer"
+TIMER = "off_cpu_timer"  # that last one (D_OFF_TIMER)
 TIMER_WORTH = 0.1  # ... a tenth of off_cpu_io or more: worth a word (the tail's finding, the tables' largest parts)
+TIMER_MOSTLY = 0.5  # ... half or more: the timers are the cause (tail_cause's title, watch's live view)
 DETAIL = ("on_cpu_user", "on_cpu_sys", "transit_in", "transit_out", "send_cpu", "off_cpu_gil", TIMER)
 # Why a request was not measured (K_*).
 SKIPPED = ("busy", "no_reader", "other_thread", "no_send_edge", "clock")

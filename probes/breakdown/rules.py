@@ -3,7 +3,7 @@ Figures are the cell's means over rounds of the counted window (`breakdown.*`)."
 
 from __future__ import annotations
 
-from netprof.probes.breakdown.breakdown import TIMER, TIMER_WORTH, WAIT_SYSCALLS
+from netprof.probes.breakdown.breakdown import TIMER, TIMER_MOSTLY, TIMER_WORTH, WAIT_SYSCALLS
 from netprof.profiler.kit.rule_common import r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model import schema
@@ -108,7 +108,7 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
             continue
         mean = num(r, f"breakdown.mean_us.{part}")
         timer = num(r, f"breakdown.detail_us.{TIMER}") if part == "off_cpu_io" else None
-        timers = timer is not None and bool(mean) and timer >= 0.5 * (mean or 0)
+        timers = timer is not None and bool(mean) and timer >= TIMER_MOSTLY * (mean or 0)
         what, next_look = CAUSES["timers" if timers else part]
         inflight = int(r["connections"]) * int(r.get("pipeline") or 1)
         behind = f", behind up to {inflight - 1} other requests in flight" if part in ("queue_wait", "loop_wait") \

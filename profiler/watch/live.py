@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from netprof.probes.breakdown.breakdown import TIMER, TIMER_MOSTLY
 from netprof.profiler.core.safetext import clean_text
 
 TOP_PARTS = 3
@@ -23,13 +24,16 @@ def _ms(us: float | None) -> str:
 
 
 def top_parts(f: dict[str, Any], n: int = TOP_PARTS) -> str:
-    """"loop_wait 49%, queue_wait 48%, on_cpu 2%": the parts' shares of the breakdown's mean."""
+    """"loop_wait 49%, queue_wait 48%, on_cpu 2%": the parts' shares of the breakdown's mean (of the watch's or a
+    route's); "off_cpu_io 97% (timers)" when most of it was the event loop asleep until a timer."""
     parts = f["breakdown"]["parts_mean_us"]
     total = sum(v or 0 for v in parts.values())
     if not total:
         return "-"
+    io, timer = parts.get("off_cpu_io") or 0, (f["breakdown"].get("detail_mean_us") or {}).get(TIMER) or 0
+    said = {"off_cpu_io": " (timers)"} if io > 0 and timer >= TIMER_MOSTLY * io else {}
     ranked = sorted(parts.items(), key=lambda kv: -(kv[1] or 0))[:n]
-    return ", ".join(f"{p} {100 * (v or 0) / total:.0f}%" for p, v in ranked)
+    return ", ".join(f"{p} {100 * (v or 0) / total:.0f}%{said.get(p, '')}" for p, v in ranked)
 
 
 def line(f: dict[str, Any]) -> str:
@@ -47,10 +51,9 @@ def table(f: dict[str, Any], title: str) -> Group:
         t.add_column(col, justify="left" if col in ("route", "top parts") else "right")
     for r in f["routes"][:TOP_ROUTES]:
         st = r["server_time_us"]
-        sub = {"breakdown": {"parts_mean_us": r["breakdown"]["parts_mean_us"]}}
         calls = r["syscalls_per_request"]  # None: not counted (the route "(unsampled)")
         t.add_row(Text(clean_text(r["route"])), f"{r['requests_per_sec'] or 0:,.0f}", _ms(st["p50"]), _ms(st["p99"]),
-                  "-" if calls is None else f"{calls:.1f}", top_parts(sub))
+                  "-" if calls is None else f"{calls:.1f}", top_parts(r))
     return Group(head, t)
 
 
