@@ -402,62 +402,9 @@ def _ask(s: socket.socket, method: str, target: str, body: bytes = b"", headers:
         head += chunk
 
 
-def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
-    """Requests sent by hand to uvicorn: method and path become the route, ids folded into {id}, the query
-    string, headers and body never kept (a secret put in all three appears in no output: JSON, --out's files,
-    the metrics). The watch has no --duration: SIGTERM ends it as the duration would, --out's report included
-    (and from a shell that ignores SIGINT, Ctrl-C is the user's: not tested)."""
-    require_bpf()
-    secret = "s3cr3t-" + os.urandom(6).hex()
-    sent = {"GET /users/{id}": 0, "POST /users/{id}/items/{id}": 0, "GET /static/app.js": 0}
-    metrics_port = _free_port()
-    with Backend("uvicorn_httptools") as server:
-        port = server.wait_ready()
-        out = tmp_path / "watch"
-        # --max-overhead 0: every request routed (under a cap some would count as "(unsampled)")
-        with Watch("--pid", str(server.pid), "--duration", "600", "--json", "--out", str(out),
-                   "--metrics-port", str(metrics_port), "--max-overhead", "0") as w:
-            w.attached()
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                for i in range(30):
-                    for target, method, route, body in (
-                            (f"/users/{1000 + i}?token={secret}", "GET", "GET /users/{id}", b""),
-                            (f"/users/{i}/items/0f8c2d1e-{i:04d}-4bcd-9e3f-123456789abc", "POST",
-                             "POST /users/{id}/items/{id}", secret.encode()),
-                            ("/static/app.js", "GET", "GET /static/app.js", b"")):
-                        _ask(s, method, target, body, f"Authorization: Bearer {secret}\r\n")
-                        sent[route] += 1
-            want = 'netprof_requests_total{route="POST /users/{id}/items/{id}"} 30.0'
-            deadline = time.monotonic() + 10  # the board is published once a window (--interval, 1 s)
-            metrics = ""
-            while want not in metrics and time.monotonic() < deadline and w.proc.poll() is None:
-                time.sleep(0.3)
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
-                        metrics = r.read().decode()
-                except OSError:  # the endpoint closes at the watch's end (before --out's report is written)
-                    break
-            w.proc.send_signal(signal.SIGTERM)
-            doc = w.result()
-    assert doc["ended_by"] == "SIGTERM", doc["ended_by"]
-    assert (out / "report.md").is_file() and (out / "summary.json").is_file()
-    got = {r["route"]: r["requests"] for r in doc["routes"]}
-    assert got == sent, got
-    # the report by route: each route's row with the requests sent, and the opening's sentence naming each
-    report = (out / "report.md").read_text()
-    for route, n in sent.items():
-        assert f"| {route} | {n} |" in report, report
-    (said,) = [line for line in report.splitlines() if line.startswith("- By route, ")]
-    assert all(f"{route} " in said for route in sent), said
-    # and the terminal's last word on the watch, the same sentence
-    (last,) = [line for line in w.err_lines if ", over the whole watch: by route, " in line]
-    assert last.split(": by route, ")[1].strip() == said.split("- By route, ")[1], (last, said)
-    everything = (json.dumps(doc) + metrics).encode() + b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
-    assert secret.encode() not in everything  # every file --out wrote: the report, its plots, results.csv
-    assert want in metrics, metrics[:3000]
-
-
-TIMER_APP = """
+# uvicorn's app for the routes: 200 to every path, GET /io after an awaited asyncio.sleep(0.002) (the loop asleep
+# until its timer)
+ROUTES_APP = """
 import asyncio
 async def app(scope, receive, send):
     if scope["type"] != "http":
@@ -469,61 +416,107 @@ async def app(scope, receive, send):
 """
 
 
-def test_a_route_awaiting_a_timer_is_told_by_route(tmp_path):
-    """uvicorn (uvloop) with two routes, GET /io awaiting asyncio.sleep(0.002) and GET / answering at once, asked in
-    turn on one connection: watch finds /io's off_cpu_io nearly all the loop asleep until its timer (its readiness
-    waits ended on their timeout) and / with none; the report's table by route and the metrics say it by route."""
-    require_bpf()
-    (tmp_path / "timer_app.py").write_text(TIMER_APP)
-    port, metrics_port = _free_port(), _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "timer_app:app", "--app-dir", str(tmp_path),
+def _uvicorn(tmp_path: Path) -> tuple[subprocess.Popen, int]:
+    """ROUTES_APP under uvicorn (uvloop, httptools), pinned to the server's CPU once it answers."""
+    (tmp_path / "routes_app.py").write_text(ROUTES_APP)
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "routes_app:app", "--app-dir", str(tmp_path),
                                "--port", str(port), "--log-level", "warning"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"uvicorn did not answer: {server.communicate(timeout=10)[1].decode()[-2000:]}")
+            time.sleep(0.1)
+    _pin(server.pid, SERVER_CPU)
+    return server, port
+
+
+def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
+    """Requests sent by hand to uvicorn: method and path become the route, ids folded into {id}, the query
+    string, headers and body never kept (a secret put in all three appears in no output: JSON, --out's files,
+    the metrics). GET /io awaits a 2-ms timer: its off_cpu_io is the loop asleep until it (its readiness waits ended
+    on their timeout), by route (JSON, the report's table, the metrics, the live lines), and the other routes wait
+    on none. The watch has no --duration: SIGTERM ends it as the duration would, --out's report included
+    (and from a shell that ignores SIGINT, Ctrl-C is the user's: not tested)."""
+    require_bpf()
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    sent = {"GET /users/{id}": 0, "POST /users/{id}/items/{id}": 0, "GET /static/app.js": 0, "GET /io": 0}
+    metrics_port = _free_port()
+    server, port = _uvicorn(tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read().decode()[-2000:]
-                time.sleep(0.1)
-        _pin(server.pid, SERVER_CPU)
         out = tmp_path / "watch"
-        with Watch("--pid", str(server.pid), "--duration", "600", "--json", "--out", str(out), "--metrics-port",
-                   str(metrics_port), "--max-overhead", "0") as w:
+        # --max-overhead 0: every request routed (under a cap some would count as "(unsampled)")
+        with Watch("--pid", str(server.pid), "--duration", "600", "--json", "--out", str(out),
+                   "--metrics-port", str(metrics_port), "--max-overhead", "0") as w:
             w.attached()
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                for _ in range(100):
-                    _ask(s, "GET", "/io")
-                    _ask(s, "GET", "/")
-            time.sleep(1.5)  # a window published (--interval 1 s): the metrics then hold every request
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
-                metrics = r.read().decode()
+                for i in range(30):
+                    for target, method, route, body in (
+                            (f"/users/{1000 + i}?token={secret}", "GET", "GET /users/{id}", b""),
+                            (f"/users/{i}/items/0f8c2d1e-{i:04d}-4bcd-9e3f-123456789abc", "POST",
+                             "POST /users/{id}/items/{id}", secret.encode()),
+                            ("/static/app.js", "GET", "GET /static/app.js", b""),
+                            ("/io", "GET", "GET /io", b"")):
+                        _ask(s, method, target, body, f"Authorization: Bearer {secret}\r\n")
+                        sent[route] += 1
+            want = 'netprof_requests_total{route="POST /users/{id}/items/{id}"} 30.0'
+            io_done = 'netprof_requests_total{route="GET /io"} 30.0'  # the last request sent: the others are in
+            deadline = time.monotonic() + 10  # the board is published once a window (--interval, 1 s)
+            metrics = ""
+            while io_done not in metrics and time.monotonic() < deadline and w.proc.poll() is None:
+                time.sleep(0.3)
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+                        metrics = r.read().decode()
+                except OSError:  # the endpoint closes at the watch's end (before --out's report is written)
+                    break
             w.proc.send_signal(signal.SIGTERM)
             doc = w.result()
     finally:
         server.terminate()
         server.wait(10)
+    assert doc["ended_by"] == "SIGTERM", doc["ended_by"]
+    assert (out / "report.md").is_file() and (out / "summary.json").is_file()
+    got = {r["route"]: r["requests"] for r in doc["routes"]}
+    assert got == sent, got
+    # the report by route: each route's row with the requests sent, and the opening's sentence naming each
+    report = (out / "report.md").read_text()
+    for route, n in sent.items():
+        assert f"| {route} | {n} |" in report, report
+    (said,) = [line for line in report.splitlines() if line.startswith("- By route, ")]
+    # the three that took the most, GET /io (its timer) first, and the rest
+    assert said.startswith("- By route, GET /io took ") and sum(f"{route} " in said for route in sent) == 3 \
+        and "and 1 other route " in said, said
+    # and the terminal's last word on the watch, the same sentence
+    (last,) = [line for line in w.err_lines if ", over the whole watch: by route, " in line]
+    assert last.split(": by route, ")[1].strip() == said.split("- By route, ")[1], (last, said)
+    everything = (json.dumps(doc) + metrics).encode() + b"".join(p.read_bytes() for p in out.rglob("*") if p.is_file())
+    assert secret.encode() not in everything  # every file --out wrote: the report, its plots, results.csv
+    assert want in metrics and io_done in metrics, metrics[:3000]
+    # the loop's timer, by route: 2 ms asked, at least that minus the clock's grain, and nearly all of it until the
+    # timer (the loop's few turns between are on CPU); the other routes never wait for one
     routes = {r["route"]: r["breakdown"] for r in doc["routes"]}
-    io, plain = routes["GET /io"], routes["GET /"]
-    assert io["requests"] >= 90 and plain["requests"] >= 90, routes
-    print(f"GET /io: off_cpu_io {io['parts_mean_us']['off_cpu_io']} µs, until a timer {io['detail_mean_us']}; "
-          f"GET /: {plain['detail_mean_us']}")
-    # 2 ms asked: at least that minus the clock's grain, and nearly all of it until the timer (the loop's few turns
-    # between are on CPU); GET / never waits for a timer
-    assert io["parts_mean_us"]["off_cpu_io"] >= 1900, io
+    io, plain = routes["GET /io"], routes["GET /static/app.js"]
+    print(f"GET /io: off_cpu_io {io['parts_mean_us']['off_cpu_io']} µs, {io['detail_mean_us']}; "
+          f"GET /static/app.js: {plain['detail_mean_us']}")
+    assert io["requests"] == 30 and io["parts_mean_us"]["off_cpu_io"] >= 1900, io
     assert io["detail_mean_us"]["off_cpu_timer"] >= 0.9 * io["parts_mean_us"]["off_cpu_io"], io
     assert plain["detail_mean_us"]["off_cpu_timer"] < 0.05 * io["detail_mean_us"]["off_cpu_timer"], plain
-    (row,) = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| GET /io |")]
+    (row,) = [line for line in report.splitlines() if line.startswith("| GET /io |")]
     assert "% of it until a timer)" in row, row
+    # the metric is the route's sum: its requests × their mean
+    (timer,) = [line for line in metrics.splitlines()
+                if line.startswith('netprof_request_timer_seconds_total{route="GET /io"}')]
+    total = io["requests"] * io["detail_mean_us"]["off_cpu_timer"] / 1e6
+    assert abs(float(timer.split()[-1]) - total) <= 0.05 * total, (timer, total)
     # off a terminal, a line a window: the whole watch's off_cpu_io was mostly the loop's timers
     assert any("off_cpu_io" in line and "% (timers)" in line for line in w.err_lines), w.err_lines
-    # the metric is the route's sum: its requests × their mean
-    (got,) = [line for line in metrics.splitlines() if line.startswith("netprof_request_timer_seconds_total{"
-                                                                       'route="GET /io"}')]
-    total = io["requests"] * io["detail_mean_us"]["off_cpu_timer"] / 1e6
-    assert abs(float(got.split()[-1]) - total) <= 0.05 * total, (got, total)
 
 
 def test_one_watch_per_process_ctrl_c_and_the_process_exit_detach(tmp_path):
