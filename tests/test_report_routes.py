@@ -37,6 +37,11 @@ def test_routes_are_ranked_by_their_whole_server_time_and_the_unsampled_come_las
 def test_routes_past_the_sentences_three_are_its_rest_and_one_request_line_has_no_sentence():
     many = [_route(f"GET /r{i}", 10, 100.0 * (i + 1)) for i in range(5)]
     assert routes.sentence(many).endswith(", GET /r2 20% (10, 300 µs) and 2 other routes 20%."), routes.sentence(many)
+    # one left: named, not "1 other route" (a reserved one stays unnamed: the sentence names request lines)
+    four = many[1:]
+    assert routes.sentence(four).endswith(", GET /r2 21% (10, 300 µs) and GET /r1 14% (10, 200 µs)."), \
+        routes.sentence(four)
+    assert routes.sentence([*many[2:], _route("(not HTTP)", 10, 100.0)]).endswith(" and 1 other route 8%.")
     one = [_route("GET /plaintext", 500, 80.0), _route("(not HTTP)", 3, 50.0)]
     assert routes.sentence(one) is None
     assert [r[0] for r in routes.table(one)["rows"]] == ["GET /plaintext", "(not HTTP)"]

@@ -89,9 +89,12 @@ def table(watched: Any) -> dict | None:
 def sentence(watched: Any) -> str | None:
     """"By route, GET / took 44% of the server time (3,497 requests, 7.5 ms on average), GET /io 38% (1,165,
     19.5 ms) and GET /slow 17% (1,165, 8.8 ms)": the request lines that took the most, and the other routes' share
-    when it shows (half a percent or more). None with fewer than two routes told apart."""
+    when it shows (half a percent or more): a last request line is named rather than "1 other route". None with
+    fewer than two routes told apart."""
     routed, _, total = _ranked(watched)
-    named = [r for r in routed if r["route"] not in RESERVED][:SENTENCE_ROUTES]
+    named = [r for r in routed if r["route"] not in RESERVED]
+    if len(routed) > SENTENCE_ROUTES + 1 or len(named) < len(routed):
+        named = named[:SENTENCE_ROUTES]
     if len(named) < 2 or not total:
         return None
 
