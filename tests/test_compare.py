@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -408,3 +409,15 @@ def test_at_a_set_rate_a_cell_is_judged_on_its_p99(tmp_path):
     (cell,) = compare.compare([c, c])["comparisons"][0]["cells"]
     assert cell["judged_on"] == "msgs_per_sec"
     assert compare_report.view(compare.compare([c, c]))["comparisons"][0]["summary_header"][1] == "BASE msgs/s"
+
+
+def test_what_differs_between_the_runs_besides_the_cells_is_a_setting_not_a_watchs_seconds():
+    """Two watches of 3 s watched 3.009 and 3.011 s (their meta's duration is what they watched): no warning; runs
+    of 3 and 5 s per cell, or on two kernels, are warned of."""
+    def run(duration, kernel="6.1.0") -> compare.Run:
+        return compare.Run(given="d", dir=Path("d"), name="d", df=pd.DataFrame(),
+                           meta={"kernel": kernel, "config": {"duration": duration}})
+
+    assert compare.warnings_for(run(3.009), run(3.011)) == []
+    assert compare.warnings_for(run(3.0), run(5.0)) == ["measured seconds per cell differs: 3.0 vs 5.0"]
+    assert compare.warnings_for(run(3.0), run(3.0, "6.2.0")) == ["kernel differs: 6.1.0 vs 6.2.0"]

@@ -346,6 +346,11 @@ BUSY_EXTRA = 1.0
 STEAL_SHARE = 0.02  # a run during which more CPU time than this was stolen gets a warning
 
 
+def _close(a, b) -> bool:
+    """Two seconds within 1% of each other: a watch's are the seconds it watched (3.009 vs 3.011), not a setting."""
+    return isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=0.01)
+
+
 def _load(meta: dict) -> float | None:
     """The higher 1-minute load average of the run's start and end (meta.json host_before/after)."""
     values = [v[0] for v in (_get(meta, "host_before.loadavg"), _get(meta, "host_after.loadavg")) if v]
@@ -398,7 +403,7 @@ def warnings_for(base: Run, new: Run) -> list[str]:
     if base.meta and new.meta:
         for path, what in COMPARABLE:
             a, b = _get(base.meta, path), _get(new.meta, path)
-            if a != b and not (a is None and b is None):
+            if a != b and not (a is None and b is None) and not _close(a, b):
                 out.append(f"{what} differs: {a} vs {b}")
         loads = [_load(m) for m in (base.meta, new.meta)]
         cpus = base.meta.get("cpus") or 1
