@@ -224,7 +224,7 @@ def test_tail_cause_names_the_loops_timers_when_its_readiness_waits_timed_out():
            "breakdown": {"attached": True, "requests": 1000, "tail_us": tail, "mean_us": tail, "total_p99_us": 1000.0,
                          "detail_us": {"off_cpu_timer": 855.0}, "rtt_mean_us": 1000.0, "parts_mean_us": 1000.0}}
     (a,) = [a for a in detect(pd.DataFrame([results.flatten(row)])) if a["id"] == "tail_cause"]
-    assert a["title"].startswith("The tail is the loop's timers (off_cpu_io) (90% of the slowest 1%)"), a["title"]
+    assert a["title"].startswith("The tail is off_cpu_io, the loop's timers (90% of the slowest 1%)"), a["title"]
     text = a["explanation"]
     assert "the event loop slept until a timer" in text and "95% was in readiness waits that ended on their " \
         "timeout" in text, text

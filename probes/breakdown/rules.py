@@ -39,7 +39,7 @@ CAUSES = {
 }
 
 
-WAITS = ("queue_wait", "loop_wait", "runqueue", "off_cpu_futex", "the GIL (off_cpu_futex)")
+WAITS = ("queue_wait", "loop_wait", "runqueue", "off_cpu_futex", "off_cpu_futex, the GIL")
 
 
 def _pinned_twin(ctx: Context, r) -> str:
@@ -151,9 +151,9 @@ def tail_cause(ctx: Context) -> list[Anomaly]:
               + " vs parts' sum (µs)":
                   f"{num(r, 'breakdown.rtt_mean_us') or 0:,.0f} vs {num(r, 'breakdown.parts_mean_us') or 0:,.0f}"}
         if part == "off_cpu_futex" and gil is not None and mean and gil >= 0.5 * mean:
-            part = "the GIL (off_cpu_futex)"
+            part = "off_cpu_futex, the GIL"  # (the title's share follows in parentheses: none here)
         elif timers:
-            part = "the loop's timers (off_cpu_io)"
+            part = "off_cpu_io, the loop's timers"
         title = f"The tail is {part} ({100 * share:.0f}% of the slowest 1%): {where(r)}"
         # waiting for others or for a lock is what to fix; the handler's own work or sleep is what it was asked to do
         severity = "warning" if part in WAITS else "info"
