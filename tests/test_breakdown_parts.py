@@ -286,3 +286,17 @@ def test_loader_queue_names_libzmqs_own_queue_and_the_option_that_removes_it(cli
         (a,) = found
         assert a["title"].startswith("30% of the round trip is the loader's libzmq queue"), a["title"]
         assert "--zmq-client native" in a["explanation"] and a["evidence"]["not in any part (µs)"] == 300
+
+
+def test_the_probe_sentence_names_the_breakdown_when_it_carried_the_socket_wait_set():
+    """A --breakdown run's rows have both groups attached: the headline's probe sentence names the breakdown, whose
+    programs cost more than the socket-wait set's alone (bench/RESULTS.md, "Probe overhead: per socket message")."""
+    import pandas as pd
+
+    from netprof.probes.sockwait import report
+
+    both = pd.DataFrame([{"sockwait.attached": True, "breakdown.attached": True}])
+    assert report.probe_note(both).startswith(" The breakdown's probes (--breakdown: the socket-wait set with ")
+    alone = pd.DataFrame([{"sockwait.attached": True}])
+    assert report.probe_note(alone).startswith(" The socket-wait probes (--sockwait) were attached for the whole")
+    assert report.probe_note(pd.DataFrame([{"lat_us": 1.0}])) == ""

@@ -50,9 +50,15 @@ def read(src: Path) -> pd.DataFrame | None:
 
 def probe_note(cells: pd.DataFrame) -> str:
     """The headline's probe sentence, continued: this set stays attached for the whole window."""
-    on = "sockwait.attached" in cells and bool(cells["sockwait.attached"].fillna(False).astype(bool).any())
-    return (" The socket-wait probes (--sockwait) were attached for the whole of each cell, so their cost is in "
-            "every figure, the headline included.") if on else ""
+    def any_on(column: str) -> bool:
+        return column in cells and bool(cells[column].fillna(False).astype(bool).any())
+
+    if not any_on("sockwait.attached"):
+        return ""
+    # --breakdown carries this set with its own programs (scheduler and syscall tracepoints)
+    who = ("The breakdown's probes (--breakdown: the socket-wait set with scheduler and syscall programs)"
+           if any_on("breakdown.attached") else "The socket-wait probes (--sockwait)")
+    return f" {who} were attached for the whole of each cell, so their cost is in every figure, the headline included."
 
 
 def has_sockwait(df: pd.DataFrame) -> bool:
