@@ -40,8 +40,8 @@ TABLES = (  # a function may return None: the table does not apply to this run (
     ("Backend CPU", tables.cpu_table),
     ("Syscalls {per}", tables.syscalls_table),
     ("Probe cost in each cell: probed sub-window {rate} and server CPU {per} vs the unprobed rest, ± 95% interval "
-     "over the rounds, and how far apart the unprobed parts before and after it were (headline numbers exclude it, "
-     "not the --sockwait set's)",
+     "over the rounds, and how far apart the unprobed parts before and after it were (the headline numbers exclude "
+     "it)",
      tables.probe_cost_table),
 )
 FLAMEGRAPH_KINDS = ("oncpu", "python", "offcpu", "mixed")
