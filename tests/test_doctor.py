@@ -18,6 +18,9 @@ def test_doctor_ready_here():
     for name in ("privileges", "bcc module", "kernel headers", "raw_syscalls tracepoints", "sched tracepoints",
                  "kprobes", "BPF compile+attach", "perf", "netprof-loader", "ulimit -n", "local port range", "CPUs"):
         assert name in res.stdout
+    # this kernel's io_uring: its tracepoints, and its requests' opcode where BTF puts it (64 on 6.18, FACTS)
+    (ring,) = [line for line in res.stdout.splitlines() if line.split()[1:2] == ["io_uring"]]
+    assert ring.startswith("ok ") and "counted by operation (struct io_kiocb's opcode at byte " in ring, ring
 
 
 def test_doctor_unprivileged_fails_and_names_fix():
@@ -53,3 +56,19 @@ def test_doctor_notes_symlink_protection_and_removes_stale_files():
     check = doctor.check_stale_files()
     assert not os.path.exists(stale_err) and not os.path.exists(stale_dir)
     assert check.ok and "removed" in check.detail
+
+
+def test_doctor_says_what_the_counts_miss_of_io_uring_on_other_kernels(monkeypatch, tmp_path):
+    """This kernel has io_uring and BTF for its requests' opcode; the two other kernels are mocked (the machine cannot
+    be them): one whose BTF gives no opcode (a note: submissions counted as `unknown`), one without io_uring (its
+    tracepoints missing: the counting set, which hooks them, cannot attach)."""
+    from netprof.probes import ring_ops
+    from netprof.profiler.run import doctor
+
+    monkeypatch.setattr(ring_ops, "opcode_offset", lambda: None)
+    c = doctor.check_io_uring()
+    assert (c.ok, c.required) == (False, False) and "submissions not told apart: the running kernel's BTF" in c.detail
+    (tmp_path / "events").mkdir()
+    monkeypatch.setattr(doctor, "TRACEFS", (str(tmp_path),))
+    c = doctor.check_io_uring()
+    assert (c.ok, c.required) == (False, True) and "without io_uring" in c.detail and "--no-probes" in c.fix

@@ -112,6 +112,34 @@ def check_tracepoints() -> list[Check]:
     return checks
 
 
+# kernel.io_uring_disabled (Linux 6.6+): who may create a ring
+RING_SYSCTL = "/proc/sys/kernel/io_uring_disabled"
+RING_ALLOWED = {"0": "every process may use it", "1": "only processes in kernel.io_uring_group may use it",
+                "2": "no process may use it"}
+
+
+def check_io_uring() -> Check:
+    """What the counts see of io_uring: its tracepoints (the counting set hooks io_uring_submit_req and
+    io_uring_complete) and whether submissions are told apart by operation (the opcode's offset, from BTF)."""
+    from netprof.probes.ring_ops import UNKNOWN_WHY, opcode_offset
+
+    root = _tracefs()
+    if root is None or not os.path.isdir(os.path.join(root, "events", "io_uring")):
+        return Check("io_uring", False, "no io_uring tracepoints: a kernel without io_uring (CONFIG_IO_URING)",
+                     "a kernel with io_uring; or `netprof run --no-probes`")
+    off = opcode_offset()
+    counted = (f"submissions counted by operation (struct io_kiocb's opcode at byte {off}, from BTF)"
+               if off is not None else f"submissions not told apart: {UNKNOWN_WHY}")
+    try:
+        with open(RING_SYSCTL) as f:
+            value = f.read().strip()
+        allowed = f"; kernel.io_uring_disabled={value}: {RING_ALLOWED.get(value, 'unknown value')}"
+    except OSError:  # before 6.6: no such switch, every process may use it
+        allowed = ""
+    # a note when the opcode cannot be read: counted still, as `unknown`
+    return Check("io_uring", off is not None, f"tracepoints present, {counted}{allowed}", required=False)
+
+
 def check_perf() -> Check:
     perf = shutil.which("perf")
     if not perf:
@@ -244,7 +272,7 @@ def check_stale_files() -> Check:
 def run_checks() -> list[Check]:
     priv, bcc, headers = check_privileges(), check_bcc(), check_headers()
     tps = check_tracepoints()
-    checks = [priv, bcc, headers, *tps]
+    checks = [priv, bcc, headers, *tps, check_io_uring()]
     checks.append(check_compile(priv.ok and bcc.ok and headers.ok and all(c.ok for c in tps if c.required)))
     checks.append(check_probe_cost(checks[-1].ok))
     checks += [check_perf(), check_loader(), check_fd_limit(), check_port_range(), check_cpus(), check_pyspy(),
