@@ -404,7 +404,7 @@ def test_too_old_python_is_one_line_exit_3():
 
 
 # --------------------------------------------------------------------------------------------
-# Driven by the real loader
+# Many connections at once (and the real loader, for the cells below)
 
 
 def _loader() -> str | None:
@@ -429,11 +429,10 @@ time.sleep(600)
 """
 
 
-# One server of the kind (issue 49: ~10 s of the serial pass each): every built-in backend that starts a thread per
+# One server of the kind (issue 49: 4-8 s of the serial pass each): every built-in backend that starts a thread per
 # connection (thread and socketserver) is bench/stop_after_many_connections.py, with its committed results.
 @pytest.mark.slow
 @pytest.mark.serial  # 12,000 connections and as many threads: a time bound, and a load on both CPUs
-@pytest.mark.skipif(LOADER is None, reason="netprof-loader not built or not working yet")
 @pytest.mark.parametrize("name", ["thread"])
 def test_thread_per_connection_stops_quickly_after_many_connections(name):
     """12,000 handler threads that all see their connection close at once contend for the GIL
