@@ -593,3 +593,29 @@ def test_the_cap_keeps_the_probes_share_of_the_servers_cpu():
     assert next_duty(1.0, 1000 * ms, 100 * ms, 0.1) == MIN_DUTY     # ten times the server's CPU: the floor
     assert next_duty(1.0, 1000 * ms, 100 * ms, 0) == 1.0            # no cap
     assert next_duty(0.3, 5 * ms, ms // 2, 0.1) == 0.3                # an idle window: as it was
+
+
+def test_the_live_table_puts_the_unsampled_last_and_says_timers():
+    """The live view's table (a terminal): the routes followed, most requests first, then "(unsampled)" (the
+    requests answered while the set was light: often the most, and of no route), as the report's table; a route
+    whose off_cpu_io was mostly the loop asleep until a timer says "(timers)"."""
+    from rich.console import Console
+
+    from netprof.profiler.watch import live
+
+    def route(name, n, parts=None, timer=0.0, calls=3.0):
+        return {"route": name, "requests": n, "requests_per_sec": float(n), "syscalls_per_request": calls,
+                "server_time_us": {"mean": 100.0, "p50": 90.0, "p99": 300.0, "max": 400.0},
+                "breakdown": {"parts_mean_us": parts or {}, "detail_mean_us": {"off_cpu_timer": timer}}}
+
+    f = {"requests_per_sec": 3000.0, "server_time_us": {"p50": 90.0, "p99": 300.0}, "syscalls_per_request": 3.0,
+         "breakdown": {"parts_mean_us": {"off_cpu_io": 1900.0, "on_cpu": 100.0}, "detail_mean_us": {}},
+         "routes": [route("(unsampled)", 2000, calls=None), route("GET /", 700, {"on_cpu": 50.0}),
+                    route("GET /io", 300, {"off_cpu_io": 2000.0, "on_cpu": 40.0}, timer=1990.0)]}
+    console = Console(record=True, width=160)
+    console.print(live.table(f, "port 8000"))
+    text = console.export_text()
+    rows = [line.split()[0:2] for line in text.splitlines()[2:]]
+    assert [" ".join(r) for r in rows] == ["GET /", "GET /io", "(unsampled) 2,000"], text
+    assert "off_cpu_io 98% (timers)" in text, text
+    assert "(timers)" not in live.line(f)  # the watch's whole: no timer figure given

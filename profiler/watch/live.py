@@ -12,6 +12,7 @@ from rich.text import Text
 
 from netprof.probes.breakdown.breakdown import TIMER, TIMER_MOSTLY
 from netprof.profiler.core.safetext import clean_text
+from netprof.profiler.watch.figures import UNSAMPLED_ROUTE
 
 TOP_PARTS = 3
 TOP_ROUTES = 10
@@ -49,7 +50,9 @@ def table(f: dict[str, Any], title: str) -> Group:
     t = Table(box=None, pad_edge=False)
     for col in ("route", "req/s", "p50", "p99", "syscalls/req", "top parts"):
         t.add_column(col, justify="left" if col in ("route", "top parts") else "right")
-    for r in f["routes"][:TOP_ROUTES]:
+    # the routes followed, most requests first, then those answered while the set was light (as the report's table)
+    routed = [r for r in f["routes"] if r["route"] != UNSAMPLED_ROUTE][:TOP_ROUTES]
+    for r in routed + [r for r in f["routes"] if r["route"] == UNSAMPLED_ROUTE]:
         st = r["server_time_us"]
         calls = r["syscalls_per_request"]  # None: not counted (the route "(unsampled)")
         t.add_row(Text(clean_text(r["route"])), f"{r['requests_per_sec'] or 0:,.0f}", _ms(st["p50"]), _ms(st["p99"]),
