@@ -8,7 +8,8 @@ The life of an instrument in a run (profiler/run/runner.py and profiler/run/cell
         inst.target(pid)            # the cell's server tree, before the loader connects; clears counters
         inst.attach()               # `sub_window` False: now, for the whole cell;
                                     #   True: at the loader's guard_start (never in headline time)
-        a = inst.snapshot()         # at the first mark of the counted window, b = ... at the last
+        t = inst.totals()           # at the first mark of the counted window, before anything else is read;
+        a = inst.snapshot(t)        #   then the rest; b = ... the same at the last mark
         inst.detach()               # after the counted window (sub_window) or when the cell ends
         conns = inst.row(row, a, b, counted)   # its figures into the row; its per-connection rows
     meta.update(inst.cost())        # once, after the cells: what it costs on this host
@@ -84,9 +85,16 @@ class Instrument(ABC):
     @abstractmethod
     def detach(self) -> None: ...
 
+    def totals(self) -> Any:
+        """The figures it averages over requests, read first at a counted mark (a few map reads): a count is
+        carried over a late edge (stats.counted_span), a mean is not, and a late edge of a server that serves
+        its connections unevenly takes in or leaves out its slowest answers (gunicorn_gevent, 2026-12-05: its
+        starved requests, ~1.7 s old, answered ~2 ms after each mark while netprof read). None: nothing."""
+        return None
+
     @abstractmethod
-    def snapshot(self) -> Any:
-        """Its counters now (cumulative since target())."""
+    def snapshot(self, totals: Any = None) -> Any:
+        """Its counters now (cumulative since target()); `totals`: what totals() read a moment ago."""
 
     @abstractmethod
     def row(self, row: dict, first: Any, last: Any, counted: Counted) -> list[dict]:
@@ -122,8 +130,8 @@ class ProbeInstrument(Instrument):
     def detach(self) -> None:
         self.probes.detach()
 
-    def snapshot(self) -> Any:
-        return self.probes.snapshot()
+    def snapshot(self, totals: Any = None) -> Any:
+        return self.probes.snapshot() if totals is None else self.probes.snapshot(totals=totals)
 
     def close(self) -> None:
         self.probes.close()

@@ -184,15 +184,18 @@ def _remote_call(rows: dict, out) -> None:
 # HTTP servers (one of them gunicorn's gevent workers, whose slowest requests waited unread).
 REPRESENTATIVES = ("asyncio_sock", "uvloop_sock", "thread", "prefork", "cpp_epoll", "select_prethread", "zmq_raw",
                    "uvicorn_httptools", "gunicorn_gevent")
-# Measured in 1-s windows (a run per protocol of their own) rather than 0.3 s. gunicorn_gevent serves
-# its connections unevenly (Jain 0.65-0.9 here), so in 0.3 s a few requests that waited most of the window make
-# its means, and the loader and the kernel count them at their own window edges (4.8% off Little's law once in
-# five 0.3-s runs); in 1-s runs it was within 1.5% of both truths in six of six. socketserver and thread (a
-# Python thread per connection) accept their last connections 0.3-0.8 s late in about half the runs (the accept
-# thread starved of the GIL by the busy handlers): the first requests on those wait where no probe sees them
-# (connections are learnt at accept), so in 0.3 s the loader's mean is 1-29% above the parts and Little's law
-# was once 5% (CI) and once 14% off (thread, 1 of 5 local runs); in 1-s runs Little's law was within 0.9% in 8
-# of 8 (the loader's mean 4-6% above).
+# Measured in 1-s windows (a run per protocol of their own) rather than 0.3 s. gunicorn_gevent serves its connections
+# unevenly (Jain 0.65-0.9 on the first host; 0.08-0.22 on the host of 2026-12-05, where half the connections got no
+# answer in the window), so a few requests that waited most of the window make its means, and the loader and the
+# kernel count them at their own window edges: its starved requests are answered in a burst 2-3 ms after each of
+# netprof's marks (its reads, ms of CPU on two cores, idle the busy connections), and with the parts read after /proc
+# (3-10 ms after the mark, fitted on a tcpdump of the run) they were 1.08-1.7× the loader's mean on that host; read
+# first (Instrument.totals), within 3% in four of four (and 0.4% with load past the edges; bench/breakdown_edges.py).
+# socketserver and thread (a Python thread per connection) accept their last connections 0.3-0.8 s late in about half
+# the runs (the accept thread starved of the GIL by the busy handlers): the first requests on those wait where no
+# probe sees them (connections are learnt at accept), so in 0.3 s the loader's mean is 1-29% above the parts and
+# Little's law was once 5% (CI) and once 14% off (thread, 1 of 5 local runs); in 1-s runs Little's law was within 0.9%
+# in 8 of 8 (the loader's mean 4-6% above).
 OWN_RUN = {"gunicorn_gevent": "1", "thread": "1"}
 
 

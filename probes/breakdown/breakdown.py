@@ -25,6 +25,7 @@ from ..base import ProbeError
 from ..btf import BTF_PATH, Btf
 from ..ring_ops import UNKNOWN_WHY, opcode_offset
 from ..sockwait.sockwait import NSLOTS, SUB, SockWaitProbes, SockWaitSnapshot, WaitDist, slot_bounds
+from ..sockwait.sockwait import Totals as SockWaitTotals
 from ..sockwait.sockwait import prefetch as sockwait_prefetch
 from . import iowait
 from .gil import runtime_range
@@ -88,6 +89,15 @@ class Snapshot:
 
 
 @dataclass
+class Totals:
+    """The figures over every request (BreakdownProbes.totals()): the breakdown's struct and the socket-wait
+    set's, as read at one instant."""
+
+    sockwait: SockWaitTotals
+    breakdown: Any
+
+
+@dataclass
 class BreakdownDelta:
     """The window between two snapshots, in µs per measured request."""
 
@@ -112,8 +122,8 @@ class BreakdownDelta:
         return sum(v for v in vals if v is not None) if any(v is not None for v in vals) else None
 
 
-def _read(table) -> BreakdownSnapshot:
-    v = table[table.Key(0)]
+def _read(v) -> BreakdownSnapshot:
+    """The snapshot of the breakdown's struct `v` (as read from its one-entry array)."""
     n = len(PARTS)
     hist = [list(v.hist[k * NSLOTS:(k + 1) * NSLOTS]) for k in range(n)]
     tail_ns = [list(v.tail_ns[k * NSLOTS:(k + 1) * NSLOTS]) for k in range(n)]
@@ -234,12 +244,18 @@ class BreakdownProbes(SockWaitProbes):
         self._peer_bits[self._peer_bits.Key(0)] = self._peer_bits.Leaf()
         self._bd[self._bd.Key(0)] = self._bd.Leaf()
 
-    def snapshot(self, describe: bool = True) -> Snapshot:  # type: ignore[override]
+    def totals(self) -> Totals:  # type: ignore[override]
+        """The parts' sums (what the loader's round trip is set against) first, then the socket-wait set's."""
+        bd = self._bd[self._bd.Key(0)]
+        return Totals(sockwait=super().totals(), breakdown=bd)
+
+    def snapshot(self, describe: bool = True, totals: Totals | None = None) -> Snapshot:  # type: ignore[override]
         """`describe`: name the descriptors off_cpu_io waited on (now, while the server runs: its sockets from
         /proc, ~0.3 s per process with tens of thousands of TIME_WAIT connections); a snapshot whose names are
-        not read can skip it."""
-        sw = super().snapshot()
-        bd = _read(self._bd)
+        not read can skip it. `totals`: those read a moment ago (totals()), else read now."""
+        tot = totals or self.totals()
+        sw = super().snapshot(tot.sockwait)
+        bd = _read(tot.breakdown)
         bd.io_wait = iowait.read(self._iowait)
         bd.fd_names = iowait.describe(bd.io_wait) if describe else {}
         return Snapshot(sockwait=sw, breakdown=bd)

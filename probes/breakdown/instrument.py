@@ -32,6 +32,9 @@ class Breakdown(ProbeInstrument):
     def open(cls, cfg: Any) -> Breakdown:
         return cls(BreakdownProbes(attached=False))
 
+    def totals(self) -> Any:
+        return self.probes.totals()
+
     def row(self, row: dict, first: Snapshot, last: Snapshot, counted: Counted) -> list[dict]:
         conns = fill_row(row, first.sockwait, last.sockwait, counted)
         row[NAME].update(row_fields(breakdown_delta(first.breakdown, last.breakdown), counted))

@@ -32,6 +32,9 @@ class SockWait(ProbeInstrument):
     def open(cls, cfg: Any) -> SockWait:
         return cls(SockWaitProbes(attached=False))
 
+    def totals(self) -> Any:
+        return self.probes.totals()
+
     def row(self, row: dict, first: SockWaitSnapshot, last: SockWaitSnapshot, counted: Counted) -> list[dict]:
         return fill_row(row, first, last, counted)
 

@@ -62,6 +62,7 @@ import os
 import struct
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .. import tree
 from ..base import _TP, LoadedProgram, ProbeError
@@ -202,6 +203,16 @@ class ConnWait:
     answers: int       # timed answers (first send after a read)
     handler_mean_us: float | None
     unread_age_us: float | None = None  # at the window's end: age of the oldest unread arrival, if any
+
+
+@dataclass
+class Totals:
+    """The set's figures over every request (its distributions and counters, not its sockets) as one map read
+    copied them: what a snapshot reads first, and what a counted mark reads before anything else (totals()).
+    Summed by snapshot()."""
+
+    seq: int       # snapshot number since target(): the max slot these close
+    per_cpu: Any   # the stats map's struct on each CPU
 
 
 @dataclass
@@ -417,19 +428,26 @@ class SockWaitProbes(LoadedProgram):
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def snapshot(self) -> SockWaitSnapshot:
-        """Cumulative figures since target(), plus each distribution's max since the previous snapshot."""
+    def totals(self) -> Totals:
+        """The figures over every request now (cumulative since target(); each distribution's max since the
+        previous read): one per-CPU map read, where summing them and walking the sockets take ms more."""
         if self.bpf is None:
             raise ProbeError("probes are closed")
         prev = self._seq
         self._seq += 1
         self._set_window(self._active)  # BPF records maxima into the other slot from now on
+        return Totals(seq=prev, per_cpu=self._stats.getvalue(self._stats.Key(0)))
+
+    def snapshot(self, totals: Totals | None = None) -> SockWaitSnapshot:
+        """Cumulative figures since target(), plus each distribution's max since the previous snapshot; `totals`:
+        those read a moment ago (totals(): a counted mark reads them first), else read now."""
+        tot = totals or self.totals()
         mx: list[int | None] = [None] * len(KINDS)
         hist = [[0] * NSLOTS for _ in KINDS]
         sums = [0] * len(KINDS)
         counters = dict.fromkeys(_COUNTERS, 0)
-        p = prev & 1
-        for s in self._stats.getvalue(self._stats.Key(0)):  # one struct per CPU
+        p = tot.seq & 1
+        for s in tot.per_cpu:  # one struct per CPU
             h = s.hist
             for k in range(len(KINDS)):
                 row, base = hist[k], k * NSLOTS
@@ -438,7 +456,7 @@ class SockWaitProbes(LoadedProgram):
                     if v:
                         row[i] += v
                 sums[k] += s.sum_ns[k]
-                if s.tag[p] == prev:
+                if s.tag[p] == tot.seq:
                     v = s.max[p * len(KINDS) + k]
                     if v and (mx[k] is None or v > mx[k]):
                         mx[k] = v
@@ -456,7 +474,7 @@ class SockWaitProbes(LoadedProgram):
                 continue
             unread = v.at[v.head & fifo_mask] if v.head != v.tail else 0
             socks[(key, v.ports)] = (v.tgid, *(getattr(v, f) for f in _CONN_FIELDS), tuple(v.wh), unread)
-        return SockWaitSnapshot(t=time.monotonic(), pid=self.pid, seq=prev, hist=hist, sum_ns=sums,
+        return SockWaitSnapshot(t=time.monotonic(), pid=self.pid, seq=tot.seq, hist=hist, sum_ns=sums,
                                 max_prev_ns=mx, counters=counters, present=present, socks=socks, now_ns=now_ns)
 
     def read(self, since: SockWaitSnapshot) -> tuple[SockWaitDelta, SockWaitSnapshot]:

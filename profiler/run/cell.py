@@ -132,7 +132,7 @@ class Snap:
     proc: dict
     t: float
     counters: dict[str, Any] = field(default_factory=dict)
-    t_then: float | None = None  # when the other instruments were read (after /proc), at a counted mark
+    t_then: float | None = None  # when the other instruments' totals were read (first), at a counted mark
 
 
 # Seconds between the loader's live `progress` events when someone shows them (the progress bar).
@@ -162,9 +162,10 @@ class Marks:
     detached right after probe_stop; the guards count in neither phase, so the headline numbers (the
     unprobed phase) come from time when none of them was attached. The others stay attached all cell
     (run_cell) and are read at the same two marks. Without a sub-window the counted window is the
-    whole one (measure_start to measure_stop). At a counted mark the sub-window instruments are read
-    first (time-critical), then /proc, then the others. `attached_t`/`detached_t` (monotonic) say when
-    the attach and detach really happened, for the row."""
+    whole one (measure_start to measure_stop). At a counted mark the others' figures over requests are
+    read first (Instrument.totals, a few map reads), then the sub-window instruments (time-critical), then
+    /proc, then the rest of the others. `attached_t`/`detached_t` (monotonic) say when the attach and
+    detach really happened, for the row."""
 
     def __init__(self, pid: int, instruments: tuple[Instrument, ...] = (),
                  on_start: Callable[[int], None] | None = None, window: tuple[float, float] | None = None,
@@ -185,13 +186,17 @@ class Marks:
 
     def _snap(self, kind: str) -> None:
         counted = kind in self.counted_marks
+        # the others' figures over requests before anything else (Instrument.totals: means, which no span carries
+        # over a late edge), a few map reads; the rest of them after /proc
+        t_then = time.monotonic()
+        totals = {i.name: i.totals() for i in self.then} if counted else {}
         t = time.monotonic()  # when the counters are read (/proc of a process tree takes ms more: not in it)
         counters = {i.name: i.snapshot() for i in self.first if counted and i.attached}
         proc = proc_cpu_times(self.pid)
         snap = self.snaps[kind] = Snap(proc, t, counters)
         if counted:
-            snap.t_then = time.monotonic()
-            snap.counters.update({i.name: i.snapshot() for i in self.then})
+            snap.t_then = t_then
+            snap.counters.update({i.name: i.snapshot(totals[i.name]) for i in self.then})
 
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
@@ -477,8 +482,8 @@ def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[In
         return span, Counted(messages=span["messages"], duration_s=span["span_s"] or window.get("duration_s"),
                              latency_us=window.get("latency_us") or {}, proc=proc)
 
-    # the instruments read first (the counting set) and the others (after /proc: ms later, more on a stalled host)
-    # each over the span they were read over
+    # the sub-window instruments (the counting set) and the others (their totals read just before), each over
+    # the span they were read over
     span, first = counted_over((pair[0].t, pair[1].t))
     then = (counted_over((pair[0].t_then, pair[1].t_then))[1]
             if pair[0].t_then is not None and pair[1].t_then is not None else first)
