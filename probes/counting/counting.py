@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from .. import tree
-from ..base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, syscall_name
+from ..base import _TP, NR_SLOTS, LoadedProgram, ProbeError, prerequisites, read_array, syscall_name
 from ..base import prefetch as base_prefetch
 from ..ring_ops import NR_RING_OPS, RING_SLOTS, UNKNOWN_WHY, opcode_offset, ring_op_name
 
@@ -174,6 +174,7 @@ class CountingProbes(LoadedProgram):
             self._ring = self.bpf[b"ring"]
             self._keys = [self._sc.Key(i) for i in range(NR_SLOTS)]
             self._ring_keys = [self._ring.Key(i) for i in range(RING_SLOTS)]
+            read_array(self._sc)  # now, not at a window's first mark: numpy's import (~40 ms), and a kernel refusal
             self._set_window(0, active=0)
             self._set_cfg(0, 0)  # untargeted (a set taken over from park() may have had a target)
             if attached:
@@ -243,20 +244,13 @@ class CountingProbes(LoadedProgram):
     def snapshot(self) -> Snapshot:
         if self.bpf is None:
             raise ProbeError("probes are closed")
-        calls: dict[int, tuple[int, int, int, int]] = {}
-        getvalue = self._sc.getvalue
-        for i, k in enumerate(self._keys):
-            vals = getvalue(k)
-            n = sum(v.count for v in vals)
-            if n:
-                calls[i] = (n, sum(v.timed for v in vals), sum(v.ns for v in vals), sum(v.oncpu_ns for v in vals))
+        # [slot, (count, timed, ns, oncpu_ns)] summed over the CPUs; then the ring's operations, [slot]
+        sc = read_array(self._sc).reshape(NR_SLOTS, -1, 4).sum(axis=1)
+        calls = {int(i): (int(sc[i, 0]), int(sc[i, 1]), int(sc[i, 2]), int(sc[i, 3])) for i in sc[:, 0].nonzero()[0]}
+        ops = read_array(self._ring).sum(axis=1)
         per_cpu = self._cpu.getvalue(self._cpu.Key(0))
         cpu = {f: sum(getattr(v, f) for v in per_cpu) for f in _CPU_FIELDS}
-        ring = {}
-        for i, k in enumerate(self._ring_keys):
-            n = sum(int(v) for v in self._ring.getvalue(k))
-            if n:
-                ring[i] = n
+        ring = {int(i): int(ops[i]) for i in ops.nonzero()[0]}
         return Snapshot(t=time.monotonic(), pid=self.pid, syscalls=calls, cpu=cpu, syscall_time=self.syscall_time,
                         ring=ring)
 
