@@ -86,7 +86,7 @@ class Instrument(ABC):
     def detach(self) -> None: ...
 
     def totals(self) -> Any:
-        """The figures it averages over requests, read first at a counted mark (a few map reads): a count is
+        """The figures it averages over requests, read first at a counted mark (map reads, no /proc): a count is
         carried over a late edge (stats.counted_span), a mean is not, and a late edge of a server that serves
         its connections unevenly takes in or leaves out its slowest answers (gunicorn_gevent, 2026-12-05: its
         starved requests, ~1.7 s old, answered ~2 ms after each mark while netprof read). None: nothing."""

@@ -163,7 +163,7 @@ class Marks:
     unprobed phase) come from time when none of them was attached. The others stay attached all cell
     (run_cell) and are read at the same two marks. Without a sub-window the counted window is the
     whole one (measure_start to measure_stop). At a counted mark the others' figures over requests are
-    read first (Instrument.totals, a few map reads), then the sub-window instruments (time-critical), then
+    read first (Instrument.totals: map reads), then the sub-window instruments (time-critical), then
     /proc, then the rest of the others. `attached_t`/`detached_t` (monotonic) say when the attach and
     detach really happened, for the row."""
 
@@ -187,7 +187,7 @@ class Marks:
     def _snap(self, kind: str) -> None:
         counted = kind in self.counted_marks
         # the others' figures over requests before anything else (Instrument.totals: means, which no span carries
-        # over a late edge), a few map reads; the rest of them after /proc
+        # over a late edge): map reads; the rest of them (sums, names from /proc) after /proc
         t_then = time.monotonic()
         totals = {i.name: i.totals() for i in self.then} if counted else {}
         t = time.monotonic()  # when the counters are read (/proc of a process tree takes ms more: not in it)
