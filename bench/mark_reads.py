@@ -1,8 +1,9 @@
-"""What netprof reads at a counted mark, and how long each read takes: the breakdown's totals (read first), the
-counting set's snapshot (one batch lookup of its 512 syscall slots and the ring's, since 2026-12-05; before, a
-lookup per slot: kept here as `counting, a lookup per slot` to compare in the same rounds), /proc of the server's
-tree, and the rest of the breakdown's snapshot (its sockets). netprof's CPU there is time the loader waits on a
-two-core host, and a server that starves connections serves them then (bench/breakdown_edges.py).
+"""What netprof reads at a counted mark, and how long each read takes: the breakdown's totals (read first: its parts,
+then the socket waits' distributions and each connection's), the counting set's snapshot (one batch lookup of its
+512 syscall slots and the ring's, since 2026-12-05; before, a lookup per slot: kept here as `counting, a lookup per
+slot` to compare in the same rounds), /proc of the server's tree, and the breakdown's snapshot whole (its totals
+again, then what it sums and the descriptors' waits). netprof's CPU there is time the loader waits on a two-core
+host, and a server that starves connections serves them then (bench/breakdown_edges.py).
 
 The sets watch a real server: a Python echo server (this script's child) with 100 connections kept busy by a
 client thread, so the maps hold what a run's do (a hundred sockets, an echo loop's syscalls). Each round makes
@@ -87,11 +88,12 @@ def measure(rounds: int) -> dict:
             client = threading.Thread(target=load, daemon=True)
             client.start()
             time.sleep(0.5)
-            reads = {"breakdown's totals": breakdown.totals,
+            reads = {"breakdown's totals (its parts, the socket waits' and each connection's)": breakdown.totals,
                      "counting, one batch (now)": counting.snapshot,
                      "counting, a lookup per slot (before)": lambda: per_slot(counting),
                      "/proc of the tree": lambda: proc_cpu_times(server.pid),
-                     "breakdown's sockets and the rest": lambda: breakdown.snapshot(describe=False)}
+                     "breakdown's totals and the rest (sums, descriptor waits)":
+                         lambda: breakdown.snapshot(describe=False)}
             times: dict[str, list[float]] = {name: [] for name in reads}
             rng = random.Random(1)
             for _ in range(rounds):
