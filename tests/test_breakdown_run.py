@@ -185,7 +185,7 @@ def _remote_call(rows: dict, out) -> None:
 REPRESENTATIVES = ("asyncio_sock", "uvloop_sock", "thread", "prefork", "cpp_epoll", "select_prethread", "zmq_raw",
                    "uvicorn_httptools", "gunicorn_gevent")
 # Measured in 1-s windows (a run per protocol of their own) rather than 0.3 s. gunicorn_gevent serves its connections
-# unevenly (Jain 0.65-0.9 on the first host; 0.08-0.22 on the host of 2026-12-05, where half the connections got no
+# unevenly (Jain 0.65-0.9 on the first host; 0.08-0.42 on the host of 2026-12-05, where half the connections got no
 # answer in the window), so a few requests that waited most of the window make its means, and the loader and the
 # kernel count them at their own window edges: its starved requests are answered in a burst 2-3 ms after each of
 # netprof's marks (its reads, ms of CPU on two cores, idle the busy connections), and with the parts read after /proc
