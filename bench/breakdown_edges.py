@@ -32,6 +32,8 @@ from pathlib import Path
 import lib
 from results_md import command, publish  # bench/ is sys.path[0]: these run as files
 
+from netprof.profiler.run.cell import probe_guard
+
 DATA = lib.ROOT / "bench" / "data" / "breakdown_edges"
 SECTION = "The breakdown's window edges against the wire (bench/breakdown_edges.py)"
 NETPROF = lib.ROOT / ".venv" / "bin" / "netprof"
@@ -183,7 +185,7 @@ def analyze(row: dict, pkts: list, settings: dict) -> dict:
     # the marks of the run on the wire: the window's, and the sub-window's and its guards' when there is one
     marks = [syn + warmup + off, syn + warmup + duration + off]
     if share < 1:
-        guard = min(0.1, duration * (1 - share) / 4)  # profiler/run/cell.py probe_guard()
+        guard = probe_guard(duration, share)
         marks += [start - guard, start, stop, stop + guard]
     old = sorted(a for a, rtt in done if rtt > OLD_S)
     after = sum(bisect.bisect_left(old, m + BURST_S) - bisect.bisect_left(old, m) for m in marks)

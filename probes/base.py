@@ -29,24 +29,35 @@ class ProbeError(NetprofError, RuntimeError):
     run keeps its finished cells (runner.execute)."""
 
 
-def read_array(table) -> Any:
-    """Every entry of a BPF array map, in one BPF_MAP_LOOKUP_BATCH, as a numpy uint64 array [entry, the leaf's
-    words] (a per-CPU map's leaf is its struct on each CPU in turn: reshape to [entry, cpu, field]). Written out
-    rather than bcc's items_lookup_batch, which makes a ctypes object per entry: the counting set's 512 slots
-    are read at each of a window's marks, where netprof's CPU is time the loader waits on a two-core host
-    (2.8 ms with a lookup per slot, summed in Python, 0.23 ms so: bench/mark_reads.py, under load)."""
-    import numpy as np
+def lookup_batch(table, keys, leaves, position, delete: bool = False, what: str = "a BPF map"):
+    """One BPF_MAP_LOOKUP(_AND_DELETE)_BATCH of up to len(keys) entries of `table` from `position` (None: its
+    first) into the ctypes arrays `keys` and `leaves`: (how many it read, the position after them, whether it
+    reached the map's end). Raises ProbeError naming `what`."""
     from bcc.libbcc import lib
+
+    fn = lib.bpf_lookup_and_delete_batch if delete else lib.bpf_lookup_batch
+    count, after = ctypes.c_uint32(len(keys)), ctypes.c_uint32(0)
+    res = fn(table.map_fd, None if position is None else ctypes.byref(position), ctypes.byref(after),
+             ctypes.byref(keys), ctypes.byref(leaves), ctypes.byref(count))
+    err = ctypes.get_errno()
+    if res != 0 and err != errno.ENOENT:  # ENOENT: the map's last entry was read
+        raise ProbeError(f"reading {what} failed: {os.strerror(err)}; {NO_PROBES}")
+    return count.value, after, res != 0
+
+
+def read_array(table) -> Any:
+    """Every entry of a BPF array map, in one batch lookup, as a numpy uint64 array [entry, the leaf's words] (a
+    per-CPU map's leaf is its struct on each CPU in turn: reshape to [entry, cpu, field]). Not bcc's
+    items_lookup_batch, which makes a ctypes object per entry: the counting set's 512 slots are read at each of a
+    window's marks, where netprof's CPU is time the loader waits on a two-core host (2.8 ms with a lookup per
+    slot, summed in Python, 0.23 ms so: bench/mark_reads.py, under load)."""
+    import numpy as np
 
     n = table.max_entries
     keys, leaves = (table.Key * n)(), (table.Leaf * n)()
-    count, out_batch = ctypes.c_uint32(n), ctypes.c_uint32(0)
-    res = lib.bpf_lookup_batch(table.map_fd, None, ctypes.byref(out_batch), ctypes.byref(keys), ctypes.byref(leaves),
-                               ctypes.byref(count))
-    err = ctypes.get_errno()
-    if (res != 0 and err != errno.ENOENT) or count.value != n:  # ENOENT: the last entry was read
-        raise ProbeError(f"reading a BPF array failed ({count.value} of {n} entries: {os.strerror(err)}); "
-                         f"{NO_PROBES}")
+    got, _, _ = lookup_batch(table, keys, leaves, None, what="a BPF array")
+    if got != n:
+        raise ProbeError(f"reading a BPF array gave {got} of its {n} entries; {NO_PROBES}")
     return np.frombuffer(leaves, dtype=np.uint64).reshape(n, -1)
 
 

@@ -55,17 +55,15 @@ slot).
 
 from __future__ import annotations
 
-import ctypes as ct
 import functools
 import math
-import os
 import struct
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import tree
-from ..base import _TP, LoadedProgram, ProbeError
+from ..base import _TP, LoadedProgram, ProbeError, lookup_batch
 from ..base import prefetch as base_prefetch
 from ..btf import BTF_PATH, Btf
 
@@ -507,26 +505,15 @@ def listening_ports(pids) -> set[int]:
 
 
 def _batch(table, delete: bool):
-    """(key, leaf) of every entry, BPF_MAP_LOOKUP(_AND_DELETE)_BATCH in chunks of BATCH."""
-    from bcc.libbcc import lib
-
-    fn = lib.bpf_lookup_and_delete_batch if delete else lib.bpf_lookup_batch
+    """(key, leaf) of every entry, batch lookups (base.lookup_batch) in chunks of BATCH."""
     keys, leaves = (table.Key * BATCH)(), (table.Leaf * BATCH)()
-    in_batch, out_batch, count = ct.c_uint32(0), ct.c_uint32(0), ct.c_uint32(0)
-    first = True
+    position = None
     while True:
-        count.value = BATCH
-        res = fn(table.map_fd, None if first else ct.byref(in_batch), ct.byref(out_batch),
-                 ct.byref(keys), ct.byref(leaves), ct.byref(count))
-        err = ct.get_errno()
-        for i in range(count.value):
+        n, position, done = lookup_batch(table, keys, leaves, position, delete, what="the socket map")
+        for i in range(n):
             yield keys[i].value if hasattr(keys[i], "value") else keys[i], leaves[i]
-        if res != 0:
-            if err == 2:  # ENOENT: done
-                return
-            raise ProbeError(f"reading the socket map failed: {os.strerror(err)}")
-        in_batch.value = out_batch.value
-        first = False
+        if done:
+            return
 
 
 def _items(table):
