@@ -45,8 +45,11 @@ run: setup
 
 # The loader's C++ tests four at a time, those that read the clock alone (cpp_server/CMakeLists.txt says which):
 # 25 s against 41 s one by one (2026-12-04).
+# CXX: the compiler the wheel's tree was given (scikit-build-core takes Python's sysconfig CXX). ccache keys on its
+# name, so with the same one the loader core here is a cache hit of the venv's build (CMakeLists.txt, NETPROF_CCACHE).
+WHEEL_CXX = $(shell $(SYSPY) -c 'import sysconfig; print((sysconfig.get_config_var("CXX") or "c++").split()[0])')
 test-cpp: system
-	cmake -S . -B build/cpp-tests -G Ninja -DNETPROF_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+	CXX=$(WHEEL_CXX) cmake -S . -B build/cpp-tests -G Ninja -DNETPROF_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build build/cpp-tests --target loader_unit_tests  # not netprof-loader's main(): the venv has the binary
 	ctest --test-dir build/cpp-tests --output-on-failure -j 4
 

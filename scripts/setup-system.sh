@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   python3 python3-venv python3-dev
   bpfcc-tools python3-bpfcc bpftrace bpftool linux-perf linux-headers-amd64
   libgtest-dev googletest clang-format
