@@ -479,11 +479,11 @@ def test_migrations_match_proc(bpf, probes, worker):
     # before the window opens. Without it the wake-up's placement and a load balance while it waited to
     # run were both before the first sighting and both missed (21 by /proc, 19 counted: CI, 2026-12-04).
     worker.do("getppid", 1)
-    pa = proc_cpu_times(worker.pid)
+    pa = proc_cpu_times(worker.pid, migrations=True)
     a = probes.snapshot()
     worker.do("migrate", 20)
     d = delta(a, probes.snapshot())
-    pb = proc_cpu_times(worker.pid)
+    pb = proc_cpu_times(worker.pid, migrations=True)
     proc_migr = pb["migrations"] - pa["migrations"]
     assert proc_migr >= 19
     # The probes' window lies inside /proc's: a migration between the two reads at either end (the worker
