@@ -6,10 +6,11 @@ again, then what it sums and the descriptors' waits). netprof's CPU there is tim
 host, and a server that starves connections serves them then (bench/breakdown_edges.py).
 
 The sets watch a real server: a Python echo server (this script's child) with 100 connections kept busy by a
-client thread, so the maps hold what a run's do (a hundred sockets, an echo loop's syscalls). Each round makes
+client thread, so the maps hold what a run's do (a hundred sockets, an echo loop's syscalls); with --threads N,
+N idle threads beside the loop (a thread pool's: /proc is read per thread). Each round makes
 every read once, in a shuffled order; per read the median and p90 over the rounds, in ms.
 
-    sudo .venv/bin/python bench/mark_reads.py [-r 200] [--write]
+    sudo .venv/bin/python bench/mark_reads.py [-r 200] [--threads N] [--write]
     .venv/bin/python bench/mark_reads.py --from bench/data/mark_reads/FILE.json [--write]
 """
 
@@ -34,7 +35,9 @@ DATA = lib.ROOT / "bench" / "data" / "mark_reads"
 SECTION = "What netprof reads at a counted mark, read by read (bench/mark_reads.py)"
 CONNS = 100
 SERVER = """
-import selectors, socket, sys
+import selectors, socket, sys, threading, time
+for _ in range(int(sys.argv[1])):  # --threads: idle threads beside the loop, as a thread pool's
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
 sel = selectors.DefaultSelector()
 ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(512); ls.setblocking(False)
 sel.register(ls, selectors.EVENT_READ)
@@ -66,8 +69,8 @@ def per_slot(probes: CountingProbes) -> dict:
     return calls
 
 
-def measure(rounds: int) -> dict:
-    server = subprocess.Popen([sys.executable, "-I", "-c", SERVER], stdout=subprocess.PIPE, text=True)
+def measure(rounds: int, threads: int) -> dict:
+    server = subprocess.Popen([sys.executable, "-I", "-c", SERVER, str(threads)], stdout=subprocess.PIPE, text=True)
     stop = threading.Event()
     try:
         assert server.stdout is not None
@@ -92,6 +95,8 @@ def measure(rounds: int) -> dict:
                      "counting, one batch (now)": counting.snapshot,
                      "counting, a lookup per slot (before)": lambda: per_slot(counting),
                      "/proc of the tree": lambda: proc_cpu_times(server.pid),
+                     "/proc of the tree with each thread's sched file (migrations: every mark before 2026-12-05 "
+                     "noon)": lambda: proc_cpu_times(server.pid, migrations=True),
                      "breakdown's totals and the rest (sums, descriptor waits)":
                          lambda: breakdown.snapshot(describe=False)}
             times: dict[str, list[float]] = {name: [] for name in reads}
@@ -121,13 +126,15 @@ def measure(rounds: int) -> dict:
 
 def main() -> int:
     ap = lib.cli(__doc__, rounds=200)
+    ap.add_argument("--threads", type=int, default=0, help="idle threads in the server beside its loop (default 0)")
     args = ap.parse_args()
     doc = lib.earlier(args) or lib.keep("mark_reads", DATA, command=" ".join(sys.argv), rounds=args.rounds,
-                                        reads=measure(args.rounds))
+                                        threads=args.threads, reads=measure(args.rounds, args.threads))
     lines = ["| read | median (ms) | p90 (ms) |", "|---|---|---|"]
     lines += [f"| {name} | {r['median_ms']:.3f} | {r['p90_ms']:.3f} |" for name, r in doc["reads"].items()]
     intro = (f"`{doc['command']}` — commit {doc['commit']}, {doc['date']}; table by {command()}. {doc['rounds']} "
-             f"rounds, {CONNS} connections busy on a Python echo server, the sets attached to it. Raw data: "
+             f"rounds, {CONNS} connections busy on a Python echo server ({doc.get('threads', 0)} idle threads beside "
+             "its loop), the sets attached to it. Raw data: "
              "bench/data/mark_reads/.")
     publish(SECTION, intro, "\n".join(lines), args.write)
     return 0
