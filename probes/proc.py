@@ -37,7 +37,8 @@ def _status_count(status: str, name: str) -> int:
     if i < 0:
         return 0
     i += len(name)
-    return int(status[i:status.find("\n", i)])
+    end = status.find("\n", i)
+    return int(status[i:end if end >= 0 else None])  # the last line: nonvoluntary_ctxt_switches
 
 
 def proc_cpu_times(pid: int, *, migrations: bool = False) -> dict:

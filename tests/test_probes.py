@@ -189,6 +189,23 @@ def test_proc_cpu_times_covers_children(worker):
     assert set(d) >= {"user_s", "sys_s", "minflt", "majflt", "vol_ctx", "invol_ctx"}
 
 
+def test_status_counts_are_the_lines_of_every_thread_here():
+    """proc's reader finds status's two counts by name; the same file's lines, split, are the truth."""
+    from netprof.probes.proc import _status_count
+
+    seen = 0
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status") as f:
+            status = f.read()
+        lines = dict(line.split(":", 1) for line in status.splitlines())
+        assert _status_count(status, "\nvoluntary_ctxt_switches:") == int(lines["voluntary_ctxt_switches"])
+        assert _status_count(status, "\nnonvoluntary_ctxt_switches:") == int(lines["nonvoluntary_ctxt_switches"])
+        assert _status_count(status.rstrip("\n"), "\nnonvoluntary_ctxt_switches:") == int(
+            lines["nonvoluntary_ctxt_switches"])  # no newline after the last line: its count whole
+        seen += 1
+    assert seen >= 1
+
+
 def test_check_available_matches_fixture(bpf):
     assert check_available() is None
 
