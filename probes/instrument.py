@@ -39,6 +39,9 @@ class Counted:
     duration_s: float | None
     latency_us: dict = field(default_factory=dict)  # the loader's round trip over it: p50, p99, mean, ...
     proc: dict | None = None  # the server's /proc deltas over it (user_s, sys_s, minflt, vol_ctx, ...)
+    # The loader's messages of the window itself, not carried over to the span the snapshots were read over
+    # (`messages`): what an instrument gated on the window's bounds (Instrument.gate) counts against.
+    window_messages: int | None = None
 
 
 class Instrument(ABC):
@@ -84,6 +87,11 @@ class Instrument(ABC):
 
     @abstractmethod
     def detach(self) -> None: ...
+
+    def gate(self, t_start: float, t_stop: float) -> None:
+        """The counted window's bounds (CLOCK_MONOTONIC s), announced by the loader before it opens: an instrument
+        that can count exactly over them in the kernel does (its row says so); by default, nothing."""
+        return None
 
     def totals(self) -> Any:
         """The figures it averages over requests, read first at a counted mark (map reads, no /proc): a count is

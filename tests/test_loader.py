@@ -189,6 +189,9 @@ def test_control_events_and_stats(group, loader):
     assert ev["measure_start"][1]["t"] == pytest.approx(stats["t_start"], abs=1e-5)
     assert ev["measure_stop"][1]["t"] == pytest.approx(stats["t_stop"], abs=1e-5)
     assert ev["measure_start"][1]["t"] - ev["connected"][1]["t"] == pytest.approx(0.3, abs=1e-3)
+    # `connected` announced the window the marks then carried (the breakdown gates its programs on it)
+    assert (ev["connected"][1]["t_start"], ev["connected"][1]["t_stop"]) == (stats["t_start"], stats["t_stop"])
+    assert "phases" not in ev["connected"][1]  # no probe phases asked
     check_stats(stats, 30, 1.0)
     assert stats["connected"] == 30 and stats["messages"] > 100 and min(stats["per_conn_messages"]) > 0
     assert ev["result"][1]["stats"] == stats
@@ -516,6 +519,9 @@ def test_probe_phases_events_and_stats(group, loader):
     assert ev["measure_stop"]["t"] - ev["probe_stop"]["t"] == pytest.approx(0.525, abs=2e-6)
     assert ev["probe_start"]["t"] == pytest.approx(probed["t_start"], abs=1e-5)
     assert ev["probe_stop"]["t"] == pytest.approx(probed["t_stop"], abs=1e-5)
+    # ... as `connected` announced them before the window opened
+    assert ev["connected"]["phases"]["probed"] == {"t_start": probed["t_start"], "t_stop": probed["t_stop"]}
+    assert (ev["connected"]["t_start"], ev["connected"]["t_stop"]) == (stats["t_start"], stats["t_stop"])
     assert probed["duration_s"] == pytest.approx(0.45, abs=2e-6)
     assert stats["phases"]["unprobed"]["duration_s"] == pytest.approx(1.05, abs=2e-6)
     # Both phases carry traffic on every connection (ping-pong never pauses at a boundary).

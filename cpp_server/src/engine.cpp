@@ -1402,6 +1402,9 @@ class Coordinator {
     if (!wait_until(INT64_MAX, out, all_resolved) || sh_.failed.load()) return false;
     int64_t t1 = now_ns();
     long up = sh_.ever_up.load();
+    // Its boundaries are fixed before the first ping, so workers classify each echo by its own timestamp: the
+    // window is exact, whatever our wake-up lag; `connected` announces them.
+    if (up > 0) window_.fix(t1);
     if (!window_.connected(out.stats, t0, t1, up)) {
       out.client_gone = true;
       return false;
@@ -1410,9 +1413,7 @@ class Coordinator {
       fail_run(out, err::kConnect, "");  // message built after the workers stopped (it needs their counts)
       return true;
     }
-    // 2. Warm-up, then the window. Its boundaries are fixed before the first ping, so workers
-    // classify each echo by its own timestamp: the window is exact, whatever our wake-up lag.
-    window_.fix(t1);
+    // 2. Warm-up, then the window (fixed above).
     sh_.publish(window_.bounds());
     // Open loop: the schedule starts with the load, at the warm-up's start.
     if (req_.open_loop()) sh_.schedule = ScheduleParams::make(req_, t1, nworkers_);

@@ -416,9 +416,10 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   return true;
 }
 
+double r6(double x) { return std::round(x * 1e6) / 1e6; }
+
 namespace {
 double us(double ns) { return std::round(ns) / 1000.0; }  // ns -> µs, 1 ns resolution
-double r6(double x) { return std::round(x * 1e6) / 1e6; }
 
 json latency_json(const Histogram& h, bool histograms) {
   json j = {{"p50", us(h.quantile(0.50))},   {"p90", us(h.quantile(0.90))},

@@ -343,6 +343,7 @@ struct Stats {
 json stats_json(const Stats& s, bool histograms = false);
 json event(const char* name);               // {"event": name}
 json event_at(const char* name, double t);  // {"event": name, "t": t}
+double r6(double x);                        // rounded to 6 decimals: every time (s) in events and stats
 json error_event(const char* kind, const std::string& message);
 
 }  // namespace netprof

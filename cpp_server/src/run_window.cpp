@@ -57,6 +57,15 @@ bool RunWindow::connected(Stats& st, int64_t t0, int64_t t1, long up) {
   ev["connected"] = up;
   ev["failed"] = req_.connections - up;
   ev["setup_s"] = std::round(st.setup_s * 1e6) / 1e6;
+  if (fixed_) {
+    // The window's bounds, announced before it opens (PROTOCOL.md, "Events"): a profiler can gate its probes
+    // on them in the kernel, exact whenever it hears the marks.
+    ev["t_start"] = r6(ns_to_s(bounds_.start));
+    ev["t_stop"] = r6(ns_to_s(bounds_.stop));
+    if (marks_[kProbeStart].wanted)
+      ev["phases"] = {
+          {"probed", {{"t_start", r6(ns_to_s(bounds_.probe_start))}, {"t_stop", r6(ns_to_s(bounds_.probe_stop))}}}};
+  }
   return emit_(ev);
 }
 

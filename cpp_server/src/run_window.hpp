@@ -51,7 +51,7 @@ class RunWindow {
   RunWindow(const RunRequest& req, const Emit& emit) : req_(req), emit_(emit) {}
 
   // The connect phase (begun at t0) ended at t1 with `up` connections: records setup_s in `st` and
-  // sends `connected`. False when the client is gone.
+  // sends `connected`, with the window's bounds once fix() has fixed them. False when the client is gone.
   bool connected(Stats& st, int64_t t0, int64_t t1, long up);
 
   // Fixes the window before the first ping: warm-up from t1, then the duration.

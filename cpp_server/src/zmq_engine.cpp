@@ -163,6 +163,7 @@ class ZmqRun {
       if (!running_) {
         if (resolved_ == size_t(N) || now >= connect_deadline) {
           up_ = expire_connects();
+          if (up_ > 0) window_.fix(now);  // before `connected`, which announces its bounds
           if (!window_.connected(out.stats, t0, now, up_)) {
             out.client_gone = true;
             return false;
@@ -171,7 +172,6 @@ class ZmqRun {
             fail_run(out, err::kConnect, "");  // message built by run() (it needs the counts)
             return true;
           }
-          window_.fix(now);
           running_ = true;
           for (uint32_t i = 0; i < conns_.size(); i++) {
             if (conns_[i].state != ZConn::Up) continue;

@@ -415,6 +415,34 @@ TEST(RunWindow, ProgressEventsOnlyWhenAskedAndNeverAfterTheEnd) {
             std::vector<std::string>({"progress", "measure_start", "progress", "progress", "measure_stop"}));
 }
 
+// `connected` announces the window and its probed sub-window when they are fixed first (the engines fix them before
+// it), so a profiler can gate its probes on them before the window opens; a run without connections fixes nothing.
+TEST(RunWindow, ConnectedAnnouncesTheFixedWindow) {
+  RunRequest r = request(2.0, 0.5, 0.25, true);
+  Recorder rec;
+  Emit emit = rec.emit();
+  Stats st;
+  RunWindow win(r, emit);
+  win.fix(10 * kS);
+  EXPECT_TRUE(win.connected(st, 9 * kS, 10 * kS, 3));
+  const json& ev = rec.events.back();
+  EXPECT_EQ(ev["event"], "connected");
+  EXPECT_DOUBLE_EQ(ev["t_start"].get<double>(), 10.5);
+  EXPECT_DOUBLE_EQ(ev["t_stop"].get<double>(), 12.5);
+  EXPECT_DOUBLE_EQ(ev["phases"]["probed"]["t_start"].get<double>(), 11.25);
+  EXPECT_DOUBLE_EQ(ev["phases"]["probed"]["t_stop"].get<double>(), 11.75);
+
+  RunWindow unprobed(request(2.0, 0.5, 0.0, false), emit);
+  unprobed.fix(10 * kS);
+  EXPECT_TRUE(unprobed.connected(st, 9 * kS, 10 * kS, 3));
+  EXPECT_DOUBLE_EQ(rec.events.back()["t_stop"].get<double>(), 12.5);
+  EXPECT_FALSE(rec.events.back().contains("phases"));
+
+  RunWindow none(r, emit);  // nobody connected: no window
+  EXPECT_TRUE(none.connected(st, 9 * kS, 10 * kS, 0));
+  EXPECT_FALSE(rec.events.back().contains("t_start"));
+}
+
 TEST(RunWindow, StartAtDelaysTheWindowAndLengthensTheWarmup) {
   RunRequest r = request(1.0, 0.5, 0.4, true);
   r.start_at = 12.0;  // later than connected (10 s) + warm-up (0.5 s): the window waits for it

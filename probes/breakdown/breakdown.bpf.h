@@ -119,12 +119,29 @@ BPF_ARRAY(bd_stats, struct bd_stats_t, 1);  // shared, atomic adds: too big for 
 // BPF-to-BPF calls), and a program of their own is verified alone.
 struct bd_req_t {
     u64 v[NPART - 1];   // the parts but loader_wait
-    u64 timer;          // of v[P_OFF_IO]: readiness waits that ended on their timeout (D_OFF_TIMER), for watch's routes
+    u64 d[NDETAIL];     // its details (D_*); d[D_OFF_TIMER] of v[P_OFF_IO] for watch's routes too
+    u64 at;             // when its answer reached the peer's socket (the loader counts it about then): the gate's time
+    u32 unseen;         // its loader send was not seen (transit_in_unseen)
     u32 ready;
     u32 route;          // watch's (probes/watch/routes.bpf.h)
 };
 BPF_PERCPU_ARRAY(bd_scratch, struct bd_req_t, 1);
 BPF_PROG_ARRAY(bd_progs, 1);  // [0]: bd_commit (breakdown.py loads it)
+
+// The window the figures are counted over, [lo, hi) in ns of CLOCK_MONOTONIC (bpf_ktime_get_ns, the loader's
+// clock): written by breakdown.py before the window opens, from the bounds the loader announces with `connected`,
+// so bd_stats holds that window's requests exactly however late netprof hears its marks. hi 0: no gate (watch, a
+// loader on another host, a cell before its window is known).
+struct bd_win_t {
+    u64 lo, hi;
+};
+BPF_ARRAY(bd_win, struct bd_win_t, 1);
+
+static __always_inline int bd_in_window(u64 t) {
+    u32 zero = 0;
+    struct bd_win_t *w = bd_win.lookup(&zero);
+    return !w || !w->hi || (t >= w->lo && t < w->hi);
+}
 
 // The tree's threads' waits blocked in fd syscalls, by process, syscall and first argument (the
 // descriptor; an epoll_wait's is its epoll instance): ns. breakdown.py names the descriptors behind
@@ -387,7 +404,7 @@ static __always_inline void bd_foreign_arrival(u64 sk) {
 static __always_inline void bd_skip(int why) {
     u32 zero = 0;
     struct bd_stats_t *b = bd_stats.lookup(&zero);
-    if (b && why < NSKIP)
+    if (b && why < NSKIP && bd_in_window(bpf_ktime_get_ns()))
         __sync_fetch_and_add(&b->skipped[why], 1);
 }
 
@@ -455,6 +472,13 @@ int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
     if (!q || !b || !q->ready)
         return 0;
     q->ready = 0;
+    if (!bd_in_window(q->at))
+        return 0;
+#pragma unroll
+    for (int i = 0; i < NDETAIL; i++)
+        __sync_fetch_and_add(&b->detail_ns[i], q->d[i]);
+    if (q->unseen)
+        __sync_fetch_and_add(&b->transit_in_unseen, 1);
     u64 total = 0;
 #pragma unroll
     for (int i = 0; i < NPART - 1; i++) {
@@ -472,7 +496,7 @@ int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
         __sync_fetch_and_add(&b->tail_ns[i * NSLOTS + k], q->v[i]);
     __sync_fetch_and_add(&b->requests, 1);
 #if WATCH
-    rt_measured(q->route, q->v, q->timer);
+    rt_measured(q->route, q->v, q->d[D_OFF_TIMER]);
 #endif
     return 0;
 }
@@ -611,9 +635,8 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     tm = tm < 0 ? 0 : tm > io ? io : tm;
     u64 on = s->own_u + s->own_s;
     u64 snd = pc->dev_ts - t->enter_ts, tout = pc->peer_arr - pc->dev_ts, tin = s->bd_tin;
-    struct bd_stats_t *b = bd_stats.lookup(&zero);
     struct bd_req_t *q = bd_scratch.lookup(&zero);
-    if (!b || !q)
+    if (!q)
         return 0;
     q->v[P_QUEUE_WAIT] = qw;
     q->v[P_LOOP_WAIT] = lw;
@@ -625,22 +648,20 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     q->v[P_OFF_OTHER] = ot;
     q->v[P_SEND] = snd;
     q->v[P_TRANSIT] = tin + tout;
-    q->timer = tm;
+    q->d[D_ON_CPU_USER] = s->own_u;
+    q->d[D_ON_CPU_SYS] = s->own_s;
+    q->d[D_TRANSIT_IN] = tin;
+    q->d[D_TRANSIT_OUT] = tout;
+    q->d[D_OFF_GIL] = gil;
+    q->d[D_OFF_TIMER] = tm;
+    u64 c_end = c[BD_USER] + c[BD_SYS];
+    q->d[D_SEND_CPU] = c_end > e_u + e_s ? c_end - e_u - e_s : 0;
+    q->unseen = !tin;
+    q->at = pc->peer_arr;
     q->ready = 1;
 #if WATCH
     q->route = s->route;
 #endif
-    __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_USER], s->own_u);
-    __sync_fetch_and_add(&b->detail_ns[D_ON_CPU_SYS], s->own_s);
-    __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_IN], tin);
-    if (!tin)
-        __sync_fetch_and_add(&b->transit_in_unseen, 1);
-    __sync_fetch_and_add(&b->detail_ns[D_TRANSIT_OUT], tout);
-    __sync_fetch_and_add(&b->detail_ns[D_OFF_GIL], gil);
-    __sync_fetch_and_add(&b->detail_ns[D_OFF_TIMER], tm);
-    u64 c_end = c[BD_USER] + c[BD_SYS];
-    if (c_end > e_u + e_s)
-        __sync_fetch_and_add(&b->detail_ns[D_SEND_CPU], c_end - e_u - e_s);
     // the answer now waits on the loader's socket until its read
     u64 psk = pc->peer_sk, arr = pc->peer_arr;
     if (!psk)  // not delivered on this machine (watch: a remote client)
@@ -665,6 +686,6 @@ static __always_inline void bd_loader_read(u64 sk, u64 now) {
     u64 at = *arr;
     bd_peer.delete(&sk);
     struct bd_stats_t *b = bd_stats.lookup(&zero);
-    if (b && at && at <= now)
+    if (b && at && at <= now && bd_in_window(at))  // gated as its request's other parts were (bd_commit)
         bd_record(b, P_LOADER_WAIT, now - at);
 }

@@ -4,6 +4,7 @@ both row groups, `sockwait` as --sockwait would and `breakdown` (results-format.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..instrument import Counted, ProbeInstrument
@@ -32,12 +33,18 @@ class Breakdown(ProbeInstrument):
     def open(cls, cfg: Any) -> Breakdown:
         return cls(BreakdownProbes(attached=False))
 
+    def gate(self, t_start: float, t_stop: float) -> None:
+        self.probes.gate(t_start, t_stop)
+
     def totals(self) -> Any:
         return self.probes.totals()
 
     def row(self, row: dict, first: Snapshot, last: Snapshot, counted: Counted) -> list[dict]:
         conns = fill_row(row, first.sockwait, last.sockwait, counted)
-        row[NAME].update(row_fields(breakdown_delta(first.breakdown, last.breakdown), counted))
+        start, base = first.breakdown, last.breakdown.gate_base
+        if base is not None:  # gated on the window: its start is what was read before it opened
+            start = replace(base, io_wait=start.io_wait, fd_names=start.fd_names)  # (descriptor waits are not gated)
+        row[NAME].update(row_fields(breakdown_delta(start, last.breakdown), counted, exact=base is not None))
         return conns
 
     def cost(self) -> dict:
@@ -48,14 +55,18 @@ class Breakdown(ProbeInstrument):
         return cost
 
 
-def row_fields(d, counted: Counted) -> dict:
+def row_fields(d, counted: Counted, exact: bool = False) -> dict:
     """The row's `breakdown` group: per-part means, medians and p99s (µs), the composition of the slowest
-    1%, the loader's mean round trip over the same window and what the parts leave of it."""
+    1%, the loader's mean round trip over the same window and what the parts leave of it. `exact`: the kernel
+    counted over the loader's window itself (gated on its bounds), so `messages` is the loader's count of it;
+    else the window is the span between the reads at its marks, and `messages` the loader's carried over to it."""
     rtt = counted.latency_us.get("mean")
+    messages = counted.window_messages if exact and counted.window_messages is not None else counted.messages
     total = d.total_mean_us
     return {"requests": d.requests, "mean_us": d.mean_us, "p50_us": d.p50_us, "p99_us": d.p99_us,
             "detail_us": d.detail_us, "tail_us": d.tail_us, "tail_requests": d.tail_requests,
-            "total_p99_us": d.total_p99_us, "skipped": d.skipped, "messages": counted.messages,
+            "total_p99_us": d.total_p99_us, "skipped": d.skipped, "messages": messages,
+            "edges": "exact" if exact else "marks",
             "transit_in_unseen": d.transit_in_unseen,
             # the serving thread's CPU per request: on_cpu and its answer's send syscall (comparable with
             # /proc's CPU per message, but for the loop's own overhead between requests)

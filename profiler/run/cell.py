@@ -170,8 +170,9 @@ class Marks:
     def __init__(self, pid: int, instruments: tuple[Instrument, ...] = (),
                  on_start: Callable[[int], None] | None = None, window: tuple[float, float] | None = None,
                  on_phase: Callable[[str], None] | None = None,
-                 on_live: Callable[[float], None] | None = None) -> None:
+                 on_live: Callable[[float], None] | None = None, same_clock: bool = False) -> None:
         self.pid, self.on_start, self.on_phase, self.on_live = pid, on_start, on_phase, on_live
+        self.same_clock = same_clock  # the loader's event times are ours (a loader on this host): gate on them
         self.window = window  # (duration, probe share) when the loader runs a probed sub-window
         self.first = [i for i in instruments if i.sub_window]  # read before /proc at a counted mark
         self.then = [i for i in instruments if not i.sub_window]
@@ -198,10 +199,20 @@ class Marks:
             snap.t_then = t_then
             snap.counters.update({i.name: i.snapshot(totals[i.name]) for i in self.then})
 
+    def _gate(self, connected: dict) -> None:
+        """The counted window's bounds, as `connected` announces them before it opens, to the others
+        (Instrument.gate: the breakdown counts exactly over them in the kernel)."""
+        bounds = ((connected.get("phases") or {}).get("probed") if self.window else connected) or {}
+        if "t_start" in bounds and "t_stop" in bounds:
+            for inst in self.then:
+                inst.gate(float(bounds["t_start"]), float(bounds["t_stop"]))
+
     def __call__(self, event: dict) -> None:
         kind = event.get("event")
         if kind == "connected":
             self.connected = event
+            if self.same_clock:
+                self._gate(event)
         elif kind in ("guard_start", "probe_start") and self.windowed:
             if not all(i.attached for i in self.windowed):  # at guard_start (probe_start: a loader without guards)
                 for inst in self.windowed:
@@ -480,7 +491,8 @@ def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[In
         span = stats.counted_span(int(window.get("messages", 0)), bounds, read,
                                   load_runs_on=marks.window is not None)  # a sub-window (share < 1): load after it
         return span, Counted(messages=span["messages"], duration_s=span["span_s"] or window.get("duration_s"),
-                             latency_us=window.get("latency_us") or {}, proc=proc)
+                             latency_us=window.get("latency_us") or {}, proc=proc,
+                             window_messages=int(window.get("messages", 0)))
 
     # the sub-window instruments (the counting set) and the others (their totals read just before), each over
     # the span they were read over
@@ -524,7 +536,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
         if hooks.started:
             hooks.started(server.pid)
         marks = Marks(server.pid, instruments, hooks.measuring, (cfg.duration, share) if share else None,
-                      env.on_phase, env.on_live)
+                      env.on_phase, env.on_live, same_clock=link is None)
         marks.rss_ready = tree_rss(server.pid)
         req = RunRequest(target=f"{server.host}:{server.port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
