@@ -18,6 +18,7 @@ import pytest
 
 from helpers import (
     STEAL_REMEASURE,
+    other_cpus,
     require_bpf,
     run_netprof,
     run_steal,
@@ -153,6 +154,7 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
         assert conns is not None and len(conns) == 100, None if conns is None else len(conns)
         tries.append({"conn_wait_ratio": s.get("conn_wait_ratio"), "jain": row["per_conn"].get("jain"),
                       "most_us": s.get("conn_wait_most_us"), "steal": run_steal(out),
+                      "other_cpus": round(other_cpus(out, row), 2),
                       "backend_busy": round((row["cpu"]["user_s"] + row["cpu"]["sys_s"]) / row["duration_s"], 2),
                       # the times its loop slept (voluntary switches, the counting set's): every queue had drained
                       "loop_slept": round((row["ctx"]["voluntary_per_msg"] or 0) * row["messages"])})
@@ -165,8 +167,8 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
         # bench/bystander.py, 2026-12-04). Every try the host did not steal from must show it.
         tries[-1]["starved"] = "starvation" in fired and row["per_conn"]["jain"] < 0.8 and s["conn_wait_ratio"] > 1.2
         assert tries[-1]["starved"] or tries[-1]["steal"] > STEAL_REMEASURE, (fired, tries)
-        # a run whose loop never slept and that the hypervisor did not slow (steal ≤ 10%) must show the carriers
-        # keeping the loop (helpers.starvation_disturbed says why a sleeping loop breaks them)
+        # a run whose loop never slept, that the hypervisor did not slow and beside which nothing else ran must show
+        # the carriers keeping the loop (helpers.starvation_disturbed says why each of those breaks them)
         if s["conn_wait_ratio"] >= 100 or not starvation_disturbed(tries[-1]):
             break
     # On a slow hour of this host every try may be one where the carriers took turns (three of three at a
@@ -174,10 +176,10 @@ def test_starved_connections_are_the_ones_whose_data_waits(tmp_path):
     if not any(t["starved"] for t in tries):  # every try stolen from (asserted above)
         warnings.warn(f"the hypervisor stole from every try, and none showed the starvation: {tries}", stacklevel=1)
     if all(starvation_disturbed(t) for t in tries) and s["conn_wait_ratio"] < 100:
-        warnings.warn(f"the carriers took turns in every try (the loop slept or the host stole): {tries}",
-                      stacklevel=1)
+        warnings.warn(f"the carriers took turns in every try (the loop slept, the host stole or another process "
+                      f"ran): {tries}", stacklevel=1)
     else:
-        assert s["conn_wait_ratio"] >= 100, tries
+        assert s["conn_wait_ratio"] >= 100, json.dumps(tries)  # a string: pytest cuts a list's repr short
         # the carriers' own wait is their 8 queued messages' handlers (~510 µs), longer by what the hypervisor
         # stole from the backend's CPU meanwhile (at most twice the host's share: 2.8 ms at a third of it once)
         late = stretch(tries[-1]["steal"])
