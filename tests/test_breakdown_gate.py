@@ -3,9 +3,9 @@
 The loader announces its window with `connected` (PROTOCOL.md, "Events"), before it opens; the breakdown's
 programs then drop every request whose answer reaches the loader outside it (breakdown.bpf.h, bd_win), and the
 window's start is what was read before it opened. Without that the counters' window is the span between netprof's
-reads at the two marks: on a busy host the first read came 35 ms late in a 0.3-s window, and in the CI run of
-2026-12-05 the breakdown followed 702 requests where the loader counted 880 over the span read (the selector
-behind a remote call, 10% steal), its parts 9.6% over the loader's round trip in the next try.
+reads at the two marks: on a busy host the first read came 35 ms late in a 0.3-s window (the row's
+`counted.start_heard_ms` has said how late since), and a mean over requests moved with what fell near an edge
+(gunicorn_gevent's parts 0.94-1.44 of the loader's mean: bench/RESULTS.md, "The breakdown's window edges").
 
 Here the first mark reaches netprof 150 ms late on purpose, in-process (a stall of the reading process does that):
 the real loader, a real echo server (test_loader's), the real breakdown. The gated count is the loader's, to the

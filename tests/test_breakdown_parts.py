@@ -241,6 +241,29 @@ def test_tail_cause_names_the_loops_timers_when_its_readiness_waits_timed_out():
     assert cells.startswith("off_cpu_io 900 µs (90%), "), cells
 
 
+def test_the_reports_method_says_which_window_the_kernel_counted_over():
+    """breakdown.edges (exact: the loader's window, gated in the kernel; marks: the span between netprof's reads)
+    in the report's method, naming the cells counted the old way; silent on rows from before the gate."""
+    import pandas as pd
+
+    from netprof.probes.breakdown import report
+    from netprof.profiler.model import results, stats
+
+    def row(backend: str, rnd: int, edges: str | None) -> dict:
+        b = {"attached": True, "requests": 1000, "mean_us": {"on_cpu": 50.0}, "rtt_mean_us": 50.0,
+             "parts_mean_us": 50.0, **({"edges": edges} if edges else {})}
+        return results.flatten({"backend": backend, "connections": 10, "pipeline": 1, "round": rnd, "status": "ok",
+                                "msgs_per_sec": 1000.0, "breakdown": b})
+
+    def method(*rows: dict) -> str:
+        return report.edges_text(stats.aggregate(pd.DataFrame(list(rows))))
+
+    assert "the loader's own" in method(row("selector", 1, "exact"), row("selector", 2, "exact"))
+    text = method(row("selector", 1, "exact"), row("thread", 1, "marks"), row("thread", 2, "marks"))
+    assert text.startswith(" In thread") and "selector" not in text, text
+    assert method(row("selector", 1, None)) == ""
+
+
 def test_the_gil_range_is_the_interpreters_own_runtime_and_read_once_per_file(monkeypatch):
     """`_PyRuntime` as the dynamic linker placed it in this very process (ctypes asks it), found from the
     mapped file and its load bias; a second lookup of the same file reuses the symbol (a run's cells start the

@@ -62,6 +62,23 @@ def timer_within(io_us: float | None, timer_us: float | None) -> dict[str, str]:
     return {"off_cpu_io": f", {100 * min(timer_us, io_us) / io_us:.0f}% of it until a timer"}
 
 
+def edges_text(cells: pd.DataFrame) -> str:
+    """Which window the kernel counted over (the rows' breakdown.edges; docs/breakdown.md, "The window it counts
+    over"): the loader's own, or, in the cells named, the span between netprof's reads at its marks. Nothing for
+    rows from before the gate (no such column)."""
+    edges = cells["breakdown.edges"] if "breakdown.edges" in cells else None
+    if edges is None or edges.isna().all():
+        return ""
+    marks = [f"{schema.series_label(r, cells)} {schema.column_label(r, cells)}"
+             for _, r in cells[edges.eq("marks")].iterrows()]
+    if not marks:
+        return (" The window is the loader's own: the kernel counted only the requests whose answers reached the "
+                "loader inside it, gated on the bounds the loader announced before it opened.")
+    return (f" In {', '.join(marks)} the kernel's window is the span between netprof's reads at the window's marks "
+            "(a loader on another host, or a warm-up too short to set the gate in), and the loader's count is "
+            "carried over to it; elsewhere it is the loader's own window, gated in the kernel.")
+
+
 def table(cells: pd.DataFrame) -> dict:
     whole = "server time" if schema.watched_frame(cells) else "round trip (loader)"
     header = ["cell", "requests", whole, "parts' sum", "unattributed", "mean request: largest parts",
@@ -117,4 +134,5 @@ def section(out_dir: Path, cells: pd.DataFrame, save) -> dict | None:
         plots.append(save(fig, "breakdown", "Where each request's time went",
                           "per cell, the mean request and the slowest 1% as 100%, split into the parts the kernel "
                           "measured (docs/breakdown.md)", out_dir))
-    return {"method": WATCHED_METHOD if schema.watched_frame(cells) else METHOD, "table": table(cells), "plots": plots}
+    method = WATCHED_METHOD if schema.watched_frame(cells) else METHOD + edges_text(cells)
+    return {"method": method, "table": table(cells), "plots": plots}

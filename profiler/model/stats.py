@@ -287,8 +287,9 @@ ATTACHED = ".attached"
 # Over a cell's rounds, the largest: the most connections the loader had open at once, in any round (a mean of
 # 10, 10 and 38 is a count no round had).
 MAX_COLUMNS = ("open_loop.conns_max",)
-# Text over a cell's rounds: the most frequent (what the breakdown's handlers waited on).
-MODE_COLUMNS = ("breakdown.io_wait",)
+# Text over a cell's rounds: the most frequent (what the breakdown's handlers waited on; the edges of the window it
+# counted over, which the rounds of a cell share).
+MODE_COLUMNS = ("breakdown.io_wait", "breakdown.edges")
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:

@@ -164,8 +164,10 @@ class Marks:
     (run_cell) and are read at the same two marks. Without a sub-window the counted window is the
     whole one (measure_start to measure_stop). At a counted mark the others' figures over requests are
     read first (Instrument.totals: map reads), then the sub-window instruments (time-critical), then
-    /proc, then the rest of the others. `attached_t`/`detached_t` (monotonic) say when the attach and
-    detach really happened, for the row."""
+    /proc, then the rest of the others. With a loader on this host (`same_clock`) the others are also given
+    the counted window's bounds when `connected` announces them (Instrument.gate: the breakdown then counts
+    over exactly that window, whenever the marks are heard). `attached_t`/`detached_t` (monotonic) say when
+    the attach and detach really happened, for the row."""
 
     def __init__(self, pid: int, instruments: tuple[Instrument, ...] = (),
                  on_start: Callable[[int], None] | None = None, window: tuple[float, float] | None = None,
