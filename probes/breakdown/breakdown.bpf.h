@@ -25,7 +25,8 @@
 //   transit_in: the loader's send syscall entry → A (its sk_data_ready, in the loader's send on loopback);
 //   loader_wait: the answer queued on the loader's socket → the loader's read of it.
 // A request is measured when it arrives on an empty queue of a served socket (accepted on a port the
-// tree listens on) with no request of that socket open, is read by the thread that last read that socket
+// tree listens on) with no request of that socket open (or with the open one read and its answer being sent:
+// kept, bd_open_next), is read by the thread that last read that socket
 // (or, for a connection's first request, by the thread that reads it), and is answered by that thread or
 // by the one that answered the socket's previous request (handed: [A, R] on the reader's clocks, [R, S] on
 // the answering thread's, taken at the read as bd_x); the others are counted by reason (bd_stats.skipped,
@@ -408,24 +409,48 @@ static __always_inline void bd_skip(int why) {
         __sync_fetch_and_add(&b->skipped[why], 1);
 }
 
+// The sending task's transit to an arrival at `now`: from its send's entry on this CPU, when the arrival is
+// delivered inside that send (the client's, on loopback); 0 when not seen (counted at the answer:
+// transit_in_unseen), as for bytes a server thread took off its socket's backlog in its own syscall.
+static __always_inline u64 bd_transit_in(u64 now) {
+    u32 zero = 0;
+    struct bd_pc_t *pc = bd_pc.lookup(&zero);
+    u64 id = bpf_get_current_pid_tgid();
+    if (pc && pc->send_pid == id && !in_tree(id >> 32) && pc->send_enter && pc->send_enter <= now)
+        return now - pc->send_enter;
+    return 0;
+}
+
 // New bytes queued on served socket `s` at `now` (loader's context on loopback); `was_empty`: nothing
-// of it was unread before. Opens a request when none is open.
+// of it was unread before. Opens a request when none is open. A request that arrives while the socket's
+// last one is read but not answered is the next one when its predecessor's answer has reached the client
+// and the send has not yet returned (a fast client on another CPU turns around inside that send): it is
+// kept (bd_next) and opened when that answer is taken (bd_open_next), as if it had arrived on an idle
+// socket, its wait until then queue_wait. Anything else is pipelining: counted (busy), not followed.
 static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
     if (!s->served)
         return;
+    if (s->bd_phase == 2 && was_empty && !s->bd_next) {
+        u32 ntid = s->reader;
+        struct bd_thr_t *n = ntid ? bd_thr.lookup(&ntid) : 0;
+        if (n) {
+            bd_now(n, now, s->bd_na);
+            s->bd_ntid = ntid;
+            s->bd_nat = now;
+            s->bd_ntin = bd_transit_in(now);
+            s->bd_next = 1;
+            return;
+        }
+    }
     if (s->bd_phase || !was_empty) {
         if (s->bd_phase == 1)  // a second arrival before the read: the request is not one message
             s->bd_phase = 0;
+        s->bd_next = 0;  // nor is a next one that was kept
         bd_skip(K_BUSY);
         return;
     }
     u32 tid = s->reader;
     struct bd_thr_t *t = tid ? bd_thr.lookup(&tid) : 0;
-    u32 zero = 0;
-    struct bd_pc_t *pc = bd_pc.lookup(&zero);
-    u64 tin = 0;
-    if (pc && pc->send_pid == bpf_get_current_pid_tgid() && pc->send_enter && pc->send_enter <= now)
-        tin = now - pc->send_enter;  // 0: not seen (counted at the answer: transit_in_unseen)
     // A connection no thread has read yet (its first request): the thread that reads it is adopted at the
     // read, and the time until then is queue_wait (bd_q0), as no thread serves the connection yet.
     if (t)
@@ -433,7 +458,24 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
     s->bd_tid = t ? tid : 0;
     s->bd_q0 = 0;
     s->bd_at = now;
-    s->bd_tin = tin;
+    s->bd_tin = bd_transit_in(now);
+    s->own_u = s->own_s = s->pre_u = s->pre_s = 0;
+    s->bd_phase = 1;
+}
+
+// The request kept by bd_arrival while its predecessor's answer was being sent, opened once that answer is
+// taken (its predecessor closed: bd_phase 0), with the clocks and times of its arrival.
+static __always_inline void bd_open_next(struct sk_t *s) {
+    if (!s->bd_next || s->bd_phase)
+        return;
+    s->bd_next = 0;
+#pragma unroll
+    for (int i = 0; i < BD_NS; i++)
+        s->bd_a[i] = s->bd_na[i];
+    s->bd_tid = s->bd_ntid;
+    s->bd_q0 = 0;
+    s->bd_at = s->bd_nat;
+    s->bd_tin = s->bd_ntin;
     s->own_u = s->own_s = s->pre_u = s->pre_s = 0;
     s->bd_phase = 1;
 }
@@ -505,6 +547,10 @@ int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
 static __always_inline void bd_read(struct sk_t *s, u64 now) {
     if (!s->served)
         return;
+    if (s->bd_next && s->bd_phase == 2) {  // a kept next request read before its predecessor was answered (by
+        s->bd_next = 0;                    // another thread): not one request at a time
+        bd_skip(K_BUSY);
+    }
     u32 tid = bpf_get_current_pid_tgid();
     struct bd_thr_t *t = bd_thr.lookup(&tid);
     s->reader = tid;

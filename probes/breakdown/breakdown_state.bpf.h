@@ -28,4 +28,8 @@
     u32 ans_tid;       /* the thread that answered its last request */                               \
     u32 bd_xtid;       /* the thread whose clocks bd_x holds */                                      \
     u64 bd_x[BD_NS];   /* at the read, the clocks of the thread expected to answer (ans_tid): a     \
-                          request handed to another thread is followed on its clocks after the read */
+                          request handed to another thread is followed on its clocks after the read */ \
+    u32 bd_next;       /* a next request arrived while this one was read and not yet answered ...  */ \
+    u32 bd_ntid;       /* ... (its answer's send had reached the client, the send had not returned): */ \
+    u64 bd_nat, bd_ntin; /* its arrival, transit_in and serving thread's clocks, opened at the answer */ \
+    u64 bd_na[BD_NS];

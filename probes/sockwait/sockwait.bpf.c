@@ -220,7 +220,8 @@ static __always_inline void reset_fifo(struct sk_t *s, u64 sk, struct window_t *
     s->pending = 0;
     s->epoch = w->attach_ns;
 #if WATCH
-    s->bd_phase = 0;  // a request from before watch's re-attach (--max-overhead) is not followed: its edges were missed
+    s->bd_phase = s->bd_next = 0;  // a request from before watch's re-attach (--max-overhead) is not followed: its edges
+                                   // were missed
 #endif
 }
 
@@ -498,6 +499,7 @@ RAW_TRACEPOINT_PROBE(sock_send_length) {
 #if BREAKDOWN
     // a finished request's histograms: bd_commit, tail-called on the way out (a tail call does not return)
     int answered = bd_answer(s, now);
+    bd_open_next(s);  // a request that arrived during this answer's send: its turn now
 #endif
     if (s->last_read < w->attach_ns || s->last_read > now) {
 #if BREAKDOWN
