@@ -443,10 +443,15 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
         }
     }
     if (s->bd_phase || !was_empty) {
-        if (s->bd_phase == 1)  // a second arrival before the read: the request is not one message
+        if (s->bd_phase == 1) {  // a second arrival before the read: the open request is not one message
             s->bd_phase = 0;
-        s->bd_next = 0;  // nor is a next one that was kept
-        bd_skip(K_BUSY);
+            bd_skip(K_BUSY);
+        }
+        if (s->bd_next) {  // nor is a next one that was kept
+            s->bd_next = 0;
+            bd_skip(K_BUSY);
+        }
+        bd_skip(K_BUSY);  // and this one
         return;
     }
     u32 tid = s->reader;
