@@ -421,6 +421,17 @@ static __always_inline u64 bd_transit_in(u64 now) {
     return 0;
 }
 
+// Opens a request on served socket `s`: arrived at `at` (its serving thread `tid`'s clocks then already in
+// bd_a; 0: not known yet, adopted at the read), `tin` after its client's send.
+static __always_inline void bd_open(struct sk_t *s, u32 tid, u64 at, u64 tin) {
+    s->bd_tid = tid;
+    s->bd_q0 = 0;
+    s->bd_at = at;
+    s->bd_tin = tin;
+    s->own_u = s->own_s = s->pre_u = s->pre_s = 0;
+    s->bd_phase = 1;
+}
+
 // New bytes queued on served socket `s` at `now` (loader's context on loopback); `was_empty`: nothing
 // of it was unread before. Opens a request when none is open. A request that arrives while the socket's
 // last one is read but not answered is the next one when its predecessor's answer has reached the client
@@ -460,12 +471,7 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
     // read, and the time until then is queue_wait (bd_q0), as no thread serves the connection yet.
     if (t)
         bd_now(t, now, s->bd_a);
-    s->bd_tid = t ? tid : 0;
-    s->bd_q0 = 0;
-    s->bd_at = now;
-    s->bd_tin = bd_transit_in(now);
-    s->own_u = s->own_s = s->pre_u = s->pre_s = 0;
-    s->bd_phase = 1;
+    bd_open(s, t ? tid : 0, now, bd_transit_in(now));
 }
 
 // The request kept by bd_arrival while its predecessor's answer was being sent, opened once that answer is
@@ -477,12 +483,7 @@ static __always_inline void bd_open_next(struct sk_t *s) {
 #pragma unroll
     for (int i = 0; i < BD_NS; i++)
         s->bd_a[i] = s->bd_na[i];
-    s->bd_tid = s->bd_ntid;
-    s->bd_q0 = 0;
-    s->bd_at = s->bd_nat;
-    s->bd_tin = s->bd_ntin;
-    s->own_u = s->own_s = s->pre_u = s->pre_s = 0;
-    s->bd_phase = 1;
+    bd_open(s, s->bd_ntid, s->bd_nat, s->bd_ntin);
 }
 
 // A read or send of served socket `s` by thread `t` at `now`: the thread's CPU since its previous

@@ -494,7 +494,7 @@ def instrument_rows(row: dict, result: dict, marks: Marks, instruments: tuple[In
                                   load_runs_on=marks.window is not None)  # a sub-window (share < 1): load after it
         return span, Counted(messages=span["messages"], duration_s=span["span_s"] or window.get("duration_s"),
                              latency_us=window.get("latency_us") or {}, proc=proc,
-                             window_messages=int(window.get("messages", 0)))
+                             window_messages=span["loader_messages"])
 
     # the sub-window instruments (the counting set) and the others (their totals read just before), each over
     # the span they were read over
