@@ -1,8 +1,10 @@
-"""The breakdown counts over the loader's window itself, however late netprof hears the loader's marks.
+"""The breakdown and the socket-wait set count over the loader's window itself, however late netprof hears the
+loader's marks.
 
-The loader announces its window with `connected` (PROTOCOL.md, "Events"), before it opens; the breakdown's
-programs then drop every request whose answer reaches the loader outside it (breakdown.bpf.h, bd_win), and the
-window's start is what was read before it opened. Without that the counters' window is the span between netprof's
+The loader announces its window with `connected` (PROTOCOL.md, "Events"), before it opens; the socket-wait set's
+gate (sockwait.bpf.c, window.lo/hi) then drops every read and answer outside it, and the breakdown's programs every
+request whose answer reaches the loader outside it (breakdown.bpf.h, bd_in_window); the window's start is what was
+read before it opened. Without that the counters' window is the span between netprof's
 reads at the two marks: on a busy host the first read came 35 ms late in a 0.3-s window (the row's
 `counted.start_heard_ms` has said how late since), and a mean over requests moved with what fell near an edge
 (gunicorn_gevent's parts 0.94-1.44 of the loader's mean: bench/RESULTS.md, "The breakdown's window edges").
@@ -67,6 +69,12 @@ def test_a_late_first_mark_counts_the_loaders_window_exactly(bpf, group, loader)
     assert b["messages"] == result["messages"], _brief(b, row)
     assert b["requests"] == pytest.approx(result["messages"], abs=2 * 10 + sum(b["skipped"].values())), _brief(b, row)
     assert b["parts_mean_us"] == pytest.approx(b["rtt_mean_us"], rel=0.05), _brief(b, row)
+    # the socket-wait set it extends, gated on the same bounds by each read's and answer's time at the server: its
+    # answers are the loader's count to the requests in flight at an edge, over the loader's window's length
+    s = row["sockwait"]
+    assert s["edges"] == "exact" and s["messages"] == result["messages"], s
+    assert s["handler_count"] == pytest.approx(result["messages"], abs=2 * 10), s
+    assert s["window_s"] == pytest.approx(0.6, abs=1e-6) and s["max_exact"], s
 
 
 def test_no_gate_without_time_to_set_it_or_on_another_clock(bpf, group, loader):
@@ -80,3 +88,5 @@ def test_no_gate_without_time_to_set_it_or_on_another_clock(bpf, group, loader):
         # over to it at the window's mean rate, as before the gate (an estimate: 5% above the requests followed in
         # a run here whose rate rose after the connections came up)
         assert b["messages"] < 0.85 * result["messages"], (result["messages"], _brief(b, row))
+        s = row["sockwait"]
+        assert s["edges"] == "marks" and s["handler_count"] < 0.85 * result["messages"], (result["messages"], s)

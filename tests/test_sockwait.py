@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -250,3 +251,55 @@ def test_target_clears_the_previous_cell(sw):
     assert d2.overflow == {"evicted": 0, "fifo_merged": 0, "insert_failed": 0}
     assert d2.wait.count == sum(c.waits for c in d2.per_conn)
     assert d2.handler.count == sum(c.answers for c in d2.per_conn)
+
+
+_GATED_ECHO = (  # one connection; b"s" is answered after 30 ms, anything else at once
+    "import socket, sys, time\n"
+    "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(1)\n"
+    "print(l.getsockname()[1], flush=True)\n"
+    "c, _ = l.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\n"
+    "while (d := c.recv(1)):\n"
+    "    if d == b's': time.sleep(0.03)\n"
+    "    c.send(d)\n")
+
+
+def test_a_gate_counts_only_its_window(sw):
+    """SockWaitProbes.gate: given [lo, hi) before it opens, the programs count only the reads and answers inside it
+    (whenever the figures are read after), the figures read at the gate are its start, and its maxima are its own:
+    30-ms answers before the gate is set, between then and lo, and after hi are in none of them."""
+    with ProcessGroup() as group:
+        srv = group.spawn("gated-echo", [sys.executable, "-c", _GATED_ECHO], cpus="0")
+        port = int(srv.wait_line("", 30))
+        sw.target(srv.pid)
+        cli = socket.create_connection(("127.0.0.1", port))
+        cli.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def echo(n: int, slow: bool = False) -> None:
+            for m in [b"x"] * n + [b"s"] * slow:
+                cli.sendall(m)
+                assert cli.recv(1) == m
+
+        with cli:
+            first = sw.snapshot()
+            echo(10, slow=True)  # before the gate: in its base
+            t0 = time.monotonic()
+            assert sw.gate(t0 + 0.3, t0 + 0.6)
+            echo(10, slow=True)  # after the gate is set, before its window opens: dropped
+            time.sleep(max(0.0, t0 + 0.35 - time.monotonic()))
+            echo(40)
+            inside = time.monotonic() - t0
+            time.sleep(max(0.0, t0 + 0.65 - time.monotonic()))
+            echo(10, slow=True)  # after the window: dropped
+            last = sw.snapshot()
+        assert inside < 0.58, f"the window's 40 echoes ended {inside:.3f} s after the gate: too late to tell"
+        assert last.gate is not None and last.gate.base.seq > first.seq
+        d = sockwait_delta(last.gate.base, last)
+        assert d.handler.count == d.wait.count == 40, d
+        assert sum(c.answers for c in d.per_conn) == sum(c.reads for c in d.per_conn) == 40, d.per_conn
+        assert d.window_s == pytest.approx(0.3) and d.handler.max_exact, d
+        assert d.handler.max_us < 20_000, d.handler  # none of the 30-ms answers
+        # ungated reading of the same snapshots: everything since `first`, the two earlier slow answers too
+        whole = sockwait_delta(first, last)
+        assert whole.handler.count == 11 + 40 and whole.handler.max_us >= 30_000 * 0.9, whole.handler
+    sw.target(0)  # no gate after a re-target
+    assert sw.snapshot().gate is None

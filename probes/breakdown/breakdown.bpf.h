@@ -129,19 +129,13 @@ struct bd_req_t {
 BPF_PERCPU_ARRAY(bd_scratch, struct bd_req_t, 1);
 BPF_PROG_ARRAY(bd_progs, 1);  // [0]: bd_commit (breakdown.py loads it)
 
-// The window the figures are counted over, [lo, hi) in ns of CLOCK_MONOTONIC (bpf_ktime_get_ns, the loader's
-// clock): written by breakdown.py before the window opens, from the bounds the loader announces with `connected`,
-// so bd_stats holds that window's requests exactly however late netprof hears its marks. hi 0: no gate (watch, a
-// loader on another host, a cell before its window is known).
-struct bd_win_t {
-    u64 lo, hi;
-};
-BPF_ARRAY(bd_win, struct bd_win_t, 1);
-
+// The window the figures are counted over: the socket-wait set's gate (sockwait.bpf.c, window.lo/hi), on the
+// answer's arrival at the loader (the loader counts it about then), so bd_stats holds that window's requests
+// exactly however late netprof hears its marks; no gate: everything.
 static __always_inline int bd_in_window(u64 t) {
     u32 zero = 0;
-    struct bd_win_t *w = bd_win.lookup(&zero);
-    return !w || !w->hi || (t >= w->lo && t < w->hi);
+    struct window_t *w = window.lookup(&zero);
+    return !w || in_gate(w, t);
 }
 
 // The tree's threads' waits blocked in fd syscalls, by process, syscall and first argument (the

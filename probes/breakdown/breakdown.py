@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,7 +78,7 @@ class BreakdownSnapshot:
     transit_in_unseen: int = 0     # requests followed whose loader send was not seen (transit: the way out)
     io_wait: dict[iowait.Key, int] = field(default_factory=dict)  # ns blocked in fd syscalls (iowait.py)
     fd_names: dict[tuple[int, int], iowait.FdName] = field(default_factory=dict)  # their fds, as then
-    # The figures as read when the gate (BreakdownProbes.gate) was set, before its window opened: while it holds,
+    # The figures as read when the gate (SockWaitProbes.gate) was set, before its window opened: while it holds,
     # the window's figures are this snapshot's less those, whenever the first mark was heard.
     gate_base: BreakdownSnapshot | None = None
 
@@ -200,7 +199,7 @@ class BreakdownProbes(SockWaitProbes):
 
     def __init__(self, attached: bool = True, cflags: tuple[str, ...] = (), **kw) -> None:
         self._bd: Any = None  # BCC's tables (untyped), bound at the first target()
-        self._gate_base: BreakdownSnapshot | None = None  # gate()
+        self._bd_gate_base: BreakdownSnapshot | None = None  # gate()
         # io_uring sends (a SEND's submission is its send's entry) need the kernel's io_kiocb.opcode offset,
         # written into the set's cfg (ring_op.bpf.h); without it their requests are skipped as no_send_edge.
         off = opcode_offset()
@@ -238,8 +237,7 @@ class BreakdownProbes(SockWaitProbes):
         if self._bd is None:
             self._bd, self._thr, self._peer, self._peer_bits = b[b"bd_stats"], b[b"bd_thr"], b[b"bd_peer"], \
                 b[b"bd_peer_bits"]
-            self._gil, self._iowait, self._win = b[b"bd_gil"], b[b"bd_iowait"], b[b"bd_win"]
-        self._set_gate(0, 0)  # no gate until a window is announced
+            self._gil, self._iowait = b[b"bd_gil"], b[b"bd_iowait"]
         self._thr.clear()
         self._iowait.clear()
         gil = self._gil.Leaf()
@@ -251,25 +249,13 @@ class BreakdownProbes(SockWaitProbes):
         self._bd[self._bd.Key(0)] = self._bd.Leaf()
 
     def _set_gate(self, lo_ns: int, hi_ns: int) -> None:
-        w = self._win.Leaf()
-        w.lo, w.hi = lo_ns, hi_ns
-        self._win[self._win.Key(0)] = w
-        self._gate_base = None
+        super()._set_gate(lo_ns, hi_ns)
+        self._bd_gate_base = None
 
-    def gate(self, t_start: float, t_stop: float) -> bool:
-        """Count only the requests whose answers reach the loader in [t_start, t_stop) (CLOCK_MONOTONIC s: the
-        loader's window, announced with its `connected`): the kernel drops the rest (breakdown.bpf.h, bd_win),
-        and the figures read now, before the window opens, are its start (gate_base). False, and no gate, when
-        the read did not end before t_start (a warm-up too short to set it in): the first mark's read is the
-        start then, as without a gate."""
-        lo, hi = round(t_start * 1e9), round(t_stop * 1e9)
-        self._set_gate(lo, hi)
-        base = _read(self._bd[self._bd.Key(0)])
-        if time.monotonic_ns() >= lo:
-            self._set_gate(0, 0)
-            return False
-        self._gate_base = base
-        return True
+    def _gate_read_more(self) -> None:
+        """The parts' sums as the gate is set (SockWaitProbes.gate): the gated window's start. The programs count
+        a request by its answer's arrival at the loader (breakdown.bpf.h, bd_in_window)."""
+        self._bd_gate_base = _read(self._bd[self._bd.Key(0)])
 
     def totals(self) -> Totals:  # type: ignore[override]
         """The parts' sums (what the loader's round trip is set against) first, then the socket-wait set's."""
@@ -283,7 +269,7 @@ class BreakdownProbes(SockWaitProbes):
         tot = totals or self.totals()
         sw = super().snapshot(tot.sockwait)
         bd = _read(tot.breakdown)
-        bd.gate_base = self._gate_base
+        bd.gate_base = self._bd_gate_base
         bd.io_wait = iowait.read(self._iowait)
         bd.fd_names = iowait.describe(bd.io_wait) if describe else {}
         return Snapshot(sockwait=sw, breakdown=bd)

@@ -16,6 +16,7 @@ from netprof.probes.breakdown.breakdown import PARTS, TIMER, TIMER_WORTH
 from netprof.probes.breakdown.rules import io_wait
 from netprof.profiler.core import units
 from netprof.profiler.core.units import duration_us as _us
+from netprof.profiler.kit import edges
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num
 
@@ -64,19 +65,8 @@ def timer_within(io_us: float | None, timer_us: float | None) -> dict[str, str]:
 
 def edges_text(cells: pd.DataFrame) -> str:
     """Which window the kernel counted over (the rows' breakdown.edges; docs/breakdown.md, "The window it counts
-    over"): the loader's own, or, in the cells named, the span between netprof's reads at its marks. Nothing for
-    rows from before the gate (no such column)."""
-    edges = cells["breakdown.edges"] if "breakdown.edges" in cells else None
-    if edges is None or edges.isna().all():
-        return ""
-    marks = [f"{schema.series_label(r, cells)} {schema.column_label(r, cells)}"
-             for _, r in cells[edges.eq("marks")].iterrows()]
-    if not marks:
-        return (" The window is the loader's own: the kernel counted only the requests whose answers reached the "
-                "loader inside it, gated on the bounds the loader announced before it opened.")
-    return (f" In {', '.join(marks)} the kernel's window is the span between netprof's reads at the window's marks "
-            "(a loader on another host, or a warm-up too short to set the gate in), and the loader's count is "
-            "carried over to it; elsewhere it is the loader's own window, gated in the kernel.")
+    over")."""
+    return edges.edges_text(cells, "breakdown.edges", "the requests whose answers reached the loader")
 
 
 def table(cells: pd.DataFrame) -> dict:

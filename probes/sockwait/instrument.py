@@ -32,6 +32,9 @@ class SockWait(ProbeInstrument):
     def open(cls, cfg: Any) -> SockWait:
         return cls(SockWaitProbes(attached=False))
 
+    def gate(self, t_start: float, t_stop: float) -> None:
+        self.probes.gate(t_start, t_stop)
+
     def totals(self) -> Any:
         return self.probes.totals()
 
@@ -46,11 +49,17 @@ class SockWait(ProbeInstrument):
 
 def fill_row(row: dict, first: SockWaitSnapshot, last: SockWaitSnapshot, counted: Counted) -> list[dict]:
     """The row's `sockwait` group from two snapshots (beside the loader's round trip of the same window);
-    returns the per-connection rows. The breakdown, which carries this set, fills it the same way."""
-    d = sw_delta(first, last)
+    returns the per-connection rows. Gated on the loader's window (last.gate), from the gate's base, and
+    `messages` is the loader's count of that window; else the span between the reads at the marks, with the
+    loader's count carried over to it (stats.counted_span). The breakdown, which carries this set, fills it the
+    same way."""
+    gated = last.gate is not None
+    d = sw_delta(last.gate.base if last.gate else first, last)
     conns = conn_rows(d)
+    messages = counted.window_messages if gated and counted.window_messages is not None else counted.messages
     row["sockwait"].update(row_fields(d), attached=True, rtt_mean_us=counted.latency_us.get("mean"),
-                           rtt_p50_us=counted.latency_us.get("p50"), messages=counted.messages,
+                           rtt_p50_us=counted.latency_us.get("p50"), messages=messages,
+                           edges="exact" if gated else "marks",
                            **stats.conn_wait_split([c["bytes"] for c in conns], [c["wait_us"] for c in conns]))
     return conns
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from netprof.profiler.core import atomic, units
+from netprof.profiler.kit import edges
 from netprof.profiler.model import results, schema, stats
 from netprof.profiler.model.stats import num
 
@@ -347,5 +348,7 @@ def section(
             else "; transit is the loader's mean round trip minus the mean server time, over the same window: "
             "the counting probes' probed sub-window (the whole window with `--probe-share 1` or `--no-probes`)"
         )
-        + ". Percentiles are histogram bucket midpoints (≤ 3.2%).",
+        + "."
+        + ("" if watched else edges.edges_text(cells, "sockwait.edges", "the server's reads and answers"))
+        + " Percentiles are histogram bucket midpoints (≤ 3.2%).",
     }

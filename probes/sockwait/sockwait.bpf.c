@@ -36,6 +36,9 @@
 //   set attached (`unknown`: their arrival was not seen), reads with no recorded arrival
 //   (`unmatched`). Sockets are evicted from the LRU hash only when more than MAX_SOCKETS are known:
 //   Python counts evictions as learned − reused − present.
+// The gate (window.lo/hi, sockwait.py's gate()): with the loader's window announced before it opens, reads and
+//   answers count only inside it (by their time; a socket's FIFO and pending request are kept whatever the
+//   time), so the figures are that window's however late netprof hears the marks; gmax holds its maxima.
 // Attach/detach: the three socket programs are raw tracepoints (hot; attached per window). The tree
 //   bookkeeping (task_newtask, sched_process_exit) and inet_sock_set_state stay attached from load
 //   to close (closes and listen ports are tracked always; no connection is learned while detached).
@@ -88,8 +91,18 @@ struct window_t {    // written by Python only
     u64 attach_ns;   // bpf_ktime_get_ns() at the last attach: FIFOs from before are stale
     u32 active;      // 1 from attach to detach
     u32 seq;         // bumped by each snapshot: which max slot is current
+    // The counted window, [lo, hi) in ns of CLOCK_MONOTONIC (bpf_ktime_get_ns, the loader's clock on this host):
+    // written by sockwait.py's gate() before the window opens, from the bounds the loader announces with
+    // `connected`, so the figures are that window's however late netprof hears its marks. hi 0: no gate (watch, a
+    // loader on another host, a cell before its window is known). `gate` numbers the gates (stats_t's gmax).
+    u64 lo, hi;
+    u32 gate, pad;
 };
 BPF_ARRAY(window, struct window_t, 1);
+
+static __always_inline int in_gate(struct window_t *w, u64 t) {
+    return !w->hi || (t >= w->lo && t < w->hi);
+}
 
 #if BREAKDOWN
 #include "breakdown/breakdown_state.bpf.h"
@@ -150,6 +163,9 @@ struct stats_t {
     // bumps seq and then reads the other slot, which BPF no longer writes.
     u64 tag[2];
     u64 max[2 * NHIST];
+    // Maxima over the gated window (window.hi set): gmax belongs to gate `gtag`, whatever the snapshots read.
+    u64 gtag;
+    u64 gmax[NHIST];
 };
 BPF_PERCPU_ARRAY(stats, struct stats_t, 1);
 
@@ -201,6 +217,14 @@ static __always_inline void record(struct stats_t *st, struct window_t *w, int k
     u32 j = p * NHIST + kind;
     if (j < 2 * NHIST && v > m->max[j])
         m->max[j] = v;
+    if (w->hi) {  // recorded inside the gate (the callers' in_gate)
+        if (m->gtag != w->gate) {
+            m->gtag = w->gate;
+            m->gmax[0] = m->gmax[1] = m->gmax[2] = 0;
+        }
+        if (v > m->gmax[kind & 3])
+            m->gmax[kind & 3] = v;
+    }
 }
 
 #if BREAKDOWN
@@ -351,7 +375,7 @@ RAW_TRACEPOINT_PROBE(sk_data_ready) {
     if (t - h >= FIFO) {  // full: the newest entry absorbs these bytes (their wait becomes a bound)
         s->end[(t - 1) & FIFO_MASK] = nxt;
         struct stats_t *st = stats.lookup(&zero);
-        if (st)
+        if (st && in_gate(w, now))
             st->fifo_merged++;
 #if BREAKDOWN
         if (BD_FOLLOWS())
@@ -387,9 +411,9 @@ static __always_inline struct sk_t *own_socket(u64 sk, struct window_t **wp, str
     return learn(sk, tgid, c, w, st);
 }
 
-// The arrival of the first chunk a read of `ret` bytes took (0: unknown, counted in `st`), and the chunks the
-// read consumed dropped from the socket's FIFO.
-static __always_inline u64 consume(struct sk_t *s, u64 sk, int ret, struct stats_t *st) {
+// The arrival of the first chunk a read of `ret` bytes took (0: unknown, counted in `st` if `counted`: inside the
+// gate), and the chunks the read consumed dropped from the socket's FIFO.
+static __always_inline u64 consume(struct sk_t *s, u64 sk, int ret, struct stats_t *st, int counted) {
     u32 after = read_u32(sk + OFF_COPIED_SEQ);
     u32 before = after - (u32)ret;
     u32 h = s->head;
@@ -402,9 +426,9 @@ static __always_inline u64 consume(struct sk_t *s, u64 sk, int ret, struct stats
     }
     u64 arrival = 0;
     if ((s32)(before - s->known_from) < 0)
-        st->unknown++;
+        st->unknown += counted;
     else if (h == t)
-        st->unmatched++;
+        st->unmatched += counted;
     else
         arrival = s->at[h & FIFO_MASK];
     for (int i = 0; i < FIFO; i++) {   // chunks this read consumed entirely
@@ -437,7 +461,7 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
     // light (watch's --max-overhead): sk_data_ready stays attached, so the request is timed (its server time);
     // its route, parts and syscalls are not read (the hooks they need are detached)
     if (rt_is_light()) {
-        u64 arrival = consume(s, sk, ret, st);
+        u64 arrival = consume(s, sk, ret, st, 1);
         if (!s->pending) {
             s->pending = 1;
             s->req_arrival = arrival;
@@ -447,10 +471,13 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
         return 0;
     }
 #endif
-    u64 arrival = consume(s, sk, ret, st);
-    s->reads++;
-    s->bytes += ret;
-    if (arrival && arrival <= now) {
+    int counted = in_gate(w, now);  // the read's figures; the socket's state is kept whatever the time
+    u64 arrival = consume(s, sk, ret, st, counted);
+    if (counted) {
+        s->reads++;
+        s->bytes += ret;
+    }
+    if (counted && arrival && arrival <= now) {
         u64 wait = now - arrival;
         s->waits++;
         s->wait_ns += wait;
@@ -508,12 +535,14 @@ RAW_TRACEPOINT_PROBE(sock_send_length) {
 #endif
         return 0;
     }
-    u64 handler = now - s->last_read;
-    s->answers++;
-    s->handler_ns += handler;
-    record(st, w, H_HANDLER, handler);
-    if (s->req_arrival && s->req_arrival <= now)
-        record(st, w, H_SERVER, now - s->req_arrival);
+    if (in_gate(w, now)) {
+        u64 handler = now - s->last_read;
+        s->answers++;
+        s->handler_ns += handler;
+        record(st, w, H_HANDLER, handler);
+        if (s->req_arrival && s->req_arrival <= now)
+            record(st, w, H_SERVER, now - s->req_arrival);
+    }
 #if WATCH
     if (s->served)  // a request the server answered (not a reply to one of its own calls to another service)
         rt_answered(s->route, s->req_arrival && s->req_arrival <= now ? now - s->req_arrival : 0);

@@ -39,7 +39,10 @@ Method (tracepoints only; exactness):
   its queue wait + handler (+ reads in between); never longer than the client's round trip.
 - Only the kernel queue is seen: a server that reads many requests at once and serves them from a
   user-space buffer (asyncio streams, framing=stream) shows its per-message wait in handler time.
-- Max is exact when the two snapshots are consecutive (`max_exact`), else the top of the highest
+- The gate (`gate()`): given the loader's counted window before it opens, the programs count only the reads
+  and answers inside it, by their time here, and the figures read at once are its start: the delta from that
+  base (each later snapshot's `gate`) is the window's exactly, its maxima too, however late the marks' reads.
+- Max is exact when gated or when the two snapshots are consecutive (`max_exact`), else the top of the highest
   non-empty bucket. Percentiles are bucket midpoints (16 log-linear sub-buckets per power of two:
   ≤ 3.2% error).
 
@@ -218,6 +221,18 @@ class Totals:
 
 
 @dataclass
+class Gate:
+    """The loader's counted window as the set was gated on it (SockWaitProbes.gate): [lo_ns, hi_ns) of
+    CLOCK_MONOTONIC, the snapshot read as the gate was set (before the window opened: the window's start) and
+    the window's maxima (per KINDS, None: none recorded)."""
+
+    lo_ns: int
+    hi_ns: int
+    base: SockWaitSnapshot
+    max_ns: list[int | None] = field(default_factory=list)
+
+
+@dataclass
 class SockWaitSnapshot:
     """Cumulative figures since the last target(); `t` is time.monotonic() when read."""
 
@@ -232,6 +247,7 @@ class SockWaitSnapshot:
     # (sock, ports) -> (tgid, *_CONN_FIELDS, wait buckets (WH counts), oldest unread ns)
     socks: dict[tuple[int, int], tuple] = field(default_factory=dict)
     now_ns: int = 0                  # CLOCK_MONOTONIC ns when the sockets were read
+    gate: Gate | None = None         # the gate the figures were counted under since its base (None: none)
 
     @property
     def evicted(self) -> int:
@@ -270,21 +286,28 @@ class SockWaitDelta:
 
 
 def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
+    """The window from `a` to `b`; from a gate's base (b.gate.base) to `b`, the gated window (its maxima exact)."""
     if a.pid != b.pid:
         raise ValueError(f"snapshots of different targets ({a.pid} vs {b.pid})")
     if b.seq <= a.seq:
         raise ValueError("snapshots out of order")
+    gated = b.gate is not None and b.gate.base is a
     consecutive = b.seq == a.seq + 1
     dists = {}
     for k, kind in enumerate(KINDS):
         hist = [y - x for x, y in zip(a.hist[k], b.hist[k])]
-        # exact max when b's "since the previous snapshot" is this window; else the histogram's bound
-        mx = b.max_prev_ns[k] if consecutive else None
+        # exact max when gated or when b's "since the previous snapshot" is this window; else the histogram's bound
+        mx = b.gate.max_ns[k] if gated and b.gate else b.max_prev_ns[k] if consecutive else None
         dists[kind] = WaitDist.from_hist(hist, b.sum_ns[k] - a.sum_ns[k], mx)
+    # the window's end for the unread data's age: the gate's, or when b read the sockets (data read between the gate's
+    # end and that read is no longer unread: missed, never aged wrongly)
+    end_ns = b.gate.hi_ns if gated and b.gate else b.now_ns
+    window_s = (b.gate.hi_ns - b.gate.lo_ns) / 1e9 if gated and b.gate else b.t - a.t
     per_conn = []
     for key, vb in b.socks.items():
         va = a.socks.get(key)
         tgid, *cum, wh, unread_at = vb
+        unread_at = unread_at if unread_at and unread_at < end_ns else 0
         d = dict(zip(_CONN_FIELDS, cum if va is None else [x - y for x, y in zip(cum, va[1:-2])]))
         if va is not None:
             wh = [x - y for x, y in zip(wh, va[-2])]
@@ -298,11 +321,11 @@ def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
             wait_mean_us=d["wait_ns"] / d["waits"] / 1e3 if d["waits"] else None, wait_p50_us=log2_quantile_us(wh, 0.5),
             wait_p90_us=log2_quantile_us(wh, CONN_WAIT_QUANTILE),
             answers=d["answers"], handler_mean_us=d["handler_ns"] / d["answers"] / 1e3 if d["answers"] else None,
-            unread_age_us=(b.now_ns - unread_at) / 1e3 if unread_at and b.now_ns > unread_at else None))
+            unread_age_us=(end_ns - unread_at) / 1e3 if unread_at else None))
     c = {k: b.counters[k] - a.counters[k] for k in _COUNTERS}
     evicted = max(0, b.evicted - a.evicted)
     return SockWaitDelta(
-        window_s=b.t - a.t, wait=dists["wait"], handler=dists["handler"], server=dists["server"],
+        window_s=window_s, wait=dists["wait"], handler=dists["handler"], server=dists["server"],
         per_conn=per_conn, sockets=sum(1 for x in per_conn if x.reads or x.answers),
         overflow={"evicted": evicted, "fifo_merged": c["fifo_merged"], "insert_failed": c["insert_failed"]},
         unmeasured={"unknown": c["unknown"], "unmatched": c["unmatched"]}, reused=c["reused"])
@@ -355,6 +378,8 @@ class SockWaitProbes(LoadedProgram):
         self._gen = 0
         self._seq = 0
         self._attach_ns = 0
+        self._lo_ns = self._hi_ns = self._gate_no = 0  # the gate (gate()); hi 0: none
+        self._gate_base: SockWaitSnapshot | None = None
         self._load(SOURCE, set_cflags(track_children, max_sockets, fifo, cflags), attached=False)
         try:
             b = self.bpf
@@ -375,8 +400,35 @@ class SockWaitProbes(LoadedProgram):
     def _set_window(self, active: int) -> None:
         w = self._window.Leaf()
         w.attach_ns, w.active, w.seq = self._attach_ns, active, self._seq
+        w.lo, w.hi, w.gate = self._lo_ns, self._hi_ns, self._gate_no
         self._window[self._window.Key(0)] = w
         self._active = active
+
+    def _set_gate(self, lo_ns: int, hi_ns: int) -> None:
+        """Count only inside [lo_ns, hi_ns) from now on (0, 0: everything); forgets the previous gate's base."""
+        self._lo_ns, self._hi_ns = lo_ns, hi_ns
+        self._gate_no += 1
+        self._gate_base = None
+        self._set_window(self._active)
+
+    def gate(self, t_start: float, t_stop: float) -> bool:
+        """Count only what happens in [t_start, t_stop) (CLOCK_MONOTONIC s: the loader's window, announced with its
+        `connected`): the programs drop the reads and answers outside it (sockwait.bpf.c, the gate), and the
+        figures read now, before the window opens, are its start (each later snapshot's `gate`). False, and no
+        gate, when the read did not end before t_start (a warm-up too short to set it in): the first mark's read is
+        the start then, as without a gate."""
+        lo, hi = round(t_start * 1e9), round(t_stop * 1e9)
+        self._set_gate(lo, hi)
+        base = SockWaitProbes.snapshot(self, SockWaitProbes.totals(self))  # the set's own (a subclass's differ)
+        self._gate_read_more()
+        if time.monotonic_ns() >= lo:
+            self._set_gate(0, 0)
+            return False
+        self._gate_base = base
+        return True
+
+    def _gate_read_more(self) -> None:
+        """A subclass's own figures, read as the gate is set (its window's start; cleared by _set_gate)."""
 
     def attach(self) -> None:
         """Start recording (idempotent, ~1 ms, no recompile). Raises ProbeError."""
@@ -404,7 +456,7 @@ class SockWaitProbes(LoadedProgram):
         write_cfg(0, tgid=0)  # tgid 0: nothing recorded while resetting
         self._gen += 1
         self._seq = 1
-        self._set_window(self._active)
+        self._set_gate(0, 0)  # no gate until a window is announced (writes the window)
         self._lports.clear()
         _delete_all(self._socks)
         self._bits[self._bits.Key(0)] = self._bits.Leaf()
@@ -464,6 +516,7 @@ class SockWaitProbes(LoadedProgram):
         sums = [0] * len(KINDS)
         counters = dict.fromkeys(_COUNTERS, 0)
         p = tot.seq & 1
+        gmax: list[int | None] = [None] * len(KINDS)
         for s in tot.per_cpu:  # one struct per CPU
             h = s.hist
             for k in range(len(KINDS)):
@@ -477,11 +530,18 @@ class SockWaitProbes(LoadedProgram):
                     v = s.max[p * len(KINDS) + k]
                     if v and (mx[k] is None or v > mx[k]):
                         mx[k] = v
+                if self._gate_base is not None and s.gtag == self._gate_no:
+                    v = s.gmax[k]
+                    if v and (gmax[k] is None or v > gmax[k]):
+                        gmax[k] = v
             for name in _COUNTERS:
                 counters[name] += getattr(s, name)
+        gate_base = self._gate_base
+        gate = (Gate(self._lo_ns, self._hi_ns, gate_base, gmax)
+                if gate_base is not None and gate_base.seq < tot.seq else None)
         return SockWaitSnapshot(t=time.monotonic(), pid=self.pid, seq=tot.seq, hist=hist, sum_ns=sums,
                                 max_prev_ns=mx, counters=counters, present=tot.present, socks=tot.socks,
-                                now_ns=tot.now_ns)
+                                now_ns=tot.now_ns, gate=gate)
 
     def read(self, since: SockWaitSnapshot) -> tuple[SockWaitDelta, SockWaitSnapshot]:
         """The window from `since` to now, and the snapshot that ends it."""

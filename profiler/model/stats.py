@@ -289,7 +289,7 @@ ATTACHED = ".attached"
 MAX_COLUMNS = ("open_loop.conns_max",)
 # Text over a cell's rounds: the most frequent (what the breakdown's handlers waited on; the edges of the window it
 # counted over, which the rounds of a cell share).
-MODE_COLUMNS = ("breakdown.io_wait", "breakdown.edges")
+MODE_COLUMNS = ("breakdown.io_wait", "breakdown.edges", "sockwait.edges")
 
 
 def aggregate(df: pd.DataFrame) -> pd.DataFrame:
