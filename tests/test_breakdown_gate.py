@@ -15,6 +15,8 @@ few requests in flight at an edge; the parts add up to the loader's mean round t
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import pytest
@@ -90,3 +92,45 @@ def test_no_gate_without_time_to_set_it_or_on_another_clock(bpf, group, loader):
         assert b["messages"] < 0.85 * result["messages"], (result["messages"], _brief(b, row))
         s = row["sockwait"]
         assert s["edges"] == "marks" and s["handler_count"] < 0.85 * result["messages"], (result["messages"], s)
+
+
+_BLOCKED_READER = (  # reads a byte at a time from the descriptor it is given: blocked in read() between them
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "print('ready', flush=True)\n"
+    "while os.read(fd, 1): pass\n")
+
+
+def _until(t: float) -> None:
+    time.sleep(max(0.0, t - time.monotonic()))
+
+
+def test_a_descriptor_wait_counts_by_its_part_inside_the_window(bpf, group):
+    """The descriptor waits behind `io_wait` are gated too, by their part inside the window (breakdown.bpf.h,
+    bd_gated_span): a process blocked in read() from before the window opens until inside it, and again from then
+    until after it closes, waited the whole window there, and no more."""
+    r, w = os.pipe()
+    probes = BreakdownProbes(attached=False)
+    try:
+        reader = group.spawn("blocked-reader", [sys.executable, "-c", _BLOCKED_READER, str(r)], pass_fds=(r,))
+        reader.wait_line("ready", 30)
+        os.close(r)
+        probes.target(reader.pid)
+        probes.attach()
+        os.write(w, b"x")  # it reads and blocks again, now seen entering read()
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        assert probes.gate(t0 + 0.2, t0 + 0.5)
+        _until(t0 + 0.35)
+        os.write(w, b"x")  # woken inside the window: 0.15 s of that wait in it
+        _until(t0 + 0.7)
+        os.write(w, b"x")  # woken after it: 0.15 s of this one in it
+        time.sleep(0.05)
+        last = probes.snapshot(describe=False).breakdown
+    finally:
+        os.close(w)
+        probes.close()
+    base = last.gate_base
+    assert base is not None
+    waits = {k: v - base.io_wait.get(k, 0) for k, v in last.io_wait.items() if k[0] == reader.pid and k[1] == 0}
+    assert len(waits) == 1 and list(waits.values())[0] == pytest.approx(0.3e9, abs=5e6), (waits, base.io_wait)

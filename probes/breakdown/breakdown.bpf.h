@@ -238,17 +238,29 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     return 0;
 }
 
+// The part of [a, b) inside the gate (bd_in_window's window; all of it without one).
+static __always_inline u64 bd_gated_span(u64 a, u64 b) {
+    u32 zero = 0;
+    struct window_t *w = window.lookup(&zero);
+    if (w && w->hi) {
+        a = a > w->lo ? a : w->lo;
+        b = b < w->hi ? b : w->hi;
+    }
+    return b > a ? b - a : 0;
+}
+
 static __always_inline void bd_woken(u64 task) {
     struct bd_thr_t *t = tree_thread(task);
     if (!t || t->state < BD_FUTEX)
         return;
     u64 now = bpf_ktime_get_ns();
-    if (t->state == BD_IO && now > t->since) {  // what it waited on, for naming off_cpu_io's descriptor
+    u64 waited = t->state == BD_IO ? bd_gated_span(t->since, now) : 0;
+    if (waited) {  // what it waited on, for naming off_cpu_io's descriptor: the part inside the gate
         struct bd_io_key_t k = {};
         k.tgid = task_field(task, OFF_TASK_TGID);
         k.sc = t->sc;
         k.fd = t->arg0;
-        bd_iowait.increment(k, now - t->since);
+        bd_iowait.increment(k, waited);
     }
     bd_enter_state(t, BD_RUNQ, now);
 }

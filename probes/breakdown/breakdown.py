@@ -253,9 +253,12 @@ class BreakdownProbes(SockWaitProbes):
         self._bd_gate_base = None
 
     def _gate_read_more(self) -> None:
-        """The parts' sums as the gate is set (SockWaitProbes.gate): the gated window's start. The programs count
-        a request by its answer's arrival at the loader (breakdown.bpf.h, bd_in_window)."""
-        self._bd_gate_base = _read(self._bd[self._bd.Key(0)])
+        """The parts' sums and the descriptor waits as the gate is set (SockWaitProbes.gate): the gated window's
+        start. The programs count a request by its answer's arrival at the loader (breakdown.bpf.h, bd_in_window),
+        a descriptor wait by its part inside the window (bd_gated_span)."""
+        base = _read(self._bd[self._bd.Key(0)])
+        base.io_wait = iowait.read(self._iowait)  # the descriptor waits too (their part inside the gate)
+        self._bd_gate_base = base
 
     def totals(self) -> Totals:  # type: ignore[override]
         """The parts' sums (what the loader's round trip is set against) first, then the socket-wait set's."""

@@ -43,7 +43,7 @@ class Breakdown(ProbeInstrument):
         conns = fill_row(row, first.sockwait, last.sockwait, counted)
         start, base = first.breakdown, last.breakdown.gate_base
         if base is not None:  # gated on the window: its start is what was read before it opened
-            start = replace(base, io_wait=start.io_wait, fd_names=start.fd_names)  # (descriptor waits are not gated)
+            start = replace(base, fd_names=start.fd_names)  # (the descriptors' names as the first mark read them)
         row[NAME].update(row_fields(breakdown_delta(start, last.breakdown), counted, exact=base is not None))
         return conns
 
