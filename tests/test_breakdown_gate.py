@@ -39,9 +39,16 @@ def _late_first_mark(marks: cell.Marks):
     return on_event
 
 
-def _measure(group, loader, *, warmup: float, same_clock: bool = True) -> tuple[dict, dict]:
+@pytest.fixture(scope="module")
+def probes(bpf):
+    """One compiled set for the module (~2 s a compile here), re-targeted by each measurement as a run's cells do."""
+    with BreakdownProbes(attached=False) as p:
+        yield p
+
+
+def _measure(group, loader, probes, *, warmup: float, same_clock: bool = True) -> tuple[dict, dict]:
     echo, port = start_echo(group)
-    inst = Breakdown(BreakdownProbes(attached=False))
+    inst = Breakdown(probes)
     try:
         inst.target(echo.pid)
         inst.attach()
@@ -53,7 +60,7 @@ def _measure(group, loader, *, warmup: float, same_clock: bool = True) -> tuple[
                "breakdown": {"attached": True}, "sockwait": {"attached": True}}
         cell.measure_row(row, result, marks, (inst,))
     finally:
-        inst.close()
+        inst.detach()
     return row, result
 
 
@@ -61,8 +68,8 @@ def _brief(b: dict, row: dict) -> dict:
     return brief(b) | {"counted": row.get("counted")}  # and how late the marks were heard
 
 
-def test_a_late_first_mark_counts_the_loaders_window_exactly(bpf, group, loader):
-    row, result = _measure(group, loader, warmup=0.3)
+def test_a_late_first_mark_counts_the_loaders_window_exactly(probes, group, loader):
+    row, result = _measure(group, loader, probes, warmup=0.3)
     b = row["breakdown"]
     assert b["edges"] == "exact", _brief(b, row)
     assert row["counted"]["start_heard_ms"] >= 1e3 * LATE_S  # the stall happened, and the marks' span lost it
@@ -79,11 +86,11 @@ def test_a_late_first_mark_counts_the_loaders_window_exactly(bpf, group, loader)
     assert s["window_s"] == pytest.approx(0.6, abs=1e-6) and s["max_exact"], s
 
 
-def test_no_gate_without_time_to_set_it_or_on_another_clock(bpf, group, loader):
+def test_no_gate_without_time_to_set_it_or_on_another_clock(probes, group, loader):
     """No warm-up: the window opens as `connected` is sent, before netprof can set a gate, so the marks' reads are
     the edges (and the row says so); nor with a loader whose clock is not ours (another host)."""
     for warmup, same_clock in ((0.0, True), (0.3, False)):
-        row, result = _measure(group, loader, warmup=warmup, same_clock=same_clock)
+        row, result = _measure(group, loader, probes, warmup=warmup, same_clock=same_clock)
         b = row["breakdown"]
         assert b["edges"] == "marks", (warmup, same_clock, _brief(b, row))
         # the figures are then over the span read, 150 ms short of the 0.6-s window: the loader's count carried
@@ -105,12 +112,11 @@ def _until(t: float) -> None:
     time.sleep(max(0.0, t - time.monotonic()))
 
 
-def test_a_descriptor_wait_counts_by_its_part_inside_the_window(bpf, group):
+def test_a_descriptor_wait_counts_by_its_part_inside_the_window(probes, group):
     """The descriptor waits behind `io_wait` are gated too, by their part inside the window (breakdown.bpf.h,
     bd_gated_span): a process blocked in read() from before the window opens until inside it, and again from then
     until after it closes, waited the whole window there, and no more."""
     r, w = os.pipe()
-    probes = BreakdownProbes(attached=False)
     try:
         reader = group.spawn("blocked-reader", [sys.executable, "-c", _BLOCKED_READER, str(r)], pass_fds=(r,))
         reader.wait_line("ready", 30)
@@ -129,7 +135,7 @@ def test_a_descriptor_wait_counts_by_its_part_inside_the_window(bpf, group):
         last = probes.snapshot(describe=False).breakdown
     finally:
         os.close(w)
-        probes.close()
+        probes.detach()
     base = last.gate_base
     assert base is not None
     waits = {k: v - base.io_wait.get(k, 0) for k, v in last.io_wait.items() if k[0] == reader.pid and k[1] == 0}
