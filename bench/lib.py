@@ -62,3 +62,30 @@ def keep(benchmark: str, data: Path, suffix: str = "", **fields) -> dict:
     path = save_raw(data / f"{_dt.date.today().isoformat()}{suffix}.json", doc)
     print(f"raw data: {path}", file=sys.stderr)
     return doc
+
+
+# Build against build (--build NAME=COMMAND: anything that runs as `netprof`, another clone's .venv/bin/netprof):
+# every load on every build in each round, the order rotated round by round so that a speed regime of the host
+# falls on each alike (spread_pool.py, sockwait_edges.py).
+
+def add_build_arguments(ap: argparse.ArgumentParser, duration: float) -> None:
+    ap.add_argument("--build", action="append", default=[], metavar="NAME=COMMAND")
+    ap.add_argument("-d", "--duration", type=float, default=duration)
+
+
+def measure_builds(benchmark: str, data: Path, args: argparse.Namespace, loads, measure) -> dict:
+    """`measure(command, load, duration)`'s row figures for each load on each build (this checkout's netprof
+    without --build) in `args.rounds` rotated rounds, kept as the benchmark's raw data (keep)."""
+    import rounds  # bench/ is sys.path[0]
+
+    builds = dict(b.split("=", 1) for b in args.build) or {"this": str(ROOT / ".venv" / "bin" / "netprof")}
+    pairs = [(b, load) for load in loads for b in builds]
+    records = rounds.rotated_records(
+        pairs, args.rounds, lambda p: [{"build": p[0], "load": p[1], **measure(builds[p[0]], p[1], args.duration)}])
+    return keep(benchmark, data, builds=builds, rounds=args.rounds, duration=args.duration, records=records)
+
+
+def builds_command(script: str, doc: dict) -> str:
+    """How a build-against-build measurement was run, for its section."""
+    return (f"`.venv/bin/python bench/{script} " + " ".join(f"--build {k}={v}" for k, v in doc["builds"].items())
+            + f" -r {doc['rounds']}`")

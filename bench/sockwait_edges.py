@@ -29,7 +29,6 @@ from pathlib import Path
 
 import lib
 import results_md
-import rounds
 
 DATA = lib.ROOT / "bench" / "data" / "sockwait_edges"
 HEADING = "The socket waits over the loader's window (bench/sockwait_edges.py)"
@@ -80,19 +79,10 @@ def table(doc: dict) -> str:
 
 def main() -> int:
     ap = lib.cli(__doc__, rounds=4)
-    ap.add_argument("--build", action="append", default=[], metavar="NAME=COMMAND")
-    ap.add_argument("-d", "--duration", type=float, default=1.0)
+    lib.add_build_arguments(ap, duration=1.0)
     args = ap.parse_args()
-    doc = lib.earlier(args)
-    if doc is None:
-        builds = dict(b.split("=", 1) for b in args.build) or {"this": str(lib.ROOT / ".venv" / "bin" / "netprof")}
-        pairs = [(b, load) for load in LOADS for b in builds]
-        records = rounds.rotated_records(
-            pairs, args.rounds, lambda p: [{"build": p[0], "load": p[1], **measure(builds[p[0]], p[1], args.duration)}])
-        doc = lib.keep("sockwait_edges", DATA, builds=builds, rounds=args.rounds, duration=args.duration,
-                       records=records)
-    intro = ("Measured by `.venv/bin/python bench/sockwait_edges.py "
-             + " ".join(f"--build {k}={v}" for k, v in doc["builds"].items()) + f" -r {doc['rounds']}`; "
+    doc = lib.earlier(args) or lib.measure_builds("sockwait_edges", DATA, args, LOADS, measure)
+    intro = (f"Measured by {lib.builds_command('sockwait_edges.py', doc)}; "
              f"table by {results_md.command()}; commit {doc['commit']}, {doc['date']}: {doc['duration']:g}-s "
              "windows (the counting probes' default sub-window counted), one round a cell, the builds and loads in "
              "an order rotated round by round. `gevent`: `run gunicorn_gevent -c 100 --sockwait`; `asyncio8`: "

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import lib
 import results_md
-import rounds
 
 DATA = lib.ROOT / "bench" / "data" / "spread_pool"
 HEADING = "Open loop: connections as needed for a server whose answers spread wide (bench/spread_pool.py, issue 51)"
@@ -76,19 +75,10 @@ def table(doc: dict) -> str:
 
 def main() -> int:
     ap = lib.cli(__doc__, rounds=5)
-    ap.add_argument("--build", action="append", default=[], metavar="NAME=COMMAND")
-    ap.add_argument("-d", "--duration", type=float, default=3.0)
+    lib.add_build_arguments(ap, duration=3.0)
     args = ap.parse_args()
-    doc = lib.earlier(args)
-    if doc is None:
-        builds = dict(b.split("=", 1) for b in args.build) or {"this": str(lib.ROOT / ".venv" / "bin" / "netprof")}
-        pairs = [(b, load) for load in LOADS for b in builds]
-        records = rounds.rotated_records(
-            pairs, args.rounds, lambda p: [{"build": p[0], "load": p[1], **measure(builds[p[0]], p[1], args.duration)}])
-        doc = lib.keep("spread_pool", DATA, builds=builds, rounds=args.rounds, duration=args.duration,
-                       records=records)
-    intro = ("Measured by `.venv/bin/python bench/spread_pool.py "
-             + " ".join(f"--build {k}={v}" for k, v in doc["builds"].items()) + f" -r {doc['rounds']}`; "
+    doc = lib.earlier(args) or lib.measure_builds("spread_pool", DATA, args, LOADS, measure)
+    intro = (f"Measured by {lib.builds_command('spread_pool.py', doc)}; "
              f"table by {results_md.command()}; commit {doc['commit']}, {doc['date']}: {doc['duration']:g}-s "
              "windows, no probes, the builds and loads in an order rotated round by round. `spread`: "
              "`run thread --work poisson-sleep:1000 -c 2 --rate 2000` (a thread per connection, answers after an "
