@@ -1,7 +1,7 @@
 """Socket waits as an instrument: attached for the whole cell (every connection timed from its first
-byte; its cost is in the headline, and the report says so), read at the counted window's marks, shaped
-into the row's `sockwait` group (beside the loader's round trip of the same window, for the transit)
-and one row per connection."""
+byte; its cost is in the headline, and the report says so), gated on the loader's counted window when it is
+announced in time (else read at the window's marks), shaped into the row's `sockwait` group (beside the loader's
+round trip of the same window, for the transit) and one row per connection."""
 
 from __future__ import annotations
 
