@@ -520,7 +520,13 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
     print(f"GET /io: off_cpu_io {io['parts_mean_us']['off_cpu_io']} µs, {io['detail_mean_us']}; "
           f"GET /static/app.js: {plain['detail_mean_us']}")
     skipped = doc["breakdown"]["skipped"]  # why a request was not followed, whole (pytest cuts a dict's repr short)
-    assert io["requests"] == ROUNDS and io["parts_mean_us"]["off_cpu_io"] >= 1900, json.dumps([io, skipped])
+    # every request of the route followed, but for the race the breakdown counts and skips as `clock` (a thread's
+    # state changed by two of its programs at once, on two CPUs: breakdown.bpf.h, K_CLOCK; one GET /io of 100 in 2
+    # of 17 runs here on 2026-12-05 at bc7c534, none in 8 at f29412f, whose programs behave the same under watch,
+    # which sets no gate): nothing else lost, and at most two so
+    lost = ROUNDS - io["requests"]
+    assert 0 <= lost <= skipped["clock"] <= 2 and sum(skipped.values()) == skipped["clock"], json.dumps([io, skipped])
+    assert io["parts_mean_us"]["off_cpu_io"] >= 1900, json.dumps([io, skipped])
     assert io["detail_mean_us"]["off_cpu_timer"] >= 0.9 * io["parts_mean_us"]["off_cpu_io"], io
     assert plain["detail_mean_us"]["off_cpu_timer"] < 0.05 * io["detail_mean_us"]["off_cpu_timer"], plain
     (row,) = [line for line in report.splitlines() if line.startswith("| GET /io |")]
