@@ -254,13 +254,15 @@ static __always_inline void bd_woken(u64 task) {
     if (!t || t->state < BD_FUTEX)
         return;
     u64 now = bpf_ktime_get_ns();
-    u64 waited = t->state == BD_IO ? bd_gated_span(t->since, now) : 0;
-    if (waited) {  // what it waited on, for naming off_cpu_io's descriptor: the part inside the gate
+    if (t->state == BD_IO && now > t->since) {  // what it waited on, for naming off_cpu_io's descriptor
         struct bd_io_key_t k = {};
         k.tgid = task_field(task, OFF_TASK_TGID);
         k.sc = t->sc;
         k.fd = t->arg0;
-        bd_iowait.increment(k, waited);
+        // the part inside the gate; a wait outside it adds 0 but still makes its key, which netprof names at the
+        // window's first mark (without it a descriptor first waited on in the warm-up went unnamed, and one that
+        // closed as the load stopped, before the last mark's names, was "closed before the window's end")
+        bd_iowait.increment(k, bd_gated_span(t->since, now));
     }
     bd_enter_state(t, BD_RUNQ, now);
 }
