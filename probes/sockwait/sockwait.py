@@ -291,18 +291,18 @@ def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
         raise ValueError(f"snapshots of different targets ({a.pid} vs {b.pid})")
     if b.seq <= a.seq:
         raise ValueError("snapshots out of order")
-    gated = b.gate is not None and b.gate.base is a
+    gate = b.gate if b.gate is not None and b.gate.base is a else None  # the gated window, from its base
     consecutive = b.seq == a.seq + 1
     dists = {}
     for k, kind in enumerate(KINDS):
         hist = [y - x for x, y in zip(a.hist[k], b.hist[k])]
         # exact max when gated or when b's "since the previous snapshot" is this window; else the histogram's bound
-        mx = b.gate.max_ns[k] if gated and b.gate else b.max_prev_ns[k] if consecutive else None
+        mx = gate.max_ns[k] if gate else b.max_prev_ns[k] if consecutive else None
         dists[kind] = WaitDist.from_hist(hist, b.sum_ns[k] - a.sum_ns[k], mx)
     # the window's end for the unread data's age: the gate's, or when b read the sockets (data read between the gate's
     # end and that read is no longer unread: missed, never aged wrongly)
-    end_ns = b.gate.hi_ns if gated and b.gate else b.now_ns
-    window_s = (b.gate.hi_ns - b.gate.lo_ns) / 1e9 if gated and b.gate else b.t - a.t
+    end_ns = gate.hi_ns if gate else b.now_ns
+    window_s = (gate.hi_ns - gate.lo_ns) / 1e9 if gate else b.t - a.t
     per_conn = []
     for key, vb in b.socks.items():
         va = a.socks.get(key)
