@@ -457,6 +457,7 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
             s->bd_ntid = ntid;
             s->bd_nat = now;
             s->bd_ntin = bd_transit_in(now);
+            barrier();  // its fields before its flag: the serving thread's programs open it from them (bd_open_next)
             s->bd_next = 1;
             return;
         }
@@ -483,7 +484,8 @@ static __always_inline void bd_arrival(struct sk_t *s, u64 now, int was_empty) {
 }
 
 // The request kept by bd_arrival while its predecessor's answer was being sent, opened once that answer is
-// taken (its predecessor closed: bd_phase 0), with the clocks and times of its arrival.
+// taken (its predecessor closed: bd_phase 0), with the clocks and times of its arrival; or at its read, when
+// its flag was set on the client's CPU after the answer's program had looked (bd_read).
 static __always_inline void bd_open_next(struct sk_t *s) {
     if (!s->bd_next || s->bd_phase)
         return;
@@ -561,6 +563,7 @@ int bd_commit(struct bpf_raw_tracepoint_args *ctx) {
 static __always_inline void bd_read(struct sk_t *s, u64 now) {
     if (!s->served)
         return;
+    bd_open_next(s);
     if (s->bd_next && s->bd_phase == 2) {  // a kept next request read before its predecessor was answered (by
         s->bd_next = 0;                    // another thread): not one request at a time
         bd_skip(K_BUSY);
@@ -619,6 +622,18 @@ static __always_inline u64 bd_blocked_not_lock(u64 *c) {
     return c[BD_SLEEP] + c[BD_IO] + c[BD_OTHER];
 }
 
+// Ends `s`'s answered request, after its fields were read: from here an arrival opens the next one (bd_arrival).
+// Not before: the client, on another CPU, has the answer and may send its next request while this program runs
+// (it did when a timer interrupt held the program for ~15 µs), and an arrival that found the socket free reset
+// the fields this request's parts are made of to the next one's, later than this one's read: its queue_wait came
+// out negative (skipped as `clock`: ~10 requests in a million of the thread backend at 100 connections). Until
+// here such an arrival is kept (bd_next) and opened after (bd_open_next).
+static __always_inline int bd_answered(struct sk_t *s, int ret) {
+    barrier();
+    STORE_ONCE(s->bd_phase, 0);
+    return ret;
+}
+
 // The first send on served socket `s` after its read (`now`: after the send returned): the request's
 // parts, from the clocks at A, R and the send's entry, and the send's edges on this CPU, into bd_scratch.
 // Returns 1 when a request is there for bd_commit.
@@ -659,9 +674,8 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     bd_now(t, now, c);
     t->mark_user = c[BD_USER];
     t->mark_sys = c[BD_SYS];
-    s->bd_phase = 0;
     if (phase != 2)
-        return 0;
+        return bd_answered(s, 0);
 #if WATCH
     // a client on another host: no arrival on this machine; the send ends at its last packet handed to the
     // device, and transit_out is not seen (0)
@@ -672,7 +686,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
 #endif
     if (!mine || !pc->dev_ts || !pc->peer_arr || pc->dev_ts < t->enter_ts || pc->peer_arr < pc->dev_ts) {
         bd_skip(K_NO_SEND_EDGE);
-        return 0;
+        return bd_answered(s, 0);
     }
     u64 *a = s->bd_a, *r = s->bd_r;
     // [A, R] on the reader's clocks (a → r), [R, S] on the answering thread's (x → e; x = r when the reader
@@ -687,7 +701,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     s64 sl = (s64)(e[BD_SLEEP] - x[BD_SLEEP]), io = (s64)(e[BD_IO] - x[BD_IO]), ot = (s64)(e[BD_OTHER] - x[BD_OTHER]);
     if (qw < 0 || lw < 0 || rq < 0 || fu < 0 || sl < 0 || io < 0 || ot < 0 || gil < 0) {
         bd_skip(K_CLOCK);
-        return 0;
+        return bd_answered(s, 0);
     }
     // of io, the readiness waits that timed out; a wait in progress at the read (a handed request's answering
     // thread) is added whole at its exit: at most io
@@ -697,7 +711,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     u64 snd = pc->dev_ts - t->enter_ts, tout = pc->peer_arr - pc->dev_ts, tin = s->bd_tin;
     struct bd_req_t *q = bd_scratch.lookup(&zero);
     if (!q)
-        return 0;
+        return bd_answered(s, 0);
     q->v[P_QUEUE_WAIT] = qw;
     q->v[P_LOOP_WAIT] = lw;
     q->v[P_RUNQUEUE] = rq;
@@ -722,6 +736,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
 #if WATCH
     q->route = s->route;
 #endif
+    bd_answered(s, 0);
     // the answer now waits on the loader's socket until its read
     u64 psk = pc->peer_sk, arr = pc->peer_arr;
     if (!psk)  // not delivered on this machine (watch: a remote client)
