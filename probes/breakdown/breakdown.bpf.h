@@ -65,13 +65,12 @@
 #define K_NO_READER 1   // read by a thread the breakdown had not seen (it learns threads at their syscalls)
 #define K_OTHER_THREAD 2  // answered by a thread neither the reader nor the one whose clocks the read took
 #define K_NO_SEND_EDGE 3  // the answer's send entry, device or delivery was not seen (not loopback?)
-#define K_CLOCK 4       // a clock went backwards between the edges (a race with a state change)
+#define K_CLOCK 4       // a clock went backwards between the edges (a race with a state change: bd_enter_state)
 #define NSKIP 5
 
 struct bd_thr_t {
     u64 cum[BD_NS];        // ns in each state since first seen, but the current one's open interval
-    u64 since;             // start of the current state
-    u32 state;             // BD_*
+    u64 word;              // the current state and its start, in one word (bd_enter_state)
     s32 sc;                // syscall in progress (-1: none)
     u64 arg0;              // its first argument: the futex word of a futex, the descriptor of a read
     u64 mark_user, mark_sys;  // cum[USER], cum[SYS] (as of then) at the thread's last marker
@@ -183,22 +182,57 @@ static __always_inline int bd_is_send(s32 sc) {
     return sc == 1 || sc == 20 || sc == 44 || sc == 46 || sc == 307;
 }
 
-// A thread's clocks as of `now` (the open interval added to its current state).
-static __always_inline void bd_now(struct bd_thr_t *t, u64 now, u64 *out) {
-#pragma unroll
-    for (int i = 0; i < BD_NS; i++)
-        out[i] = t->cum[i];
-    u32 st = t->state;
-    if (st < BD_NS && now > t->since)
-        out[st] += now - t->since;
+// A thread's state word: (start of the current state << BD_W_SHIFT) | its BD_*.
+#define BD_W_SHIFT 4
+static __always_inline u64 bd_since(u64 w) {
+    return w >> BD_W_SHIFT;
+}
+static __always_inline u32 bd_state(u64 w) {
+    return w & ((1 << BD_W_SHIFT) - 1);
 }
 
-static __always_inline void bd_enter_state(struct bd_thr_t *t, u32 st, u64 now) {
-    u32 cur = t->state;
-    if (cur < BD_NS && now > t->since)
-        t->cum[cur] += now - t->since;
-    t->since = now;
-    t->state = st;
+// A thread changes state; returns when (its clock). A request's edges read the thread's clocks from other CPUs (an
+// arrival, in its client's context: bd_now) while the thread's own programs change them, and a program can be held
+// between two steps for as long as this VM's CPU is (~15 µs at a timer tick, 2026-12-05). With the time taken at
+// the program's start, the state and its start in two fields and cum[] added to first, a reader in such a pause
+// took the change half-made (the closing interval counted twice), or not yet made though its time had passed (the
+// pause counted in the state the thread had left): once in about 100,000 requests of the thread backend at 100
+// connections a part came out ~15 µs off, and skipped as `clock` when that made it negative. Now the time is taken
+// just before the new state and its start are written, as one word, and cum[] is added to after: a pause there
+// leaves a reader's clocks a little behind (the closing interval not yet in cum[]), not ahead. A reader cannot wait
+// out a pause, and one that spins on a mark costs the writer its cache lines (tried: 1 request in 3,000 skipped).
+static __always_inline u64 bd_enter_state(struct bd_thr_t *t, u32 st) {
+    u64 w = LOAD_ONCE(t->word);
+    u64 now = bpf_ktime_get_ns();
+    STORE_ONCE(t->word, (now << BD_W_SHIFT) | st);
+    barrier();
+    u32 cur = bd_state(w);
+    u64 since = bd_since(w);
+    if (cur < BD_NS && now > since)
+        t->cum[cur] += now - since;
+    return now;
+}
+
+// A thread's clocks as of `now` (the open interval added to its current state) into `out`: a copy of cum[] counts
+// with the open interval only if the state word was the same before and after it; a thread that changed state
+// under two copies in a row gets the last without it (its clocks a little behind, never ahead).
+static __always_inline void bd_now(struct bd_thr_t *t, u64 now, u64 *out) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        u64 w = LOAD_ONCE(t->word);
+        barrier();
+#pragma unroll
+        for (int i = 0; i < BD_NS; i++)
+            out[i] = t->cum[i];
+        barrier();
+        if (LOAD_ONCE(t->word) == w) {
+            u32 st = bd_state(w);
+            u64 since = bd_since(w);
+            if (st < BD_NS && now > since)
+                out[st] += now - since;
+            return;
+        }
+    }
 }
 
 static __always_inline u32 task_field(u64 task, u64 off) {
@@ -218,7 +252,6 @@ static __always_inline struct bd_thr_t *tree_thread(u64 task) {
 
 // TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
 RAW_TRACEPOINT_PROBE(sched_switch) {
-    u64 now = bpf_ktime_get_ns();
     u64 state = ctx->args[3];
     struct bd_thr_t *t = tree_thread(ctx->args[1]);
     if (t) {
@@ -230,11 +263,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
             if (g && t->arg0 >= g->lo && t->arg0 < g->hi)
                 st = BD_GIL;
         }
-        bd_enter_state(t, st, now);
+        bd_enter_state(t, st);
     }
     t = tree_thread(ctx->args[2]);
     if (t)
-        bd_enter_state(t, t->sc >= 0 ? BD_SYS : BD_USER, now);
+        bd_enter_state(t, t->sc >= 0 ? BD_SYS : BD_USER);
     return 0;
 }
 
@@ -251,10 +284,11 @@ static __always_inline u64 bd_gated_span(u64 a, u64 b) {
 
 static __always_inline void bd_woken(u64 task) {
     struct bd_thr_t *t = tree_thread(task);
-    if (!t || t->state < BD_FUTEX)
+    u64 w = t ? LOAD_ONCE(t->word) : 0;
+    if (!t || bd_state(w) < BD_FUTEX)
         return;
-    u64 now = bpf_ktime_get_ns();
-    if (t->state == BD_IO && now > t->since) {  // what it waited on, for naming off_cpu_io's descriptor
+    u64 now = bd_enter_state(t, BD_RUNQ);
+    if (bd_state(w) == BD_IO && now > bd_since(w)) {  // what it waited on, for naming off_cpu_io's descriptor
         struct bd_io_key_t k = {};
         k.tgid = task_field(task, OFF_TASK_TGID);
         k.sc = t->sc;
@@ -262,9 +296,8 @@ static __always_inline void bd_woken(u64 task) {
         // the part inside the gate; a wait outside it adds 0 but still makes its key, which netprof names at the
         // window's first mark (without it a descriptor first waited on in the warm-up went unnamed, and one that
         // closed as the load stopped, before the last mark's names, was "closed before the window's end")
-        bd_iowait.increment(k, bd_gated_span(t->since, now));
+        bd_iowait.increment(k, bd_gated_span(bd_since(w), now));
     }
-    bd_enter_state(t, BD_RUNQ, now);
 }
 
 // TP_PROTO(struct task_struct *p)
@@ -306,15 +339,14 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
     struct bd_thr_t *t = bd_thr.lookup(&tid);
     if (!t) {
         struct bd_thr_t fresh = {};
-        fresh.state = BD_USER;
-        fresh.since = now;
+        fresh.word = (now << BD_W_SHIFT) | BD_USER;
         fresh.sc = -1;
         bd_thr.update(&tid, &fresh);
         t = bd_thr.lookup(&tid);
         if (!t)
             return 0;
     }
-    bd_enter_state(t, BD_SYS, now);
+    bd_enter_state(t, BD_SYS);
     t->sc = sc;
     if (bd_is_readiness(sc))
         t->io_enter = t->cum[BD_IO];
@@ -347,7 +379,7 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
         // a readiness wait that returned no event ended on its timeout: its blocked time was the loop's timer
         if (bd_is_readiness(t->sc) && (long)ctx->args[1] == 0 && t->cum[BD_IO] > t->io_enter)
             t->cum[BD_TIMER] += t->cum[BD_IO] - t->io_enter;
-        bd_enter_state(t, BD_USER, bpf_ktime_get_ns());
+        bd_enter_state(t, BD_USER);
         t->sc = -1;
     }
     return 0;
