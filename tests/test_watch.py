@@ -521,9 +521,9 @@ def test_routes_are_read_by_the_kernel_folded_and_hold_no_secret(tmp_path):
           f"GET /static/app.js: {plain['detail_mean_us']}")
     skipped = doc["breakdown"]["skipped"]  # why a request was not followed, whole (pytest cuts a dict's repr short)
     # every request of the route followed, but for the race the breakdown counts and skips as `clock` (a thread's
-    # state changed by two of its programs at once, on two CPUs: breakdown.bpf.h, K_CLOCK; one GET /io of 100 in 2
-    # of 17 runs here on 2026-12-05 at bc7c534, none in 8 at f29412f, whose programs behave the same under watch,
-    # which sets no gate): nothing else lost, and at most two so
+    # clocks read from another CPU while this VM held the thread's program between reading the time of a state
+    # change and writing it: breakdown.bpf.h, bd_enter_state; one GET /io of 100 in 2 of 17 runs here on 2026-12-05
+    # at bc7c534): nothing else lost, and at most two so
     lost = ROUNDS - io["requests"]
     assert 0 <= lost <= skipped["clock"] <= 2 and sum(skipped.values()) == skipped["clock"], json.dumps([io, skipped])
     assert io["parts_mean_us"]["off_cpu_io"] >= 1900, json.dumps([io, skipped])

@@ -192,15 +192,17 @@ static __always_inline u32 bd_state(u64 w) {
 }
 
 // A thread changes state; returns when (its clock). A request's edges read the thread's clocks from other CPUs (an
-// arrival, in its client's context: bd_now) while the thread's own programs change them, and a program can be held
-// between two steps for as long as this VM's CPU is (~15 µs at a timer tick, 2026-12-05). With the time taken at
-// the program's start, the state and its start in two fields and cum[] added to first, a reader in such a pause
-// took the change half-made (the closing interval counted twice), or not yet made though its time had passed (the
-// pause counted in the state the thread had left): once in about 100,000 requests of the thread backend at 100
-// connections a part came out ~15 µs off, and skipped as `clock` when that made it negative. Now the time is taken
-// just before the new state and its start are written, as one word, and cum[] is added to after: a pause there
-// leaves a reader's clocks a little behind (the closing interval not yet in cum[]), not ahead. A reader cannot wait
-// out a pause, and one that spins on a mark costs the writer its cache lines (tried: 1 request in 3,000 skipped).
+// arrival, in its client's context: bd_now) while the thread's own programs change them, and this VM can hold a
+// program for 13-43 µs at a timer tick. With cum[] added to before the state and its start were written (two
+// fields), a reader in such a pause counted the closing interval twice (a part off by that whole interval); with
+// the time read at the program's start, a pause anywhere before the write counted in the state the thread had
+// left. Now the time is read just before the state and its start are written, as one word, and
+// cum[] is added to after: a pause after the write leaves a reader's clocks behind (the closing interval not yet
+// in cum[]), never ahead. A pause between the clock read and the write remains, and every `clock` skip traced
+// since was one (the thread's program held right after its clock read; ~5-10 in a million requests of the
+// thread backend at 100 connections, bench/RESULTS.md "The breakdown's clock skips"): the time must be read before
+// it is written, and a reader cannot wait a pause out (one that spun on a mark set before the clock read cost the
+// writer its cache lines: tried, 1 request in 3,000 skipped).
 static __always_inline u64 bd_enter_state(struct bd_thr_t *t, u32 st) {
     u64 w = LOAD_ONCE(t->word);
     u64 now = bpf_ktime_get_ns();
