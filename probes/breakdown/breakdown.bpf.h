@@ -199,7 +199,7 @@ static __always_inline u32 bd_state(u64 w) {
 // left. Now the time is read just before the state and its start are written, as one word, and
 // cum[] is added to after: a pause after the write leaves a reader's clocks behind (the closing interval not yet
 // in cum[]), never ahead. A pause between the clock read and the write remains, and every `clock` skip traced
-// since was one (the thread's program held right after its clock read; ~5-10 in a million requests of the
+// since was one (the thread's program held right after its clock read; a few in a million requests of the
 // thread backend at 100 connections, bench/RESULTS.md "The breakdown's clock skips"): the time must be read before
 // it is written, and a reader cannot wait a pause out (one that spun on a mark set before the clock read cost the
 // writer its cache lines: tried, 1 request in 3,000 skipped).
