@@ -140,3 +140,67 @@ def test_a_descriptor_wait_counts_by_its_part_inside_the_window(probes, group):
     assert base is not None
     waits = {k: v - base.io_wait.get(k, 0) for k, v in last.io_wait.items() if k[0] == reader.pid and k[1] == 0}
     assert len(waits) == 1 and list(waits.values())[0] == pytest.approx(0.3e9, abs=5e6), (waits, base.io_wait)
+
+
+_TWO_READERS = (  # the main thread reads fd1 a byte at a time; its byte b"n" starts a thread reading fd2 likewise
+    "import os, sys, threading\n"
+    "fd1, fd2 = int(sys.argv[1]), int(sys.argv[2])\n"
+    "def drain(fd):\n"
+    "    while os.read(fd, 1): pass\n"
+    "print('ready', flush=True)\n"
+    "while (b := os.read(fd1, 1)):\n"
+    "    if b == b'n': threading.Thread(target=drain, args=(fd2,), daemon=True).start()\n")
+
+
+def test_inside_the_window_only_descriptors_not_named_since_the_gate_are_read(probes, group, monkeypatch):
+    """netprof's /proc reads at the window's first mark are CPU the server shares: the descriptors waited on before
+    the window are named as the gate is set, and inside it only one first waited on since is read; after the window
+    every one is read again. Real processes, pipes and probes; `describe` is watched (not replaced) to see which
+    descriptors it was asked to name."""
+    from netprof.probes.breakdown import iowait
+
+    asked: list[set] = []
+    real = iowait.describe
+
+    def watched(waits):
+        asked.append({(k[0], k[2]) for k in waits})
+        return real(waits)
+
+    monkeypatch.setattr(iowait, "describe", watched)
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    try:
+        reader = group.spawn("two-readers", [sys.executable, "-c", _TWO_READERS, str(r1), str(r2)],
+                             pass_fds=(r1, r2))
+        reader.wait_line("ready", 30)
+        probes.target(reader.pid)
+        probes.attach()
+        for _ in range(2):  # seen entering read() after the first, woken from it by the second: fd1 is a key
+            os.write(w1, b"x")
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        assert probes.gate(t0 + 0.2, t0 + 0.8)
+        at_gate = asked[-1]
+        _until(t0 + 0.3)
+        os.write(w1, b"n")  # inside the window: a thread starts reading fd2 ...
+        time.sleep(0.05)
+        os.write(w2, b"x")  # ... and is woken once, so fd2 is a key too
+        time.sleep(0.05)
+        asked.clear()
+        first = probes.snapshot().breakdown  # as at the window's first mark
+        inside = list(asked)
+        _until(t0 + 0.85)
+        asked.clear()
+        last = probes.snapshot().breakdown
+        after = list(asked)
+    finally:
+        for fd in (r1, r2, w1, w2):
+            os.close(fd)
+        probes.detach()
+    one, two = (reader.pid, r1), (reader.pid, r2)
+    assert one in at_gate and two not in at_gate, at_gate
+    assert inside == [{two}], inside  # fd1 was named at the gate, not read again
+    assert first.fd_names[one].what.startswith("pipe:[") and first.fd_names[two].what.startswith("pipe:["), \
+        first.fd_names
+    assert after and {one, two} <= after[0], after  # after the window: all of them again
+    assert set(last.fd_names) >= {one, two}
