@@ -7,7 +7,7 @@ request (sent on the other CPU as soon as it had the answer) reset them; and an 
 clocks while that thread's own program had taken the time of a state change and not yet written it (or had written
 half of it). Two loads, each on every build in every round (the order rotated round by round, so a speed regime
 of the host falls on each alike), `--breakdown --probe-share 1` at 100 connections:
-- `thread`: a thread per connection (the skips were most frequent there: ~1 request in 100,000);
+- `thread`: a thread per connection (where the skips were traced);
 - `asyncio_sock`: one event loop.
 
 Per row: the requests skipped as `clock` per million the breakdown measured, and the parts' sum over the loader's

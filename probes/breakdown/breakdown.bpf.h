@@ -202,7 +202,7 @@ static __always_inline u32 bd_state(u64 w) {
 // since was one (the thread's program held right after its clock read; a few in a million requests of the
 // thread backend at 100 connections, bench/RESULTS.md "The breakdown's clock skips"): the time must be read before
 // it is written, and a reader cannot wait a pause out (one that spun on a mark set before the clock read cost the
-// writer its cache lines: tried, 1 request in 3,000 skipped).
+// writer its cache lines: tried, up to 1 request in 200 skipped).
 static __always_inline u64 bd_enter_state(struct bd_thr_t *t, u32 st) {
     u64 w = LOAD_ONCE(t->word);
     u64 now = bpf_ktime_get_ns();
@@ -660,8 +660,8 @@ static __always_inline u64 bd_blocked_not_lock(u64 *c) {
 // Not before: the client, on another CPU, has the answer and may send its next request while this program runs
 // (it did when a timer interrupt held the program for ~15 µs), and an arrival that found the socket free reset
 // the fields this request's parts are made of to the next one's, later than this one's read: its queue_wait came
-// out negative (skipped as `clock`: ~10 requests in a million of the thread backend at 100 connections). Until
-// here such an arrival is kept (bd_next) and opened after (bd_open_next).
+// out negative (skipped as `clock`: bench/RESULTS.md "The breakdown's clock skips"). Until here such an arrival
+// is kept (bd_next) and opened after (bd_open_next).
 static __always_inline int bd_answered(struct sk_t *s, int ret) {
     barrier();
     STORE_ONCE(s->bd_phase, 0);
