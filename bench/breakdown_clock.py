@@ -1,4 +1,4 @@
-"""The breakdown's `clock` skips: before and after its programs stopped racing themselves across CPUs (2026-12-05).
+"""The breakdown's `clock` skips: before and after two races of its programs across CPUs were narrowed (2026-12-05).
 
 A request whose parts came out negative is skipped as `clock` (probes/breakdown/breakdown.bpf.h K_CLOCK). Traced
 one by one, they were two races between programs on two CPUs, each opened when this VM held a program for ~15 µs at
