@@ -96,7 +96,10 @@ def test_probes_attach_only_in_the_probed_sub_window(tmp_path):
     unprobed_cpu_s = cpu["unprobed_cpu_us_per_msg"] * row["messages"] / 1e6
     assert unprobed_cpu_s == pytest.approx(row["cpu"]["user_s"] + row["cpu"]["sys_s"], abs=0.03), (cpu, row["cpu"])
     assert row["probe_cpu_cost"] == pytest.approx(cpu["cpu_us_per_msg"] / cpu["unprobed_cpu_us_per_msg"] - 1)
-    assert -0.2 < row["probe_cpu_cost"] < 1.0, cpu
+    # one round's figure moves by 8-13 points (SD) on this host (bench/RESULTS.md, "Probe overhead: the server's CPU
+    # per message"; the fresh clone at cfccd11 read -0.204 beside bench/bystander.py): a bound ~4 SD below the
+    # probes' +2-5%, for a figure taken from the wrong CPU or messages, not for the host's stretches
+    assert -0.5 < row["probe_cpu_cost"] < 1.0, cpu
     # The unprobed parts before and after the probed sub-window last as long as each other, so the
     # headline rate is their mean; how far apart they are is the cell's own noise floor.
     parts = row["unprobed_parts"]
