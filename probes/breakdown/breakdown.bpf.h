@@ -196,16 +196,16 @@ static __always_inline u32 bd_state(u64 w) {
 // program for 13-43 µs at a timer tick. With cum[] added to before the state and its start were written (two
 // fields), a reader in such a pause counted the closing interval twice (a part off by that whole interval); with
 // the time read at the program's start, a pause anywhere before the write counted in the state the thread had
-// left. Now the time is read just before the state and its start are written, as one word, and
-// cum[] is added to after: a pause after the write leaves a reader's clocks behind (the closing interval not yet
-// in cum[]), never ahead. A pause between the clock read and the write remains, and every `clock` skip traced
+// left. Now the time is read just before the state and its start are written, as one word (bd_enter_state; but
+// for sys_enter, whose time read first serves its send's entry too: a second read costs ~25 ns on every syscall),
+// and cum[] is added to after: a pause after the write leaves a reader's clocks behind (the closing interval not
+// yet in cum[]), never ahead. A pause between the clock read and the write remains, and every `clock` skip traced
 // since was one (the thread's program held right after its clock read; a few in a million requests of the
 // thread backend at 100 connections, bench/RESULTS.md "The breakdown's clock skips"): the time must be read before
 // it is written, and a reader cannot wait a pause out (one that spun on a mark set before the clock read cost the
 // writer its cache lines: tried, up to 1 request in 200 skipped).
-static __always_inline u64 bd_enter_state(struct bd_thr_t *t, u32 st) {
+static __always_inline u64 bd_enter_state_at(struct bd_thr_t *t, u32 st, u64 now) {
     u64 w = LOAD_ONCE(t->word);
-    u64 now = bpf_ktime_get_ns();
     STORE_ONCE(t->word, (now << BD_W_SHIFT) | st);
     barrier();
     u32 cur = bd_state(w);
@@ -213,6 +213,10 @@ static __always_inline u64 bd_enter_state(struct bd_thr_t *t, u32 st) {
     if (cur < BD_NS && now > since)
         t->cum[cur] += now - since;
     return now;
+}
+
+static __always_inline u64 bd_enter_state(struct bd_thr_t *t, u32 st) {
+    return bd_enter_state_at(t, st, bpf_ktime_get_ns());
 }
 
 // A thread's clocks as of `now` (the open interval added to its current state) into `out`: a copy of cum[] counts
@@ -348,7 +352,7 @@ RAW_TRACEPOINT_PROBE(sys_enter) {
         if (!t)
             return 0;
     }
-    bd_enter_state(t, BD_SYS);
+    bd_enter_state_at(t, BD_SYS, now);  // the time read above: a second clock read is ~25 ns on every syscall
     t->sc = sc;
     if (bd_is_readiness(sc))
         t->io_enter = t->cum[BD_IO];
