@@ -200,7 +200,7 @@ static __always_inline u32 bd_state(u64 w) {
 // for sys_enter, whose time read first serves its send's entry too: a second read costs ~25 ns on every syscall),
 // and cum[] is added to after: a pause after the write leaves a reader's clocks behind (the closing interval not
 // yet in cum[]), never ahead. A pause between the clock read and the write remains, and every `clock` skip traced
-// since was one (the thread's program held right after its clock read; a few in a million requests of the
+// since was one (the thread's program held right after its clock read; 5-13 in a million requests of the
 // thread backend at 100 connections, bench/RESULTS.md "The breakdown's clock skips"): the time must be read before
 // it is written, and a reader cannot wait a pause out (one that spun on a mark set before the clock read cost the
 // writer its cache lines: tried, up to 1 request in 200 skipped).
