@@ -665,11 +665,11 @@ static __always_inline u64 bd_blocked_not_lock(u64 *c) {
 // (it did when a timer interrupt held the program for ~15 µs), and an arrival that found the socket free reset
 // the fields this request's parts are made of to the next one's, later than this one's read: its queue_wait came
 // out negative (skipped as `clock`: bench/RESULTS.md "The breakdown's clock skips"). Until here such an arrival
-// is kept (bd_next) and opened after (bd_open_next).
-static __always_inline int bd_answered(struct sk_t *s, int ret) {
+// is kept (bd_next) and opened after (bd_open_next). Returns 0 (no request for bd_commit), for bd_answer's early exits.
+static __always_inline int bd_answered(struct sk_t *s) {
     barrier();
     STORE_ONCE(s->bd_phase, 0);
-    return ret;
+    return 0;
 }
 
 // The first send on served socket `s` after its read (`now`: after the send returned): the request's
@@ -713,7 +713,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     t->mark_user = c[BD_USER];
     t->mark_sys = c[BD_SYS];
     if (phase != 2)
-        return bd_answered(s, 0);
+        return bd_answered(s);
 #if WATCH
     // a client on another host: no arrival on this machine; the send ends at its last packet handed to the
     // device, and transit_out is not seen (0)
@@ -724,7 +724,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
 #endif
     if (!mine || !pc->dev_ts || !pc->peer_arr || pc->dev_ts < t->enter_ts || pc->peer_arr < pc->dev_ts) {
         bd_skip(K_NO_SEND_EDGE);
-        return bd_answered(s, 0);
+        return bd_answered(s);
     }
     u64 *a = s->bd_a, *r = s->bd_r;
     // [A, R] on the reader's clocks (a → r), [R, S] on the answering thread's (x → e; x = r when the reader
@@ -739,7 +739,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     s64 sl = (s64)(e[BD_SLEEP] - x[BD_SLEEP]), io = (s64)(e[BD_IO] - x[BD_IO]), ot = (s64)(e[BD_OTHER] - x[BD_OTHER]);
     if (qw < 0 || lw < 0 || rq < 0 || fu < 0 || sl < 0 || io < 0 || ot < 0 || gil < 0) {
         bd_skip(K_CLOCK);
-        return bd_answered(s, 0);
+        return bd_answered(s);
     }
     // of io, the readiness waits that timed out; a wait in progress at the read (a handed request's answering
     // thread) is added whole at its exit: at most io
@@ -749,7 +749,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
     u64 snd = pc->dev_ts - t->enter_ts, tout = pc->peer_arr - pc->dev_ts, tin = s->bd_tin;
     struct bd_req_t *q = bd_scratch.lookup(&zero);
     if (!q)
-        return bd_answered(s, 0);
+        return bd_answered(s);
     q->v[P_QUEUE_WAIT] = qw;
     q->v[P_LOOP_WAIT] = lw;
     q->v[P_RUNQUEUE] = rq;
@@ -774,7 +774,7 @@ static __always_inline int bd_answer(struct sk_t *s, u64 now) {
 #if WATCH
     q->route = s->route;
 #endif
-    bd_answered(s, 0);
+    bd_answered(s);
     // the answer now waits on the loader's socket until its read
     u64 psk = pc->peer_sk, arr = pc->peer_arr;
     if (!psk)  // not delivered on this machine (watch: a remote client)
