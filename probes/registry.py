@@ -21,6 +21,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from netprof.profiler.model import metrics
+
 from .instrument import Instrument
 
 NAMES = ("counting", "sockwait", "breakdown")
@@ -59,12 +61,10 @@ def parts(part: str) -> list[ModuleType]:
 
 def judge_metrics() -> None:
     """Each registered instrument's judged figures (METRICS of its `metrics.py`: `netprof compare` and summary.json's
-    per-cell aggregates judge them) into the statistics' table (stats.INSTRUMENT_METRICS), in NAMES order; compare
+    per-cell aggregates judge them) into model/metrics.py's table (INSTRUMENT_METRICS), in NAMES order; compare
     and the report call it before they judge. Adding them again changes nothing."""
-    from netprof.profiler.model import stats  # deferred: pandas, only when a run's figures are judged
-
     for part in parts("metrics"):
-        stats.add_metrics(part.METRICS)
+        metrics.add_metrics(part.METRICS)
 
 
 def folders() -> list[str]:

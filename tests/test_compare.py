@@ -14,9 +14,9 @@ from rich.console import Console
 from test_anomalies import make_row
 
 from helpers import run_netprof
-from netprof.profiler.analysis import compare
+from netprof.profiler.analysis import compare, fail_if
 from netprof.profiler.core.errors import InputError
-from netprof.profiler.model import results, schema, stats
+from netprof.profiler.model import metrics, results, schema, stats
 from netprof.profiler.report import compare_report
 
 SHORT = ("-d", "0.3", "--warmup", "0.1", "--no-report", "--wait")  # --wait: queue behind another run
@@ -243,7 +243,7 @@ def test_io_uring_work_is_compared_beside_the_syscalls(tmp_path):
     ms = cell["metrics"]
     assert ms["ring_per_msg.epoll_ctl"]["mean_base"] == pytest.approx(1.0) and ms["ring_per_msg.epoll_ctl"]["shown"]
     assert ms["ring_per_msg.epoll_ctl"]["mean_new"] == 0  # a probed cell without ring work: 0, not unknown
-    assert ms[stats.KERNEL_OPS_TOTAL]["mean_base"] == pytest.approx(ms[stats.KERNEL_OPS_TOTAL]["mean_new"])
+    assert ms[metrics.KERNEL_OPS_TOTAL]["mean_base"] == pytest.approx(ms[metrics.KERNEL_OPS_TOTAL]["mean_new"])
     assert "epoll_ctl (io_uring) per message 1.00 → 0.00" in cell["why"], cell["why"]
     (details,) = compare_report.view(doc)["comparisons"][0]["details"]
     labels = [r[0] for r in details["rows"]]
@@ -302,7 +302,7 @@ def test_a_negligible_fairness_change_is_no_why(tmp_path):
     doc = compare.compare([a, b])
     (cell,) = doc["comparisons"][0]["cells"]
     jain = cell["metrics"]["per_conn.jain"]
-    assert jain["verdict"] == "lower" and jain["judged_by"] == stats.CONN_CV and jain["scale"] == "log"
+    assert jain["verdict"] == "lower" and jain["judged_by"] == metrics.CONN_CV and jain["scale"] == "log"
     assert cell["why"] is None
     (detail,) = compare_report.view(doc)["comparisons"][0]["details"]
     row = next(r for r in detail["rows"] if r[0] == "Jain index")
@@ -324,7 +324,7 @@ def test_socket_wait_figures_are_judged(tmp_path):
     assert m["sockwait.wait_p50_us"]["verdict"] == "higher" and m["sockwait.wait_p50_us"]["scale"] == "log"
     assert m["sockwait.wait_p50_us"]["ratio"] == pytest.approx(10, rel=0.05)
     assert m["sockwait.handler_p50_us"]["verdict"] == NO_CHANGE
-    assert m[stats.SOCKWAIT_TRANSIT]["mean_base"] == pytest.approx(50.0)
+    assert m[metrics.SOCKWAIT_TRANSIT]["mean_base"] == pytest.approx(50.0)
     assert cell["why"] is None  # msgs/s and latency did not move: no why-sentence for a wait alone
     (cell,) = compare.compare([a, c])["comparisons"][0]["cells"]
     assert cell["metrics"]["sockwait.wait_p50_us"]["verdict"] == "lower"
@@ -355,7 +355,7 @@ def test_compare_states_its_resolution_and_points_to_ab_when_it_is_wide(tmp_path
 @pytest.mark.parametrize("bad", ["slowr:5%", "slower", "slower:+5%", "p99:-10%", "syscalls:lots"])
 def test_malformed_fail_if_names_the_fix(bad):
     with pytest.raises(InputError, match="--fail-if slower:5%,p99:\\+10%,syscalls:\\+0.5"):
-        compare.parse_fail_if(bad)
+        fail_if.parse_fail_if(bad)
 
 
 def test_cell_summaries_have_mean_interval_n():

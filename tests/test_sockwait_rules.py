@@ -13,7 +13,7 @@ from test_anomalies import frame, ids, make_row
 from netprof.probes.sockwait import report as sockwait_report
 from netprof.profiler.analysis import rules as anomalies
 from netprof.profiler.analysis.rules import detect
-from netprof.profiler.model import stats
+from netprof.profiler.model import metrics, stats
 
 # A `sockwait` row group: short waits and handlers, connections served alike.
 SW = {
@@ -74,8 +74,8 @@ def test_conn_wait_split_takes_the_carriers_when_fewer_than_a_tenth_carried_the_
 
 def test_transit_is_round_trip_minus_server_time():
     df = stats.derive(frame(sw_row(rtt_mean_us=110.0, server_mean_us=36.0), make_row(round=2)))
-    assert df[stats.SOCKWAIT_TRANSIT].iloc[0] == pytest.approx(74.0)
-    assert math.isnan(df[stats.SOCKWAIT_TRANSIT].iloc[1])
+    assert df[metrics.SOCKWAIT_TRANSIT].iloc[0] == pytest.approx(74.0)
+    assert math.isnan(df[metrics.SOCKWAIT_TRANSIT].iloc[1])
 
 
 def test_head_of_line_fires_for_a_single_loop_behind_slow_handlers_only():

@@ -54,6 +54,28 @@ def test_cli_report_and_their_statistics_import_neither_scipy_nor_matplotlib():
     assert out.stdout.strip() == "[]", out.stdout
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["ab", "selector", "asyncio_sock", "--fail-if", "slowr:5%"], "--fail-if 'slowr:5%' is not understood"),
+    (["ab", "selector", "no_such_backend"], "unknown backend 'no_such_backend'"),
+    (["ab", "selector", "asyncio_sock", "--window", "0.01"], "--window 0.01 is out of range"),
+    (["knee", "selector", "--slo", "p99<5ms", "--steps", "99"], "--steps 99 is out of range"),
+    (["run", "selector", "--msize", "0"], "--msize 0 is out of range"),
+    (["flamegraph", "no_such_backend"], "unknown backend 'no_such_backend'"),
+    (["report", "/nonexistent"], "/nonexistent: no such directory"),
+])
+def test_refused_input_is_answered_before_pandas_is_imported(argv, says):
+    """A command refused for its input says why without importing pandas (~0.35 s of CPU here): ab's plan, knee's,
+    run's and the rules of --fail-if are light (model/metrics.py names the judged figures without computing them).
+    Checked by the interpreter's own import log, nothing begun ahead (NETPROF_NO_PREFETCH)."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "netprof.profiler", *argv], capture_output=True,
+                         text=True, cwd="/", timeout=60, env={**os.environ, "NETPROF_NO_PREFETCH": "1"})
+    log = [ln for ln in out.stderr.splitlines() if ln.startswith("import time:")]
+    said = [ln for ln in out.stderr.splitlines() if not ln.startswith("import time:")]
+    assert out.returncode == 2 and len(said) == 1 and says in said[0], out.stderr[-2000:]
+    assert any(ln.rstrip().endswith("| netprof.profiler.cli") for ln in log), "the import log shows no CLI"
+    assert not [ln for ln in log if ln.split("|")[-1].strip().split(".")[0] == "pandas"]
+
+
 def _fake_svg(name, cells, per_conn):
     return f"<svg>{name} {os.getpid()} {len(cells)}</svg>".encode()
 

@@ -4,7 +4,7 @@ and its total, heavy-tailed like the socket waits (a log scale, 0 as 1 ns). Foun
 
 from __future__ import annotations
 
-from netprof.profiler.model.stats import NS_FLOOR_US, Metric
+from netprof.profiler.model.metrics import NS_FLOOR_US, Metric
 
 JUDGED_PARTS = ("queue_wait", "loop_wait", "runqueue", "on_cpu", "off_cpu_futex", "off_cpu_io")  # of breakdown.PARTS
 

@@ -4,7 +4,7 @@ scale, a wait of 0 (nothing waited) as the histograms' 1 ns. Found by name (prob
 
 from __future__ import annotations
 
-from netprof.profiler.model.stats import NS_FLOOR_US, SOCKWAIT_TRANSIT, Metric
+from netprof.profiler.model.metrics import NS_FLOOR_US, SOCKWAIT_TRANSIT, Metric
 
 METRICS = {
     # explains: compare's why-sentence names a significant change of the median wait

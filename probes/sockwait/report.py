@@ -20,7 +20,7 @@ import pandas as pd
 
 from netprof.profiler.core import atomic, units
 from netprof.profiler.kit import edges
-from netprof.profiler.model import results, schema, stats
+from netprof.profiler.model import metrics, results, schema
 from netprof.profiler.model.stats import num
 
 MAX_CONN_PANELS = 6  # per-connection panels (one per cell, its first round); the table has every cell
@@ -82,7 +82,7 @@ def _label(r, cells: pd.DataFrame) -> str:
 def parts(r) -> dict[str, float] | None:
     """The mean round trip of a cell split into PARTS (µs): queue wait and handler (per read / per
     answer), the rest of the server time (reads of split requests, sends), and the transit
-    (stats.SOCKWAIT_TRANSIT: round trip − server time; none in a watched cell, whose whole is the server time).
+    (metrics.SOCKWAIT_TRANSIT: round trip − server time; none in a watched cell, whose whole is the server time).
     None without the figures."""
     rtt, server = num(r, "sockwait.rtt_mean_us"), num(r, "sockwait.server_mean_us")
     wait, handler = num(r, "sockwait.wait_mean_us"), num(r, "sockwait.handler_mean_us")
@@ -211,7 +211,7 @@ def table(cells: pd.DataFrame) -> dict:
                     "server_p50_us",
                 )
             ]
-            + ([] if watched else [_us(num(r, stats.SOCKWAIT_TRANSIT))])
+            + ([] if watched else [_us(num(r, metrics.SOCKWAIT_TRANSIT))])
             + [
                 "–" if ratio is None else f"×{ratio:,.1f}",
                 ("yes" if exact == 1 else "bounds") + (f" ({', '.join(over)})" if over else ""),

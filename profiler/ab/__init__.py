@@ -13,10 +13,12 @@ This module sits above the report layer: it drives cells (the run layer) and han
 
 The package, by job: plan.py (what a run is, checked before anything starts), records.py (the canary, the
 recording loader, each cell's record and the pairs), session.py (the run), document.py (the answer). This
-module is its public surface: what `netprof ab`, the tests and bench/ use.
+module is its public surface: what `netprof ab`, the tests and bench/ use. plan.py's names are imported at once
+(light: the CLI refuses a bad ab in ~0.3 s); the rest, which loads pandas and the run layer, on first use.
 """
 
-from netprof.profiler.ab.document import _round_ratios, _verdict, report, summary_lines
+from typing import TYPE_CHECKING, Any
+
 from netprof.profiler.ab.plan import (
     AB_JSON,
     BLOCK_S,
@@ -37,10 +39,24 @@ from netprof.profiler.ab.plan import (
     parse_precision,
     plan,
 )
-from netprof.profiler.ab.session import AbOutcome, execute
-from netprof.profiler.run.canary import Canary, RecordingLoader
+from netprof.profiler.core import lazy
+
+if TYPE_CHECKING:
+    from netprof.profiler.ab.document import _round_ratios, _verdict, report, summary_lines
+    from netprof.profiler.ab.session import AbOutcome, execute
+    from netprof.profiler.run.canary import Canary, RecordingLoader
+
+_LAZY = {"_round_ratios": (".document", "_round_ratios"), "_verdict": (".document", "_verdict"),
+         "report": (".document", "report"), "summary_lines": (".document", "summary_lines"),
+         "AbOutcome": (".session", "AbOutcome"), "execute": (".session", "execute"),
+         "Canary": ("netprof.profiler.run.canary", "Canary"),
+         "RecordingLoader": ("netprof.profiler.run.canary", "RecordingLoader")}
 
 __all__ = ["AB_JSON", "BLOCK_S", "LETTERS", "METHODS", "METRICS", "PRIME", "TURNS_PARQUET", "WINDOW_S", "AbOutcome",
            "AbPlan", "Canary", "RecordingLoader", "Variant", "_labels", "_per_variant_env", "_per_variant_pythons",
            "_round_ratios", "_verdict", "choose_method", "default_window", "execute", "missing_capability",
            "parse_precision", "plan", "report", "summary_lines"]
+
+
+def __getattr__(name: str) -> Any:
+    return lazy.attr(__name__, _LAZY, name)

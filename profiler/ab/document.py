@@ -13,9 +13,10 @@ from rich.markup import escape
 from netprof.profiler.ab.plan import GEN_BLOCKS, GEN_WARMUP_S, LOG_JUDGED, METHOD, METHOD_TURNS, AbPlan, Variant
 from netprof.profiler.ab.records import CellRecord, Pairs, _value
 from netprof.profiler.analysis import compare
+from netprof.profiler.analysis import fail_if as fail_if_rules
 from netprof.profiler.core import units
 from netprof.profiler.kit.rule_registry import Thresholds
-from netprof.profiler.model import paired, stats
+from netprof.profiler.model import metrics, paired
 from netprof.profiler.report import compare_report
 from netprof.profiler.run import turns as turns_mod
 from netprof.profiler.run.warm import WarmServer
@@ -110,7 +111,7 @@ def summary_lines(doc: dict) -> list[str]:
     """What the terminal adds to compare's pages: how the answer was measured and why it stopped."""
     ab = doc["ab"]
     load = (f"open loop at {ab['rate']:,.0f} requests/s ({ab['arrivals']} arrivals), judged on "
-            f"{stats.metric_info(ab['metric']).label}; " if ab.get("rate") else "")
+            f"{metrics.metric_info(ab['metric']).label}; " if ab.get("rate") else "")
     windows = (f"{ab['window_s']:g} s blocks after {ab['warmup_s']:g} s warm-up each"
                + (f", then {ab['probed_pairs']} probed cell pairs for the syscalls" if ab.get("probed_pairs") else "")
                if ab.get("method") == "turns" else f"{ab['window_s']:g} s windows after {ab['warmup_s']:g} s warm-up")
@@ -135,7 +136,7 @@ def build(s: Any, out: Path, warm: list[WarmServer]) -> dict:
     flamegraphs and stop): compare's document with the "ab" object."""
     p = s.p
     base = p.variants[0]
-    checks = compare.parse_fail_if(p.fail_if)
+    checks = fail_if_rules.parse_fail_if(p.fail_if)
     loader_frac = _loader_fracs(s.records, p.variants)
     limit = Thresholds().loader_saturated  # the loader_bottleneck rule's
     saturated = {label: f for label, f in loader_frac.items() if f is not None and f >= limit}

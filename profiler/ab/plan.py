@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from netprof.backends import registry as backend_registry
 from netprof.probes import registry as instrument_registry
-from netprof.profiler.analysis import compare
+from netprof.profiler.analysis import fail_if as fail_if_rules
 from netprof.profiler.core.errors import InputError
-from netprof.profiler.model import paired, stats
+from netprof.profiler.model import metrics, paired
 from netprof.profiler.run import servers
 from netprof.profiler.run import turns as turns_mod
 from netprof.profiler.run.plan import (
@@ -25,13 +25,13 @@ AB_JSON = "ab.json"
 TURNS_PARQUET = "turns.parquet"  # turns: every round's messages per variant
 PRIME = "\u2032"  # the second of two identical variants is "selector′"
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-# The figures judged per pair (stats' names), then each syscall and io_uring operation per message when probes
-# ran. Positive ones are judged on log ratios; counts that can be 0 (context switches, syscalls) on differences.
-JUDGED = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys", stats.CPU_TOTAL,
-          "ctx_switches_per_msg", stats.SYSCALLS_TOTAL, stats.KERNEL_OPS_TOTAL)
-PROBED_TOTALS = (stats.SYSCALLS_TOTAL, stats.KERNEL_OPS_TOTAL)  # a probed cell pair's figures: these and each op
+# The figures judged per pair (model/metrics.py's names), then each syscall and io_uring operation per message when
+# probes ran. Positive ones are judged on log ratios; counts that can be 0 (context switches, syscalls) on differences.
+JUDGED = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys", metrics.CPU_TOTAL,
+          "ctx_switches_per_msg", metrics.SYSCALLS_TOTAL, metrics.KERNEL_OPS_TOTAL)
+PROBED_TOTALS = (metrics.SYSCALLS_TOTAL, metrics.KERNEL_OPS_TOTAL)  # a probed cell pair's figures: these and each op
 LOG_JUDGED = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys",
-              stats.CPU_TOTAL)
+              metrics.CPU_TOTAL)
 METRICS = LOG_JUDGED  # what --metric may name: the stopping rule reads a log-ratio interval
 LIMITS = {"window": (0.2, 60.0), "warmup": (0.0, 60.0), "max_time": (1.0, 24 * 3600.0), "precision": (1e-4, 0.5)}
 CANARY_SLACK_S = 120.0  # the canary outlives the planned run by this much at most (it is bounded by itself too)
@@ -271,7 +271,7 @@ def plan(template: RunConfig, names: list[str], cmds: list[str], *, cmd_names: l
     _check("warmup", template.warmup, "--warmup")
     _check("max_time", max_time, "--max-time")
     _check("precision", precision, "--precision")
-    compare.parse_fail_if(fail_if)  # a malformed rule fails now, not after the measurement
+    fail_if_rules.parse_fail_if(fail_if)  # a malformed rule fails now, not after the measurement
     pythons = _per_variant_pythons(python, kinds)
     rings = _per_variant_io_uring(rings, kinds)
     envs = _per_variant_env(list(env_items or []), kinds)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from netprof.profiler.ab.plan import JUDGED, LOG_JUDGED
-from netprof.profiler.model import paired, results, stats
+from netprof.profiler.model import metrics, paired, results, stats
 from netprof.profiler.run import turns as turns_mod
 
 # ---------------------------------------------------------------------------------------------
@@ -31,7 +31,7 @@ def figures(row: dict) -> dict[str, float]:
     """The judged columns of one row (stats.per_round derives CPU and syscall totals)."""
     df = stats.per_round(pd.DataFrame([results.flatten(row)]))
     r = df.iloc[0]
-    cols = [c for c in JUDGED if c in df] + sorted(c for c in df.columns if c.startswith(stats.KERNEL_OP_PREFIXES))
+    cols = [c for c in JUDGED if c in df] + sorted(c for c in df.columns if c.startswith(metrics.KERNEL_OP_PREFIXES))
     return {c: v for c in cols if (v := stats.num(r, c)) is not None}
 
 
@@ -40,7 +40,7 @@ def _value(rec: CellRecord, col: str) -> float | None:
     unknown."""
     if col in rec.figures:
         return rec.figures[col]
-    return 0.0 if rec.probed and col.startswith(stats.KERNEL_OP_PREFIXES) else None
+    return 0.0 if rec.probed and col.startswith(metrics.KERNEL_OP_PREFIXES) else None
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Pairs:
 
     def columns(self) -> list[str]:
         have = {c for b, n, _ in self.items for c in (*b.figures, *n.figures)}
-        return [c for c in JUDGED if c in have] + sorted(c for c in have if c.startswith(stats.KERNEL_OP_PREFIXES))
+        return [c for c in JUDGED if c in have] + sorted(c for c in have if c.startswith(metrics.KERNEL_OP_PREFIXES))
 
 
 def converged(pairs: Pairs, metric: str, precision: float, min_pairs: int) -> bool:

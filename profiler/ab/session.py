@@ -38,7 +38,7 @@ from netprof.profiler.ab.records import (
 from netprof.profiler.analysis import compare
 from netprof.profiler.core import atomic, runlock
 from netprof.profiler.core.procs import ProcessError, ProcessGroup, parse_cpus
-from netprof.profiler.model import hostspeed, stats
+from netprof.profiler.model import hostspeed, metrics
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.report import compare_report
 from netprof.profiler.run import evidence, interpreters
@@ -297,7 +297,7 @@ class _Session:
                     continue
                 for rec in got[:2]:
                     rec.figures = {c: v for c, v in rec.figures.items()
-                                   if c.startswith(stats.KERNEL_OP_PREFIXES) or c in PROBED_TOTALS}
+                                   if c.startswith(metrics.KERNEL_OP_PREFIXES) or c in PROBED_TOTALS}
                 comp.items.append(got)
                 self.probed_pairs += 1
         return None

@@ -1,7 +1,7 @@
 """`netprof compare BASE NEW [NEW…]`: did it get faster, is that real, and why.
 
 pyperf's `compare_to`, for a profiler: cells of two runs are matched on every dimension, every
-judged figure (stats.CELL_METRICS and each syscall per message) becomes a ratio NEW/BASE with a 95%
+judged figure (metrics.CELL_METRICS and each syscall per message) becomes a ratio NEW/BASE with a 95%
 interval from the per-round values and a verdict, and a significant change gets one sentence saying
 which syscall and CPU deltas explain it. This module loads, matches and judges; the numbers come
 from `stats` (per_round, compare_samples), a cell's identity from `schema`, and the pages (terminal,
@@ -11,7 +11,6 @@ compare.md, compare.html, compare.json) are `compare_report`'s.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,10 +21,11 @@ from pyarrow.lib import ArrowException
 
 from netprof.flamegraphs.render import diff_stacks
 from netprof.probes import registry as instruments
+from netprof.profiler.analysis import fail_if as fail_if_rules
 from netprof.profiler.core import atomic, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.units import rate as human
-from netprof.profiler.model import results, schema, stats
+from netprof.profiler.model import metrics, results, schema, stats
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -46,7 +46,7 @@ METHOD = (f"NEW/BASE is the ratio of the means over each cell's successful round
 # between them is what the comparison is about (`--work spin:20`, `--framing stream`, a backend).
 LOAD_KEYS = ("connections", "pipeline")
 # A cell "changed" when one of these changed significantly; its why-sentence opens with them.
-CHANGE_METRICS = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "per_conn.jain", stats.CPU_TOTAL)
+CHANGE_METRICS = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "per_conn.jain", metrics.CPU_TOTAL)
 # ... and continues with these (what explains it), then the instruments' judged figures that say `explains`.
 EXPLAIN_METRICS = ("cpu_us_per_msg.user", "cpu_us_per_msg.sys", "ctx_switches_per_msg")
 SYSCALL_MIN_DELTA = 0.01  # per message: a smaller change of one syscall is not worth a line
@@ -207,7 +207,7 @@ def _verdict(col: str, c: dict) -> tuple[str, bool | None]:
     if not c["significant"] or not c["direction"]:
         return "no significant change", None
     up = c["direction"] > 0
-    better = up == stats.metric_info(col).higher_is_better
+    better = up == metrics.metric_info(col).higher_is_better
     if col == "msgs_per_sec":
         return ("faster" if up else "slower"), better
     return ("higher" if up else "lower"), better
@@ -217,10 +217,10 @@ def describe(col: str, c: dict, protocol=None) -> dict:
     """A judged figure `c` (stats.compare_samples' fields) with its label (in the words of the cell's
     `protocol`: units), unit, verdict and whether the pages show it (a syscall only when it changed);
     `netprof ab` judges its pairs and describes them here."""
-    info = stats.metric_info(col, protocol)
+    info = metrics.metric_info(col, protocol)
     c["label"], c["unit"], c["higher_is_better"] = info.label, info.unit, info.higher_is_better
     c["verdict"], c["better"] = _verdict(col, c)
-    syscall = col.startswith(stats.KERNEL_OP_PREFIXES)  # a syscall or an io_uring operation, by name
+    syscall = col.startswith(metrics.KERNEL_OP_PREFIXES)  # a syscall or an io_uring operation, by name
     c["shown"] = not syscall or (c["verdict"] in ("higher", "lower") and abs(c["delta"]) >= SYSCALL_MIN_DELTA)
     return c
 
@@ -271,10 +271,10 @@ def judge_cell(b: pd.DataFrame, n: pd.DataFrame, alpha: float = ALPHA) -> dict:
 def _zero_ops(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """`df` with the kernel operations (by name) of `cols` that its run never made: 0 in its probed rows
     (io_uring_enter with io_uring off; stats.per_round does the same within one run), unknown in the others."""
-    missing = [c for c in cols if c.startswith(stats.KERNEL_OP_PREFIXES) and c not in df]
-    if not missing or stats.SYSCALLS_TOTAL not in df:
+    missing = [c for c in cols if c.startswith(metrics.KERNEL_OP_PREFIXES) and c not in df]
+    if not missing or metrics.SYSCALLS_TOTAL not in df:
         return df
-    probed = df[stats.SYSCALLS_TOTAL].notna()
+    probed = df[metrics.SYSCALLS_TOTAL].notna()
     return df.assign(**{c: pd.Series(0.0, index=df.index).where(probed) for c in missing})
 
 
@@ -290,14 +290,14 @@ def notable(col: str, c: dict | None) -> bool:
     return _judged(c) and abs(c["delta"]) >= MIN_NOTABLE.get(col, 0.0)
 
 
-def why(label: str, metrics: dict, protocol=None) -> str | None:
+def why(label: str, figures: dict, protocol=None) -> str | None:
     """One sentence for a significant change: what changed, then the syscall and CPU deltas that
     explain it ('uvloop_sock c=100: +18% msgs/s; epoll_ctl per message 6.00 → 2.00, kernel CPU per
-    message −3.1 µs'; req/s and per request for HTTP: `protocol` says, and `metrics` have their labels
+    message −3.1 µs'; req/s and per request for HTTP: `protocol` says, and `figures` have their labels
     in its words); None when nothing in CHANGE_METRICS changed significantly."""
     head = []
     for col in CHANGE_METRICS:
-        c = metrics.get(col)
+        c = figures.get(col)
         if c is None or not notable(col, c):
             continue
         if col == "msgs_per_sec":
@@ -307,18 +307,18 @@ def why(label: str, metrics: dict, protocol=None) -> str | None:
                         + (f" ({_pct(c['ratio'])})" if col.startswith("lat_us.") else ""))
     if not head:
         return None
-    explain = sorted((c for col, c in metrics.items() if col.startswith(stats.KERNEL_OP_PREFIXES)
+    explain = sorted((c for col, c in figures.items() if col.startswith(metrics.KERNEL_OP_PREFIXES)
                       and c["shown"] and _judged(c)), key=lambda c: -abs(c["delta"]))[:3]
-    parts = [f"{c['label']} {fmt(stats.SYSCALL_PREFIX, c['mean_base'])} → {fmt(stats.SYSCALL_PREFIX, c['mean_new'])}"
-             for c in explain]
-    for col in (*EXPLAIN_METRICS, *(col for col, m in stats.INSTRUMENT_METRICS.items() if m.explains)):
-        c = metrics.get(col)
+    per_msg = metrics.SYSCALL_PREFIX  # formatted as a count per message
+    parts = [f"{c['label']} {fmt(per_msg, c['mean_base'])} → {fmt(per_msg, c['mean_new'])}" for c in explain]
+    for col in (*EXPLAIN_METRICS, *(col for col, m in metrics.INSTRUMENT_METRICS.items() if m.explains)):
+        c = figures.get(col)
         if _judged(c):
             parts.append(f"{c['label']} {_signed(c['delta'])}{' ' + c['unit'] if c['unit'] else ''}"
                          if c["unit"] else f"{c['label']} {fmt(col, c['mean_base'])} → {fmt(col, c['mean_new'])}")
     if not parts:
         parts.append(f"no syscall, CPU or context-switch figure {units.per_unit(protocol)} changed significantly"
-                     + ("" if stats.SYSCALLS_TOTAL in metrics else " (syscalls not counted: the runs had no probes)"))
+                     + ("" if metrics.SYSCALLS_TOTAL in figures else " (syscalls not counted: the runs had no probes)"))
     return f"{label}: {', '.join(head)}; {', '.join(parts)}"
 
 
@@ -430,68 +430,25 @@ def warnings_for(base: Run, new: Run) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# --fail-if
+# --fail-if (the rules: fail_if.py)
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    column: str
-    bad_up: bool  # an increase is the regression
-    threshold: float
-    relative: bool
-    text: str
-
-    def breached(self, c: dict) -> bool:
-        if not _judged(c) or (c["direction"] > 0) != self.bad_up:
-            return False
-        size = abs(c["ratio"] - 1) if self.relative else abs(c["delta"])
-        return size > self.threshold
-
-
-CHECKS = {"slower": ("msgs_per_sec", False), "p50": ("lat_us.p50", True), "p99": ("lat_us.p99", True),
-          "cpu": (stats.CPU_TOTAL, True), "syscalls": (stats.SYSCALLS_TOTAL, True),
-          "ctx": ("ctx_switches_per_msg", True), "jain": ("per_conn.jain", False)}
-FAIL_IF_EXAMPLE = "--fail-if slower:5%,p99:+10%,syscalls:+0.5"
-_CHECK_RE = re.compile(r"^(?P<name>[a-z0-9]+):(?P<sign>[+-]?)(?P<value>\d+(?:\.\d+)?)(?P<pct>%?)$")
-
-
-def parse_fail_if(text: str) -> list[Check]:
-    """'slower:5%,p99:+10%,syscalls:+0.5' → checks; InputError naming the fix when malformed."""
-    checks = []
-    for part in (p.strip() for p in (text or "").split(",")):
-        if not part:
-            continue
-        m = _CHECK_RE.match(part)
-        if not m or m["name"] not in CHECKS:
-            raise InputError(f"--fail-if '{part}' is not understood: use NAME:THRESHOLD with NAME one of "
-                             f"{', '.join(CHECKS)} and THRESHOLD a percentage or an amount, e.g. {FAIL_IF_EXAMPLE}")
-        column, bad_up = CHECKS[m["name"]]
-        if m["sign"] and (m["sign"] == "+") != bad_up:
-            raise InputError(f"--fail-if '{part}': {m['name']} regresses by going "
-                             f"{'up' if bad_up else 'down'}, so its threshold is "
-                             f"{'+' if bad_up else '-'}{m['value']}{m['pct']} (or unsigned), e.g. {FAIL_IF_EXAMPLE}")
-        value = float(m["value"]) / (100 if m["pct"] else 1)
-        checks.append(Check(m["name"], column, bad_up, value, bool(m["pct"]), part))
-    return checks
-
-
-def _for_cell(ch: Check, cell: dict) -> Check:
+def _for_cell(ch: fail_if_rules.Check, cell: dict) -> fail_if_rules.Check:
     """`slower` is about the figure a cell is judged on (`judged_on`): msgs/s, or at a set rate its p99, whose rise
     is the regression; the other checks name their figure."""
     col = cell.get("judged_on", "msgs_per_sec")
     if ch.name != "slower" or col == ch.column:
         return ch
-    return replace(ch, column=col, bad_up=not stats.metric_info(col).higher_is_better)
+    return replace(ch, column=col, bad_up=not metrics.metric_info(col).higher_is_better)
 
 
-def breaches(doc: dict, checks: list[Check]) -> list[str]:
+def breaches(doc: dict, checks: list[fail_if_rules.Check]) -> list[str]:
     """One line per cell and check whose regression is significant and beyond the threshold."""
     out = []
     for comp in doc["comparisons"]:
         for cell in comp["cells"]:
             for ch in (_for_cell(ch, cell) for ch in checks):
                 c = cell["metrics"].get(ch.column)
-                if c is not None and ch.breached(c):
+                if _judged(c) and ch.breached(c):
                     size = _pct(c["ratio"]) if ch.relative else _signed(c["delta"])
                     out.append(f"{ch.text}: {comp['new']['name']} {cell['label']}: {c['label']} "
                                f"{fmt(ch.column, c['mean_base'])} → {fmt(ch.column, c['mean_new'])} "
@@ -505,7 +462,7 @@ def breaches(doc: dict, checks: list[Check]) -> list[str]:
 def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if: str = "") -> dict:
     """Compare NEW… against BASE (paths[0]); with `out`, write the differential flamegraphs there
     (compare_report.compare writes the pages too). Returns the JSON document (docs/results-format.md)."""
-    checks = parse_fail_if(fail_if)
+    checks = fail_if_rules.parse_fail_if(fail_if)
     if len(paths) < 2:
         raise InputError("netprof compare needs BASE and at least one NEW: netprof compare runs/A runs/B")
     runs = [load_run(p) for p in paths]

@@ -1,17 +1,15 @@
-"""Every metric netprof derives from raw counts, computed in one place."""
+"""Every metric netprof derives from raw counts, computed in one place (their names, labels and units: metrics.py)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from netprof.profiler.core import units
-from netprof.profiler.model import schema, tdist
+from netprof.profiler.model import metrics, schema, tdist
 
 NOISY_CV = 0.10  # a cell whose coefficient of variation across rounds exceeds this is "noisy"
 ACTIVE_SHARE_OF_MESSAGES = 0.95
@@ -215,27 +213,25 @@ def syscalls_of(row) -> dict[str, float] | None:
 
 def ring_of(row) -> dict[str, float]:
     """{io_uring operation: per-message count} of a cell ({} without ring work or without probes)."""
-    raw = {k[len(RING_PREFIX):]: num(row, k) for k in row.index if k.startswith(RING_PREFIX)}
+    raw = {k[len(metrics.RING_PREFIX):]: num(row, k) for k in row.index if k.startswith(metrics.RING_PREFIX)}
     return {k: v for k, v in raw.items() if v}
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:
     """Per-row metrics derived from the raw columns: CPU µs per message, user and kernel (/proc);
-    with --sockwait, the transit (SOCKWAIT_TRANSIT)."""
+    with --sockwait, the transit (metrics.SOCKWAIT_TRANSIT)."""
     df = schema.normalize(df).copy()
     msgs = df["messages"].where(df["messages"] > 0) if "messages" in df else np.nan
     for part, col in (("user", "cpu.user_s"), ("sys", "cpu.sys_s")):
         df[f"cpu_us_per_msg.{part}"] = df[col] * 1e6 / msgs if col in df else np.nan
     if "sockwait.rtt_mean_us" in df and "sockwait.server_mean_us" in df:
-        df[SOCKWAIT_TRANSIT] = df["sockwait.rtt_mean_us"].astype(float) - df["sockwait.server_mean_us"].astype(float)
+        transit = df["sockwait.rtt_mean_us"].astype(float) - df["sockwait.server_mean_us"].astype(float)
+        df[metrics.SOCKWAIT_TRANSIT] = transit
         if "arrivals" in df:  # a watched row's "round trip" is the server time itself: no transit to speak of
-            df.loc[df["arrivals"] == schema.WATCHED, SOCKWAIT_TRANSIT] = np.nan
+            df.loc[df["arrivals"] == schema.WATCHED, metrics.SOCKWAIT_TRANSIT] = np.nan
     return df
 
 
-# --sockwait: the loader's mean round trip minus the server's mean time per answered request (first
-# byte queued → answer sent), both over the same window: the time on the wire and in the two kernels.
-SOCKWAIT_TRANSIT = "sockwait.transit_us"
 CONN_WAIT_SHARE = 0.10  # the least-served tenth of the connections; the most-served tenth at most
 
 
@@ -334,125 +330,40 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values([k for k in keys if k != "connections"] + ["connections"]).reset_index(drop=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# The figures a cell is judged by, round by round: summary.json's per-cell aggregates and
-# `netprof compare` read these columns (see docs/results-format.md).
-
-CPU_TOTAL = "cpu_us_per_msg_total"  # user + kernel CPU µs per message
-SYSCALLS_TOTAL = "syscalls_per_msg_total"  # every counted syscall per message (NaN without probes)
-# Every kernel operation per message: the syscalls and the io_uring submissions (the same as SYSCALLS_TOTAL
-# for a server that hands nothing to a ring)
-KERNEL_OPS_TOTAL = "kernel_ops_per_msg_total"
-# A watched row's (watch/rundir.py): its syscalls and io_uring operations per request, counted per request, not by name
-WATCH_SYSCALLS, WATCH_RING = "watch.syscalls_per_request", "watch.ring_ops_per_request"
-CONN_CV = "per_conn_cv"  # spread of messages across connections: CV = √(1/Jain − 1)
-CV_FLOOR = 1e-4  # a spread below this is perfect fairness (keeps the log scale finite)
-
-
-@dataclass(frozen=True)
-class Metric:
-    # as a person reads it; in CELL_METRICS {rate}, {per} and {many} stand for the cells' words (metric_info)
-    label: str
-    unit: str = ""
-    higher_is_better: bool = False
-    log: bool = False  # judged on a log scale (ratio of geometric means)
-    judged_by: str | None = None  # judged through another column (a monotone function of this one)
-    floor: float = 0.0  # values below it are judged as it (a 0 would be -inf on the log scale)
-    explains: bool = False  # compare's why-sentence continues with it (after compare.EXPLAIN_METRICS)
-
-
-CELL_METRICS: dict[str, Metric] = {
-    # The rate on a log scale (the ratio of geometric means), as `netprof ab` judges it: this host's speed moves in
-    # regimes that scale a cell's rate (three rounds of selector at 102.6k, 28.9k and 49.2k msgs/s), and on the
-    # linear scale such a spread left a 30× slower variant (2.1k msgs/s) "no significant change" (Welch p 0.12).
-    # Latency and CPU per message stay linear: what a slow host adds to them is mostly added time (a stall, stolen
-    # CPU), and on the log scale the spread of a small BASE (user CPU 0.5-3 µs per message) hid a 20-µs change.
-    "msgs_per_sec": Metric("{rate}", higher_is_better=True, log=True),
-    "lat_us.p50": Metric("latency p50", "µs"),
-    "lat_us.p95": Metric("latency p95", "µs"),
-    "lat_us.p99": Metric("latency p99", "µs"),
-    "lat_us.p999": Metric("latency p999", "µs"),
-    "cpu_us_per_msg.user": Metric("user CPU {per}", "µs"),
-    "cpu_us_per_msg.sys": Metric("kernel CPU {per}", "µs"),
-    CPU_TOTAL: Metric("CPU {per}", "µs"),
-    SYSCALLS_TOTAL: Metric("syscalls {per}"),
-    KERNEL_OPS_TOTAL: Metric("kernel operations {per} (syscalls + io_uring)"),
-    "ctx_switches_per_msg": Metric("context switches {per}"),
-    # Jain saturates near 1 (0.86 and 0.9999 look close, yet are a spread of 0.40 vs 0.01): it is
-    # judged through J = 1/(1 + CV²), the per-connection coefficient of variation, on a log scale.
-    "per_conn.jain": Metric("Jain index", higher_is_better=True, judged_by=CONN_CV),
-    CONN_CV: Metric("spread across connections (CV)", log=True),
-    "per_conn.active_share": Metric("share of connections that handled 95% of {many}", higher_is_better=True),
-}
-# Each instrument's judged figures (METRICS of its folder's metrics.py), after CELL_METRICS in the instruments'
-# order: added by probes/registry.py `judge_metrics` (compare and the report's summary call it before they judge).
-INSTRUMENT_METRICS: dict[str, Metric] = {}
-SYSCALL_PREFIX = "syscalls_per_msg."
-RING_PREFIX = "ring_per_msg."  # io_uring operations per message, by operation
-# A kernel operation per message, by name: a syscall or an io_uring operation (0 when a probed cell made none).
-KERNEL_OP_PREFIXES = (SYSCALL_PREFIX, RING_PREFIX)
-NS_FLOOR_US = 1e-3  # the socket-wait histograms' resolution: 1 ns (their metrics' floor)
-
-
-def add_metrics(metrics: Mapping[str, Metric]) -> None:
-    """An instrument's judged figures, after those already known (probes/registry.py `judge_metrics`)."""
-    for col, m in metrics.items():
-        if col in CELL_METRICS:
-            raise ValueError(f"{col}: a built-in judged figure, not an instrument's")
-        INSTRUMENT_METRICS[col] = m
-
-
-def judged_metrics() -> dict[str, Metric]:
-    """Every judged column with how it reads: CELL_METRICS, then the instruments' (INSTRUMENT_METRICS)."""
-    return {**CELL_METRICS, **INSTRUMENT_METRICS}
-
-
-def metric_info(col: str, protocol=None) -> Metric:
-    """How a judged column reads and is judged, in the words of `protocol` (a row's, or the cells'; see
-    units.rate_unit): a syscall column reads 'epoll_ctl per message', 'epoll_ctl per request' for HTTP."""
-    per = units.per_unit(protocol)
-    if col.startswith(SYSCALL_PREFIX):
-        return Metric(f"{col[len(SYSCALL_PREFIX):]} {per}")
-    if col.startswith(RING_PREFIX):
-        return Metric(f"{col[len(RING_PREFIX):]} (io_uring) {per}")
-    m = judged_metrics()[col]
-    return replace(m, label=m.label.format(rate=units.rate_unit(protocol), per=per, many=units.exchanges(protocol)))
-
-
 def per_round(df: pd.DataFrame) -> pd.DataFrame:
     """`derive` plus the figures a comparison judges: CPU µs per message (user + kernel), syscalls
-    per message (every counted syscall) and the spread across connections (CONN_CV). In a row
+    per message (every counted syscall) and the spread across connections (metrics.CONN_CV). In a row
     measured with probes a syscall it never made reads 0 (the row leaves it out); without probes
     every syscall figure is NaN."""
     df = derive(df)
-    df[CPU_TOTAL] = df["cpu_us_per_msg.user"] + df["cpu_us_per_msg.sys"]
+    df[metrics.CPU_TOTAL] = df["cpu_us_per_msg.user"] + df["cpu_us_per_msg.sys"]
     jain = df["per_conn.jain"].astype(float) if "per_conn.jain" in df else pd.Series(np.nan, index=df.index)
-    df[CONN_CV] = np.sqrt((1 / jain - 1).clip(lower=0)).clip(lower=CV_FLOOR)
-    for col, m in judged_metrics().items():  # e.g. a wait of 0 (nothing waited) would be -inf on the log scale
+    df[metrics.CONN_CV] = np.sqrt((1 / jain - 1).clip(lower=0)).clip(lower=metrics.CV_FLOOR)
+    for col, m in metrics.judged_metrics().items():  # e.g. a wait of 0 (nothing waited) would be -inf on the log scale
         if m.floor and col in df:
             df[col] = df[col].astype(float).clip(lower=m.floor)
-    sc = [c for c in df.columns if c.startswith(SYSCALL_PREFIX)]
+    sc = [c for c in df.columns if c.startswith(metrics.SYSCALL_PREFIX)]
     probed = (df["probes"].fillna("").astype(str).str.len() > 0 if "probes" in df
               else pd.Series(bool(sc), index=df.index))
-    ring = [c for c in df.columns if c.startswith(RING_PREFIX)]
+    ring = [c for c in df.columns if c.startswith(metrics.RING_PREFIX)]
     for c in sc + ring:
         df[c] = df[c].astype(float).fillna(0.0).where(probed)
-    df[SYSCALLS_TOTAL] = (df[sc].sum(axis=1) if sc else pd.Series(np.nan, index=df.index)).where(probed)
-    df[KERNEL_OPS_TOTAL] = (df[SYSCALLS_TOTAL] + (df[ring].sum(axis=1) if ring else 0.0)).where(probed)
-    if WATCH_SYSCALLS in df:  # a watched row: its own count per request (none by name)
+    df[metrics.SYSCALLS_TOTAL] = (df[sc].sum(axis=1) if sc else pd.Series(np.nan, index=df.index)).where(probed)
+    df[metrics.KERNEL_OPS_TOTAL] = (df[metrics.SYSCALLS_TOTAL] + (df[ring].sum(axis=1) if ring else 0.0)).where(probed)
+    if metrics.WATCH_SYSCALLS in df:  # a watched row: its own count per request (none by name)
         watched = df["arrivals"] == schema.WATCHED if "arrivals" in df else pd.Series(False, index=df.index)
-        calls = df[WATCH_SYSCALLS].astype(float)
-        ring_ops = df[WATCH_RING].astype(float).fillna(0.0) if WATCH_RING in df else 0.0
-        df[SYSCALLS_TOTAL] = df[SYSCALLS_TOTAL].where(~watched, calls)
-        df[KERNEL_OPS_TOTAL] = df[KERNEL_OPS_TOTAL].where(~watched, calls + ring_ops)
+        calls = df[metrics.WATCH_SYSCALLS].astype(float)
+        ring_ops = df[metrics.WATCH_RING].astype(float).fillna(0.0) if metrics.WATCH_RING in df else 0.0
+        df[metrics.SYSCALLS_TOTAL] = df[metrics.SYSCALLS_TOTAL].where(~watched, calls)
+        df[metrics.KERNEL_OPS_TOTAL] = df[metrics.KERNEL_OPS_TOTAL].where(~watched, calls + ring_ops)
     return df
 
 
 def metric_columns(df: pd.DataFrame) -> list[str]:
     """The judged columns `df` has data for: CELL_METRICS in their order, then each syscall and io_uring
     operation."""
-    have = [c for c in judged_metrics() if c in df.columns and df[c].notna().any()]
-    return have + sorted(c for c in df.columns if c.startswith(KERNEL_OP_PREFIXES) and df[c].notna().any())
+    have = [c for c in metrics.judged_metrics() if c in df.columns and df[c].notna().any()]
+    return have + sorted(c for c in df.columns if c.startswith(metrics.KERNEL_OP_PREFIXES) and df[c].notna().any())
 
 
 def cell_summaries(df: pd.DataFrame, confidence: float = 0.95) -> list[dict]:
@@ -471,16 +382,16 @@ def cell_summaries(df: pd.DataFrame, confidence: float = 0.95) -> list[dict]:
         cell = {k: _plain(v) for k, v in zip(keys, key if isinstance(key, tuple) else (key,))}
         cell["label"] = schema.cell_label(g.iloc[0])
         cell["rounds"], cell["failed_rounds"] = int(len(ok)), int(len(g) - len(ok))
-        metrics = {}
+        figures = {}
         for col in cols:
             s = summarize(ok[col].tolist() if col in ok else [], confidence)
-            if s["n"] == 0 or (col.startswith(SYSCALL_PREFIX) and s["mean"] == 0):
+            if s["n"] == 0 or (col.startswith(metrics.SYSCALL_PREFIX) and s["mean"] == 0):
                 continue
             half = s["ci"]
-            metrics[col] = {"mean": s["mean"], "std": s["std"],
+            figures[col] = {"mean": s["mean"], "std": s["std"],
                             "interval": None if math.isnan(half) else [s["mean"] - half, s["mean"] + half],
                             "n": s["n"]}
-        cell["metrics"] = metrics
+        cell["metrics"] = figures
         out.append(cell)
     return out
 
@@ -545,16 +456,17 @@ def compare_metric(col: str, base: pd.DataFrame, new: pd.DataFrame, alpha: float
     """compare_samples for one judged column of two per_round frames (one cell's rounds each), on the
     metric's own scale; a metric judged through another column keeps its own means and delta, and
     takes p, ratio, interval and direction from that column (`judged_by` says which)."""
-    m = metric_info(col)
+    m = metrics.metric_info(col)
     src = m.judged_by or col
     c = compare_samples(base[src].tolist() if src in base else [], new[src].tolist() if src in new else [],
-                        alpha, confidence, log=metric_info(src).log)
+                        alpha, confidence, log=metrics.metric_info(src).log)
     if m.judged_by:
         own = compare_samples(base[col].tolist() if col in base else [], new[col].tolist() if col in new else [])
         c.update({k: own[k] for k in ("n_base", "n_new", "mean_base", "mean_new", "delta")})
         c["judged_by"] = m.judged_by
         # a monotone function: J falls as the spread grows
-        c["direction"] = -c["direction"] if m.higher_is_better != metric_info(src).higher_is_better else c["direction"]
+        if m.higher_is_better != metrics.metric_info(src).higher_is_better:
+            c["direction"] = -c["direction"]
     return c
 
 

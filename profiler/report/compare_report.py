@@ -14,17 +14,17 @@ from rich.table import Table
 
 from netprof.profiler.analysis.compare import MINUS, compare, fmt, notable
 from netprof.profiler.core import atomic, units
-from netprof.profiler.model import stats
+from netprof.profiler.model import metrics
 from netprof.profiler.report import report
 
 # Shown for every cell; syscalls per message are shown when they changed.
 HEADLINE = ("msgs_per_sec", "lat_us.p50", "lat_us.p99", "cpu_us_per_msg.user", "cpu_us_per_msg.sys",
-            stats.CPU_TOTAL, stats.SYSCALLS_TOTAL, "ctx_switches_per_msg", "per_conn.jain")
+            metrics.CPU_TOTAL, metrics.SYSCALLS_TOTAL, "ctx_switches_per_msg", "per_conn.jain")
 
 
 def _ratio(c: dict) -> str:
     if c.get("judged_by"):  # Jain: the ratio is that of the spread across connections (CV)
-        short = re.search(r"\((.+)\)", stats.metric_info(c["judged_by"]).label)
+        short = re.search(r"\((.+)\)", metrics.metric_info(c["judged_by"]).label)
         return f"{short.group(1) if short else c['judged_by']} {_ratio({**c, 'judged_by': None})}"
     if _missing(c["ratio"]):
         return "–"
@@ -86,11 +86,11 @@ def view(doc: dict) -> dict:
         for cell in comp["cells"]:
             ms = cell["metrics"]
             # kernel operations (syscalls + io_uring) beside syscalls where a cell did io_uring work
-            ring = any(c.startswith(stats.RING_PREFIX) for c in ms)
-            head = [x for c in HEADLINE for x in ((c, stats.KERNEL_OPS_TOTAL) if ring and c == stats.SYSCALLS_TOTAL
+            ring = any(c.startswith(metrics.RING_PREFIX) for c in ms)
+            head = [x for c in HEADLINE for x in ((c, metrics.KERNEL_OPS_TOTAL) if ring and c == metrics.SYSCALLS_TOTAL
                                                   else (c,))]
             order = [c for c in head if c in ms] + [c for c in ms
-                                                        if c.startswith(stats.KERNEL_OP_PREFIXES) and ms[c]["shown"]]
+                                                        if c.startswith(metrics.KERNEL_OP_PREFIXES) and ms[c]["shown"]]
             rows = [[ms[c]["label"], fmt(c, ms[c]["mean_base"]), fmt(c, ms[c]["mean_new"]), _ratio(ms[c]), _p(ms[c]),
                      _verdict_text(c, ms[c])] for c in order]
             r = cell["rounds"]

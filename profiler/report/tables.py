@@ -11,7 +11,7 @@ from rich.table import Table
 
 from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import units
-from netprof.profiler.model import schema, stats
+from netprof.profiler.model import metrics, schema
 
 
 def _get(row, key, scale: float = 1.0):
@@ -25,10 +25,10 @@ def _kernel_ops_total(r) -> float | None:
     """Syscalls and io_uring operations per message (None without probes); a watched cell's, counted per request
     and not by name (watch/rundir.py)."""
     per = [v for k, v in r.items() if k.startswith("syscalls_per_msg.") and v == v and v is not None]
-    ring = [v for k, v in r.items() if k.startswith(stats.RING_PREFIX) and v == v and v is not None]
+    ring = [v for k, v in r.items() if k.startswith(metrics.RING_PREFIX) and v == v and v is not None]
     if per:
         return float(sum(per) + sum(ring))
-    watched = [_get(r, stats.WATCH_SYSCALLS), _get(r, stats.WATCH_RING)]
+    watched = [_get(r, metrics.WATCH_SYSCALLS), _get(r, metrics.WATCH_RING)]
     return float(sum(v for v in watched if v is not None)) if watched[0] is not None else None
 
 
@@ -202,7 +202,7 @@ def syscalls_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     def notation(r) -> str:
         per_msg = {k.split(".", 1)[1]: v for k, v in r.items()
                    if k.startswith("syscalls_per_msg.") and v == v and v}
-        ring = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith(stats.RING_PREFIX) and v == v and v}
+        ring = {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith(metrics.RING_PREFIX) and v == v and v}
         if per_msg:
             return per_message_notation(per_msg, ring)
         watched = _kernel_ops_total(r)  # a watched cell: a count per request, not by name

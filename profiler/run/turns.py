@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from netprof.profiler.run import cell as cell_mod
 from netprof.profiler.run.interpreters import Interpreter
 from netprof.profiler.run.loader_client import Loader, LoaderError, RunRequest
 from netprof.profiler.run.plan import RunConfig
@@ -106,6 +105,10 @@ def run_block(cfgs: list[RunConfig], interps: list[Interpreter], loader: Loader,
               warmup: float, turn: float = TURN_S) -> Block:
     """One loader run over the variants' servers in turns; each variant's row is tagged as its cells are
     (cfg.extra_dims) and numbered `round_no`."""
+    # Here, not at the top: cell imports pandas, and ab's plan reads TURN_S and whole_turns before it has checked
+    # its input (a refused `netprof ab` leaves without loading what measures).
+    from netprof.profiler.run import cell as cell_mod
+
     marks = [cell_mod.Marks(c.own[0].pid) for c in cfgs]
 
     def on_event(evt: dict) -> None:

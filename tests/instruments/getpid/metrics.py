@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from netprof.profiler.model.stats import Metric
+from netprof.profiler.model.metrics import Metric
 
 METRICS = {"getpid.per_msg": Metric("getpid() {per}", explains=True)}
