@@ -51,13 +51,13 @@ def test_a_cell_passes_only_within_the_limit_and_keeping_up():
     assert not behind.met and "overloaded: achieved 90%" in behind.why
     # requests that waited for their connection carry that wait in their latency: the objective judges them
     waited = knee.judge(_row(1000, 1000, 100, behind=0.05), 1000, slo, t)
-    assert waited.met and "5.0% of requests waited in the loader for a connection" in waited.why
+    assert waited.met and "(5.0% waited for a connection)" in waited.why
     below_cap = _row(1000, 1000, 100)  # below the cap they wait for a slot or a new connection: waits all the same
     below_cap["open_loop"] = stats.open_loop({"intended": 1000, "sent": 990, "behind": 0, "waited_connect": 10,
                                               "waited_slot": 30}, 1000, 1000)
     # 10 + 30 sent after waiting, and the 10 still waiting when the window closed (behind_share 1%)
     assert below_cap["open_loop"]["behind_share"] == 0.01
-    assert "5.0% of requests waited in the loader" in knee.judge(below_cap, 1000, slo, t).why
+    assert "(5.0% waited for a connection)" in knee.judge(below_cap, 1000, slo, t).why
     waited_long = knee.judge(_row(1000, 1000, 7_000, behind=0.05), 1000, slo, t)
     assert not waited_long.met and "over the 5 ms limit" in waited_long.why
     failed = knee.judge({"status": "failed", "error": "stalled"}, 1000, slo, t)
