@@ -1,10 +1,11 @@
 """How long a short run and a report take, wall clock, as a user sees them (issue 32's targets).
 
-Two commands, interleaved round by round (their order alternating, so a slow spell of this shared host
-falls on both alike):
+Three commands, interleaved round by round (their order rotating, so a slow spell of this shared host
+falls on all alike):
 
     netprof run selector -c 10 -d 1 -r 1 --warmup 0.2 --json      (1.2 s of load; target ≤ 2.5 s)
     netprof report DIR                                             (DIR: the unmeasured first run's; ≤ 1.0 s)
+    netprof ab selector no_such_backend                            (refused input: exit 2, one line; no target)
 
 One unmeasured run comes first: it fills what a user's first run of a boot fills (the probes' self-cost
 cache, the matplotlib font cache, the page cache) and gives `report` its directory. Prints best and
@@ -22,6 +23,7 @@ minutes: COMMAND is anything that runs as `netprof` (a venv's bin/netprof, or a 
     sudo .venv/bin/python bench/startup.py --raw bench/data/startup/$(date +%F).json
     sudo .venv/bin/python bench/startup.py --build before=/tmp/base/netprof --build after=.venv/bin/netprof
     sudo .venv/bin/python bench/startup.py --set breakdown --build before=... --build after=...   # run --breakdown
+    sudo .venv/bin/python bench/startup.py --no-prefetch ...   # nothing begun ahead, as in `make test`'s first pass
     .venv/bin/python bench/startup.py --from bench/data/startup/2026-11-25.json
 """
 
@@ -44,10 +46,13 @@ from pathlib import Path
 import psutil
 
 from netprof.profiler.core import runlock
+from netprof.profiler.entry import NO_PREFETCH_ENV as NO_PREFETCH
 
 ROOT = Path(__file__).resolve().parents[1]
 NETPROF = ROOT / ".venv" / "bin" / "netprof"
-TARGETS = {"run": 2.5, "report": 1.0}  # seconds of wall time, best of the rounds (issue 32)
+TARGETS = {"run": 2.5, "report": 1.0, "refused": None}  # seconds of wall time, best of the rounds (issue 32)
+EXPECTED_RC = {"refused": 2}  # the others: 0
+ENV = dict(os.environ)  # the measured commands' (--no-prefetch adds entry.NO_PREFETCH_ENV)
 
 
 def commands(backend: str, out: Path, report_dir: Path, netprof: str | Path = NETPROF,
@@ -56,7 +61,8 @@ def commands(backend: str, out: Path, report_dir: Path, netprof: str | Path = NE
     more = [] if probe_set == "counting" else [f"--{probe_set}"]
     return {"run": [str(netprof), "run", backend, "-c", "10", "-d", "1", "-r", "1", "--warmup", "0.2", "--json",
                     *more, "-o", str(out)],
-            "report": [str(netprof), "report", str(report_dir), "-q"]}
+            "report": [str(netprof), "report", str(report_dir), "-q"],
+            "refused": [str(netprof), "ab", backend, "no_such_backend"]}
 
 
 def _lock_free() -> None:
@@ -90,20 +96,20 @@ def _first_backend(proc: subprocess.Popen, t0: float) -> float | None:
     return None
 
 
-def timed(argv: list[str], first_backend: bool = False) -> dict:
+def timed(argv: list[str], first_backend: bool = False, expected_rc: int = 0) -> dict:
     """One command's wall time (from fork to exit) and exit code, with `first_backend` also the time until its
     first backend started; its output is discarded. A run that found another run holding the lock is not a
     measurement: it waits for the lock and starts again."""
     for _ in range(20):
         _lock_free()
         t0 = time.perf_counter()
-        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV) as proc:
             first = _first_backend(proc, t0) if first_backend else None
             err = proc.communicate()[1]
         wall = time.perf_counter() - t0
         if not (proc.returncode == 2 and "another netprof run" in err):
             break
-    if proc.returncode:
+    if proc.returncode != expected_rc:
         print(f"  {' '.join(argv[1:3])}: exit {proc.returncode}: {err.strip()[-300:]}", file=sys.stderr)
     return {"wall_s": wall, "rc": proc.returncode, **({"first_backend_s": first} if first_backend else {})}
 
@@ -133,13 +139,13 @@ def measure(args) -> dict:
         records = []
         names = list(builds)
         for r in range(args.rounds):
-            order = ["run", "report"] if r % 2 == 0 else ["report", "run"]
+            order = list(TARGETS)[r % len(TARGETS):] + list(TARGETS)[:r % len(TARGETS)]
             turn = names[r % len(names):] + names[:r % len(names)]  # each build first in turn
             for build in turn:
                 here = scratch / build
                 cmds = commands(args.backend, here / f"run-{r + 1}", here / "first", builds[build], args.set)
                 for name in order:
-                    m = timed(cmds[name], first_backend=name == "run")
+                    m = timed(cmds[name], first_backend=name == "run", expected_rc=EXPECTED_RC.get(name, 0))
                     records.append({"round": r + 1, "build": build, "command": name, **m, "canary_s": canary_s()})
                     print(f"round {r + 1}/{args.rounds} {build} {name:<6} {m['wall_s']:.2f} s", file=sys.stderr,
                           flush=True)
@@ -148,7 +154,8 @@ def measure(args) -> dict:
     return {"benchmark": "startup", "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "commit": _commit(), "host": {"kernel": platform.release(), "cpus": os.cpu_count(),
                                           "loadavg_after": list(os.getloadavg())},
-            "backend": args.backend, "set": args.set, "builds": {b: str(c) for b, c in builds.items()},
+            "backend": args.backend, "set": args.set, "no_prefetch": args.no_prefetch,
+            "builds": {b: str(c) for b, c in builds.items()},
             "first_run_s": first_run_s if len(builds) > 1 else first_run_s[names[0]], "records": records}
 
 
@@ -171,14 +178,18 @@ def summary(doc: dict) -> str:
     probe_set = doc.get("set", "counting")  # files before 2026-12-02 measured the counting set only
     if probe_set != "counting":
         lines.append(f"the run with --{probe_set} (issue 32's target is the counting run's: shown, not judged)")
+    if doc.get("no_prefetch"):
+        lines.append(f"{NO_PREFETCH}=1: nothing begun ahead (as in `make test`'s first pass)")
     builds = list(doc.get("builds") or {None: None})  # files of one build name none
     for build in builds:
         if build is not None and len(builds) > 1:
             lines.append(f"{build}: {doc['builds'][build]}")
         for name, target in TARGETS.items():
             mine = [r for r in doc["records"] if r["command"] == name and r.get("build") == build]
-            ok = [r["wall_s"] for r in mine if r["rc"] == 0]
-            failed = sum(1 for r in mine if r["rc"] != 0)
+            if not mine and name not in ("run", "report"):
+                continue  # files before 2026-12-05 measured no refusal
+            ok = [r["wall_s"] for r in mine if r["rc"] == EXPECTED_RC.get(name, 0)]
+            failed = len(mine) - len(ok)
             if not ok:
                 lines.append(f"  {name:<6} no successful round ({failed} failed)")
                 continue
@@ -186,7 +197,7 @@ def summary(doc: dict) -> str:
             canary = [r["canary_s"] for r in mine if "canary_s" in r]  # files before 2026-11-27 have none
             lines.append(f"  {name:<6} best {best:.2f} s, median {statistics.median(ok):.2f} s over {len(ok)} rounds"
                          f"{f' ({failed} failed)' if failed else ''}"
-                         + ("" if name == "run" and probe_set != "counting" else
+                         + ("" if target is None or (name == "run" and probe_set != "counting") else
                             f"; target ≤ {target:g} s: {'met' if best <= target else 'NOT met'}")
                          + (f"; its first backend started after {statistics.median(firsts):.2f} s (median)"
                             if (firsts := [r["first_backend_s"] for r in mine if r.get("first_backend_s")]) else "")
@@ -203,6 +214,9 @@ def main() -> int:
                          "or --sockwait (one more compile at start-up)")
     ap.add_argument("--build", action="append", default=[], metavar="NAME=COMMAND",
                     help="a build of netprof to measure (repeatable: interleaved); default: .venv/bin/netprof")
+    ap.add_argument("--no-prefetch", action="store_true",
+                    help="measure with nothing begun ahead (NETPROF_NO_PREFETCH=1, as `make test`'s first pass runs "
+                         "netprof): the commands' own CPU, not overlapped with a compile begun ahead")
     ap.add_argument("--raw", type=Path, help="write every measurement here (JSON), for --from")
     ap.add_argument("--from", dest="source", type=Path, help="print the summary of a --raw file; nothing runs")
     args = ap.parse_args()
@@ -210,6 +224,8 @@ def main() -> int:
         doc = json.loads(args.source.read_text())
     else:
         args.builds = dict(b.split("=", 1) for b in args.build) if args.build else {"netprof": str(NETPROF)}
+        if args.no_prefetch:
+            ENV[NO_PREFETCH] = "1"
         for build, netprof in args.builds.items():
             if not Path(netprof).exists():
                 raise SystemExit(f"{build}: {netprof} is missing (.venv/bin/netprof: run `make setup` first)")
