@@ -23,6 +23,7 @@ from netprof.flamegraphs.render import MAX_FOLDED, diff_stacks
 from netprof.probes import base as probe_base
 from netprof.probes import check_available
 from netprof.probes import registry as instrument_registry
+from netprof.profiler.analysis import compare_inputs
 from netprof.profiler.core import rootenv
 from netprof.profiler.core.atomic import check_out_dir, ensure_out_dir
 from netprof.profiler.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
@@ -754,6 +755,7 @@ def compare_cmd(
     Welch's t-test verdicts, and the syscall and CPU deltas that explain each change.
 
     BASE NEW [NEW...]: results directories of `netprof run` (or their summary.json)."""
+    compare_inputs.check(runs, fail_if)  # light: refused input leaves before pandas loads
     from netprof.profiler.report import compare_report  # deferred: pandas and the comparison's statistics
 
     raise typer.Exit(compare_report.main([str(r) for r in runs], as_json=as_json, out=str(out) if out else None,

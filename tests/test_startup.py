@@ -62,10 +62,13 @@ def test_cli_report_and_their_statistics_import_neither_scipy_nor_matplotlib():
     (["run", "selector", "--msize", "0"], "--msize 0 is out of range"),
     (["flamegraph", "no_such_backend"], "unknown backend 'no_such_backend'"),
     (["report", "/nonexistent"], "/nonexistent: no such directory"),
+    (["compare", "/", "/nonexistent"], "/nonexistent: no such file or directory"),
+    (["compare", "/", "/", "--fail-if", "slowr:5%"], "--fail-if 'slowr:5%' is not understood"),
 ])
 def test_refused_input_is_answered_before_pandas_is_imported(argv, says):
     """A command refused for its input says why without importing pandas (~0.35 s of CPU here): ab's plan, knee's,
-    run's and the rules of --fail-if are light (model/metrics.py names the judged figures without computing them).
+    run's, compare's inputs and the rules of --fail-if are light (model/metrics.py names the judged figures without
+    computing them).
     Checked by the interpreter's own import log, nothing begun ahead (NETPROF_NO_PREFETCH)."""
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "netprof.profiler", *argv], capture_output=True,
                          text=True, cwd="/", timeout=60, env={**os.environ, "NETPROF_NO_PREFETCH": "1"})

@@ -21,6 +21,7 @@ from pyarrow.lib import ArrowException
 
 from netprof.flamegraphs.render import diff_stacks
 from netprof.probes import registry as instruments
+from netprof.profiler.analysis import compare_inputs
 from netprof.profiler.analysis import fail_if as fail_if_rules
 from netprof.profiler.core import atomic, units
 from netprof.profiler.core.errors import InputError
@@ -67,17 +68,12 @@ class Run:
     filled: list[str] = field(default_factory=list)  # schema.RUN_SETTINGS this run's rows lack
 
 
-def _not_a_run(path: str, why: str) -> InputError:
-    return InputError(f"{path}: {why}; give a results directory written by `netprof run --out DIR` "
-                      "(or its summary.json)")
-
-
 def load_run(path: str | Path) -> Run:
     """A results directory (results.parquet, else summary.json) or a summary.json file."""
     instruments.judge_metrics()  # the instruments' judged figures, by name (their folders' metrics.py)
     p = Path(path)
     if not p.exists():
-        raise _not_a_run(str(path), "no such file or directory")
+        raise compare_inputs.not_a_run(str(path), "no such file or directory")
     d = p if p.is_dir() else p.parent
     try:  # through results.py's readers: no link followed, control characters dropped
         if p.is_dir() and results.input_kind(p, results.RESULTS_PARQUET):
@@ -85,10 +81,10 @@ def load_run(path: str | Path) -> Run:
         else:
             doc = results.read_json(d, p.name if not p.is_dir() else results.SUMMARY_JSON)
             if doc is None:
-                raise _not_a_run(str(path), f"not a netprof run (it holds no {results.RESULTS_PARQUET} "
+                raise compare_inputs.not_a_run(str(path), f"not a netprof run (it holds no {results.RESULTS_PARQUET} "
                                             f"or {results.SUMMARY_JSON})")
             if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
-                raise _not_a_run(str(path), 'not a netprof summary (no "runs" list)')
+                raise compare_inputs.not_a_run(str(path), 'not a netprof summary (no "runs" list)')
             df = pd.DataFrame([results.flatten(r) for r in doc["runs"]])
             meta = doc.get("meta") or results.read_json(d, results.META_JSON, {})
             meta = meta if isinstance(meta, dict) else {}
@@ -98,7 +94,7 @@ def load_run(path: str | Path) -> Run:
         raise InputError(f"{path}: its results cannot be read ({type(e).__name__}: {e}); the run that wrote "
                          "them was cut off or a file was changed: re-run it") from None
     if df.empty or "msgs_per_sec" not in df:
-        raise _not_a_run(str(path), "it holds no measured row")
+        raise compare_inputs.not_a_run(str(path), "it holds no measured row")
     return Run(str(path), d, d.name or str(path), stats.per_round(df), meta)
 
 
@@ -462,9 +458,7 @@ def breaches(doc: dict, checks: list[fail_if_rules.Check]) -> list[str]:
 def compare(paths: Sequence[str | Path], out: str | Path | None = None, fail_if: str = "") -> dict:
     """Compare NEW… against BASE (paths[0]); with `out`, write the differential flamegraphs there
     (compare_report.compare writes the pages too). Returns the JSON document (docs/results-format.md)."""
-    checks = fail_if_rules.parse_fail_if(fail_if)
-    if len(paths) < 2:
-        raise InputError("netprof compare needs BASE and at least one NEW: netprof compare runs/A runs/B")
+    checks = compare_inputs.check(paths, fail_if)
     runs = [load_run(p) for p in paths]
     out_dir = atomic.ensure_out_dir(out) if out else None
     base = runs[0]
