@@ -263,6 +263,49 @@ _GATED_ECHO = (  # one connection; b"s" is answered after 30 ms, anything else a
     "    c.send(d)\n")
 
 
+_LATE_READER = (  # two connections: the first echoes; b"g" on it makes the server read the second (then echo "g")
+    "import socket, sys\n"
+    "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(2)\n"
+    "print(l.getsockname()[1], flush=True)\n"
+    "a, _ = l.accept(); b, _ = l.accept()\n"
+    "while (d := a.recv(1)):\n"
+    "    if d == b'g': b.send(b.recv(64))\n"
+    "    a.send(d)\n")
+
+
+def test_a_connection_starved_through_the_window_and_served_after_it_keeps_its_unread_age(sw):
+    """A connection whose data arrived inside the gated window and was first read after its end (as the loader's
+    stop frees a starving loop, before netprof's last read) is in per_conn at the age that data had at the window's
+    end (sockwait.bpf.c's unread_at_hi). It dropped out of the table before (CI of 2026-12-06: 95 of 100 in the
+    starvation run); read again after the window's end, its FIFO had moved on."""
+    with ProcessGroup() as group:
+        srv = group.spawn("late-reader", [sys.executable, "-c", _LATE_READER], cpus="0")
+        port = int(srv.wait_line("", 30))
+        sw.target(srv.pid)
+        a = socket.create_connection(("127.0.0.1", port))
+        b = socket.create_connection(("127.0.0.1", port))
+        b_port = b.getsockname()[1]  # the server's peer port of b (per_conn's dport)
+        with a, b:
+            a.sendall(b"x")
+            assert a.recv(1) == b"x"  # both accepted
+            t0 = time.monotonic()
+            assert sw.gate(t0 + 0.2, t0 + 0.5)
+            time.sleep(max(0.0, t0 + 0.25 - time.monotonic()))
+            sent = time.monotonic()
+            b.sendall(b"y" * 64)  # inside the window; unread until after it
+            a.sendall(b"x")
+            assert a.recv(1) == b"x"  # a is served inside the window
+            time.sleep(max(0.0, t0 + 0.55 - time.monotonic()))
+            a.sendall(b"g")  # after the window: the server reads b, then answers on both
+            assert b.recv(64) == b"y" * 64 and a.recv(1) == b"g"
+            last = sw.snapshot()
+        assert sent < t0 + 0.45, "the late connection's data was sent too close to the window's end to tell"
+        d = sockwait_delta(last.gate.base, last)
+        late = [c for c in d.per_conn if c.dport == b_port]
+        assert len(late) == 1 and late[0].reads == 0, d.per_conn
+        assert late[0].unread_age_us == pytest.approx((t0 + 0.5 - sent) * 1e6, abs=20_000), late[0]
+
+
 def test_a_gate_counts_only_its_window(sw):
     """SockWaitProbes.gate: given [lo, hi) before it opens, the programs count only the reads and answers inside it
     (whenever the figures are read after), the figures read at the gate are its start, and its maxima are its own:

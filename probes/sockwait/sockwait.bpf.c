@@ -124,6 +124,12 @@ struct sk_t {
     u32 closed;      // the connection reached TCP_CLOSE: the address may be reused next
     u64 last_read;   // time of the last read
     u64 req_arrival; // arrival of the oldest byte of the pending request (0: unknown)
+    // The first read after the counted window (a gate's hi): the arrival of the oldest byte it took, which was the
+    // oldest unread at the window's end if it came before it; `hi_gate` the gate it belongs to (window.gate).
+    // sockwait.py ages a connection's unread data from it: the FIFO's head, read later, has moved on by then.
+    u64 unread_at_hi;
+    u32 hi_gate;
+    u32 hi_pad;
     // per connection, cumulative since learned:
     u64 reads, bytes, waits, wait_ns, answers, handler_ns;
     u32 wh[WH];      // its waits by log2(ns)
@@ -297,7 +303,8 @@ static __always_inline struct sk_t *learn(u64 sk, u32 tgid, struct cfg_t *c, str
         barrier();
         s->reads = s->bytes = s->waits = s->wait_ns = s->answers = s->handler_ns = 0;
         __builtin_memset(s->wh, 0, sizeof(s->wh));
-        s->last_read = s->req_arrival = 0;
+        s->last_read = s->req_arrival = s->unread_at_hi = 0;
+        s->hi_gate = 0;
         s->closed = 0;
 #if BREAKDOWN
         s->served = s->bd_phase = s->reader = 0;
@@ -473,6 +480,10 @@ RAW_TRACEPOINT_PROBE(sock_recv_length) {
 #endif
     int counted = in_gate(w, now);  // the read's figures; the socket's state is kept whatever the time
     u64 arrival = consume(s, sk, ret, st, counted);
+    if (w->hi && now >= w->hi && s->hi_gate != w->gate) {
+        s->unread_at_hi = arrival;
+        s->hi_gate = w->gate;
+    }
     if (counted) {
         s->reads++;
         s->bytes += ret;

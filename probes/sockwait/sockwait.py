@@ -48,7 +48,8 @@ Method (tracepoints only; exactness):
 
 - Per connection (`per_conn`): reads, bytes, mean wait, answers, mean handler time, and, for data
   still unread at the window's end, its age (`unread_age_us`: the wait of a connection that was
-  never read). Keyed by the socket, with the peer port (`dport`: the loader's local port).
+  never read; gated, one first read after the window's end as that read found it, so a connection the
+  loader's stop frees is still there). Keyed by the socket, with the peer port (`dport`: the loader's local port).
 - A snapshot takes ~0.5 ms (100 sockets); events during it may land on either side of it.
 
 Bounds: at most `max_sockets` sockets (LRU hash; evictions counted: `overflow["evicted"]`), a FIFO
@@ -299,8 +300,8 @@ def sockwait_delta(a: SockWaitSnapshot, b: SockWaitSnapshot) -> SockWaitDelta:
         # exact max when gated or when b's "since the previous snapshot" is this window; else the histogram's bound
         mx = gate.max_ns[k] if gate else b.max_prev_ns[k] if consecutive else None
         dists[kind] = WaitDist.from_hist(hist, b.sum_ns[k] - a.sum_ns[k], mx)
-    # the window's end for the unread data's age: the gate's, or when b read the sockets (data read between the gate's
-    # end and that read is no longer unread: missed, never aged wrongly)
+    # the window's end for the unread data's age: the gate's (a socket read after it: the oldest byte that read
+    # took, totals()), or when b read the sockets
     end_ns = gate.hi_ns if gate else b.now_ns
     window_s = (gate.hi_ns - gate.lo_ns) / 1e9 if gate else b.t - a.t
     per_conn = []
@@ -503,7 +504,11 @@ class SockWaitProbes(LoadedProgram):
             present += 1
             if not v.tcp:
                 continue
-            unread = v.at[v.head & fifo_mask] if v.head != v.tail else 0
+            # the oldest byte unread at the gate's end as the first read after it found it (sockwait.bpf.c's
+            # unread_at_hi), else the FIFO's head now: a connection starved through the window and served after its
+            # end (the loader's stop frees the loop) keeps its unread age instead of dropping out of per_conn
+            gated_end = self._hi_ns and v.hi_gate == self._gate_no
+            unread = v.unread_at_hi if gated_end else v.at[v.head & fifo_mask] if v.head != v.tail else 0
             socks[(key, v.ports)] = (v.tgid, *(getattr(v, f) for f in _CONN_FIELDS), tuple(v.wh), unread)
         return Totals(seq=prev, per_cpu=per_cpu, socks=socks, present=present, now_ns=now_ns)
 
