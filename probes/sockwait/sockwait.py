@@ -48,7 +48,7 @@ Method (tracepoints only; exactness):
 
 - Per connection (`per_conn`): reads, bytes, mean wait, answers, mean handler time, and, for data
   still unread at the window's end, its age (`unread_age_us`: the wait of a connection that was
-  never read; gated, one first read after the window's end as that read found it, so a connection the
+  never read; gated, for a connection first read after the window's end, as that read found it: one the
   loader's stop frees is still there). Keyed by the socket, with the peer port (`dport`: the loader's local port).
 - A snapshot takes ~0.5 ms (100 sockets); events during it may land on either side of it.
 
