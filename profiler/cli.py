@@ -132,6 +132,8 @@ def zmq_client_option():
 MAX_CONNECTIONS_HELP = ("With --rate: a request that comes due while every connection has --pipeline in flight goes "
                         "out on a new connection, up to N open at once (default 1000; -c are opened before the load "
                         "and carry what they can first); past N it waits in the loader (open_loop.behind).")
+NAME_DEFAULT_HELP = (" (default: its program's name, or what a Python interpreter runs: uvicorn for "
+                     "'python -m uvicorn ...').")
 ZMQ_CLIENT_HELP = ("How the loader drives the ZeroMQ backends (zmq_raw, zmq_poller, ...; no other server): libzmq, "
                    "its DEALER sockets (the default: the reference harness uses libzmq); native, the loader speaks "
                    "ZMTP 3.0 itself on its own epoll loop, so the thread that times an answer reads it (no libzmq "
@@ -384,7 +386,7 @@ def run(
              "--as-root."),
     name: list[str] | None = typer.Option(
         None, "--name", metavar="NAME",
-        help="Label of the --cmd (or --attach) server of the same position."),
+        help="Label of the --cmd (or --attach) server of the same position" + NAME_DEFAULT_HELP),
     ready_regex: str = typer.Option(
         "", "--ready-regex", metavar="REGEX",
         help="--cmd is ready when a line of its stdout matches (default: when its port accepts)."),
@@ -770,7 +772,7 @@ def ab_cmd(
         help="A variant that is your own server's command, {port} replaced by a free port (repeatable; after the "
              "built-in VARIANTs, in order); runs as the sudo caller unless --as-root."),
     name: list[str] | None = typer.Option(None, "--name", metavar="NAME",
-                                          help="Label of the --cmd of the same position."),
+                                          help="Label of the --cmd of the same position" + NAME_DEFAULT_HELP),
     aa: bool = typer.Option(False, "--aa", help="The one variant given against itself (two servers of it): the "
                                                 "control, whose interval should hold 1."),
     python: str = typer.Option(
@@ -902,7 +904,7 @@ def knee_cmd(
     server: str | None = typer.Argument(None, metavar="[SERVER]", help="A built-in backend (`netprof list`)."),
     cmd: str | None = typer.Option(None, "--cmd", metavar="TEMPLATE",
                                    help="Your own server's command instead, {port} replaced by a free port."),
-    name: str = typer.Option("", "--name", metavar="NAME", help="Label of the --cmd server."),
+    name: str = typer.Option("", "--name", metavar="NAME", help="Label of the --cmd server" + NAME_DEFAULT_HELP),
     slo: str = typer.Option(..., "--slo", metavar="pNN<TIME",
                             help="The latency objective, from each request's intended time: p50, p90, p95, p99 or "
                                  "p999 below a time, e.g. 'p99<5ms' (quoted for the shell)."),

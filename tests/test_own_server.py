@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import netprof_cli, require_bpf, run_netprof, wait_no_children
+from netprof.profiler.run import servers
 
 pytestmark = [pytest.mark.slow]
 PY = sys.executable
@@ -82,6 +84,8 @@ def test_cmd_uvicorn_asgi_http(tmp_path):
     assert row["messages"] > 100
     assert 0.8 <= per_request(row, RECV) <= 3 and 0.8 <= per_request(row, SEND) <= 3, row["syscalls_per_msg"]
     assert (tmp_path / "out" / "report.html").exists()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| interpreter(s) | the --cmd server's own (netprof on Python" in report
     assert not wait_no_children()
 
 
@@ -120,11 +124,28 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
         (row,) = summary["runs"]
         assert (row["server_kind"], row["status"]) == ("attach", "ok") and row["messages"] > 100
+        assert row["backend"] == "srv.py", "no --name: labelled by the script its interpreter runs"
         assert 0.8 <= per_request(row, RECV) <= 3 and 0.8 <= per_request(row, SEND) <= 3, row["syscalls_per_msg"]
         assert srv.poll() is None, "netprof must not stop a server it attached to"
     finally:
         srv.terminate()
         srv.wait(timeout=10)
+
+
+@pytest.mark.parametrize("cmd, label", [
+    ("python -m uvicorn app:app --port {port}", "uvicorn"),
+    ("python3.13t -u -X dev -m granian --interface asgi app:app", "granian"),
+    ("python -uOm aiohttp.web -P {port} app:make", "aiohttp.web"),
+    ("python old/app.py --port {port}", "old_app.py"),
+    ("./venv/bin/python -W ignore ./app.py {port}", "app.py"),
+    ("/usr/bin/python3 -- /srv/new/app.py {port}", "app.py"),
+    ("pypy3 -c 'import app' {port}", "pypy3"),
+    ("gunicorn -k gevent -b 127.0.0.1:{port} app:app", "gunicorn"),
+    ("'/opt/my server/bin/serve' {port}", "serve"),
+])
+def test_a_server_without_name_is_labelled_by_what_it_runs(cmd, label):
+    """Two servers of one interpreter are told apart without --name (and not refused as sharing one)."""
+    assert servers.default_label(shlex.split(cmd)) == label
 
 
 # Input netprof can judge before it starts anything: one line, exit 2, no run (the fast tier runs these).

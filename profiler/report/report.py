@@ -141,6 +141,10 @@ def _interpreters(df: pd.DataFrame) -> str:
     names = [str(v) for v in df["interpreter"].dropna() if str(v)] if "interpreter" in df else []
     if not names and schema.watched_frame(df):
         return "the watched server's own, not started by netprof"
+    kinds = set(df["server_kind"].dropna()) if "server_kind" in df else set()
+    own = [f"--{k}" for k in ("cmd", "attach") if k in kinds]  # the user's servers run what they were given
+    if own:
+        names.append(f"the {' and '.join(own)} server's own")
     return ", ".join(dict.fromkeys(names))
 
 
