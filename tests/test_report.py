@@ -503,3 +503,19 @@ def test_uvloop_churn_card_names_every_epoll_ctl_call():
     assert card["evidence"]["ioctl per message (FIONBIO from uv_poll_init)"] == 1.0
     assert "uvloop/loop.pyx" in card["evidence"]["source"] and "poll._close()" in card["evidence"]["source"]
     assert "uv_poll_init" not in found["asyncio_sock"]["explanation"]
+
+
+@pytest.mark.parametrize("best, other, says", [
+    ((16.1, 13.7), (19.9, 9.0), ": its lead is not less CPU per request."),  # granian beside uvicorn, 2026-12-06
+    ((11.3, 17.4), (22.6, 16.7), ", the difference mostly in user space"),
+    ((0.7, 4.0), (6.8, 13.0), ", the difference mostly in the kernel"),
+])
+def test_the_fastest_servers_lead_is_placed_where_its_cpu_is_lower_and_never_in_cpu_it_spends(best, other, says):
+    from netprof.profiler.report import findings
+
+    def row(name, cpu):
+        return pd.Series({"backend": name, "protocol": "http", "cpu_us_per_msg.user": cpu[0],
+                          "cpu_us_per_msg.sys": cpu[1], "syscalls_per_msg.recvfrom": 1.0})
+
+    text = findings._why(row("a", best), row("b", other))
+    assert text.startswith(" It needs ") and says in text, text

@@ -51,7 +51,8 @@ def _cost(r) -> str | None:
 
 
 def _why(best, other) -> str:
-    """One clause on why `best` beats `other`: where its per-message CPU is lower."""
+    """One clause on why `best` beats `other`: where its per-message CPU is lower, or that it is not lower
+    (a server that answers sooner on more CPU: its lead is elsewhere, e.g. threads off the pinned CPU)."""
     ub, kb, uo, ko = (num(best, "cpu_us_per_msg.user"), num(best, "cpu_us_per_msg.sys"),
                       num(other, "cpu_us_per_msg.user"), num(other, "cpu_us_per_msg.sys"))
     cb, co = _cost(best), _cost(other)
@@ -60,8 +61,11 @@ def _why(best, other) -> str:
     text = f" It needs {cb}; {other['backend']} needs {co}"
     if ub is not None and kb is not None and uo is not None and ko is not None:
         du, dk = uo - ub, ko - kb
-        text += (", the difference mostly in user space (interpreter and event loop)" if du >= dk
-                 else ", the difference mostly in the kernel (more or costlier syscalls)")
+        if du + dk <= 0:
+            text += f": its lead is not less CPU {units.per_unit(best.get('protocol'))}"
+        else:
+            text += (", the difference mostly in user space (interpreter and event loop)" if du >= dk
+                     else ", the difference mostly in the kernel (more or costlier syscalls)")
     return text + "."
 
 
