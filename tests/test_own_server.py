@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import netprof_cli, require_bpf, run_netprof, wait_no_children
-from netprof.profiler.run import servers
+from netprof.profiler.core import proc_label
 
 pytestmark = [pytest.mark.slow]
 PY = sys.executable
@@ -145,7 +145,7 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
 ])
 def test_a_server_without_name_is_labelled_by_what_it_runs(cmd, label):
     """Two servers of one interpreter are told apart without --name (and not refused as sharing one)."""
-    assert servers.default_label(shlex.split(cmd)) == label
+    assert proc_label.label(shlex.split(cmd)) == label
 
 
 # Input netprof can judge before it starts anything: one line, exit 2, no run (the fast tier runs these).

@@ -626,3 +626,6 @@ def test_the_live_table_puts_the_unsampled_last_and_says_timers():
     assert [" ".join(r) for r in rows] == ["GET /", "GET /io", "(unsampled) 2,000"], text
     assert "off_cpu_io 98% (timers)" in text, text
     assert "(timers)" not in live.line(f)  # the watch's whole: no timer figure given
+    idle = f | {"requests_per_sec": 0.0, "server_time_us": {"p50": None, "p99": None}, "syscalls_per_request": None,
+                "breakdown": {"parts_mean_us": {}, "detail_mean_us": {}}, "duty": 0.5}
+    assert live.line(idle) == "0 req/s: no request answered  (followed 50% of the window: --max-overhead)"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import psutil
 
 from netprof.backends import registry
-from netprof.profiler.core import paths, procs, rootenv, units
+from netprof.profiler.core import paths, proc_label, procs, rootenv, units
 from netprof.profiler.core.errors import InputError
 from netprof.profiler.core.procs import LineTimeout, ManagedProcess, ProcessError, ProcessGroup
 
@@ -159,48 +159,9 @@ def from_cmd(template: str, name: str = "", ready_regex: str = "", target: str =
     if not 0.1 <= ready_timeout <= 3600:
         raise InputError(f"--ready-timeout {ready_timeout:g}: give seconds between 0.1 and 3600, "
                          "e.g. --ready-timeout 60")
-    label = name or default_label(argv)
+    label = name or proc_label.label(argv)
     return ServerSpec(label, "cmd", "cmd", "own", template=template, ready_regex=ready_regex, target=target,
                       as_root=as_root, ready_timeout=ready_timeout, env=tuple(env.items()))
-
-
-# A Python interpreter as a command's program: python, python3.13, python3.13t, pypy3.
-PYTHON_PROGRAM = re.compile(r"(python|pypy)[0-9.]*t?")
-PYTHON_OPTIONS_WITH_ARG = "cmWX"  # python -m MOD, -c CMD, -W ARG, -X OPT; every other one-letter option is a flag
-
-
-def default_label(argv: list[str]) -> str:
-    """The label of a server with no --name: its program's name, or for a Python interpreter what it runs
-    (`python -m uvicorn app:app` is "uvicorn", `python old/app.py` "old_app.py", `python /srv/app.py`
-    "app.py"), so that two servers started by the same interpreter are told apart in every table (and are
-    not refused as sharing a name)."""
-    prog = os.path.basename(argv[0]) if argv else ""
-    what = _python_runs(argv[1:]) if PYTHON_PROGRAM.fullmatch(prog) else None
-    if what and os.path.isabs(what):
-        what = os.path.basename(what)
-    return re.sub(r"[^A-Za-z0-9_.+-]", "_", what or prog)
-
-
-def _python_runs(args: list[str]) -> str | None:
-    """The module (-m) or script a Python command line runs; None for -c or a bare interpreter."""
-    it = iter(args)
-    for a in it:
-        if a == "--" or not a.startswith("-") or a == "-":
-            script = next(it, None) if a == "--" else a
-            return script.removeprefix("./") if script and script != "-" else None
-        if a.startswith("--"):
-            if a == "--check-hash-based-pycs":
-                next(it, None)
-            continue
-        for i, c in enumerate(a[1:], 1):  # a cluster of flags, e.g. -uOm, whose last may take the next word
-            if c in PYTHON_OPTIONS_WITH_ARG:
-                value = a[i + 1:] or next(it, "")
-                if c == "m":
-                    return value or None
-                if c == "c":
-                    return None
-                break
-    return None
 
 
 def attached(pid: int, target: str, name: str = "") -> ServerSpec:
@@ -217,11 +178,7 @@ def attached(pid: int, target: str, name: str = "") -> ServerSpec:
     if not _listens(pid, port):
         raise InputError(f"--attach {pid}: that process (and its children) does not listen on port {port}; "
                          f"check --target {target}")
-    try:
-        argv = proc.cmdline()
-    except psutil.Error:
-        argv = []
-    label = name or default_label(argv or [proc.name()]) or f"pid{pid}"
+    label = name or proc_label.of_process(pid)
     return ServerSpec(label, "attach", "attach", "own", target=f"{host}:{port}", pid=pid, start_time=started)
 
 

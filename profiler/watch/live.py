@@ -40,9 +40,11 @@ def top_parts(f: dict[str, Any], n: int = TOP_PARTS) -> str:
 def line(f: dict[str, Any]) -> str:
     st = f["server_time_us"]
     capped = f.get("duty", 1.0) < 1.0  # --max-overhead: the requests answered in the whole set's share only
-    return (f"{f['requests_per_sec'] or 0:,.0f} req/s  server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "
-            f"{top_parts(f)}  {f['syscalls_per_request'] or 0:.1f} syscalls/req"
-            + (f"  (followed {f['duty']:.0%} of the window: --max-overhead)" if capped else ""))
+    follow = f"  (followed {f['duty']:.0%} of the window: --max-overhead)" if capped else ""
+    if not f["requests_per_sec"]:  # no per-request figure to give, not a zero of each
+        return "0 req/s: no request answered" + follow
+    return (f"{f['requests_per_sec']:,.0f} req/s  server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "
+            f"{top_parts(f)}  {f['syscalls_per_request'] or 0:.1f} syscalls/req" + follow)
 
 
 def table(f: dict[str, Any], title: str) -> Group:

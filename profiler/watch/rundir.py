@@ -14,8 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from netprof.probes.breakdown import breakdown_delta
 from netprof.probes.breakdown.instrument import NAME as BREAKDOWN
 from netprof.probes.breakdown.instrument import row_fields
@@ -24,6 +22,7 @@ from netprof.probes.registry import groups
 from netprof.probes.sockwait.instrument import fill_row
 from netprof.probes.sockwait.sockwait import hist_quantile_us, sockwait_delta
 from netprof.probes.watch import SERVER_PARTS
+from netprof.profiler.core import proc_label
 from netprof.profiler.model import schema, stats
 from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.run import meta as run_meta
@@ -44,13 +43,6 @@ def _latency(outcome: Outcome) -> dict[str, float | None]:
     out["max"] = outcome.figures["every_request_server_time_us"]["max"]  # every request's, as the quantiles
     out["mean"] = round(total_ns / n / 1e3, 1)
     return out
-
-
-def _name(pid: int) -> str:
-    try:
-        return psutil.Process(pid).name() or f"pid{pid}"
-    except psutil.Error:
-        return f"pid{pid}"  # it exited: watch's end
 
 
 def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]]:
@@ -116,5 +108,5 @@ def write(out: Path, cfg: WatchConfig, outcome: Outcome, argv: list[str]) -> Non
                                    "duration": round(outcome.seconds, 3), "rounds": 1, "pin": False})
     meta["watch_routes"] = outcome.figures["routes"]
     store.write_meta(meta)
-    row, conns = make_row(outcome, _name(outcome.target.pid))
+    row, conns = make_row(outcome, proc_label.of_process(outcome.target.pid))
     store.add(row, conn_rows={"sockwait": conns})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from netprof.profiler.core import procs
+from netprof.profiler.core import proc_label, procs
 from netprof.profiler.core.errors import InputError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -40,8 +40,8 @@ def _process(pid: int, how: str) -> tuple[psutil.Process, int]:
 def by_pid(pid: int) -> Target:
     if pid <= 0:
         raise InputError(f"--pid {pid}: give the pid of a running server")
-    p, started = _process(pid, f"--pid {pid}")
-    return Target(pid, (), f"pid {pid} ({p.name()})", started)
+    _, started = _process(pid, f"--pid {pid}")
+    return Target(pid, (), f"pid {pid} ({proc_label.of_process(pid)})", started)
 
 
 def listener(port: int) -> int | None:
@@ -61,8 +61,8 @@ def by_port(port: int) -> Target:
     pid = listener(port)
     if pid is None:
         raise InputError(f"--port {port}: no process listens on it here; give the server's port, or --pid")
-    p, started = _process(pid, f"--port {port}")
-    return Target(pid, (), f"port {port}: pid {pid} ({p.name()})", started)
+    _, started = _process(pid, f"--port {port}")
+    return Target(pid, (), f"port {port}: pid {pid} ({proc_label.of_process(pid)})", started)
 
 
 def by_cgroup(path: str) -> Target:
