@@ -142,6 +142,7 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
     ("pypy3 -c 'import app' {port}", "pypy3"),
     ("gunicorn -k gevent -b 127.0.0.1:{port} app:app", "gunicorn"),
     ("'/opt/my server/bin/serve' {port}", "serve"),
+    ("gunicorn: master [wsgi:app]", "gunicorn"),  # --attach: the title a server gave itself (setproctitle)
 ])
 def test_a_server_without_name_is_labelled_by_what_it_runs(cmd, label):
     """Two servers of one interpreter are told apart without --name (and not refused as sharing one)."""

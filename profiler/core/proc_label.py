@@ -17,12 +17,13 @@ UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")  # a label is part of file names (the c
 
 def label(argv: list[str]) -> str:
     """`python -m uvicorn app:app` is "uvicorn", `python old/app.py` "old_app.py", `python /srv/app.py` "app.py",
-    `gunicorn ...` "gunicorn"; "" for an empty command line."""
+    `gunicorn ...` "gunicorn", a title a server set itself ("gunicorn: master [app:app]") its first word; "" for an
+    empty command line."""
     prog = os.path.basename(argv[0]) if argv else ""
     what = _python_runs(argv[1:]) if PYTHON_PROGRAM.fullmatch(prog) else None
     if what and os.path.isabs(what):
         what = os.path.basename(what)
-    return UNSAFE.sub("_", what or prog)
+    return UNSAFE.sub("_", what or prog).strip("_")
 
 
 def of_process(pid: int) -> str:

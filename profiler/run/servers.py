@@ -159,7 +159,7 @@ def from_cmd(template: str, name: str = "", ready_regex: str = "", target: str =
     if not 0.1 <= ready_timeout <= 3600:
         raise InputError(f"--ready-timeout {ready_timeout:g}: give seconds between 0.1 and 3600, "
                          "e.g. --ready-timeout 60")
-    label = name or proc_label.label(argv)
+    label = name or proc_label.label(argv) or "cmd"
     return ServerSpec(label, "cmd", "cmd", "own", template=template, ready_regex=ready_regex, target=target,
                       as_root=as_root, ready_timeout=ready_timeout, env=tuple(env.items()))
 
