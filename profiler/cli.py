@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer._click import exceptions as click_errors  # typer 0.29 carries its own click (pinned: pyproject)
 from typer.core import TyperCommand
 
 import netprof
@@ -26,7 +27,7 @@ from netprof.probes import registry as instrument_registry
 from netprof.profiler.analysis import compare_inputs
 from netprof.profiler.core import rootenv
 from netprof.profiler.core.atomic import check_out_dir, ensure_out_dir
-from netprof.profiler.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, InputError, NetprofError
+from netprof.profiler.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, InputError, NetprofError
 from netprof.profiler.core.named_file import read_named_file
 from netprof.profiler.core.paths import caller_uids, untrusted_reason
 from netprof.profiler.core.safetext import clean_text
@@ -1034,17 +1035,61 @@ def agent() -> None:
     raise typer.Exit(agent_mod.main())
 
 
+# Options another command has: the command a user who gave them here wants.
+WRONG_COMMAND_HINTS = {("flamegraph", o): "your own server's flamegraphs: netprof run --cmd TEMPLATE --flamegraph "
+                       "(or --attach PID --flamegraph)" for o in ("--cmd", "--attach", "--name")}
+
+
+def _usage_error(e: click_errors.UsageError) -> str:
+    """click's usage error (an unknown option, a missing argument, a bad value) as one line naming the fix, where
+    click prints the usage, a hint and the error on four."""
+    if e.ctx is not None:
+        path, command = e.ctx.command_path, e.ctx.info_name or ""
+    else:  # an option's value missing at the end (`run -c`) fails before the command's context exists
+        commands = getattr(typer.main.get_command(app), "commands", {})
+        command = next((a for a in sys.argv[1:2] if a in commands), "")
+        path = f"netprof {command}".rstrip()
+    what = e.format_message().rstrip(".")
+    hint = WRONG_COMMAND_HINTS.get((command, getattr(e, "option_name", "")))
+    return f"{what}: {hint}" if hint else f"{what}; '{path} -h' lists what it takes"
+
+
+def _app() -> int:
+    """The CLI, its exit code returned; click's usage errors as netprof's one line (exit 2)."""
+    try:
+        rv = app(standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as e:  # `netprof` alone: the help, as click shows it
+        e.show()
+        return e.exit_code
+    except click_errors.UsageError as e:
+        say_error(_usage_error(e))
+        return EXIT_BAD_INPUT
+    except typer.Abort:  # Ctrl-C outside a command's own handling
+        return EXIT_INTERRUPTED
+    except click_errors.ClickException as e:
+        e.show()
+        return e.exit_code
+    # typer.Exit(code) comes back as its code; a command that returns comes back as what it returned (None)
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
 def main() -> None:
     """The one handler: netprof's own errors are one line and their exit code, never a traceback."""
     try:
         rootenv.setup()  # first: nothing may find files through the caller's HOME or TMPDIR
-        app()
+        code = _app()
+    except BrokenPipeError:  # the reader went away (`netprof list | head -1`): as click leaves it, quietly
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except NetprofError as e:
         say_error(str(e))
         sys.exit(e.exit_code)
     except Exception as e:  # a bug: still one line, and the exit code that says so
         say_error(f"internal error: {type(e).__name__}: {e}")
         sys.exit(EXIT_INTERNAL)
+    else:
+        sys.exit(code)
     finally:
         # The process ends next: its last garbage collections over pandas' and BCC's objects are ~0.1 s of
         # a short run's exit and free nothing the kernel does not. Exit handlers and refcounted clean-ups

@@ -54,6 +54,30 @@ def test_bad_input_is_one_line_exit_2(args, expected, tmp_path):
     assert not wait_no_children(timeout=2)
 
 
+# What the parser refuses (typer's click) is netprof's one line too, not click's usage, hint and error on four.
+USAGE = [
+    (["run", "selector", "--bogus"], "No such option: --bogus (Possible options: "),
+    (["run", "selector", "-c"], "Option '-c' requires an argument; 'netprof run -h' lists what it takes"),
+    (["report"], "Missing argument 'DIR'; 'netprof report -h' lists what it takes"),
+    (["knee", "selector"], "Missing option '--slo'; 'netprof knee -h'"),
+    (["watch", "--pid", "abc"], "Invalid value for '--pid'"),
+    (["bogus"], "No such command 'bogus'; 'netprof -h' lists what it takes"),
+    (["flamegraph", "selector", "--cmd", "x"], "own server's flamegraphs: netprof run --cmd TEMPLATE --flamegraph"),
+]
+
+
+@pytest.mark.parametrize("args,expected", USAGE, ids=[" ".join(a[:3]) for a, _ in USAGE])
+def test_what_the_parser_refuses_is_one_line_exit_2(args, expected):
+    res = netprof_cli(*args)
+    assert (res.returncode, res.stdout, res.stderr.count("\n")) == (2, "", 1), res.stderr
+    assert res.stderr.startswith("netprof: ") and expected in res.stderr, res.stderr
+
+
+def test_netprof_alone_shows_its_help():
+    res = netprof_cli()
+    assert res.returncode == 2 and "Usage: netprof [OPTIONS] COMMAND" in res.stdout + res.stderr
+
+
 def test_unknown_backend_lists_known_ones():
     res = netprof_cli("run", "nope", "--no-probes")
     assert "selector" in res.stderr and "uvloop_sock" in res.stderr
