@@ -250,10 +250,12 @@ def doctor() -> None:
 
     checks = run_checks()
     out = Console(highlight=False)
+    width = max((len(c.name) for c in checks), default=0)  # every detail starts in one column
     for c in checks:
         mark = "[green]ok  [/green]" if c.ok else ("[red]FAIL[/red]" if c.required else "[yellow]note[/yellow]")
         fix = f"  → fix: {c.fix}" if (not c.ok and c.fix) else ""
-        out.print(f"{mark} {c.name:<20} {c.detail}{fix}", soft_wrap=True)
+        # text, not markup: a detail quotes paths and versions read from the system ("[" in a path)
+        out.print(f"{mark} {escape(c.name.ljust(width))} {escape(c.detail + fix)}", soft_wrap=True)
     ok = all_ok(checks)
     out.print("ready for a profiled run" if ok else "[red]not ready[/red]: fix the FAIL lines above")
     raise typer.Exit(0 if ok else 1)

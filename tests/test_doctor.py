@@ -21,6 +21,10 @@ def test_doctor_ready_here():
     # this kernel's io_uring: its tracepoints, and its requests' opcode where BTF puts it (64 on 6.18, FACTS)
     (ring,) = [line for line in res.stdout.splitlines() if line.split()[1:2] == ["io_uring"]]
     assert ring.startswith("ok ") and "counted by operation (struct io_kiocb's opcode at byte " in ring, ring
+    # every detail starts in one column, the longest name's included
+    checks = [ln for ln in res.stdout.splitlines() if ln[:5] in ("ok   ", "note ", "FAIL ")]
+    col = next(ln for ln in checks if "raw_syscalls tracepoints" in ln).index(" /sys/") + 1
+    assert all(ln[col - 1] == " " != ln[col] for ln in checks), res.stdout
 
 
 def test_doctor_unprivileged_fails_and_names_fix():
