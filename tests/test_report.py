@@ -519,3 +519,15 @@ def test_the_fastest_servers_lead_is_placed_where_its_cpu_is_lower_and_never_in_
 
     text = findings._why(row("a", best), row("b", other))
     assert text.startswith(" It needs ") and says in text, text
+
+
+def test_a_servers_cost_counts_the_work_it_hands_to_io_uring_beside_its_syscalls():
+    """uvloop_sock hands ~1 epoll_ctl a message to io_uring: the summary's cost says it, as the table's kernel ops."""
+    from netprof.profiler.model import metrics
+    from netprof.profiler.report import findings
+
+    row = {"backend": "uvloop_sock", "protocol": "echo", "cpu_us_per_msg.user": 4.9, "cpu_us_per_msg.sys": 10.0,
+           "syscalls_per_msg.read": 2.0, "syscalls_per_msg.epoll_ctl": 6.03, "syscalls_per_msg.write": 1.0}
+    assert findings._cost(pd.Series(row)).endswith(" and 9.03 syscalls per message")
+    ring = pd.Series(row | {f"{metrics.RING_PREFIX}epoll_ctl": 1.0})
+    assert findings._cost(ring).endswith(" and 9.03 syscalls + 1.00 io_uring operations per message")

@@ -14,7 +14,7 @@ from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import units
 from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.model import schema
-from netprof.profiler.model.stats import num, syscalls_of
+from netprof.profiler.model.stats import num, ring_of, syscalls_of
 
 
 def _scale(r) -> str:
@@ -37,16 +37,18 @@ def _framing_words(framing) -> str:
 
 def _cost(r) -> str | None:
     """'9.1 µs of CPU per message (5.0 user + 4.1 kernel) and 2.01 syscalls per message' ('per request'
-    in an HTTP cell) or None."""
+    in an HTTP cell; '9.03 syscalls + 1.00 io_uring operations' where the server hands work to io_uring, whose
+    operations are kernel work no syscall count shows) or None."""
     u, k = num(r, "cpu_us_per_msg.user"), num(r, "cpu_us_per_msg.sys")
-    per = syscalls_of(r)
+    per, ring = syscalls_of(r), ring_of(r)
     each = units.per_unit(r.get("protocol"))
     parts = []
     if u is not None and k is not None:
         parts.append(f"{units.duration_us(u + k)} of CPU {each} ({units.duration_us(u)} user + "
                      f"{units.duration_us(k)} kernel)")
     if per:
-        parts.append(f"{units.per_message(sum(per.values()))} syscalls {each}")
+        ops = f" + {units.per_message(sum(ring.values()))} io_uring operations" if ring else ""
+        parts.append(f"{units.per_message(sum(per.values()))} syscalls{ops} {each}")
     return " and ".join(parts) or None
 
 
