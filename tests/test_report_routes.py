@@ -27,6 +27,10 @@ def test_routes_are_ranked_by_their_whole_server_time_and_the_unsampled_come_las
     assert [r[share] for r in t["rows"]] == ["75%", "25%", "0%", "–"]
     assert t["rows"][0][-1] == "off_cpu_io 8 ms (89%), on_cpu 1 ms (11%)"
     assert t["rows"][-1][-2:] == ["–", "–"]  # counted and timed only: no syscalls, no parts
+    calls = t["header"].index("syscalls/req")
+    assert [r[calls] for r in t["rows"][:2]] == ["3.0", "3.0"]
+    watched[0]["ring_ops_per_request"] = 1.0  # work handed to io_uring (uvloop's epoll_ctl) beside the syscalls
+    assert routes.table(watched)["rows"][1][calls] == "3.0 + 1.0 io_uring"
     assert "(unsampled) are the requests answered while the probes were light" in t["note"]
     assert "(other) are the requests of routes first seen after --routes were full" in t["note"]
     # the request lines; the other routes' 0.04% not worth a word

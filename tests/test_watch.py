@@ -629,3 +629,11 @@ def test_the_live_table_puts_the_unsampled_last_and_says_timers():
     idle = f | {"requests_per_sec": 0.0, "server_time_us": {"p50": None, "p99": None}, "syscalls_per_request": None,
                 "breakdown": {"parts_mean_us": {}, "detail_mean_us": {}}, "duty": 0.5}
     assert live.line(idle) == "0 req/s: no request answered  (followed 50% of the window: --max-overhead)"
+    # a loop that hands work to io_uring (uvloop's epoll_ctl): its ring operations beside the syscalls
+    assert "3.0 syscalls/req" in live.line(f)
+    ringed = route("GET /", 700, {"on_cpu": 50.0}) | {"ring_ops_per_request": 1.0}
+    ring = f | {"ring_ops_per_request": 1.0, "routes": [ringed]}
+    assert "3.0 syscalls + 1.0 io_uring ops/req" in live.line(ring)
+    console = Console(record=True, width=160)
+    console.print(live.table(ring, "port 8000"))
+    assert "3.0 + 1.0 io_uring" in console.export_text()

@@ -93,6 +93,14 @@ def per_message(v) -> str:
     return f"{v:.2f}" if abs(v) >= 1 else _sig(v, 2)
 
 
+def calls_and_ring(syscalls, ring) -> str:
+    """Syscalls per request and the io_uring operations beside them, for a column of one decimal (watch's):
+    '3.1', or '9.0 + 1.0 io_uring' where the server hands work to io_uring (no syscall count shows it)."""
+    if _missing(syscalls):
+        return DASH
+    return f"{float(syscalls):.1f}" + (f" + {float(ring):.1f} io_uring" if not _missing(ring) and ring else "")
+
+
 # ---------------------------------------------------------------------------------------------
 # What one exchange is called (the only place that says it): an HTTP cell (its row's `protocol` is
 # "http") exchanges requests, every other cell (echo, line, ZeroMQ) messages. The rows keep their

@@ -75,7 +75,7 @@ def table(watched: Any) -> dict | None:
                      units.duration_us(st.get("mean")), units.duration_us(st.get("p50")),
                      units.duration_us(st.get("p99")),
                      units.share(_time_us(r) / total) if followed and total else units.DASH,
-                     f"{r['syscalls_per_request']:.1f}" if followed and r.get("syscalls_per_request") is not None
+                     units.calls_and_ring(r.get("syscalls_per_request"), r.get("ring_ops_per_request")) if followed
                      else units.DASH,
                      _largest(r) if followed else units.DASH])
     shown = {r["route"] for r in routed + unsampled}

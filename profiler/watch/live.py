@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from netprof.probes.breakdown.breakdown import TIMER, TIMER_MOSTLY
+from netprof.profiler.core import units
 from netprof.profiler.core.safetext import clean_text
 from netprof.profiler.watch.figures import UNSAMPLED_ROUTE
 
@@ -44,7 +45,8 @@ def line(f: dict[str, Any]) -> str:
     if not f["requests_per_sec"]:  # no per-request figure to give, not a zero of each
         return "0 req/s: no request answered" + follow
     return (f"{f['requests_per_sec']:,.0f} req/s  server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "
-            f"{top_parts(f)}  {f['syscalls_per_request'] or 0:.1f} syscalls/req" + follow)
+            f"{top_parts(f)}  {f['syscalls_per_request'] or 0:.1f} syscalls"
+            + (f" + {ring:.1f} io_uring ops" if (ring := f.get("ring_ops_per_request")) else "") + "/req" + follow)
 
 
 def table(f: dict[str, Any], title: str) -> Group:
@@ -58,7 +60,7 @@ def table(f: dict[str, Any], title: str) -> Group:
         st = r["server_time_us"]
         calls = r["syscalls_per_request"]  # None: not counted (the route "(unsampled)")
         t.add_row(Text(clean_text(r["route"])), f"{r['requests_per_sec'] or 0:,.0f}", _ms(st["p50"]), _ms(st["p99"]),
-                  "-" if calls is None else f"{calls:.1f}", top_parts(r))
+                  "-" if calls is None else units.calls_and_ring(calls, r.get("ring_ops_per_request")), top_parts(r))
     return Group(head, t)
 
 
