@@ -452,6 +452,17 @@ def test_latency_knee_says_between_which_rates_and_what_moved():
     assert "12×" in a["explanation"] and "30 ms" in a["explanation"]
     assert "syscalls per message rose from 2.00 to 4.00" in a["explanation"]
     assert any(k.startswith("syscalls per message at 500/s") for k in a["evidence"])
+    assert "io_uring" not in a["explanation"]
+
+
+def test_latency_knee_says_how_the_work_handed_to_io_uring_moved():
+    """uvloop hands epoll_ctl to io_uring (kernel work no syscall count shows): as the loop batches past the knee
+    its ring operations per message move too, and the finding says so beside the syscalls."""
+    def ring(rate, mps, p99, ops):
+        return open_row(rate, mps, p99=p99) | {"ring_per_msg": {"epoll_ctl": ops}}
+
+    (a,) = ids(detect_rows(ring(500, 500.0, 2_500.0, 1.0), ring(1000, 960.0, 30_000.0, 0.4)), "latency_knee")
+    assert "io_uring operations per message fell from 1.00 to 0.4;" in a["explanation"], a["explanation"]
 
 
 def test_latency_knee_says_how_much_of_the_tail_was_the_socket_queue():

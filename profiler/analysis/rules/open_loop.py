@@ -240,7 +240,9 @@ def loader_late(ctx: Context) -> list[Anomaly]:
 # Per-message figures that explain a bend: how each moved from the lowest rate to the knee. The labels are the
 # evidence keys (summary.json keeps them); the text says them in the cell's words (units.reword: per request).
 SYSCALLS = "syscalls"  # every counted syscall per message (stats.syscalls_of), when the cell ran with probes
+RING = "ring"  # every io_uring operation per message (stats.ring_of): kernel work beside the syscalls (uvloop's)
 KNEE_FIGURES = (("syscalls per message", SYSCALLS, units.per_message),
+                ("io_uring operations per message", RING, units.per_message),
                 ("user CPU per message", "cpu_us_per_msg.user", units.duration_us),
                 ("kernel CPU per message", "cpu_us_per_msg.sys", units.duration_us),
                 ("context switches per message", "ctx_switches_per_msg", units.per_message))
@@ -396,6 +398,8 @@ def _figure(r, col: str) -> float | None:
     if col == SYSCALLS:
         per = stats.syscalls_of(r)
         return sum(per.values()) if per else None
+    if col == RING:
+        return sum(stats.ring_of(r).values()) or None
     return num(r, col)
 
 
