@@ -249,6 +249,16 @@ def test_cpu_split_is_informational(user_frac, title):
     assert found[0]["evidence"]["connection counts"] == "10, 100"
 
 
+def test_kernel_dominated_cpu_names_the_work_handed_to_io_uring():
+    """uvloop hands epoll_ctl to io_uring: the card's cost is its syscalls and its ring operations, both in evidence."""
+    plain = ids(detect(frame(make_row("b", cpu={"user_frac": 0.2}))), "cpu_split")[0]
+    assert "io_uring" not in plain["explanation"] and not any("io_uring" in k for k in plain["evidence"])
+    ringed = make_row("b", cpu={"user_frac": 0.2}) | {"ring_per_msg": {"epoll_ctl": 1.0}}
+    (a,) = ids(detect(frame(ringed)), "cpu_split")
+    assert "how many syscalls and io_uring operations it makes" in a["explanation"], a["explanation"]
+    assert [v for k, v in a["evidence"].items() if k.startswith("io_uring operations per message")] == [1.0]
+
+
 def test_cpu_split_silent_when_balanced_or_unknown():
     assert not ids(detect(frame(make_row(cpu={"user_frac": 0.55}))), "cpu_split")
     row = make_row()

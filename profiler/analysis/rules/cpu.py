@@ -11,7 +11,7 @@ from netprof.profiler.core import units
 from netprof.profiler.kit.rule_common import r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
 from netprof.profiler.model import schema
-from netprof.profiler.model.stats import num, syscalls_of
+from netprof.profiler.model.stats import num, ring_of, syscalls_of
 
 
 @rule("cpu_split", plots=("cpu",))
@@ -28,21 +28,26 @@ def cpu_split(ctx: Context) -> list[Anomaly]:
         if t.kernel_dominated_user_frac <= u < t.user_dominated_user_frac:
             continue
         first = g.iloc[0]
-        title, text = _split_story(first["backend"], u, t, g.get("protocol"))
+        ring = any(ring_of(r) for _, r in g.iterrows())
+        title, text = _split_story(first["backend"], u, t, g.get("protocol"), ring)
         ev = _split_evidence(g, u)
         found.append(Anomaly("cpu_split", schema.finding_cell(first, whole_server=True), "info",
                              title, text, {k: v for k, v in ev.items() if v is not None}))
     return found
 
 
-def _split_story(backend, u: float, t: Thresholds, protocol=None) -> tuple[str, str]:
-    """The card's title and text for a backend whose CPU is `u` user space (its cells' `protocol`s: units' words)."""
+def _split_story(backend, u: float, t: Thresholds, protocol=None, ring: bool = False) -> tuple[str, str]:
+    """The card's title and text for a backend whose CPU is `u` user space (its cells' `protocol`s: units' words;
+    `ring`: it hands work to io_uring too, kernel work its syscalls do not count)."""
     each = units.per_unit(protocol)
     if u < t.kernel_dominated_user_frac:
+        calls = "syscalls and io_uring operations" if ring else "syscalls"
         return (f"Kernel-dominated CPU: {backend}",
-                f"{backend} spends {100 * (1 - u):.0f}% of its CPU in the kernel (TCP stack and syscalls). Its "
-                f"cost {each} is set by how many syscalls it makes and how much the socket layer does per "
-                f"call, so fewer syscalls {each} (batching, larger reads) help more than faster Python would.")
+                f"{backend} spends {100 * (1 - u):.0f}% of its CPU in the kernel "
+                f"({'TCP stack, syscalls and io_uring operations' if ring else 'TCP stack and syscalls'}). Its "
+                f"cost {each} is set by how many {calls} it makes and how much the socket layer does per "
+                f"call, so fewer {'of them' if ring else 'syscalls'} {each} (batching, larger reads) help more than "
+                "faster Python would.")
     return (f"User-dominated CPU: {backend}",
             f"{backend} spends {100 * u:.0f}% of its CPU in user space (interpreter, event loop, handler). "
             f"The kernel is not its bottleneck: less Python {each} — a leaner loop (uvloop, protocols "
@@ -67,6 +72,9 @@ def _split_evidence(g: pd.DataFrame, u: float) -> dict:
     totals = [sum(p.values()) for _, r in g.iterrows() if (p := syscalls_of(r))]
     if totals:
         ev[f"syscalls per message ({mean_of})"] = r2(float(np.mean(totals)))
+    if rings := [sum(ring_of(r).values()) for _, r in g.iterrows() if syscalls_of(r)]:
+        if any(rings):
+            ev[f"io_uring operations per message ({mean_of})"] = r2(float(np.mean(rings)))
     ev["connection counts"] = ", ".join(str(int(c)) for c in sorted(g["connections"].unique()))
     return ev
 
