@@ -339,6 +339,13 @@ def test_throughput_collapse_says_what_grew():
     assert "kernel" in a[0]["explanation"] and "epoll_wait" in a[0]["explanation"]
 
 
+def test_throughput_collapse_places_no_growth_where_the_cpu_per_message_fell():
+    rows = [make_row("b", 10, mps=100_000.0, cpu={"user_s": 1.0, "sys_s": 0.6}),
+            make_row("b", 10000, mps=30_000.0, cpu={"user_s": 0.2, "sys_s": 0.1})]
+    (a,) = ids(detect(frame(*rows)), "throughput_collapse")
+    assert "not more CPU per message" in a["explanation"] and "growth" not in a["explanation"], a["explanation"]
+
+
 def test_throughput_collapse_silent_on_mild_decline_or_growth():
     rows = [make_row("b", 10, mps=100_000.0), make_row("b", 1000, mps=70_000.0), make_row("b", 5000, mps=120_000.0)]
     assert not ids(detect(frame(*rows)), "throughput_collapse")

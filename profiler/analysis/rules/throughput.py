@@ -58,10 +58,11 @@ def _cpu_grew(a, b, ca: int, cb: int, ev: dict) -> str | None:
     if ua is None or sa is None or ub is None or sb is None:
         return None
     ev[f"CPU µs per message user+kernel at {ca} / {cb}"] = f"{ua:.1f}+{sa:.1f} / {ub:.1f}+{sb:.1f}"
-    grew = "kernel" if (sb - sa) > (ub - ua) else "user space"
-    return (f"each {units.exchange(b.get('protocol'))} costs {ua + sa:.1f} µs of CPU at {ca} and {ub + sb:.1f} µs at "
-            f"{cb}, "
-            f"the growth mostly in {grew}")
+    each = units.exchange(b.get("protocol"))
+    costs = f"each {each} costs {ua + sa:.1f} µs of CPU at {ca} and {ub + sb:.1f} µs at {cb}"
+    if ub + sb <= ua + sa:  # no growth to place: the rate fell for another reason (waiting, not computing)
+        return f"{costs}: not more CPU per {each}"
+    return f"{costs}, the growth mostly in {'kernel' if (sb - sa) > (ub - ua) else 'user space'}"
 
 
 def _syscalls_grew(a, b, ca: int, cb: int, ev: dict, t: Thresholds) -> str | None:
