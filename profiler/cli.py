@@ -1045,15 +1045,21 @@ WRONG_COMMAND_HINTS = {("flamegraph", o): "your own server's flamegraphs: netpro
 def _usage_error(e: click_errors.UsageError) -> str:
     """click's usage error (an unknown option, a missing argument, a bad value) as one line naming the fix, where
     click prints the usage, a hint and the error on four."""
+    commands = getattr(typer.main.get_command(app), "commands", {})
     if e.ctx is not None:
         path, command = e.ctx.command_path, e.ctx.info_name or ""
     else:  # an option's value missing at the end (`run -c`) fails before the command's context exists
-        commands = getattr(typer.main.get_command(app), "commands", {})
         command = next((a for a in sys.argv[1:2] if a in commands), "")
         path = f"netprof {command}".rstrip()
-    what = e.format_message().rstrip(".")
-    hint = WRONG_COMMAND_HINTS.get((command, getattr(e, "option_name", "")))
-    return f"{what}: {hint}" if hint else f"{what}; '{path} -h' lists what it takes"
+    what, option = e.format_message().rstrip("."), getattr(e, "option_name", "")
+    if hint := WRONG_COMMAND_HINTS.get((command, option)):
+        return f"{path} has no {option}: {hint}"
+    # an option another command takes (`run --slo`): name that command
+    others = [n for n, c in commands.items() if n != command and any(option in p.opts for p in c.params)]
+    if isinstance(e, click_errors.NoSuchOption) and others:
+        names = others[0] if len(others) == 1 else f"{', '.join(others[:-1])} and {others[-1]}"
+        return f"{path} has no {option}: netprof {names} take{'s' * (len(others) == 1)} it"
+    return f"{what}; '{path} -h' lists what it takes"
 
 
 def _app() -> int:

@@ -62,6 +62,8 @@ USAGE = [
     (["knee", "selector"], "Missing option '--slo'; 'netprof knee -h'"),
     (["watch", "--pid", "abc"], "Invalid value for '--pid'"),
     (["bogus"], "No such command 'bogus'; 'netprof -h' lists what it takes"),
+    (["run", "selector", "--slo", "p99<5ms"], "netprof run has no --slo: netprof knee takes it"),
+    (["watch", "--port", "1", "-c", "10"], "netprof watch has no -c: netprof run, flamegraph, ab and knee take it"),
     (["flamegraph", "selector", "--cmd", "x"], "own server's flamegraphs: netprof run --cmd TEMPLATE --flamegraph"),
 ]
 
