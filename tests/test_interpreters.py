@@ -284,3 +284,12 @@ fcntl.flock(fd, fcntl.LOCK_SH)
 print("held", flush=True)
 time.sleep(60)
 """
+
+
+def test_netprof_own_interpreter_answers_the_probe_in_process_as_a_child_of_it_would(monkeypatch):
+    """Every run inspects its interpreter: netprof's own answers in this process (no child on every run's start),
+    with what the child answers."""
+    child = json.loads(subprocess.run([sys.executable, "-I", "-c", interpreters._PROBE], capture_output=True,
+                                      text=True, check=True, timeout=60).stdout)
+    monkeypatch.setattr(interpreters.procs, "run", lambda *a, **k: pytest.fail(f"a child was started: {a}"))
+    assert interpreters.inspect(sys.executable) == child
