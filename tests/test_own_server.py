@@ -143,6 +143,10 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
     ("gunicorn -k gevent -b 127.0.0.1:{port} app:app", "gunicorn"),
     ("'/opt/my server/bin/serve' {port}", "serve"),
     ("gunicorn: master [wsgi:app]", "gunicorn"),  # --attach: the title a server gave itself (setproctitle)
+    ("uv run uvicorn app:app --port {port}", "uvicorn"),  # what only starts the server is not its name
+    ("env FOO=1 python -m granian app:app", "granian"),
+    ("sh -c 'exec python -m uvicorn app:app --port {port}'", "uvicorn"),
+    ("sh -c 'cd srv && exec uvicorn app:app'", "sh"),  # a script: the shell's
 ])
 def test_a_server_without_name_is_labelled_by_what_it_runs(cmd, label):
     """Two servers of one interpreter are told apart without --name (and not refused as sharing one)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 
 import psutil
 
@@ -15,10 +16,17 @@ PYTHON_OPTIONS_WITH_ARG = "cmWX"  # python -m MOD, -c CMD, -W ARG, -X OPT; every
 UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")  # a label is part of file names (the cell's slug)
 
 
+# Programs that start the server rather than being it: `uv run uvicorn ...` is uvicorn (`X run PROG`), as are
+# `env NAME=VALUE uvicorn ...`, `exec uvicorn ...` and `sh -c 'exec uvicorn ...'`.
+RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye"})
+SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
+
+
 def label(argv: list[str]) -> str:
     """`python -m uvicorn app:app` is "uvicorn", `python old/app.py` "old_app.py", `python /srv/app.py` "app.py",
-    `gunicorn ...` "gunicorn", a title a server set itself ("gunicorn: master [app:app]") its first word; "" for an
-    empty command line."""
+    `gunicorn ...` "gunicorn", a title a server set itself ("gunicorn: master [app:app]") its first word,
+    `uv run uvicorn ...` "uvicorn"; "" for an empty command line."""
+    argv = _past_runners(argv)
     prog = os.path.basename(argv[0]) if argv else ""
     what = _python_runs(argv[1:]) if PYTHON_PROGRAM.fullmatch(prog) else None
     if what and os.path.isabs(what):
@@ -37,6 +45,29 @@ def of_process(pid: int) -> str:
         return label(argv or [p.name()]) or f"pid{pid}"
     except psutil.Error:
         return f"pid{pid}"  # it exited
+
+
+def _past_runners(argv: list[str]) -> list[str]:
+    """The command line past what only starts the server (RUNNERS' `run`, env's settings, exec, a shell's -c)."""
+    for _ in range(4):  # a few wrappers deep at most
+        prog = os.path.basename(argv[0]) if argv else ""
+        if prog in RUNNERS and argv[1:2] == ["run"] and argv[2:3] and not argv[2].startswith("-"):
+            argv = argv[2:]
+        elif prog == "env" and (rest := [a for a in argv[1:] if "=" not in a]) and not rest[0].startswith("-"):
+            argv = argv[argv.index(rest[0]):]
+        elif prog == "exec" and argv[1:2]:
+            argv = argv[1:]
+        elif prog in SHELLS and argv[1:2] == ["-c"] and argv[2:3]:
+            try:
+                inner = shlex.split(argv[2])
+            except ValueError:
+                break
+            if not inner or any(t in ("&&", "||", "|", ";") or t.endswith(";") for t in inner):
+                break  # a script, not one command: the shell's name
+            argv = inner
+        else:
+            break
+    return argv
 
 
 def _python_runs(args: list[str]) -> str | None:
