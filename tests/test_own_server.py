@@ -20,6 +20,7 @@ import pytest
 
 from helpers import netprof_cli, require_bpf, run_netprof, wait_no_children
 from netprof.profiler.core import proc_label
+from netprof.profiler.run import servers
 
 pytestmark = [pytest.mark.slow]
 PY = sys.executable
@@ -151,6 +152,16 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
 def test_a_server_without_name_is_labelled_by_what_it_runs(cmd, label):
     """Two servers of one interpreter are told apart without --name (and not refused as sharing one)."""
     assert proc_label.label(shlex.split(cmd)) == label
+
+
+def test_a_module_not_found_by_a_command_run_as_root_names_pythonsafepath_and_the_fix():
+    """Run as root, a --cmd gets PYTHONSAFEPATH=1 (root imports nothing from a directory another user may write):
+    `python srv.py` importing `app` beside it fails, and the failure says why and how to give the path."""
+    tail = "File \"/srv/srv.py\", line 2 | from app import app | ModuleNotFoundError: No module named 'app'"
+    assert "--env PYTHONPATH=DIR" in servers._safe_path_hint(tail, None, ())
+    assert servers._safe_path_hint(tail, 1000, ()) == ""  # as the sudo caller: no PYTHONSAFEPATH, another cause
+    assert servers._safe_path_hint(tail, None, (("PYTHONPATH", "/srv"),)) == ""  # given: another cause
+    assert servers._safe_path_hint("SyntaxError: invalid syntax", None, ()) == ""
 
 
 # Input netprof can judge before it starts anything: one line, exit 2, no run (the fast tier runs these).

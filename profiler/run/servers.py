@@ -260,6 +260,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _safe_path_hint(tail: str, uid: int | None, env: tuple[tuple[str, str], ...]) -> str:
+    """Why a Python command run as root found no module beside it: netprof starts it with PYTHONSAFEPATH=1
+    (procs.child_env: root imports nothing from a directory another user may write), and the fix."""
+    given = {k for k, _ in env}
+    if uid is not None or "ModuleNotFoundError" not in tail or given & {"PYTHONPATH", "PYTHONSAFEPATH"}:
+        return ""
+    return (" (run as root, a --cmd gets PYTHONSAFEPATH=1: its script's directory is not on sys.path, so root "
+            "imports nothing another user could plant there; run netprof through sudo as yourself, or give "
+            "--env PYTHONPATH=DIR with the directory your app imports from)")
+
+
 def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: str = "127.0.0.1",
               deny_io_uring: bool = False) -> Running:
     """Start the user's command for one cell and wait until it is ready: its --ready-regex line (if
@@ -290,7 +301,7 @@ def start_cmd(group: ProcessGroup, spec: ServerSpec, cpus: str | None, listen: s
         if not proc.alive():
             tail = proc.stderr_tail()
             raise ProcessError(f"--cmd {spec.name} exited with code {proc.returncode()} before it was ready"
-                               f"{': ' + tail if tail else ''}")
+                               f"{': ' + tail if tail else ''}{_safe_path_hint(tail, uid, spec.env)}")
         if not matched:
             matched = _ready_line(proc, pattern, deadline)
         elif _listens(proc.pid, port):
