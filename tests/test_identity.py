@@ -8,6 +8,7 @@ be stepped here, so psutil's boot time is moved instead (a mock of what the mach
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import psutil
 import pytest
@@ -43,3 +44,23 @@ def test_a_process_gone_or_another_with_its_pid_is_not_the_same(child):
     child.kill()
     child.wait()
     assert procs.start_ticks(child.pid) is None and not target.alive(watched)
+
+
+def test_a_watched_pid_that_listens_on_no_port_is_noted_and_one_whose_child_listens_is_not(child):
+    """`netprof watch --pid` of a process that is not the server (a shell, a sleeper) watched on in silence, a line of
+    "0 req/s" a second: it is said once when the watch starts. A pre-fork master whose worker holds the socket, or
+    the server itself, is not noted (real processes and sockets)."""
+    assert "has no listening TCP socket" in target.by_pid(child.pid).note
+    code = ("import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
+            "print('ok', flush=True); time.sleep(30)")
+    parent = subprocess.Popen(["sh", "-c", f'"$0" -c "{code}"; exit 0', sys.executable], stdout=subprocess.PIPE,
+                              text=True)  # a shell that waits for its listening child (no exec)
+    try:
+        assert parent.stdout.readline().strip() == "ok"
+        assert psutil.Process(parent.pid).children(), "the socket is the child's, not the shell's"
+        assert target.by_pid(parent.pid).note == ""
+    finally:
+        for p in psutil.Process(parent.pid).children(recursive=True):
+            p.kill()
+        parent.kill()
+        parent.wait()

@@ -61,6 +61,8 @@ def execute(cfg: WatchConfig, target: Target, err: Console) -> dict[str, Any]:
             view.title = t.label
             where = f", metrics on http://{cfg.metrics_addr}:{cfg.metrics_port}/metrics" if server else ""
             err.print(f"watching {t.label}{where}", markup=False, highlight=False, soft_wrap=True)
+            if t.note:
+                err.print(f"note: {t.note}", markup=False, highlight=False, soft_wrap=True)
 
         outcome = session.run(cfg, target, on_window, board, on_attached)
     said = routes.sentence(outcome.figures["routes"])  # the live view's routes are a window's: this, the watch's

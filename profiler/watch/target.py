@@ -22,6 +22,7 @@ class Target:
     also: tuple[int, ...]         # other members (a cgroup's), each with its descendants
     label: str                    # how the user named it
     start_time: int               # the root's (procs.start_ticks), to tell it from a later process with the same pid
+    note: str = ""                # said once when the watch starts: why it may see no request
 
 
 def _process(pid: int, how: str) -> tuple[psutil.Process, int]:
@@ -40,8 +41,21 @@ def _process(pid: int, how: str) -> tuple[psutil.Process, int]:
 def by_pid(pid: int) -> Target:
     if pid <= 0:
         raise InputError(f"--pid {pid}: give the pid of a running server")
-    _, started = _process(pid, f"--pid {pid}")
-    return Target(pid, (), f"pid {pid} ({proc_label.of_process(pid)})", started)
+    p, started = _process(pid, f"--pid {pid}")
+    label = f"pid {pid} ({proc_label.of_process(pid)})"
+    note = "" if _listens(p) else (f"{label} has no listening TCP socket in this network namespace, nor has a process "
+                                   "below it: if it is not the server, give the server's pid or --port")
+    return Target(pid, (), label, started, note)
+
+
+def _listens(p: psutil.Process) -> bool:
+    """Whether `p` or a process below it holds a listening TCP socket (a pre-fork worker holds its master's)."""
+    try:
+        tree = {p.pid, *(c.pid for c in p.children(recursive=True))}
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return True  # not known: say nothing
+    return any(c.status == psutil.CONN_LISTEN and c.pid in tree for c in conns)
 
 
 def listener(port: int) -> int | None:
