@@ -14,6 +14,7 @@ window's p50 is above 1 s and its p99 near 2 s, so `-d 3` holds the 0.5 s of the
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 
@@ -55,7 +56,10 @@ def test_open_loop_under_and_over_capacity(tmp_path):
     slow_share = min([s for q, s in (("p90", 0.1), ("p95", 0.05), ("p99", 0.01)) if lat[q] <= 20_000], default=1)
     assert under["open_loop"]["achieved_share"] > 0.98, under["open_loop"]
     assert under["open_loop"]["behind_share"] <= max(0.01, slow_share), (under["open_loop"], lat)
-    assert under["open_loop"]["queued_at_end"] == 0, under["open_loop"]
+    # never sent by the window's end: none but those due within the loader's latest wake-up before its end (a slow
+    # hour's timer: fresh187 of 2026-12-06 left 1 of 1,000 unsent with its schedule lateness up to 3.3 ms)
+    late_s = (under["open_loop"].get("schedule_late_us.max") or 0) / 1e6
+    assert under["open_loop"]["queued_at_end"] <= math.ceil(500 * late_s), under["open_loop"]
 
     # 2,000/s: the server's ~1,000/s, requests behind, seconds of latency from the intended time ...
     assert over["msgs_per_sec"] <= 1_150, over["msgs_per_sec"]
