@@ -212,7 +212,7 @@ def _listener(port: int, pid: int) -> str | None:
     return None
 
 
-def _listening(pid: int, tree: bool = True) -> set[tuple[str, int]]:
+def listening(pid: int, tree: bool = True) -> set[tuple[str, int]]:
     """The (address, port) of every listening TCP socket of `pid` and (`tree`) its descendants."""
     try:
         root = psutil.Process(pid)
@@ -231,7 +231,7 @@ def _listening(pid: int, tree: bool = True) -> set[tuple[str, int]]:
 
 def _listens(pid: int, port: int) -> bool:
     """`pid` or one of its descendants has a listening TCP socket on `port`."""
-    return any(p == port for _, p in _listening(pid))
+    return any(p == port for _, p in listening(pid))
 
 
 # Addresses a loopback client reaches: every IPv4 address, every address of a dual-stack socket, or loopback's own
@@ -242,7 +242,7 @@ def _only_listener(pid: int) -> str:
     """'127.0.0.1:8000': where --attach's server takes loopback connections, when that is one port (else
     InputError asks for --target). Its own sockets only: a pre-fork server's master holds the one its workers
     share, and every process descends from pid 1."""
-    where = {f"{ip if ip.startswith('127.') else '127.0.0.1'}:{port}" for ip, port in _listening(pid, tree=False)
+    where = {f"{ip if ip.startswith('127.') else '127.0.0.1'}:{port}" for ip, port in listening(pid, tree=False)
              if ip in ANY or ip.startswith("127.")}
     if len(where) == 1:
         return where.pop()

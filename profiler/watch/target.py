@@ -12,6 +12,7 @@ import psutil
 
 from netprof.profiler.core import proc_label, procs
 from netprof.profiler.core.errors import InputError
+from netprof.profiler.run import servers
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -41,21 +42,13 @@ def _process(pid: int, how: str) -> tuple[psutil.Process, int]:
 def by_pid(pid: int) -> Target:
     if pid <= 0:
         raise InputError(f"--pid {pid}: give the pid of a running server")
-    p, started = _process(pid, f"--pid {pid}")
+    _, started = _process(pid, f"--pid {pid}")
     label = f"pid {pid} ({proc_label.of_process(pid)})"
-    note = "" if _listens(p) else (f"{label} has no listening TCP socket in this network namespace, nor has a process "
-                                   "below it: if it is not the server, give the server's pid or --port")
+    # a pre-fork master's worker holds the socket too: the tree's
+    note = "" if servers.listening(pid) else (f"{label} has no listening TCP socket in this network namespace, "
+                                              "nor has a process below it: if it is not the server, give the server's "
+                                              "pid or --port")
     return Target(pid, (), label, started, note)
-
-
-def _listens(p: psutil.Process) -> bool:
-    """Whether `p` or a process below it holds a listening TCP socket (a pre-fork worker holds its master's)."""
-    try:
-        tree = {p.pid, *(c.pid for c in p.children(recursive=True))}
-        conns = psutil.net_connections(kind="tcp")
-    except psutil.Error:
-        return True  # not known: say nothing
-    return any(c.status == psutil.CONN_LISTEN and c.pid in tree for c in conns)
 
 
 def listener(port: int) -> int | None:
