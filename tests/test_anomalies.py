@@ -130,6 +130,33 @@ def test_starvation_on_idle_connections_alone_is_a_warning():
     assert a and a[0]["severity"] == "warning" and "224 of 1000 connections (22%)" in a[0]["explanation"]
 
 
+def test_starvation_on_idle_connections_beside_an_even_rest_says_so():
+    """uvicorn_httptools at 1000 connections (bench/reports/http, 2026-12-06): a fifth of the connections got nothing
+    while the rest had 57-58 each. "The busiest exchanged 1× the median" explained nothing; the idle ones do."""
+    per_conn = {"min": 0, "p5": 1, "p50": 57, "p95": 58, "max": 58, "idle": 201, "jain": 0.77, "active_share": 0.71}
+    (a,) = ids(detect(frame(make_row("uvicorn_httptools", 1000, per_conn=per_conn))), "starvation")
+    assert a["severity"] == "critical", a
+    assert ("201 of 1000 connections (20%) exchanged no message at all in the measurement window while the median "
+            "connection exchanged 57 (Jain 0.77") in a["explanation"], a["explanation"]
+    assert "busiest" not in a["explanation"]
+    # A lopsided top still reads as one: the busiest against the median.
+    lopsided = {**per_conn, "max": 580}
+    (a,) = ids(detect(frame(make_row("b", 1000, per_conn=lopsided))), "starvation")
+    assert "its busiest connection exchanged 10× the messages of the median one (580 vs 57)" in a["explanation"]
+
+
+def test_unanswered_of_a_cell_of_several_rounds_counts_whole_requests():
+    """A merged cell's unanswered requests are a mean over its rounds: 533 requests, not 533.3, and it says so."""
+    row = make_row("gevent", 100, per_conn=STARVED,
+                   unanswered={"count": 533.3, "max_age_us": 2_500_000.0, "connections": 66.7})
+    a = ids(detect(frame(row)), "starvation")[0]
+    assert ("At the window's end 533 requests on 67 connections (the mean of its rounds) were still unanswered"
+            in a["explanation"]), a["explanation"]
+    assert a["evidence"]["still unanswered at the window's end"] == "533 on 67 connections, the oldest waiting 2.5 s"
+    row["unanswered"] = {"count": 0.3, "max_age_us": 2_500_000.0, "connections": 0.3}
+    assert "0.3 requests on 0.3 connections (the mean" in ids(detect(frame(row)), "starvation")[0]["explanation"]
+
+
 def test_starvation_and_tail_cite_requests_left_unanswered():
     row = make_row("gevent", 100, per_conn=STARVED, lat_us={"p999": 5000.0},
                    unanswered={"count": 40, "max_age_us": 1_200_000.0, "connections": 38})
@@ -160,6 +187,25 @@ def test_readiness_churn_fires_on_two_epoll_ctl_per_message():
     assert found[0]["evidence"]["epoll_ctl per message"] == 2.0
 
 
+def test_readiness_churn_of_a_server_that_pauses_reading_per_pipelined_request():
+    """uvicorn_h11 at ×8 (bench/reports/http, 2026-12-06): 1.75 epoll_ctl per request and 0.125 reads, one read per 8
+    pipelined requests. Per read that is 14 epoll_ctl, and the sock_recv story does not fit: uvicorn pauses reading
+    while it answers a request and resumes after (its flow control), an epoll_ctl each way."""
+    per = {"epoll_ctl": 1.75, "recvfrom": 0.125, "sendto": 2.0, "mmap": 0.125}
+    rows = [make_row("uvicorn_h11", 100, pipeline=8, mps=8_300.0, family="uvicorn", protocol="http",
+                     syscalls_per_msg=per),
+            make_row("http_asyncio", 100, pipeline=8, mps=228_256.0, protocol="http")]
+    (a,) = ids(detect(frame(*rows)), "readiness_churn")
+    text = a["explanation"]
+    assert ("calls epoll_ctl 1.8 times per request, 44% of all its syscalls, though it reads only 0.12 times per "
+            "request") in text, text
+    assert "around each request, not each read" in text and "pause_reading()" in text and "per read)" not in text
+    assert "uvicorn does this for every pipelined request" in text and "sock_recv" not in text
+    assert "protocols/http/h11_impl.py" in a["evidence"]["source"] and "pause_reading" in a["evidence"]["source"]
+    assert "Here http_asyncio makes 0.00 epoll_ctl per request at 228k req/s." in text, text
+    assert a["evidence"]["http_asyncio (fastest backend here without the churn)"].startswith("228,256 req/s")
+
+
 def test_readiness_churn_silent_below_threshold_and_without_probes():
     assert not ids(detect(frame(make_row(syscalls_per_msg={"epoll_ctl": 0.5}))), "readiness_churn")
     row = make_row()
@@ -179,7 +225,8 @@ def test_ring_work_names_the_operations_handed_to_io_uring():
     assert [a["backend"] for a in found] == ["uvloop_sock"]
     text = found[0]["explanation"]
     assert "hands 0.90 of its 6.9 epoll_ctl operations per message to io_uring" in text, text
-    assert "libuv batches" in text and "--io-uring on,off" in text and "9% fewer" in text, text
+    assert "libuv hands its epoll interest changes to the ring" in text, text
+    assert "--io-uring on,off" in text and "9% fewer" in text, text
     assert found[0]["evidence"]["kernel operations per message"] == 9.91
     assert found[0]["evidence"]["ring operations per message"] == "epoll_ctl 0.9", found[0]["evidence"]
     rows[0]["ring_per_msg"] = {"epoll_ctl": 0.9, "recv": 0.5, "send": 0.25}
@@ -225,7 +272,7 @@ def test_lock_contention_compares_pinned_and_unpinned():
     assert len(found) == 1
     a = found[0]
     assert a["severity"] == "critical" and a["evidence"]["pinned"] is False
-    assert "90000 msgs/s" in a["evidence"]["same cell pinned"]
+    assert "90,000 msgs/s" in a["evidence"]["same cell pinned"]
     assert "GIL" in a["explanation"]
 
 

@@ -34,8 +34,8 @@ def r2(v: float | None, digits: int = 2):
 
 
 def _count(v: float) -> str:
-    """A count that may be the mean of a cell's rounds: '40', or '0.3'."""
-    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+    """A count that may be the mean of a cell's rounds: '40', '533' (of 533.3: no third of a request), or '0.3'."""
+    return units.count(v) if float(v).is_integer() or v >= 10 else f"{v:.1f}"
 
 
 def unanswered(r) -> tuple[dict, str]:
@@ -44,9 +44,11 @@ def unanswered(r) -> tuple[dict, str]:
     n = num(r, "unanswered.count")
     if not n:
         return {}, ""
-    requests, conns = _count(n), _count(num(r, "unanswered.connections") or 0)
+    c = num(r, "unanswered.connections") or 0
+    requests, conns = _count(n), _count(c)
+    mean = "" if float(n).is_integer() and float(c).is_integer() else " (the mean of its rounds)"
     oldest = units.duration_us(num(r, "unanswered.max_age_us"))
-    text = (f"At the window's end {requests} requests on {conns} connections were still unanswered, the oldest "
+    text = (f"At the window's end {requests} requests on {conns} connections{mean} were still unanswered, the oldest "
             f"for {oldest}, longer than any request the window measured: they are missing from its latency "
             "figures, so the real tail is longer (a load generator that waits for them, like wrk, reports a "
             "higher p99). ")

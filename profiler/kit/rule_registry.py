@@ -29,6 +29,7 @@ class Thresholds:
     # readiness churn: register/unregister per read
     readiness_churn_epoll_ctl: float = 1.5
     poll_handle_epoll_ctl: float = 4.5       # uvloop: a libuv poll handle made and closed per read (6 epoll_ctl)
+    batched_reads: float = 0.5               # reads per message below this: one read takes several pipelined ones
     # io_uring work: the ring's share of the kernel operations per message (syscalls + submissions) that makes
     # syscall counts alone misleading (uvloop_sock: 0.9 of 6.9 epoll_ctl, 11% of all its operations)
     ring_work_share: float = 0.05

@@ -25,12 +25,15 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
         ev = {"epoll_ctl per message": r2(ec), "epoll_ctl per read": r2(ec / reads) if reads else None,
               "syscalls per message (all)": r2(total),
               "share of syscalls that are epoll_ctl": f"{100 * ec / total:.0f}%"}
-        per_read = f" ({ec / reads:.1f} per read)" if reads else ""
-        text = (f"{where(r)} calls epoll_ctl {ec:.1f} times {units.per_unit(r.get('protocol'))}{per_read}, "
-                f"{100 * ec / total:.0f}% of all its syscalls: it changes the socket's epoll registration around "
-                "reads — register before a read that must wait, unregister after (`add_reader` → wait → "
-                "`remove_reader`, the `sock_recv` model). Backends that keep a socket registered for its whole life "
-                "(transports/protocols) pay this once per connection. ")
+        if reads and reads < ctx.t.batched_reads:
+            text = _paused_reading(r, ec, reads, total, ev)
+        else:
+            per_read = f" ({ec / reads:.1f} per read)" if reads else ""
+            text = (f"{where(r)} calls epoll_ctl {ec:.1f} times {units.per_unit(r.get('protocol'))}{per_read}, "
+                    f"{100 * ec / total:.0f}% of all its syscalls: it changes the socket's epoll registration around "
+                    "reads — register before a read that must wait, unregister after (`add_reader` → wait → "
+                    "`remove_reader`, the `sock_recv` model). Backends that keep a socket registered for its whole "
+                    "life (transports/protocols) pay this once per connection. ")
         if reads and ec / reads >= ctx.t.poll_handle_epoll_ctl and "uvloop" in f"{r['backend']} {r.get('family')}":
             text += UVLOOP_POLL_HANDLE
             ev["each read, call by call (uvloop on libuv)"] = UVLOOP_CALLS
@@ -42,9 +45,33 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
     return found
 
 
-# What a loop's io_uring submissions of an operation are, in the finding's words.
+def _paused_reading(r, ec: float, reads: float, total: float, ev: dict) -> str:
+    """The churn of a protocol that stops reading while it answers a pipelined message: the registration changes
+    per message, though one read takes several (so 'per read' would say nothing)."""
+    one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
+    each = units.per_unit(r.get("protocol"))
+    text = (f"{where(r)} calls epoll_ctl {ec:.1f} times {each}, {100 * ec / total:.0f}% of all its syscalls, though "
+            f"it reads only {reads:.2f} times {each} (one read takes several pipelined {many}): "
+            f"it changes the socket's epoll registration around each {one}, not each read — it stops reading "
+            f"while a {one} is answered and starts again after the response (`transport.pause_reading()` → "
+            "`resume_reading()`, which asyncio's selector loop does with `remove_reader` and `add_reader`, an "
+            "epoll_ctl each). ")
+    if r.get("family") == "uvicorn":
+        # uvicorn's protocols queue a pipelined request and pause reading until the response to the one before
+        # is complete (protocols/http/flow_control.py); both of its HTTP parsers do it.
+        impl = "httptools_impl.py" if "httptools" in str(r["backend"]) else "h11_impl.py"
+        ev["source"] = package_line("uvicorn", f"protocols/http/{impl}", "self.flow.pause_reading()")
+        text += (f"uvicorn does this for every pipelined {one}: it queues the next {one} and pauses reading until "
+                 "the response to the one before is complete. ")
+    return text
+
+
+# What a loop's io_uring submissions of an operation are, in the finding's words. libuv (src/unix/linux.c) queues
+# its epoll_ctl calls for the ring when the kernel has one: a watcher started (ADD/MOD) and the DEL of a socket whose
+# watcher was stopped when its next event arrives; only a handle closing (uv__platform_invalidate_fd) calls DEL.
 RING_WHY = {
-    "epoll_ctl": "libuv batches its epoll interest changes (ADD/MOD) there; DEL stays a syscall",
+    "epoll_ctl": ("libuv hands its epoll interest changes to the ring: ADD or MOD when it starts watching a socket, "
+                  "DEL when an event comes for one it stopped watching (a closing handle's DEL stays a syscall)"),
     "recv": "its receives are ring requests, not recvfrom calls",
     "send": "its sends are ring requests, not sendto calls",
     "recvmsg": "its receives are ring requests, not recvmsg calls",
@@ -129,8 +156,8 @@ def _calm_peer(ctx: Context, r, ev: dict) -> str:
     bec = best_per.get("epoll_ctl", 0.0)
     rate, each = units.rate_unit(r.get("protocol")), units.per_unit(r.get("protocol"))
     ev[f"{best['backend']} (fastest backend here without the churn)"] = (
-        f"{best['mps_mean']:.0f} {rate}, {bec:.2f} epoll_ctl {each}")
-    return f"Here {best['backend']} makes {bec:.2f} epoll_ctl {each} at {best['mps_mean']:.0f} {rate}."
+        f"{units.count(best['mps_mean'])} {rate}, {bec:.2f} epoll_ctl {each}")
+    return f"Here {best['backend']} makes {bec:.2f} epoll_ctl {each} at {units.rate(best['mps_mean'])} {rate}."
 
 
 @rule("mmap_churn", consolidate=True, plots=("syscalls",))
@@ -223,10 +250,10 @@ def _pinned_contrast(ctx: Context, r, fx: float, ev: dict) -> str:
         ofx = (syscalls_of(o) or {}).get("futex", 0.0)
         label = "not pinned" if r.get("pinned") else "pinned"
         rate, each = units.rate_unit(r.get("protocol")), units.per_unit(r.get("protocol"))
-        ev[f"same cell {label}"] = f"{o['mps_mean']:.0f} {rate}, {ofx:.2f} futex {each}"
-        ev["this cell"] = f"{r['mps_mean']:.0f} {rate}"
-        return (f"The same cell {label}: {ofx:.2f} futex {each} at {o['mps_mean']:.0f} {rate} "
-                f"(here {fx:.2f} at {r['mps_mean']:.0f}). ")
+        ev[f"same cell {label}"] = f"{units.count(o['mps_mean'])} {rate}, {ofx:.2f} futex {each}"
+        ev["this cell"] = f"{units.count(r['mps_mean'])} {rate}"
+        return (f"The same cell {label}: {ofx:.2f} futex {each} at {units.rate(o['mps_mean'])} {rate} "
+                f"(here {fx:.2f} at {units.rate(r['mps_mean'])}). ")
     if not r.get("pinned"):
         return ("This run was not pinned to one CPU; network_ping_test saw 15 futex per message (its 64-byte pings) "
                 "drop to 0.01 once the backend was pinned (taskset). Re-run pinned (the default) to compare. ")

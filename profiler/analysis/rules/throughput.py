@@ -22,9 +22,9 @@ def throughput_collapse(ctx: Context) -> list[Anomaly]:
         peak, low = collapse
         drop = 1 - low["mps_mean"] / peak["mps_mean"]
         ev = {f"msgs/s at {int(c)} connections": round(float(m)) for c, m in zip(g["connections"], g["mps_mean"])}
-        text = (f"{low['backend']} falls from {peak['mps_mean']:.0f} {units.rate_unit(low.get('protocol'))} at "
-                f"{int(peak['connections'])} connections "
-                f"to {low['mps_mean']:.0f} at {int(low['connections'])} (−{100 * drop:.0f}%). ")
+        text = (f"{low['backend']} falls from {units.rate(peak['mps_mean'])} {units.rate_unit(low.get('protocol'))} "
+                f"at {int(peak['connections'])} connections "
+                f"to {units.rate(low['mps_mean'])} at {int(low['connections'])} (−{100 * drop:.0f}%). ")
         text += _what_grew(peak, low, ev, t)
         title = f"Throughput collapses with connections: {low['backend']} −{100 * drop:.0f}%"
         found.append(Anomaly.at(low, "throughput_collapse", "warning", title, text, ev))
