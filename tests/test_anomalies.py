@@ -145,6 +145,33 @@ def test_starvation_on_idle_connections_beside_an_even_rest_says_so():
     assert "its busiest connection exchanged 10× the messages of the median one (580 vs 57)" in a["explanation"]
 
 
+def test_starvation_of_a_server_still_accepting_says_so():
+    """uvicorn_httptools at 1000 connections (bench/reports/http, 2026-12-06): 31 accept4 and 31 epoll_pwait in the
+    probed 0.6 s, a quarter of the connections idle: one accept per turn of the loop (libuv since 1.45), so the
+    connections still in the listen queue went unanswered. A server that accepts per request says nothing of it."""
+    per_conn = {"min": 0, "p5": 1, "p50": 57, "p95": 58, "max": 58, "idle": 252, "jain": 0.72, "active_share": 0.7}
+    messages = 21_646
+    row = make_row("uvicorn_httptools", 1000, per_conn=per_conn, probed={"duration_s": 0.6, "messages": messages},
+                   syscalls_per_msg={"accept4": 31 / messages, "epoll_pwait": 31 / messages, "epoll_wait": 0.0})
+    (a,) = ids(detect(frame(row)), "starvation")
+    assert ("It was still accepting the loader's connections while it was measured: 31 accept4 calls in the probed "
+            "part of 0.6 s") in a["explanation"], a["explanation"]
+    assert "one connection per turn of its event loop (1.00 accept4 per wait)" in a["explanation"]
+    assert a["evidence"]["accept4 per event-loop wait"] == 1.0
+    # gevent's batches of accepts in one loop turn: still accepting, but not one per turn.
+    row["syscalls_per_msg"] = {**row["syscalls_per_msg"], "accept4": 100 / messages, "epoll_pwait": 1 / messages}
+    (a,) = ids(detect(frame(row)), "starvation")
+    assert "100 accept4 calls" in a["explanation"] and "per turn" not in a["explanation"]
+    # A connection per request (gunicorn_sync): accepting is its design, not a queue.
+    row["syscalls_per_msg"] = {**row["syscalls_per_msg"], "accept4": 1.0}
+    (a,) = ids(detect(frame(row)), "starvation")
+    assert "accept4" not in a["explanation"]
+    # No idle connection: nothing waited in the queue.
+    calm = make_row("uvicorn_httptools", 1000, probed={"duration_s": 0.6, "messages": messages},
+                    syscalls_per_msg={"accept4": 31 / messages}, per_conn={**per_conn, "idle": 0, "jain": 0.5})
+    assert "accept4" not in ids(detect(frame(calm)), "starvation")[0]["explanation"]
+
+
 def test_unanswered_of_a_cell_of_several_rounds_counts_whole_requests():
     """A merged cell's unanswered requests are a mean over its rounds: 533 requests, not 533.3, and it says so."""
     row = make_row("gevent", 100, per_conn=STARVED,
@@ -198,7 +225,7 @@ def test_readiness_churn_of_a_server_that_pauses_reading_per_pipelined_request()
     (a,) = ids(detect(frame(*rows)), "readiness_churn")
     text = a["explanation"]
     assert ("calls epoll_ctl 1.8 times per request, 44% of all its syscalls, though it reads only 0.12 times per "
-            "request") in text, text
+            "request, several pipelined requests a read") in text, text
     assert "around each request, not each read" in text and "pause_reading()" in text and "per read)" not in text
     assert "uvicorn does this for every pipelined request" in text and "sock_recv" not in text
     assert "protocols/http/h11_impl.py" in a["evidence"]["source"] and "pause_reading" in a["evidence"]["source"]
@@ -225,13 +252,27 @@ def test_ring_work_names_the_operations_handed_to_io_uring():
     assert [a["backend"] for a in found] == ["uvloop_sock"]
     text = found[0]["explanation"]
     assert "hands 0.90 of its 6.9 epoll_ctl operations per message to io_uring" in text, text
-    assert "libuv hands its epoll interest changes to the ring" in text, text
+    assert "libuv queues its epoll interest changes for the ring" in text and "restart of reading" not in text, text
     assert "--io-uring on,off" in text and "9% fewer" in text, text
     assert found[0]["evidence"]["kernel operations per message"] == 9.91
     assert found[0]["evidence"]["ring operations per message"] == "epoll_ctl 0.9", found[0]["evidence"]
     rows[0]["ring_per_msg"] = {"epoll_ctl": 0.9, "recv": 0.5, "send": 0.25}
     (a,) = ids(detect(frame(rows[0])), "ring_work")
     assert "Its other ring operations per message: recv 0.5, send 0.25." in a["explanation"], a["explanation"]
+
+
+def test_ring_work_of_reading_paused_per_pipelined_request():
+    """uvicorn_httptools at ×8 (bench/reports/http, 2026-12-06): 2.02 ring epoll_ctl per request beside 3 syscalls:
+    uvicorn's pause and resume of reading around each pipelined request, both through libuv's ring."""
+    row = make_row("uvicorn_httptools", 1000, pipeline=8, family="uvicorn", protocol="http",
+                   syscalls_per_msg={"write": 2.0, "read": 0.99, "recvfrom": 0.0, "sendto": 0.0},
+                   ring_per_msg={"epoll_ctl": 2.02}, ring_cpu_us_per_msg=0.0)
+    (a,) = ids(detect(frame(row)), "ring_work")
+    assert ("2.02 per request with 8 in flight (0.99 reads) is a stop and a restart of reading around each pipelined "
+            "request") in a["explanation"], a["explanation"]
+    row["pipeline"] = 1
+    (a,) = ids(detect(frame(row)), "ring_work")
+    assert "restart of reading" not in a["explanation"]
 
 
 def test_ring_work_silent_below_its_share_and_without_probes():

@@ -11,6 +11,7 @@ from netprof.profiler.model.stats import num
 
 READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
 MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
+WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6", "poll", "ppoll")  # a loop's wait
 
 where = schema.cell_phrase  # 'asyncio_sock at 100 connections, 8 in flight (message framing)'
 

@@ -23,6 +23,8 @@ class Thresholds:
     starvation_active_share: float = 0.5
     starvation_min_connections: int = 4      # below this, shares are too coarse to judge
     starvation_idle_share: float = 0.05      # connections that got no message at all in the window
+    # accepts per message above this are a server's design (a connection per request: gunicorn_sync), not a backlog
+    accept_per_msg: float = 0.05
     # eager read: epoll_ctl/msg below this fraction of what register-per-read implies
     eager_read_fraction: float = 0.25
     sock_recv_model_epoll_ctl: float = 2.0   # add_reader + remove_reader around every waiting read

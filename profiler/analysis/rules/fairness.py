@@ -9,7 +9,7 @@ import pandas as pd
 
 from netprof.profiler.analysis.rules.sources import source_line
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import READ_SYSCALLS, r2, unanswered, where
+from netprof.profiler.kit.rule_common import READ_SYSCALLS, WAITS, r2, unanswered, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model.stats import num, syscalls_of
 
@@ -35,6 +35,7 @@ def starvation(ctx: Context) -> list[Anomaly]:
         text = f"{where(r)} served its connections very unevenly: {_how_uneven(ctx, r, ev, skewed, idle_share)}"
         text += f" (Jain {jain:.2f}; fair is ≈1). " if jain is not None else ". "
         text += eager_read_explanation(ctx, r, ev)
+        text += _still_accepting(ctx, r, ev)
         waiting_ev, waiting = unanswered(r)
         ev.update(waiting_ev)
         text += waiting
@@ -81,6 +82,31 @@ def _how_uneven(ctx: Context, r, ev: dict, skewed: bool, idle_share: float) -> s
     if p50 and low is not None:
         return f"its least-served connection exchanged {low:.0f} {many} against the median one's {p50:.0f}"
     return "a few connections got most of the service"
+
+
+def _still_accepting(ctx: Context, r, ev: dict) -> str:
+    """Connections the server had not accepted yet: accept4 calls in the probed part of the window while some
+    connections went unserved. The loader opens every connection before the warm-up, so a connection accepted in the
+    window waited in the listen queue, and its requests with it (uvicorn_httptools at 1000 connections: one accept per
+    loop iteration, ~35 a second under load, bench/reports/http)."""
+    per = syscalls_of(r) or {}
+    each = per.get("accept4", 0.0)
+    if not num(r, "per_conn.idle") or not each or each >= ctx.t.accept_per_msg:
+        return ""
+    # The counts of the probed part: per message times its messages (a merged cell keeps the per-message means).
+    accepts, span = each * (num(r, "probed.messages") or 0.0), num(r, "probed.duration_s")
+    within = f" of {span:.1f} s" if span else ""
+    ev["accept4 in the probed part of the window"] = f"{accepts:.0f}" + (f" in {span:.1f} s" if span else "")
+    text = (f"It was still accepting the loader's connections while it was measured: {accepts:.0f} accept4 calls in "
+            f"the probed part{within}, though the loader had opened every connection before the warm-up. A connection "
+            f"still in the listen queue is open on the loader's side and gets no answer until the server accepts it. ")
+    waits = sum(per.get(k, 0.0) for k in WAITS)
+    if waits and abs(each / waits - 1) <= 0.2:
+        ev["accept4 per event-loop wait"] = r2(each / waits)
+        text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait), "
+                 "as libuv (uvloop's loop) does since 1.45 (libuv pull request 3696): under load the listen queue "
+                 "drains only as fast as the loop turns. ")
+    return text
 
 
 def eager_read_explanation(ctx: Context, r, ev: dict) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import PAUSE_REF, r2, where
+from netprof.profiler.kit.rule_common import PAUSE_REF, WAITS, r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, also_at, rule
 from netprof.profiler.model import files, results, schema, stats
 from netprof.profiler.model.stats import num
@@ -418,7 +418,6 @@ def _queue_share(r) -> tuple[float, str] | None:
     return None
 
 
-WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6", "poll", "ppoll")  # a loop's wait
 # Calls a handler blocks its thread in (sleeping, a lock, another service, the disk): where a loop whose turns were
 # all taken while its CPU idled spent them (a loop's own wait, WAITS, is not one: it ran out).
 BLOCKING = ("clock_nanosleep", "nanosleep", "futex", "connect", "fsync", "fdatasync", "flock", "wait4")

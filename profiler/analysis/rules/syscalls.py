@@ -51,7 +51,7 @@ def _paused_reading(r, ec: float, reads: float, total: float, ev: dict) -> str:
     one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
     each = units.per_unit(r.get("protocol"))
     text = (f"{where(r)} calls epoll_ctl {ec:.1f} times {each}, {100 * ec / total:.0f}% of all its syscalls, though "
-            f"it reads only {reads:.2f} times {each} (one read takes several pipelined {many}): "
+            f"it reads only {reads:.2f} times {each}, several pipelined {many} a read: "
             f"it changes the socket's epoll registration around each {one}, not each read — it stops reading "
             f"while a {one} is answered and starts again after the response (`transport.pause_reading()` → "
             "`resume_reading()`, which asyncio's selector loop does with `remove_reader` and `add_reader`, an "
@@ -70,7 +70,7 @@ def _paused_reading(r, ec: float, reads: float, total: float, ev: dict) -> str:
 # its epoll_ctl calls for the ring when the kernel has one: a watcher started (ADD/MOD) and the DEL of a socket whose
 # watcher was stopped when its next event arrives; only a handle closing (uv__platform_invalidate_fd) calls DEL.
 RING_WHY = {
-    "epoll_ctl": ("libuv hands its epoll interest changes to the ring: ADD or MOD when it starts watching a socket, "
+    "epoll_ctl": ("libuv queues its epoll interest changes for the ring: ADD or MOD when it starts watching a socket, "
                   "DEL when an event comes for one it stopped watching (a closing handle's DEL stays a syscall)"),
     "recv": "its receives are ring requests, not recvfrom calls",
     "send": "its sends are ring requests, not sendto calls",
@@ -103,6 +103,7 @@ def ring_work(ctx: Context) -> list[Anomaly]:
                 f"trace, the bcc syscall tools) would show {100 * share:.0f}% fewer kernel operations {each} "
                 f"({total_sys:.2f} syscalls + {total_ring:.2f} ring operations). "
                 + (f"Its other ring operations {each}: {rest}. " if rest else "")
+                + _paused_on_the_ring(ctx, r, op, n, per)
                 + "`--io-uring on,off` runs it again with io_uring_setup denied, as a container's seccomp profile "
                 "may: a loop that falls back does the same work with syscalls.")
         ev = {"ring operations per message": _ops(ring),
@@ -111,6 +112,18 @@ def ring_work(ctx: Context) -> list[Anomaly]:
               "io_uring threads' CPU per message (µs)": r2(num(r, "ring_cpu_us_per_msg"))}
         found.append(Anomaly.at(r, "ring_work", "info", f"io_uring work: {where(r)}", text, ev))
     return found
+
+
+def _paused_on_the_ring(ctx: Context, r, op: str, n: float, per: dict) -> str:
+    """uvicorn_httptools at ×8 (bench/reports/http): 2 ring epoll_ctl per request and 0.99 reads, the pause and resume
+    of reading around each pipelined request that uvicorn_h11 pays as two epoll_ctl syscalls (readiness_churn)."""
+    reads = sum(per.get(k, 0.0) for k in READ_SYSCALLS)
+    if op != "epoll_ctl" or n < ctx.t.readiness_churn_epoll_ctl or not (r.get("pipeline") or 1) > 1:
+        return ""
+    one = units.exchange(r.get("protocol"))
+    return (f"{n:.2f} {units.per_unit(r.get('protocol'))} with {int(r['pipeline'])} in flight ({reads:.2f} reads) is "
+            f"a stop and a restart of reading around each pipelined {one} (`pause_reading()` → `resume_reading()`): "
+            "the stopped watcher's DEL and the restart's ADD both go through the ring. ")
 
 
 def _ops(ring: dict) -> str:
