@@ -147,7 +147,7 @@ def test_starvation_on_idle_connections_beside_an_even_rest_says_so():
 
 def test_starvation_of_a_server_still_accepting_says_so():
     """uvicorn_httptools at 1000 connections (bench/reports/http, 2026-12-06): 31 accept4 and 31 epoll_pwait in the
-    probed 0.6 s, a quarter of the connections idle: one accept per turn of the loop (libuv since 1.45), so the
+    probed 0.6 s, a quarter of the connections idle: one accept per turn of the loop (libuv, since 2022), so the
     connections still in the listen queue went unanswered. A server that accepts per request says nothing of it."""
     per_conn = {"min": 0, "p5": 1, "p50": 57, "p95": 58, "max": 58, "idle": 252, "jain": 0.72, "active_share": 0.7}
     messages = 21_646

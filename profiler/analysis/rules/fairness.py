@@ -88,7 +88,7 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
     """Connections the server had not accepted yet: accept4 calls in the probed part of the window while some
     connections went unserved. The loader opens every connection before the warm-up, so a connection accepted in the
     window waited in the listen queue, and its requests with it (uvicorn_httptools at 1000 connections: one accept per
-    loop iteration, ~35 a second under load, bench/reports/http)."""
+    loop turn, ~35 a second under load, bench/reports/http)."""
     per = syscalls_of(r) or {}
     each = per.get("accept4", 0.0)
     if not num(r, "per_conn.idle") or not each or each >= ctx.t.accept_per_msg:
@@ -104,8 +104,8 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
     if waits and abs(each / waits - 1) <= 0.2:
         ev["accept4 per event-loop wait"] = r2(each / waits)
         text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait), "
-                 "as libuv (uvloop's loop) does since 1.45 (libuv pull request 3696): under load the listen queue "
-                 "drains only as fast as the loop turns. ")
+                 "as libuv (uvloop's loop) has done since its pull request 3696 (2022; uvloop 0.23 carries libuv "
+                 "1.52): under load the listen queue drains only as fast as the loop turns. ")
     return text
 
 
