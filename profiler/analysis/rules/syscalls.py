@@ -210,8 +210,8 @@ RECEIVE_BUFFER = (  # the mmap + mremap + munmap triple, read from asyncio's sou
     "object (mmap), shrinks it to the bytes actually received (mremap) and frees it (munmap). "
     "This is a fresh process's cost: glibc raises its mmap threshold the first time a large "
     "mmapped block is freed (a connection closing can do it), after which these buffers come from "
-    "the heap with no syscall — measured on http_asyncio, the same process served 28k requests/s "
-    "on its first 100 connections and 68k on the next 100 (bench/RESULTS.md). netprof starts a "
+    "the heap with no syscall — measured on http_asyncio, the same process served 38k requests/s "
+    "on its first 100 connections and 137k–143k on the next 100 (bench/RESULTS.md). netprof starts a "
     "fresh backend per cell; a long-running server may be past it (or fix the threshold with "
     "MALLOC_MMAP_THRESHOLD_). ")
 
