@@ -69,14 +69,15 @@ def _how_uneven(ctx: Context, r, ev: dict, skewed: bool, idle_share: float) -> s
     one, many = units.exchange(r.get("protocol")), units.exchanges(r.get("protocol"))
     if share is not None and share < ctx.t.starvation_active_share:
         return f"{ev['connections serving 95% of messages']} connections handled 95% of the {many}"
-    lopsided = bool(p50 and top and top >= 2 * p50)
+    top_vs_median = top / p50 if p50 and top else 0.0
+    lopsided = top_vs_median >= 2
     if not skewed or (idle_share >= ctx.t.starvation_idle_share and not lopsided):
         # Connections that got nothing, beside a top no busier than the median: the unfairness is theirs.
         others = f"the median connection exchanged {p50:.0f}" if skewed and p50 else "the others were served"
         return (f"{int(idle or 0)} of {int(r['connections'])} connections ({100 * idle_share:.0f}%) exchanged no "
                 f"{one} at all in the measurement window while {others}")
     if lopsided:
-        return (f"its busiest connection exchanged {top / p50:.0f}× the {many} of the median one "
+        return (f"its busiest connection exchanged {top_vs_median:.0f}× the {many} of the median one "
                 f"({top:.0f} vs {p50:.0f})")
     low = num(r, "per_conn.min")
     if p50 and low is not None:
