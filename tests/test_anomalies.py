@@ -166,6 +166,11 @@ def test_starvation_of_a_server_still_accepting_says_so():
     row["syscalls_per_msg"] = {**row["syscalls_per_msg"], "accept4": 1.0}
     (a,) = ids(detect(frame(row)), "starvation")
     assert "accept4" not in a["explanation"]
+    # Under --rate with connections opened as needed, an accept in the window is a new connection's.
+    row["syscalls_per_msg"] = {**row["syscalls_per_msg"], "accept4": 31 / messages}
+    assert "accept4" in ids(detect(frame(row)), "starvation")[0]["explanation"]
+    opened = {**row, "rate": 20_000.0, "open_loop": {"conns_opened": 40}}
+    assert "accept4" not in ids(detect(frame(opened)), "starvation")[0]["explanation"]
     # No idle connection: nothing waited in the queue.
     calm = make_row("uvicorn_httptools", 1000, probed={"duration_s": 0.6, "messages": messages},
                     syscalls_per_msg={"accept4": 31 / messages}, per_conn={**per_conn, "idle": 0, "jain": 0.5})

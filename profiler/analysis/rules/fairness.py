@@ -94,6 +94,8 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
     each = per.get("accept4", 0.0)
     if not num(r, "per_conn.idle") or not each or each >= ctx.t.accept_per_msg:
         return ""
+    if num(r, "open_loop.conns_opened"):  # under --rate the loader opened connections in the window: accepts are theirs
+        return ""
     # The counts of the probed part: per message times its messages (a merged cell keeps the per-message means).
     accepts, span = each * (num(r, "probed.messages") or 0.0), num(r, "probed.duration_s")
     within = f" of {span:.1f} s" if span else ""
