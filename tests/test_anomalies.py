@@ -158,6 +158,8 @@ def test_starvation_of_a_server_still_accepting_says_so():
             "part of 0.6 s") in a["explanation"], a["explanation"]
     assert "one connection per turn of its event loop (1.00 accept4 per wait)" in a["explanation"]
     assert a["evidence"]["accept4 per event-loop wait"] == 1.0
+    assert ("At 52 accepts a second its 252 idle connections needed ~5 s to get in: a --warmup that long measures "
+            "it with every connection served.") in a["explanation"], a["explanation"]
     # gevent's batches of accepts in one loop turn: still accepting, but not one per turn.
     row["syscalls_per_msg"] = {**row["syscalls_per_msg"], "accept4": 100 / messages, "epoll_pwait": 1 / messages}
     (a,) = ids(detect(frame(row)), "starvation")

@@ -148,6 +148,8 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
     ("env FOO=1 python -m granian app:app", "granian"),
     ("sh -c 'exec python -m uvicorn app:app --port {port}'", "uvicorn"),
     ("sh -c 'cd srv && exec uvicorn app:app'", "sh"),  # a script: the shell's
+    ("python -m netprof.backends http_asyncio --host 127.0.0.1 --port 0", "http_asyncio"),  # a built-in, attached
+    ("python -m netprof.backends --help", "netprof.backends"),
 ])
 def test_a_server_without_name_is_labelled_by_what_it_runs(cmd, label):
     """Two servers of one interpreter are told apart without --name (and not refused as sharing one)."""

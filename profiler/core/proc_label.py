@@ -19,6 +19,9 @@ UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")  # a label is part of file names (the c
 # Programs that start the server rather than being it: `uv run uvicorn ...` is uvicorn (`X run PROG`), as are
 # `env NAME=VALUE uvicorn ...`, `exec uvicorn ...` and `sh -c 'exec uvicorn ...'`.
 RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye"})
+# netprof's own backends as `python -m netprof.backends NAME` (run/cell.py starts them so; a user may too, then
+# `--attach` one): the backend's name, as the built-in run labels it.
+OWN_BACKENDS = "netprof.backends"
 SHELLS = frozenset({"sh", "bash", "dash", "zsh"})
 
 
@@ -85,6 +88,8 @@ def _python_runs(args: list[str]) -> str | None:
             if c in PYTHON_OPTIONS_WITH_ARG:
                 value = a[i + 1:] or next(it, "")
                 if c == "m":
+                    if value == OWN_BACKENDS and (name := next(it, "")) and not name.startswith("-"):
+                        return name
                     return value or None
                 if c == "c":
                     return None

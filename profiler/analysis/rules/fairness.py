@@ -52,7 +52,7 @@ def _starvation_evidence(ctx: Context, r, jain: float | None, share: float | Non
           "connections serving 95% of messages": None if share is None else f"{round(share * n)} of {n}",
           "messages per connection min / p5 / p50 / p95 / max": " / ".join(
               f"{num(r, 'per_conn.' + k) or 0:.0f}" for k in ("min", "p5", "p50", "p95", "max")),
-          "idle connections": None if idle is None else int(idle)}
+          "idle connections": None if idle is None else round(idle)}
     counts = ctx.conn_counts(r)
     if counts is not None and counts.sum() > 0:
         ranked = np.sort(counts)[::-1]
@@ -74,7 +74,7 @@ def _how_uneven(ctx: Context, r, ev: dict, skewed: bool, idle_share: float) -> s
     if not skewed or (idle_share >= ctx.t.starvation_idle_share and not lopsided):
         # Connections that got nothing, beside a top no busier than the median: the unfairness is theirs.
         others = f"the median connection exchanged {p50:.0f}" if skewed and p50 else "the others were served"
-        return (f"{int(idle or 0)} of {int(r['connections'])} connections ({100 * idle_share:.0f}%) exchanged no "
+        return (f"{idle or 0:.0f} of {int(r['connections'])} connections ({100 * idle_share:.0f}%) exchanged no "
                 f"{one} at all in the measurement window while {others}")
     if lopsided:
         return (f"its busiest connection exchanged {top_vs_median:.0f}× the {many} of the median one "
@@ -109,6 +109,12 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
         text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait), "
                  "as libuv (uvloop's loop) has done since its pull request 3696 (2022; uvloop 0.23 carries libuv "
                  "1.52): under load the listen queue drains only as fast as the loop turns. ")
+    idle = num(r, "per_conn.idle") or 0.0
+    if span and accepts:
+        # The idle connections are the ones still queued: at the pace it accepted them, how long they needed.
+        need = idle / (accepts / span)
+        text += (f"At {accepts / span:.0f} accepts a second its {idle:.0f} idle connections needed ~{need:.0f} s to "
+                 "get in: a --warmup that long measures it with every connection served. ")
     return text
 
 
