@@ -173,6 +173,13 @@ def test_starvation_of_a_server_still_accepting_says_so():
     assert "accept4" in ids(detect(frame(row)), "starvation")[0]["explanation"]
     opened = {**row, "rate": 20_000.0, "open_loop": {"conns_opened": 40}}
     assert "accept4" not in ids(detect(frame(opened)), "starvation")[0]["explanation"]
+    # The listen queue read when the window opened, when the row has it (rows of this version): said first.
+    row["accept_queue_at_start"] = 240
+    (a,) = ids(detect(frame(row)), "starvation")
+    assert ("When the window opened, 240 of the loader's connections were still in its listen queue (the kernel's "
+            "accept queue of its port, /proc/net/tcp)") in a["explanation"], a["explanation"]
+    assert "31 accept4 calls" in a["explanation"] and "its 240 queued connections needed ~5 s" in a["explanation"]
+    assert a["evidence"]["connections in its listen queue when the window opened"] == 240
     # No idle connection: nothing waited in the queue.
     calm = make_row("uvicorn_httptools", 1000, probed={"duration_s": 0.6, "messages": messages},
                     syscalls_per_msg={"accept4": 31 / messages}, per_conn={**per_conn, "idle": 0, "jain": 0.5})

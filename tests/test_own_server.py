@@ -126,6 +126,7 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
         (row,) = summary["runs"]
         assert (row["server_kind"], row["status"]) == ("attach", "ok") and row["messages"] > 100
         assert row["backend"] == "srv.py", "no --name: labelled by the script its interpreter runs"
+        assert row["accept_queue_at_start"] == 0, "aiohttp accepted every connection in the warm-up"
         assert 0.8 <= per_request(row, RECV) <= 3 and 0.8 <= per_request(row, SEND) <= 3, row["syscalls_per_msg"]
         assert srv.poll() is None, "netprof must not stop a server it attached to"
     finally:
@@ -217,6 +218,29 @@ def test_attach_without_target_needs_one_listening_port(tmp_path, ports, parent,
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_the_accept_queue_counts_connections_the_server_has_not_accepted(tmp_path):
+    """servers.accept_queue reads a listening socket's accept queue from /proc/PID/net/tcp: a listener that never
+    accepts holds every connection the clients made (they are connected on their side); none for another port or a
+    process that is gone. The row's accept_queue_at_start is this read when the window opens."""
+    port = free_port()
+    script = tmp_path / "listen.py"
+    script.write_text(LISTENER)
+    proc = subprocess.Popen([PY, str(script), str(port)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    clients = []
+    try:
+        assert proc.stdout.readline().startswith("listening")
+        assert servers.accept_queue(proc.pid, port) == 0
+        clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
+        assert servers.accept_queue(proc.pid, port) == 5
+        assert servers.accept_queue(proc.pid, free_port()) is None
+    finally:
+        for c in clients:
+            c.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert servers.accept_queue(proc.pid, port) is None
 
 
 # A server that exits or never listens is known only once it was started: like a backend that dies, a

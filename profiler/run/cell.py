@@ -184,6 +184,8 @@ class Marks:
         self.connected: dict = {}
         self.rss_ready: int | None = None  # backend tree RSS right after `ready` (set by run_cell)
         self.rss_start: int | None = None  # ... and at measure_start
+        self.port: int | None = None  # the server's port (set by run_cell): its accept queue is read at measure_start
+        self.accept_queue_start: int | None = None  # connections not yet accepted when the window opened
         self.attached_t: float | None = None  # when the sub-window instruments' attach returned
         self.detached_t: float | None = None  # ... and their detach
 
@@ -232,6 +234,8 @@ class Marks:
             self._snap(kind)
             if kind == "measure_start":
                 self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
+                if self.port is not None:
+                    self.accept_queue_start = servers.accept_queue(self.pid, self.port)
                 if self.on_start:
                     self.on_start(self.pid)
         if self.on_phase is not None and kind in PHASES:  # after the time-critical snapshots
@@ -414,6 +418,8 @@ def measure_row(row: dict, result: dict, marks: Marks, instruments: tuple[Instru
             row["unprobed_parts"] = {"before_msgs_per_sec": before, "after_msgs_per_sec": after}
             row["unprobed_drift"] = stats.unprobed_drift(before, after)
     conns = result.get("connected") or 0
+    # connections the loader had open that the server had not accepted when the window opened (its listen queue)
+    row["accept_queue_at_start"] = marks.accept_queue_start
     if marks.rss_ready is not None and marks.rss_start is not None and conns:
         # backend memory per open connection: (RSS at measure_start − RSS after ready) / connections
         row["rss_per_conn_kb"] = (marks.rss_start - marks.rss_ready) / 1024 / conns
@@ -539,7 +545,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
             hooks.started(server.pid)
         marks = Marks(server.pid, instruments, hooks.measuring, (cfg.duration, share) if share else None,
                       env.on_phase, env.on_live, same_clock=link is None)
-        marks.rss_ready = tree_rss(server.pid)
+        marks.rss_ready, marks.port = tree_rss(server.pid), server.port
         req = RunRequest(target=f"{server.host}:{server.port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,

@@ -229,6 +229,25 @@ def listening(pid: int, tree: bool = True) -> set[tuple[str, int]]:
     return found
 
 
+def accept_queue(pid: int, port: int) -> int | None:
+    """Connections waiting in the accept queue of the listening TCP socket(s) on `port` in `pid`'s network namespace:
+    handshaken (connected, for the client) but not accepted yet. None when it cannot be read (the process is gone).
+    From /proc/PID/net/tcp{,6}: psutil's connections carry no queue lengths; for a LISTEN socket (state 0A) the
+    kernel writes its accept backlog where a connected socket has its receive queue (rx_queue)."""
+    found, waiting = False, 0
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{name}", encoding="ascii") as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()  # sl local_address rem_address st tx_queue:rx_queue ...
+            if len(fields) > 4 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                found, waiting = True, waiting + int(fields[4].partition(":")[2], 16)
+    return waiting if found else None
+
+
 def _listens(pid: int, port: int) -> bool:
     """`pid` or one of its descendants has a listening TCP socket on `port`."""
     return any(p == port for _, p in listening(pid))

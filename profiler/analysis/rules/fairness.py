@@ -86,35 +86,49 @@ def _how_uneven(ctx: Context, r, ev: dict, skewed: bool, idle_share: float) -> s
 
 
 def _still_accepting(ctx: Context, r, ev: dict) -> str:
-    """Connections the server had not accepted yet: accept4 calls in the probed part of the window while some
-    connections went unserved. The loader opens every connection before the warm-up, so a connection accepted in the
-    window waited in the listen queue, and its requests with it (uvicorn_httptools at 1000 connections: one accept per
-    loop turn, ~35 a second under load, bench/reports/http)."""
+    """Connections the server had not accepted yet, while some went unserved: its listen queue when the window opened
+    (`accept_queue_at_start`, read from /proc), and accept4 calls in the probed part of the window. The loader opens
+    every connection before the warm-up, so a connection accepted in the window waited in that queue, and its
+    requests with it (uvicorn_httptools at 1000 connections: one accept per loop turn, ~35 a second under load,
+    bench/reports/http)."""
+    idle = num(r, "per_conn.idle") or 0.0
+    queued = num(r, "accept_queue_at_start") or 0.0
     per = syscalls_of(r) or {}
     each = per.get("accept4", 0.0)
-    if not num(r, "per_conn.idle") or not each or each >= ctx.t.accept_per_msg:
+    # Under --rate the loader may open connections in the window (their accepts are theirs); a server that accepts a
+    # connection per request (gunicorn_sync) accepts by design.
+    accepting = 0 < each < ctx.t.accept_per_msg and not num(r, "open_loop.conns_opened")
+    if not idle or not (queued or accepting):
         return ""
-    if num(r, "open_loop.conns_opened"):  # under --rate the loader opened connections in the window: accepts are theirs
-        return ""
+    text = ""
+    if queued:
+        ev["connections in its listen queue when the window opened"] = round(queued)
+        text += (f"When the window opened, {queued:.0f} of the loader's connections were still in its listen queue "
+                 "(the kernel's accept queue of its port, /proc/net/tcp): connected on the loader's side, they get "
+                 "no answer until the server accepts them. ")
+    if not accepting:
+        return text
     # The counts of the probed part: per message times its messages (a merged cell keeps the per-message means).
     accepts, span = each * (num(r, "probed.messages") or 0.0), num(r, "probed.duration_s")
     within = f" of {span:.1f} s" if span else ""
     ev["accept4 in the probed part of the window"] = f"{accepts:.0f}" + (f" in {span:.1f} s" if span else "")
-    text = (f"It was still accepting the loader's connections while it was measured: {accepts:.0f} accept4 calls in "
-            f"the probed part{within}, though the loader had opened every connection before the warm-up. A connection "
-            f"still in the listen queue is open on the loader's side and gets no answer until the server accepts it. ")
+    text += (f"It was still accepting the loader's connections while it was measured: {accepts:.0f} accept4 calls in "
+             f"the probed part{within}, though the loader had opened every connection before the warm-up. ")
+    if not queued:
+        text += ("A connection still in the listen queue is open on the loader's side and gets no answer until the "
+                 "server accepts it. ")
     waits = sum(per.get(k, 0.0) for k in WAITS)
     if waits and abs(each / waits - 1) <= 0.2:
         ev["accept4 per event-loop wait"] = r2(each / waits)
         text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait), "
                  "as libuv (uvloop's loop) has done since its pull request 3696 (2022; uvloop 0.23 carries libuv "
                  "1.52): under load the listen queue drains only as fast as the loop turns. ")
-    idle = num(r, "per_conn.idle") or 0.0
     if span and accepts:
-        # The idle connections are the ones still queued: at the pace it accepted them, how long they needed.
-        need = idle / (accepts / span)
-        text += (f"At {accepts / span:.0f} accepts a second its {idle:.0f} idle connections needed ~{need:.0f} s to "
-                 "get in: a --warmup that long measures it with every connection served. ")
+        # The queued (else idle) connections: at the pace it accepted them, how long they needed.
+        waiting = queued or idle
+        text += (f"At {accepts / span:.0f} accepts a second its {waiting:.0f} {'queued' if queued else 'idle'} "
+                 f"connections needed ~{waiting / (accepts / span):.0f} s to get in: a --warmup that long measures it "
+                 "with every connection served. ")
     return text
 
 
