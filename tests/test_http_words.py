@@ -103,6 +103,10 @@ def test_the_line_of_a_finished_cell_says_its_unit():
     line = runner.cell_line(cell, http_row())
     assert re.search(r"^uvicorn_httptools c=10 round 1: 50,000 req/s, p99 300 µs, ", line), line
     assert "msgs/s" in runner.cell_line(cell, make_row())
+    # a cell whose server had not accepted every connection when its window opened says so (accept_queue_at_start)
+    assert runner.cell_line(cell, http_row(accept_queue_at_start=169)).endswith(
+        "; 169 connections not yet accepted when the window opened"), runner.cell_line(cell, http_row())
+    assert "accepted" not in runner.cell_line(cell, http_row(accept_queue_at_start=0))
 
 
 def test_compare_of_http_runs_says_req_per_s():

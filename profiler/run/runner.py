@@ -63,9 +63,12 @@ def cell_line(cell, row: dict) -> str:
 
     per = row.get("syscalls_per_msg") or {}
     p99 = (row.get("lat_us") or {}).get("p99")
+    queued = row.get("accept_queue_at_start")
     return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} {units.rate_unit(row.get('protocol'))}, "
             f"p99 {units.duration_us(p99)}, "
-            f"{per_message_notation(per, row.get('ring_per_msg')) if per else 'no probes'}")
+            f"{per_message_notation(per, row.get('ring_per_msg')) if per else 'no probes'}"
+            # a caveat of the cell's own: some of its connections were not the server's yet when it was measured
+            + (f"; {units.plural(queued, 'connection')} not yet accepted when the window opened" if queued else ""))
 
 
 def open_instruments(cfg: RunConfig) -> list[Instrument]:
