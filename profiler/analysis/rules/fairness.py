@@ -20,17 +20,13 @@ def starvation(ctx: Context) -> list[Anomaly]:
 
     When epoll_ctl per message is far below what register-per-read implies, the reads took the
     eager path: `sock_recv` returned data that was already there without yielding to the loop."""
-    t, found = ctx.t, []
+    found = []
     for _, r in ctx.cells.iterrows():
-        jain, share = num(r, "per_conn.jain"), num(r, "per_conn.active_share")
-        idle = num(r, "per_conn.idle")
-        if r["connections"] < t.starvation_min_connections or (jain is None and share is None):
+        starved = _starved(ctx.t, r)
+        if starved is None:
             continue
-        skewed = ((jain is not None and jain < t.starvation_jain)
-                  or (share is not None and share < t.starvation_active_share))
-        idle_share = (idle or 0) / r["connections"]
-        if not skewed and idle_share < t.starvation_idle_share:
-            continue
+        skewed, idle_share = starved
+        jain, share, idle = num(r, "per_conn.jain"), num(r, "per_conn.active_share"), num(r, "per_conn.idle")
         ev = _starvation_evidence(ctx, r, jain, share, idle)
         text = f"{where(r)} served its connections very unevenly: {_how_uneven(ctx, r, ev, skewed, idle_share)}"
         text += f" (Jain {jain:.2f}; fair is ≈1). " if jain is not None else ". "
@@ -43,6 +39,37 @@ def starvation(ctx: Context) -> list[Anomaly]:
                  f"judge this cell by its per-connection distribution, not its {units.rate_unit(r.get('protocol'))}.")
         found.append(Anomaly.at(r, "starvation", "critical" if skewed else "warning",
                                 f"Connection starvation: {where(r)}", text, ev))
+    return found
+
+
+def _starved(t, r) -> tuple[bool, float] | None:
+    """(skewed, the idle connections' share) when a cell starved some of its connections (Jain index or active share
+    far below fair: skewed; or a share of them that got nothing), else None."""
+    jain, share = num(r, "per_conn.jain"), num(r, "per_conn.active_share")
+    if r["connections"] < t.starvation_min_connections or (jain is None and share is None):
+        return None
+    skewed = ((jain is not None and jain < t.starvation_jain)
+              or (share is not None and share < t.starvation_active_share))
+    idle_share = (num(r, "per_conn.idle") or 0) / r["connections"]
+    return (skewed, idle_share) if skewed or idle_share >= t.starvation_idle_share else None
+
+
+@rule("accept_backlog", plots=("latency",))
+def accept_backlog(ctx: Context) -> list[Anomaly]:
+    """The window opened with connections the server had not accepted yet (its listen queue, read from /proc when
+    the window opens), though none of them was starved for it: their first requests waited for the accept, inside
+    the window's latency. A cell that starved connections says it in `starvation` instead."""
+    found = []
+    for _, r in ctx.cells.iterrows():
+        queued = num(r, "accept_queue_at_start")
+        if not queued or _starved(ctx.t, r) is not None:
+            continue
+        ev: dict = {}
+        text = (_still_accepting(ctx, r, ev) + "Its latency figures hold the first request of each of "
+                "them, which waited for the accept: not the server's steady state. ")
+        share = queued / r["connections"]
+        found.append(Anomaly.at(r, "accept_backlog", "warning" if share >= ctx.t.starvation_idle_share else "info",
+                                f"Connections not yet accepted when the window opened: {where(r)}", text, ev))
     return found
 
 
@@ -86,7 +113,7 @@ def _how_uneven(ctx: Context, r, ev: dict, skewed: bool, idle_share: float) -> s
 
 
 def _still_accepting(ctx: Context, r, ev: dict) -> str:
-    """Connections the server had not accepted yet, while some went unserved: its listen queue when the window opened
+    """Connections the server had not accepted yet: its listen queue when the window opened
     (`accept_queue_at_start`, read from /proc), and accept4 calls in the probed part of the window. The loader opens
     every connection before the warm-up, so a connection accepted in the window waited in that queue, and its
     requests with it (uvicorn_httptools at 1000 connections: one accept per loop turn, ~35 a second under load,
@@ -98,7 +125,7 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
     # Under --rate the loader may open connections in the window (their accepts are theirs); a server that accepts a
     # connection per request (gunicorn_sync) accepts by design.
     accepting = 0 < each < ctx.t.accept_per_msg and not num(r, "open_loop.conns_opened")
-    if not idle or not (queued or accepting):
+    if not queued and not (idle and accepting):  # the queue seen, or connections unserved while it accepted
         return ""
     text = ""
     if queued:
@@ -127,8 +154,8 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
         # The queued (else idle) connections: at the pace it accepted them, how long they needed.
         waiting = queued or idle
         text += (f"At {accepts / span:.0f} accepts a second its {waiting:.0f} {'queued' if queued else 'idle'} "
-                 f"connections needed ~{waiting / (accepts / span):.0f} s to get in: a --warmup that long measures it "
-                 "with every connection served. ")
+                 f"connections needed ~{units.seconds(waiting / (accepts / span))} more to get in: a warm-up that "
+                 "much longer (--warmup) measures it with every connection served. ")
     return text
 
 
