@@ -234,10 +234,10 @@ class Marks:
             self._snap(kind)
             if kind == "measure_start":
                 self.rss_start = tree_rss(self.pid)  # after the snapshots: they are time-critical
-                if self.port is not None:
-                    self.accept_queue_start = servers.accept_queue(self.pid, self.port)
                 if self.on_start:
                     self.on_start(self.pid)
+                if self.port is not None:
+                    self.accept_queue_start = servers.accept_queue(self.pid, self.port)
         if self.on_phase is not None and kind in PHASES:  # after the time-critical snapshots
             self.on_phase(PHASES[kind])
         elif kind == "progress" and self.on_live is not None:

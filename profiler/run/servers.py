@@ -238,13 +238,17 @@ def accept_queue(pid: int, port: int) -> int | None:
     for name in ("tcp", "tcp6"):
         try:
             with open(f"/proc/{pid}/net/{name}", encoding="ascii") as f:
-                lines = f.readlines()[1:]
+                next(f, None)  # the header
+                for line in f:
+                    fields = line.split()  # sl local_address rem_address st tx_queue:rx_queue ...
+                    if len(fields) < 5 or fields[3] != "0A":
+                        # The kernel lists the listening sockets first: stopping here spares it writing out every
+                        # connection (thousands in a loaded cell) while the window opens.
+                        break
+                    if int(fields[1].rpartition(":")[2], 16) == port:
+                        found, waiting = True, waiting + int(fields[4].partition(":")[2], 16)
         except OSError:
             continue
-        for line in lines:
-            fields = line.split()  # sl local_address rem_address st tx_queue:rx_queue ...
-            if len(fields) > 4 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
-                found, waiting = True, waiting + int(fields[4].partition(":")[2], 16)
     return waiting if found else None
 
 
