@@ -21,6 +21,7 @@ import pytest
 from helpers import netprof_cli, require_bpf, run_netprof, wait_no_children
 from netprof.profiler.core import proc_label
 from netprof.profiler.run import servers
+from netprof.profiler.watch import target as watch_target
 
 pytestmark = [pytest.mark.slow]
 PY = sys.executable
@@ -223,7 +224,8 @@ def test_attach_without_target_needs_one_listening_port(tmp_path, ports, parent,
 def test_the_accept_queue_counts_connections_the_server_has_not_accepted(tmp_path):
     """servers.accept_queue reads a listening socket's accept queue from /proc/PID/net/tcp: a listener that never
     accepts holds every connection the clients made (they are connected on their side); none for another port or a
-    process that is gone. The row's accept_queue_at_start is this read when the window opens."""
+    process that is gone. The row's accept_queue_at_start is this read when the window opens; netprof watch's
+    accept_queue (each window, the gauge netprof_accept_queue) sums it over the ports the tree listens on."""
     port = free_port()
     script = tmp_path / "listen.py"
     script.write_text(LISTENER)
@@ -235,6 +237,10 @@ def test_the_accept_queue_counts_connections_the_server_has_not_accepted(tmp_pat
         clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
         assert servers.accept_queue(proc.pid, port) == 5
         assert servers.accept_queue(proc.pid, free_port()) is None
+        # netprof watch's gauge: over the ports the tree listens on (the probes' `ports`), None when none is read
+        t = watch_target.by_pid(proc.pid)
+        assert watch_target.accept_queue(t, frozenset({port})) == 5
+        assert watch_target.accept_queue(t, frozenset()) is None
     finally:
         for c in clients:
             c.close()

@@ -92,3 +92,10 @@ def test_evidence_keys_read_in_the_cells_words():
     assert units.reword("msgs/s per round", ["http", "echo"]) == "msgs/s per round"  # mixed: as written
     assert units.value("futex per message", 2.0, ["http"]) == ("futex per request", "2")
     assert units.value("futex per message", 2.0) == ("futex per message", "2")
+
+
+def test_calls_and_ring_leaves_out_a_ring_figure_that_rounds_to_nothing():
+    """watch's table cells: syscalls, and the io_uring operations beside them when there are any to say."""
+    assert units.calls_and_ring(3.06, 1.0) == "3.1 + 1.0 io_uring"
+    assert units.calls_and_ring(3.8, 0.02) == units.calls_and_ring(3.8, 0) == units.calls_and_ring(3.8, None) == "3.8"
+    assert units.calls_and_ring(None, 1.0) == units.DASH

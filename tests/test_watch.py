@@ -229,6 +229,10 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
                             seen = [r for r in prom.query("netprof_requests_total") if float(r["value"][1]) > 0]
                         except OSError:
                             pass
+                    try:  # the listen-queue gauge, from the same scrapes
+                        queue_gauge = prom.query("netprof_accept_queue")
+                    except OSError:
+                        queue_gauge = []
                     doc = w.result()
                     wrk_out, _ = wrk.communicate(timeout=30)
             finally:  # also when an assertion above failed: tcpdump never ends by itself
@@ -242,6 +246,7 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
         prom.close()
     assert seen, "prometheus never returned netprof_requests_total > 0 while watch ran"
     assert "GET /plaintext" in [r["metric"]["route"] for r in seen], seen
+    assert queue_gauge and float(queue_gauge[0]["value"][1]) >= 0, queue_gauge
     wrk_requests, wrk_rate = _wrk_figures(wrk_out)
     # every request counted, also those answered while the default --max-overhead had the set light
     assert doc["requests_per_sec"] == pytest.approx(wrk_rate, rel=0.05), (doc["requests_per_sec"], wrk_out,
@@ -261,6 +266,7 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     # (fresh-clone run of 2026-12-02: followed 3,627 µs against their spans' 3,632 and the whole wire's 2,669,
     # every request 2,674): the host's cost of a BPF hook, which bench/watch_overhead.py measures, not this test.
     windows = [json.loads(x) for x in (out / "windows.jsonl").read_text().splitlines()]
+    assert all(isinstance(w["accept_queue"], int) for w in windows), [w.get("accept_queue") for w in windows]
     spans = [w["whole"] for w in windows]
     timed = [us for t0, us in wire if any(a <= t0 <= b for a, b in spans)]
     assert len(timed) >= 0.03 * len(wire), (len(timed), len(wire), spans)
@@ -629,11 +635,17 @@ def test_the_live_table_puts_the_unsampled_last_and_says_timers():
     idle = f | {"requests_per_sec": 0.0, "server_time_us": {"p50": None, "p99": None}, "syscalls_per_request": None,
                 "breakdown": {"parts_mean_us": {}, "detail_mean_us": {}}, "duty": 0.5}
     assert live.line(idle) == "0 req/s: no request answered  (followed 50% of the window: --max-overhead)"
+    # connections the server has not accepted yet (its listen queue at the window's end): said, on every line
+    assert live.line(idle | {"accept_queue": 1200}) == ("0 req/s: no request answered  1,200 waiting to be accepted  "
+                                                        "(followed 50% of the window: --max-overhead)")
+    assert live.line(f | {"accept_queue": 12}).endswith("/req  12 waiting to be accepted")
+    assert "accepted" not in live.line(f | {"accept_queue": 0}) + live.line(f | {"accept_queue": None})
     # a loop that hands work to io_uring (uvloop's epoll_ctl): its ring operations beside the syscalls
     assert "3.0 syscalls/req" in live.line(f)
     ringed = route("GET /", 700, {"on_cpu": 50.0}) | {"ring_ops_per_request": 1.0}
     ring = f | {"ring_ops_per_request": 1.0, "routes": [ringed]}
     assert "3.0 syscalls + 1.0 io_uring ops/req" in live.line(ring)
+    assert "3.0 syscalls/req" in live.line(f | {"ring_ops_per_request": 0.02})  # rounds to 0.0: left out
     console = Console(record=True, width=160)
     console.print(live.table(ring, "port 8000"))
     assert "3.0 + 1.0 io_uring" in console.export_text()

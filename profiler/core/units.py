@@ -98,7 +98,8 @@ def calls_and_ring(syscalls, ring) -> str:
     '3.1', or '9.0 + 1.0 io_uring' where the server hands work to io_uring (no syscall count shows it)."""
     if _missing(syscalls):
         return DASH
-    return f"{float(syscalls):.1f}" + (f" + {float(ring):.1f} io_uring" if not _missing(ring) and ring else "")
+    # a ring figure that rounds to 0.0 is left out ("+ 0.0 io_uring" says nothing)
+    return f"{float(syscalls):.1f}" + (f" + {float(ring):.1f} io_uring" if not _missing(ring) and ring >= 0.05 else "")
 
 
 # ---------------------------------------------------------------------------------------------

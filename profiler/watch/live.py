@@ -42,11 +42,16 @@ def line(f: dict[str, Any]) -> str:
     st = f["server_time_us"]
     capped = f.get("duty", 1.0) < 1.0  # --max-overhead: the requests answered in the whole set's share only
     follow = f"  (followed {f['duty']:.0%} of the window: --max-overhead)" if capped else ""
+    # connections the server has not accepted yet: their requests are in no figure here until it does
+    queued = f"  {n:,} waiting to be accepted" if (n := f.get("accept_queue")) else ""
     if not f["requests_per_sec"]:  # no per-request figure to give, not a zero of each
-        return "0 req/s: no request answered" + follow
+        return "0 req/s: no request answered" + queued + follow
     return (f"{f['requests_per_sec']:,.0f} req/s  server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "
             f"{top_parts(f)}  {f['syscalls_per_request'] or 0:.1f} syscalls"
-            + (f" + {ring:.1f} io_uring ops" if (ring := f.get("ring_ops_per_request")) else "") + "/req" + follow)
+            # (a figure that rounds to 0.0 is left out: "+ 0.0 io_uring ops" says nothing)
+            + (f" + {ring:.1f} io_uring ops" if (ring := f.get("ring_ops_per_request") or 0) >= 0.05 else "")
+            + "/req" + queued
+            + follow)
 
 
 def table(f: dict[str, Any], title: str) -> Group:

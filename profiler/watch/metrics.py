@@ -11,6 +11,7 @@ a custom collector), cumulative since watch attached.
     netprof_loop_wait_seconds                          histogram of loop_wait (the event loop's lag, per request)
     netprof_probe_cpu_seconds_total                    the probes' own CPU time (the kernel's count)
     netprof_watch_attached_seconds_total               the whole set's attached seconds (--max-overhead: a share)
+    netprof_accept_queue                               connections waiting to be accepted (a gauge, at the last window)
 
 Every request is counted and timed. Under --max-overhead the whole set is attached for a share of each interval
 only: requests answered in the rest count as the route "(unsampled)" (with their server time), and the other
@@ -46,6 +47,7 @@ class Published:
     latest: WatchSnapshot
     probe_ns: int
     attached_s: float            # seconds attached so far (all of the watch but under --max-overhead)
+    accept_queue: int | None = None  # connections waiting to be accepted at the last window's end (None: unread)
 
 
 class Board:
@@ -94,7 +96,7 @@ class WatchCollector:
         return []  # unchecked: the registry then calls collect() only at scrapes
 
     def collect(self) -> Iterator:
-        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         p = self.board.read()
         if p is None:
@@ -142,6 +144,10 @@ class WatchCollector:
                                   "the parts and syscalls above are of those seconds (--max-overhead keeps only the "
                                   "requests' count and server time part of the time, as the route (unsampled)).",
                                   value=p.attached_s)
+        if p.accept_queue is not None:
+            yield GaugeMetricFamily("netprof_accept_queue", "Connections waiting to be accepted on the ports the "
+                                    "server listens on (its listen queue), at the last window's end.",
+                                    value=p.accept_queue)
 
 
 def serve(board: Board, port: int, addr: str):

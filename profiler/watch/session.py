@@ -151,11 +151,13 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
         snap, t_snap, cost = probes.snapshot(describe=bool(ended)), time.monotonic(), _cost(probes)
         wall_b = wall_b or time.time()
         attached_s += (t_light or t_snap) - t_a
+        queued = targets.accept_queue(t, snap.ports)  # a gauge: at the window's end
         if board:
-            board.publish(Published(base, snap, cost[0] - cost0[0], attached_s))
+            board.publish(Published(base, snap, cost[0] - cost0[0], attached_s, queued))
         if t_snap - t_prev > 0.05:  # a window too short to say anything (an early stop) is left out
             f = window_figures(prev, snap, t_snap - t_prev, (cost[0] - cost_prev[0], cost[1] - cost_prev[1]))
-            on_window({**f, "duty": round(duty, 3), "whole": [round(wall_a, 4), round(wall_b, 4)]})
+            on_window({**f, "duty": round(duty, 3), "whole": [round(wall_a, 4), round(wall_b, 4)],
+                       "accept_queue": queued})
         prev, t_prev, cost_prev, duty = snap, t_snap, cost, next_
     proc1 = _tree_times(t)
     figures = window_figures(base, prev, t_prev - start, (cost_prev[0] - cost0[0], cost_prev[1] - cost0[1]))

@@ -51,6 +51,13 @@ def by_pid(pid: int) -> Target:
     return Target(pid, (), label, started, note)
 
 
+def accept_queue(t: Target, ports: frozenset[int]) -> int | None:
+    """Connections waiting to be accepted on the ports the tree listens on (the watch snapshot's `ports`), now: a
+    server that falls behind accepting shows here before any request of theirs is read. None when none was read."""
+    counts = [n for port in sorted(ports) if (n := servers.accept_queue(t.pid, port)) is not None]
+    return sum(counts) if counts else None
+
+
 def listener(port: int) -> int | None:
     """The pid of the oldest process listening on TCP `port` (this network namespace), or None."""
     try:
