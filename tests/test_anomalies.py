@@ -76,7 +76,7 @@ def test_healthy_run_fires_nothing():
 def test_every_rule_is_registered_with_a_docstring():
     expected = {"starvation", "readiness_churn", "mmap_churn", "lock_contention", "cpu_split", "loader_bottleneck",
                 "latency_tail", "throughput_collapse", "noisy", "failed_cells", "machine_busy", "ring_work",
-                "accept_backlog"}
+                "accept_backlog", "short_probed_part"}
     assert expected <= set(anomalies.RULES)
     assert all(fn.__doc__ for fn in anomalies.RULES.values())
 
@@ -592,3 +592,21 @@ def test_probe_spill_names_the_rounds_whose_probes_left_their_guard():
     assert len(found) == 1 and found[0]["evidence"]["rounds affected"] == "2"
     assert "attached up to 420 ms late" in found[0]["explanation"] and "its 2 other rounds" in found[0]["explanation"]
     assert not [a for a in detect(frame(make_row(**clean))) if a["id"] == "probe_spill"]
+
+
+def test_a_probed_part_shorter_than_a_round_of_the_connections_is_said():
+    """uvicorn_h11 at 1000 connections, 8 in flight (bench/reports/http, 2026-12-06): 8,000 requests in flight at
+    ~8.5k/s, each connection read once a round of 0.94 s, the probed part 0.6 s: its reads per request were 0.13 in
+    one run and 0.0095 (or none) in another's rounds. Said when the round is longer than the probed part; not for a
+    cell whose round fits, nor under --rate (no fixed round), nor without probes."""
+    row = make_row("uvicorn_h11", 1000, pipeline=8, mps=8_500.0, probed={"duration_s": 0.6, "messages": 5_100})
+    (a,) = ids(detect(frame(row)), "short_probed_part")
+    assert a["severity"] == "info" and a["title"].startswith("Probed part shorter than a round"), a
+    assert ("took 941 ms to answer each of its 8,000 messages in flight once (at 8.5k msgs/s), longer than the "
+            "probed part of its window (600 ms)") in a["explanation"], a["explanation"]
+    assert a["evidence"]["one round of them, s"] == 0.94
+    fits = make_row("http_asyncio", 1000, pipeline=8, mps=187_000.0, probed={"duration_s": 0.6, "messages": 1})
+    assert not ids(detect(frame(fits)), "short_probed_part")
+    assert not ids(detect(frame({**row, "rate": 5_000.0})), "short_probed_part")
+    unprobed = make_row("uvicorn_h11", 1000, pipeline=8, mps=8_500.0)
+    assert not ids(detect(frame(unprobed)), "short_probed_part")
