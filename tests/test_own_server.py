@@ -233,10 +233,10 @@ def test_the_accept_queue_counts_connections_the_server_has_not_accepted(tmp_pat
     clients = []
     try:
         assert proc.stdout.readline().startswith("listening")
-        assert servers.accept_queue(proc.pid, port) == 0
+        assert servers.accept_queue(proc.pid, [port]) == 0
         clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
-        assert servers.accept_queue(proc.pid, port) == 5
-        assert servers.accept_queue(proc.pid, free_port()) is None
+        assert servers.accept_queue(proc.pid, [port]) == 5
+        assert servers.accept_queue(proc.pid, [free_port()]) is None
         # netprof watch's gauge: over the ports the tree listens on (the probes' `ports`), None when none is read
         t = watch_target.by_pid(proc.pid)
         assert watch_target.accept_queue(t, frozenset({port})) == 5
@@ -246,7 +246,7 @@ def test_the_accept_queue_counts_connections_the_server_has_not_accepted(tmp_pat
             c.close()
         proc.terminate()
         proc.wait(timeout=10)
-    assert servers.accept_queue(proc.pid, port) is None
+    assert servers.accept_queue(proc.pid, [port]) is None
 
 
 # A server that exits or never listens is known only once it was started: like a backend that dies, a

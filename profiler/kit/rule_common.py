@@ -13,6 +13,11 @@ READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
 MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
 WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6", "poll", "ppoll")  # a loop's wait
 
+
+def of(per: dict, names: tuple[str, ...]) -> float:
+    """The calls per message of a group (READ_SYSCALLS, WAITS) in a row's syscalls per message."""
+    return sum(per.get(k, 0.0) for k in names)
+
 where = schema.cell_phrase  # 'asyncio_sock at 100 connections, 8 in flight (message framing)'
 
 # How often netprof's reference host stops a busy CPU (bench/RESULTS.md, "A busy CPU's pauses", bench/cpu_pauses.py,

@@ -237,7 +237,7 @@ class Marks:
                 if self.on_start:
                     self.on_start(self.pid)
                 if self.port is not None:
-                    self.accept_queue_start = servers.accept_queue(self.pid, self.port)
+                    self.accept_queue_start = servers.accept_queue(self.pid, (self.port,))
         if self.on_phase is not None and kind in PHASES:  # after the time-critical snapshots
             self.on_phase(PHASES[kind])
         elif kind == "progress" and self.on_live is not None:

@@ -229,12 +229,13 @@ def listening(pid: int, tree: bool = True) -> set[tuple[str, int]]:
     return found
 
 
-def accept_queue(pid: int, port: int) -> int | None:
-    """Connections waiting in the accept queue of the listening TCP socket(s) on `port` in `pid`'s network namespace:
-    handshaken (connected, for the client) but not accepted yet. None when it cannot be read (the process is gone).
+def accept_queue(pid: int, ports: Iterable[int]) -> int | None:
+    """Connections waiting in the accept queues of the listening TCP sockets on `ports` in `pid`'s network namespace:
+    handshaken (connected, for the client) but not accepted yet. None when none was found (the process is gone, or
+    nothing listens there).
     From /proc/PID/net/tcp{,6}: psutil's connections carry no queue lengths; for a LISTEN socket (state 0A) the
     kernel writes its accept backlog where a connected socket has its receive queue (rx_queue)."""
-    found, waiting = False, 0
+    wanted, found, waiting = set(ports), False, 0
     for name in ("tcp", "tcp6"):
         try:
             with open(f"/proc/{pid}/net/{name}", encoding="ascii") as f:
@@ -245,7 +246,7 @@ def accept_queue(pid: int, port: int) -> int | None:
                         # The kernel lists the listening sockets first: stopping here spares it writing out every
                         # connection (thousands in a loaded cell) while the window opens.
                         break
-                    if int(fields[1].rpartition(":")[2], 16) == port:
+                    if int(fields[1].rpartition(":")[2], 16) in wanted:
                         found, waiting = True, waiting + int(fields[4].partition(":")[2], 16)
         except OSError:
             continue

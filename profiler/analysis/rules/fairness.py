@@ -9,7 +9,7 @@ import pandas as pd
 
 from netprof.profiler.analysis.rules.sources import source_line
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import READ_SYSCALLS, WAITS, r2, unanswered, where
+from netprof.profiler.kit.rule_common import READ_SYSCALLS, WAITS, of, r2, unanswered, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model.stats import num, syscalls_of
 
@@ -137,14 +137,15 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
         return text
     # The counts of the probed part: per message times its messages (a merged cell keeps the per-message means).
     accepts, span = each * (num(r, "probed.messages") or 0.0), num(r, "probed.duration_s")
-    within = f" of {span:.1f} s" if span else ""
-    ev["accept4 in the probed part of the window"] = f"{accepts:.0f}" + (f" in {span:.1f} s" if span else "")
+    secs = f"{span:.1f} s" if span else ""
+    ev["accept4 in the probed part of the window"] = f"{accepts:.0f}" + (f" in {secs}" if secs else "")
     text += (f"It was still accepting the loader's connections while it was measured: {accepts:.0f} accept4 calls in "
-             f"the probed part{within}, though the loader had opened every connection before the warm-up. ")
+             f"the probed part{f' of {secs}' if secs else ''}, though the loader had opened every connection before "
+             "the warm-up. ")
     if not queued:
         text += ("A connection still in the listen queue is open on the loader's side and gets no answer until the "
                  "server accepts it. ")
-    waits = sum(per.get(k, 0.0) for k in WAITS)
+    waits = of(per, WAITS)
     if waits and abs(each / waits - 1) <= 0.2:
         ev["accept4 per event-loop wait"] = r2(each / waits)
         text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait), "
@@ -167,7 +168,7 @@ def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
     if per is None:
         return "(No syscall counts for this cell: run with probes to see whether reads skipped the event loop.) "
     ec = per.get("epoll_ctl", 0.0)
-    reads = sum(per.get(name, 0.0) for name in READ_SYSCALLS)
+    reads = of(per, READ_SYSCALLS)
     implied = _implied_epoll_ctl(ctx, r)
     ev["epoll_ctl per message"] = r2(ec, 3)
     ev["read syscalls per message"] = r2(reads, 2)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import PAUSE_REF, WAITS, r2, where
+from netprof.profiler.kit.rule_common import PAUSE_REF, WAITS, of, r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, also_at, rule
 from netprof.profiler.model import files, results, schema, stats
 from netprof.profiler.model.stats import num
@@ -426,7 +426,7 @@ BLOCKING = ("clock_nanosleep", "nanosleep", "futex", "connect", "fsync", "fdatas
 def _waits(r) -> float | None:
     """The event loop's waits per message (epoll_wait and its kin), when the cell ran with probes."""
     per = stats.syscalls_of(r)
-    return sum(v for k, v in per.items() if k in WAITS) if per else None
+    return of(per, WAITS) if per else None
 
 
 def _blocked_in(r) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from netprof.profiler.analysis.rules.sources import package_line, source_line
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import MEMORY_SYSCALLS, READ_SYSCALLS, r2, where
+from netprof.profiler.kit.rule_common import MEMORY_SYSCALLS, READ_SYSCALLS, of, r2, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model.stats import num, ring_of, syscalls_of
 
@@ -21,7 +21,7 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
         if per is None or ec < ctx.t.readiness_churn_epoll_ctl:
             continue
         total = sum(per.values())
-        reads = sum(per.get(k, 0.0) for k in READ_SYSCALLS)
+        reads = of(per, READ_SYSCALLS)
         ev = {"epoll_ctl per message": r2(ec), "epoll_ctl per read": r2(ec / reads) if reads else None,
               "syscalls per message (all)": r2(total),
               "share of syscalls that are epoll_ctl": f"{100 * ec / total:.0f}%"}
@@ -117,7 +117,7 @@ def ring_work(ctx: Context) -> list[Anomaly]:
 def _paused_on_the_ring(ctx: Context, r, op: str, n: float, per: dict) -> str:
     """uvicorn_httptools at ×8 (bench/reports/http): 2 ring epoll_ctl per request and 0.99 reads, the pause and resume
     of reading around each pipelined request that uvicorn_h11 pays as two epoll_ctl syscalls (readiness_churn)."""
-    reads = sum(per.get(k, 0.0) for k in READ_SYSCALLS)
+    reads = of(per, READ_SYSCALLS)
     if op != "epoll_ctl" or n < ctx.t.readiness_churn_epoll_ctl or not (r.get("pipeline") or 1) > 1:
         return ""
     one = units.exchange(r.get("protocol"))
