@@ -105,6 +105,14 @@ def warmup_option(default: float, help: str):
     return typer.Option(default, "--warmup", metavar="SECONDS", help=help)
 
 
+def warmup_after_option(help: str = ""):
+    return typer.Option(
+        "connected", "--warmup-after", metavar="connected|served",
+        help=help or "When the warm-up begins: once every connection is up (connected), or once each has had one "
+                     "request answered (served: the server has accepted them all; a loop that accepts one "
+                     "connection per turn, as uvloop's, otherwise starts the window with some still queued).")
+
+
 def framing_option(help: str = "message or stream (as in `run`)."):
     return typer.Option("message", "--framing", metavar="message|stream", help=help)
 
@@ -274,6 +282,7 @@ def run(
         "message: each receive asks for one message (the reference harness's way); stream: read up to 64 KiB "
         "and echo what came; or message,stream."),
     warmup: float = warmup_option(1.0, "Seconds of load before measuring."),
+    warmup_after: str = warmup_after_option(),
     tag: str = typer.Option(
         "", "--tag", metavar="TAG[,TAG...]",
         help="Label the cells (a run dimension, in every row, table, label and file name): --tag old / --tag new "
@@ -447,7 +456,8 @@ def run(
             backends=list(backends or []), own=own, protocol=protocol, request=request, headers=headers,
             body=body, keep_secrets=keep_secrets, line=line, connections=parse_connections(connections),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup,
-            rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes, stacks=stacks,
+            warmup_after=warmup_after, rounds=rounds, msize=msize, work=work, think=think, probes=not no_probes,
+            stacks=stacks,
             probe_share=probe_share, syscall_time=syscall_time, sockwait=sockwait or breakdown,
             instruments=tuple(dict.fromkeys([*(instrument or []), *(["breakdown"] if breakdown else [])])),
             flamegraph=flamegraph, pin=pin, pin_both=pin_both, backend_cpu=backend_cpu, loader_cpus=loader_cpus,
@@ -652,6 +662,7 @@ def flamegraph(
     msize: int = msize_option(),
     framing: str = framing_option(),
     warmup: float = warmup_option(1.0, "Seconds of load before sampling."),
+    warmup_after: str = warmup_after_option("As in `run`."),
     work: str = work_option(),
     python: str = typer.Option(
         "", "--python", metavar="VERSIONS",
@@ -693,7 +704,7 @@ def flamegraph(
     cfg = validate(RunConfig(
             backends=list(args), connections=parse_connections(connections),
             pipeline=parse_int_list(pipeline, "--pipeline"), duration=duration, warmup=warmup, rounds=1,
-            msize=msize, work=work, probes=False, flamegraph=True, pin=not no_pin,
+            warmup_after=warmup_after, msize=msize, work=work, probes=False, flamegraph=True, pin=not no_pin,
             out_dir=str(out) if out else "", evidence_only=True, pythons=parse_pythons(python),
             framings=parse_framings(framing),
         ))

@@ -160,7 +160,8 @@ def test_starvation_of_a_server_still_accepting_says_so():
     assert "one connection per turn of its event loop (1.00 accept4 per wait)" in a["explanation"]
     assert a["evidence"]["accept4 per event-loop wait"] == 1.0
     assert ("At 52 accepts a second its 252 idle connections needed ~4.9 s more to get in: a warm-up that much "
-            "longer (--warmup) measures it with every connection served.") in a["explanation"], a["explanation"]
+            "longer (--warmup), or one that begins once every connection has been answered (--warmup-after served), "
+            "measures it with every connection served.") in a["explanation"], a["explanation"]
     # gevent's batches of accepts in one loop turn: still accepting, but not one per turn.
     row["syscalls_per_msg"] = {**row["syscalls_per_msg"], "accept4": 100 / messages, "epoll_pwait": 1 / messages}
     (a,) = ids(detect(frame(row)), "starvation")
@@ -201,6 +202,14 @@ def test_a_window_opened_with_connections_not_yet_accepted_is_said_when_none_sta
                                        "listen queue"), a["explanation"]
     assert "one connection per turn of its event loop" in a["explanation"] and "not the server's steady state" in \
         a["explanation"]
+    assert ("or one that begins once every connection has been answered (--warmup-after served), measures it with "
+            "every connection served") in a["explanation"], a["explanation"]
+    # A cell whose loader waited for every connection's first answer and began without some (its connect timeout ran
+    # out) says so, instead of advising what it did.
+    waited = {**row, "warmup_after": "served", "served_first": {"served": 831, "unserved": 169, "s": 10.0}}
+    text = ids(detect(frame(waited)), "accept_backlog")[0]["explanation"]
+    assert ("(--warmup-after served), but began with 169 unanswered when its connect timeout ran out" in text
+            and "or one that begins" not in text), text
     assert not ids(detect(frame(row)), "starvation")
     few = {**row, "accept_queue_at_start": 3}
     assert ids(detect(frame(few)), "accept_backlog")[0]["severity"] == "info"

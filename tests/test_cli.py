@@ -21,6 +21,8 @@ BAD = [
     (["run", "selector", "--think", "poisson", "--no-probes"], "--think 'poisson' is not understood"),
     (["run", "selector", "-s", "0", "--no-probes"], "--msize 0 is out of range"),
     (["run", "selector", "--framing", "chunk", "--no-probes"], "--framing 'chunk' is not understood"),
+    (["run", "selector", "--warmup-after", "accepted", "--no-probes"], "--warmup-after 'accepted' is not known"),
+    (["flamegraph", "selector", "--warmup-after", "ready"], "--warmup-after 'ready' is not known"),
     (["run", "selector", "--io-uring", "maybe", "--no-probes"], "--io-uring 'maybe' is not understood"),
     (["run", "selector", "--warmup", "-1", "--no-probes"], "--warmup -1.0 is out of range"),
     (["run", "selector", "--probe-share", "2"], "is out of range: use 0.0 … 1.0"),

@@ -89,13 +89,14 @@ def test_python_reads_the_loaders_histogram_as_the_loader_does(echo_server):
 
 
 def test_two_loaders_merge_into_one_stats_object(echo_server):
-    """Two real loaders at once (what two hosts do); the set's merged stats add up and keep the shape."""
+    """Two real loaders at once (what two hosts do); the set's merged stats add up and keep the shape (with
+    --warmup-after served, its figures too)."""
     with ProcessGroup() as group:
         loaders = [Loader.start(group), Loader.start(group)]
         ls = loaderset.LoaderSet(loaders, [["127.0.0.1"], ["127.0.0.1"]], ["a", "b"], [0.0, 0.0])
         events = []
-        merged = ls.run(RunRequest(target=echo_server, connections=5, duration=0.4, warmup=0.05, probe_share=0.3),
-                        on_event=events.append, timeout=30)
+        merged = ls.run(RunRequest(target=echo_server, connections=5, duration=0.4, warmup=0.05, probe_share=0.3,
+                                   warmup_after="served"), on_event=events.append, timeout=30)
     each = merged["loaders"]
     assert each["hosts"] == "a,b" and each["connections"] == "3,2"
     assert merged["connections"] == 5 and len(merged["per_conn_messages"]) == 5
@@ -105,6 +106,9 @@ def test_two_loaders_merge_into_one_stats_object(echo_server):
     assert un["messages"] + pr["messages"] == merged["messages"] and len(un["per_conn_messages"]) == 5
     assert un["latency_us"]["count"] == un["messages"] and "hist" not in un["latency_us"]
     assert merged["loaders"]["window_skew_s"] < 0.002  # one start_at for both: their windows begin together
+    # every connection answered once before the warm-up, on either loader; the slower loader's time
+    assert (merged["served_first"]["served"], merged["served_first"]["unserved"]) == (5, 0), merged["served_first"]
+    assert 0 <= merged["served_first"]["s"] <= merged["setup_s"]
     assert [e["event"] for e in events if e["event"] in ("measure_start", "measure_stop")] == ["measure_start",
                                                                                                 "measure_stop"]
 

@@ -273,6 +273,26 @@ def test_open_loop_opens_connections_as_requests_need_them(group, loader):
     assert "max_connections" not in RunRequest(target="127.0.0.1:1", connections=1, rate=10).to_json()
 
 
+def test_warmup_after_reaches_the_loader_and_its_figures_the_row(group, loader):
+    """--warmup-after served through the client (PROTOCOL.md, "Warm-up after"): the field as the loader spells it,
+    absent by default (a request is what it always was); the loader's `served_first` (every connection answered once
+    before the warm-up) lands in the row; a value the loader does not know is its refusal, named."""
+    _, port = start_echo(group)
+    req = RunRequest(target=f"127.0.0.1:{port}", connections=20, duration=0.3, warmup=0.1, warmup_after="served")
+    assert req.to_json()["warmup_after"] == "served"
+    assert "warmup_after" not in RunRequest(target="127.0.0.1:1", connections=1).to_json()
+    s = loader.run(req)
+    assert s["served_first"]["served"] == 20 and s["served_first"]["unserved"] == 0, s.get("served_first")
+    assert 0 <= s["served_first"]["s"] <= s["setup_s"]
+    row = {"backend": "echo", "connections": 20, "pipeline": 1, "round": 1}
+    cell.measure_row(row, s, cell.Marks(os.getpid()), ())
+    assert row["served_first"] == s["served_first"]
+    assert "served_first" not in loader.run(dataclasses.replace(req, warmup_after=None))
+    with pytest.raises(LoaderError) as e:
+        loader.run(dataclasses.replace(req, warmup_after="accepted"))
+    assert e.value.kind == "bad_request" and "warmup_after must be" in e.value.message
+
+
 @pytest.mark.serial
 def test_a_stall_does_not_open_a_connection_per_request_and_they_fall_idle_after_it(group, loader):
     """A server that holds its answers for 50 ms (a GC pause, a stalled host): ~100 requests come due meanwhile

@@ -53,6 +53,25 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=lambda *a: print
 '''
 
 
+# An echo server that takes one connection every 25 ms, as a loop that accepts one per turn does under load (libuv:
+# uvloop, uvicorn): the loader's connections wait in its listen queue until then.
+SLOW_ACCEPT_SERVER = '''
+import socket, sys, threading, time
+
+def echo(conn):
+    with conn:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+
+with socket.create_server(("127.0.0.1", int(sys.argv[1])), backlog=1024) as listener:
+    print("listening", flush=True)
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=echo, args=(conn,), daemon=True).start()
+        time.sleep(0.025)
+'''
+
+
 def app_dir(tmp_path: Path, name: str, text: str) -> Path:
     d = tmp_path / "app"
     d.mkdir(exist_ok=True)
@@ -133,6 +152,29 @@ def test_attach_to_a_running_aiohttp_server(tmp_path):
     finally:
         srv.terminate()
         srv.wait(timeout=10)
+
+
+def test_warmup_after_served_begins_the_load_once_the_server_has_every_connection(tmp_path):
+    """--warmup-after served (PROTOCOL.md, "Warm-up after"): the loader's warm-up begins once every connection has had
+    its first request answered. Independent truth: the server's listen queue, read from /proc/PID/net/tcp when the
+    window opens (accept_queue_at_start), against the same server without it; and the server's own pace: 60
+    connections accepted 25 ms apart take 1.475 s, all inside the loader's setup."""
+    script = tmp_path / "slow_accept.py"
+    script.write_text(SLOW_ACCEPT_SERVER)
+    rows = {}
+    for after in ("connected", "served"):
+        p, summary = run(tmp_path / after, "--cmd", f"{PY} {script} {{port}}", "--ready-regex", "listening",
+                         "-c", "60", "-d", "0.5", "--no-probes", "--warmup-after", after)
+        assert p.returncode == 0, p.stderr[-2000:]
+        (rows[after],) = summary["runs"]
+        assert rows[after]["status"] == "ok" and rows[after]["warmup_after"] == after
+    connected, served = rows["connected"], rows["served"]
+    assert connected["accept_queue_at_start"] > 0 and connected.get("served_first") is None  # the control
+    assert served["accept_queue_at_start"] == 0, served
+    assert served["served_first"]["served"] == 60 and served["served_first"]["unserved"] == 0
+    assert served["setup_s"] >= 1.4 and served["served_first"]["s"] <= served["setup_s"]
+    assert served["per_conn"]["idle"] == 0 and served["messages"] > 60
+    assert not wait_no_children()
 
 
 @pytest.mark.parametrize("cmd, label", [

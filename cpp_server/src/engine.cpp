@@ -60,7 +60,8 @@ bool check_fd_limit(int connections, std::string* why, const char* what) {
 
 namespace {
 
-enum RunPhase : int { kConnect, kRun, kStop };
+// kFirst: warmup_after "served" only (PROTOCOL.md, "Warm-up after"), each connection's first message before the load.
+enum RunPhase : int { kConnect, kFirst, kRun, kStop };
 
 // Connect pacing. A SYN that hits a full accept queue is dropped and the kernel would retry only
 // after 1 s; instead we give each attempt a short deadline and reconnect (the seed's backlog race).
@@ -105,6 +106,7 @@ struct Conn {
   uint64_t recv_seq = 0;
   size_t recv_off = 0;
   bool recv_bad = false;
+  bool first_pending = false;        // warmup_after "served": its first message is out and not answered yet
   PerPhase<uint64_t> window_msgs{};  // messages completed in the window, by phase
   // Send timestamps of the `pipeline` messages in flight, indexed by seq % pipeline: allocated when
   // the connection comes up, so memory follows the connections actually open.
@@ -186,9 +188,13 @@ struct Shared {
     return w;
   }
   std::atomic<int> workers_ready{0};  // workers done with the connect phase
-  std::atomic<long> alive{0};         // connections up now
-  std::atomic<long> ever_up{0};       // connections that came up
-  std::atomic<long> most_alive{0};    // the most that were up at once
+  // warmup_after "served": workers that sent their connections' first messages, those messages not answered yet
+  // (nor lost with their connection), and those answered.
+  std::atomic<int> workers_first{0};
+  std::atomic<long> first_waiting{0}, first_answered{0};
+  std::atomic<long> alive{0};       // connections up now
+  std::atomic<long> ever_up{0};     // connections that came up
+  std::atomic<long> most_alive{0};  // the most that were up at once
   // Open loop, connections as needed: connections open or being opened (not given up), held under the
   // request's connection_cap() across the worker threads, and the next free connection id.
   std::atomic<long> open_conns{0};
@@ -329,7 +335,7 @@ class Worker {
     // spinning.
     if (open_ && prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) != 0) throw_errno("prctl(PR_SET_TIMERSLACK)");
     for (size_t i = 0; i < conns_.size(); i++) pending_.push_back(uint32_t(i));
-    bool connect_done = false, running = false;
+    bool connect_done = false, first_sent = false, running = false;
     std::vector<epoll_event> evs(1024);
     while (true) {
       int phase = sh_.phase.load(std::memory_order_acquire);
@@ -344,6 +350,9 @@ class Worker {
           sh_.workers_ready.fetch_add(1);
           sh_.notify();
         }
+      } else if (phase == kFirst && !first_sent) {
+        first_sent = true;
+        send_firsts();
       } else if (phase == kRun && !running) {
         running = true;
         if (open_) {  // this thread's schedule starts now; its connections that are up take its requests
@@ -357,7 +366,7 @@ class Worker {
           for (uint32_t i = 0; i < conns_.size(); i++) {
             Conn& c = conns_[i];
             if (c.state != Conn::Up && !c.reconnecting) continue;
-            c.credits = uint32_t(sh_.req->pipeline);
+            c.credits = uint32_t(sh_.req->pipeline) - uint32_t(c.started - c.recv_seq);  // a first still out: K-1
             if (c.state == Conn::Up) try_send(i);  // a reconnecting one sends when it is up
           }
         }
@@ -391,6 +400,32 @@ class Worker {
   }
 
   // ---- connect phase ----
+
+  // warmup_after "served" (PROTOCOL.md, "Warm-up after"): one message on each connection that is up; the coordinator
+  // starts the load once every one is answered (or connect_timeout ends the wait).
+  void send_firsts() {
+    long sent = 0;
+    for (Conn& c : conns_) {
+      if (c.state != Conn::Up) continue;
+      c.first_pending = true;
+      c.credits = 1;
+      if (open_) c.intended_at[c.started % K_] = now_ns();  // answered in the window, it counts from its send
+      sent++;
+    }
+    sh_.first_waiting.fetch_add(sent);  // before any send: a send that fails settles its connection's first
+    sh_.workers_first.fetch_add(1);
+    sh_.notify();
+    for (uint32_t i = 0; i < conns_.size(); i++)
+      if (conns_[i].first_pending) try_send(i);
+  }
+
+  // Connection c's first message was answered, or c was lost before it was.
+  void first_settled(Conn& c, bool answered) {
+    if (!c.first_pending) return;
+    c.first_pending = false;
+    if (answered) sh_.first_answered.fetch_add(1);
+    if (sh_.first_waiting.fetch_sub(1) == 1) sh_.notify();
+  }
 
   void start_connects(int64_t now) {
     while (connecting_ < kMaxConnecting && !pending_.empty() && now < sh_.connect_deadline) {
@@ -886,7 +921,7 @@ class Worker {
   void complete(uint32_t i, int64_t now, const WindowBounds& window) {
     Conn& c = conns_[i];
     int phase = phase_at(window, now);
-    if (!c.recv_bad) counted(phase != kOutside);
+    if (!c.recv_bad && !c.first_pending) counted(phase != kOutside);
     if (!c.recv_bad && phase != kOutside) {
       c.window_msgs[phase]++;
       record_latency(c, phase, now, window.start);
@@ -980,6 +1015,10 @@ class Worker {
   // An exchange completed: the next message may go (after the think time). Open loop: the round trip joins
   // this thread's mean, and an opened connection's first answer lets grow() open more.
   void release_next(uint32_t i, int64_t now) {
+    if (conns_[i].first_pending) {
+      first_settled(conns_[i], true);
+      if (sh_.phase.load(std::memory_order_relaxed) == kFirst) return;  // the load begins with the run phase
+    }
     if (open_) {
       Conn& c = conns_[i];
       const int64_t rtt = now - c.sent_at[(c.recv_seq - 1) % K_];
@@ -1065,7 +1104,7 @@ class Worker {
           errors.sample = "http_" + std::to_string(cls) + "xx: status " + std::to_string(status_code);
       }
     }
-    if (ok) counted(phase != kOutside);
+    if (ok && !c.first_pending) counted(phase != kOutside);
     if (ok && phase != kOutside) {
       c.window_msgs[phase]++;
       record_latency(c, phase, now, window.start);
@@ -1127,6 +1166,7 @@ class Worker {
     c.gen++;
     errors.connect++;
     settle(c);
+    first_settled(c, false);
     closed_for_good();
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
@@ -1134,7 +1174,7 @@ class Worker {
   // Sends as much as credits allow, batching whole messages into one send() when pipelining.
   void try_send(uint32_t i) {
     Conn& c = conns_[i];
-    if (sh_.phase.load(std::memory_order_relaxed) != kRun) return;
+    if (const int phase = sh_.phase.load(std::memory_order_relaxed); phase != kRun && phase != kFirst) return;
     const size_t msize = sh_.req->message_bytes();
     const size_t K = size_t(sh_.req->pipeline);
     // Request/response protocols send the same request bytes every time; echo sends per-message bytes.
@@ -1231,6 +1271,7 @@ class Worker {
     c.state = Conn::Dead;
     errors.reset++;
     settle(c);
+    first_settled(c, false);
     closed_for_good();
     if (sh_.alive.fetch_sub(1) == 1) sh_.notify();  // the last one: the backend is gone
   }
@@ -1400,6 +1441,7 @@ class Coordinator {
     // 1. Connect phase: until every worker has resolved all its connections (or the deadline).
     auto all_resolved = [&] { return sh_.failed.load() || sh_.workers_ready.load() == nworkers_; };
     if (!wait_until(INT64_MAX, out, all_resolved) || sh_.failed.load()) return false;
+    if (req_.served_first && sh_.ever_up.load() > 0 && !serve_firsts(out)) return false;
     int64_t t1 = now_ns();
     long up = sh_.ever_up.load();
     // Its boundaries are fixed before the first ping, so workers classify each echo by its own timestamp: the
@@ -1436,6 +1478,24 @@ class Coordinator {
           out, err::kBackendGone,
           "the backend closed or reset all " + std::to_string(up) + " connections mid-run (did it crash or exit?)");
     return false;
+  }
+
+  // warmup_after "served" (PROTOCOL.md, "Warm-up after"): until every connection's first message is answered (the
+  // server has accepted them all) or connect_timeout runs out. False when the run must stop.
+  bool serve_firsts(RunOutcome& out) {
+    const int64_t t = now_ns();
+    sh_.phase.store(kFirst, std::memory_order_release);
+    for (auto& w : workers_) w->wake();
+    auto all_served = [&] {
+      return sh_.failed.load() || (sh_.workers_first.load() == nworkers_ && sh_.first_waiting.load() == 0);
+    };
+    if (!wait_until(sh_.connect_deadline, out, all_served) || sh_.failed.load()) return false;
+    Stats& st = out.stats;
+    st.has_served_first = true;
+    st.first_served = sh_.first_answered.load();
+    st.first_unserved = sh_.first_waiting.load();
+    st.first_s = ns_to_s(now_ns() - t);
+    return true;
   }
 
   // A progress event with the counts summed over the workers.

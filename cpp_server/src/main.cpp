@@ -26,7 +26,7 @@ const char* kUsage = R"(usage:
                  [--probe-share F [--probe-guard S]] [--protocol echo|http|line] [--request 'METHOD /path']
                  [--header 'Name: value']... [--body TEXT] [--host HOST] [--line TEXT]
                  [--rate R [--arrivals constant|poisson] [--max-connections N]] [--threads T] [--cpus LIST]
-                 [--json]
+                 [--warmup-after connected|served] [--json]
 Control mode serves JSON-lines requests (PROTOCOL.md) on the stream socket N its parent passed (one end
 of a socketpair) and exits when the parent closes it; one-shot mode runs once and prints the stats.
 The loader dies with its parent (SIGKILL) in both modes.
@@ -42,6 +42,8 @@ think SPEC: none | fixed:US | uniform:MIN-MAX | poisson:MEAN (microseconds).
           request's intended time); --arrivals: constant gaps (default) or poisson; --max-connections N:
           a request due while every connection has --pipeline in flight goes out on a new connection,
           up to N open at once (default: -c, none opened).
+--warmup-after served: the warm-up begins once every connection has had one message answered (the
+                server has accepted them all); connected (default): once every connection is up.
 )";
 
 [[noreturn]] void fatal(const std::string& msg) {
@@ -186,7 +188,8 @@ int run_main(int argc, char** argv) {
     kLine,
     kRate,
     kArrivals,
-    kMaxConnections
+    kMaxConnections,
+    kWarmupAfter
   };
   static const option opts[] = {{"control-fd", required_argument, nullptr, kControlFd},
                                 {"control", required_argument, nullptr, kRemoved},
@@ -215,6 +218,7 @@ int run_main(int argc, char** argv) {
                                 {"rate", required_argument, nullptr, kRate},
                                 {"arrivals", required_argument, nullptr, kArrivals},
                                 {"max-connections", required_argument, nullptr, kMaxConnections},
+                                {"warmup-after", required_argument, nullptr, kWarmupAfter},
                                 {"help", no_argument, nullptr, 'h'},
                                 {nullptr, 0, nullptr, 0}};
 
@@ -272,6 +276,7 @@ int run_main(int argc, char** argv) {
       case kRate: request["rate"] = need_num("--rate"); break;
       case kArrivals: request["arrivals"] = optarg; break;
       case kMaxConnections: request["max_connections"] = need_int("--max-connections"); break;
+      case kWarmupAfter: request["warmup_after"] = optarg; break;
       case 'h': fputs(kUsage, stdout); return 0;
       default: bad_args("unknown option", true);
     }

@@ -227,6 +227,24 @@ bool parse_request(std::string_view line, Request* out, std::string* why) {
 
 // Turns (PROTOCOL.md, "Turns"): `alternate` targets served in turns with `target`, `turn` seconds each. Runs
 // after `target`, `connections`, `duration`, `transport` and `timeline` are read.
+// "warmup_after": when the connect phase ends (PROTOCOL.md, "Warm-up after").
+bool parse_warmup_after(const json& o, RunRequest* r, std::string* why) {
+  std::string after = "connected";
+  if (!get_str(o, "warmup_after", &after, why)) return false;
+  if (after != "connected" && after != "served") {
+    *why = "warmup_after must be \"connected\" or \"served\", got '" + after + "'";
+    return false;
+  }
+  r->served_first = after == "served";
+  if (r->served_first && r->turns()) {  // a connection's first message would wait for its target's turn
+    *why =
+        "warmup_after \"served\" goes without alternate (each target serves only in its turns, which begin with the "
+        "load)";
+    return false;
+  }
+  return true;
+}
+
 bool parse_turns(const json& o, RunRequest* r, std::string* why) {
   r->target_addrs = {r->target_addr};
   if (!o.contains("alternate")) {
@@ -288,13 +306,35 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   }
   if (!get_str(o, "cmd", &cmd, why)) return false;
   static const std::set<std::string> ping_fields{"cmd"};
-  static const std::set<std::string> run_fields{
-      "cmd",       "target",      "connections",    "msize",           "duration",
-      "warmup",    "pipeline",    "think",          "connect_timeout", "sources",
-      "transport", "probe_share", "protocol",       "request",         "headers",
-      "body",      "host",        "line",           "progress",        "probe_guard",
-      "rate",      "arrivals",    "histograms",     "start_at",        "timeline",
-      "alternate", "turn",        "max_connections"};
+  static const std::set<std::string> run_fields{"cmd",
+                                                "target",
+                                                "connections",
+                                                "msize",
+                                                "duration",
+                                                "warmup",
+                                                "pipeline",
+                                                "think",
+                                                "connect_timeout",
+                                                "sources",
+                                                "transport",
+                                                "probe_share",
+                                                "protocol",
+                                                "request",
+                                                "headers",
+                                                "body",
+                                                "host",
+                                                "line",
+                                                "progress",
+                                                "probe_guard",
+                                                "rate",
+                                                "arrivals",
+                                                "histograms",
+                                                "start_at",
+                                                "timeline",
+                                                "alternate",
+                                                "turn",
+                                                "max_connections",
+                                                "warmup_after"};
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
     out->cmd = Request::Ping;
@@ -356,6 +396,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
     return false;
   }
   if (!parse_turns(o, &r, why)) return false;
+  if (!parse_warmup_after(o, &r, why)) return false;
   if (r.transport == Transport::Zmq && r.timeline > 0) {  // the zmq engine keeps no slices
     *why = "timeline needs transport \"tcp\" or \"zmtp\", not \"zmq\"";
     return false;
@@ -603,6 +644,8 @@ json stats_json(const Stats& s, bool histograms) {
              {{"count", s.unanswered},
               {"max_age_us", std::round(double(s.unanswered_max_age_ns) / 1e3 * 10) / 10},
               {"connections", s.unanswered_conns}}}};
+  if (s.has_served_first)
+    j["served_first"] = {{"served", s.first_served}, {"unserved", s.first_unserved}, {"s", r6(s.first_s)}};
   if (s.protocol != Protocol::Echo) {
     j["request_bytes"] = s.request_bytes;
     j["reconnects"] = s.reconnects;

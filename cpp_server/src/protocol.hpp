@@ -113,6 +113,11 @@ struct RunRequest {
   std::vector<sockaddr_in> target_addrs;
   double turn = 0.1;
   bool turns() const { return !alternate.empty(); }
+  // warmup_after, when the connect phase ends (PROTOCOL.md, "Warm-up after"): false ("connected") once every
+  // connection is up; true ("served") once every connection has also had one message answered, so the server has
+  // accepted them all before the warm-up begins (a loop that accepts one connection per turn takes seconds to under
+  // load).
+  bool served_first = false;
   int targets() const { return int(1 + alternate.size()); }
   // Bytes of one message the loader sends: msize (echo; zmtp: with its frame header) or the request's size.
   size_t message_bytes() const {
@@ -295,6 +300,12 @@ struct Stats {
   uint64_t reconnects = 0;
   std::array<uint64_t, 5> status{};
   double setup_s = 0, warmup_s = 0;
+  // warmup_after "served" (reported when the request asked for it): the connections whose first message was
+  // answered before the warm-up, those still unanswered when connect_timeout ran out, and the seconds the
+  // first exchange took (part of setup_s).
+  bool has_served_first = false;
+  long first_served = 0, first_unserved = 0;
+  double first_s = 0;
   double user_s = 0, sys_s = 0, cpu_frac = 0;
   double t_start = 0, t_stop = 0;
   bool aborted = false;

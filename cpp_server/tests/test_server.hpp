@@ -61,7 +61,10 @@ class ServerConn {
 class TestServer {
  public:
   using Handler = std::function<void(ServerConn&)>;
-  explicit TestServer(Handler handler) : handler_(std::move(handler)) {
+  // accept_gap_ms: a pause after each accept, as a loop that accepts one connection per turn under load
+  // (libuv's uv__server_io) takes its listen queue.
+  explicit TestServer(Handler handler, int accept_gap_ms = 0)
+      : handler_(std::move(handler)), accept_gap_ms_(accept_gap_ms) {
     listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -128,6 +131,7 @@ class TestServer {
         ::shutdown(w->fd, SHUT_RDWR);  // the handler is done: the client sees the close now
         w->done = true;
       });
+      if (accept_gap_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(accept_gap_ms_));
     }
   }
 
@@ -146,6 +150,7 @@ class TestServer {
   }
 
   Handler handler_;
+  int accept_gap_ms_ = 0;
   int listen_fd_ = -1, port_ = 0;
   int stop_pipe_[2] = {-1, -1};
   std::atomic<int> accepted_{0};
@@ -163,14 +168,14 @@ struct Served {
 };
 
 // One run of the engine for a whole request (JSON, with "cmd") on `threads` engine threads; `during` runs on
-// another thread 0.2 s in.
-inline Served run_request(const json& req, const std::function<void()>& during = {}, int threads = 1) {
+// another thread 0.2 s in; `emit` sees the events (none: they are dropped).
+inline Served run_request(const json& req, const std::function<void()>& during = {}, int threads = 1, Emit emit = {}) {
   Request r;
   std::string why;
   if (!parse_request_obj(req, &r, &why)) throw std::runtime_error("bad test request: " + why);
   EngineConfig cfg;
   cfg.threads = threads;
-  Emit emit = [](const json&) { return true; };
+  if (!emit) emit = [](const json&) { return true; };
   std::thread side;
   if (during)
     side = std::thread([&] {
@@ -186,19 +191,24 @@ inline Served run_request(const json& req, const std::function<void()>& during =
   return s;
 }
 
-// One run of the engine against `server`: `fields` are request fields (JSON, without braces) on top of
-// 1 s, no warm-up; `during` runs on another thread 0.2 s into the run. (1 s, not less: this kind of
-// host stalls for 0.3 s and more at a time, and a shorter window then sees almost nothing.)
-inline Served run_against(TestServer& server, const std::string& fields, int connections,
-                          const std::function<void()>& during = {}, int threads = 1) {
+// A run request against `server`: `fields` are request fields (JSON, without braces) on top of 1 s, no
+// warm-up and a 5 s connect timeout. (1 s, not less: this kind of host stalls for 0.3 s and more at a time,
+// and a shorter window then sees almost nothing.)
+inline json request_against(TestServer& server, const std::string& fields, int connections) {
   json req = json::parse("{" + fields + "}");
   req["cmd"] = "run";
   req["target"] = "127.0.0.1:" + std::to_string(server.port());
   req["connections"] = connections;
   if (!req.contains("duration")) req["duration"] = 1.0;
   if (!req.contains("warmup")) req["warmup"] = 0;
-  req["connect_timeout"] = 5;
-  Served s = run_request(req, during, threads);
+  if (!req.contains("connect_timeout")) req["connect_timeout"] = 5;
+  return req;
+}
+
+// One run of the engine against `server` (request_against); `during` runs on another thread 0.2 s into the run.
+inline Served run_against(TestServer& server, const std::string& fields, int connections,
+                          const std::function<void()>& during = {}, int threads = 1) {
+  Served s = run_request(request_against(server, fields, connections), during, threads);
   s.accepted_connections = server.accepted();
   return s;
 }

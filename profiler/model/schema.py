@@ -89,8 +89,10 @@ FINDING_MORE_KEYS: tuple[str, ...] = ("pipeline", "interpreter", "framing", "rat
 # zmq_client: what drove the ZeroMQ backends (--zmq-client: libzmq or native); libzmq before it was recorded.
 # max_connections: with --rate, the most connections the loader could open as requests needed them (at least -c;
 # plan.RunConfig.max_connections_for); 0 for closed loop and for rows written before: the -c connections only.
+# warmup_after: when the loader's warm-up began (--warmup-after, plan.WARMUP_AFTER): connected (every connection up,
+# the default and what rows written before did) or served (every connection answered once).
 RUN_SETTINGS: dict[str, Any] = {"msize": 64, "work": "none", "think": "none", "arrivals": "closed",
-                                "zmq_client": "libzmq", "max_connections": 0}
+                                "zmq_client": "libzmq", "max_connections": 0, "warmup_after": "connected"}
 # arrivals of a `netprof watch --out` row: the requests a running server's own clients sent (no loader; its
 # latency the server time, watch/rundir.py).
 WATCHED = "watched"

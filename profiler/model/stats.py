@@ -275,7 +275,7 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ring_per_msg.", "ctx.", "loader_cpu.", "faults.",
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
-                 "lat_sent_us.", "open_loop.", "breakdown.", "watch.")
+                 "lat_sent_us.", "open_loop.", "breakdown.", "watch.", "served_first.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "probe_cpu_cost", "unprobed_drift", "ring_cpu_us_per_msg",
                 "accept_queue_at_start")
 # An instrument's row group: every row has "<group>.attached" for each registered instrument (cell.base_row), so

@@ -282,7 +282,7 @@ def base_row(cell: Cell, cfg: RunConfig, interp: Interpreter) -> dict:
         "connections": cell.connections, "pipeline": cell.pipeline, "round": cell.round,
         "msize": cfg.msize, "work": cfg.work, "think": cfg.think, "arrivals": cfg.arrivals_setting(),
         "max_connections": open_loop_fields(cell, cfg).get("max_connections", 0),
-        "zmq_client": cfg.zmq_client,
+        "zmq_client": cfg.zmq_client, "warmup_after": cfg.warmup_after,
         "pinned": cell.pinned, "workers": cfg.workers, "loader_host": ",".join(cfg.loader_hosts),
         **dict(cell.extra), "status": "failed", "error": None,
         # Each instrument's group, in every row: its figures join it when it ran (Instrument.row).
@@ -404,6 +404,8 @@ def measure_row(row: dict, result: dict, marks: Marks, instruments: tuple[Instru
         "unanswered": result.get("unanswered", {}),
         "probes": [i.name for i in instruments],
     })
+    if "served_first" in result:  # --warmup-after served: each connection's first request (PROTOCOL.md)
+        row["served_first"] = result["served_first"]
     if "loaders" in result:  # --loader-hosts with several hosts: what each did (loaderset.py)
         row["loaders"] = result["loaders"]
     open_loop_row(row, result, head)
@@ -555,7 +557,7 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
                          connect_timeout=link.connect_timeout_s(cell.connections) if link
                          else RunRequest.connect_timeout,
                          progress=LIVE_EVERY_S if env.on_live is not None else None,
-                         **open_loop_fields(cell, cfg), **cfg.protocol_fields())
+                         warmup_after=cfg.warmup_after_field(), **open_loop_fields(cell, cfg), **cfg.protocol_fields())
         result = None
         try:
             result = loader.run(req, on_event=marks)

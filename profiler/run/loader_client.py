@@ -110,6 +110,9 @@ class RunRequest:
     # None: absent (one target).
     alternate: list[str] | None = None
     turn: float | None = None
+    # When the connect phase ends (PROTOCOL.md, "Warm-up after"): "served" once every connection has had one
+    # message answered (the stats gain "served_first"); None: absent ("connected", once every one is up).
+    warmup_after: str | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -120,7 +123,7 @@ class RunRequest:
         if d["protocol"] == "echo":
             del d["protocol"]
         for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals", "start_at",
-                    "timeline", "alternate", "turn", "max_connections"):
+                    "timeline", "alternate", "turn", "max_connections", "warmup_after"):
             if d[key] is None:
                 del d[key]
         if d.get("alternate") is not None:

@@ -47,6 +47,11 @@ REMOTE_MODES = ("", "netns")
 # DEALER sockets (the reference harness's client, so the default; closed loop only), or the loader's own
 # ZMTP 3.0 DEALER on its epoll loop (the thread that times an answer reads it: no libzmq I/O-thread queue).
 ZMQ_CLIENTS = {"libzmq": "zmq", "native": "zmtp"}
+# --warmup-after (PROTOCOL.md, "Warm-up after"): the loader's warm-up begins once every connection is up
+# (connected: the default, as the reference harness loads once it has connected) or once every connection has had
+# one request answered (served: the server has accepted them all; a loop that accepts one connection per turn, as
+# libuv's, otherwise opens a 1000-connection window with hundreds still in its listen queue).
+WARMUP_AFTER = ("connected", "served")
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class RunConfig:
     # 0 = not given: MAX_CONNECTIONS_DEFAULT, or a cell's -c when that is more (max_connections_for).
     max_connections: int = 0
     zmq_client: str = "libzmq"  # --zmq-client: what drives the ZeroMQ servers (ZMQ_CLIENTS)
+    warmup_after: str = "connected"  # --warmup-after: when the loader's warm-up begins (WARMUP_AFTER)
     probes: bool = True
     stacks: bool = False
     flamegraph: bool = False
@@ -211,6 +217,10 @@ class RunConfig:
         if not self.open_loop:
             return schema.RUN_SETTINGS["max_connections"]
         return connection_cap(connections, self.max_connections)
+
+    def warmup_after_field(self) -> str | None:
+        """RunRequest.warmup_after: None for the default (the field is absent: the request is what it always was)."""
+        return None if self.warmup_after == schema.RUN_SETTINGS["warmup_after"] else self.warmup_after
 
     def protocol_fields(self) -> dict:
         """What the loader needs to speak this run's protocol (RunRequest fields)."""
@@ -549,6 +559,7 @@ def validate(cfg: RunConfig, whole_run: bool = True) -> RunConfig:
     check_think(cfg.think)
     check_zmq_client(cfg, cfg.zmq_servers() if whole_run else None)
     check_open_loop(cfg)
+    check_warmup_after(cfg)
     if cfg.remote not in REMOTE_MODES:
         raise InputError(f"--remote '{cfg.remote}' is not known; use --remote netns (or leave it out for loopback)")
     if cfg.netem and cfg.remote != "netns":
@@ -644,6 +655,12 @@ def check_out(cfg: RunConfig) -> None:
     check_out_dir(cfg.out_dir)
     if os.path.exists(os.path.join(cfg.out_dir, RESULTS_PARQUET)) and not cfg.force:
         raise InputError(f"--out {cfg.out_dir} already holds a run; give a new directory, or --force to replace it")
+
+def check_warmup_after(cfg: RunConfig) -> None:
+    if cfg.warmup_after not in WARMUP_AFTER:
+        raise InputError(f"--warmup-after '{cfg.warmup_after}' is not known; use connected (the default: every "
+                         "connection up) or served (every connection answered once)")
+
 
 def check_open_loop(cfg: RunConfig) -> None:
     """--rate and --arrivals: the rates in range, and nothing the loader's open-loop mode refuses

@@ -134,7 +134,7 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
                  "(the kernel's accept queue of its port, /proc/net/tcp): connected on the loader's side, they get "
                  "no answer until the server accepts them. ")
     if not accepting:
-        return text
+        return text + _get_them_in(r, "")
     # The counts of the probed part: per message times its messages (a merged cell keeps the per-message means).
     accepts, span = each * (num(r, "probed.messages") or 0.0), num(r, "probed.duration_s")
     secs = f"{span:.1f} s" if span else ""
@@ -151,13 +151,27 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
         text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait), "
                  "as libuv (uvloop's loop) has done since its pull request 3696 (2022; uvloop 0.23 carries libuv "
                  "1.52): under load the listen queue drains only as fast as the loop turns. ")
+    pace = ""
     if span and accepts:
         # The queued (else idle) connections: at the pace it accepted them, how long they needed.
         waiting = queued or idle
-        text += (f"At {accepts / span:.0f} accepts a second its {waiting:.0f} {'queued' if queued else 'idle'} "
-                 f"connections needed ~{units.seconds(waiting / (accepts / span))} more to get in: a warm-up that "
-                 "much longer (--warmup) measures it with every connection served. ")
-    return text
+        pace = (f"At {accepts / span:.0f} accepts a second its {waiting:.0f} {'queued' if queued else 'idle'} "
+                f"connections needed ~{units.seconds(waiting / (accepts / span))} more to get in")
+    return text + _get_them_in(r, pace)
+
+
+def _get_them_in(r, pace: str) -> str:
+    """What measures the server with every connection accepted (after `pace`, the sentence of how long they needed,
+    if any): a longer warm-up, or one after every connection's first answer (--warmup-after served); a cell that had
+    the latter began without some answers when the loader's connect timeout ran out."""
+    if r.get("warmup_after") == "served":
+        unserved = num(r, "served_first.unserved") or 0.0
+        return ((f"{pace}. " if pace else "") + "The loader waited for every connection's first answer before the "
+                f"warm-up (--warmup-after served), but began with {unserved:.0f} unanswered when its connect timeout "
+                "ran out. ")
+    how = f"{pace}: a warm-up that much longer (--warmup)" if pace else "A longer warm-up (--warmup)"
+    return (f"{how}, or one that begins once every connection has been answered (--warmup-after served), measures "
+            "it with every connection served. ")
 
 
 def eager_read_explanation(ctx: Context, r, ev: dict) -> str:

@@ -77,6 +77,10 @@ def merge_stats(all_stats: list[dict]) -> dict:
     if "status" in first:
         out["status"] = _add_dicts([s["status"] for s in all_stats])
     out["setup_s"] = max(s.get("setup_s") or 0.0 for s in all_stats)
+    if "served_first" in first:
+        firsts = [s.get("served_first") or {} for s in all_stats]
+        out["served_first"] = {**_add_dicts([{k: v for k, v in f.items() if k != "s"} for f in firsts]),
+                               "s": max(f.get("s", 0.0) for f in firsts)}
     out["aborted"] = any(s.get("aborted") for s in all_stats)
     cpu = _add_dicts([{k: v for k, v in s.get("loader_cpu", {}).items() if k != "cpu_frac"} for s in all_stats])
     cpu["cpu_frac"] = sum(s.get("loader_cpu", {}).get("cpu_frac", 0.0) for s in all_stats) / len(all_stats)
