@@ -1,0 +1,93 @@
+"""What `--warmup-after served` changes at 1000 connections: the same cells with the warm-up begun once every
+connection is up (connected, the default) and once each has had one request answered (served).
+
+A loop that accepts one connection per turn (libuv: uvloop, uvicorn) or one whose accepting thread waits for the GIL
+among hundreds of busy handler threads (`thread`) drains its listen queue slowly under load: with the default the
+window opens with connections still queued, and its msgs/s is that of the connections it had taken in. Per backend
+and setting (netprof's defaults otherwise: 5 s windows after 1 s of warm-up, probes on), each a `netprof run -r 1` in
+rotated rounds: msgs/s (req/s for HTTP), the server's listen queue when the window opened, the connections that
+exchanged nothing in the window, Jain's fairness index, p99, and the loader's setup (served: the first exchange's
+time in it).
+
+    .venv/bin/python bench/warmup_after.py -r 3 [--write]
+    .venv/bin/python bench/warmup_after.py --from bench/data/warmup_after/FILE.json [--write]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import lib
+import results_md
+import rounds
+
+NETPROF = lib.ROOT / ".venv" / "bin" / "netprof"
+DATA = lib.ROOT / "bench" / "data" / "warmup_after"
+HEADING = "1000 connections, warm-up after connected or served (bench/warmup_after.py)"
+BACKENDS = ("thread", "uvloop", "uvicorn_httptools")
+SETTINGS = ("connected", "served")
+CONNECTIONS = 1000
+
+
+def one(pair: tuple[str, str]) -> list[dict]:
+    backend, after = pair
+    with tempfile.TemporaryDirectory(prefix="netprof-bench-") as tmp:
+        p = subprocess.run([str(NETPROF), "run", backend, "-c", str(CONNECTIONS), "-r", "1", "--warmup-after", after,
+                            "--wait", "-q", "--no-report", "--json", "--out", str(Path(tmp) / "run")],
+                           capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise SystemExit(f"netprof run {backend} --warmup-after {after}: exit {p.returncode}: {p.stderr[-500:]}")
+    (row,) = json.loads(p.stdout)["runs"]
+    first = row.get("served_first") or {}
+    return [{"backend": backend, "warmup_after": after, "protocol": row["protocol"],
+             "msgs_per_sec": row["msgs_per_sec"], "accept_queue_at_start": row["accept_queue_at_start"],
+             "idle": row["per_conn"]["idle"], "jain": row["per_conn"]["jain"], "p99_us": row["lat_us"]["p99"],
+             "setup_s": row["setup_s"], "served_first_s": first.get("s"), "unserved": first.get("unserved")}]
+
+
+def _mean(recs: list[dict], key: str) -> float:
+    return statistics.fmean(r[key] for r in recs)
+
+
+def table(doc: dict) -> str:
+    lines = ["| backend | warm-up after | msgs/s (req/s) | listen queue at window open | idle connections | Jain | "
+             "p99 | setup (first exchange) |", "|---|---|---|---|---|---|---|---|"]
+    for backend in BACKENDS:
+        for after in SETTINGS:
+            rs = [r for r in doc["records"] if (r["backend"], r["warmup_after"]) == (backend, after)]
+            if not rs:
+                continue
+            mean, ci = rounds.interval([r["msgs_per_sec"] for r in rs])
+            first = (f" ({_mean(rs, 'served_first_s'):.2f} s, {max(r['unserved'] for r in rs)} unserved at most)"
+                     if after == "served" else "")
+            lines.append(f"| {backend} | {after} | {mean:,.0f} ± {ci:,.0f} | "
+                         f"{', '.join(str(r['accept_queue_at_start']) for r in rs)} | "
+                         f"{', '.join(str(r['idle']) for r in rs)} | {_mean(rs, 'jain'):.2f} | "
+                         f"{_mean(rs, 'p99_us') / 1e3:.1f} ms | {_mean(rs, 'setup_s'):.2f} s{first} |")
+    lines += ["", "msgs/s: mean ± 95% interval over the rounds; queue and idle: each round's; Jain, p99 and setup: "
+              "means (uvicorn_httptools' in requests)."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    args = lib.cli(__doc__, rounds=3).parse_args()
+    doc = lib.earlier(args)
+    if doc is None:
+        pairs = [(b, a) for b in BACKENDS for a in SETTINGS]
+        records = rounds.rotated_records(pairs, args.rounds, one)
+        doc = lib.keep("warmup_after", DATA, rounds=args.rounds, connections=CONNECTIONS, records=records)
+    intro = (f"Measured by `.venv/bin/python bench/warmup_after.py -r {doc['rounds']}`; table by "
+             f"{results_md.command()}; commit {doc['commit']}, {doc['date']}: each backend × setting a `netprof run "
+             f"BACKEND -c {doc['connections']} -r 1 --warmup-after SETTING` (5 s window after 1 s of warm-up, probes "
+             "on), in rotated rounds. Raw data: bench/data/warmup_after/.")
+    results_md.publish(HEADING, intro, table(doc), args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
