@@ -210,6 +210,9 @@ def test_a_window_opened_with_connections_not_yet_accepted_is_said_when_none_sta
     text = ids(detect(frame(waited)), "accept_backlog")[0]["explanation"]
     assert ("(--warmup-after served), but began with 169 unanswered when its connect timeout ran out" in text
             and "or one that begins" not in text), text
+    reopened = {**waited, "served_first": {"served": 1000, "unserved": 0, "s": 0.4}}
+    text = ids(detect(frame(reopened)), "accept_backlog")[0]["explanation"]
+    assert "(--warmup-after served) and had them all: these connections were opened since" in text, text
     assert not ids(detect(frame(row)), "starvation")
     few = {**row, "accept_queue_at_start": 3}
     assert ids(detect(frame(few)), "accept_backlog")[0]["severity"] == "info"

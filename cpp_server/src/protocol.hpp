@@ -113,12 +113,12 @@ struct RunRequest {
   std::vector<sockaddr_in> target_addrs;
   double turn = 0.1;
   bool turns() const { return !alternate.empty(); }
+  int targets() const { return int(1 + alternate.size()); }
   // warmup_after, when the connect phase ends (PROTOCOL.md, "Warm-up after"): false ("connected") once every
   // connection is up; true ("served") once every connection has also had one message answered, so the server has
   // accepted them all before the warm-up begins (a loop that accepts one connection per turn takes seconds to under
   // load).
   bool served_first = false;
-  int targets() const { return int(1 + alternate.size()); }
   // Bytes of one message the loader sends: msize (echo; zmtp: with its frame header) or the request's size.
   size_t message_bytes() const {
     if (protocol != Protocol::Echo) return request_bytes.size();

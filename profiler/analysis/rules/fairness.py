@@ -166,9 +166,12 @@ def _get_them_in(r, pace: str) -> str:
     the latter began without some answers when the loader's connect timeout ran out."""
     if r.get("warmup_after") == "served":
         unserved = num(r, "served_first.unserved") or 0.0
-        return ((f"{pace}. " if pace else "") + "The loader waited for every connection's first answer before the "
-                f"warm-up (--warmup-after served), but began with {unserved:.0f} unanswered when its connect timeout "
-                "ran out. ")
+        text = (f"{pace}. " if pace else "") + ("The loader waited for every connection's first answer before the "
+                                                "warm-up (--warmup-after served)")
+        if unserved:
+            return text + f", but began with {unserved:.0f} unanswered when its connect timeout ran out. "
+        return text + (" and had them all: these connections were opened since (the loader reopens a connection the "
+                       "server closed). ")
     how = f"{pace}: a warm-up that much longer (--warmup)" if pace else "A longer warm-up (--warmup)"
     return (f"{how}, or one that begins once every connection has been answered (--warmup-after served), measures "
             "it with every connection served. ")
