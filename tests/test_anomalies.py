@@ -117,6 +117,24 @@ def test_starvation_without_eager_read_gives_no_sock_recv_story():
     assert "epoll_ctl per message the register-per-read model implies" not in a["evidence"]
 
 
+def test_no_sock_recv_story_for_batched_reads_or_a_thread_per_connection():
+    """The eager-read story is asyncio's `sock_recv`, one read per message with no epoll_ctl. bench/reports/modern
+    (2026-12-06) told it of two cells it did not fit: anyio on asyncio at 1000 connections, 8 in flight, whose
+    transport read several messages at once (0.61 reads per message) and starved only the connections still in its
+    listen queue; and socketserver, a thread per connection with no event loop, matched as a "sock" backend by name."""
+    batched = [make_row("anyio_asyncio", 1000, pipeline=1, syscalls_per_msg={"epoll_ctl": 2.0}),
+               make_row("anyio_asyncio", 1000, pipeline=8, per_conn=STARVED,
+                        syscalls_per_msg={"epoll_ctl": 0.11, "recvfrom": 0.61})]
+    threads = [make_row("socketserver", 1000, pipeline=p, per_conn=STARVED, syscalls_per_msg={"epoll_wait": 0.0})
+               for p in (1, 8)]
+    for rows in (batched, threads):
+        for a in ids(detect(frame(*rows)), "starvation"):
+            assert "sock_recv" not in a["explanation"] and "mechanism" not in a["evidence"], a["explanation"]
+    # A raw-socket loop's name still brings the model when its own cells show none (a --cmd server, one cell).
+    sock = make_row("my_sock", 1000, pipeline=8, per_conn=STARVED, syscalls_per_msg={"epoll_ctl": 0.01})
+    assert "sock_recv" in ids(detect(frame(sock)), "starvation")[0]["explanation"]
+
+
 def test_starvation_uses_per_connection_counts():
     per_conn = pd.DataFrame({"backend": "b", "interpreter": "cpython-3.11.2", "connections": 100, "pipeline": 1,
                              "round": 1, "conn": range(100), "messages": [10_000] + [1] * 99})
@@ -443,6 +461,27 @@ def test_latency_tail_fires_on_p999_far_above_p50():
 def test_latency_tail_names_starvation_as_cause():
     a = ids(detect(frame(make_row(lat_us={"p999": 5000.0}, per_conn=STARVED))), "latency_tail")[0]
     assert "starved" in a["explanation"] and a["severity"] == "warning"
+
+
+def test_latency_tail_of_a_loop_that_serves_in_runs_says_so():
+    """asyncio_sock at 100 connections, 8 in flight (bench/reports/pipeline, 2026-12-06): fair over the window (Jain
+    0.92) with p50 42 µs and p999 115 ms. Its reads took the eager path: a connection's run of waiting messages is
+    served before the next connection's, and each waits out the others' runs; 7 messages ahead on its own connection
+    would be 0.3 ms, not 115."""
+    lat = {"p50": 42.0, "p90": 6663.0, "p95": 20000.0, "p99": 78731.0, "p999": 115081.0, "max": 128552.0,
+           "mean": 4000.0}
+    rows = [make_row("asyncio_sock", 100, pipeline=1, syscalls_per_msg={"epoll_ctl": 2.0, "recvfrom": 2.0}),
+            make_row("asyncio_sock", 100, pipeline=8, lat_us=lat, per_conn={**FAIR, "jain": 0.92},
+                     syscalls_per_msg={"epoll_ctl": 0.025, "recvfrom": 1.01})]
+    (a,) = [x for x in ids(detect(frame(*rows)), "latency_tail") if x["pipeline"] == 8]
+    assert ("Likely cause here: the loop serves one connection's waiting messages in a run before it turns to "
+            "another (its reads took the eager path, 1.01 reads and 0.025 epoll_ctl per message") in a["explanation"]
+    assert "over the window the runs rotated (Jain 0.92)" in a["explanation"], a["explanation"]
+    assert "queue behind others in flight" not in a["explanation"]
+    # A transport that reads several messages at once is not served in runs that way: the plain pipelining cause.
+    batched = [rows[0], {**rows[1], "syscalls_per_msg": {"epoll_ctl": 0.025, "recvfrom": 0.13}}]
+    (b,) = [x for x in ids(detect(frame(*batched)), "latency_tail") if x["pipeline"] == 8]
+    assert "in a run" not in b["explanation"] and "queue behind others in flight" in b["explanation"]
 
 
 def test_latency_tail_at_a_set_rate_names_the_requests_that_waited_in_the_loader():

@@ -216,6 +216,16 @@ def test_fairness_is_stated_plainly_either_way():
                "evidence": {"Jain index (1 = fair)": 0.4, "mechanism": "reads did not yield."}}
     broke = _fairness_sentence(cells, [starved])
     assert broke.startswith("Fairness broke in 1 cell") and "asyncio_sock at 100 connections, 4 in flight" in broke
+    assert "listen queue" not in broke
+    # Cells that opened their window with connections not yet accepted: the headline says so, with the counts.
+    queued = [{"id": "starvation", "backend": b, "connections": 1000, "pipeline": 1,
+               "evidence": {"Jain index (1 = fair)": 0.3, "connections in its listen queue when the window opened": q}}
+              for b, q in (("trio", 428), ("uvloop_sock", 470))]
+    both = _fairness_sentence(cells, [starved, *queued])
+    assert ("In 2 of these cells (trio, uvloop_sock) the window opened with connections the server had not accepted "
+            "yet (428–470 in its listen queue): they got nothing until it took them in; `--warmup-after served` "
+            "measures those cells with every connection in.") in both, both
+    assert "In every one of these cells (trio)" in _fairness_sentence(cells, queued[:1])
 
 
 def test_probe_sentence_says_whether_the_probes_stayed_inside_the_guards():

@@ -12,6 +12,8 @@ from netprof.profiler.model.stats import num
 READ_SYSCALLS = ("recvfrom", "read", "recvmsg", "readv", "recvmmsg")
 MEMORY_SYSCALLS = ("mmap", "munmap", "mremap", "brk")
 WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "select", "pselect6", "poll", "ppoll")  # a loop's wait
+# The evidence key of a starved cell's listen queue when its window opened (the rule sets it, the headline reads it).
+QUEUED_AT_OPEN = "connections in its listen queue when the window opened"
 
 
 def of(per: dict, names: tuple[str, ...]) -> float:

@@ -27,6 +27,9 @@ class Thresholds:
     accept_per_msg: float = 0.05
     # eager read: epoll_ctl/msg below this fraction of what register-per-read implies
     eager_read_fraction: float = 0.25
+    # ... and reads per message at least this: the eager path reads one message per call (`sock_recv(64)`); fewer
+    # are a transport's buffer taking several at once (anyio on asyncio at 1000 connections, 8 in flight: 0.61)
+    eager_read_reads: float = 0.9
     sock_recv_model_epoll_ctl: float = 2.0   # add_reader + remove_reader around every waiting read
     # readiness churn: register/unregister per read
     readiness_churn_epoll_ctl: float = 1.5

@@ -12,6 +12,7 @@ import pandas as pd
 from netprof.profiler.analysis import rules
 from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import units
+from netprof.profiler.kit.rule_common import QUEUED_AT_OPEN
 from netprof.profiler.kit.rule_registry import Thresholds
 from netprof.profiler.model import schema
 from netprof.profiler.model.stats import num, ring_of, syscalls_of
@@ -353,7 +354,22 @@ def _fairness_sentence(cells: pd.DataFrame, found: list[dict]) -> str | None:
     mechanisms = list(dict.fromkeys(a["evidence"]["mechanism"] for a in starving if a["evidence"].get("mechanism")))
     if mechanisms:
         text += " Why: " + " ".join(mechanisms)
-    return text
+    return text + _queued_sentence(starving)
+
+
+def _queued_sentence(starving: list[dict]) -> str:
+    """The starved cells whose window opened with connections the server had not accepted yet: those got nothing
+    until it took them in (at 1000 connections, most of the echo loops starved that way and no other:
+    bench/RESULTS.md, 2026-12-06)."""
+    queued = [a for a in starving if a["evidence"].get(QUEUED_AT_OPEN)]
+    if not queued:
+        return ""
+    counts = [a["evidence"][QUEUED_AT_OPEN] for a in queued]
+    which = "every one of these cells" if len(queued) == len(starving) else f"{len(queued)} of these cells"
+    span = f"{min(counts):,}" if min(counts) == max(counts) else f"{min(counts):,}–{max(counts):,}"
+    return (f" In {which} ({', '.join(dict.fromkeys(a['backend'] for a in queued))}) the window opened with "
+            f"connections the server had not accepted yet ({span} in its listen queue): they got nothing until it took "
+            "them in; `--warmup-after served` measures those cells with every connection in.")
 
 
 def _probe_sentence(cells: pd.DataFrame, notes: Sequence[str] = ()) -> str | None:

@@ -4,14 +4,18 @@ eager-read path of asyncio's `sock_recv`)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from netprof.profiler.analysis.rules.sources import source_line
 from netprof.profiler.core import units
-from netprof.profiler.kit.rule_common import READ_SYSCALLS, WAITS, of, r2, unanswered, where
+from netprof.profiler.kit.rule_common import QUEUED_AT_OPEN, READ_SYSCALLS, WAITS, of, r2, unanswered, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
 from netprof.profiler.model.stats import num, syscalls_of
+
+_SOCK = re.compile(r"(?:^|[_\s-])sock(?:$|[_\s-])")
 
 
 @rule("starvation", plots=("per_conn", "fairness"))
@@ -129,7 +133,7 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
         return ""
     text = ""
     if queued:
-        ev["connections in its listen queue when the window opened"] = round(queued)
+        ev[QUEUED_AT_OPEN] = round(queued)
         text += (f"When the window opened, {queued:.0f} of the loader's connections were still in its listen queue "
                  "(the kernel's accept queue of its port, /proc/net/tcp): connected on the loader's side, they get "
                  "no answer until the server accepts them. ")
@@ -184,13 +188,12 @@ def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
     per = syscalls_of(r)
     if per is None:
         return "(No syscall counts for this cell: run with probes to see whether reads skipped the event loop.) "
-    ec = per.get("epoll_ctl", 0.0)
-    reads = of(per, READ_SYSCALLS)
-    implied = _implied_epoll_ctl(ctx, r)
-    ev["epoll_ctl per message"] = r2(ec, 3)
-    ev["read syscalls per message"] = r2(reads, 2)
-    if not implied or ec >= implied * ctx.t.eager_read_fraction:
+    ev["epoll_ctl per message"] = r2(per.get("epoll_ctl", 0.0), 3)
+    ev["read syscalls per message"] = r2(of(per, READ_SYSCALLS), 2)
+    eager = eager_reads(ctx, r)
+    if eager is None:
         return ""
+    reads, ec, implied = eager
     ev["epoll_ctl per message the register-per-read model implies"] = r2(implied, 1)
     ev["source"] = source_line("asyncio.selector_events:BaseSelectorEventLoop.sock_recv", "return sock.recv(")
     ev["mechanism"] = (f"{r['backend']}'s reads found their data already waiting and returned without yielding to the "
@@ -207,6 +210,18 @@ def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
     return text
 
 
+def eager_reads(ctx: Context, r) -> tuple[float, float, float] | None:
+    """(reads, epoll_ctl, the epoll_ctl register-per-read implies) per message when a cell's reads took the eager
+    path: one read per message and epoll_ctl far below what registering around each read implies; else None."""
+    per = syscalls_of(r)
+    if per is None:
+        return None
+    ec, reads, implied = per.get("epoll_ctl", 0.0), of(per, READ_SYSCALLS), _implied_epoll_ctl(ctx, r)
+    if not implied or ec >= implied * ctx.t.eager_read_fraction or reads < ctx.t.eager_read_reads:
+        return None
+    return reads, ec, implied
+
+
 def _implied_epoll_ctl(ctx: Context, r) -> float:
     """epoll_ctl per message if every read registered: the backend's own highest figure in another cell,
     else the `sock_recv` model's for a *sock* backend (0: no model to hold it to)."""
@@ -215,7 +230,8 @@ def _implied_epoll_ctl(ctx: Context, r) -> float:
     implied = max(elsewhere, default=0.0)
     if implied < ctx.t.readiness_churn_epoll_ctl:
         family = str(r.get("family", "") or "")
-        implied = ctx.t.sock_recv_model_epoll_ctl if "sock" in f"{r['backend']} {family}" else 0.0
+        # a raw-socket loop's name (asyncio_sock, uvloop_sock): not "socketserver", a thread per connection
+        implied = ctx.t.sock_recv_model_epoll_ctl if _SOCK.search(f"{r['backend']} {family}") else 0.0
     return implied
 
 
