@@ -11,6 +11,10 @@ time in it).
 
     .venv/bin/python bench/warmup_after.py -r 3 [--write]
     .venv/bin/python bench/warmup_after.py --from bench/data/warmup_after/FILE.json [--write]
+
+`--matrix BASE SERVED`: the 1000-connection cells of two committed runs side by side (a run directory each, its
+results.parquet): BASE with the default, SERVED the same cells with `--warmup-after served` (the echo reference
+report bench/reports/modern/ and bench/data/warmup_after/2026-12-06-modern-served/).
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ import lib
 import results_md
 import rounds
 
+from netprof.profiler.model import stats
+
 NETPROF = lib.ROOT / ".venv" / "bin" / "netprof"
 DATA = lib.ROOT / "bench" / "data" / "warmup_after"
 HEADING = "1000 connections, warm-up after connected or served (bench/warmup_after.py)"
+MATRIX_HEADING = "The echo reference report at 1000 connections, warm-up after served (bench/warmup_after.py --matrix)"
 BACKENDS = ("thread", "uvloop", "uvicorn_httptools")
 SETTINGS = ("connected", "served")
 CONNECTIONS = 1000
@@ -74,8 +81,37 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def matrix_table(base: Path, served: Path) -> str:
+    """Per backend and pipeline at 1000 connections: Jain, idle connections and the listen queue when the window
+    opened (means over the rounds), and msgs/s, under the default and with --warmup-after served."""
+    import pandas as pd
+
+    a, b = (stats.aggregate(pd.read_parquet(d / "results.parquet")) for d in (base, served))
+    both = a[a["connections"] == CONNECTIONS].merge(b[b["connections"] == CONNECTIONS], on=["backend", "pipeline"],
+                                                    suffixes=("", "_s"))
+    lines = ["| backend | in flight | Jain (default → served) | idle connections | listen queue at window open | "
+             "msgs/s (default → served) |", "|---|---|---|---|---|---|"]
+    for _, r in both.sort_values(["backend", "pipeline"]).iterrows():
+        lines.append(f"| {r['backend']} | {r['pipeline']} | {r['per_conn.jain']:.2f} → {r['per_conn.jain_s']:.2f} | "
+                     f"{r['per_conn.idle']:.0f} → {r['per_conn.idle_s']:.0f} | "
+                     f"{r['accept_queue_at_start']:.0f} → {r['accept_queue_at_start_s']:.0f} | "
+                     f"{r['mps_mean']:,.0f} → {r['mps_mean_s']:,.0f} |")
+    return "\n".join(lines + ["", "Means over each run's rounds; the runs were made one after the other, not paired: "
+                               "throughput differences of ~10% are the host's (RESULTS.md, \"Host regimes\")."])
+
+
 def main() -> int:
-    args = lib.cli(__doc__, rounds=3).parse_args()
+    ap = lib.cli(__doc__, rounds=3)
+    ap.add_argument("--matrix", nargs=2, type=Path, metavar=("BASE", "SERVED"))
+    args = ap.parse_args()
+    if args.matrix:
+        base, served = args.matrix
+        intro = (f"Table by {results_md.command()}: {base}, made by `bench/reference_report.py modern` (its meta.json: "
+                 f"`-c 10,100,1000 --pipeline 1,8 -r 2 -d 2 --warmup 0.5`), against {served}, the same servers "
+                 "`-c 1000 --pipeline 1,8 -r 2 -d 2 --warmup 0.5 --warmup-after served` (its meta.json), both "
+                 "2026-12-06 at commit d92b4ce.")
+        results_md.publish(MATRIX_HEADING, intro, matrix_table(base, served), args.write)
+        return 0
     doc = lib.earlier(args)
     if doc is None:
         pairs = [(b, a) for b in BACKENDS for a in SETTINGS]
