@@ -133,6 +133,11 @@ def test_no_sock_recv_story_for_batched_reads_or_a_thread_per_connection():
     # A raw-socket loop's name still brings the model when its own cells show none (a --cmd server, one cell).
     sock = make_row("my_sock", 1000, pipeline=8, per_conn=STARVED, syscalls_per_msg={"epoll_ctl": 0.01})
     assert "sock_recv" in ids(detect(frame(sock)), "starvation")[0]["explanation"]
+    # Another loop's sock_recv that reads first (rloop's) is not called asyncio's; asyncio's own is.
+    for family, whose in (("rloop", "its loop's `sock_recv`, as asyncio's, tries"),
+                          ("asyncio", "asyncio's `sock_recv` tries")):
+        ev = ids(detect(frame({**sock, "family": family})), "starvation")[0]["evidence"]
+        assert whose in ev["mechanism"], ev["mechanism"]
 
 
 def test_starvation_uses_per_connection_counts():

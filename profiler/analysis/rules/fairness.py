@@ -196,15 +196,17 @@ def eager_read_explanation(ctx: Context, r, ev: dict) -> str:
     reads, ec, implied = eager
     ev["epoll_ctl per message the register-per-read model implies"] = r2(implied, 1)
     ev["source"] = source_line("asyncio.selector_events:BaseSelectorEventLoop.sock_recv", "return sock.recv(")
+    # asyncio's own loop, or another that does what its source line shows (rloop: the Rust loop's sock_recv)
+    whose = "asyncio's `sock_recv`" if r.get("family") in ("asyncio", None) else "its loop's `sock_recv`, as asyncio's,"
     ev["mechanism"] = (f"{r['backend']}'s reads found their data already waiting and returned without yielding to the "
-                       "event loop (asyncio's `sock_recv` tries `sock.recv()` first), so the coroutine that has data "
-                       "keeps the loop while the other connections wait.")
+                       f"event loop ({whose} tries `sock.recv()` first), so the coroutine that has data keeps the loop "
+                       "while the other connections wait.")
     text = (f"Its reads almost never went through the event loop: {reads:.2f} read calls and {ec:.2f} epoll_ctl "
             f"{units.per_unit(r.get('protocol'))}, where registering for readiness around each read implies "
-            f"{implied:.1f} epoll_ctl. This is the eager-read path of asyncio's `sock_recv` "
-            "(asyncio/selector_events.py): it first calls `sock.recv(n)` and, when data is already there, returns "
-            "it at once — the coroutine continues without yielding to the event loop, so the connection that has "
-            "data keeps the loop and the others wait. ")
+            f"{implied:.1f} epoll_ctl. This is the eager-read path of {whose} (asyncio/selector_events.py): it first "
+            "calls `sock.recv(n)` and, when data is already there, returns it at once — the coroutine continues "
+            "without yielding to the event loop, so the connection that has data keeps the loop and the others "
+            "wait. ")
     text += _pipeline_trigger(ctx, r, ev) + _framing_trigger(ctx, r, ev)
     _stack_evidence(ctx, r, ev)
     return text
