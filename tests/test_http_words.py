@@ -107,6 +107,12 @@ def test_the_line_of_a_finished_cell_says_its_unit():
     assert runner.cell_line(cell, http_row(accept_queue_at_start=169)).endswith(
         "; 169 connections not yet accepted when the window opened"), runner.cell_line(cell, http_row())
     assert "accepted" not in runner.cell_line(cell, http_row(accept_queue_at_start=0))
+    # --warmup-after served that began without every first answer (its connect timeout ran out) says that too
+    cut = http_row(accept_queue_at_start=40, served_first={"served": 960, "unserved": 40, "s": 10.0})
+    assert runner.cell_line(cell, cut).endswith("; 40 connections not yet accepted when the window opened; 40 "
+                                                "connections unanswered when the warm-up began (the connect timeout "
+                                                "ran out)"), runner.cell_line(cell, cut)
+    assert "unanswered" not in runner.cell_line(cell, http_row(served_first={"served": 10, "unserved": 0, "s": 0.1}))
 
 
 def test_compare_of_http_runs_says_req_per_s():

@@ -64,11 +64,14 @@ def cell_line(cell, row: dict) -> str:
     per = row.get("syscalls_per_msg") or {}
     p99 = (row.get("lat_us") or {}).get("p99")
     queued = row.get("accept_queue_at_start")
+    unserved = (row.get("served_first") or {}).get("unserved")  # --warmup-after served, cut by the connect timeout
     return (f"{cell.label()}: {row.get('msgs_per_sec') or 0:,.0f} {units.rate_unit(row.get('protocol'))}, "
             f"p99 {units.duration_us(p99)}, "
             f"{per_message_notation(per, row.get('ring_per_msg')) if per else 'no probes'}"
             # a caveat of the cell's own: some of its connections were not the server's yet when it was measured
-            + (f"; {units.plural(queued, 'connection')} not yet accepted when the window opened" if queued else ""))
+            + (f"; {units.plural(queued, 'connection')} not yet accepted when the window opened" if queued else "")
+            + (f"; {units.plural(unserved, 'connection')} unanswered when the warm-up began (the connect timeout ran "
+               "out)" if unserved else ""))
 
 
 def open_instruments(cfg: RunConfig) -> list[Instrument]:
