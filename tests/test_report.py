@@ -391,6 +391,19 @@ def test_a_knee_runs_headline_table_reads_each_rate_as_its_verdict(tmp_path):
     assert "(at 2,000/s) | 80 µs / " in latency and "/ 17 ms / " in latency, latency  # the table: mean of 2 tries
 
 
+def test_what_ran_says_the_warm_up_and_when_it_began():
+    """"What ran" says each window's warm-up, and that it began once every connection had been answered when the run
+    asked for that (--warmup-after served: what a 1000-connection cell measures depends on it)."""
+    rows = pd.DataFrame([results.flatten(make_row("thread", 1000, warmup_after=after)) for after in ("served",)])
+    served = report.run_facts(rows, {**META, "config": {**META["config"], "warmup": 1.0}})
+    assert served["warmup"] == " after 1 s of warm-up begun once every connection had been answered (--warmup-after " \
+                               "served)"
+    half = {**META, "config": {**META["config"], "warmup": 0.5}}
+    plain = report.run_facts(rows.assign(warmup_after="connected"), half)
+    assert plain["warmup"] == " after 0.5 s of warm-up"
+    assert report.run_facts(rows, META)["warmup"] == ""  # no warm-up in the config (a watch's)
+
+
 def test_the_plot_beside_the_headline_table_at_a_set_rate_is_latency():
     """Throughput bars of cells at a set rate draw the rates asked: beside the headline table, latency against load
     (two rates or more), or through the window (one rate); closed loop keeps throughput."""

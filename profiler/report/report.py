@@ -106,6 +106,7 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "interpreters": _interpreters(df),
         "rounds": cfg.get("rounds", int(df["round"].max()) if "round" in df and len(df) else ""),
         "duration": cfg.get("duration", ""),
+        "warmup": _warmup_words(df, cfg),
         "msize": cfg.get("msize", df["msize"].iloc[0] if "msize" in df and len(df) else ""),
         "message": _message_words(schema.normalize(df), cfg) if len(df) else "",
         "zmq_client": _zmq_client_words(df),
@@ -121,6 +122,16 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "probe_cost": _syscall_cost(meta.get("probe_cost_per_syscall")),
     }
     return facts
+
+
+def _warmup_words(df: pd.DataFrame, cfg: dict) -> str:
+    """' after 1 s of warm-up' (and when it began, with --warmup-after served), from the run's config; '' without
+    one (a watch has none)."""
+    if cfg.get("warmup") is None:
+        return ""
+    served = "warmup_after" in df and (df["warmup_after"] == "served").any()
+    return (f" after {cfg['warmup']:g} s of warm-up"
+            + (" begun once every connection had been answered (--warmup-after served)" if served else ""))
 
 
 def _opened(df: pd.DataFrame) -> str:
