@@ -152,9 +152,13 @@ def _still_accepting(ctx: Context, r, ev: dict) -> str:
     waits = of(per, WAITS)
     if waits and abs(each / waits - 1) <= 0.2:
         ev["accept4 per event-loop wait"] = r2(each / waits)
-        text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait), "
-                 "as libuv (uvloop's loop) has done since its pull request 3696 (2022; uvloop 0.23 carries libuv "
-                 "1.52): under load the listen queue drains only as fast as the loop turns. ")
+        # libuv waits in epoll_pwait; Python's selectors, trio and socketserver's poll() loop in other calls, and
+        # accept one per turn too (bench/reports/modern, 2026-12-06: trio, socketserver)
+        libuv = per.get("epoll_pwait", 0.0) >= 0.5 * waits
+        text += (f"It accepted one connection per turn of its event loop ({each / waits:.2f} accept4 per wait"
+                 + ("), as libuv (uvloop's loop) has done since its pull request 3696 (2022; uvloop 0.23 carries libuv "
+                    "1.52)" if libuv else ")")
+                 + ": under load the listen queue drains only as fast as the loop turns. ")
     pace = ""
     if span and accepts:
         # The queued (else idle) connections: at the pace it accepted them, how long they needed.
