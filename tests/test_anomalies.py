@@ -313,6 +313,16 @@ def test_readiness_churn_of_a_server_that_pauses_reading_per_pipelined_request()
     assert a["evidence"]["http_asyncio (fastest backend here without the churn)"].startswith("228,256 req/s")
 
 
+def test_readiness_churn_of_twisted_is_its_writes():
+    """Twisted at ping-pong (bench/reports/modern, 2026-12-06): 2 epoll_ctl, 1 recvfrom and 1 sendto per message. Its
+    registrations are around writes (`write` → `startWriting`, `doWrite` → `stopWriting`), not the `sock_recv` model."""
+    row = make_row("twisted", 100, syscalls_per_msg={"epoll_ctl": 2.0})
+    row["family"] = "twisted"
+    (a,) = ids(detect(frame(row)), "readiness_churn")
+    assert "its writes wait for the socket to be writable" in a["explanation"] and "sock_recv" not in a["explanation"]
+    assert a["evidence"]["source"].startswith("twisted/internet/abstract.py:"), a["evidence"]["source"]
+
+
 def test_readiness_churn_silent_below_threshold_and_without_probes():
     assert not ids(detect(frame(make_row(syscalls_per_msg={"epoll_ctl": 0.5}))), "readiness_churn")
     row = make_row()

@@ -27,13 +27,15 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
               "share of syscalls that are epoll_ctl": f"{100 * ec / total:.0f}%"}
         if reads and reads < ctx.t.batched_reads:
             text = _paused_reading(r, ec, reads, total, ev)
+        elif r.get("family") == "twisted":
+            text = _writes_wait(r, ec, total, ev)
         else:
             per_read = f" ({ec / reads:.1f} per read)" if reads else ""
             text = (f"{where(r)} calls epoll_ctl {ec:.1f} times {units.per_unit(r.get('protocol'))}{per_read}, "
                     f"{100 * ec / total:.0f}% of all its syscalls: it changes the socket's epoll registration around "
                     "reads — register before a read that must wait, unregister after (`add_reader` → wait → "
-                    "`remove_reader`, the `sock_recv` model). Backends that keep a socket registered for its whole "
-                    "life (transports/protocols) pay this once per connection. ")
+                    "`remove_reader`, the `sock_recv` model). A loop that keeps each socket registered for its whole "
+                    "life, reading as data comes and writing at once, pays this once per connection. ")
         if reads and ec / reads >= ctx.t.poll_handle_epoll_ctl and "uvloop" in f"{r['backend']} {r.get('family')}":
             text += UVLOOP_POLL_HANDLE
             ev["each read, call by call (uvloop on libuv)"] = UVLOOP_CALLS
@@ -43,6 +45,19 @@ def readiness_churn(ctx: Context) -> list[Anomaly]:
         ev["stacks"] = ctx.stacks(r, ("epoll_ctl",))
         found.append(Anomaly.at(r, "readiness_churn", "warning", f"epoll_ctl churn: {where(r)}", text, ev))
     return found
+
+
+def _writes_wait(r, ec: float, total: float, ev: dict) -> str:
+    """Twisted's churn is around writes, not reads: `FileDescriptor.write` buffers the data and registers for
+    writability (`startWriting`); the reactor's `doWrite` sends it and unregisters (`stopWriting`) once the buffer is
+    empty, so strict ping-pong pays two epoll_ctl per message however its reads go (bench/reports/modern)."""
+    ev["source"] = source_line("twisted.internet.abstract:FileDescriptor.write", "self.startWriting()")
+    each = units.per_unit(r.get("protocol"))
+    return (f"{where(r)} calls epoll_ctl {ec:.1f} times {each}, {100 * ec / total:.0f}% of "
+            "all its syscalls: its writes wait for the socket to be writable. Twisted's `transport.write` buffers the "
+            "data and registers the socket for writing (`startWriting`, an epoll_ctl); the reactor's `doWrite` sends "
+            "it on the next turn and unregisters once the buffer is empty (`stopWriting`, another). A loop that "
+            "writes at once and registers for writability only when the socket is full pays neither. ")
 
 
 def _paused_reading(r, ec: float, reads: float, total: float, ev: dict) -> str:
