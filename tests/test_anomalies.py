@@ -506,6 +506,15 @@ def test_latency_tail_of_a_loop_that_serves_in_runs_says_so():
     assert "in a run" not in b["explanation"] and "queue behind others in flight" in b["explanation"]
 
 
+def test_latency_tail_names_connections_still_in_the_listen_queue():
+    """rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): fair enough, 342 connections still queued
+    when the window opened, p999 711 ms against a p50 of 6.9 ms: their first requests waited for the accept."""
+    row = make_row("rloop_sock", 1000, lat_us={"p50": 6900.0, "p999": 711_000.0}, accept_queue_at_start=342)
+    (a,) = ids(detect(frame(row)), "latency_tail")
+    assert ("Likely cause here: 342 connections were still in the server's listen queue when the window opened: "
+            "their first messages waited for the accept") in a["explanation"], a["explanation"]
+
+
 def test_latency_tail_at_a_set_rate_names_the_requests_that_waited_in_the_loader():
     """A knee's rate near the ceiling: 14% of the requests waited in the loader for a free connection, which
     counts in the latency from the intended send: that is the tail, not "nothing else in this cell"."""

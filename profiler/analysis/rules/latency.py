@@ -82,6 +82,10 @@ def _tail_causes(r, t: Thresholds) -> list[str]:
         causes.append(f"connections are starved (Jain {jain:.2f}): the waiting ones make the tail")
     elif r["connections"] and idle / r["connections"] >= t.starvation_idle_share:  # (a watched row may have none)
         causes.append(f"{int(idle)} connections got no service in the window: their {many} make the tail")
+    queued = num(r, "accept_queue_at_start") or 0
+    if queued:  # rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): 342 queued, p999 711 ms
+        causes.append(f"{queued:.0f} connections were still in the server's listen queue when the window opened: "
+                      f"their first {many} waited for the accept")
     inv = num(r, "ctx.involuntary_per_msg")
     if inv is not None and inv >= t.involuntary_per_msg:
         causes.append(f"the backend is preempted {inv:.2f}× {units.per_unit(r.get('protocol'))}")
