@@ -140,6 +140,20 @@ def test_no_sock_recv_story_for_batched_reads_or_a_thread_per_connection():
         assert whose in ev["mechanism"], ev["mechanism"]
 
 
+def test_starvation_of_tornado_names_its_inline_read():
+    """tornado at 100 connections, 8 in flight (bench/reports/modern, 2026-12-06): Jain 0.21 with 0.15 reads per
+    message, counts like asyncio's fair streams. Its IOStream reads the socket inline when its buffer is empty
+    (`_try_inline_read`): the mechanism is named from the source, with the line, for tornado alone."""
+    row = make_row("tornado", 100, pipeline=8, per_conn=STARVED, syscalls_per_msg={"recvfrom": 0.15})
+    row["family"] = "tornado"
+    (a,) = ids(detect(frame(row)), "starvation")
+    assert "first reads the socket inline (`_try_inline_read`" in a["explanation"], a["explanation"]
+    assert a["evidence"]["source"].startswith("tornado/iostream.py:"), a["evidence"]["source"]
+    assert "IOStream" in a["evidence"]["mechanism"]
+    streams = {**row, "backend": "asyncio", "family": "asyncio"}
+    assert "mechanism" not in ids(detect(frame(streams)), "starvation")[0]["evidence"]
+
+
 def test_starvation_uses_per_connection_counts():
     per_conn = pd.DataFrame({"backend": "b", "interpreter": "cpython-3.11.2", "connections": 100, "pipeline": 1,
                              "round": 1, "conn": range(100), "messages": [10_000] + [1] * 99})
