@@ -189,6 +189,43 @@ def test_proc_cpu_times_covers_children(worker):
     assert set(d) >= {"user_s", "sys_s", "minflt", "majflt", "vol_ctx", "invol_ctx"}
 
 
+def test_proc_sched_counts_what_waits_for_one_cpu():
+    """Four spinning processes pinned to one CPU under a sleeping shell: the truth is the arithmetic of one CPU
+    shared by four runnable tasks (three wait at any moment, four when the host runs something else there); the
+    shell and its `sleep` child sleep, so they had no turn and are not waiting. A spinner killed between two reads
+    drops out of the per-thread sums instead of taking its earlier total with it."""
+    from netprof.probes.proc import turns_between
+
+    cpu = max(os.sched_getaffinity(0))
+    shell = subprocess.Popen(["sh", "-c", "for i in 1 2 3 4; do (while :; do :; done) & done; sleep 60"],
+                             start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    try:
+        deadline = time.monotonic() + 10
+        while len(psutil.Process(shell.pid).children()) < 5:
+            assert time.monotonic() < deadline, "the shell did not start its children"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        a, t0 = proc_cpu_times(shell.pid), time.monotonic()
+        time.sleep(1.0)
+        b, dt = proc_cpu_times(shell.pid), time.monotonic() - t0
+        d = proc_delta(a, b)
+        assert 2.7 <= d["runq_s"] / dt <= 4.1, d
+        assert d["oncpu_s"] <= 1.02 * dt  # one CPU
+        assert 3.8 * dt <= d["oncpu_s"] + d["runq_s"] <= 4.1 * dt, d  # each spinner all the time on it or waiting
+        turns, waiting = turns_between(a, b)
+        assert len(turns) == 6 and sorted(turns)[:2] == [0, 0] and min(sorted(turns)[2:]) >= 1, turns
+        assert waiting == 0  # the two with no turn were asleep
+        spinner = next(c for c in psutil.Process(shell.pid).children() if c.name() == "sh")
+        c = proc_cpu_times(shell.pid)
+        spinner.kill()
+        spinner.wait(5)
+        d = proc_delta(c, proc_cpu_times(shell.pid))
+        assert d["threads_exited"] == 1 and d["oncpu_s"] >= 0 and d["turns"] >= 0, d
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
+
+
 def test_status_counts_are_the_lines_of_every_thread_here():
     """proc's reader finds status's two counts by name; the same file's lines, split, are the truth."""
     from netprof.probes.proc import _status_count

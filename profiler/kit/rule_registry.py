@@ -23,6 +23,9 @@ class Thresholds:
     starvation_active_share: float = 0.5
     starvation_min_connections: int = 4      # below this, shares are too coarse to judge
     starvation_idle_share: float = 0.05      # connections that got no message at all in the window
+    # threads runnable but waiting for a CPU, on average (sched.runq_mean): the scheduler's order decides who is served
+    # (cpp_th at 1000 connections, 8 in flight: ~960 of its 1000 threads, 2026-12-06; a loop serving alone: ~0)
+    starvation_runq_mean: float = 2.0
     # accepts per message above this are a server's design (a connection per request: gunicorn_sync), not a backlog
     accept_per_msg: float = 0.05
     # eager read: epoll_ctl/msg below this fraction of what register-per-read implies

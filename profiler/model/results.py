@@ -38,7 +38,7 @@ from netprof.profiler.model.files import (  # noqa: F401 (results.X: the names i
 NESTED = ("lat_us", "per_conn", "cpu", "cpu_bpf", "syscalls", "syscalls_per_msg", "ring", "ring_per_msg",
           "syscall_time_s",
           "ctx", "loader_cpu", "errors", "faults", "probed", "sockwait", "unanswered", "unprobed_parts",
-          "lat_sent_us", "open_loop", "loaders", "counted", "served_first")
+          "lat_sent_us", "open_loop", "loaders", "counted", "served_first", "sched")
 # Fields of a group that are dicts themselves (`breakdown.mean_us` of parts): their columns are
 # `group.field.key`, and unflatten nests them again. Other groups' dotted keys stay as they are
 # (`open_loop.behind_late_us.p99` is the key `behind_late_us.p99` of `open_loop`).

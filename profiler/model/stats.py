@@ -53,6 +53,28 @@ def fairness(counts: Sequence[int]) -> dict:
     }
 
 
+
+def sched(delta: Mapping[str, float], duration_s: float | None, turns: Sequence[int] | None,
+          waiting: int | None) -> dict:
+    """The server's threads against its CPUs over a window (/proc schedstat; probes.proc.proc_delta and
+    turns_between): `runq_mean` threads runnable but waiting for a CPU on average (their waits summed ÷ the time:
+    Little's law), each turn on a CPU `turn_us` long and waited for `wait_per_turn_us`; the `threads` alive at both
+    its ends, their turns each (`turns_p5`, `turns_p50`, `turns_max`), and `waiting_no_turn`: those that had none
+    and were waiting for a CPU at its end."""
+    out: dict = {}
+    n = delta.get("turns") or 0
+    if duration_s:
+        out["runq_mean"] = delta.get("runq_s", 0.0) / duration_s
+    if n > 0:
+        out["turn_us"] = 1e6 * delta.get("oncpu_s", 0.0) / n
+        out["wait_per_turn_us"] = 1e6 * delta.get("runq_s", 0.0) / n
+    if turns:
+        p = np.percentile(np.asarray(turns, dtype=float), [5, 50])
+        out |= {"threads": len(turns), "turns_p5": float(p[0]), "turns_p50": float(p[1]),
+                "turns_max": float(max(turns)), "waiting_no_turn": waiting}
+    return out
+
+
 def ratio(count: float, messages: int) -> float | None:
     """count per message, None without messages."""
     return count / messages if messages else None
@@ -275,7 +297,7 @@ def conn_wait_split(served: Sequence[float], waits: Sequence[float | None],
 # Columns averaged over a cell's rounds.
 MEAN_PREFIXES = ("lat_us.", "per_conn.", "cpu.", "syscalls_per_msg.", "ring_per_msg.", "ctx.", "loader_cpu.", "faults.",
                  "cpu_us_per_msg.", "errors.", "probed.", "sockwait.", "unanswered.", "unprobed_parts.",
-                 "lat_sent_us.", "open_loop.", "breakdown.", "watch.", "served_first.")
+                 "lat_sent_us.", "open_loop.", "breakdown.", "watch.", "served_first.", "sched.")
 MEAN_COLUMNS = ("ctx_switches_per_msg", "probe_cost", "probe_cpu_cost", "unprobed_drift", "ring_cpu_us_per_msg",
                 "accept_queue_at_start")
 # An instrument's row group: every row has "<group>.attached" for each registered instrument (cell.base_row), so

@@ -18,6 +18,7 @@ import psutil
 
 from netprof.probes import proc_cpu_times, proc_delta, registry
 from netprof.probes.instrument import Counted, Instrument
+from netprof.probes.proc import turns_between
 from netprof.profiler.core.procs import ManagedProcess, ProcessError, ProcessGroup
 from netprof.profiler.model import stats
 from netprof.profiler.run import servers
@@ -342,6 +343,17 @@ def _unprobed_proc(marks: Marks) -> dict | None:
     return {k: whole[k] - sub[k] for k in whole}
 
 
+def _sched(marks: Marks) -> dict:
+    """The server's threads against its CPUs over the counted window (stats.sched): the probed sub-window when
+    there is one, whose marks fall inside the load, where a thread per connection is alive at both; the loader
+    closes its connections at the window's end, and such a server's threads exit while its last mark is read."""
+    pair = marks.pair(*marks.counted_marks)
+    if pair is None:
+        return {}
+    turns = turns_between(pair[0].proc, pair[1].proc)
+    return stats.sched(proc_delta(pair[0].proc, pair[1].proc), pair[1].t - pair[0].t, *(turns or (None, None)))
+
+
 def _probe_cpu(row: dict, marks: Marks, unprobed: dict) -> None:
     """The server's on-CPU time per message (schedstat: ns, where utime/stime are 10-ms ticks) in the probed
     sub-window, read at its marks and divided by the messages counted over them (row["counted"]), against the
@@ -351,7 +363,10 @@ def _probe_cpu(row: dict, marks: Marks, unprobed: dict) -> None:
     if pair is None or not counted or not row["messages"] or "probed" not in row:
         return
     probed_us = 1e6 * proc_delta(pair[0].proc, pair[1].proc)["oncpu_s"] / counted
-    unprobed_us = 1e6 * unprobed["oncpu_s"] / row["messages"]
+    # threads that exited as the window ended (a thread per connection, the loader closing them) took their schedstat
+    # with them: then the process's own times, which keep them (clock ticks: ~1% of a 1.4-s unprobed phase)
+    spent = unprobed["user_s"] + unprobed["sys_s"] if unprobed.get("threads_exited") else unprobed["oncpu_s"]
+    unprobed_us = 1e6 * spent / row["messages"]
     row["probed"] |= {"cpu_us_per_msg": probed_us, "unprobed_cpu_us_per_msg": unprobed_us}
     row["probe_cpu_cost"] = stats.probe_cpu_cost(unprobed_us, probed_us)
 
@@ -435,6 +450,7 @@ def measure_row(row: dict, result: dict, marks: Marks, instruments: tuple[Instru
             "busy_frac": (user + sys_) / dur if dur else None,  # share of one CPU the backend used
         }
         row["faults"] = {"minor_per_msg": stats.ratio(proc["minflt"], messages), "major": proc["majflt"]}
+        row["sched"] = _sched(marks)
     conns = instrument_rows(row, result, marks, instruments)
     if phases and proc is not None:
         _probe_cpu(row, marks, proc)

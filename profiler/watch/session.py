@@ -93,7 +93,8 @@ def _tree_times(t: targets.Target) -> dict[str, float]:
     total: dict[str, float] = {}
     for pid in (t.pid, *t.also):
         for k, v in proc_cpu_times(pid).items():
-            total[k] = total.get(k, 0) + v
+            if k != "per_thread":  # the sums: a watched server's threads live as long as it does
+                total[k] = total.get(k, 0) + v
     return total
 
 
