@@ -154,6 +154,42 @@ def test_starvation_of_tornado_names_its_inline_read():
     assert "mechanism" not in ids(detect(frame(streams)), "starvation")[0]["evidence"]
 
 
+def test_starvation_of_a_thread_per_connection_names_the_run_queue_and_the_gil():
+    """A thread per connection at 1000 connections, 8 in flight, every connection accepted first (2026-12-06): ~820 of
+    its 1001 threads waiting for the one CPU, 297 of them without a turn in the probed window. The run queue is named
+    with its figures for any backend; the GIL for Python's threads only; nothing of it for a loop whose one thread
+    had the CPU to itself, nor for a row written before `sched`."""
+    sched = {"runq_mean": 818.1, "turn_us": 128.9, "wait_per_turn_us": 105_856.0, "threads": 1001, "turns_p5": 0.0,
+             "turns_p50": 4.0, "turns_max": 22.0, "waiting_no_turn": 297}
+    cpp = make_row("cpp_th", 1000, pipeline=8, per_conn=STARVED, sched=sched, family="cpp")
+    (a,) = ids(detect(frame(cpp)), "starvation")
+    assert "on average 818 of its 1001 threads were runnable and waiting for it" in a["explanation"], a["explanation"]
+    assert "the kernel's scheduler chose which connections were served" in a["explanation"]
+    assert "297 were still waiting for their first" in a["explanation"]
+    assert "With a thread per connection" in a["explanation"] and "GIL" not in a["explanation"]
+    assert a["evidence"]["threads runnable but waiting for a CPU, on average (/proc schedstat)"] == "818 of 1001"
+    py = {**cpp, "backend": "thread", "family": "threads"}
+    (a,) = ids(detect(frame(py)), "starvation")
+    assert "GIL is a flag behind a condition variable, not a queue" in a["explanation"]
+    assert "ceval_gil" in a["evidence"]["source"] and "A Python thread must also hold the GIL" in a["explanation"]
+    # socketserver over 2 s: turns even (30 of 36 at p5), 317 waiting: the GIL chose, not the scheduler
+    even = {**py, "backend": "socketserver", "sched.turns_p5": 30.0, "sched.turns_p50": 36.0,
+            "sched.turns_max": 60.0, "sched.waiting_no_turn": 0, "sched.runq_mean": 317.0}
+    (a,) = ids(detect(pd.DataFrame([{**results.flatten(py), **even}])), "starvation")
+    assert "had their turns on the CPU evenly (30 to 60), so what chose was the GIL" in a["explanation"]
+    assert "the kernel's scheduler chose" not in a["explanation"], a["explanation"]
+    few = make_row("prethread", 1000, pipeline=8, per_conn=STARVED, family="threads",
+                   sched={**sched, "threads": 3, "runq_mean": 2.0, "waiting_no_turn": 0})
+    (a,) = ids(detect(frame(few)), "starvation")
+    assert "on average 2 of its 3 threads" in a["explanation"]
+    assert "With a thread per connection" not in a["explanation"]
+    for quiet in (make_row("selector", 1000, pipeline=8, per_conn=STARVED, sched={**sched, "runq_mean": 0.01}),
+                  make_row("cpp_th", 1000, pipeline=8, per_conn=STARVED),
+                  make_row("cpp_th", 1000, pipeline=8, per_conn=STARVED, sched={**sched, "threads_exited": 600})):
+        (a,) = ids(detect(frame(quiet)), "starvation")
+        assert "wanted the CPU" not in a["explanation"], a["explanation"]
+
+
 def test_starvation_uses_per_connection_counts():
     per_conn = pd.DataFrame({"backend": "b", "interpreter": "cpython-3.11.2", "connections": 100, "pipeline": 1,
                              "round": 1, "conn": range(100), "messages": [10_000] + [1] * 99})

@@ -61,6 +61,24 @@ def test_children_of_process_backends_are_counted(seed_rows, backend):
     assert _family(spm, SEND) == pytest.approx(1.0, abs=0.05), spm
 
 
+def test_sched_counts_a_process_per_connection_inside_the_load(tmp_path):
+    """The row's `sched` (/proc schedstat of every thread of the server's tree) over the default probed sub-window,
+    whose marks fall inside the load: fork's tree is its parent and one process per connection the loader opened, all
+    alive at both marks (a window that ended at the loader's close would lose them); selector is one thread. Every
+    connection exchanged messages, so every process had turns; none can wait more than there are of them."""
+    require_bpf()
+    res = run_netprof("run", "fork", "selector", "-c", "30", "-d", "1", "-r", "1", "--warmup", "0.3", "--no-report",
+                      "--wait", "--json", "--out", str(tmp_path / "out"), timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {r["backend"]: r for r in json.loads(res.stdout)["runs"]}
+    fork, sel = rows["fork"], rows["selector"]
+    assert fork["connected"] == 30 and fork["per_conn"]["min"] > 0, fork["per_conn"]
+    s = fork["sched"]
+    assert s["threads"] == 31 and s["threads_exited"] == 0, s
+    assert 0 <= s["runq_mean"] <= 31 and s["turns_p5"] >= 1 and s["waiting_no_turn"] == 0, s
+    assert sel["sched"]["threads"] == 1 and sel["sched"]["runq_mean"] <= 1 and sel["sched"]["turns_p50"] >= 1, sel
+
+
 def test_no_bpf_program_left_after_a_run(seed_rows):
     left = seed_rows[1]  # loaded 0.5 s after the run and not before it
     assert not left, f"BPF programs still loaded after netprof exited: {left}"

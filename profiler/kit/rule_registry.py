@@ -26,6 +26,9 @@ class Thresholds:
     # threads runnable but waiting for a CPU, on average (sched.runq_mean): the scheduler's order decides who is served
     # (cpp_th at 1000 connections, 8 in flight: ~960 of its 1000 threads, 2026-12-06; a loop serving alone: ~0)
     starvation_runq_mean: float = 2.0
+    # ... and the turns on the CPU themselves uneven: the p5 thread had fewer than this share of the median's turns
+    # (cpp_th over 2 s: 0 of 3; socketserver, whose threads mostly wake to find the GIL taken: 30 of 36)
+    sched_even_turns: float = 0.5
     # accepts per message above this are a server's design (a connection per request: gunicorn_sync), not a backlog
     accept_per_msg: float = 0.05
     # eager read: epoll_ctl/msg below this fraction of what register-per-read implies

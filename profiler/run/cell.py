@@ -345,8 +345,9 @@ def _unprobed_proc(marks: Marks) -> dict | None:
 
 def _sched(marks: Marks) -> dict:
     """The server's threads against its CPUs over the counted window (stats.sched): the probed sub-window when
-    there is one, whose marks fall inside the load, where a thread per connection is alive at both; the loader
-    closes its connections at the window's end, and such a server's threads exit while its last mark is read."""
+    there is one (`--probe-share` below 1), whose marks fall inside the load, where a thread per connection is alive
+    at both; the loader closes its connections at the window's end, and such a server's threads exit while the
+    last mark is read (the row's `sched.threads_exited` says so)."""
     pair = marks.pair(*marks.counted_marks)
     if pair is None:
         return {}

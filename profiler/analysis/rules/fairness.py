@@ -1,6 +1,7 @@
 """Fairness: did every connection get served? `starvation` fires when a few connections got most of the
-messages, and tells, from epoll_ctl per message, whether the reads skipped the event loop (the
-eager-read path of asyncio's `sock_recv`)."""
+messages, and tells why where it can: from epoll_ctl per message, whether the reads skipped the event loop (the
+eager-read path of asyncio's `sock_recv`); from the server's threads against its CPU (/proc schedstat), whether the
+kernel's scheduler or the GIL chose whom to serve; from the listen queue, whether connections were not yet in."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def starvation(ctx: Context) -> list[Anomaly]:
         text = f"{where(r)} served its connections very unevenly: {_how_uneven(ctx, r, ev, skewed, idle_share)}"
         text += f" (Jain {jain:.2f}; fair is ≈1). " if jain is not None else ". "
         text += eager_read_explanation(ctx, r, ev) or _inline_stream_read(r, ev)
+        text += _run_queue(ctx, r, ev)
         text += _still_accepting(ctx, r, ev)
         waiting_ev, waiting = unanswered(r)
         ev.update(waiting_ev)
@@ -233,6 +235,51 @@ def _inline_stream_read(r, ev: dict) -> str:
             "first reads the socket inline (`_try_inline_read` → `_read_to_buffer_loop`) and waits on the loop only "
             "when nothing came. With several messages in flight a connection's next one has usually arrived, so it "
             "keeps the loop and the others wait. ")
+
+
+def _run_queue(ctx: Context, r, ev: dict) -> str:
+    """More of its threads runnable than its CPU could run (row `sched`, each thread's /proc schedstat): with a thread
+    per connection the kernel's scheduler decides which connection is served, and in Python the GIL on top of it
+    (bench/RESULTS.md, "A thread per connection at 1000 connections": cpp_th evened out over a longer window,
+    Python's threads less)."""
+    runq, threads = num(r, "sched.runq_mean"), num(r, "sched.threads")
+    if runq is None or runq < ctx.t.starvation_runq_mean or not threads or num(r, "sched.threads_exited"):
+        return ""  # threads that exited in the window took their waits with them: the figures would be short
+    turn, wait = num(r, "sched.turn_us"), num(r, "sched.wait_per_turn_us")
+    p5, p50, top = (num(r, f"sched.turns_{k}") or 0.0 for k in ("p5", "p50", "max"))
+    no_turn = num(r, "sched.waiting_no_turn") or 0.0
+    ev["threads runnable but waiting for a CPU, on average (/proc schedstat)"] = f"{runq:.0f} of {threads:.0f}"
+    ev["a turn on a CPU / the wait for it"] = f"{units.duration_us(turn)} / {units.duration_us(wait)}"
+    span = "the window's probed part" if num(r, "probed.share") else "the window"  # where `sched` was read
+    ev[f"turns per thread in {span} p5 / p50 / max"] = f"{p5:.0f} / {p50:.0f} / {top:.0f}"
+    ev["threads waiting for a CPU without a turn in it"] = round(no_turn)
+    how_many = f"all {threads:.0f} of its" if runq >= threads - 0.5 else f"{runq:.0f} of its {threads:.0f}"
+    text = (f"More of its threads wanted the CPU than it could run: on average {how_many} "
+            f"threads were runnable and waiting for it (their /proc schedstat), each turn on it lasted "
+            f"{units.duration_us(turn)} and came after {units.duration_us(wait)} of waiting; over {span} "
+            f"a thread had {p5:.0f} turns (p5) to {top:.0f}")
+    text += (f", and {no_turn:.0f} were still waiting for their first when it ended. " if no_turn else ". ")
+    # the scheduler's turns themselves uneven: a tail of threads with far fewer than the median, or none
+    uneven = bool(no_turn) or p5 < ctx.t.sched_even_turns * p50
+    if threads >= r["connections"] and uneven:
+        text += ("With a thread per connection a connection is served only while its thread runs, so the kernel's "
+                 "scheduler chose which connections were served, and its choices even out only over many turns: a "
+                 "window several times the wait for a turn measures fair service, if the server gives it (a C++ "
+                 "thread per connection, cpp_th, at 1000 connections and 8 in flight: Jain 0.55-0.61 over 2 s, "
+                 "0.95-0.96 over 10 s; bench/RESULTS.md, \"A thread per connection at 1000 connections\"). ")
+    if r.get("family") == "threads":
+        ev["source"] = ("CPython's Python/ceval_gil.c (ceval_gil.h before 3.12), \"Notes about the implementation\": "
+                        "the GIL is a flag behind a condition variable")
+        futex = (syscalls_of(r) or {}).get("futex")
+        even = f"Its threads had their turns on the CPU evenly ({p5:.0f} to {top:.0f}), so what chose was the GIL: "
+        text += ((even + "a Python thread must hold it to run" if not uneven
+                  else "A Python thread must also hold the GIL to run")
+                 + (f" ({futex:.2f} futex calls per message here)" if futex else "")
+                 + ", and CPython's GIL is a flag behind a condition variable, not a queue: a thread that finds it "
+                 "free takes it, however long others have waited, and a waiter asks the holder to let go only after "
+                 "the switch interval (5 ms); Python's threads evened out less over 10 s in the same bench (thread "
+                 "0.84-0.89, socketserver 0.68-0.76). ")
+    return text
 
 
 def eager_reads(ctx: Context, r) -> tuple[float, float, float] | None:
