@@ -535,6 +535,21 @@ def test_latency_tail_names_starvation_as_cause():
     assert "starved" in a["explanation"] and a["severity"] == "warning"
 
 
+def test_latency_tail_names_threads_queued_for_the_cpu():
+    """A thread per connection on one core (socketserver at 100 connections, 2026-12-06: 94 of its 102 threads
+    waiting for the CPU on average, 792 µs for each turn, against a 727-µs median request): a request whose thread
+    waits in that queue waits with it. Not for a loop alone on its core, nor where a turn's wait is short against the
+    median request, nor from figures a window's end cut short."""
+    sched = {"runq_mean": 94.3, "wait_per_turn_us": 792.0, "turn_us": 8.2, "threads": 102, "threads_exited": 0}
+    lat = {"p50": 727.0, "p99": 3285.0, "p999": 20_000.0}
+    (a,) = ids(detect(frame(make_row("socketserver", 100, lat_us=lat, sched=sched))), "latency_tail")
+    assert ("its threads queued for the CPU: on average 94 of its 102 were runnable and waiting, 792 µs for each "
+            "turn on it") in a["explanation"], a["explanation"]
+    for other in ({**sched, "runq_mean": 0.02}, {**sched, "wait_per_turn_us": 48.0}, {**sched, "threads_exited": 40}):
+        (a,) = ids(detect(frame(make_row("socketserver", 100, lat_us=lat, sched=other))), "latency_tail")
+        assert "queued for the CPU" not in a["explanation"], (other, a["explanation"])
+
+
 def test_latency_tail_of_a_loop_that_serves_in_runs_says_so():
     """asyncio_sock at 100 connections, 8 in flight (bench/reports/pipeline, 2026-12-06): fair over the window (Jain
     0.92) with p50 42 µs and p999 115 ms. Its reads took the eager path: a connection's run of waiting messages is

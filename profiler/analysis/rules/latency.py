@@ -72,8 +72,9 @@ def _served_in_bursts(ctx: Context, r, ev: dict) -> str:
 
 
 def _tail_causes(r, t: Thresholds) -> list[str]:
-    """What else in the cell explains a long tail: starved or idle connections, preemption, pipelining, requests that
-    waited in the loader at a set rate."""
+    """What else in the cell explains a long tail: starved or idle connections, threads queued for the CPU (each turn
+    waited for at least a median request's time), preemption, pipelining, requests that waited in the loader at a
+    set rate."""
     causes = []
     many = units.exchanges(r.get("protocol"))
     jain = num(r, "per_conn.jain")
@@ -86,6 +87,13 @@ def _tail_causes(r, t: Thresholds) -> list[str]:
     if queued:  # rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): 342 queued, p999 711 ms
         causes.append(f"{queued:.0f} connections were still in the server's listen queue when the window opened: "
                       f"their first {many} waited for the accept")
+    runq, wait, p50 = num(r, "sched.runq_mean"), num(r, "sched.wait_per_turn_us"), num(r, "lat_us.p50")
+    if (runq is not None and runq >= t.starvation_runq_mean and wait and p50 and wait >= p50
+            and not num(r, "sched.threads_exited")):  # figures a window's end cut short say nothing (stats.sched)
+        threads = num(r, "sched.threads") or 0
+        causes.append(f"its threads queued for the CPU: on average {runq:.0f} of its {threads:.0f} were runnable and "
+                      f"waiting, {units.duration_us(wait)} for each turn on it (/proc schedstat), and a "
+                      f"{units.exchange(r.get('protocol'))} whose thread is in that queue waits with it")
     inv = num(r, "ctx.involuntary_per_msg")
     if inv is not None and inv >= t.involuntary_per_msg:
         causes.append(f"the backend is preempted {inv:.2f}× {units.per_unit(r.get('protocol'))}")
