@@ -554,3 +554,18 @@ def test_a_servers_cost_counts_the_work_it_hands_to_io_uring_beside_its_syscalls
     assert findings._cost(pd.Series(row)).endswith(" and 9.03 syscalls per message")
     ring = pd.Series(row | {f"{metrics.RING_PREFIX}epoll_ctl": 1.0})
     assert findings._cost(ring).endswith(" and 9.03 syscalls + 1.00 io_uring operations per message")
+
+
+def test_cpu_table_says_how_many_threads_waited_for_a_cpu():
+    """The Backend CPU table adds the row's `sched` where threads waited for a CPU (a thread per connection on one
+    core), not for a loop alone on its core, nor from figures a window's end cut short."""
+    from netprof.profiler.report import tables
+
+    queued = {"runq_mean": 94.3, "threads": 102, "threads_exited": 0}
+    cells = [make_row("socketserver", 100, round=1, sched=queued),
+             make_row("selector", 100, round=1, sched={"runq_mean": 0.02, "threads": 1, "threads_exited": 0}),
+             make_row("thread", 100, round=1, sched={**queued, "threads_exited": 30})]
+    _, rows = tables.cpu_table(stats.aggregate(frame(*cells)))
+    text = {r[0]: r[1] for r in rows}
+    assert text["socketserver"].endswith(", 94 of 102 threads waiting for a CPU"), text
+    assert "waiting" not in text["selector"] and "waiting" not in text["thread"], text
