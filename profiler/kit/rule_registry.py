@@ -24,7 +24,7 @@ class Thresholds:
     starvation_min_connections: int = 4      # below this, shares are too coarse to judge
     starvation_idle_share: float = 0.05      # connections that got no message at all in the window
     # threads runnable but waiting for a CPU, on average (sched.runq_mean): the scheduler's order decides who is served
-    # (cpp_th at 1000 connections, 8 in flight: ~960 of its 1000 threads, 2026-12-06; a loop serving alone: ~0)
+    # (cpp_th at 1000 connections, 8 in flight: 554-1001 of its 1001 threads, 2026-12-06; a loop alone on its core: ~0)
     starvation_runq_mean: float = 2.0
     # ... and the turns on the CPU themselves uneven: the p5 thread had fewer than this share of the median's turns
     # (cpp_th over 2 s: 0 of 3; socketserver, whose threads mostly wake to find the GIL taken: 30 of 36)

@@ -53,7 +53,6 @@ def fairness(counts: Sequence[int]) -> dict:
     }
 
 
-
 def sched(delta: Mapping[str, float], duration_s: float | None, turns: Sequence[int] | None,
           waiting: int | None) -> dict:
     """The server's threads against its CPUs over a window (/proc schedstat; probes.proc.proc_delta and
