@@ -503,6 +503,14 @@ def test_latency_knee_names_the_resource_that_ran_out():
     assert a["evidence"]["what ran out first"] == "the loader's CPU" and "give it more CPUs" in a["explanation"]
     a = knee(cpu={"busy_frac": 0.6}, breakdown={"tail_us": {"runqueue": 600.0, "on_cpu": 300.0, "transit": 100.0}})
     assert a["evidence"]["what ran out first"] == "the run queue" and "60% of their time ready" in a["explanation"]
+    # without the breakdown, the server's threads' schedstat (row `sched`): a pool of 8 threads on 2 CPUs, 2.6 waiting
+    a = knee(cpu={"busy_frac": 0.6}, sched={"runq_mean": 2.6, "threads": 8, "threads_exited": 0},
+             base={"sched": {"runq_mean": 0.1, "threads": 8, "threads_exited": 0}})
+    assert a["evidence"]["what ran out first"] == "the run queue"
+    assert ("the run queue: on average 2.6 of the server's 8 threads were ready to run with no CPU for them at "
+            "1,000/s (/proc schedstat), against 0.1 at 500/s") in a["explanation"], a["explanation"]
+    a = knee(cpu={"busy_frac": 0.6}, sched={"runq_mean": 0.3, "threads": 1, "threads_exited": 0})
+    assert "what ran out first" not in a["evidence"]
     a = knee(cpu={"busy_frac": 0.8}, syscalls_per_msg={"sendto": 1.0, "recvfrom": 1.0, "epoll_wait": 0.1},
              base={"syscalls_per_msg": {"sendto": 1.0, "recvfrom": 1.0, "epoll_wait": 1.0}})
     assert a["evidence"]["what ran out first"] == "the loop's idle time"

@@ -109,6 +109,7 @@ class Thresholds:
     knee_cpu_near: float = 0.8               # ... or this share, at a rate above the knee's busy knee_cpu_busy
     knee_loader_cpu: float = 0.9             # ... the loader's when its CPUs were this busy (before the server's)
     knee_runqueue_share: float = 0.25        # ... the run queue when this share of the slowest 1%'s time was there
+    knee_runq_threads: float = 1.0           # ... or (no --breakdown) this many of its threads waited for a CPU
     knee_batching_drop: float = 0.5          # ... the loop's batching when its waits per message fell by this share
     knee_blocked_busy: float = 0.5           # ... and its turns blocked off the CPU when it was busy less than this
     loader_late_min: float = 1               # requests the loader itself sent late (past its threshold), per round

@@ -441,7 +441,8 @@ def _blocked_in(r) -> str:
 
 def _limit(base, at, t: Thresholds, there: str = "", above: tuple = ()) -> tuple[str, str] | None:
     """What ran out at the knee rate `at` (against the lowest rate `base`), checked in this order: the loader
-    (then the knee is not the server's), the server's CPU, its run queue (a thread ready, no CPU for it), the
+    (then the knee is not the server's), the server's CPU, its run queue (a thread ready, no CPU for it: from the
+    breakdown's slowest requests, else from its threads' schedstat, row `sched`), the
     loop's batching (no idle turn left: each wait returns more ready sockets), and last the server's CPU near its
     limit at `at` and at it at one of the rates tried `above` it. `there`: where `at` was measured ("at 1,000/s"
     by default). (name, sentence) or None."""
@@ -463,6 +464,14 @@ def _limit(base, at, t: Thresholds, there: str = "", above: tuple = ()) -> tuple
         return "the run queue", (f"the run queue: the slowest 1% of requests spent {_pct(runq / total)} "
                                  "of their time ready to run with no CPU for them (another thread, or the loader, "
                                  "on the server's CPU)")
+    waiting, threads = num(at, "sched.runq_mean"), num(at, "sched.threads")
+    if waiting is not None and waiting >= t.knee_runq_threads and threads and not num(at, "sched.threads_exited"):
+        # without --breakdown: the server's own threads ready to run with no CPU for them (/proc schedstat, stats.sched)
+        before = num(base, "sched.runq_mean")
+        return "the run queue", (f"the run queue: on average {waiting:.1f} of the server's {threads:.0f} threads "
+                                 f"were ready to run with no CPU for them {there} (/proc schedstat)"
+                                 + (f", against {before:.1f} at {units.number(base['rate'])}/s"
+                                    if before is not None else ""))
     w0, w = _waits(base), _waits(at)
     if w0 and w is not None and w <= (1 - t.knee_batching_drop) * w0:
         idle = (f"its waits per message fell from {units.per_message(w0)} to {units.per_message(w)} (each wait "
