@@ -221,6 +221,7 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
                            "--metrics-port", str(metrics_port), cwd=tmp_path) as w:
                     w.attached()
                     wrk = _wrk(port, 5, 50)
+                    threads = psutil.Process(server.pid).num_threads()  # the truth for the row's `sched`
                     seen: list = []
                     deadline = time.monotonic() + 20
                     while w.proc.poll() is None and time.monotonic() < deadline and not seen:
@@ -292,6 +293,10 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     (row,) = summary["runs"]
     assert row["latency"] == "server" and row["messages"] == doc["requests"], row
+    # the server's threads against its CPU over the watch (/proc schedstat, subtracted thread by thread)
+    sched = row["sched"]
+    assert sched["threads"] == threads and sched["threads_exited"] == 0 and sched["turns_max"] >= 1, (sched, threads)
+    assert 0 <= sched["runq_mean"] <= threads, sched
     assert row["breakdown"]["parts_mean_us"] == pytest.approx(doc["breakdown"]["mean_us"], rel=0.01), row["breakdown"]
     # its kernel operations per request, the watch's own count (none by name), as compare and the page judge them
     ops = summary["cells"][0]["metrics"]["kernel_ops_per_msg_total"]["mean"]

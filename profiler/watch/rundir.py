@@ -79,6 +79,7 @@ def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]
         row["cpu"] = {"user_s": user, "sys_s": sys_, "user_frac": user / (user + sys_) if user + sys_ > 0 else None,
                       "busy_frac": (user + sys_) / seconds if seconds else None}
         row["ctx_switches_per_msg"] = stats.ratio(proc["vol_ctx"] + proc["invol_ctx"], f["requests"])
+        row["sched"] = outcome.sched
     counted = Counted(messages=sampled, duration_s=seconds, latency_us=lat, proc=proc)
     row["sockwait"]["attached"] = row[BREAKDOWN]["attached"] = True
     conns = fill_row(row, outcome.first.snapshot.sockwait, outcome.last.snapshot.sockwait, counted)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from netprof.probes import progstats
-from netprof.probes.proc import proc_cpu_times
+from netprof.probes.proc import proc_cpu_times, proc_delta, turns_between
 from netprof.probes.watch import WatchProbes, WatchSnapshot
 from netprof.profiler.core.runlock import watch_lock
+from netprof.profiler.model import stats
 
 from . import target as targets
 from .config import WatchConfig
@@ -39,7 +40,8 @@ class Outcome:
     first: WatchSnapshot          # at attach
     last: WatchSnapshot           # at the end
     seconds: float                # between the two
-    proc: dict[str, float]        # the followed processes' /proc deltas over it (probes.proc.proc_cpu_times)
+    proc: dict[str, float]        # the followed processes' /proc deltas over it (probes.proc.proc_delta)
+    sched: dict[str, Any]         # their threads against their CPUs over it (stats.sched)
 
 
 class _Stop:
@@ -88,13 +90,18 @@ def _cost(probes: WatchProbes) -> tuple[int, int]:
     return progstats.run_time(probes.bpf)
 
 
-def _tree_times(t: targets.Target) -> dict[str, float]:
-    """The followed processes' /proc counters so far (their live descendants included), summed."""
-    total: dict[str, float] = {}
+def _tree_times(t: targets.Target) -> dict[str, Any]:
+    """The followed processes' /proc counters so far (their live descendants included), summed, with each thread's
+    ('per_thread': probes.proc.proc_delta subtracts those thread by thread)."""
+    total: dict[str, Any] = {}
+    threads: dict[int, tuple] = {}
     for pid in (t.pid, *t.also):
         for k, v in proc_cpu_times(pid).items():
-            if k != "per_thread":  # the sums: a watched server's threads live as long as it does
+            if k == "per_thread":
+                threads.update(v)
+            else:
                 total[k] = total.get(k, 0) + v
+    total["per_thread"] = threads
     return total
 
 
@@ -125,7 +132,7 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
     share, `whole`: when, in epoch seconds). `on_attached` once the first snapshot is taken: every request after
     it counts."""
     base: WatchSnapshot = probes.snapshot()
-    cost0, proc0 = _cost(probes), _tree_times(t)
+    cost0, proc0, t_proc0 = _cost(probes), _tree_times(t), time.monotonic()
     if on_attached:
         on_attached(t)
     start = time.monotonic()
@@ -160,10 +167,13 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
             on_window({**f, "duty": round(duty, 3), "whole": [round(wall_a, 4), round(wall_b, 4)],
                        "accept_queue": queued})
         prev, t_prev, cost_prev, duty = snap, t_snap, cost, next_
-    proc1 = _tree_times(t)
+    proc1, t_proc1 = _tree_times(t), time.monotonic()
     figures = window_figures(base, prev, t_prev - start, (cost_prev[0] - cost0[0], cost_prev[1] - cost0[1]))
     figures["attached_share"] = round(min(1.0, attached_s / (t_prev - start)), 3) if t_prev > start else None
-    return Outcome(t, figures, ended, base, prev, t_prev - start, {k: proc1[k] - proc0.get(k, 0) for k in proc1})
+    proc = proc_delta(proc0, proc1)
+    turns = turns_between(proc0, proc1)
+    return Outcome(t, figures, ended, base, prev, t_prev - start, proc,
+                   stats.sched(proc, t_proc1 - t_proc0, *(turns or (None, None))))
 
 
 def _wait(stop: _Stop, until: float, end: float | None, t: targets.Target) -> str:
