@@ -167,17 +167,28 @@ def test_starvation_of_a_thread_per_connection_names_the_run_queue_and_the_gil()
     assert "the kernel's scheduler chose which connections were served" in a["explanation"]
     assert "297 were still waiting for their first" in a["explanation"]
     assert "With a thread per connection" in a["explanation"] and "GIL" not in a["explanation"]
+    assert a["evidence"]["mechanism"].startswith("cpp_th had more runnable threads than its CPU could run")
     assert a["evidence"]["threads runnable but waiting for a CPU, on average (/proc schedstat)"] == "818 of 1001"
-    py = {**cpp, "backend": "thread", "family": "threads"}
+    # Python's threads: the GIL where futex calls show its waits (socketserver, 8 in flight: 0.63-1.37 per message)
+    py = {**cpp, "backend": "socketserver", "family": "threads", "syscalls_per_msg": {"futex": 0.9}}
     (a,) = ids(detect(frame(py)), "starvation")
     assert "GIL is a flag behind a condition variable, not a queue" in a["explanation"]
     assert "ceval_gil" in a["evidence"]["source"] and "A Python thread must also hold the GIL" in a["explanation"]
-    # socketserver over 2 s: turns even (30 of 36 at p5), 317 waiting: the GIL chose, not the scheduler
-    even = {**py, "backend": "socketserver", "sched.turns_p5": 30.0, "sched.turns_p50": 36.0,
-            "sched.turns_max": 60.0, "sched.waiting_no_turn": 0, "sched.runq_mean": 317.0}
+    assert "0.90 futex calls per message say its threads waited for it" in a["explanation"]
+    # turns even (30 of 36 at p5), 317 waiting: the GIL chose, not the scheduler
+    even = {"sched.turns_p5": 30.0, "sched.turns_p50": 36.0, "sched.turns_max": 60.0, "sched.waiting_no_turn": 0,
+            "sched.runq_mean": 317.0}
     (a,) = ids(detect(pd.DataFrame([{**results.flatten(py), **even}])), "starvation")
     assert "had their turns on the CPU evenly (30 to 60), so what chose was the GIL" in a["explanation"]
+    assert a["evidence"]["mechanism"].startswith("socketserver's threads took turns on the CPU evenly but waited")
     assert "the kernel's scheduler chose" not in a["explanation"], a["explanation"]
+    # `thread` at ping-pong (2026-12-06: Jain 0.73, turns 34-59, 0.035 futex calls per message): neither is shown
+    quiet_gil = {**py, "backend": "thread", "syscalls_per_msg": {"futex": 0.035}}
+    (a,) = ids(detect(pd.DataFrame([{**results.flatten(quiet_gil), **even}])), "starvation")
+    assert "GIL" not in a["explanation"] and "the kernel's scheduler chose" not in a["explanation"]
+    assert ("evenly (30 to 60) and seldom waited on a lock (0.04 futex calls per message): what favoured some "
+            "connections over the others is not in these counts") in a["explanation"], a["explanation"]
+    assert "mechanism" not in a["evidence"]
     few = make_row("prethread", 1000, pipeline=8, per_conn=STARVED, family="threads",
                    sched={**sched, "threads": 3, "runq_mean": 2.0, "waiting_no_turn": 0})
     (a,) = ids(detect(frame(few)), "starvation")

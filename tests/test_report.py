@@ -558,14 +558,17 @@ def test_a_servers_cost_counts_the_work_it_hands_to_io_uring_beside_its_syscalls
 
 def test_cpu_table_says_how_many_threads_waited_for_a_cpu():
     """The Backend CPU table adds the row's `sched` where threads waited for a CPU (a thread per connection on one
-    core), not for a loop alone on its core, nor from figures a window's end cut short."""
+    core; prethread's two loops on one), not for a loop alone on its core, nor from figures a window's end cut
+    short."""
     from netprof.profiler.report import tables
 
     queued = {"runq_mean": 94.3, "threads": 102, "threads_exited": 0}
     cells = [make_row("socketserver", 100, round=1, sched=queued),
              make_row("selector", 100, round=1, sched={"runq_mean": 0.02, "threads": 1, "threads_exited": 0}),
-             make_row("thread", 100, round=1, sched={**queued, "threads_exited": 30})]
+             make_row("thread", 100, round=1, sched={**queued, "threads_exited": 30}),
+             make_row("prethread", 100, round=1, sched={"runq_mean": 0.98, "threads": 3, "threads_exited": 0})]
     _, rows = tables.cpu_table(stats.aggregate(frame(*cells)))
     text = {r[0]: r[1] for r in rows}
     assert text["socketserver"].endswith(", 94 of 102 threads waiting for a CPU"), text
     assert "waiting" not in text["selector"] and "waiting" not in text["thread"], text
+    assert text["prethread"].endswith(", 1.0 of 3 threads waiting for a CPU"), text  # two busy loops on one CPU

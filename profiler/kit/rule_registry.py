@@ -29,6 +29,9 @@ class Thresholds:
     # ... and the turns on the CPU themselves uneven: the p5 thread had fewer than this share of the median's turns
     # (cpp_th over 2 s: 0 of 3; socketserver, whose threads mostly wake to find the GIL taken: 30 of 36)
     sched_even_turns: float = 0.5
+    # ... and the GIL named where its waits show: futex calls per message (socketserver at 1000 connections, 8 in
+    # flight: 0.63-1.37, its turns even; `thread` 0.01-0.11, cpp_th none)
+    gil_futex_per_msg: float = 0.3
     # accepts per message above this are a server's design (a connection per request: gunicorn_sync), not a backlog
     accept_per_msg: float = 0.05
     # eager read: epoll_ctl/msg below this fraction of what register-per-read implies

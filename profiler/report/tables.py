@@ -126,15 +126,17 @@ def fairness_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """User share of backend CPU, how busy it was, (when known) CPU per message, and its threads waiting for a CPU when
-    on average one or more was (row `sched`, unless threads exited in the window and took their figures along)."""
+    on average half of one or more was (row `sched`, unless threads exited in the window and took their figures
+    along): two busy threads on one CPU, one waiting (prethread), or a thread per connection, most of them."""
     def fmt(r) -> str:
         s = f"user {units.share(_get(r, 'cpu.user_frac'))}, busy {units.share(_get(r, 'cpu.busy_frac'))}"
         u, k = _get(r, "cpu_us_per_msg.user"), _get(r, "cpu_us_per_msg.sys")
         s += (f", {units.duration_us(u + k)} {units.per_unit(r.get('protocol'))}"
               if u is not None and k is not None else "")
         runq, threads = _get(r, "sched.runq_mean"), _get(r, "sched.threads")
-        if runq is not None and runq >= 1 and threads and not _get(r, "sched.threads_exited"):
-            s += f", {runq:.0f} of {threads:.0f} threads waiting for a CPU"
+        if runq is not None and runq >= 0.5 and threads and not _get(r, "sched.threads_exited"):
+            s += f", {runq:.1f}" if runq < 10 else f", {runq:.0f}"
+            s += f" of {threads:.0f} threads waiting for a CPU"
         return s
     return _pivot(agg, fmt)
 

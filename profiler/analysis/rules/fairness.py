@@ -239,9 +239,10 @@ def _inline_stream_read(r, ev: dict) -> str:
 
 def _run_queue(ctx: Context, r, ev: dict) -> str:
     """More of its threads runnable than its CPU could run (row `sched`, each thread's /proc schedstat): with a thread
-    per connection the kernel's scheduler decides which connection is served, and in Python the GIL on top of it
-    (bench/RESULTS.md, "A thread per connection at 1000 connections": cpp_th evened out over a longer window,
-    Python's threads less)."""
+    per connection the kernel's scheduler decides which connection is served (named when the turns themselves were
+    uneven), and in Python the GIL on top of it (named where futex calls show its waits); with even turns and no such
+    waits, the counts do not say what chose (bench/RESULTS.md, "A thread per connection at 1000 connections": cpp_th
+    evened out over a longer window, socketserver less)."""
     runq, threads = num(r, "sched.runq_mean"), num(r, "sched.threads")
     if runq is None or runq < ctx.t.starvation_runq_mean or not threads or num(r, "sched.threads_exited"):
         return ""  # threads that exited in the window took their waits with them: the figures would be short
@@ -262,23 +263,32 @@ def _run_queue(ctx: Context, r, ev: dict) -> str:
     # the scheduler's turns themselves uneven: a tail of threads with far fewer than the median, or none
     uneven = bool(no_turn) or p5 < ctx.t.sched_even_turns * p50
     if threads >= r["connections"] and uneven:
+        ev.setdefault("mechanism", f"{r['backend']} had more runnable threads than its CPU could run, a thread per "
+                                   "connection: a connection was served only while the kernel's scheduler ran its "
+                                   "thread, and over a short window its turns did not even out.")
         text += ("With a thread per connection a connection is served only while its thread runs, so the kernel's "
                  "scheduler chose which connections were served, and its choices even out only over many turns: a "
                  "window several times the wait for a turn measures fair service, if the server gives it (a C++ "
                  "thread per connection, cpp_th, at 1000 connections and 8 in flight: Jain 0.55-0.61 over 2 s, "
                  "0.95-0.96 over 10 s; bench/RESULTS.md, \"A thread per connection at 1000 connections\"). ")
-    if r.get("family") == "threads":
+    futex, per = (syscalls_of(r) or {}).get("futex") or 0.0, units.per_unit(r.get("protocol"))
+    even = f"Its threads had their turns on the CPU evenly ({p5:.0f} to {top:.0f})"
+    if r.get("family") == "threads" and futex >= ctx.t.gil_futex_per_msg:
         ev["source"] = ("CPython's Python/ceval_gil.c (ceval_gil.h before 3.12), \"Notes about the implementation\": "
                         "the GIL is a flag behind a condition variable")
-        futex = (syscalls_of(r) or {}).get("futex")
-        even = f"Its threads had their turns on the CPU evenly ({p5:.0f} to {top:.0f}), so what chose was the GIL: "
-        text += ((even + "a Python thread must hold it to run" if not uneven
+        if not uneven:
+            ev.setdefault("mechanism", f"{r['backend']}'s threads took turns on the CPU evenly but waited for the GIL, "
+                                       "which CPython gives to whichever thread finds it free, not in turn.")
+        text += ((even + ", so what chose was the GIL: a Python thread must hold it to run" if not uneven
                   else "A Python thread must also hold the GIL to run")
-                 + (f" ({futex:.2f} futex calls per message here)" if futex else "")
-                 + ", and CPython's GIL is a flag behind a condition variable, not a queue: a thread that finds it "
-                 "free takes it, however long others have waited, and a waiter asks the holder to let go only after "
-                 "the switch interval (5 ms); Python's threads evened out less over 10 s in the same bench (thread "
-                 "0.84-0.89, socketserver 0.68-0.76). ")
+                 + f", and {futex:.2f} futex calls {per} say its threads waited for it: CPython's GIL is a flag "
+                 "behind a condition variable, not a queue, so a thread that finds it free takes it however long "
+                 "others have waited, and a waiter asks the holder to let go only after the switch interval (5 ms) "
+                 "(socketserver at 1000 connections, 8 in flight, 0.74-1.06 futex calls per message: Jain 0.30-0.37 "
+                 "over 2 s, 0.68-0.76 over 10 s, where cpp_th evened out; same bench). ")
+    elif not uneven:
+        text += (f"{even} and seldom waited on a lock ({futex:.2f} futex calls {per}): what favoured some "
+                 "connections over the others is not in these counts. ")
     return text
 
 
