@@ -221,7 +221,7 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
                            "--metrics-port", str(metrics_port), cwd=tmp_path) as w:
                     w.attached()
                     wrk = _wrk(port, 5, 50)
-                    threads = psutil.Process(server.pid).num_threads()  # the truth for the row's `sched`
+                    tids = {t.id for t in psutil.Process(server.pid).threads()}  # the truth for the row's `sched`
                     seen: list = []
                     deadline = time.monotonic() + 20
                     while w.proc.poll() is None and time.monotonic() < deadline and not seen:
@@ -235,6 +235,7 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
                     except OSError:
                         queue_gauge = []
                     doc = w.result()
+                    tids &= {t.id for t in psutil.Process(server.pid).threads()}  # alive at both ends
                     wrk_out, _ = wrk.communicate(timeout=30)
             finally:  # also when an assertion above failed: tcpdump never ends by itself
                 dump.send_signal(signal.SIGINT)
@@ -295,8 +296,8 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     assert row["latency"] == "server" and row["messages"] == doc["requests"], row
     # the server's threads against its CPU over the watch (/proc schedstat, subtracted thread by thread)
     sched = row["sched"]
-    assert sched["threads"] == threads and sched["threads_exited"] == 0 and sched["turns_max"] >= 1, (sched, threads)
-    assert 0 <= sched["runq_mean"] <= threads, sched
+    assert sched["threads"] == len(tids) and sched["turns_max"] >= 1, (sched, tids)
+    assert 0 <= sched["runq_mean"] <= len(tids), sched
     assert row["breakdown"]["parts_mean_us"] == pytest.approx(doc["breakdown"]["mean_us"], rel=0.01), row["breakdown"]
     # its kernel operations per request, the watch's own count (none by name), as compare and the page judge them
     ops = summary["cells"][0]["metrics"]["kernel_ops_per_msg_total"]["mean"]

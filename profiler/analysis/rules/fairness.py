@@ -258,7 +258,7 @@ def _run_queue(ctx: Context, r, ev: dict) -> str:
     text = (f"More of its threads wanted the CPU than it could run: on average {how_many} "
             f"threads were runnable and waiting for it (their /proc schedstat), each turn on it lasted "
             f"{units.duration_us(turn)} and came after {units.duration_us(wait)} of waiting; over {span} "
-            f"a thread had {p5:.0f} turns (p5) to {top:.0f}")
+            f"a thread had {p5:.0f} turn{'' if round(p5) == 1 else 's'} (p5) to {top:.0f}")
     text += (f", and {no_turn:.0f} were still waiting for their first when it ended. " if no_turn else ". ")
     # the scheduler's turns themselves uneven: a tail of threads with far fewer than the median, or none
     uneven = bool(no_turn) or p5 < ctx.t.sched_even_turns * p50
