@@ -230,10 +230,11 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
                             seen = [r for r in prom.query("netprof_requests_total") if float(r["value"][1]) > 0]
                         except OSError:
                             pass
-                    try:  # the listen-queue gauge, from the same scrapes
+                    try:  # the listen-queue and run-queue gauges, from the same scrapes
                         queue_gauge = prom.query("netprof_accept_queue")
+                        runq_gauge = prom.query("netprof_threads_waiting_for_cpu")
                     except OSError:
-                        queue_gauge = []
+                        queue_gauge = runq_gauge = []
                     doc = w.result()
                     tids &= {t.id for t in psutil.Process(server.pid).threads()}  # alive at both ends
                     wrk_out, _ = wrk.communicate(timeout=30)
@@ -249,6 +250,7 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     assert seen, "prometheus never returned netprof_requests_total > 0 while watch ran"
     assert "GET /plaintext" in [r["metric"]["route"] for r in seen], seen
     assert queue_gauge and float(queue_gauge[0]["value"][1]) >= 0, queue_gauge
+    assert runq_gauge and 0 <= float(runq_gauge[0]["value"][1]) <= len(tids), (runq_gauge, tids)
     wrk_requests, wrk_rate = _wrk_figures(wrk_out)
     # every request counted, also those answered while the default --max-overhead had the set light
     assert doc["requests_per_sec"] == pytest.approx(wrk_rate, rel=0.05), (doc["requests_per_sec"], wrk_out,
@@ -269,6 +271,8 @@ def test_uvicorn_under_wrk_agrees_with_wrk_the_wire_and_prometheus(tmp_path):
     # every request 2,674): the host's cost of a BPF hook, which bench/watch_overhead.py measures, not this test.
     windows = [json.loads(x) for x in (out / "windows.jsonl").read_text().splitlines()]
     assert all(isinstance(w["accept_queue"], int) for w in windows), [w.get("accept_queue") for w in windows]
+    # each window's mean of threads waiting for a CPU: uvicorn's threads, alive throughout (none exited)
+    assert all(0 <= w["threads_waiting"] <= len(tids) for w in windows), [w.get("threads_waiting") for w in windows]
     spans = [w["whole"] for w in windows]
     timed = [us for t0, us in wire if any(a <= t0 <= b for a, b in spans)]
     assert len(timed) >= 0.03 * len(wire), (len(timed), len(wire), spans)
@@ -646,6 +650,11 @@ def test_the_live_table_puts_the_unsampled_last_and_says_timers():
                                                         "(followed 50% of the window: --max-overhead)")
     assert live.line(f | {"accept_queue": 12}).endswith("/req  12 waiting to be accepted")
     assert "accepted" not in live.line(f | {"accept_queue": 0}) + live.line(f | {"accept_queue": None})
+    # threads ready to run with no CPU for them (a pool outgrowing its CPUs), from half a thread on average
+    assert live.line(f | {"accept_queue": 12, "threads_waiting": 37.4}).endswith(
+        "/req  12 waiting to be accepted  37 threads waiting for a CPU")
+    assert live.line(f | {"threads_waiting": 1.04}).endswith("/req  1.0 threads waiting for a CPU")
+    assert "CPU" not in live.line(f | {"threads_waiting": 0.2}) + live.line(f | {"threads_waiting": None})
     # a loop that hands work to io_uring (uvloop's epoll_ctl): its ring operations beside the syscalls
     assert "3.0 syscalls/req" in live.line(f)
     ringed = route("GET /", 700, {"on_cpu": 50.0}) | {"ring_ops_per_request": 1.0}

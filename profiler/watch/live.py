@@ -44,6 +44,9 @@ def line(f: dict[str, Any]) -> str:
     follow = f"  (followed {f['duty']:.0%} of the window: --max-overhead)" if capped else ""
     # connections the server has not accepted yet: their requests are in no figure here until it does
     queued = f"  {n:,} waiting to be accepted" if (n := f.get("accept_queue")) else ""
+    # threads ready to run with no CPU for them, half of one or more on average (a thread pool outgrowing its CPUs)
+    if (w := f.get("threads_waiting")) is not None and w >= 0.5:
+        queued += f"  {w:.1f} threads waiting for a CPU" if w < 10 else f"  {w:.0f} threads waiting for a CPU"
     if not f["requests_per_sec"]:  # no per-request figure to give, not a zero of each
         return "0 req/s: no request answered" + queued + follow
     return (f"{f['requests_per_sec']:,.0f} req/s  server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "

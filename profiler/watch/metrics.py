@@ -12,6 +12,8 @@ a custom collector), cumulative since watch attached.
     netprof_probe_cpu_seconds_total                    the probes' own CPU time (the kernel's count)
     netprof_watch_attached_seconds_total               the whole set's attached seconds (--max-overhead: a share)
     netprof_accept_queue                               connections waiting to be accepted (a gauge, at the last window)
+    netprof_threads_waiting_for_cpu                    threads runnable with no CPU for them (a gauge, the last
+                                                       window's mean)
 
 Every request is counted and timed. Under --max-overhead the whole set is attached for a share of each interval
 only: requests answered in the rest count as the route "(unsampled)" (with their server time), and the other
@@ -48,6 +50,7 @@ class Published:
     probe_ns: int
     attached_s: float            # seconds attached so far (all of the watch but under --max-overhead)
     accept_queue: int | None = None  # connections waiting to be accepted at the last window's end (None: unread)
+    threads_waiting: float | None = None  # threads runnable but waiting for a CPU, the last window's mean
 
 
 class Board:
@@ -148,6 +151,10 @@ class WatchCollector:
             yield GaugeMetricFamily("netprof_accept_queue", "Connections waiting to be accepted on the ports the "
                                     "server listens on (its listen queue), at the last window's end.",
                                     value=p.accept_queue)
+        if p.threads_waiting is not None:
+            yield GaugeMetricFamily("netprof_threads_waiting_for_cpu", "The watched processes' threads runnable but "
+                                    "waiting for a CPU, on average over the last window (/proc schedstat: their run "
+                                    "queue).", value=p.threads_waiting)
 
 
 def serve(board: Board, port: int, addr: str):

@@ -105,10 +105,20 @@ def _tree_times(t: targets.Target) -> dict[str, Any]:
     return total
 
 
-def _tree_cpu_ns(t: targets.Target) -> int:
-    """CPU time of the followed processes so far (user + system)."""
-    c = _tree_times(t)
-    return int((c["user_s"] + c["sys_s"]) * 1e9)
+def _cpu_ns(times: dict[str, Any]) -> int:
+    """CPU time of the followed processes in a _tree_times read (user + system)."""
+    return int((times["user_s"] + times["sys_s"]) * 1e9)
+
+
+def _threads_waiting(a: dict[str, Any], b: dict[str, Any], seconds: float) -> float | None:
+    """The followed processes' threads runnable but waiting for a CPU, on average between two _tree_times reads
+    (stats.sched's runq_mean: the live line, windows.jsonl and the gauge); None when threads exited between them
+    (their waits went with them)."""
+    d = proc_delta(a, b)
+    if d.get("threads_exited"):
+        return None
+    turns = turns_between(a, b)
+    return stats.sched(d, seconds, *(turns or (None, None))).get("runq_mean")
 
 
 def next_duty(duty: float, probe_ns: int, server_ns: int, cap: float) -> float:
@@ -138,6 +148,7 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
     start = time.monotonic()
     end = start + cfg.duration if cfg.duration is not None else None
     prev, t_prev, cost_prev = base, start, cost0
+    proc_w, t_w = proc0, t_proc0  # /proc at the last window's end (each thread's: its threads waiting for a CPU)
     attached_s, duty = 0.0, 1.0
     if board:
         board.publish(Published(base, base, 0, 0.0))
@@ -146,10 +157,10 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
         t_a = time.monotonic()
         probes.attach()  # no-op while whole
         wall_a = time.time()
-        cost_a, cpu_a = _cost(probes), _tree_cpu_ns(t)
+        cost_a, cpu_a = _cost(probes), _cpu_ns(proc_w)  # the last window's end: this one's start
         ended = _wait(stop, t_a + duty * cfg.interval, end, t)
-        cost_b, cpu_b = _cost(probes), _tree_cpu_ns(t)
-        next_ = next_duty(duty, cost_b[0] - cost_a[0], cpu_b - cpu_a, cfg.max_overhead)
+        cost_b, proc_b = _cost(probes), _tree_times(t)
+        next_ = next_duty(duty, cost_b[0] - cost_a[0], _cpu_ns(proc_b) - cpu_a, cfg.max_overhead)
         t_light = wall_b = None
         if not ended and duty < 1.0:
             wall_b = time.time()
@@ -160,14 +171,17 @@ def _loop(cfg: WatchConfig, t: targets.Target, probes: WatchProbes, stop: _Stop,
         wall_b = wall_b or time.time()
         attached_s += (t_light or t_snap) - t_a
         queued = targets.accept_queue(t, snap.ports)  # a gauge: at the window's end
+        proc_now = _tree_times(t) if t_light is not None else proc_b  # all of it attached: read at its end already
+        waiting = _threads_waiting(proc_w, proc_now, time.monotonic() - t_w)
+        proc_w, t_w = proc_now, time.monotonic()
         if board:
-            board.publish(Published(base, snap, cost[0] - cost0[0], attached_s, queued))
+            board.publish(Published(base, snap, cost[0] - cost0[0], attached_s, queued, waiting))
         if t_snap - t_prev > 0.05:  # a window too short to say anything (an early stop) is left out
             f = window_figures(prev, snap, t_snap - t_prev, (cost[0] - cost_prev[0], cost[1] - cost_prev[1]))
             on_window({**f, "duty": round(duty, 3), "whole": [round(wall_a, 4), round(wall_b, 4)],
-                       "accept_queue": queued})
+                       "accept_queue": queued, "threads_waiting": waiting})
         prev, t_prev, cost_prev, duty = snap, t_snap, cost, next_
-    proc1, t_proc1 = _tree_times(t), time.monotonic()
+    proc1, t_proc1 = proc_w, t_w
     figures = window_figures(base, prev, t_prev - start, (cost_prev[0] - cost0[0], cost_prev[1] - cost0[1]))
     figures["attached_share"] = round(min(1.0, attached_s / (t_prev - start)), 3) if t_prev > start else None
     proc = proc_delta(proc0, proc1)
