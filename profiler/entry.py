@@ -112,7 +112,7 @@ def main() -> None:
     try:
         cli.main()
     except SystemExit as e:
-        if e.code == EXIT_BAD_INPUT and (counting_wanted(args) or report_wanted(args) or probe_set is not None):
+        if e.code == EXIT_BAD_INPUT:
             _leave_refused()
         raise
 
@@ -122,10 +122,14 @@ def _leave_refused() -> NoReturn:
     compile thread, which a normal exit waits for (not a daemon, base.prefetch), ~0.35 s of a CPU and
     seconds on a busy host, and the drawing process's import. The drawing process is killed, the private
     temp directory removed (its exit handler would not run), and os._exit leaves without waiting for the
-    thread and without finalizing the interpreter (so nothing unloads LLVM under it)."""
-    from netprof.profiler.report import plotset
-
-    plotset.abandon()
+    thread and without finalizing the interpreter (so nothing unloads LLVM under it). Every command's refusal
+    leaves so: a finalized interpreter runs the C++ libraries' static destructors, which can meet a library's
+    thread pool still starting its threads (a refused `netprof report`, its parquet just read, aborted with
+    "terminate called without an active exception", SIGABRT instead of exit 2, once in a fresh-clone run beside
+    a busy neighbour on 2026-12-06; five threads, some started by others, are up by then)."""
+    plotset = sys.modules.get("netprof.profiler.report.plotset")  # begun ahead only if imported (not for pandas now)
+    if plotset is not None:
+        plotset.abandon()
     rootenv.remove_private()
     sys.stdout.flush()
     sys.stderr.flush()
