@@ -228,6 +228,15 @@ def num(row, key: str) -> float | None:
     return None if math.isnan(v) else v
 
 
+def threads_waiting(row, at_least: float) -> tuple[float, float] | None:
+    """(threads runnable but waiting for a CPU on average, the threads) of a row's `sched` when at least `at_least`
+    waited; None below it, without the figures, or when threads exited in their window (the figures then short)."""
+    runq, threads = num(row, "sched.runq_mean"), num(row, "sched.threads")
+    if runq is None or runq < at_least or not threads or num(row, "sched.threads_exited"):
+        return None
+    return runq, threads
+
+
 def syscalls_of(row) -> dict[str, float] | None:
     """{syscall: per-message count} of a cell, or None when it ran without probes."""
     raw = {k.split(".", 1)[1]: num(row, k) for k in row.index if k.startswith("syscalls_per_msg.")}

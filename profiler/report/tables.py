@@ -11,7 +11,7 @@ from rich.table import Table
 
 from netprof.profiler.analysis.rules import open_loop
 from netprof.profiler.core import units
-from netprof.profiler.model import metrics, schema
+from netprof.profiler.model import metrics, schema, stats
 
 
 def _get(row, key, scale: float = 1.0):
@@ -133,8 +133,8 @@ def cpu_table(agg: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         u, k = _get(r, "cpu_us_per_msg.user"), _get(r, "cpu_us_per_msg.sys")
         s += (f", {units.duration_us(u + k)} {units.per_unit(r.get('protocol'))}"
               if u is not None and k is not None else "")
-        runq, threads = _get(r, "sched.runq_mean"), _get(r, "sched.threads")
-        if runq is not None and runq >= 0.5 and threads and not _get(r, "sched.threads_exited"):
+        if (waiting := stats.threads_waiting(r, 0.5)) is not None:
+            runq, threads = waiting
             s += f", {runq:.1f}" if runq < 10 else f", {runq:.0f}"
             s += f" of {threads:.0f} threads waiting for a CPU"
         return s

@@ -14,7 +14,7 @@ from netprof.profiler.analysis.rules.sources import source_line
 from netprof.profiler.core import units
 from netprof.profiler.kit.rule_common import QUEUED_AT_OPEN, READ_SYSCALLS, WAITS, of, r2, unanswered, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, rule
-from netprof.profiler.model.stats import num, syscalls_of
+from netprof.profiler.model.stats import num, syscalls_of, threads_waiting
 
 _SOCK = re.compile(r"(?:^|[_\s-])sock(?:$|[_\s-])")
 
@@ -243,9 +243,10 @@ def _run_queue(ctx: Context, r, ev: dict) -> str:
     uneven), and in Python the GIL on top of it (named where futex calls show its waits); with even turns and no such
     waits, the counts do not say what chose (bench/RESULTS.md, "A thread per connection at 1000 connections": cpp_th
     evened out over a longer window, socketserver less)."""
-    runq, threads = num(r, "sched.runq_mean"), num(r, "sched.threads")
-    if runq is None or runq < ctx.t.starvation_runq_mean or not threads or num(r, "sched.threads_exited"):
-        return ""  # threads that exited in the window took their waits with them: the figures would be short
+    waiting = threads_waiting(r, ctx.t.starvation_runq_mean)
+    if waiting is None:
+        return ""
+    runq, threads = waiting
     turn, wait = num(r, "sched.turn_us"), num(r, "sched.wait_per_turn_us")
     p5, p50, top = (num(r, f"sched.turns_{k}") or 0.0 for k in ("p5", "p50", "max"))
     no_turn = num(r, "sched.waiting_no_turn") or 0.0

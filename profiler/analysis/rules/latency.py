@@ -6,7 +6,7 @@ from netprof.profiler.analysis.rules.fairness import eager_reads
 from netprof.profiler.core import units
 from netprof.profiler.kit.rule_common import PAUSE_REF, r2, unanswered, where
 from netprof.profiler.kit.rule_registry import Anomaly, Context, Thresholds, rule
-from netprof.profiler.model.stats import num
+from netprof.profiler.model.stats import num, threads_waiting
 
 
 @rule("latency_tail", consolidate=True, plots=("latency",))
@@ -87,10 +87,10 @@ def _tail_causes(r, t: Thresholds) -> list[str]:
     if queued:  # rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): 342 queued, p999 711 ms
         causes.append(f"{queued:.0f} connections were still in the server's listen queue when the window opened: "
                       f"their first {many} waited for the accept")
-    runq, wait, p50 = num(r, "sched.runq_mean"), num(r, "sched.wait_per_turn_us"), num(r, "lat_us.p50")
-    if (runq is not None and runq >= t.starvation_runq_mean and wait and p50 and wait >= p50
-            and not num(r, "sched.threads_exited")):  # figures a window's end cut short say nothing (stats.sched)
-        threads = num(r, "sched.threads") or 0
+    waiting = threads_waiting(r, t.starvation_runq_mean)
+    wait, p50 = num(r, "sched.wait_per_turn_us"), num(r, "lat_us.p50")
+    if waiting is not None and wait and p50 and wait >= p50:
+        runq, threads = waiting
         causes.append(f"its threads queued for the CPU: on average {runq:.0f} of its {threads:.0f} were runnable and "
                       f"waiting, {units.duration_us(wait)} for each turn on it (/proc schedstat), and a "
                       f"{units.exchange(r.get('protocol'))} whose thread is in that queue waits with it")

@@ -464,9 +464,10 @@ def _limit(base, at, t: Thresholds, there: str = "", above: tuple = ()) -> tuple
         return "the run queue", (f"the run queue: the slowest 1% of requests spent {_pct(runq / total)} "
                                  "of their time ready to run with no CPU for them (another thread, or the loader, "
                                  "on the server's CPU)")
-    waiting, threads = num(at, "sched.runq_mean"), num(at, "sched.threads")
-    if waiting is not None and waiting >= t.knee_runq_threads and threads and not num(at, "sched.threads_exited"):
+    queued = stats.threads_waiting(at, t.knee_runq_threads)
+    if queued is not None:
         # without --breakdown: the server's own threads ready to run with no CPU for them (/proc schedstat, stats.sched)
+        waiting, threads = queued
         before = num(base, "sched.runq_mean")
         return "the run queue", (f"the run queue: on average {waiting:.1f} of the server's {threads:.0f} threads "
                                  f"were ready to run with no CPU for them {there} (/proc schedstat)"
