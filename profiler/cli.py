@@ -577,11 +577,10 @@ def _confirm_long_plan(cfg: RunConfig, yes: bool) -> None:
 
 def _terminate_like_ctrl_c(signum, frame) -> None:
     """SIGTERM and Ctrl-C: clean up, keep finished cells. The flag survives where the exception may
-    not: Python swallows an exception raised inside an at-fork hook (a signal that lands while a
-    child is being started), so the runner also checks the flag between cells."""
-    from netprof.profiler.run import runner  # deferred: the run layer, only for commands that run
+    not (run/stop.py: Python swallows one raised inside an at-fork hook or a finalizer)."""
+    from netprof.profiler.run.stop import STOP  # deferred: the run layer, only for commands that run
 
-    runner.STOP.set()
+    STOP.set()
     raise KeyboardInterrupt
 
 

@@ -51,7 +51,8 @@ from netprof.profiler.run import meta as meta_mod
 from netprof.profiler.run.canary import Canary, RecordingLoader
 from netprof.profiler.run.cell import CellEnv, run_cell
 from netprof.profiler.run.plan import connection_cap, loader_cpus
-from netprof.profiler.run.runner import STOP, close_instruments, cost_and_close, open_instruments
+from netprof.profiler.run.runner import close_instruments, cost_and_close, open_instruments
+from netprof.profiler.run.stop import raise_if_stopped
 from netprof.profiler.run.warm import WarmServer
 
 KNEE_JSON = results.KNEE_JSON
@@ -366,8 +367,7 @@ def _run(p: KneePlan, argv: list[str], console: Console, out: Path) -> KneeOutco
 
                 def cell(rate: float) -> dict:
                     nonlocal k
-                    if STOP.is_set():
-                        raise KeyboardInterrupt
+                    raise_if_stopped()
                     k += 1
                     assert warm.cfg is not None
                     cfg = (dataclasses.replace(warm.cfg, extra_dims={"rate": [rate]}, arrivals=p.arrivals) if rate

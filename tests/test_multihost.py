@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -138,7 +139,14 @@ def _killed_mid_run(tmp_path, *args: str, gone_within_s: float, sig: int = signa
         assert any("netprof-loader" in p for p in _far_side_processes()), "the loader never started"
         time.sleep(1.0)  # the run is under way
         proc.send_signal(sig)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # where the controller is, for the next reader of a failure (CI's stop 84)
+            where = subprocess.run([str(Path(sys.executable).with_name("py-spy")), "dump", "--pid", str(proc.pid)],
+                                   capture_output=True, text=True, timeout=60).stdout
+            proc.kill()
+            pytest.fail(f"the controller still ran 30 s after {signal.Signals(sig).name}:\n{where}\n"
+                        f"its stderr: {proc.communicate()[1][-3000:]}")
         deadline = time.monotonic() + gone_within_s
         while (left := _far_side_processes()) and time.monotonic() < deadline:
             time.sleep(0.1)

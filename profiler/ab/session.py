@@ -50,7 +50,8 @@ from netprof.profiler.run.interpreters import Interpreter
 from netprof.profiler.run.plan import (
     loader_cpus,
 )
-from netprof.profiler.run.runner import STOP, close_instruments, cost_and_close, open_instruments
+from netprof.profiler.run.runner import close_instruments, cost_and_close, open_instruments
+from netprof.profiler.run.stop import raise_if_stopped
 from netprof.profiler.run.warm import WarmServer
 
 # The run
@@ -180,8 +181,7 @@ class _Session:
                 if k and elapsed + pair_s > p.max_time:
                     self.stop_reason, self.stop_text = "max-time", f"--max-time {p.max_time:g} s reached"
                     return None
-                if STOP.is_set():
-                    raise KeyboardInterrupt
+                raise_if_stopped()
                 k += 1
                 t0 = time.monotonic()
                 # turns: a new generation of the servers' processes every GEN_BLOCKS blocks

@@ -29,6 +29,7 @@ from netprof.profiler.core import safetext
 from netprof.profiler.core.errors import NetprofError
 from netprof.profiler.core.paths import loader_binary
 from netprof.profiler.core.procs import ManagedProcess, ProcessError, ProcessGroup, parse_cpus
+from netprof.profiler.run.stop import STOP_POLL_S, raise_if_stopped
 
 PROTOCOL_VERSION = 1
 MAX_REPLY_LINE = 256 * 1024 * 1024  # a result carries one count per connection: allow it to be long
@@ -378,7 +379,13 @@ class Loader:
             self._send(req.to_json() if not off or req.start_at is None
                        else {**req.to_json(), "start_at": req.start_at + off})
             while True:
-                evt = self._reader.read(deadline)
+                try:  # in slices, so that an interrupt Python swallowed ends the run soon (run/stop.py)
+                    evt = self._reader.read(min(deadline, time.monotonic() + STOP_POLL_S))
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    raise_if_stopped()
+                    continue
                 if off and evt is not None:
                     _to_our_clock(evt, off)
                 if evt is None:

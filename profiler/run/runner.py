@@ -32,10 +32,9 @@ from netprof.profiler.run.cell import CellEnv, run_cell
 from netprof.profiler.run.link import netns, sshlink
 from netprof.profiler.run.loader_client import Loader
 from netprof.profiler.run.plan import RunConfig, loader_cpus
+from netprof.profiler.run.stop import raise_if_stopped
 
 ERROR_LOG = "netprof-error.log"
-# Set by the CLI's SIGINT/SIGTERM handler; checked between cells (see cli._terminate_like_ctrl_c).
-STOP = threading.Event()
 
 
 @dataclass
@@ -187,8 +186,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
             if not console.is_terminal or verbose:
                 console.print(plan_line(cfg), highlight=False, soft_wrap=True)
             for cell in cfg.cells():
-                if STOP.is_set():
-                    raise KeyboardInterrupt
+                raise_if_stopped()
                 progress.update(task, description=cell.label(), phase="")
                 env = CellEnv(cfg, loader, interps[cell.python], instruments=tuple(instruments), link=link,
                               remote_work=remote, on_phase=phase, on_live=live if console.is_terminal else None)
@@ -208,8 +206,7 @@ def _execute(cfg: RunConfig, argv: list[str], console: Console, link, interps: d
                     progress.update(task, last=f"last: {units.rate(outcome.row.get('msgs_per_sec'))} "
                                                    f"{units.rate_unit(outcome.row.get('protocol'))}")
                 progress.advance(task)
-            if STOP.is_set():
-                raise KeyboardInterrupt
+            raise_if_stopped()
             if cfg.stacks or cfg.flamegraph:
                 cost_and_close(instruments, meta)  # what each costs on this host; the evidence rounds run without them
             else:
