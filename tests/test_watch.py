@@ -411,6 +411,11 @@ def test_a_handler_waiting_on_another_service_is_off_cpu_io(tmp_path):
     print(f"off_cpu_io {io:.1f} µs a request (500 asked), the client's round trip {rtt_us:.1f} µs")
     assert 480 <= io <= rtt_us, (b, rtt_us)
     assert {r["route"] for r in doc["routes"]} - {"(unsampled)"} == {"(not HTTP)"}, doc["routes"]
+    # the window lines (stderr, no terminal) in an echo server's words from the first that read a request (one
+    # whose requests all came while the set was light keeps HTTP's, the words before any is read)
+    said = [ln for ln in w.err_lines if " msgs/s " in ln or " req/s " in ln]
+    echo = [i for i, ln in enumerate(said) if " msgs/s " in ln]
+    assert echo and all(" msgs/s " in ln and "/msg" in ln for ln in said[echo[0]:]), said
 
 
 def _ask(s: socket.socket, method: str, target: str, body: bytes = b"", headers: str = "") -> None:
@@ -669,3 +674,37 @@ def test_the_live_table_puts_the_unsampled_last_and_says_timers():
     console = Console(record=True, width=160)
     console.print(live.table(ring, "port 8000"))
     assert "3.0 + 1.0 io_uring" in console.export_text()
+
+
+def test_the_live_view_speaks_of_messages_for_an_echo_server():
+    """The view's words follow what the server spoke in the last window that read a request: an echo server's
+    windows (every request "(not HTTP)") say msgs/s and /msg; one with only "(unsampled)" (--max-overhead's
+    light share) keeps the words it had; HTTP's until a request is read."""
+    from rich.console import Console
+
+    from netprof.profiler.watch import live
+    from netprof.profiler.watch.figures import protocol
+
+    def window(*routes):
+        return {"requests_per_sec": 2000.0, "server_time_us": {"p50": 90.0, "p99": 300.0},
+                "syscalls_per_request": 2.0, "breakdown": {"parts_mean_us": {"on_cpu": 50.0}, "detail_mean_us": {}},
+                "routes": [{"route": name, "requests": n, "requests_per_sec": float(n), "syscalls_per_request": 2.0,
+                            "server_time_us": {"mean": 100.0, "p50": 90.0, "p99": 300.0, "max": 400.0},
+                            "breakdown": {"parts_mean_us": {}, "detail_mean_us": {}}} for name, n in routes]}
+
+    echo, light = window(("(not HTTP)", 2000)), window(("(unsampled)", 2000))
+    assert protocol(echo["routes"]) == "echo" and protocol(light["routes"]) is None
+    assert protocol(window(("(not HTTP)", 5), ("(other)", 2000))["routes"]) == "http"  # past the route slots
+    assert protocol(window(("(not HTTP)", 0), ("GET /", 1))["routes"]) == "http"
+    console = Console(record=True, width=200, force_terminal=False)
+    view = live.View(console, "pid 1")
+    for f in (light, echo, light):
+        view.window(f)
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith("pid 1: 2,000 req/s ") and lines[0].endswith("2.0 syscalls/req"), lines
+    for said in lines[1:]:
+        assert said.startswith("pid 1: 2,000 msgs/s ") and said.endswith("2.0 syscalls/msg"), lines
+    table = Console(record=True, width=200)
+    table.print(live.table(echo, "pid 1", "echo"))
+    text = table.export_text()
+    assert "msgs/s" in text and "syscalls/msg" in text and "req" not in text, text

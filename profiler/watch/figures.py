@@ -22,11 +22,23 @@ from typing import Any
 
 from netprof.probes.breakdown import TIMER, breakdown_delta
 from netprof.probes.sockwait.sockwait import NSLOTS, SockWaitDelta, WaitDist, sockwait_delta
-from netprof.probes.watch import NAMES, SERVER_PARTS, UNSAMPLED, WatchSnapshot, routes_delta
+from netprof.probes.watch import NAMES, NOT_HTTP, SERVER_PARTS, UNSAMPLED, WatchSnapshot, routes_delta
+from netprof.profiler.core import units
 from netprof.profiler.model.stats import jain_index
 
 SCHEMA = "netprof.watch/1"
 UNSAMPLED_ROUTE = NAMES[UNSAMPLED]
+ECHO = "echo"  # the row's protocol where no request line was read (model/schema's default)
+
+
+def protocol(routes: list[dict[str, Any]]) -> str | None:
+    """What the server spoke in these routes: "http" when a request line was read (a route, or "(other)" past the
+    route slots), "echo" when every request read was not one ("(not HTTP)"), None when none was read (only
+    "(unsampled)", answered while the set was light)."""
+    read = [r["route"] for r in routes if r["requests"] and r["route"] != UNSAMPLED_ROUTE]
+    if not read:
+        return None
+    return units.HTTP if any(route != NAMES[NOT_HTTP] for route in read) else ECHO
 
 
 def _r(v: float | None, nd: int = 1) -> float | None:

@@ -13,7 +13,7 @@ from rich.text import Text
 from netprof.probes.breakdown.breakdown import TIMER, TIMER_MOSTLY
 from netprof.profiler.core import units
 from netprof.profiler.core.safetext import clean_text
-from netprof.profiler.watch.figures import UNSAMPLED_ROUTE
+from netprof.profiler.watch.figures import UNSAMPLED_ROUTE, protocol
 
 TOP_PARTS = 3
 TOP_ROUTES = 10
@@ -38,7 +38,8 @@ def top_parts(f: dict[str, Any], n: int = TOP_PARTS) -> str:
     return ", ".join(f"{p} {100 * (v or 0) / total:.0f}%{said.get(p, '')}" for p, v in ranked)
 
 
-def line(f: dict[str, Any]) -> str:
+def line(f: dict[str, Any], protocol: str | None = units.HTTP) -> str:
+    """One window's figures in `protocol`'s words (req/s and /req for HTTP, msgs/s and /msg for an echo server)."""
     st = f["server_time_us"]
     capped = f.get("duty", 1.0) < 1.0  # --max-overhead: the requests answered in the whole set's share only
     follow = f"  (followed {f['duty']:.0%} of the window: --max-overhead)" if capped else ""
@@ -48,19 +49,20 @@ def line(f: dict[str, Any]) -> str:
     if (w := f.get("threads_waiting")) is not None and w >= 0.5:
         queued += f"  {w:.1f} threads waiting for a CPU" if w < 10 else f"  {w:.0f} threads waiting for a CPU"
     if not f["requests_per_sec"]:  # no per-request figure to give, not a zero of each
-        return "0 req/s: no request answered" + queued + follow
-    return (f"{f['requests_per_sec']:,.0f} req/s  server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "
+        return f"0 {units.rate_unit(protocol)}: no {units.exchange(protocol)} answered" + queued + follow
+    return (f"{f['requests_per_sec']:,.0f} {units.rate_unit(protocol)}  "
+            f"server p50 {_ms(st['p50'])} p99 {_ms(st['p99'])}  "
             f"{top_parts(f)}  {f['syscalls_per_request'] or 0:.1f} syscalls"
             # (a figure that rounds to 0.0 is left out: "+ 0.0 io_uring ops" says nothing)
             + (f" + {ring:.1f} io_uring ops" if (ring := f.get("ring_ops_per_request") or 0) >= 0.05 else "")
-            + "/req" + queued
+            + units.per_abbrev(protocol) + queued
             + follow)
 
 
-def table(f: dict[str, Any], title: str) -> Group:
-    head = Text(f"{title}: {line(f)}")
+def table(f: dict[str, Any], title: str, protocol: str | None = units.HTTP) -> Group:
+    head = Text(f"{title}: {line(f, protocol)}")
     t = Table(box=None, pad_edge=False)
-    for col in ("route", "req/s", "p50", "p99", "syscalls/req", "top parts"):
+    for col in ("route", units.rate_unit(protocol), "p50", "p99", f"syscalls{units.per_abbrev(protocol)}", "top parts"):
         t.add_column(col, justify="left" if col in ("route", "top parts") else "right")
     # the routes followed, most requests first, then those answered while the set was light (as the report's table)
     routed = [r for r in f["routes"] if r["route"] != UNSAMPLED_ROUTE][:TOP_ROUTES]
@@ -78,6 +80,9 @@ class View:
     def __init__(self, console: Console, title: str) -> None:
         self.console, self.title = console, title
         self.live: Live | None = None
+        # what the server speaks, from the last window that read a request (figures.protocol); HTTP's words until
+        # one has: a window under --max-overhead may read none
+        self.protocol: str = units.HTTP
 
     def __enter__(self) -> View:
         if self.console.is_terminal:
@@ -91,7 +96,8 @@ class View:
             self.live.__exit__(*exc)
 
     def window(self, f: dict[str, Any]) -> None:
+        self.protocol = protocol(f["routes"]) or self.protocol
         if self.live is not None:
-            self.live.update(table(f, self.title), refresh=True)
+            self.live.update(table(f, self.title, self.protocol), refresh=True)
         else:
-            self.console.print(Text(f"{self.title}: {line(f)}"), soft_wrap=True)
+            self.console.print(Text(f"{self.title}: {line(f, self.protocol)}"), soft_wrap=True)

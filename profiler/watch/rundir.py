@@ -28,7 +28,7 @@ from netprof.profiler.model.results import ResultsStore
 from netprof.profiler.run import meta as run_meta
 
 from .config import WatchConfig
-from .figures import served_answers, server_hist
+from .figures import ECHO, protocol, served_answers, server_hist
 from .session import Outcome
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p999": 0.999}  # the row's lat_us keys
@@ -48,7 +48,6 @@ def _latency(outcome: Outcome) -> dict[str, float | None]:
 def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]]:
     """The watch's row and its per-connection rows (the socket-wait set's)."""
     f = outcome.figures
-    http = any(not r["route"].startswith("(") for r in f["routes"])
     lat = _latency(outcome)
     sampled = f["requests"] - f.get("unsampled", 0)
     seconds = outcome.seconds
@@ -56,7 +55,7 @@ def make_row(outcome: Outcome, backend: str) -> tuple[dict[str, Any], list[dict]
     row: dict[str, Any] = {
         "backend": backend, "family": schema.WATCHED, "server_kind": schema.WATCHED, "interpreter": "",
         "python_version": None, "python_build": None, "framing": "own", "reads": "own",
-        "protocol": "http" if http else "echo", "connections": f["connections"]["served"], "pipeline": 1,
+        "protocol": protocol(f["routes"]) or ECHO, "connections": f["connections"]["served"], "pipeline": 1,
         "round": 1, "msize": None, "work": None, "think": None, "arrivals": schema.WATCHED, "max_connections": 0,
         "zmq_client": None, "warmup_after": None, "pinned": False, "workers": None, "loader_host": "", "tag": "",
         "rate": 0,
