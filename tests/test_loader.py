@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from netprof.profiler.core.paths import loader_binary
@@ -692,6 +693,43 @@ def test_a_swallowed_interrupt_ends_the_run_soon_and_the_loader_serves_on(group,
         stop.STOP.clear()
     s = loader.run(RunRequest(target=f"127.0.0.1:{port}", connections=4, duration=0.3, warmup=0.1))
     assert s["messages"] > 0 and not s.get("aborted")
+
+
+def test_hold_keeps_the_connections_until_the_client_has_read_measure_stop(group, loader):
+    """PROTOCOL.md, "Hold": with `hold` the loader's connections are still open while the client is at
+    measure_stop (on_event; Loader.run releases them once it returns), and close once it has; without it they
+    close while the client is still there (what took a thread per connection's counts away with its thread)."""
+    _, port = start_echo(group)
+
+    def established() -> int:
+        return sum(1 for c in psutil.Process(loader.pid).net_connections("tcp")
+                   if c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == port)
+
+    def until_closed(seconds: float) -> int:
+        deadline = time.monotonic() + seconds
+        while (n := established()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return n
+
+    seen: dict[str, int] = {}
+
+    def held(e):
+        if e["event"] == "measure_stop":
+            time.sleep(0.3)  # a loader that did not hold would close in this time (closing is its next step)
+            seen["held"] = established()
+
+    def not_held(e):
+        if e["event"] == "measure_stop":
+            seen["not held"] = until_closed(10)
+
+    req = RunRequest(target=f"127.0.0.1:{port}", connections=5, duration=0.5, warmup=0.1, hold=30.0)
+    t0 = time.monotonic()
+    s = loader.run(req, on_event=held)
+    assert seen["held"] == 5 and not s.get("aborted") and s["messages"] > 0, (seen, s)
+    assert time.monotonic() - t0 < 15  # released, not the 30-s hold (room for a paused host)
+    assert until_closed(10) == 0
+    loader.run(dataclasses.replace(req, hold=None), on_event=not_held)
+    assert seen["not held"] == 0, seen
 
 
 def test_sigterm_mid_run_stops_the_loader(group, loader):

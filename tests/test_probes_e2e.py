@@ -79,6 +79,25 @@ def test_sched_counts_a_process_per_connection_inside_the_load(tmp_path):
     assert sel["sched"]["threads"] == 1 and sel["sched"]["runq_mean"] <= 1 and sel["sched"]["turns_p50"] >= 1, sel
 
 
+def test_a_whole_window_keeps_a_thread_per_connection_to_its_last_mark(tmp_path):
+    """With --no-probes the counted window is the whole one, its last mark measure_stop, where the loader used to
+    close its connections while that mark's /proc counts were read: a thread per connection exited with its figures.
+    cpp_th at 300 connections, 2026-12-06, before the hold: 129 of 301 threads exited, 0.57 voluntary context
+    switches per message where each message blocks its thread once (thread: 62 exited, 0.72). The loader now holds
+    its connections until the mark is read (PROTOCOL.md, "Hold"): none exited, 0.99 (thread 1.02). Every connection
+    is served before the warm-up, so every thread is there at the first mark too. No BPF: /proc."""
+    res = run_netprof("run", "cpp_th", "-c", "300", "-d", "1", "-r", "1", "--warmup", "0.3", "--warmup-after",
+                      "served", "--no-probes", "--no-report", "--wait", "--json", "--out", str(tmp_path / "out"),
+                      timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    row = json.loads(res.stdout)["runs"][0]
+    assert row["connected"] == 300 and row["per_conn"]["min"] > 0, row["per_conn"]
+    s = row["sched"]
+    assert s["threads"] == 301 and s["threads_exited"] == 0, s
+    # a blocking recv per message: about one voluntary switch each (0.57 when the exited threads' were lost)
+    assert row["ctx"]["voluntary_per_msg"] >= 0.8, row["ctx"]
+
+
 def test_no_bpf_program_left_after_a_run(seed_rows):
     left = seed_rows[1]  # loaded 0.5 s after the run and not before it
     assert not left, f"BPF programs still loaded after netprof exited: {left}"

@@ -74,15 +74,16 @@ ClientPoll poll_client(const Watch& w) {
     if (w.client_input && w.client_input->size() < 2 * kMaxLine) w.client_input->append(tmp, size_t(n));
   }
   if (!w.client_input) return ClientPoll::Here;
-  // An abort among the complete lines ends the run; the lines around it wait for after the run.
+  // An abort among the complete lines ends the run, a release its hold; the lines around them wait for after
+  // the run.
   std::string& in = *w.client_input;
   for (size_t pos = 0, nl; (nl = in.find('\n', pos)) != std::string::npos; pos = nl + 1) {
     Request req;
     std::string why;
     std::string_view line(in.data() + pos, nl - pos);
-    if (parse_request(line, &req, &why) && req.cmd == Request::Abort) {
+    if (parse_request(line, &req, &why) && (req.cmd == Request::Abort || req.cmd == Request::Release)) {
       in.erase(pos, nl + 1 - pos);
-      return ClientPoll::Abort;
+      return req.cmd == Request::Abort ? ClientPoll::Abort : ClientPoll::Release;
     }
   }
   return ClientPoll::Here;
@@ -180,7 +181,8 @@ class Channel {
     std::string why;
     if (!parse_request(line, &req, &why)) return write_line(fd, error_event(err::kBadRequest, why));
     if (req.cmd == Request::Ping) return write_line(fd, {{"event", "pong"}, {"version", kProtocolVersion}});
-    if (req.cmd == Request::Abort) return true;  // no run in progress: nothing to abort, no reply
+    // No run in progress: nothing to abort, nothing held (a release after its hold ran out); no reply.
+    if (req.cmd == Request::Abort || req.cmd == Request::Release) return true;
     if (!check_fd_limit(req.run, &why)) return write_line(fd, error_event(err::kBadRequest, why));
     Emit emit = [fd](const json& ev) { return write_line(fd, ev); };
     RunOutcome out = run_load(req.run, cfg_, emit, Watch{fd, &in_, signal_fd_});

@@ -1375,6 +1375,7 @@ class Coordinator {
       if (window_.fixed()) sh_.publish(window_.bounds());
     });
     stop_workers();
+    if (!aborted && !out.client_gone && req_.hold > 0) hold(out);
 
     // Merge.
     st.init_counts(req_.connections);
@@ -1427,7 +1428,7 @@ class Coordinator {
     }
     accepted_ = true;
     // An abort may already be in the input read with the request (epoll would not report it again).
-    if (watch_.client_fd >= 0 && !client_ok(poll_client(watch_), out)) return false;
+    if (watch_.client_fd >= 0 && !client_here(out)) return false;
     int64_t t0 = now_ns();
     sh_.connect_deadline = t0 + s_to_ns(req_.connect_timeout);
     sh_.open_conns.store(req_.connections);  // each given back when it fails for good
@@ -1569,8 +1570,51 @@ class Coordinator {
           if (!take_signal(fd)) continue;  // spurious wake-up
           out.signalled = true;
           return false;
-        } else if (fd == watch_.client_fd && !client_ok(poll_client(watch_), out)) {
+        } else if (fd == watch_.client_fd && !client_here(out)) {
           return false;
+        }
+      }
+    }
+  }
+
+  // The client's input: false when the run must stop (client_ok); a release is kept for the hold (one sent just
+  // after measure_stop may be read before the workers have stopped).
+  bool client_here(RunOutcome& out) {
+    const ClientPoll poll = poll_client(watch_);
+    released_ = released_ || poll == ClientPoll::Release;
+    return client_ok(poll, out);
+  }
+
+  // PROTOCOL.md, "Hold": after measure_stop the connections stay open, nothing more sent on them (the workers
+  // have stopped; their sockets close with them), until the client releases them or `hold` seconds pass, so that
+  // a server's thread per connection is still there when the client reads its counts at measure_stop.
+  void hold(RunOutcome& out) {
+    const int64_t deadline = now_ns() + s_to_ns(req_.hold);
+    epoll_event evs[8];
+    while (!released_) {
+      const int64_t now = now_ns();
+      if (now >= deadline) return;
+      timespec ts = ns_to_timespec(deadline - now);
+      int n = epoll_pwait2(ep_.get(), evs, 8, &ts, nullptr);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("epoll_pwait2");
+      }
+      for (int i = 0; i < n; i++) {
+        const int fd = evs[i].data.fd;
+        if (fd == sh_.notify_fd.get()) {
+          drain_eventfd(fd);
+        } else if (fd == watch_.signal_fd) {
+          if (!take_signal(fd)) continue;
+          out.signalled = true;
+          return;
+        } else if (fd == watch_.client_fd) {
+          const ClientPoll poll = poll_client(watch_);
+          if (poll == ClientPoll::Gone) {
+            out.client_gone = true;
+            return;
+          }
+          if (poll != ClientPoll::Here) return;  // released, or an abort: the window has closed, it ends the hold
         }
       }
     }
@@ -1586,6 +1630,7 @@ class Coordinator {
   Fd ep_;
   int nworkers_ = 1;
   bool accepted_ = false;
+  bool released_ = false;                         // the client sent {"cmd":"release"} (hold)
   std::vector<std::unique_ptr<Worker>> workers_;  // after sh_: destroyed (joined) first
 };
 

@@ -23,7 +23,8 @@ struct Watch {
 
 // Reads whatever the control client sent mid-run (kept in w.client_input for after the run, except an
 // `abort` request, which is taken out). Both engines call it when the client's fd is readable.
-enum class ClientPoll { Here, Gone, Abort };  // Gone: EOF or error; Abort: it sent {"cmd":"abort"}
+// Gone: EOF or error; Abort: it sent {"cmd":"abort"}; Release: {"cmd":"release"} (the end of a hold)
+enum class ClientPoll { Here, Gone, Abort, Release };
 ClientPoll poll_client(const Watch& w);
 
 // Reads one signal from a (non-blocking) signalfd; false when none was pending.

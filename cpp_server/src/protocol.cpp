@@ -314,7 +314,7 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
       "transport", "probe_share", "protocol",        "request",         "headers",
       "body",      "host",        "line",            "progress",        "probe_guard",
       "rate",      "arrivals",    "histograms",      "start_at",        "timeline",
-      "alternate", "turn",        "max_connections", "warmup_after"};
+      "alternate", "turn",        "max_connections", "warmup_after",    "hold"};
   // clang-format on
   const std::set<std::string>* allowed;
   if (cmd == "ping") {
@@ -323,11 +323,14 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   } else if (cmd == "abort") {
     out->cmd = Request::Abort;
     allowed = &ping_fields;
+  } else if (cmd == "release") {
+    out->cmd = Request::Release;
+    allowed = &ping_fields;
   } else if (cmd == "run") {
     out->cmd = Request::Run;
     allowed = &run_fields;
   } else {
-    *why = "unknown cmd '" + cmd + "' (expected run, ping or abort)";
+    *why = "unknown cmd '" + cmd + "' (expected run, ping, abort or release)";
     return false;
   }
   for (auto& [k, v] : o.items()) {
@@ -378,6 +381,11 @@ bool parse_request_obj(const json& o, Request* out, std::string* why) {
   }
   if (!parse_turns(o, &r, why)) return false;
   if (!parse_warmup_after(o, &r, why)) return false;
+  if (!get_num(o, "hold", 0, 60, &r.hold, why)) return false;
+  if (r.transport == Transport::Zmq && r.hold > 0) {  // libzmq owns those sockets and their closing
+    *why = "hold needs transport \"tcp\" or \"zmtp\", not \"zmq\"";
+    return false;
+  }
   if (r.transport == Transport::Zmq && r.timeline > 0) {  // the zmq engine keeps no slices
     *why = "timeline needs transport \"tcp\" or \"zmtp\", not \"zmq\"";
     return false;

@@ -119,6 +119,10 @@ struct RunRequest {
   // accepted them all before the warm-up begins (a loop that accepts one connection per turn takes seconds to under
   // load).
   bool served_first = false;
+  // Seconds the connections stay open after measure_stop, nothing more sent on them, until the client sends
+  // {"cmd":"release"} (PROTOCOL.md, "Hold"): a server's thread per connection outlives the client's reads at
+  // measure_stop. 0 = absent: closed at once.
+  double hold = 0;
   // Bytes of one message the loader sends: msize (echo; zmtp: with its frame header) or the request's size.
   size_t message_bytes() const {
     if (protocol != Protocol::Echo) return request_bytes.size();
@@ -127,7 +131,7 @@ struct RunRequest {
 };
 
 struct Request {
-  enum Cmd { Ping, Run, Abort } cmd = Ping;
+  enum Cmd { Ping, Run, Abort, Release } cmd = Ping;
   RunRequest run;
 };
 

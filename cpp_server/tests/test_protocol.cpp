@@ -216,7 +216,7 @@ TEST(Protocol, InFlightLimits) {
 TEST(Protocol, Abort) {
   EXPECT_EQ(ok(R"({"cmd":"abort"})").cmd, Request::Abort);
   EXPECT_NE(why_of(R"({"cmd":"abort","x":1})").find("unknown field 'x'"), std::string::npos);
-  EXPECT_NE(why_of(R"({"cmd":"jump"})").find("run, ping or abort"), std::string::npos);
+  EXPECT_NE(why_of(R"({"cmd":"jump"})").find("run, ping, abort or release"), std::string::npos);
 }
 
 TEST(Protocol, HistogramsField) {

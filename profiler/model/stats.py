@@ -62,7 +62,8 @@ def sched(delta: Mapping[str, float], duration_s: float | None, turns: Sequence[
     and were waiting for a CPU at its end. The kernel adds a wait to schedstat when it ends, so a window a few waits
     long takes in some that began before it (cpp_th at 1000 connections: waits of ~0.2 s, 1,036 "waiting" of 1,001
     threads over 3 s): `runq_mean` is capped at the threads. `threads_exited` in the window took their figures with
-    them (a window that ends as the loader closes its connections: a thread per connection exits then)."""
+    them (a server that ends threads as it goes; the loader holds its connections past the window's last mark,
+    RunRequest.hold, so a thread per connection is there when it is read)."""
     out: dict = {"threads_exited": delta.get("threads_exited")}
     n = delta.get("turns") or 0
     if duration_s:

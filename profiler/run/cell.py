@@ -143,6 +143,10 @@ LIVE_EVERY_S = 0.5
 # second (the event's read and the counters' snapshot come first: ~7-10 ms here), so no probe runs
 # in the unprobed time the headline comes from. Each row records how far inside the guards that was.
 PROBE_GUARD_S = 0.1
+# The most seconds the loader keeps its connections after measure_stop (RunRequest.hold): Loader.run releases
+# them as soon as the marks have read that mark (milliseconds); this bounds a client that never does. Without it a
+# thread per connection exits as the loader closes, while that read is made, and takes its counts with it.
+HOLD_S = 5.0
 
 
 def probe_guard(duration: float, share: float) -> float:
@@ -345,9 +349,9 @@ def _unprobed_proc(marks: Marks) -> dict | None:
 
 def _sched(marks: Marks) -> dict:
     """The server's threads against its CPUs over the counted window (stats.sched): the probed sub-window when
-    there is one (`--probe-share` below 1), whose marks fall inside the load, where a thread per connection is alive
-    at both; the loader closes its connections at the window's end, and such a server's threads exit while the
-    last mark is read (the row's `sched.threads_exited` says so)."""
+    there is one (`--probe-share` below 1), else the whole window, whose last mark the loader's connections outlive
+    (RunRequest.hold): a thread per connection is alive at both marks. Threads that exit in the window anyway take
+    their figures with them (the row's `sched.threads_exited` says so)."""
     pair = marks.pair(*marks.counted_marks)
     if pair is None:
         return {}
@@ -364,8 +368,9 @@ def _probe_cpu(row: dict, marks: Marks, unprobed: dict) -> None:
     if pair is None or not counted or not row["messages"] or "probed" not in row:
         return
     probed_us = 1e6 * proc_delta(pair[0].proc, pair[1].proc)["oncpu_s"] / counted
-    # threads that exited as the window ended (a thread per connection, the loader closing them) took their schedstat
-    # with them: then the process's own times, which keep them (clock ticks: ~1% of a 1.4-s unprobed phase)
+    # threads that exited in the window (a server that ends threads as it goes; a thread per connection did at the
+    # window's end before the loader held its connections) took their schedstat with them: then the process's own
+    # times, which keep them (clock ticks: ~1% of a 1.4-s unprobed phase)
     spent = unprobed["user_s"] + unprobed["sys_s"] if unprobed.get("threads_exited") else unprobed["oncpu_s"]
     unprobed_us = 1e6 * spent / row["messages"]
     row["probed"] |= {"cpu_us_per_msg": probed_us, "unprobed_cpu_us_per_msg": unprobed_us}
@@ -565,11 +570,14 @@ def run_cell(cell: Cell, env: CellEnv) -> CellOutcome:
         marks = Marks(server.pid, instruments, hooks.measuring, (cfg.duration, share) if share else None,
                       env.on_phase, env.on_live, same_clock=link is None)
         marks.rss_ready, marks.port = tree_rss(server.pid), server.port
+        transport = cfg.loader_transport(cell.backend)
         req = RunRequest(target=f"{server.host}:{server.port}",
                          connections=cell.connections, msize=cfg.msize, duration=cfg.duration,
                          warmup=cfg.warmup, pipeline=cell.pipeline, think=cfg.think,
                          sources=list(link.loader_hosts) if link else list(cfg.sources),
-                         transport=cfg.loader_transport(cell.backend), probe_share=share,
+                         transport=transport, probe_share=share,
+                         # the connections outlive the reads at measure_stop (libzmq's own sockets: not held)
+                         hold=None if transport == "zmq" else HOLD_S,
                          probe_guard=probe_guard(cfg.duration, share) if share else None,
                          connect_timeout=link.connect_timeout_s(cell.connections) if link
                          else RunRequest.connect_timeout,

@@ -114,6 +114,10 @@ class RunRequest:
     # When the connect phase ends (PROTOCOL.md, "Warm-up after"): "served" once every connection has had one
     # message answered (the stats gain "served_first"); None: absent ("connected", once every one is up).
     warmup_after: str | None = None
+    # Seconds the loader keeps its connections open after measure_stop, sending nothing, until Loader.run releases
+    # them once `on_event` has had measure_stop (PROTOCOL.md, "Hold"): a server's thread per connection is still
+    # there when the cell reads its /proc counts at that mark. None: absent (closed at once).
+    hold: float | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -124,7 +128,7 @@ class RunRequest:
         if d["protocol"] == "echo":
             del d["protocol"]
         for key in ("request", "body", "host", "line", "progress", "probe_guard", "rate", "arrivals", "start_at",
-                    "timeline", "alternate", "turn", "max_connections", "warmup_after"):
+                    "timeline", "alternate", "turn", "max_connections", "warmup_after", "hold"):
             if d[key] is None:
                 del d[key]
         if d.get("alternate") is not None:
@@ -395,6 +399,8 @@ class Loader:
                 if on_event is not None:
                     on_event(evt)  # synchronously: the orchestrator snapshots probes here
                 kind = evt["event"]
+                if kind == "measure_stop" and req.hold:
+                    self._send({"cmd": "release"})  # what was read at the mark is read: the connections may close
                 if kind == "result":
                     stats = evt.get("stats")
                     if off and isinstance(stats, dict):  # its times are ours within this (cell.instrument_rows)

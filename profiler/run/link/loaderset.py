@@ -133,10 +133,26 @@ class LoaderSet:
                 for c, src, r, cap in zip(shares, self.sources, rates, caps)]
         results: list[dict | None] = [None] * n
         failures: list[BaseException | None] = [None] * n
+        # A held run (PROTOCOL.md, "Hold"): every host keeps its connections until the first one's measure_stop has
+        # been read here (the cell's marks read the server's counts there); each Loader.run releases its own once
+        # its on_event returns.
+        read_at_stop = threading.Event()
+
+        def first_event(evt: dict) -> None:
+            try:
+                if on_event is not None:
+                    on_event(evt)
+            finally:
+                if evt.get("event") == "measure_stop":
+                    read_at_stop.set()
+
+        def other_event(evt: dict) -> None:
+            if evt.get("event") == "measure_stop" and req.hold:
+                read_at_stop.wait(req.hold)
 
         def one(i: int) -> None:
             try:
-                results[i] = self.loaders[i].run(reqs[i], None, timeout)
+                results[i] = self.loaders[i].run(reqs[i], other_event, timeout)
             except BaseException as e:  # noqa: BLE001 (raised in the caller's thread below)
                 failures[i] = e
 
@@ -144,12 +160,13 @@ class LoaderSet:
         for t in others:  # the others first: the first one's window is the cell's, and theirs start with it
             t.start()
         try:
-            results[0] = self.loaders[0].run(reqs[0], on_event, timeout)
+            results[0] = self.loaders[0].run(reqs[0], first_event, timeout)
         except KeyboardInterrupt:
             for loader in self.loaders[1:]:  # Ctrl-C: not their whole window (their channels close, they exit)
                 loader._close()
             raise
         finally:
+            read_at_stop.set()  # the first ended without its measure_stop (a failure, Ctrl-C): none waits for it
             for t in others:
                 t.join()
         for i, e in enumerate(failures):
