@@ -302,6 +302,23 @@ def test_at_a_set_rate_the_findings_rank_by_p99_not_throughput():
                             "with p99 883 µs from the intended send (p50 80 µs). It used"), first
 
 
+def test_a_starved_leader_is_cautioned_as_the_fastest_only_among_several():
+    """The caution after the ranking sentence: "the fastest backend starved part of its connections" where another
+    backend ran beside it; a run of one backend ("the fastest" of one, 2026-12-06) says "it"."""
+    from netprof.profiler.report.findings import sentences as findings
+
+    starved = {"id": "starvation", "backend": "socketserver", "connections": 1000, "pipeline": 1,
+               "framing": "message", "severity": "critical", "title": "Connection starvation",
+               "evidence": {"Jain index (1 = fair)": 0.3}}
+    one = [make_row("socketserver", 1000, mps=180_000.0, per_conn=STARVED, framing="message")]
+    first = findings(stats.aggregate(frame(*one)), [starved], frame(*one))[0]
+    assert first.endswith(" Caution: at 1000 connections it starved part of its connections (see the anomalies), so "
+                          "its figure there is not fair service."), first
+    two = one + [make_row("selector", 1000, mps=120_000.0, framing="message")]
+    first = findings(stats.aggregate(frame(*two)), [starved], frame(*two))[0]
+    assert " Caution: at 1000 connections the fastest backend starved part of its connections" in first, first
+
+
 def test_one_backend_at_several_rates_is_one_sentence_along_its_curve():
     """A sentence per rate restated the table (a knee run opened with seven): one backend at several rates reads as
     one sentence, each rate's p99 from the intended send (and the share answered, where short), its rounds, and its

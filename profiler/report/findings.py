@@ -499,7 +499,9 @@ def sentences(cells: pd.DataFrame, found: list[dict], df: pd.DataFrame, ranked: 
             pipe, framing = int(series["pipeline"].iloc[0] or 1), series["framing"].iloc[0]
             caught = sorted(c for (b, c, p, f) in starved if p == pipe and f == framing and winners.get(c) == b)
             if caught:
-                out[-1] += (f" Caution: at {units.connections(*caught)} the fastest backend starved part of its "
+                # "the fastest" only where there was a field to be fastest in
+                who = "the fastest backend" if series["backend"].nunique() > 1 else "it"
+                out[-1] += (f" Caution: at {units.connections(*caught)} {who} starved part of its "
                             "connections (see the anomalies), so its figure there is not fair service.")
         if routes:
             out.append(routes)
