@@ -148,6 +148,10 @@ STARVATION_STEAL = 0.05
 # ... and so does another process's CPU: the host's busy CPUs less the backend's and the loader's own (0.00-0.03
 # alone here, 0.31-0.33 beside bench/bystander.py --duty 0.25, 2026-12-05).
 OTHER_CPUS = 0.2
+# ... and so does the loader's own wait for its CPU (its threads' schedstat run delay, a share of the window, where
+# the try measured it): 0.7-0.9% quiet; beside bench/bystander.py 12% at --duty 0.25 (the carriers held: ×967) and
+# 22% at 0.5 (they broke: ×1.5-2.3 in six tries, the loop asleep at most once), 2026-12-06.
+LOADER_WAITED = 0.1
 
 
 def other_cpus(out, row: dict) -> float:
@@ -163,9 +167,11 @@ def other_cpus(out, row: dict) -> float:
 def starvation_disturbed(t: dict) -> bool:
     """A try of the sock_recv starvation load (tests/test_sockwait.py, test_sockwait_run.py) whose window gives a
     reason for the carriers to have taken turns: the backend's loop slept more than twice (a voluntary switch: a
-    queue drained, so the loader was the slower side for a while), the hypervisor stole over STARVATION_STEAL, or
-    other processes kept over OTHER_CPUS busy (`other_cpus`, where the try measured it)."""
-    return t["loop_slept"] > 2 or t["steal"] > STARVATION_STEAL or t.get("other_cpus", 0.0) > OTHER_CPUS
+    queue drained, so the loader was the slower side for a while), the hypervisor stole over STARVATION_STEAL,
+    other processes kept over OTHER_CPUS busy (`other_cpus`), or the loader waited for its CPU over LOADER_WAITED
+    of the window (`loader_waited`; the last two where the try measured them)."""
+    return (t["loop_slept"] > 2 or t["steal"] > STARVATION_STEAL or t.get("other_cpus", 0.0) > OTHER_CPUS
+            or t.get("loader_waited", 0.0) > LOADER_WAITED)
 
 
 def netprof_cli(*args: str, **kw) -> subprocess.CompletedProcess:
