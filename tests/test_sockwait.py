@@ -20,6 +20,7 @@ import pytest
 
 from helpers import require_tool, starvation_disturbed
 from netprof.probes import SockWaitProbes, sockwait_delta
+from netprof.probes.proc import proc_cpu_times
 from netprof.probes.sockwait import NSLOTS, WaitDist, conn_rows, log2_quantile_us, slot_bounds, slot_of
 from netprof.profiler.core.procs import ProcessGroup
 from netprof.profiler.model import stats as stats_mod
@@ -61,7 +62,8 @@ def run_load(sw: SockWaitProbes, backend: str, connections: int, pipeline: int =
         last = (waited, t0)
         while p.poll() is None:  # the loader's own wait for its CPU, read until it exits (its /proc goes with it)
             time.sleep(0.1)
-            last = (_run_delay_s(p.pid), time.monotonic()) if p.poll() is None else last
+            now = (_run_delay_s(p.pid), time.monotonic())
+            last = now if now[0] >= last[0] else last  # a read as it exited finds nothing
         stdout, stderr = p.communicate(timeout=duration + 60)
         vol = proc.num_ctx_switches().voluntary - vol0
         out = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
@@ -74,16 +76,8 @@ def run_load(sw: SockWaitProbes, backend: str, connections: int, pipeline: int =
 
 
 def _run_delay_s(pid: int) -> float:
-    """The seconds a process's threads have spent runnable, waiting for a CPU (/proc/PID/task/*/schedstat's second
-    field, ns); a thread gone meanwhile counts 0."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else ():
-        try:
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total / 1e9
+    """The seconds a process's threads have spent runnable, waiting for a CPU (their schedstat, probes/proc.py)."""
+    return proc_cpu_times(pid)["runq_s"]
 
 
 def _monopolies_broke(t: dict) -> bool:

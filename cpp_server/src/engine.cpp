@@ -1577,11 +1577,14 @@ class Coordinator {
     }
   }
 
-  // The client's input: false when the run must stop (client_ok); a release is kept for the hold (one sent just
-  // after measure_stop may be read before the workers have stopped).
+  // The client's input: false when the run must stop (client_ok). A release ends the hold (kept: one may come
+  // before it begins); so does an abort once the window has closed, without making the run an aborted one.
   bool client_here(RunOutcome& out) {
     const ClientPoll poll = poll_client(watch_);
-    released_ = released_ || poll == ClientPoll::Release;
+    if (poll == ClientPoll::Release || (poll == ClientPoll::Abort && window_.closed())) {
+      released_ = true;
+      return true;
+    }
     return client_ok(poll, out);
   }
 
@@ -1589,35 +1592,7 @@ class Coordinator {
   // have stopped; their sockets close with them), until the client releases them or `hold` seconds pass, so that
   // a server's thread per connection is still there when the client reads its counts at measure_stop.
   void hold(RunOutcome& out) {
-    const int64_t deadline = now_ns() + s_to_ns(req_.hold);
-    epoll_event evs[8];
-    while (!released_) {
-      const int64_t now = now_ns();
-      if (now >= deadline) return;
-      timespec ts = ns_to_timespec(deadline - now);
-      int n = epoll_pwait2(ep_.get(), evs, 8, &ts, nullptr);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw_errno("epoll_pwait2");
-      }
-      for (int i = 0; i < n; i++) {
-        const int fd = evs[i].data.fd;
-        if (fd == sh_.notify_fd.get()) {
-          drain_eventfd(fd);
-        } else if (fd == watch_.signal_fd) {
-          if (!take_signal(fd)) continue;
-          out.signalled = true;
-          return;
-        } else if (fd == watch_.client_fd) {
-          const ClientPoll poll = poll_client(watch_);
-          if (poll == ClientPoll::Gone) {
-            out.client_gone = true;
-            return;
-          }
-          if (poll != ClientPoll::Here) return;  // released, or an abort: the window has closed, it ends the hold
-        }
-      }
-    }
+    wait_until(now_ns() + s_to_ns(req_.hold), out, [&] { return released_; });
   }
 
   const RunRequest& req_;
