@@ -38,6 +38,8 @@ HEADING = "1000 connections, warm-up after connected or served (bench/warmup_aft
 MATRIX_HEADING = "The echo reference report at 1000 connections, warm-up after served (bench/warmup_after.py --matrix)"
 BACKENDS = ("thread", "uvloop", "uvicorn_httptools")
 SETTINGS = ("connected", "served")
+# The commit both committed runs of --matrix were made at: a run's meta.json does not record one.
+MATRIX_COMMIT = "605da6f"
 CONNECTIONS = 1000
 
 
@@ -81,6 +83,11 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _started(run: Path) -> str:
+    """When a run began, from its meta.json, to the minute ("2026-12-06 15:38")."""
+    return json.loads((run / "meta.json").read_text())["started"][:16].replace("T", " ")
+
+
 def matrix_table(base: Path, served: Path) -> str:
     """Per backend and pipeline at 1000 connections: Jain, idle connections and the listen queue when the window
     opened (means over the rounds), and msgs/s, under the default and with --warmup-after served."""
@@ -108,8 +115,8 @@ def main() -> int:
         base, served = args.matrix
         intro = (f"Table by {results_md.command()}: {base}, made by `bench/reference_report.py modern` (its meta.json: "
                  f"`-c 10,100,1000 --pipeline 1,8 -r 2 -d 2 --warmup 0.5`), against {served}, the same servers "
-                 "`-c 1000 --pipeline 1,8 -r 2 -d 2 --warmup 0.5 --warmup-after served` (its meta.json), both "
-                 "2026-12-06 at commit d92b4ce.")
+                 "`-c 1000 --pipeline 1,8 -r 2 -d 2 --warmup 0.5 --warmup-after served` (its meta.json), made "
+                 f"{_started(base)} and {_started(served)}, both at commit {MATRIX_COMMIT}.")
         results_md.publish(MATRIX_HEADING, intro, matrix_table(base, served), args.write)
         return 0
     doc = lib.earlier(args)

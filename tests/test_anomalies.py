@@ -141,7 +141,7 @@ def test_no_sock_recv_story_for_batched_reads_or_a_thread_per_connection():
 
 
 def test_starvation_of_tornado_names_its_inline_read():
-    """tornado at 100 connections, 8 in flight (bench/reports/modern, 2026-12-06): Jain 0.21 with 0.15 reads per
+    """tornado at 100 connections, 8 in flight (bench/reports/modern, 2026-12-06): Jain 0.61 with 0.16 reads per
     message, counts like asyncio's fair streams. Its IOStream reads the socket inline when its buffer is empty
     (`_try_inline_read`): the mechanism is named from the source, with the line, for tornado alone."""
     row = make_row("tornado", 100, pipeline=8, per_conn=STARVED, syscalls_per_msg={"recvfrom": 0.15})
@@ -583,11 +583,12 @@ def test_latency_tail_of_a_loop_that_serves_in_runs_says_so():
 
 
 def test_latency_tail_names_connections_still_in_the_listen_queue():
-    """rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): fair enough, 342 connections still queued
-    when the window opened, p999 711 ms against a p50 of 6.9 ms: their first requests waited for the accept."""
-    row = make_row("rloop_sock", 1000, lat_us={"p50": 6900.0, "p999": 711_000.0}, accept_queue_at_start=342)
+    """rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): fair enough (Jain 0.88), 284 connections
+    still queued when the window opened, p999 682 ms against a p50 of 8.7 ms: their first requests waited for the
+    accept."""
+    row = make_row("rloop_sock", 1000, lat_us={"p50": 8700.0, "p999": 682_000.0}, accept_queue_at_start=284)
     (a,) = ids(detect(frame(row)), "latency_tail")
-    assert ("Likely cause here: 342 connections were still in the server's listen queue when the window opened: "
+    assert ("Likely cause here: 284 connections were still in the server's listen queue when the window opened: "
             "their first messages waited for the accept") in a["explanation"], a["explanation"]
 
 

@@ -222,8 +222,8 @@ def _inline_stream_read(r, ev: dict) -> str:
     """tornado's IOStream reads several messages at once (reads per message well below 1, so the counts look like
     asyncio's streams, which stay fair), but a read it cannot answer from its buffer first tries the socket inline
     (`IOStream._try_inline_read`, tornado/iostream.py) before it waits on the loop: the eager path with a buffer. Named
-    from the source, by family, where the counts cannot tell (bench/reports/modern, 2026-12-06: Jain 0.21 at 100
-    connections, 8 in flight)."""
+    from the source, by family, where the counts cannot tell (bench/reports/modern, 2026-12-06: Jain 0.61 at 100
+    connections, 8 in flight; 0.21 in its making of that morning)."""
     if r.get("family") != "tornado" or not (r.get("pipeline") or 1) > 1:
         return ""
     ev["source"] = source_line("tornado.iostream:BaseIOStream._try_inline_read", "self._read_to_buffer_loop()")

@@ -84,7 +84,7 @@ def _tail_causes(r, t: Thresholds) -> list[str]:
     elif r["connections"] and idle / r["connections"] >= t.starvation_idle_share:  # (a watched row may have none)
         causes.append(f"{int(idle)} connections got no service in the window: their {many} make the tail")
     queued = num(r, "accept_queue_at_start") or 0
-    if queued:  # rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): 342 queued, p999 711 ms
+    if queued:  # rloop_sock at 1000 connections (bench/reports/modern, 2026-12-06): 284 queued, p999 682 ms
         causes.append(f"{queued:.0f} connections were still in the server's listen queue when the window opened: "
                       f"their first {many} waited for the accept")
     waiting = threads_waiting(r, t.starvation_runq_mean)
