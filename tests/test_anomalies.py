@@ -189,6 +189,12 @@ def test_starvation_of_a_thread_per_connection_names_the_run_queue_and_the_gil()
     assert ("evenly (30 to 60) and seldom waited on a lock (0.04 futex calls per message): what favoured some "
             "connections over the others is not in these counts") in a["explanation"], a["explanation"]
     assert "mechanism" not in a["evidence"]
+    # With connections still queued the listen queue is named as the cause: the counts rule the others out, no more
+    queued = {**results.flatten(quiet_gil), **even, "accept_queue_at_start": 853}
+    (a,) = ids(detect(pd.DataFrame([queued])), "starvation")
+    assert "seldom waited on a lock (0.04 futex calls per message): neither the scheduler nor a lock chose" in \
+        a["explanation"] and "not in these counts" not in a["explanation"], a["explanation"]
+    assert "853 of the loader's connections were still in its listen queue" in a["explanation"], a["explanation"]
     few = make_row("prethread", 1000, pipeline=8, per_conn=STARVED, family="threads",
                    sched={**sched, "threads": 3, "runq_mean": 2.0, "waiting_no_turn": 0})
     (a,) = ids(detect(frame(few)), "starvation")

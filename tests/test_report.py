@@ -138,6 +138,12 @@ def test_plots_written_and_html_self_contained(reported):
     assert "http://" not in page.replace('xmlns="http://www.w3.org', "") and "https://" not in page
     assert "<strong>selector</strong> is fastest" in page and "<code>sock_recv</code>" in page
     assert 'class="anomaly critical"' in page
+    # The same data draws the same bytes (a committed report re-made changes only where its figures did): drawn
+    # twice here, not through the plot cache, which would hand back the first drawing.
+    from netprof.profiler.report import plots
+    cells = stats.aggregate(pd.read_parquet(d / results.RESULTS_PARQUET))
+    first, second = (plots.draw("throughput", cells, None) for _ in range(2))
+    assert first and b"clip-path" in first and first == second
 
 
 def test_report_without_probes_or_per_conn(tmp_path):

@@ -30,7 +30,10 @@ PERCENTILES = (("p50", "-"), ("p95", "-."), ("p99", "--"), ("p999", ":"))
 STYLE: Any = {"figure.dpi": 100, "font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "legend.fontsize": 10,
          "xtick.labelsize": 11, "ytick.labelsize": 11, "axes.grid": True, "grid.alpha": 0.3,
          "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none",
-         "axes.formatter.useoffset": False}  # Any: matplotlib types rc_context with a Literal per key
+         "axes.formatter.useoffset": False,  # Any: matplotlib types rc_context with a Literal per key
+         # matplotlib names an SVG's clip paths from uuid4 unless salted: a fixed salt makes the same figure the
+         # same bytes, so a committed report re-made from its parquet changes only where its figures did
+         "svg.hashsalt": "netprof"}
 
 
 # ---------------------------------------------------------------------------------------------
