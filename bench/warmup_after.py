@@ -38,7 +38,8 @@ HEADING = "1000 connections, warm-up after connected or served (bench/warmup_aft
 MATRIX_HEADING = "The echo reference report at 1000 connections, warm-up after served (bench/warmup_after.py --matrix)"
 BACKENDS = ("thread", "uvloop", "uvicorn_httptools")
 SETTINGS = ("connected", "served")
-# The commit both committed runs of --matrix were made at: a run's meta.json does not record one.
+# The commit both committed runs of --matrix were made at, for runs whose meta.json has no netprof_source (before
+# 2026-12-06 evening).
 MATRIX_COMMIT = "605da6f"
 CONNECTIONS = 1000
 
@@ -83,9 +84,11 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def _started(run: Path) -> str:
-    """When a run began, from its meta.json, to the minute ("2026-12-06 15:38")."""
-    return json.loads((run / "meta.json").read_text())["started"][:16].replace("T", " ")
+def _made(run: Path) -> tuple[str, str]:
+    """When a run began, to the minute ("2026-12-06 15:38"), and the commit netprof was built from, from its
+    meta.json."""
+    meta = json.loads((run / "meta.json").read_text())
+    return meta["started"][:16].replace("T", " "), meta.get("netprof_source") or MATRIX_COMMIT
 
 
 def matrix_table(base: Path, served: Path) -> str:
@@ -113,10 +116,13 @@ def main() -> int:
     args = ap.parse_args()
     if args.matrix:
         base, served = args.matrix
+        (when_base, src_base), (when_served, src_served) = _made(base), _made(served)
+        made = (f"{when_base} and {when_served}, both at commit {src_base}" if src_base == src_served else
+                f"{when_base} at commit {src_base} and {when_served} at commit {src_served}")
         intro = (f"Table by {results_md.command()}: {base}, made by `bench/reference_report.py modern` (its meta.json: "
                  f"`-c 10,100,1000 --pipeline 1,8 -r 2 -d 2 --warmup 0.5`), against {served}, the same servers "
                  "`-c 1000 --pipeline 1,8 -r 2 -d 2 --warmup 0.5 --warmup-after served` (its meta.json), made "
-                 f"{_started(base)} and {_started(served)}, both at commit {MATRIX_COMMIT}.")
+                 f"{made}.")
         results_md.publish(MATRIX_HEADING, intro, matrix_table(base, served), args.write)
         return 0
     doc = lib.earlier(args)

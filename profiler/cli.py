@@ -194,7 +194,7 @@ def fail(message: str, code: int = 2) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        print(f"netprof {netprof.__version__}")
+        print(f"netprof {netprof.__version__} ({netprof.__source__})")
         raise typer.Exit(0)
 
 

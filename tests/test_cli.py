@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
+import netprof
 from helpers import netprof_cli, wait_no_children
 from netprof.profiler.cli import EXAMPLE_LINES
 
@@ -88,7 +92,17 @@ def test_unknown_backend_lists_known_ones():
 
 
 def test_version_and_help():
-    assert netprof_cli("--version").stdout.startswith("netprof ")
+    name, version, source = netprof_cli("--version").stdout.split()
+    assert (name, version, source) == ("netprof", netprof.__version__, f"({netprof.__source__})")
+    # The commit the installed build came from (CMakeLists.txt, `git describe --always --dirty`), checked against
+    # git itself where the tree is CI's clean clone, built by `make setup` at its HEAD: elsewhere the tree may have
+    # moved on since the install.
+    assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", netprof.__source__), netprof.__source__
+    if os.environ.get("CI"):
+        tree = Path(__file__).resolve().parents[1]
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        assert head.startswith(netprof.__source__), (head, netprof.__source__)
     helptext = netprof_cli("--help").stdout
     assert "Examples" in helptext and "netprof run uvloop_sock" in helptext
 

@@ -421,3 +421,10 @@ def test_what_differs_between_the_runs_besides_the_cells_is_a_setting_not_a_watc
     assert compare.warnings_for(run(3.009), run(3.011)) == []
     assert compare.warnings_for(run(3.0), run(5.0)) == ["measured seconds per cell differs: 3.0 vs 5.0"]
     assert compare.warnings_for(run(3.0), run(3.0, "6.2.0")) == ["kernel differs: 6.1.0 vs 6.2.0"]
+    # Two builds of netprof, and a run from before meta.json named the build: said, with no "None"
+    def built(source: str) -> compare.Run:
+        return compare.Run(given="d", dir=Path("d"), name="d", df=pd.DataFrame(),
+                           meta={"kernel": "6.1.0", "config": {"duration": 3.0}, "netprof_source": source})
+
+    assert compare.warnings_for(run(3.0), built("9a49fb6")) == ["netprof build differs: not recorded vs 9a49fb6"]
+    assert compare.warnings_for(built("605da6f"), built("9a49fb6")) == ["netprof build differs: 605da6f vs 9a49fb6"]

@@ -13,6 +13,7 @@ import pandas as pd
 import psutil
 import pytest
 
+import netprof
 from helpers import default_sigint, netprof_children, netprof_cmd, require_bpf, run_netprof, wait_no_children
 
 
@@ -42,6 +43,8 @@ def test_run_json_summary_rows_and_files(standard_run, tmp_path):
     assert list(parquet["messages"]) == list(csv["messages"]) == [r["messages"] for r in runs]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["kernel"] and meta["python"]["version"] and "uvloop" in meta["packages"]
+    assert meta["netprof_source"] == netprof.__source__ != "unknown"  # the build, named (make setup builds from git)
+    assert f"netprof {meta['netprof_version']} ({meta['netprof_source']}) on Python" in (out / "report.md").read_text()
     # `netprof report DIR` rebuilds the report from the stored rows without re-running (on a copy: the
     # shared run's files stay as the run wrote them)
     mine = tmp_path / "run"

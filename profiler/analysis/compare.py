@@ -330,8 +330,9 @@ def _get(meta: dict, path: str):
     return v
 
 
-COMPARABLE = (("netprof_version", "netprof version"), ("kernel", "kernel"), ("cpu_model", "CPU model"),
-              ("cpus", "CPU count"), ("python.version", "netprof's Python"), ("packages.uvloop", "uvloop"),
+COMPARABLE = (("netprof_version", "netprof version"), ("netprof_source", "netprof build"), ("kernel", "kernel"),
+              ("cpu_model", "CPU model"), ("cpus", "CPU count"), ("python.version", "netprof's Python"),
+              ("packages.uvloop", "uvloop"),
               ("packages.gevent", "gevent"), ("pinning.enabled", "pinning"),
               ("pinning.backend_cpu", "backend CPU"), ("pinning.loader_cpus", "loader CPUs"),
               ("config.duration", "measured seconds per cell"), ("config.warmup", "warm-up seconds"),
@@ -340,6 +341,11 @@ COMPARABLE = (("netprof_version", "netprof version"), ("kernel", "kernel"), ("cp
 # count plus this says something else ran too.
 BUSY_EXTRA = 1.0
 STEAL_SHARE = 0.02  # a run during which more CPU time than this was stolen gets a warning
+
+
+def _said(v) -> str:
+    """A meta.json value as the warning prints it: an older run's missing one as "not recorded", not None."""
+    return "not recorded" if v is None else str(v)
 
 
 def _close(a, b) -> bool:
@@ -400,7 +406,7 @@ def warnings_for(base: Run, new: Run) -> list[str]:
         for path, what in COMPARABLE:
             a, b = _get(base.meta, path), _get(new.meta, path)
             if a != b and not (a is None and b is None) and not _close(a, b):
-                out.append(f"{what} differs: {a} vs {b}")
+                out.append(f"{what} differs: {_said(a)} vs {_said(b)}")
         loads = [_load(m) for m in (base.meta, new.meta)]
         cpus = base.meta.get("cpus") or 1
         for run, load in zip((base, new), loads):

@@ -118,7 +118,8 @@ def run_facts(df: pd.DataFrame, meta: dict) -> dict:
         "python": (meta.get("python") or {}).get("version", ""),
         "packages": ", ".join(f"{k} {v}" for k, v in (meta.get("packages") or {}).items() if v),
         "pinning": _pinning(meta.get("pinning") or {}),
-        "netprof": meta.get("netprof_version", ""),
+        "netprof": " ".join(filter(None, (meta.get("netprof_version"),
+                                          meta.get("netprof_source") and f"({meta['netprof_source']})"))),
         "probe_cost": _syscall_cost(meta.get("probe_cost_per_syscall")),
     }
     return facts

@@ -89,6 +89,7 @@ def collect(argv: list[str], config: dict) -> dict:
         argv, config = redact.argv(argv), redact.config(config)
     return {
         "netprof_version": netprof.__version__,
+        "netprof_source": netprof.__source__,  # the commit it was built from (two builds of one version differ)
         "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(argv),
         "python": {
