@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import netprof
 from helpers import netprof_cli, require_bpf, run_netprof, wait_no_children
 from netprof.profiler.core import proc_label
 from netprof.profiler.run import servers
@@ -106,7 +107,8 @@ def test_cmd_uvicorn_asgi_http(tmp_path):
     assert 0.8 <= per_request(row, RECV) <= 3 and 0.8 <= per_request(row, SEND) <= 3, row["syscalls_per_msg"]
     assert (tmp_path / "out" / "report.html").exists()
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "| interpreter(s) | the --cmd server's own (netprof on Python" in report
+    built = f"netprof {netprof.__version__} ({netprof.__source__})"
+    assert f"| interpreter(s) | the --cmd server's own ({built} on Python" in report
     assert not wait_no_children()
 
 
